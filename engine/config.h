@@ -1,0 +1,51 @@
+/* config.h: a model's Hugging Face config.json, reduced to what the engine uses, with the
+ * family facts (block size, mask token, logits shift) resolved as ANCHORS.md describes. */
+#ifndef FL_CONFIG_H
+#define FL_CONFIG_H
+
+#include "fl.h"
+
+typedef enum fl_family {
+    FL_FAMILY_SDAR = 0,    /* SDARForCausalLM: Qwen3 layout */
+    FL_FAMILY_FASTDLLM,    /* Fast_dLLM_QwenForCausalLM: Qwen2 layout, shifted logits */
+    FL_FAMILY_FOGLINE,     /* our own small models: Qwen3 layout */
+    FL_FAMILY_COUNT
+} fl_family;
+
+typedef struct fl_config {
+    char arch[96];       /* architectures[0] */
+    char model_type[64];
+    fl_family family;
+    int hidden;          /* hidden_size */
+    int n_layers;        /* num_hidden_layers */
+    int n_heads;         /* num_attention_heads */
+    int n_kv_heads;      /* num_key_value_heads (defaults to n_heads) */
+    int head_dim;        /* head_dim, or hidden / n_heads when absent */
+    int intermediate;    /* intermediate_size */
+    int vocab;           /* vocab_size */
+    int max_pos;         /* max_position_embeddings */
+    float rope_theta;
+    float rms_eps;
+    bool tie_embeddings; /* tie_word_embeddings */
+    bool qkv_bias;       /* q/k/v projections carry a bias (Qwen2 layout, attention_bias) */
+    bool qk_norm;        /* per-head RMSNorm on q and k (Qwen3 layout) */
+    int block_size;      /* denoising block, tokens */
+    int sub_block;       /* Fast-dLLM v2 sub-block (8), else == block_size */
+    int mask_token_id;   /* -1 until resolved from the tokenizer */
+    int logits_shift;    /* 1: position i is predicted from the logits at i-1 (Fast-dLLM v2) */
+    int eos_ids[8];      /* eos_token_id (int or list) */
+    int n_eos;
+    int bos_id;          /* -1 when absent */
+    char torch_dtype[16];
+} fl_config;
+
+/* Parses dir/config.json. The mask token may be left at -1 when the family resolves it
+ * from the tokenizer (SDAR without the key, Fast-dLLM v2). Checks consistency: positive
+ * sizes, heads divisible by kv heads, ... and names the offending field in the error. */
+int fl_config_load(fl_config *c, const char *dir, fl_err *e);
+int fl_config_parse(fl_config *c, const char *json_text, fl_err *e);
+const char *fl_family_name(fl_family f);
+/* The mask token's string for the family ("<|MASK|>", "|<MASK>|"), or NULL. */
+const char *fl_family_mask_string(fl_family f);
+
+#endif

@@ -1,0 +1,81 @@
+/* fl.h: what every part of the fogline engine shares: error codes, the error message
+ * carrier, dtypes. Functions return 0 or a negative FL_E* code; a positive value is a soft
+ * result ("no free page", "queue full"). An fl_err carries a message meant for the user. */
+#ifndef FL_H
+#define FL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+enum {
+    FL_OK = 0,
+    FL_EINVAL = -1,       /* bad argument or bad input */
+    FL_ENOMEM = -2,       /* allocation failed */
+    FL_EIO = -3,          /* open/read/mmap failed */
+    FL_EFORMAT = -4,      /* a file is malformed */
+    FL_EUNSUPPORTED = -5, /* well-formed but not something we handle */
+    FL_ENOTFOUND = -6,    /* a named thing (tensor, token, file) is absent */
+    FL_ERANGE = -7,       /* a value is out of its allowed range */
+    FL_EBUSY = -8,        /* a bounded queue is full */
+    FL_ESTATE = -9,       /* called in the wrong state */
+};
+
+#define FL_ERR_MSG 512
+
+typedef struct fl_err {
+    int code;
+    char msg[FL_ERR_MSG];
+} fl_err;
+
+#if defined(__GNUC__)
+#define FL_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define FL_PRINTF(a, b)
+#endif
+
+/* Sets e (when not NULL) and returns code, so that `return fl_err_set(e, FL_EFORMAT, ...)`
+ * reads as one statement. The first error set wins only if the caller does not overwrite. */
+int fl_err_set(fl_err *e, int code, const char *fmt, ...) FL_PRINTF(3, 4);
+/* Prefixes the message already in e with "prefix: ". */
+void fl_err_prefix(fl_err *e, const char *fmt, ...) FL_PRINTF(2, 3);
+const char *fl_strerror(int code);
+
+typedef enum fl_dtype {
+    FL_DT_F32 = 0,
+    FL_DT_F16,
+    FL_DT_BF16,
+    FL_DT_I32,
+    FL_DT_I64,
+    FL_DT_U8,
+    FL_DT_I8,
+    FL_DT_F64,
+    FL_DT_BOOL,
+    FL_DT_COUNT
+} fl_dtype;
+
+size_t fl_dtype_size(fl_dtype t);
+const char *fl_dtype_name(fl_dtype t);
+
+/* bf16/f16 <-> f32 conversions, exact for bf16->f32 and f16->f32. */
+float fl_bf16_to_f32(uint16_t h);
+uint16_t fl_f32_to_bf16(float f); /* round to nearest even */
+float fl_f16_to_f32(uint16_t h);
+/* Converts n elements of src (dtype t) into dst as f32. Returns FL_EUNSUPPORTED for a
+ * dtype that is not a float type. */
+int fl_to_f32(float *dst, const void *src, fl_dtype t, size_t n);
+
+/* A growable byte buffer, always NUL-terminated when len > 0 or after fl_buf_cstr. */
+typedef struct fl_buf {
+    char *data;
+    size_t len, cap;
+} fl_buf;
+int fl_buf_append(fl_buf *b, const void *p, size_t n);
+int fl_buf_puts(fl_buf *b, const char *s);
+int fl_buf_printf(fl_buf *b, const char *fmt, ...) FL_PRINTF(2, 3);
+void fl_buf_free(fl_buf *b);
+
+/* Reads a whole file; *out is NUL-terminated and owned by the caller. */
+int fl_read_file(const char *path, char **out, size_t *len, fl_err *e);
+
+#endif

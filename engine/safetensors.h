@@ -1,0 +1,34 @@
+/* safetensors.h: mmapped safetensors files, single or sharded (model.safetensors.index.json).
+ * A file is: 8-byte little-endian header length N, N bytes of JSON header, raw data. Every
+ * offset and shape in the header is checked against the file before a tensor is exposed. */
+#ifndef FL_SAFETENSORS_H
+#define FL_SAFETENSORS_H
+
+#include "fl.h"
+
+#define FL_MAX_DIMS 8
+
+typedef struct fl_tensor {
+    char *name;
+    fl_dtype dtype;
+    int ndim;
+    int64_t shape[FL_MAX_DIMS];
+    int64_t numel;
+    const void *data; /* inside the mmapped file */
+    size_t nbytes;
+} fl_tensor;
+
+typedef struct fl_weights fl_weights;
+
+/* Opens dir/model.safetensors, or dir/model.safetensors.index.json and every shard it names.
+ * Tensor data is mmapped read-only, never copied. */
+int fl_weights_open(fl_weights **out, const char *dir, fl_err *e);
+/* Opens one .safetensors file. */
+int fl_weights_open_file(fl_weights **out, const char *path, fl_err *e);
+const fl_tensor *fl_weights_get(const fl_weights *w, const char *name);
+size_t fl_weights_count(const fl_weights *w);
+const fl_tensor *fl_weights_at(const fl_weights *w, size_t i);
+size_t fl_weights_total_bytes(const fl_weights *w);
+void fl_weights_close(fl_weights *w);
+
+#endif

@@ -1,0 +1,10 @@
+/* cli.h: the fogline subcommands. Each returns the process exit status: 0 ok, 1 runtime
+ * error (message already printed as one line on stderr), 2 usage error. */
+#ifndef FL_CLI_H
+#define FL_CLI_H
+
+int fl_cmd_info(int argc, char **argv);
+int fl_cmd_tokenize(int argc, char **argv);
+int fl_cmd_bench(int argc, char **argv);
+
+#endif

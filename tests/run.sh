@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets up (tests/setup.sh), builds fogline twice (release, and ASan+UBSan) and runs every
+# test: ctest in both builds (the sanitizer build runs the unit and integration labels).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash tests/setup.sh
+jobs=$(nproc)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$jobs"
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFL_SANITIZE=ON
+cmake --build build-asan -j"$jobs"
+ctest --test-dir build --output-on-failure
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -L 'unit|integration'

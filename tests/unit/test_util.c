@@ -1,0 +1,36 @@
+/* test_util.c: dtype conversions and the byte buffer. */
+#include "check.h"
+#include "fl.h"
+
+int main(void)
+{
+    /* bf16: exact round trip for representable values, round-to-nearest-even otherwise */
+    float vals[] = {0.0f, -0.0f, 1.0f, -2.5f, 3.140625f, 1e-30f, 65504.0f};
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        float back = fl_bf16_to_f32(fl_f32_to_bf16(vals[i]));
+        float rel = vals[i] ? (back - vals[i]) / vals[i] : back;
+        CHECK(rel < 0.004f && rel > -0.004f, "bf16 %g -> %g", vals[i], back);
+    }
+    CHECK(fl_f32_to_bf16(1.0f) == 0x3f80, "bf16(1) = %x", fl_f32_to_bf16(1.0f));
+    /* 1 + 2^-8 is a tie between bf16 1.0 and 1.0078125: even wins (1.0) */
+    CHECK(fl_f32_to_bf16(1.00390625f) == 0x3f80, "tie to even: %x", fl_f32_to_bf16(1.00390625f));
+    /* f16 */
+    CHECK(fl_f16_to_f32(0x3c00) == 1.0f, "f16 1.0");
+    CHECK(fl_f16_to_f32(0xc000) == -2.0f, "f16 -2.0");
+    CHECK(fl_f16_to_f32(0x7bff) == 65504.0f, "f16 max");
+    CHECK(fl_f16_to_f32(0x0001) == 5.9604644775390625e-08f, "f16 smallest subnormal: %g",
+          fl_f16_to_f32(0x0001));
+    CHECK(fl_f16_to_f32(0x03ff) == 6.097555160522461e-05f, "f16 largest subnormal");
+    /* buffer */
+    fl_buf b = {0};
+    for (int i = 0; i < 1000; i++)
+        fl_buf_printf(&b, "%d,", i);
+    CHECK(b.len == 3890, "buf len %zu", b.len);
+    CHECK(!strncmp(b.data, "0,1,2,", 6), "buf start");
+    fl_buf_free(&b);
+    fl_err e = {0};
+    CHECK(fl_err_set(&e, FL_EFORMAT, "bad %s", "thing") == FL_EFORMAT, "err code");
+    fl_err_prefix(&e, "file %d", 3);
+    CHECK(!strcmp(e.msg, "file 3: bad thing"), "prefix: %s", e.msg);
+    return check_summary("test_util");
+}
