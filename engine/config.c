@@ -1,0 +1,336 @@
+/* config.c: config.json -> fl_config, with each family's facts (ANCHORS.md, "Format details
+ * that trip engines") resolved here so that nothing downstream tests architecture strings.
+ *
+ * Families are recognised by architectures[0], else by model_type. A plain Qwen2/Qwen3
+ * (autoregressive) checkpoint is refused even with block_size and mask_token_id keys: its
+ * weights were never trained to denoise, so serving it would only produce fluent-looking
+ * garbage. Our own models say so explicitly with FoglineForDiffusionLM / "fogline". */
+#include "config.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* Upper bounds keep every product the engine forms (heads*head_dim, vocab*hidden, page
+ * sizes) far from overflow, while staying far above any real model. */
+#define FL_CFG_MAX_DIM (1 << 24)
+#define FL_CFG_MAX_LAYERS 4096
+#define FL_CFG_MAX_HEADS 4096
+#define FL_CFG_MAX_HEAD_DIM 4096
+#define FL_CFG_MAX_BLOCK 256
+
+static const struct {
+    const char *arch, *model_type, *name, *mask;
+} families[FL_FAMILY_COUNT] = {
+    [FL_FAMILY_SDAR] = {"SDARForCausalLM", "sdar", "sdar", "<|MASK|>"},
+    [FL_FAMILY_FASTDLLM] = {"Fast_dLLM_QwenForCausalLM", "Fast_dLLM_Qwen", "fast-dllm-v2", "|<MASK>|"},
+    [FL_FAMILY_FOGLINE] = {"FoglineForDiffusionLM", "fogline", "fogline", NULL},
+};
+
+const char *fl_family_name(fl_family f)
+{
+    return (unsigned)f < FL_FAMILY_COUNT ? families[f].name : "?";
+}
+
+const char *fl_family_mask_string(fl_family f)
+{
+    return (unsigned)f < FL_FAMILY_COUNT ? families[f].mask : NULL;
+}
+
+/* Reads an integer field. Absent or null -> *out = def and returns 1 when !required. */
+static int get_int(const json_t *root, const char *key, bool required, long long def,
+                   long long *out, fl_err *e)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        if (required)
+            return fl_err_set(e, FL_EFORMAT, "config.json: missing %s", key);
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v))
+        return fl_err_set(e, FL_EFORMAT, "config.json: %s must be an integer", key);
+    *out = json_integer_value(v);
+    return 0;
+}
+
+/* A size field: an integer in [1, max]. */
+static int get_size(const json_t *root, const char *key, bool required, long long def, int max,
+                    int *out, fl_err *e)
+{
+    long long x = 0;
+    int rc = get_int(root, key, required, def, &x, e);
+    if (rc)
+        return rc;
+    if (x < 1 || x > max)
+        return fl_err_set(e, FL_ERANGE, "config.json: %s is %lld, must be in 1..%d", key, x, max);
+    *out = (int)x;
+    return 0;
+}
+
+static int get_real(const json_t *root, const char *key, double def, float *out, fl_err *e)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        *out = (float)def;
+        return 0;
+    }
+    if (!json_is_number(v))
+        return fl_err_set(e, FL_EFORMAT, "config.json: %s must be a number", key);
+    double d = json_number_value(v);
+    /* both rope_theta and rms_norm_eps are used as divisors or log bases */
+    if (!(d > 0) || !isfinite(d) || d > 1e30 || (float)d == 0.0f)
+        return fl_err_set(e, FL_ERANGE, "config.json: %s is %g, must be positive and finite",
+                          key, d);
+    *out = (float)d;
+    return 0;
+}
+
+static int get_bool(const json_t *root, const char *key, bool def, bool *out, fl_err *e)
+{
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_boolean(v))
+        return fl_err_set(e, FL_EFORMAT, "config.json: %s must be true or false", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* A token id field: absent/null -> -1; else an integer in [0, vocab). */
+static int get_token(const json_t *root, const char *key, int vocab, int *out, fl_err *e)
+{
+    long long x = 0;
+    int rc = get_int(root, key, false, -1, &x, e);
+    if (rc)
+        return rc;
+    if (x != -1 && (x < 0 || x >= vocab))
+        return fl_err_set(e, FL_ERANGE, "config.json: %s %lld is outside the vocabulary (0..%d)",
+                          key, x, vocab - 1);
+    *out = (int)x;
+    return 0;
+}
+
+static int copy_str(char *dst, size_t cap, const char *src, const char *field, fl_err *e)
+{
+    size_t n = strlen(src);
+    if (n >= cap)
+        return fl_err_set(e, FL_ERANGE, "config.json: %s is longer than %zu characters", field,
+                          cap - 1);
+    memcpy(dst, src, n + 1);
+    return 0;
+}
+
+static int find_family(fl_config *c, fl_err *e)
+{
+    int by_arch = -1, by_type = -1;
+    for (int f = 0; f < FL_FAMILY_COUNT; f++) {
+        if (c->arch[0] && !strcmp(c->arch, families[f].arch))
+            by_arch = f;
+        if (c->model_type[0] && !strcmp(c->model_type, families[f].model_type))
+            by_type = f;
+    }
+    if (by_arch >= 0 && by_type >= 0 && by_arch != by_type)
+        return fl_err_set(e, FL_EFORMAT,
+                          "config.json: architectures[0] %s and model_type %s name different "
+                          "model families",
+                          c->arch, c->model_type);
+    int f = by_arch >= 0 ? by_arch : by_type;
+    if (f < 0)
+        return fl_err_set(e, FL_EUNSUPPORTED,
+                          "config.json: unsupported architecture '%s' (model_type '%s'); fogline "
+                          "serves SDARForCausalLM, Fast_dLLM_QwenForCausalLM and "
+                          "FoglineForDiffusionLM",
+                          c->arch[0] ? c->arch : "(none)",
+                          c->model_type[0] ? c->model_type : "(none)");
+    c->family = (fl_family)f;
+    return 0;
+}
+
+static int parse_root(fl_config *c, const json_t *root, fl_err *e)
+{
+    int rc;
+    json_t *archs = json_object_get(root, "architectures");
+    if (archs && !json_is_null(archs)) {
+        if (!json_is_array(archs) ||
+            (json_array_size(archs) && !json_is_string(json_array_get(archs, 0))))
+            return fl_err_set(e, FL_EFORMAT, "config.json: architectures must be a list of strings");
+        if (json_array_size(archs) &&
+            (rc = copy_str(c->arch, sizeof c->arch, json_string_value(json_array_get(archs, 0)),
+                           "architectures[0]", e)))
+            return rc;
+    }
+    json_t *mt = json_object_get(root, "model_type");
+    if (mt && !json_is_null(mt)) {
+        if (!json_is_string(mt))
+            return fl_err_set(e, FL_EFORMAT, "config.json: model_type must be a string");
+        if ((rc = copy_str(c->model_type, sizeof c->model_type, json_string_value(mt),
+                           "model_type", e)))
+            return rc;
+    }
+    if ((rc = find_family(c, e)))
+        return rc;
+
+    if ((rc = get_size(root, "hidden_size", true, 0, FL_CFG_MAX_DIM, &c->hidden, e)) ||
+        (rc = get_size(root, "num_hidden_layers", true, 0, FL_CFG_MAX_LAYERS, &c->n_layers, e)) ||
+        (rc = get_size(root, "num_attention_heads", true, 0, FL_CFG_MAX_HEADS, &c->n_heads, e)) ||
+        (rc = get_size(root, "num_key_value_heads", false, c->n_heads, FL_CFG_MAX_HEADS,
+                       &c->n_kv_heads, e)) ||
+        (rc = get_size(root, "intermediate_size", true, 0, FL_CFG_MAX_DIM, &c->intermediate, e)) ||
+        (rc = get_size(root, "vocab_size", true, 0, FL_CFG_MAX_DIM, &c->vocab, e)) ||
+        (rc = get_size(root, "max_position_embeddings", false, 32768, INT_MAX, &c->max_pos, e)))
+        return rc;
+    if (c->n_heads % c->n_kv_heads)
+        return fl_err_set(e, FL_ERANGE,
+                          "config.json: num_attention_heads (%d) is not a multiple of "
+                          "num_key_value_heads (%d)",
+                          c->n_heads, c->n_kv_heads);
+    /* Qwen3 configs carry head_dim; Fast-dLLM v2 (Qwen2) has none and uses hidden / heads */
+    json_t *hd = json_object_get(root, "head_dim");
+    if (hd && !json_is_null(hd)) {
+        if ((rc = get_size(root, "head_dim", true, 0, FL_CFG_MAX_HEAD_DIM, &c->head_dim, e)))
+            return rc;
+    } else {
+        if (c->hidden % c->n_heads)
+            return fl_err_set(e, FL_ERANGE,
+                              "config.json: no head_dim, and hidden_size (%d) is not a multiple "
+                              "of num_attention_heads (%d)",
+                              c->hidden, c->n_heads);
+        c->head_dim = c->hidden / c->n_heads;
+        if (c->head_dim > FL_CFG_MAX_HEAD_DIM)
+            return fl_err_set(e, FL_ERANGE, "config.json: head_dim (hidden / heads) %d is above %d",
+                              c->head_dim, FL_CFG_MAX_HEAD_DIM);
+    }
+    if (c->head_dim % 2) /* RoPE rotates pairs (i, i + head_dim/2) */
+        return fl_err_set(e, FL_ERANGE, "config.json: head_dim %d is odd (RoPE needs it even)",
+                          c->head_dim);
+    if ((long long)c->n_heads * c->head_dim > FL_CFG_MAX_DIM)
+        return fl_err_set(e, FL_ERANGE,
+                          "config.json: num_attention_heads * head_dim (%lld) is above %d",
+                          (long long)c->n_heads * c->head_dim, FL_CFG_MAX_DIM);
+    if ((rc = get_real(root, "rope_theta", 10000.0, &c->rope_theta, e)) ||
+        (rc = get_real(root, "rms_norm_eps", 1e-6, &c->rms_eps, e)) ||
+        (rc = get_bool(root, "tie_word_embeddings", false, &c->tie_embeddings, e)))
+        return rc;
+
+    bool attn_bias;
+    if ((rc = get_bool(root, "attention_bias", false, &attn_bias, e)))
+        return rc;
+    if (c->family == FL_FAMILY_FASTDLLM) {
+        /* Qwen2 attention always has q/k/v bias, whatever attention_bias says */
+        c->qkv_bias = true;
+        c->qk_norm = false;
+        c->logits_shift = 1;
+        if ((rc = get_size(root, "bd_size", false, 32, FL_CFG_MAX_BLOCK, &c->block_size, e)))
+            return rc;
+        c->sub_block = c->block_size < 8 ? c->block_size : 8;
+    } else {
+        c->qkv_bias = attn_bias;
+        c->qk_norm = true;
+        c->logits_shift = 0;
+        bool need = c->family == FL_FAMILY_FOGLINE;
+        if ((rc = get_size(root, "block_size", need, 4, FL_CFG_MAX_BLOCK, &c->block_size, e)))
+            return rc;
+        c->sub_block = c->block_size;
+    }
+    if (c->block_size % c->sub_block)
+        return fl_err_set(e, FL_ERANGE, "config.json: bd_size %d is not a multiple of the sub-block %d",
+                          c->block_size, c->sub_block);
+
+    if (c->family == FL_FAMILY_FOGLINE) {
+        long long x;
+        if ((rc = get_int(root, "mask_token_id", true, 0, &x, e)))
+            return rc;
+    }
+    /* SDAR's older configs and Fast-dLLM v2 have no mask key: -1, resolved from the tokenizer */
+    if ((rc = get_token(root, "mask_token_id", c->vocab, &c->mask_token_id, e)) ||
+        (rc = get_token(root, "bos_token_id", c->vocab, &c->bos_id, e)))
+        return rc;
+    if (c->family == FL_FAMILY_FOGLINE && c->mask_token_id < 0)
+        return fl_err_set(e, FL_ERANGE, "config.json: mask_token_id must be a token id");
+
+    json_t *eos = json_object_get(root, "eos_token_id");
+    c->n_eos = 0;
+    if (eos && !json_is_null(eos)) {
+        size_t n = json_is_array(eos) ? json_array_size(eos) : 1;
+        if (n > sizeof c->eos_ids / sizeof c->eos_ids[0])
+            return fl_err_set(e, FL_ERANGE, "config.json: eos_token_id lists %zu ids (at most %zu)",
+                              n, sizeof c->eos_ids / sizeof c->eos_ids[0]);
+        for (size_t i = 0; i < n; i++) {
+            json_t *v = json_is_array(eos) ? json_array_get(eos, i) : eos;
+            if (!json_is_integer(v))
+                return fl_err_set(e, FL_EFORMAT,
+                                  "config.json: eos_token_id must be an integer or a list of them");
+            json_int_t x = json_integer_value(v);
+            if (x < 0 || x >= c->vocab)
+                return fl_err_set(e, FL_ERANGE,
+                                  "config.json: eos_token_id %lld is outside the vocabulary (0..%d)",
+                                  (long long)x, c->vocab - 1);
+            c->eos_ids[c->n_eos++] = (int)x;
+        }
+    }
+
+    /* transformers >= 4.56 writes "dtype"; older ones "torch_dtype" */
+    json_t *dt = json_object_get(root, "torch_dtype");
+    if (!dt || json_is_null(dt))
+        dt = json_object_get(root, "dtype");
+    if (dt && !json_is_null(dt)) {
+        if (!json_is_string(dt))
+            return fl_err_set(e, FL_EFORMAT, "config.json: torch_dtype must be a string");
+        if ((rc = copy_str(c->torch_dtype, sizeof c->torch_dtype, json_string_value(dt),
+                           "torch_dtype", e)))
+            return rc;
+    }
+    return 0;
+}
+
+int fl_config_parse(fl_config *c, const char *json_text, fl_err *e)
+{
+    memset(c, 0, sizeof *c);
+    c->mask_token_id = -1;
+    c->bos_id = -1;
+    json_error_t jerr;
+    json_t *root = json_loads(json_text, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return fl_err_set(e, FL_EFORMAT, "config.json: not valid JSON: %s (line %d)", jerr.text,
+                          jerr.line);
+    int rc = json_is_object(root)
+                 ? parse_root(c, root, e)
+                 : fl_err_set(e, FL_EFORMAT, "config.json: the top level is not an object");
+    json_decref(root);
+    return rc;
+}
+
+int fl_config_load(fl_config *c, const char *dir, fl_err *e)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
+        return fl_err_set(e, FL_EINVAL, "model path too long: %s", dir);
+    struct stat sb;
+    if (stat(dir, &sb) || !S_ISDIR(sb.st_mode))
+        return fl_err_set(e, FL_ENOTFOUND, "%s: not a directory", dir);
+    if (stat(path, &sb) && errno == ENOENT)
+        return fl_err_set(e, FL_ENOTFOUND, "%s: no config.json (not a Hugging Face model directory?)",
+                          dir);
+    char *text = NULL;
+    size_t len = 0;
+    int rc = fl_read_file(path, &text, &len, e);
+    if (rc)
+        return rc;
+    if (strlen(text) != len) {
+        free(text);
+        return fl_err_set(e, FL_EFORMAT, "%s: contains a NUL byte", path);
+    }
+    rc = fl_config_parse(c, text, e);
+    free(text);
+    if (rc)
+        fl_err_prefix(e, "%s", dir);
+    return rc;
+}
