@@ -53,6 +53,8 @@ typedef struct fl_backend_ops {
     /* out: (n_tokens) written for every wanted position (see out_from), others untouched.
      * logits: NULL, or (n_tokens, vocab) full logits for wanted positions (debug/parity). */
     int (*forward)(fl_backend *b, const fl_batch *batch, fl_tok_out *out, float *logits, fl_err *e);
+    /* page_read may be called from the persistence thread while a forward runs, for a page
+     * that no forward writes (committed pages are immutable until freed). */
     int (*page_read)(fl_backend *b, int32_t page, void *dst, fl_err *e);       /* dst: page_bytes */
     int (*page_write)(fl_backend *b, int32_t page, const void *src, fl_err *e);
     void (*destroy)(fl_backend *b);

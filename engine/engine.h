@@ -1,0 +1,130 @@
+/* engine.h: block-diffusion generation for many sequences at once.
+ *
+ * The scheduler (fl_sched) owns the backend, the KV page pool and every sequence; each call
+ * to fl_sched_step() runs one forward over a packed batch of all sequences' work (prefill
+ * chunks, blocks to store, running blocks) and applies the unmasking policies. fl_engine
+ * wraps a scheduler in one engine thread with bounded request and cancel queues; events are
+ * delivered by calling the sink on the engine thread (copy what you keep, do not block). */
+#ifndef FL_ENGINE_H
+#define FL_ENGINE_H
+
+#include "decode.h"
+#include "kvpool.h"
+#include "persist.h"
+
+typedef struct fl_request {
+    const int32_t *prompt; /* (n_prompt) token ids, already templated; copied at submit */
+    int32_t n_prompt;
+    int32_t max_tokens;    /* reply tokens at most */
+    const char *const *stop; /* (n_stop) stop strings, copied at submit */
+    int32_t n_stop;
+    fl_decode_opts dec;
+} fl_request;
+
+typedef enum fl_seq_state {
+    FL_SEQ_QUEUED = 0, /* waiting for admission (pages) */
+    FL_SEQ_PREFILL,    /* prompt blocks being stored */
+    FL_SEQ_DECODING,   /* running blocks */
+    FL_SEQ_DONE,
+    FL_SEQ_CANCELLED,
+    FL_SEQ_FAILED,
+} fl_seq_state;
+
+typedef enum fl_finish {
+    FL_FINISH_STOP = 0, /* an end-of-sequence token or a stop string */
+    FL_FINISH_LENGTH,   /* max_tokens */
+    FL_FINISH_CANCELLED,
+    FL_FINISH_ERROR,
+} fl_finish;
+
+typedef enum fl_event_type { FL_EV_DRAFT = 0, FL_EV_COMMIT, FL_EV_DONE } fl_event_type;
+
+typedef struct fl_seq_stats {
+    int32_t prompt_tokens;
+    int32_t reply_tokens;  /* committed reply tokens (after stops) */
+    int32_t forwards;      /* forwards this sequence took part in */
+    int32_t decode_forwards; /* forwards that denoised at least one of its blocks */
+    int32_t store_forwards;  /* forwards that only stored (separate store passes, prefill) */
+    int32_t blocks;        /* reply blocks committed */
+    double tpf;            /* reply tokens (before stop truncation) per forward */
+    double ms_queued, ms_prefill, ms_decode, ms_total;
+} fl_seq_stats;
+
+typedef struct fl_event {
+    fl_event_type type;
+    uint64_t id;
+    /* draft and commit: one reply block */
+    int32_t block;          /* index of the block within the reply (0-based) */
+    int32_t step;           /* denoising step within that block (draft) */
+    int32_t n;              /* (draft) reply positions in the block */
+    const int32_t *tokens;  /* (n) token id, or -1 where still masked */
+    const uint8_t *fresh;   /* (n) 1 where unmasked in this step */
+    const char *text;       /* commit: the block's text; done: the whole reply */
+    size_t text_len;
+    const int32_t *ids;     /* commit: the block's committed ids; done: the reply's ids */
+    int32_t n_ids;
+    /* done */
+    fl_finish finish;
+    const char *error;      /* FL_FINISH_ERROR: the message */
+    const fl_seq_stats *stats;
+} fl_event;
+
+typedef void (*fl_sink)(const fl_event *ev, void *ctx);
+
+typedef struct fl_sched_opts {
+    int32_t max_batch_tokens; /* tokens per forward at most */
+    int32_t max_seqs;         /* running sequences at most */
+    bool async_persist;       /* persistence on its own thread (default) or inline */
+    fl_kv_tier *tier;         /* where committed pages go; NULL: nowhere */
+    uint64_t model_id;        /* chains page hashes */
+} fl_sched_opts;
+
+typedef struct fl_sched fl_sched;
+
+typedef struct fl_sched_stats {
+    int64_t forwards;
+    int64_t tokens_forwarded;
+    int64_t reply_tokens;
+    int32_t running, queued;
+    int32_t pages_used, pages_free;
+    double persist_wait_ms;   /* time the compute thread spent on (or blocked by) persistence */
+    int64_t pages_persisted;
+} fl_sched_stats;
+
+int fl_sched_create(fl_sched **out, const fl_model *m, fl_backend *b, const fl_sched_opts *o,
+                    fl_err *e);
+/* Adds a request; the sink gets its events. Returns FL_EINVAL with a message for a bad
+ * request (empty prompt, prompt longer than the model's positions, bad options). */
+int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint64_t id, fl_err *e);
+/* Cancels a sequence: its pages are freed at once and it gets a done(cancelled) event.
+ * Returns FL_ENOTFOUND for an unknown or finished id. */
+int fl_sched_cancel(fl_sched *s, uint64_t id);
+/* One forward over all running work. Returns 1 when it did work, 0 when idle, < 0 on a
+ * backend failure (every running sequence then fails with that message). */
+int fl_sched_step(fl_sched *s, fl_err *e);
+bool fl_sched_idle(const fl_sched *s);
+void fl_sched_get_stats(const fl_sched *s, fl_sched_stats *st);
+const fl_kvpool *fl_sched_pool(const fl_sched *s);
+/* Waits for the persistence thread to drain. */
+void fl_sched_flush(fl_sched *s);
+void fl_sched_destroy(fl_sched *s);
+
+/* The engine thread. */
+typedef struct fl_engine fl_engine;
+typedef struct fl_engine_opts {
+    fl_sched_opts sched;
+    int32_t queue_cap; /* pending submissions at most; beyond: FL_EBUSY */
+} fl_engine_opts;
+
+int fl_engine_start(fl_engine **out, const fl_model *m, fl_backend *b, const fl_engine_opts *o,
+                    fl_err *e);
+/* Thread-safe. Copies the request. FL_EBUSY when the queue is full (the caller answers
+ * "busy"; nothing was queued). */
+int fl_engine_submit(fl_engine *en, const fl_request *r, fl_sink sink, void *ctx, uint64_t *id,
+                     fl_err *e);
+int fl_engine_cancel(fl_engine *en, uint64_t id); /* thread-safe, queued */
+void fl_engine_get_stats(fl_engine *en, fl_sched_stats *st); /* thread-safe snapshot */
+/* Stops the thread: running sequences are cancelled (done events sent), everything freed. */
+void fl_engine_stop(fl_engine *en);
+
+#endif

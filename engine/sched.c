@@ -1,0 +1,746 @@
+/* sched.c: the scheduler. One forward per step over every running sequence's work.
+ *
+ * A sequence's positions, left to right:
+ *   [0, n_cached)          K/V stored in its pages
+ *   [n_cached, run_start)  clean whole blocks whose K/V is not stored yet (prompt blocks,
+ *                          finished reply blocks): stored by the next forward
+ *   [run_start, run_end)   running blocks (n_run of them), being denoised
+ * With decode-store overlap the clean blocks and the running blocks go in one segment (the
+ * store rides along with the next block's denoise step; block-causal attention makes it
+ * exact). Without it, clean blocks get a forward of their own (the "store pass" bubble).
+ * With pipelining, the next block starts when the last running one is tau_add unmasked. */
+#include "engine.h"
+#include "tokenizer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct seq {
+    uint64_t id;
+    fl_seq_state state;
+    fl_sink sink;
+    void *ctx;
+    fl_decode_opts dec;
+    int32_t max_tokens;
+    char **stop;
+    int32_t n_stop;
+    int32_t L;         /* prompt length */
+    int32_t limit;     /* L + max_tokens: no reply position at or beyond it is emitted */
+    int32_t cap;       /* positions allocated */
+    int32_t *x;        /* (cap) token per position; mask id where undecided */
+    uint8_t *fixed;    /* (cap) 1 when decided */
+    uint8_t *fresh;    /* (cap) 1 when decided in the current step */
+    int32_t *pages;    /* (cap / B) page table, -1 when none */
+    fl_page_key *keys; /* (cap / B) chained key of each stored block */
+    int32_t n_cached, run_start, n_run;
+    int32_t *block_steps; /* (cap / B) denoising steps per block */
+    int32_t reserve;      /* pages it may still allocate (reserved at admission) */
+    bool ended;           /* an end was committed: no new blocks */
+    fl_finish finish;
+    fl_tok_out carry; /* shifted logits: prediction for position n_cached made when the block
+                         before it was stored */
+    int32_t carry_pos;
+    uint64_t rng;
+    fl_detok detok;
+    fl_buf text;   /* committed reply text */
+    int32_t *ids;  /* (max_tokens) committed reply ids */
+    int32_t n_ids;
+    int32_t produced; /* reply tokens decided, for TPF */
+    fl_seq_stats st;
+    double t_add, t_admit, t_first_decode;
+    struct seq *next;
+} seq;
+
+struct fl_sched {
+    const fl_model *m;
+    fl_backend *b;
+    fl_sched_opts o;
+    int32_t B;
+    int32_t mask_id;
+    fl_kvpool pool;
+    int32_t reserved;   /* pages promised to admitted sequences, not yet allocated */
+    seq *queued;        /* FIFO */
+    seq *running;
+    int32_t n_running, n_queued;
+    fl_persist *persist;
+    /* per-step buffers */
+    int32_t *tokens;    /* (max_batch_tokens) */
+    fl_segment *segs;   /* (max_seqs) */
+    seq **seg_seq;      /* (max_seqs) */
+    fl_tok_out *out;    /* (max_batch_tokens) */
+    float *logits;      /* (max_batch_tokens, vocab) only when someone samples */
+    float *sample_tmp;  /* (vocab) */
+    int32_t *reap;      /* (n_pages) */
+    fl_sched_stats st;
+};
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static bool is_eos(const fl_sched *s, int32_t tok)
+{
+    for (int i = 0; i < s->m->cfg.n_eos; i++)
+        if (s->m->cfg.eos_ids[i] == tok)
+            return true;
+    return false;
+}
+
+int fl_sched_create(fl_sched **out, const fl_model *m, fl_backend *b, const fl_sched_opts *o,
+                    fl_err *e)
+{
+    *out = NULL;
+    if (m->cfg.mask_token_id < 0)
+        return fl_err_set(e, FL_EINVAL, "the model has no mask token (config mask_token_id or "
+                                        "the tokenizer's mask token)");
+    fl_sched *s = calloc(1, sizeof *s);
+    if (!s)
+        return fl_err_set(e, FL_ENOMEM, "out of memory");
+    s->m = m;
+    s->b = b;
+    s->o = *o;
+    s->B = m->cfg.block_size;
+    s->mask_id = m->cfg.mask_token_id;
+    if (s->o.max_batch_tokens <= 0 || s->o.max_batch_tokens > b->max_tokens)
+        s->o.max_batch_tokens = b->max_tokens;
+    if (s->o.max_seqs <= 0)
+        s->o.max_seqs = 64;
+    if (s->o.max_batch_tokens < 2 * s->B) {
+        int32_t mbt = s->o.max_batch_tokens;
+        free(s);
+        return fl_err_set(e, FL_EINVAL, "max batch tokens %d is below two blocks (%d)", mbt,
+                          2 * m->cfg.block_size);
+    }
+    int rc = fl_kvpool_init(&s->pool, b->n_pages, e);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    size_t T = (size_t)s->o.max_batch_tokens;
+    s->tokens = malloc(sizeof(int32_t) * T);
+    s->segs = malloc(sizeof(fl_segment) * (size_t)s->o.max_seqs);
+    s->seg_seq = malloc(sizeof(seq *) * (size_t)s->o.max_seqs);
+    s->out = malloc(sizeof(fl_tok_out) * T);
+    s->reap = malloc(sizeof(int32_t) * (size_t)(b->n_pages + 1));
+    if (!s->tokens || !s->segs || !s->seg_seq || !s->out || !s->reap) {
+        fl_sched_destroy(s);
+        return fl_err_set(e, FL_ENOMEM, "out of memory for the scheduler");
+    }
+    rc = fl_persist_create(&s->persist, b, o->model_id, o->tier, o->async_persist, 1024, e);
+    if (rc) {
+        fl_sched_destroy(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+static void seq_free(seq *q)
+{
+    if (!q)
+        return;
+    for (int i = 0; i < q->n_stop; i++)
+        free(q->stop[i]);
+    free(q->stop);
+    free(q->x);
+    free(q->fixed);
+    free(q->fresh);
+    free(q->pages);
+    free(q->keys);
+    free(q->block_steps);
+    free(q->ids);
+    fl_buf_free(&q->text);
+    free(q);
+}
+
+static int32_t pages_needed(const fl_sched *s, const seq *q) { return q->cap / s->B; }
+
+int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint64_t id, fl_err *e)
+{
+    const fl_config *c = &s->m->cfg;
+    int32_t B = s->B;
+    if (r->n_prompt <= 0)
+        return fl_err_set(e, FL_EINVAL, "the prompt is empty");
+    if (r->max_tokens <= 0)
+        return fl_err_set(e, FL_EINVAL, "max_tokens must be positive, got %d", r->max_tokens);
+    int rc = fl_decode_opts_check(&r->dec, e);
+    if (rc)
+        return rc;
+    for (int i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= c->vocab)
+            return fl_err_set(e, FL_EINVAL, "prompt token %d at %d is outside the vocabulary",
+                              r->prompt[i], i);
+    int32_t max_pos = c->max_pos > 0 ? c->max_pos : 1 << 30;
+    if (r->n_prompt + B > max_pos)
+        return fl_err_set(e, FL_ERANGE, "the prompt has %d tokens; this model takes at most %d",
+                          r->n_prompt, max_pos - B);
+    int32_t max_tokens = r->max_tokens;
+    if (r->n_prompt + max_tokens > max_pos - B) /* stay inside the model's positions */
+        max_tokens = max_pos - B - r->n_prompt;
+    int32_t run_blocks = r->dec.pipeline ? r->dec.max_blocks : 1;
+    if ((run_blocks + 1) * B > s->o.max_batch_tokens)
+        return fl_err_set(e, FL_ERANGE, "max_blocks %d needs %d tokens per forward; the limit is %d",
+                          run_blocks, (run_blocks + 1) * B, s->o.max_batch_tokens);
+    seq *q = calloc(1, sizeof *q);
+    if (!q)
+        return fl_err_set(e, FL_ENOMEM, "out of memory");
+    q->id = id;
+    q->state = FL_SEQ_QUEUED;
+    q->sink = sink;
+    q->ctx = ctx;
+    q->dec = r->dec;
+    q->max_tokens = max_tokens;
+    q->L = r->n_prompt;
+    q->limit = q->L + max_tokens;
+    /* every block that can hold a reply position, plus the pipeline's look-ahead */
+    q->cap = ((q->limit + B - 1) / B + run_blocks) * B;
+    int32_t nb = q->cap / B;
+    q->x = malloc(sizeof(int32_t) * (size_t)q->cap);
+    q->fixed = calloc((size_t)q->cap, 1);
+    q->fresh = calloc((size_t)q->cap, 1);
+    q->pages = malloc(sizeof(int32_t) * (size_t)nb);
+    q->keys = calloc((size_t)nb, sizeof(fl_page_key));
+    q->block_steps = calloc((size_t)nb, sizeof(int32_t));
+    q->ids = malloc(sizeof(int32_t) * (size_t)(max_tokens + 1));
+    q->stop = r->n_stop ? calloc((size_t)r->n_stop, sizeof(char *)) : NULL;
+    if (!q->x || !q->fixed || !q->fresh || !q->pages || !q->keys || !q->block_steps || !q->ids ||
+        (r->n_stop && !q->stop)) {
+        seq_free(q);
+        return fl_err_set(e, FL_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < r->n_stop; i++) {
+        if (!r->stop[i] || !r->stop[i][0]) {
+            seq_free(q);
+            return fl_err_set(e, FL_EINVAL, "stop string %d is empty", i);
+        }
+        if (!(q->stop[i] = strdup(r->stop[i]))) {
+            seq_free(q);
+            return fl_err_set(e, FL_ENOMEM, "out of memory");
+        }
+        q->n_stop = i + 1;
+    }
+    if (pages_needed(s, q) > s->pool.n_pages) {
+        int32_t need = pages_needed(s, q);
+        seq_free(q);
+        return fl_err_set(e, FL_ERANGE, "the request needs %d KV pages; the pool has %d", need,
+                          s->pool.n_pages);
+    }
+    for (int32_t i = 0; i < q->cap; i++)
+        q->x[i] = s->mask_id;
+    memcpy(q->x, r->prompt, sizeof(int32_t) * (size_t)q->L);
+    memset(q->fixed, 1, (size_t)q->L);
+    for (int32_t i = 0; i < nb; i++)
+        q->pages[i] = -1;
+    q->carry_pos = -1;
+    q->rng = r->dec.seed * 0x9e3779b97f4a7c15ull + 0x2545f4914f6cdd1dull;
+    if (s->m->tok)
+        fl_detok_init(&q->detok, s->m->tok, true);
+    q->st.prompt_tokens = q->L;
+    q->t_add = now_ms();
+    /* append to the FIFO */
+    seq **pp = &s->queued;
+    while (*pp)
+        pp = &(*pp)->next;
+    *pp = q;
+    s->n_queued++;
+    return 0;
+}
+
+static void emit_done(fl_sched *s, seq *q, fl_finish fin, const char *err)
+{
+    double t = now_ms();
+    q->st.reply_tokens = q->n_ids;
+    q->st.ms_total = t - q->t_add;
+    if (q->t_admit > 0) {
+        double first = q->t_first_decode > 0 ? q->t_first_decode : t;
+        q->st.ms_prefill = first - q->t_admit;
+        q->st.ms_decode = q->t_first_decode > 0 ? t - q->t_first_decode : 0;
+    }
+    q->st.tpf = q->st.forwards ? (double)q->produced / q->st.forwards : 0;
+    if (s->m->tok && fin != FL_FINISH_ERROR && fin != FL_FINISH_CANCELLED)
+        fl_detok_finish(&q->detok, &q->text);
+    fl_event ev = {0};
+    ev.type = FL_EV_DONE;
+    ev.id = q->id;
+    ev.finish = fin;
+    ev.error = err;
+    ev.text = q->text.data ? q->text.data : "";
+    ev.text_len = q->text.len;
+    ev.ids = q->ids;
+    ev.n_ids = q->n_ids;
+    ev.stats = &q->st;
+    if (q->sink)
+        q->sink(&ev, q->ctx);
+}
+
+/* Frees a sequence's pages and reservation at once and unlinks it. */
+static void seq_retire(fl_sched *s, seq *q, fl_finish fin, const char *err)
+{
+    q->state = fin == FL_FINISH_CANCELLED ? FL_SEQ_CANCELLED
+             : fin == FL_FINISH_ERROR    ? FL_SEQ_FAILED
+                                         : FL_SEQ_DONE;
+    for (int32_t i = 0; i < q->cap / s->B; i++)
+        if (q->pages[i] >= 0) {
+            fl_kvpool_unref(&s->pool, q->pages[i]);
+            q->pages[i] = -1;
+        }
+    s->reserved -= q->reserve;
+    q->reserve = 0;
+    seq **pp = q->t_admit > 0 ? &s->running : &s->queued;
+    while (*pp && *pp != q)
+        pp = &(*pp)->next;
+    if (*pp) {
+        *pp = q->next;
+        if (q->t_admit > 0)
+            s->n_running--;
+        else
+            s->n_queued--;
+    }
+    emit_done(s, q, fin, err);
+    seq_free(q);
+}
+
+int fl_sched_cancel(fl_sched *s, uint64_t id)
+{
+    for (int list = 0; list < 2; list++)
+        for (seq *q = list ? s->running : s->queued; q; q = q->next)
+            if (q->id == id) {
+                seq_retire(s, q, FL_FINISH_CANCELLED, NULL);
+                return 0;
+            }
+    return FL_ENOTFOUND;
+}
+
+/* Admits queued sequences in order while their pages can be promised. */
+static void admit(fl_sched *s)
+{
+    while (s->queued && s->n_running < s->o.max_seqs) {
+        seq *q = s->queued;
+        int32_t need = pages_needed(s, q);
+        if (s->pool.n_free - s->reserved < need)
+            break; /* FIFO: a big request is not overtaken forever by small ones */
+        s->queued = q->next;
+        s->n_queued--;
+        q->reserve = need;
+        s->reserved += need;
+        q->state = FL_SEQ_PREFILL;
+        q->t_admit = now_ms();
+        q->st.ms_queued = q->t_admit - q->t_add;
+        /* the first running block is the one holding the prompt's last partial block */
+        q->run_start = (q->L / s->B) * s->B;
+        q->n_run = 1;
+        q->next = NULL;
+        seq **pp = &s->running;
+        while (*pp)
+            pp = &(*pp)->next;
+        *pp = q;
+        s->n_running++;
+    }
+}
+
+bool fl_sched_idle(const fl_sched *s) { return !s->running && !s->queued; }
+
+/* Fraction of a block's reply positions that are decided. */
+static float block_ratio(const fl_sched *s, const seq *q, int32_t start)
+{
+    int32_t tot = 0, done = 0;
+    for (int32_t p = start; p < start + s->B; p++) {
+        if (p < q->L)
+            continue;
+        tot++;
+        done += q->fixed[p];
+    }
+    return tot ? (float)done / (float)tot : 1.0f;
+}
+
+static bool block_full(const seq *q, int32_t start, int32_t B)
+{
+    for (int32_t p = start; p < start + B; p++)
+        if (!q->fixed[p])
+            return false;
+    return true;
+}
+
+/* Plans this sequence's segment into the batch. Returns tokens used (0: nothing this step). */
+static int32_t plan(fl_sched *s, seq *q, int32_t budget, fl_segment *sg)
+{
+    int32_t B = s->B;
+    int32_t clean = q->run_start - q->n_cached;
+    int32_t run = q->n_run * B;
+    int32_t shift = s->m->cfg.logits_shift;
+    int32_t n = 0, n_store = 0, out_from;
+    if (q->dec.store_overlap && clean + run <= budget) {
+        n = clean + run;
+        n_store = clean;
+        out_from = clean - (shift && clean > 0 ? 1 : 0);
+        if (run == 0)
+            out_from = n; /* nothing to denoise */
+    } else if (clean > 0) {
+        n_store = clean < budget ? clean : (budget / B) * B;
+        if (n_store <= 0)
+            return 0;
+        n = n_store;
+        /* a store pass that reaches the running blocks yields the shifted prediction for the
+           first running position */
+        out_from = (shift && q->n_cached + n_store == q->run_start) ? n - 1 : n;
+    } else if (run > 0 && run <= budget) {
+        n = run;
+        out_from = 0;
+    } else {
+        return 0;
+    }
+    /* pages for the blocks this forward stores (reserved at admission, so never short) */
+    for (int32_t p = q->n_cached; p < q->n_cached + n_store; p += B) {
+        int32_t b = p / B;
+        if (q->pages[b] < 0) {
+            q->pages[b] = fl_kvpool_alloc(&s->pool);
+            if (q->pages[b] < 0)
+                abort(); /* reservation accounting is broken */
+            q->reserve--;
+            s->reserved--;
+        }
+    }
+    sg->n = n;
+    sg->pos0 = q->n_cached;
+    sg->n_store = n_store;
+    sg->out_from = out_from;
+    sg->pages = q->pages;
+    return n;
+}
+
+/* The prediction for position p from this forward (or the carry). NULL when none. */
+static const fl_tok_out *pred_at(const fl_sched *s, const seq *q, const fl_segment *sg,
+                                 const fl_tok_out *out, int32_t p)
+{
+    int32_t src = p - s->m->cfg.logits_shift;
+    if (src >= sg->pos0 && src - sg->pos0 >= sg->out_from && src < sg->pos0 + sg->n)
+        return &out[src - sg->pos0];
+    if (src == q->carry_pos)
+        return &q->carry;
+    return NULL;
+}
+
+static void emit_draft(fl_sched *s, seq *q, int32_t start)
+{
+    int32_t B = s->B;
+    int32_t from = start < q->L ? q->L : start;
+    int32_t n = start + B - from;
+    if (from + n > q->limit)
+        n = q->limit - from;
+    if (n <= 0 || !q->sink)
+        return;
+    int32_t toks[256];
+    uint8_t fr[256];
+    for (int32_t i = 0; i < n; i++) {
+        toks[i] = q->fixed[from + i] ? q->x[from + i] : -1;
+        fr[i] = q->fresh[from + i];
+    }
+    fl_event ev = {0};
+    ev.type = FL_EV_DRAFT;
+    ev.id = q->id;
+    ev.block = start / B - q->L / B;
+    ev.step = q->block_steps[start / B];
+    ev.n = n;
+    ev.tokens = toks;
+    ev.fresh = fr;
+    q->sink(&ev, q->ctx);
+}
+
+/* Commits the first running block (fully decided): emits its text, detects the end.
+ * Returns true when the sequence is finished. */
+static bool commit_block(fl_sched *s, seq *q)
+{
+    int32_t B = s->B, start = q->run_start;
+    int32_t from = start < q->L ? q->L : start;
+    size_t text0 = q->text.len;
+    int32_t ids0 = q->n_ids;
+    bool end = false;
+    for (int32_t p = from; p < start + B; p++) {
+        if (p >= q->limit) {
+            end = true;
+            q->finish = FL_FINISH_LENGTH;
+            break;
+        }
+        int32_t t = q->x[p];
+        if (is_eos(s, t)) {
+            end = true;
+            q->finish = FL_FINISH_STOP;
+            break;
+        }
+        q->ids[q->n_ids++] = t;
+        if (s->m->tok)
+            fl_detok_push(&q->detok, t, &q->text);
+    }
+    if (!end && q->limit <= start + B) {
+        end = true;
+        q->finish = FL_FINISH_LENGTH;
+    }
+    /* stop strings: search the new text, and the tail before it they may straddle */
+    for (int i = 0; i < q->n_stop && q->text.len; i++) {
+        size_t sl = strlen(q->stop[i]);
+        size_t lo = text0 > sl ? text0 - sl + 1 : 0;
+        const char *hit = memmem(q->text.data + lo, q->text.len - lo, q->stop[i], sl);
+        if (hit) {
+            q->text.len = (size_t)(hit - q->text.data);
+            q->text.data[q->text.len] = 0;
+            end = true;
+            q->finish = FL_FINISH_STOP;
+        }
+    }
+    if (q->text.len < text0) { /* a stop string began in an earlier block: nothing new */
+        text0 = q->text.len;
+    }
+    q->st.blocks++;
+    if (q->sink) {
+        fl_event ev = {0};
+        ev.type = FL_EV_COMMIT;
+        ev.id = q->id;
+        ev.block = start / B - q->L / B;
+        ev.text = q->text.data ? q->text.data + text0 : "";
+        ev.text_len = q->text.len - text0;
+        ev.ids = q->ids + ids0;
+        ev.n_ids = q->n_ids - ids0;
+        q->sink(&ev, q->ctx);
+    }
+    q->run_start += B;
+    q->n_run--;
+    return end;
+}
+
+/* Applies one forward's outputs to a sequence. Returns true when it finished. */
+static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *out,
+                  const float *logits)
+{
+    int32_t B = s->B;
+    const fl_config *c = &s->m->cfg;
+    q->st.forwards++;
+    /* stored blocks: chain keys, hand pages to the persister */
+    for (int32_t p = sg->pos0; p < sg->pos0 + sg->n_store; p += B) {
+        int32_t b = p / B;
+        fl_page_key parent = b ? q->keys[b - 1] : (fl_page_key){0, 0};
+        q->keys[b] = fl_page_key_chain(s->o.model_id, parent, q->x + p, B);
+        fl_persist_job job;
+        job.page = q->pages[b];
+        job.key = q->keys[b];
+        job.n_tokens = B;
+        memcpy(job.tokens, q->x + p, sizeof(int32_t) * (size_t)B);
+        fl_kvpool_ref(&s->pool, job.page); /* the persister's hold, dropped at reap */
+        s->st.persist_wait_ms += fl_persist_submit(s->persist, &job);
+    }
+    if (sg->n_store) {
+        q->n_cached += sg->n_store;
+        int32_t last = sg->pos0 + sg->n_store - 1;
+        if (c->logits_shift && sg->out_from <= sg->n_store - 1 && q->n_cached == q->run_start) {
+            q->carry = out[last - sg->pos0];
+            q->carry_pos = last;
+            if (logits && q->dec.temperature > 0)
+                fl_sample(&q->dec, logits + (size_t)(last - sg->pos0) * (size_t)c->vocab, c->vocab,
+                          &q->rng, s->sample_tmp, &q->carry);
+        }
+    }
+    bool denoised = sg->n > sg->n_store;
+    if (!denoised) {
+        q->st.store_forwards++;
+        return false;
+    }
+    q->st.decode_forwards++;
+    if (q->t_first_decode == 0)
+        q->t_first_decode = now_ms();
+    q->state = FL_SEQ_DECODING;
+    /* activity of each running block, from the state before this step */
+    bool semi[16] = {0};
+    for (int32_t i = 1; i < q->n_run && i < 16; i++)
+        semi[i] = block_ratio(s, q, q->run_start + (i - 1) * B) < q->dec.tau_act;
+    fl_tok_out pred[256];
+    uint8_t elig[256], sel[256];
+    memset(q->fresh + q->run_start, 0, (size_t)(q->n_run * B));
+    for (int32_t i = 0; i < q->n_run; i++) {
+        int32_t start = q->run_start + i * B;
+        /* Fast-dLLM v2 sub-blocks: only the first sub-block that still has masks */
+        int32_t sub = c->sub_block > 0 && c->sub_block < B ? c->sub_block : B;
+        int32_t sub_lo = start, sub_hi = start + B;
+        for (int32_t t = start; t < start + B; t += sub) {
+            bool has_mask = false;
+            for (int32_t p = t; p < t + sub; p++)
+                has_mask |= !q->fixed[p];
+            if (has_mask) {
+                sub_lo = t;
+                sub_hi = t + sub;
+                break;
+            }
+        }
+        int32_t any = 0;
+        for (int32_t j = 0; j < B; j++) {
+            int32_t p = start + j;
+            elig[j] = 0;
+            if (q->fixed[p] || p < sub_lo || p >= sub_hi)
+                continue;
+            const fl_tok_out *pr = pred_at(s, q, sg, out, p);
+            if (!pr)
+                continue;
+            pred[j] = *pr;
+            if (logits && q->dec.temperature > 0) {
+                int32_t src = p - c->logits_shift;
+                if (src >= sg->pos0)
+                    fl_sample(&q->dec, logits + (size_t)(src - sg->pos0) * (size_t)c->vocab,
+                              c->vocab, &q->rng, s->sample_tmp, &pred[j]);
+            }
+            elig[j] = 1;
+            any = 1;
+        }
+        if (!any)
+            continue;
+        q->block_steps[start / B]++;
+        int nsel = fl_policy_select(&q->dec, pred, elig, B, i < 16 && semi[i], sel);
+        for (int32_t j = 0; j < B && nsel; j++)
+            if (sel[j]) {
+                q->x[start + j] = pred[j].token;
+                q->fixed[start + j] = 1;
+                q->fresh[start + j] = 1;
+                if (start + j < q->limit)
+                    q->produced++;
+            }
+        if (nsel)
+            emit_draft(s, q, start);
+    }
+    /* blocks finish in order */
+    while (q->n_run > 0 && block_full(q, q->run_start, B)) {
+        if (commit_block(s, q)) {
+            q->ended = true;
+            return true;
+        }
+    }
+    /* start new blocks */
+    int32_t max_run = q->dec.pipeline ? q->dec.max_blocks : 1;
+    for (;;) {
+        int32_t next = q->run_start + q->n_run * B;
+        if (q->n_run >= max_run || next >= q->limit || next + B > q->cap)
+            break;
+        if (q->n_run > 0 && !(q->dec.pipeline && block_ratio(s, q, next - B) >= q->dec.tau_add))
+            break;
+        q->n_run++;
+    }
+    if (q->n_run == 0) {
+        q->finish = FL_FINISH_LENGTH;
+        return true;
+    }
+    return false;
+}
+
+static void reap(fl_sched *s)
+{
+    int n = fl_persist_reap(s->persist, s->reap, s->pool.n_pages + 1);
+    for (int i = 0; i < n; i++)
+        fl_kvpool_unref(&s->pool, s->reap[i]);
+}
+
+int fl_sched_step(fl_sched *s, fl_err *e)
+{
+    reap(s);
+    admit(s);
+    if (!s->running)
+        return 0;
+    int32_t used = 0, nseg = 0;
+    bool want_logits = false;
+    for (seq *q = s->running; q && nseg < s->o.max_seqs; q = q->next) {
+        fl_segment *sg = &s->segs[nseg];
+        int32_t n = plan(s, q, s->o.max_batch_tokens - used, sg);
+        if (!n)
+            continue;
+        memcpy(s->tokens + used, q->x + sg->pos0, sizeof(int32_t) * (size_t)n);
+        used += n;
+        s->seg_seq[nseg++] = q;
+        if (q->dec.temperature > 0 && sg->out_from < sg->n)
+            want_logits = true;
+    }
+    if (!nseg)
+        return 0;
+    /* round robin: the first sequence goes to the back so no one is always planned last */
+    if (s->running->next) {
+        seq *h = s->running;
+        s->running = h->next;
+        seq **pp = &s->running;
+        while (*pp)
+            pp = &(*pp)->next;
+        *pp = h;
+        h->next = NULL;
+    }
+    if (want_logits && !s->logits) {
+        size_t V = (size_t)s->m->cfg.vocab;
+        s->logits = malloc(sizeof(float) * V * (size_t)s->o.max_batch_tokens);
+        s->sample_tmp = malloc(sizeof(float) * V);
+        if (!s->logits || !s->sample_tmp)
+            want_logits = false; /* fall back to greedy rather than fail */
+    }
+    fl_batch bt = {s->tokens, used, s->segs, nseg};
+    int rc = fl_forward(s->b, &bt, s->out, want_logits ? s->logits : NULL, e);
+    s->st.forwards++;
+    s->st.tokens_forwarded += used;
+    if (rc) {
+        /* a backend failure fails every sequence in the batch with its message */
+        for (int i = 0; i < nseg; i++)
+            seq_retire(s, s->seg_seq[i], FL_FINISH_ERROR, e ? e->msg : "forward failed");
+        return rc;
+    }
+    int32_t off = 0;
+    for (int i = 0; i < nseg; i++) {
+        seq *q = s->seg_seq[i];
+        const fl_segment *sg = &s->segs[i];
+        const float *lg = want_logits ? s->logits + (size_t)off * (size_t)s->m->cfg.vocab : NULL;
+        int64_t before = q->n_ids;
+        bool fin = apply(s, q, sg, s->out + off, lg);
+        s->st.reply_tokens += q->n_ids - before;
+        off += sg->n;
+        if (fin)
+            seq_retire(s, q, q->finish, NULL);
+    }
+    return 1;
+}
+
+void fl_sched_get_stats(const fl_sched *s, fl_sched_stats *st)
+{
+    *st = s->st;
+    st->running = s->n_running;
+    st->queued = s->n_queued;
+    st->pages_used = fl_kvpool_used(&s->pool);
+    st->pages_free = s->pool.n_free;
+    st->pages_persisted = fl_persist_done_count(s->persist);
+}
+
+const fl_kvpool *fl_sched_pool(const fl_sched *s) { return &s->pool; }
+
+void fl_sched_flush(fl_sched *s)
+{
+    fl_persist_flush(s->persist);
+    reap(s);
+}
+
+void fl_sched_destroy(fl_sched *s)
+{
+    if (!s)
+        return;
+    while (s->running)
+        seq_retire(s, s->running, FL_FINISH_CANCELLED, NULL);
+    while (s->queued)
+        seq_retire(s, s->queued, FL_FINISH_CANCELLED, NULL);
+    if (s->persist) {
+        fl_persist_flush(s->persist);
+        reap(s);
+        fl_persist_destroy(s->persist);
+    }
+    fl_kvpool_free(&s->pool);
+    free(s->tokens);
+    free(s->segs);
+    free(s->seg_seq);
+    free(s->out);
+    free(s->logits);
+    free(s->sample_tmp);
+    free(s->reap);
+    free(s);
+}

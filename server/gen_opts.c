@@ -1,0 +1,180 @@
+/* gen_opts.c: parsing of the decoding flags. */
+#include "gen_opts.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    G_MAX_TOKENS = 2000, G_POLICY, G_THRESHOLD, G_K, G_ENTROPY, G_OVERLAP, G_NO_OVERLAP,
+    G_PIPELINE, G_NO_PIPELINE, G_TAU_ADD, G_TAU_ACT, G_TAU_CONF, G_MAX_BLOCKS, G_TEMP, G_TOP_K,
+    G_TOP_P, G_SEED, G_STOP
+};
+
+static const struct option gopts[] = {
+    {"max-tokens", required_argument, 0, G_MAX_TOKENS}, {"policy", required_argument, 0, G_POLICY},
+    {"threshold", required_argument, 0, G_THRESHOLD},   {"k", required_argument, 0, G_K},
+    {"entropy-bound", required_argument, 0, G_ENTROPY}, {"overlap", no_argument, 0, G_OVERLAP},
+    {"no-overlap", no_argument, 0, G_NO_OVERLAP},       {"pipeline", no_argument, 0, G_PIPELINE},
+    {"no-pipeline", no_argument, 0, G_NO_PIPELINE},     {"tau-add", required_argument, 0, G_TAU_ADD},
+    {"tau-act", required_argument, 0, G_TAU_ACT},       {"tau-conf", required_argument, 0, G_TAU_CONF},
+    {"max-blocks", required_argument, 0, G_MAX_BLOCKS}, {"temperature", required_argument, 0, G_TEMP},
+    {"top-k", required_argument, 0, G_TOP_K},           {"top-p", required_argument, 0, G_TOP_P},
+    {"seed", required_argument, 0, G_SEED},             {"stop", required_argument, 0, G_STOP},
+};
+
+void fl_gen_opts_default(fl_gen_opts *g)
+{
+    memset(g, 0, sizeof *g);
+    fl_decode_opts_default(&g->dec);
+    g->max_tokens = 256;
+}
+
+void fl_gen_opts_free(fl_gen_opts *g)
+{
+    for (int i = 0; i < g->n_stop; i++)
+        free(g->stop[i]);
+    free(g->stop);
+    g->stop = NULL;
+    g->n_stop = 0;
+}
+
+void fl_gen_opts_usage(FILE *f)
+{
+    fprintf(f, "decoding:\n"
+               "  --max-tokens N       reply tokens at most (256)\n"
+               "  --policy P           sequential | static | threshold | dynamic | entropy (threshold)\n"
+               "  --threshold T        confidence to unmask (threshold, dynamic) (0.9)\n"
+               "  --k N                tokens per step (static) / per-step quota (dynamic) (1)\n"
+               "  --entropy-bound E    summed entropy per step (entropy) (0.35)\n"
+               "  --no-overlap         store finished blocks in a forward of their own\n"
+               "  --no-pipeline        one block at a time (no multi-block pipelining)\n"
+               "  --tau-add X          start the next block when the last is X unmasked (0.25)\n"
+               "  --tau-act X          a block is fully active once its predecessor is X unmasked (0.5)\n"
+               "  --tau-conf X         a semi-active block commits only above X (0.9)\n"
+               "  --max-blocks N       running blocks per sequence (3)\n"
+               "  --temperature T      0 = greedy (0)\n"
+               "  --top-k N, --top-p P, --seed N\n"
+               "  --stop STR           stop string (repeatable)\n");
+}
+
+int fl_gen_opts_longopts(struct option *opts, int cap, const struct option *base, int nbase)
+{
+    int n = 0;
+    int ng = (int)(sizeof gopts / sizeof gopts[0]);
+    for (int i = 0; i < nbase && n < cap - 1; i++)
+        opts[n++] = base[i];
+    for (int i = 0; i < ng && n < cap - 1; i++)
+        opts[n++] = gopts[i];
+    memset(&opts[n], 0, sizeof opts[n]);
+    return n;
+}
+
+static int parse_f(const char *s, float *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end)
+        return -1;
+    *out = (float)v;
+    return 0;
+}
+
+static int parse_i(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size_t errlen)
+{
+    long v;
+    fl_decode_opts *d = &g->dec;
+#define BADF(name)                                                                       \
+    do {                                                                                 \
+        snprintf(err, errlen, "--%s needs a number, got '%s'", name, arg);               \
+        return -1;                                                                       \
+    } while (0)
+    switch (code) {
+    case G_MAX_TOKENS:
+        if (parse_i(arg, 1, 1 << 20, &v)) {
+            snprintf(err, errlen, "--max-tokens needs an integer in [1, 1048576], got '%s'", arg);
+            return -1;
+        }
+        g->max_tokens = (int)v;
+        break;
+    case G_POLICY:
+        if (fl_policy_parse(arg, &d->policy)) {
+            snprintf(err, errlen, "unknown --policy '%s' (sequential, static, threshold, dynamic, entropy)", arg);
+            return -1;
+        }
+        break;
+    case G_THRESHOLD: if (parse_f(arg, &d->threshold)) BADF("threshold"); break;
+    case G_ENTROPY: if (parse_f(arg, &d->entropy_bound)) BADF("entropy-bound"); break;
+    case G_TAU_ADD: if (parse_f(arg, &d->tau_add)) BADF("tau-add"); break;
+    case G_TAU_ACT: if (parse_f(arg, &d->tau_act)) BADF("tau-act"); break;
+    case G_TAU_CONF: if (parse_f(arg, &d->tau_conf)) BADF("tau-conf"); break;
+    case G_TEMP: if (parse_f(arg, &d->temperature)) BADF("temperature"); break;
+    case G_TOP_P: if (parse_f(arg, &d->top_p)) BADF("top-p"); break;
+    case G_K:
+        if (parse_i(arg, 1, 256, &v)) {
+            snprintf(err, errlen, "--k needs an integer in [1, 256], got '%s'", arg);
+            return -1;
+        }
+        d->k = (int)v;
+        break;
+    case G_MAX_BLOCKS:
+        if (parse_i(arg, 1, 16, &v)) {
+            snprintf(err, errlen, "--max-blocks needs an integer in [1, 16], got '%s'", arg);
+            return -1;
+        }
+        d->max_blocks = (int)v;
+        break;
+    case G_TOP_K:
+        if (parse_i(arg, 0, 1 << 24, &v)) {
+            snprintf(err, errlen, "--top-k needs a non-negative integer, got '%s'", arg);
+            return -1;
+        }
+        d->top_k = (int)v;
+        break;
+    case G_SEED:
+        if (parse_i(arg, 0, 0x7fffffffL, &v)) {
+            snprintf(err, errlen, "--seed needs a non-negative integer, got '%s'", arg);
+            return -1;
+        }
+        d->seed = (uint64_t)v;
+        break;
+    case G_OVERLAP: d->store_overlap = true; break;
+    case G_NO_OVERLAP: d->store_overlap = false; break;
+    case G_PIPELINE: d->pipeline = true; break;
+    case G_NO_PIPELINE: d->pipeline = false; break;
+    case G_STOP: {
+        char **ns = realloc(g->stop, sizeof(char *) * (size_t)(g->n_stop + 1));
+        if (!ns || !arg[0] || !(ns[g->n_stop] = strdup(arg))) {
+            if (ns)
+                g->stop = ns;
+            snprintf(err, errlen, arg[0] ? "out of memory" : "--stop needs a non-empty string");
+            return -1;
+        }
+        g->stop = ns;
+        g->n_stop++;
+        break;
+    }
+    default:
+        snprintf(err, errlen, "unknown option");
+        return -1;
+    }
+    fl_err e = {0};
+    if (fl_decode_opts_check(d, &e)) {
+        snprintf(err, errlen, "%s", e.msg);
+        return -1;
+    }
+    return 0;
+#undef BADF
+}

@@ -1,0 +1,25 @@
+/* gen_opts.h: the decoding flags shared by `generate`, `bench decode` and `serve`. */
+#ifndef FL_GEN_OPTS_H
+#define FL_GEN_OPTS_H
+
+#include <getopt.h>
+#include <stdio.h>
+
+#include "decode.h"
+
+typedef struct fl_gen_opts {
+    fl_decode_opts dec;
+    int max_tokens;
+    char **stop;
+    int n_stop;
+} fl_gen_opts;
+
+void fl_gen_opts_default(fl_gen_opts *g);
+void fl_gen_opts_free(fl_gen_opts *g);
+void fl_gen_opts_usage(FILE *f);
+/* Appends the decoding options after base[0..nbase) into opts (terminated); returns count. */
+int fl_gen_opts_longopts(struct option *opts, int cap, const struct option *base, int nbase);
+/* Applies one parsed option. Returns 0, or -1 with a message in err. */
+int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size_t errlen);
+
+#endif
