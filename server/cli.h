@@ -4,6 +4,7 @@
 #define FL_CLI_H
 
 int fl_cmd_info(int argc, char **argv);
+int fl_cmd_generate(int argc, char **argv);
 int fl_cmd_tokenize(int argc, char **argv);
 int fl_cmd_bench(int argc, char **argv);
 int fl_bench_tokenizer(int argc, char **argv); /* server/bench_tokenizer.c */
