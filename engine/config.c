@@ -142,7 +142,8 @@ static int find_family(fl_config *c, fl_err *e)
                           "config.json: architectures[0] %s and model_type %s name different "
                           "model families",
                           c->arch, c->model_type);
-    int f = by_arch >= 0 ? by_arch : by_type;
+    /* the architecture names the weight layout; model_type only stands in when it is absent */
+    int f = c->arch[0] ? by_arch : by_type;
     if (f < 0)
         return fl_err_set(e, FL_EUNSUPPORTED,
                           "config.json: unsupported architecture '%s' (model_type '%s'); fogline "

@@ -1,0 +1,13 @@
+# Model loading tests (engine/safetensors.c, config.c, model.c, server/cmd_info.c).
+# The fixture writes random Hugging Face model directories with the PyTorch reference
+# (tests/reference/make_random_model.py) into the build dir, plus expect.json files read back
+# with st.py; the C tests compare the loader against them. ~2 s.
+add_test(NAME loader.fixture.models
+  COMMAND ${FL_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/data/loader/gen_models.py
+          ${CMAKE_BINARY_DIR}/loader_models)
+set_tests_properties(loader.fixture.models PROPERTIES
+  FIXTURES_SETUP loader_models LABELS unit
+  ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
+set_tests_properties(unit.test_loader unit.test_loader_bad unit.test_loader_info PROPERTIES
+  FIXTURES_REQUIRED loader_models)
+set_tests_properties(unit.test_loader_fuzz PROPERTIES TIMEOUT 120)
