@@ -10,8 +10,8 @@
 #include "model.h"
 #include "test_loader_kit.h"
 
-#define N_ST 3000     /* safetensors mutants */
-#define N_CFG 4000    /* config.json mutants */
+#define N_ST 2000     /* safetensors mutants */
+#define N_CFG 3000    /* config.json mutants */
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull; /* fixed seed: failures reproduce */
 
