@@ -226,6 +226,17 @@ static void test_inconsistent(void)
     CHECK(fl_config_parse(&c, "[1, 2]", &e) == FL_EFORMAT && tk_has(e.msg, "object"),
           "array: %s", e.msg);
     CHECK(fl_config_parse(&c, "", &e) == FL_EFORMAT, "empty: %s", e.msg);
+    /* deep nesting: refused by the parser's depth limit, not a stack overflow */
+    {
+        size_t depth = 100000;
+        char *deep = malloc(2 * depth + 1);
+        memset(deep, '[', depth);
+        memset(deep + depth, ']', depth);
+        deep[2 * depth] = 0;
+        CHECK(fl_config_parse(&c, deep, &e) == FL_EFORMAT && tk_has(e.msg, "JSON"), "deep: %s",
+              e.msg);
+        free(deep);
+    }
     /* a key given twice is ambiguous */
     CHECK(fl_config_parse(&c, "{\"vocab_size\": 4, \"vocab_size\": 5}", &e) == FL_EFORMAT &&
               tk_has(e.msg, "vocab_size"),

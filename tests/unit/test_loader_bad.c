@@ -334,6 +334,17 @@ static void test_files(void)
         EXPECT(open_file(p, &e), cases[i].code, "t.safetensors", cases[i].names);
     }
 
+    /* nesting deep enough to overflow a recursive parser's stack is refused, not followed */
+    {
+        size_t depth = 100000;
+        char *deep = malloc(2 * depth);
+        memset(deep, '[', depth);
+        memset(deep + depth, ']', depth);
+        tk_st_write_raw(p, 2 * depth, deep, 2 * depth, data, 16);
+        EXPECT(open_file(p, &e), FL_EFORMAT, "t.safetensors", "JSON");
+        free(deep);
+    }
+
     /* accepted: metadata, zero-size tensors, scalars, every known dtype */
     const char *ok = "{\"__metadata__\":{\"format\":\"pt\"},"
                      "\"e\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[16,16]},"
