@@ -10,7 +10,9 @@
  * absolute position p attends to a key at absolute position k iff
  * k / block_size <= p / block_size (block-causal: bidirectional inside a block, causal across
  * blocks). Keys before the segment (k < pos0) are read from the sequence's pages; keys of
- * the segment itself come from this forward. */
+ * the segment itself come from this forward. pos0 may fall inside a block: that block's
+ * earlier positions then come from its page, as computed when they were stored. A page that
+ * one segment writes must not be read or written by another segment of the same batch. */
 #ifndef FL_BACKEND_H
 #define FL_BACKEND_H
 
@@ -44,14 +46,18 @@ typedef struct fl_backend_opts {
     int n_pages;    /* KV pages to allocate */
     int n_threads;  /* compute threads (shared budget with BLAS); 0: all cores */
     int max_tokens; /* largest n_tokens one forward may take */
+    bool bf16_weights; /* CPU: keep the projection weights as bf16 (half the bytes to stream;
+                          exact for bf16 files, rounded for f32 ones); false: f32 */
 } fl_backend_opts;
 
 typedef struct fl_backend fl_backend;
 
 typedef struct fl_backend_ops {
     const char *name;
-    /* out: (n_tokens) written for every wanted position (see out_from), others untouched.
-     * logits: NULL, or (n_tokens, vocab) full logits for wanted positions (debug/parity). */
+    /* out: (n_tokens) written for every wanted position (see out_from), others untouched;
+     * may be NULL. logits: NULL, or (n_tokens, vocab) full logits for wanted positions
+     * (debug/parity). A bad batch (sizes, positions past max_pos, page ids, token ids) is
+     * FL_EINVAL with a message, checked before anything is computed or any page written. */
     int (*forward)(fl_backend *b, const fl_batch *batch, fl_tok_out *out, float *logits, fl_err *e);
     /* page_read may be called from the persistence thread while a forward runs, for a page
      * that no forward writes (committed pages are immutable until freed). */

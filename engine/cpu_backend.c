@@ -1,0 +1,728 @@
+/* cpu_backend.c: the CPU implementation of backend.h. Weights are converted once at create
+ * (to f32, or to bf16 with opts.bf16_weights) and fused where one pass over the activations
+ * serves several projections (q|k|v, gate|up). One forward runs ~4 pool jobs per layer; the
+ * serial code between them is tiny (norms of a few rows).
+ *
+ * One thread budget: our pool does all the parallel work, OpenBLAS runs single-threaded
+ * inside each pool thread (each thread multiplies its own slice of the weight rows). Two
+ * pools, ours and OpenBLAS's, spinning on the same cores made attention 10x slower
+ * (ANCHORS.md), and OpenBLAS's workers keep spinning after every sgemm call.
+ *
+ * Environment (tuning, read at create): FL_SGEMM_ROWS, the number of rows from which a
+ * projection uses sgemm instead of the streaming kernel (default 32); FL_NO_SIMD=1, the
+ * plain C kernels. */
+#include "backend.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "threadpool.h"
+
+#define FL_QTILE 16   /* attention query rows per work item */
+#define FL_VCHUNK 256 /* lm_head vocabulary rows per chunk (logits of a chunk stay in L2) */
+
+typedef struct fl_cpu_layer {
+    fl_mat wqkv;      /* (q_dim + 2 * kv_dim, hidden): q rows, then k, then v */
+    float *bqkv;      /* (q_dim + 2 * kv_dim) or NULL */
+    fl_mat wo;        /* (hidden, q_dim) */
+    fl_mat wgu;       /* (2 * inter, hidden): gate and up rows interleaved in groups of ib */
+    fl_mat wdown;     /* (hidden, inter) */
+    float *attn_norm; /* (hidden) */
+    float *mlp_norm;  /* (hidden) */
+    float *q_norm;    /* (head_dim) or NULL */
+    float *k_norm;    /* (head_dim) or NULL */
+} fl_cpu_layer;
+
+typedef struct fl_cpu {
+    fl_backend base;
+    fl_config cfg;
+    fl_kernels kk;
+    fl_pool *pool;
+    int nt;         /* threads */
+    int sgemm_rows; /* projections with at least this many rows use sgemm */
+    bool bf16;      /* weights stored as bf16 */
+    int q_dim, kv_dim, qkv_dim, ib, max_k;
+    fl_cpu_layer *layers; /* (n_layers) */
+    fl_mat lm_head;       /* (vocab, hidden) */
+    float *final_norm;    /* (hidden) */
+    const fl_tensor *embed; /* (vocab, hidden) in the file: rows are widened on lookup */
+    size_t page_floats;   /* n_layers * 2 * kv_heads * block * head_dim */
+    float *kv;            /* (n_pages, page_floats) */
+    /* activations, for up to max_tokens rows */
+    float *x;    /* (max_tokens, hidden) residual stream */
+    float *xb;   /* (max_tokens, hidden) normed input of a sublayer */
+    float *qkv;  /* (max_tokens, qkv_dim) q | k | v after norm and RoPE */
+    float *att;  /* (max_tokens, q_dim) attention output */
+    float *gu;   /* (max_tokens, 2 * inter) gate|up, interleaved */
+    float *hb;   /* (max_tokens, inter) silu(gate) * up */
+    float *rope; /* (max_tokens, head_dim) cos (hd/2) | sin (hd/2) per token */
+    double *inv_freq;   /* (head_dim / 2) */
+    int32_t *out_rows;  /* (max_tokens) tokens whose outputs are wanted */
+    int32_t *item0;     /* (max_tokens + 1) first attention work item of each segment */
+    int32_t *seg_tok0;  /* (max_tokens) first token of each segment */
+    fl_lse *lse;        /* (nt, max_tokens) per-thread softmax statistics */
+    /* per thread */
+    float **mm_scratch; /* (nt)(FL_MM_TILE * max_k) widened bf16 tiles for sgemm */
+    float **att_s;      /* (nt)(FL_QTILE * max_pos) scores / probabilities */
+    float **att_q;      /* (nt)(FL_QTILE * head_dim) a tile of queries */
+    float **att_o;      /* (nt)(FL_QTILE * head_dim) its outputs */
+    float **logit_buf;  /* (nt)(max_tokens * FL_VCHUNK) logits of one vocabulary chunk */
+    void *weights_mem;  /* one allocation holding all converted weights */
+} fl_cpu;
+
+/* ---------------------------------------------------------------- weights */
+
+/* Converts src into dst (f32 or bf16 storage). n values. */
+static int fl_cpu_convert(fl_cpu *c, void *dst, const fl_tensor *t, size_t n)
+{
+    if ((size_t)t->numel != n)
+        return FL_EINVAL;
+    if (!c->bf16) {
+        if (t->dtype == FL_DT_BF16) {
+            c->kk.bf16_to_f32(dst, t->data, (long)n);
+            return 0;
+        }
+        return fl_to_f32(dst, t->data, t->dtype, n);
+    }
+    uint16_t *d = dst;
+    if (t->dtype == FL_DT_BF16) {
+        memcpy(d, t->data, n * 2);
+        return 0;
+    }
+    float tmp[1024];
+    for (size_t i = 0; i < n; i += 1024) {
+        size_t len = n - i < 1024 ? n - i : 1024;
+        int rc = fl_to_f32(tmp, (const char *)t->data + i * fl_dtype_size(t->dtype), t->dtype, len);
+        if (rc)
+            return rc;
+        for (size_t j = 0; j < len; j++)
+            d[i + j] = fl_f32_to_bf16(tmp[j]);
+    }
+    return 0;
+}
+
+/* A bump allocator over weights_mem; sizes are known before anything is converted. */
+typedef struct fl_bump {
+    char *base;
+    size_t used, cap;
+} fl_bump;
+
+static void *fl_bump_take(fl_bump *b, size_t bytes)
+{
+    size_t at = (b->used + 63) & ~(size_t)63; /* 64: rows start on cache lines */
+    if (b->base && at + bytes > b->cap)
+        abort(); /* sized by the same walk: a mismatch is a bug, not bad input */
+    b->used = at + bytes;
+    return b->base ? b->base + at : NULL;
+}
+
+static int fl_cpu_norm_vec(fl_cpu *c, fl_bump *b, float **out, const fl_tensor *t, size_t n,
+                           fl_err *e)
+{
+    *out = fl_bump_take(b, n * 4);
+    if (!b->base || !t)
+        return 0;
+    if ((size_t)t->numel != n || fl_to_f32(*out, t->data, t->dtype, n))
+        return fl_err_set(e, FL_EFORMAT, "cpu backend: tensor %s: expected %zu float values",
+                          t->name, n);
+    return 0;
+}
+
+/* Places the weights (both passes of the walk use this: first to size, then to fill). */
+static int fl_cpu_place_weights(fl_cpu *c, const fl_model *m, fl_bump *b, fl_err *e)
+{
+    const fl_config *cf = &c->cfg;
+    size_t es = c->bf16 ? 2 : 4, H = (size_t)cf->hidden, NI = (size_t)cf->intermediate;
+    size_t hd = (size_t)cf->head_dim;
+    int rc;
+#define FL_NORM(dst, t, n)                                                                   \
+    do {                                                                                     \
+        if ((rc = fl_cpu_norm_vec(c, b, &(dst), (t), (n), e)))                               \
+            return rc;                                                                       \
+    } while (0)
+#define FL_CONV(dst, t, n)                                                                   \
+    do {                                                                                     \
+        if (b->base && fl_cpu_convert(c, (dst), (t), (n)))                                   \
+            return fl_err_set(e, FL_EFORMAT, "cpu backend: tensor %s: expected %zu values "  \
+                              "of a float type", (t)->name, (size_t)(n));                    \
+    } while (0)
+    for (int l = 0; l < cf->n_layers; l++) {
+        const fl_layer_w *lw = &m->layers[l];
+        fl_cpu_layer *cl = &c->layers[l];
+        size_t qd = (size_t)c->q_dim, kd = (size_t)c->kv_dim;
+        char *w = fl_bump_take(b, (qd + 2 * kd) * H * es);
+        cl->wqkv = (fl_mat){w, c->qkv_dim, (int)H, c->bf16};
+        FL_CONV(w, lw->wq, qd * H);
+        FL_CONV(w ? w + qd * H * es : NULL, lw->wk, kd * H);
+        FL_CONV(w ? w + (qd + kd) * H * es : NULL, lw->wv, kd * H);
+        cl->bqkv = NULL;
+        if (lw->bq && lw->bk && lw->bv) {
+            float *bias = fl_bump_take(b, (qd + 2 * kd) * 4);
+            cl->bqkv = bias;
+            if (b->base && (fl_to_f32(bias, lw->bq->data, lw->bq->dtype, qd) ||
+                            fl_to_f32(bias + qd, lw->bk->data, lw->bk->dtype, kd) ||
+                            fl_to_f32(bias + qd + kd, lw->bv->data, lw->bv->dtype, kd)))
+                return fl_err_set(e, FL_EFORMAT, "cpu backend: layer %d: bad q/k/v bias", l);
+        }
+        w = fl_bump_take(b, H * qd * es);
+        cl->wo = (fl_mat){w, (int)H, (int)qd, c->bf16};
+        FL_CONV(w, lw->wo, H * qd);
+        /* gate|up interleaved in groups of ib rows, so that a thread holding output columns
+         * [16g, 16g + 16) has both halves of SwiGLU's inputs for 8 features */
+        w = fl_bump_take(b, 2 * NI * H * es);
+        cl->wgu = (fl_mat){w, (int)(2 * NI), (int)H, c->bf16};
+        if (b->base) {
+            if ((size_t)lw->w_gate->numel != NI * H || (size_t)lw->w_up->numel != NI * H)
+                return fl_err_set(e, FL_EFORMAT, "cpu backend: layer %d: bad gate/up shape", l);
+            size_t ib = (size_t)c->ib, row = H * es;
+            size_t sz = fl_dtype_size(lw->w_gate->dtype);
+            for (size_t g = 0; g < NI / ib; g++) {
+                fl_tensor tg = *lw->w_gate, tu = *lw->w_up;
+                tg.data = (const char *)lw->w_gate->data + g * ib * H * sz;
+                tu.data = (const char *)lw->w_up->data + g * ib * H * fl_dtype_size(tu.dtype);
+                tg.numel = tu.numel = (int64_t)(ib * H);
+                FL_CONV(w + 2 * g * ib * row, &tg, ib * H);
+                FL_CONV(w + (2 * g + 1) * ib * row, &tu, ib * H);
+            }
+        }
+        w = fl_bump_take(b, H * NI * es);
+        cl->wdown = (fl_mat){w, (int)H, (int)NI, c->bf16};
+        FL_CONV(w, lw->w_down, H * NI);
+        FL_NORM(cl->attn_norm, lw->attn_norm, H);
+        FL_NORM(cl->mlp_norm, lw->mlp_norm, H);
+        cl->q_norm = cl->k_norm = NULL;
+        if (lw->q_norm && lw->k_norm) {
+            FL_NORM(cl->q_norm, lw->q_norm, hd);
+            FL_NORM(cl->k_norm, lw->k_norm, hd);
+        }
+    }
+    size_t V = (size_t)cf->vocab;
+    char *w = fl_bump_take(b, V * H * es);
+    c->lm_head = (fl_mat){w, (int)V, (int)H, c->bf16};
+    FL_CONV(w, m->lm_head, V * H);
+    FL_NORM(c->final_norm, m->final_norm, H);
+#undef FL_NORM
+#undef FL_CONV
+    return 0;
+}
+
+/* ---------------------------------------------------------------- batch checks */
+
+static int fl_cpu_check_batch(const fl_cpu *c, const fl_batch *bt, fl_err *e)
+{
+    const fl_config *cf = &c->cfg;
+    if (!bt)
+        return fl_err_set(e, FL_EINVAL, "forward: no batch");
+    if (bt->n_tokens <= 0 || bt->n_tokens > c->base.max_tokens)
+        return fl_err_set(e, FL_EINVAL, "forward: %d tokens (allowed 1..%d, the backend's "
+                          "max_tokens)", bt->n_tokens, c->base.max_tokens);
+    if (!bt->tokens)
+        return fl_err_set(e, FL_EINVAL, "forward: no token array");
+    if (bt->n_segs <= 0 || !bt->segs)
+        return fl_err_set(e, FL_EINVAL, "forward: %d segments (need at least 1)", bt->n_segs);
+    int64_t total = 0;
+    int B = cf->block_size;
+    for (int s = 0; s < bt->n_segs; s++) {
+        const fl_segment *sg = &bt->segs[s];
+        if (sg->n <= 0 || sg->n > bt->n_tokens)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d has %d tokens", s, sg->n);
+        total += sg->n;
+        if (total > bt->n_tokens)
+            return fl_err_set(e, FL_EINVAL, "forward: segments hold more tokens than n_tokens "
+                              "(%d)", bt->n_tokens);
+        if (sg->pos0 < 0 || (int64_t)sg->pos0 + sg->n > cf->max_pos)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d spans positions %d..%lld, "
+                              "past the model's %d", s, sg->pos0,
+                              (long long)sg->pos0 + sg->n - 1, cf->max_pos);
+        if (sg->n_store < 0 || sg->n_store > sg->n)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d: n_store %d not in 0..%d", s,
+                              sg->n_store, sg->n);
+        if (sg->out_from < 0 || sg->out_from > sg->n)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d: out_from %d not in 0..%d", s,
+                              sg->out_from, sg->n);
+        int np = (int)(((int64_t)sg->pos0 + sg->n_store + B - 1) / B);
+        if (np > 0 && !sg->pages)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d needs %d pages and has no "
+                              "page table", s, np);
+        for (int p = 0; p < np; p++)
+            if (sg->pages[p] < 0 || sg->pages[p] >= c->base.n_pages)
+                return fl_err_set(e, FL_EINVAL, "forward: segment %d: page %d (block %d) is "
+                                  "not in 0..%d", s, sg->pages[p], p, c->base.n_pages - 1);
+    }
+    if (total != bt->n_tokens)
+        return fl_err_set(e, FL_EINVAL, "forward: segments hold %lld tokens, n_tokens is %d",
+                          (long long)total, bt->n_tokens);
+    for (int t = 0; t < bt->n_tokens; t++)
+        if (bt->tokens[t] < 0 || bt->tokens[t] >= cf->vocab)
+            return fl_err_set(e, FL_EINVAL, "forward: token %d at %d is not in 0..%d",
+                              bt->tokens[t], t, cf->vocab - 1);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- forward jobs */
+
+typedef struct fl_fwd {
+    fl_cpu *c;
+    const fl_batch *bt;
+    int n;     /* tokens */
+    int layer;
+    /* a plain projection job */
+    float *y;
+    int ldy;
+    const float *x;
+    int ldx, m;
+    const fl_mat *w;
+    bool acc;
+    /* attention */
+    atomic_int next;
+    int n_items;
+    /* lm_head */
+    int n_out;
+    float *logits;
+} fl_fwd;
+
+static void fl_job_matmul(void *ctx, int tid, int nt)
+{
+    fl_fwd *f = ctx;
+    int lo, hi;
+    fl_split(f->w->rows, nt, tid, 16, &lo, &hi);
+    fl_matmul(&f->c->kk, f->y + lo, f->ldy, f->x, f->ldx, f->m, f->w, lo, hi - lo, f->acc,
+              f->c->sgemm_rows, f->c->mm_scratch[tid]);
+}
+
+static void fl_par_matmul(fl_fwd *f, float *y, int ldy, const float *x, int ldx, int m,
+                          const fl_mat *w, bool acc)
+{
+    f->y = y;
+    f->ldy = ldy;
+    f->x = x;
+    f->ldx = ldx;
+    f->m = m;
+    f->w = w;
+    f->acc = acc;
+    fl_pool_run(f->c->pool, fl_job_matmul, f);
+}
+
+static float *fl_page_kv(const fl_cpu *c, int32_t page, int layer, int kv, int head)
+{
+    const fl_config *cf = &c->cfg;
+    return c->kv + (size_t)page * c->page_floats +
+           ((((size_t)layer * 2 + kv) * cf->n_kv_heads + head) * cf->block_size) * cf->head_dim;
+}
+
+/* q|k|v projection of all tokens; then, per head of this thread's columns: bias, q/k norm,
+ * RoPE, and the store of the first n_store tokens' K/V to the pages. Columns are split on
+ * head boundaries so each head is finished by one thread. */
+static void fl_job_qkv(void *ctx, int tid, int nt)
+{
+    fl_fwd *f = ctx;
+    fl_cpu *c = f->c;
+    const fl_config *cf = &c->cfg;
+    const fl_cpu_layer *cl = &c->layers[f->layer];
+    int hd = cf->head_dim, n = f->n, ld = c->qkv_dim, nh = cf->n_heads, kvh = cf->n_kv_heads;
+    int lo, hi;
+    fl_split(c->qkv_dim, nt, tid, hd, &lo, &hi);
+    fl_matmul(&c->kk, c->qkv + lo, ld, c->xb, cf->hidden, n, &cl->wqkv, lo, hi - lo, false,
+              c->sgemm_rows, c->mm_scratch[tid]);
+    for (int col = lo; col < hi; col += hd) {
+        int head = col / hd; /* 0..nh-1 q, nh..nh+kvh-1 k, then v */
+        for (int t = 0; t < n; t++) {
+            float *v = c->qkv + (size_t)t * ld + col;
+            if (cl->bqkv)
+                for (int d = 0; d < hd; d++)
+                    v[d] += cl->bqkv[col + d];
+            if (head < nh + kvh) {
+                const float *nw = head < nh ? cl->q_norm : cl->k_norm;
+                if (nw)
+                    fl_rmsnorm(v, v, nw, hd, cf->rms_eps);
+                fl_rope(v, c->rope + (size_t)t * hd, hd);
+            }
+        }
+        if (head < nh)
+            continue;
+        int kv = head < nh + kvh ? 0 : 1, g = head - nh - kv * kvh;
+        int B = cf->block_size, t0 = 0;
+        for (int s = 0; s < f->bt->n_segs; s++) {
+            const fl_segment *sg = &f->bt->segs[s];
+            for (int i = 0; i < sg->n_store; i++) {
+                int p = sg->pos0 + i;
+                float *dst = fl_page_kv(c, sg->pages[p / B], f->layer, kv, g) + (size_t)(p % B) * hd;
+                memcpy(dst, c->qkv + (size_t)(t0 + i) * ld + col, (size_t)hd * 4);
+            }
+            t0 += sg->n;
+        }
+    }
+}
+
+/* Attention work items: (segment, kv head, tile of FL_QTILE query rows). Rows of a segment
+ * are ordered token-major (row = i * rep + r for token i, query head g * rep + r), so a tile
+ * holds neighbouring tokens, whose key ranges (their blocks) nearly agree. */
+static void fl_attend_item(fl_fwd *f, int it, int tid)
+{
+    fl_cpu *c = f->c;
+    const fl_config *cf = &c->cfg;
+    const fl_batch *bt = f->bt;
+    int hd = cf->head_dim, kvh = cf->n_kv_heads, rep = cf->n_heads / kvh, B = cf->block_size;
+    int ld = c->qkv_dim, lds = cf->max_pos;
+    /* find the segment: item0 is increasing */
+    int s = 0;
+    while (c->item0[s + 1] <= it)
+        s++;
+    const fl_segment *sg = &bt->segs[s];
+    int local = it - c->item0[s];
+    int tiles = (sg->n * rep + FL_QTILE - 1) / FL_QTILE;
+    int g = local / tiles, tile = local % tiles;
+    int r0 = tile * FL_QTILE, r1 = r0 + FL_QTILE < sg->n * rep ? r0 + FL_QTILE : sg->n * rep;
+    int nr = r1 - r0, tok0 = c->seg_tok0[s], pos0 = sg->pos0;
+    float *q = c->att_q[tid], *o = c->att_o[tid], *S = c->att_s[tid];
+    for (int r = r0; r < r1; r++) {
+        int i = r / rep, h = g * rep + r % rep;
+        memcpy(q + (size_t)(r - r0) * hd, c->qkv + (size_t)(tok0 + i) * ld + (size_t)h * hd,
+               (size_t)hd * 4);
+    }
+    /* keys [0, kmax): the last row's block end, or the segment's end */
+    int seg_end = pos0 + sg->n;
+    int last = pos0 + (r1 - 1) / rep;
+    int kmax = (last / B + 1) * B < seg_end ? (last / B + 1) * B : seg_end;
+    float scale = 1.0f / sqrtf((float)hd);
+    int cached = pos0 < kmax ? pos0 : kmax;
+    for (int b0 = 0; b0 < cached; b0 += B) {
+        int cnt = cached - b0 < B ? cached - b0 : B;
+        const float *kp = fl_page_kv(c, sg->pages[b0 / B], f->layer, 0, g);
+        c->kk.qk(S + b0, lds, q, hd, nr, kp, hd, cnt, hd, scale);
+    }
+    const float *kown = c->qkv + (size_t)tok0 * ld + c->q_dim + (size_t)g * hd;
+    if (kmax > pos0)
+        c->kk.qk(S + pos0, lds, q, hd, nr, kown, ld, kmax - pos0, hd, scale);
+    for (int r = r0; r < r1; r++) {
+        int p = pos0 + r / rep;
+        int kend = (p / B + 1) * B < seg_end ? (p / B + 1) * B : seg_end;
+        float *srow = S + (size_t)(r - r0) * lds;
+        c->kk.softmax(srow, kend);
+        for (int j = kend; j < kmax; j++)
+            srow[j] = 0; /* a later block: weight exactly 0, so it adds exactly nothing */
+    }
+    memset(o, 0, (size_t)nr * hd * 4);
+    for (int b0 = 0; b0 < cached; b0 += B) {
+        int cnt = cached - b0 < B ? cached - b0 : B;
+        const float *vp = fl_page_kv(c, sg->pages[b0 / B], f->layer, 1, g);
+        c->kk.pv(o, hd, S + b0, lds, nr, vp, hd, cnt, hd);
+    }
+    if (kmax > pos0)
+        c->kk.pv(o, hd, S + pos0, lds, nr, kown + c->kv_dim, ld, kmax - pos0, hd);
+    for (int r = r0; r < r1; r++) {
+        int i = r / rep, h = g * rep + r % rep;
+        memcpy(c->att + (size_t)(tok0 + i) * c->q_dim + (size_t)h * hd,
+               o + (size_t)(r - r0) * hd, (size_t)hd * 4);
+    }
+}
+
+static void fl_job_attention(void *ctx, int tid, int nt)
+{
+    fl_fwd *f = ctx;
+    for (int it; (it = fl_pool_next(&f->next)) < f->n_items;)
+        fl_attend_item(f, it, tid);
+}
+
+/* gate|up projection and SwiGLU over this thread's columns (whole groups of 2 * ib). */
+static void fl_job_mlp_up(void *ctx, int tid, int nt)
+{
+    fl_fwd *f = ctx;
+    fl_cpu *c = f->c;
+    const fl_cpu_layer *cl = &c->layers[f->layer];
+    int NI = c->cfg.intermediate, ib = c->ib, n = f->n;
+    int lo, hi;
+    fl_split(2 * NI, nt, tid, 2 * ib, &lo, &hi);
+    fl_matmul(&c->kk, c->gu + lo, 2 * NI, c->xb, c->cfg.hidden, n, &cl->wgu, lo, hi - lo, false,
+              c->sgemm_rows, c->mm_scratch[tid]);
+    for (int t = 0; t < n; t++)
+        c->kk.swiglu(c->hb + (size_t)t * NI + lo / 2, c->gu + (size_t)t * 2 * NI + lo,
+                     (hi - lo) / (2 * ib), ib);
+}
+
+/* lm_head over this thread's vocabulary range, a chunk at a time: logits of the chunk for
+ * every wanted row, folded into the row's softmax statistics, copied out when asked. */
+static void fl_job_head(void *ctx, int tid, int nt)
+{
+    fl_fwd *f = ctx;
+    fl_cpu *c = f->c;
+    int V = c->cfg.vocab, H = c->cfg.hidden, no = f->n_out;
+    fl_lse *lse = c->lse + (size_t)tid * c->base.max_tokens;
+    for (int i = 0; i < no; i++)
+        fl_lse_init(&lse[i]);
+    int lo, hi;
+    fl_split(V, nt, tid, 16, &lo, &hi);
+    float *buf = c->logit_buf[tid];
+    for (int v0 = lo; v0 < hi; v0 += FL_VCHUNK) {
+        int vn = hi - v0 < FL_VCHUNK ? hi - v0 : FL_VCHUNK;
+        fl_matmul(&c->kk, buf, FL_VCHUNK, c->xb, H, no, &c->lm_head, v0, vn, false,
+                  c->sgemm_rows, c->mm_scratch[tid]);
+        for (int i = 0; i < no; i++) {
+            const float *l = buf + (size_t)i * FL_VCHUNK;
+            c->kk.lse_add(&lse[i], l, vn, v0);
+            if (f->logits)
+                memcpy(f->logits + (size_t)c->out_rows[i] * V + v0, l, (size_t)vn * 4);
+        }
+    }
+}
+
+static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float *logits,
+                          fl_err *e)
+{
+    fl_cpu *c = b->impl;
+    const fl_config *cf = &c->cfg;
+    int rc = fl_cpu_check_batch(c, bt, e);
+    if (rc)
+        return rc;
+    int n = bt->n_tokens, H = cf->hidden, hd = cf->head_dim, NI = cf->intermediate;
+    int kvh = cf->n_kv_heads, rep = cf->n_heads / kvh;
+    fl_fwd f = {.c = c, .bt = bt, .n = n, .logits = logits};
+
+    /* per token: segment, RoPE angles of its absolute position (in double, as the
+     * reference computes them) and its embedding row */
+    int t = 0, items = 0, n_out = 0;
+    for (int s = 0; s < bt->n_segs; s++) {
+        const fl_segment *sg = &bt->segs[s];
+        c->seg_tok0[s] = t;
+        c->item0[s] = items;
+        items += kvh * ((sg->n * rep + FL_QTILE - 1) / FL_QTILE);
+        for (int i = 0; i < sg->n; i++, t++) {
+            if (i >= sg->out_from)
+                c->out_rows[n_out++] = t;
+            float *cs = c->rope + (size_t)t * hd;
+            for (int d = 0; d < hd / 2; d++) {
+                double a = (double)(sg->pos0 + i) * c->inv_freq[d];
+                cs[d] = (float)cos(a);
+                cs[hd / 2 + d] = (float)sin(a);
+            }
+        }
+    }
+    c->item0[bt->n_segs] = items;
+    size_t esz = fl_dtype_size(c->embed->dtype);
+    for (t = 0; t < n; t++) {
+        const char *row = (const char *)c->embed->data + (size_t)bt->tokens[t] * H * esz;
+        if (fl_to_f32(c->x + (size_t)t * H, row, c->embed->dtype, (size_t)H))
+            return fl_err_set(e, FL_EUNSUPPORTED, "forward: embedding dtype %s",
+                              fl_dtype_name(c->embed->dtype));
+    }
+
+    for (int l = 0; l < cf->n_layers; l++) {
+        const fl_cpu_layer *cl = &c->layers[l];
+        f.layer = l;
+        for (t = 0; t < n; t++)
+            fl_rmsnorm(c->xb + (size_t)t * H, c->x + (size_t)t * H, cl->attn_norm, H, cf->rms_eps);
+        fl_pool_run(c->pool, fl_job_qkv, &f);
+        atomic_store(&f.next, 0);
+        f.n_items = items;
+        fl_pool_run(c->pool, fl_job_attention, &f);
+        fl_par_matmul(&f, c->x, H, c->att, c->q_dim, n, &cl->wo, true);
+        for (t = 0; t < n; t++)
+            fl_rmsnorm(c->xb + (size_t)t * H, c->x + (size_t)t * H, cl->mlp_norm, H, cf->rms_eps);
+        fl_pool_run(c->pool, fl_job_mlp_up, &f);
+        fl_par_matmul(&f, c->x, H, c->hb, NI, n, &cl->wdown, true);
+    }
+
+    if (n_out == 0 || (!out && !logits))
+        return 0;
+    /* final norm of the wanted rows only, packed into xb */
+    for (int i = 0; i < n_out; i++)
+        fl_rmsnorm(c->xb + (size_t)i * H, c->x + (size_t)c->out_rows[i] * H, c->final_norm, H,
+                   cf->rms_eps);
+    f.n_out = n_out;
+    fl_pool_run(c->pool, fl_job_head, &f);
+    if (out)
+        for (int i = 0; i < n_out; i++) {
+            fl_lse all = c->lse[i]; /* thread 0 holds the lowest ids: merge in id order */
+            for (int th = 1; th < c->nt; th++)
+                fl_lse_merge(&all, &c->lse[(size_t)th * c->base.max_tokens + i]);
+            fl_tok_out *o = &out[c->out_rows[i]];
+            fl_lse_finish(&all, &o->token, &o->prob, &o->entropy);
+        }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- pages */
+
+static int fl_cpu_page_read(fl_backend *b, int32_t page, void *dst, fl_err *e)
+{
+    fl_cpu *c = b->impl;
+    if (page < 0 || page >= b->n_pages || !dst)
+        return fl_err_set(e, FL_EINVAL, "page_read: page %d not in 0..%d", page, b->n_pages - 1);
+    memcpy(dst, c->kv + (size_t)page * c->page_floats, b->page_bytes);
+    return 0;
+}
+
+static int fl_cpu_page_write(fl_backend *b, int32_t page, const void *src, fl_err *e)
+{
+    fl_cpu *c = b->impl;
+    if (page < 0 || page >= b->n_pages || !src)
+        return fl_err_set(e, FL_EINVAL, "page_write: page %d not in 0..%d", page, b->n_pages - 1);
+    memcpy(c->kv + (size_t)page * c->page_floats, src, b->page_bytes);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- create / destroy */
+
+static void fl_free_per_thread(float **v, int nt)
+{
+    if (!v)
+        return;
+    for (int i = 0; i < nt; i++)
+        free(v[i]);
+    free(v);
+}
+
+static void fl_cpu_destroy(fl_backend *b)
+{
+    fl_cpu *c = b->impl;
+    fl_pool_destroy(c->pool);
+    free(c->weights_mem);
+    free(c->layers);
+    free(c->kv);
+    free(c->x);
+    free(c->xb);
+    free(c->qkv);
+    free(c->att);
+    free(c->gu);
+    free(c->hb);
+    free(c->rope);
+    free(c->inv_freq);
+    free(c->out_rows);
+    free(c->item0);
+    free(c->seg_tok0);
+    free(c->lse);
+    fl_free_per_thread(c->mm_scratch, c->nt);
+    fl_free_per_thread(c->att_s, c->nt);
+    fl_free_per_thread(c->att_q, c->nt);
+    fl_free_per_thread(c->att_o, c->nt);
+    fl_free_per_thread(c->logit_buf, c->nt);
+    free(c);
+}
+
+static const fl_backend_ops fl_cpu_ops = {
+    .name = "cpu",
+    .forward = fl_cpu_forward,
+    .page_read = fl_cpu_page_read,
+    .page_write = fl_cpu_page_write,
+    .destroy = fl_cpu_destroy,
+};
+
+static float **fl_alloc_per_thread(int nt, size_t floats)
+{
+    float **v = calloc((size_t)nt, sizeof *v);
+    if (!v)
+        return NULL;
+    for (int i = 0; i < nt; i++)
+        if (!(v[i] = malloc(floats * 4))) {
+            fl_free_per_thread(v, nt);
+            return NULL;
+        }
+    return v;
+}
+
+static int fl_env_int(const char *name, int def)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return def;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end || v < 0 || v > 1 << 30 ? def : (int)v;
+}
+
+int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_opts *o, fl_err *e)
+{
+    *out = NULL;
+    if (!m || !o)
+        return fl_err_set(e, FL_EINVAL, "cpu backend: no model or options");
+    const fl_config *cf = &m->cfg;
+    if (!m->weights || !m->embed || !m->lm_head || !m->final_norm || !m->layers)
+        return fl_err_set(e, FL_EINVAL, "cpu backend: the model was loaded without weights");
+    if (o->n_pages < 0 || o->max_tokens <= 0 || o->n_threads < 0)
+        return fl_err_set(e, FL_EINVAL, "cpu backend: bad options (n_pages %d, max_tokens %d, "
+                          "n_threads %d)", o->n_pages, o->max_tokens, o->n_threads);
+    if (cf->head_dim % 2 || cf->n_kv_heads <= 0 || cf->n_heads % cf->n_kv_heads ||
+        cf->block_size <= 0 || cf->max_pos <= 0)
+        return fl_err_set(e, FL_EUNSUPPORTED, "cpu backend: unsupported shape (head_dim %d, "
+                          "heads %d/%d, block %d)", cf->head_dim, cf->n_heads, cf->n_kv_heads,
+                          cf->block_size);
+    fl_cpu *c = calloc(1, sizeof *c);
+    if (!c)
+        return fl_err_set(e, FL_ENOMEM, "cpu backend: out of memory");
+    c->base = (fl_backend){&fl_cpu_ops, m, o->n_pages, o->max_tokens, 0, c};
+    c->cfg = *cf;
+    c->nt = o->n_threads ? o->n_threads : fl_ncpus();
+    c->bf16 = o->bf16_weights;
+    c->sgemm_rows = fl_env_int("FL_SGEMM_ROWS", 32);
+    fl_kernels_init(&c->kk, fl_env_int("FL_NO_SIMD", 0) == 0);
+    c->q_dim = cf->n_heads * cf->head_dim;
+    c->kv_dim = cf->n_kv_heads * cf->head_dim;
+    c->qkv_dim = c->q_dim + 2 * c->kv_dim;
+    c->ib = cf->intermediate % 8 == 0 ? 8 : 1;
+    c->max_k = cf->hidden;
+    if (c->q_dim > c->max_k)
+        c->max_k = c->q_dim;
+    if (cf->intermediate > c->max_k)
+        c->max_k = cf->intermediate;
+    c->embed = m->embed;
+    c->page_floats = (size_t)cf->n_layers * 2 * cf->n_kv_heads * cf->block_size * cf->head_dim;
+    c->base.page_bytes = c->page_floats * 4;
+    /* all of OpenBLAS's work happens inside our pool threads, one thread each */
+    openblas_set_num_threads(1);
+
+    int rc = fl_pool_create(&c->pool, c->nt, e);
+    if (rc)
+        goto fail;
+    rc = FL_ENOMEM;
+    size_t mt = (size_t)o->max_tokens;
+    c->layers = calloc((size_t)cf->n_layers, sizeof *c->layers);
+    if (!c->layers)
+        goto oom;
+    fl_bump bump = {0};
+    if ((rc = fl_cpu_place_weights(c, m, &bump, e)))
+        goto fail;
+    if (!(c->weights_mem = malloc(bump.used + 64)))
+        goto oom;
+    bump = (fl_bump){(char *)(((uintptr_t)c->weights_mem + 63) & ~(uintptr_t)63), 0, bump.used};
+    if ((rc = fl_cpu_place_weights(c, m, &bump, e)))
+        goto fail;
+    rc = FL_ENOMEM;
+    c->kv = calloc((size_t)o->n_pages ? (size_t)o->n_pages : 1, c->base.page_bytes);
+    c->x = malloc(mt * cf->hidden * 4);
+    c->xb = malloc(mt * cf->hidden * 4);
+    c->qkv = malloc(mt * c->qkv_dim * 4);
+    c->att = malloc(mt * c->q_dim * 4);
+    c->gu = malloc(mt * 2 * cf->intermediate * 4);
+    c->hb = malloc(mt * cf->intermediate * 4);
+    c->rope = malloc(mt * cf->head_dim * 4);
+    c->inv_freq = malloc((size_t)cf->head_dim / 2 * sizeof(double));
+    c->out_rows = malloc(mt * sizeof(int32_t));
+    c->item0 = malloc((mt + 1) * sizeof(int32_t));
+    c->seg_tok0 = malloc(mt * sizeof(int32_t));
+    c->lse = malloc((size_t)c->nt * mt * sizeof(fl_lse));
+    c->mm_scratch = fl_alloc_per_thread(c->nt, (size_t)FL_MM_TILE * c->max_k);
+    c->att_s = fl_alloc_per_thread(c->nt, (size_t)FL_QTILE * cf->max_pos);
+    c->att_q = fl_alloc_per_thread(c->nt, (size_t)FL_QTILE * cf->head_dim);
+    c->att_o = fl_alloc_per_thread(c->nt, (size_t)FL_QTILE * cf->head_dim);
+    c->logit_buf = fl_alloc_per_thread(c->nt, mt * FL_VCHUNK);
+    if (!c->kv || !c->x || !c->xb || !c->qkv || !c->att || !c->gu || !c->hb || !c->rope ||
+        !c->inv_freq || !c->out_rows || !c->item0 || !c->seg_tok0 || !c->lse ||
+        !c->mm_scratch || !c->att_s || !c->att_q || !c->att_o || !c->logit_buf)
+        goto oom;
+    /* the reference: inv = 1 / theta^(2i / hd), in double */
+    for (int d = 0; d < cf->head_dim / 2; d++)
+        c->inv_freq[d] = 1.0 / pow((double)cf->rope_theta, (double)(2 * d) / cf->head_dim);
+    *out = &c->base;
+    return 0;
+oom:
+    fl_err_set(e, FL_ENOMEM, "cpu backend: out of memory (weights %.1f GB as %s, %d KV pages "
+               "of %zu KB)", (double)m->n_params * (c->bf16 ? 2 : 4) / 1e9,
+               c->bf16 ? "bf16" : "f32", o->n_pages, c->base.page_bytes / 1024);
+    rc = FL_ENOMEM;
+fail:
+    fl_cpu_destroy(&c->base);
+    return rc;
+}

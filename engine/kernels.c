@@ -1,0 +1,645 @@
+/* kernels.c: matmul, attention, norm and softmax-statistics kernels of the CPU backend (see
+ * kernels.h). Each SIMD kernel has a plain C twin; fl_kernels_init picks per CPU, so the
+ * binary is built for generic x86-64 and still uses AVX2+FMA where the CPU has it. */
+#include "kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#include "fl.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define FL_HAVE_X86 1
+#include <immintrin.h>
+#define FL_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+/* ---------------------------------------------------------------- small helpers */
+
+void fl_split(int n, int nt, int t, int align, int *lo, int *hi)
+{
+    int units = (n + align - 1) / align; /* whole aligned units; the last may be short */
+    int a = (int)((long)units * t / nt), b = (int)((long)units * (t + 1) / nt);
+    *lo = a * align < n ? a * align : n;
+    *hi = b * align < n ? b * align : n;
+}
+
+void fl_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
+{
+    double ss = 0; /* double: the mean of squares over a 1-4k wide row, independent of order */
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / n + eps));
+    for (int i = 0; i < n; i++)
+        y[i] = w[i] * (x[i] * r);
+}
+
+void fl_rope(float *x, const float *cs, int hd)
+{
+    int h = hd / 2;
+    const float *c = cs, *s = cs + h;
+    for (int i = 0; i < h; i++) {
+        float a = x[i], b = x[i + h];
+        x[i] = a * c[i] - b * s[i];
+        x[i + h] = b * c[i] + a * s[i];
+    }
+}
+
+void fl_lse_init(fl_lse *s)
+{
+    s->max = -INFINITY;
+    s->sum = 0;
+    s->sum_u = 0;
+    s->arg = -1;
+}
+
+/* Moves the reference point of s from s->max to m (m > s->max): every u shrinks by
+ * d = s->max - m, so sum_u' = f * (sum_u + d * sum) and sum' = f * sum with f = e^d. */
+static void fl_lse_rebase(fl_lse *s, float m)
+{
+    if (s->sum > 0) {
+        double d = (double)s->max - (double)m, f = exp(d);
+        s->sum_u = f * (s->sum_u + d * s->sum);
+        s->sum = f * s->sum;
+    }
+    s->max = m;
+}
+
+void fl_lse_merge(fl_lse *a, const fl_lse *b)
+{
+    if (b->arg < 0)
+        return;
+    if (a->arg < 0) {
+        *a = *b;
+        return;
+    }
+    fl_lse bb = *b;
+    int32_t arg;
+    if (bb.max > a->max)
+        arg = bb.arg;
+    else if (bb.max < a->max)
+        arg = a->arg;
+    else
+        arg = a->arg < bb.arg ? a->arg : bb.arg;
+    float m = a->max > bb.max ? a->max : bb.max;
+    if (a->max < m)
+        fl_lse_rebase(a, m);
+    if (bb.max < m)
+        fl_lse_rebase(&bb, m);
+    a->sum += bb.sum;
+    a->sum_u += bb.sum_u;
+    a->arg = arg;
+}
+
+void fl_lse_finish(const fl_lse *s, int32_t *tok, float *prob, float *entropy)
+{
+    if (s->arg < 0 || !(s->sum > 0)) { /* no finite logit: report a flat nothing */
+        *tok = s->arg < 0 ? 0 : s->arg;
+        *prob = 0;
+        *entropy = NAN;
+        return;
+    }
+    *tok = s->arg;
+    *prob = (float)(1.0 / s->sum);
+    double h = log(s->sum) - s->sum_u / s->sum;
+    *entropy = (float)(h > 0 ? h : 0); /* rounding can dip a near-one-hot row below 0 */
+}
+
+/* ---------------------------------------------------------------- plain C kernels */
+
+/* Every output is one running sum over c = 0..k-1, in order, whatever the tile. */
+static void fl_mm_f32_c(float *y, int ldy, const float *x, int ldx, int m, const float *w, int n,
+                        int k, bool acc)
+{
+    for (int j = 0; j < n; j++) {
+        const float *wj = w + (size_t)j * k;
+        for (int i = 0; i < m; i++) {
+            const float *xi = x + (size_t)i * ldx;
+            float s = 0;
+            for (int c = 0; c < k; c++)
+                s += xi[c] * wj[c];
+            float *yp = y + (size_t)i * ldy + j;
+            *yp = acc ? *yp + s : s;
+        }
+    }
+}
+
+static void fl_mm_bf16_c(float *y, int ldy, const float *x, int ldx, int m, const uint16_t *w,
+                         int n, int k, bool acc)
+{
+    float row[512]; /* one weight row widened in slices, so the row is read from DRAM once */
+    for (int j = 0; j < n; j++) {
+        const uint16_t *wj = w + (size_t)j * k;
+        for (int i = 0; i < m; i++) {
+            float *yp = y + (size_t)i * ldy + j;
+            if (!acc)
+                *yp = 0;
+        }
+        for (int c0 = 0; c0 < k; c0 += 512) {
+            int len = k - c0 < 512 ? k - c0 : 512;
+            for (int c = 0; c < len; c++)
+                row[c] = fl_bf16_to_f32(wj[c0 + c]);
+            for (int i = 0; i < m; i++) {
+                const float *xi = x + (size_t)i * ldx + c0;
+                float s = 0;
+                for (int c = 0; c < len; c++)
+                    s += xi[c] * row[c];
+                y[(size_t)i * ldy + j] += s;
+            }
+        }
+    }
+}
+
+static void fl_qk_c(float *s, int lds, const float *q, int ldq, int nq, const float *k, int ldk,
+                    int nk, int hd, float scale)
+{
+    for (int i = 0; i < nq; i++)
+        for (int j = 0; j < nk; j++) {
+            const float *qi = q + (size_t)i * ldq, *kj = k + (size_t)j * ldk;
+            float d = 0;
+            for (int c = 0; c < hd; c++)
+                d += qi[c] * kj[c];
+            s[(size_t)i * lds + j] = d * scale;
+        }
+}
+
+static void fl_pv_c(float *o, int ldo, const float *p, int ldp, int nq, const float *v, int ldv,
+                    int nk, int hd)
+{
+    for (int i = 0; i < nq; i++) {
+        float *oi = o + (size_t)i * ldo;
+        for (int j = 0; j < nk; j++) {
+            float pj = p[(size_t)i * ldp + j];
+            const float *vj = v + (size_t)j * ldv;
+            for (int c = 0; c < hd; c++)
+                oi[c] += pj * vj[c];
+        }
+    }
+}
+
+static void fl_bf16_to_f32_c(float *dst, const uint16_t *src, long n)
+{
+    for (long i = 0; i < n; i++)
+        dst[i] = fl_bf16_to_f32(src[i]);
+}
+
+static void fl_lse_add_c(fl_lse *s, const float *l, int n, int32_t id0)
+{
+    float cmax = -INFINITY;
+    int carg = -1;
+    for (int i = 0; i < n; i++)
+        if (l[i] > cmax) {
+            cmax = l[i];
+            carg = i;
+        }
+    if (carg < 0)
+        return;
+    if (cmax > s->max) {
+        fl_lse_rebase(s, cmax);
+        s->arg = id0 + carg;
+    }
+    double sum = 0, su = 0;
+    for (int i = 0; i < n; i++) {
+        float u = l[i] - s->max;
+        float e = expf(u);
+        sum += e;
+        su += (double)e * u;
+    }
+    s->sum += sum;
+    s->sum_u += su;
+}
+
+static void fl_softmax_c(float *s, int n)
+{
+    float m = -INFINITY;
+    for (int i = 0; i < n; i++)
+        m = s[i] > m ? s[i] : m;
+    float sum = 0;
+    for (int i = 0; i < n; i++) {
+        s[i] = expf(s[i] - m);
+        sum += s[i];
+    }
+    float r = 1.0f / sum;
+    for (int i = 0; i < n; i++)
+        s[i] *= r;
+}
+
+static void fl_swiglu_c(float *h, const float *gu, int n_grp, int ib)
+{
+    for (int b = 0; b < n_grp; b++) {
+        const float *g = gu + (size_t)2 * b * ib, *u = g + ib;
+        for (int c = 0; c < ib; c++)
+            h[(size_t)b * ib + c] = g[c] / (1.0f + expf(-g[c])) * u[c];
+    }
+}
+
+/* ---------------------------------------------------------------- AVX2 + FMA kernels */
+#ifdef FL_HAVE_X86
+
+FL_AVX2 static inline float fl_hsum8(__m256 v)
+{
+    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+}
+
+FL_AVX2 static inline __m256 fl_load_bf16x8(const uint16_t *p)
+{
+    __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+}
+
+/* The one order every output of the f32 streaming kernel is summed in: 8 lanes over
+ * c < k8, fl_hsum8, then the tail in order. */
+static inline float fl_tail_f32(float r, const float *x, const float *w, int k8, int k)
+{
+    for (int c = k8; c < k; c++)
+        r += x[c] * w[c];
+    return r;
+}
+
+static inline float fl_tail_bf16(float r, const float *x, const uint16_t *w, int k8, int k)
+{
+    for (int c = k8; c < k; c++)
+        r += x[c] * fl_bf16_to_f32(w[c]);
+    return r;
+}
+
+static inline void fl_put(float *yp, float r, bool acc) { *yp = acc ? *yp + r : r; }
+
+/* The streaming kernels: 4 weight rows at a time (4 read streams from DRAM, ~40% more
+ * bandwidth than one), against 2 rows of X (8 accumulators + 6 loads fit the 16 ymm
+ * registers). The first X tile pulls the 4 weight rows from DRAM; the others find them in
+ * L1/L2. LOADW widens one vector of weights. */
+#define FL_MM_AVX2_BODY(WT, LOADW, TAIL)                                                     \
+    int k8 = k & ~7;                                                                         \
+    int j = 0;                                                                               \
+    for (; j + 4 <= n; j += 4) {                                                             \
+        const WT *w0 = w + (size_t)j * k, *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k;          \
+        int i = 0;                                                                           \
+        for (; i + 2 <= m; i += 2) {                                                         \
+            const float *x0 = x + (size_t)i * ldx, *x1 = x0 + ldx;                           \
+            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;               \
+            __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;                               \
+            for (int c = 0; c < k8; c += 8) {                                                \
+                __m256 u0 = _mm256_loadu_ps(x0 + c), u1 = _mm256_loadu_ps(x1 + c), v;        \
+                v = LOADW(w0 + c);                                                           \
+                a00 = _mm256_fmadd_ps(v, u0, a00);                                           \
+                a10 = _mm256_fmadd_ps(v, u1, a10);                                           \
+                v = LOADW(w1 + c);                                                           \
+                a01 = _mm256_fmadd_ps(v, u0, a01);                                           \
+                a11 = _mm256_fmadd_ps(v, u1, a11);                                           \
+                v = LOADW(w2 + c);                                                           \
+                a02 = _mm256_fmadd_ps(v, u0, a02);                                           \
+                a12 = _mm256_fmadd_ps(v, u1, a12);                                           \
+                v = LOADW(w3 + c);                                                           \
+                a03 = _mm256_fmadd_ps(v, u0, a03);                                           \
+                a13 = _mm256_fmadd_ps(v, u1, a13);                                           \
+            }                                                                                \
+            float *y0 = y + (size_t)i * ldy + j, *y1 = y0 + ldy;                             \
+            fl_put(y0 + 0, TAIL(fl_hsum8(a00), x0, w0, k8, k), acc);                         \
+            fl_put(y0 + 1, TAIL(fl_hsum8(a01), x0, w1, k8, k), acc);                         \
+            fl_put(y0 + 2, TAIL(fl_hsum8(a02), x0, w2, k8, k), acc);                         \
+            fl_put(y0 + 3, TAIL(fl_hsum8(a03), x0, w3, k8, k), acc);                         \
+            fl_put(y1 + 0, TAIL(fl_hsum8(a10), x1, w0, k8, k), acc);                         \
+            fl_put(y1 + 1, TAIL(fl_hsum8(a11), x1, w1, k8, k), acc);                         \
+            fl_put(y1 + 2, TAIL(fl_hsum8(a12), x1, w2, k8, k), acc);                         \
+            fl_put(y1 + 3, TAIL(fl_hsum8(a13), x1, w3, k8, k), acc);                         \
+        }                                                                                    \
+        for (; i < m; i++) {                                                                 \
+            const float *x0 = x + (size_t)i * ldx;                                           \
+            __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;               \
+            for (int c = 0; c < k8; c += 8) {                                                \
+                __m256 u0 = _mm256_loadu_ps(x0 + c);                                         \
+                a00 = _mm256_fmadd_ps(LOADW(w0 + c), u0, a00);                               \
+                a01 = _mm256_fmadd_ps(LOADW(w1 + c), u0, a01);                               \
+                a02 = _mm256_fmadd_ps(LOADW(w2 + c), u0, a02);                               \
+                a03 = _mm256_fmadd_ps(LOADW(w3 + c), u0, a03);                               \
+            }                                                                                \
+            float *y0 = y + (size_t)i * ldy + j;                                             \
+            fl_put(y0 + 0, TAIL(fl_hsum8(a00), x0, w0, k8, k), acc);                         \
+            fl_put(y0 + 1, TAIL(fl_hsum8(a01), x0, w1, k8, k), acc);                         \
+            fl_put(y0 + 2, TAIL(fl_hsum8(a02), x0, w2, k8, k), acc);                         \
+            fl_put(y0 + 3, TAIL(fl_hsum8(a03), x0, w3, k8, k), acc);                         \
+        }                                                                                    \
+    }                                                                                        \
+    for (; j < n; j++) {                                                                     \
+        const WT *w0 = w + (size_t)j * k;                                                    \
+        for (int i = 0; i < m; i++) {                                                        \
+            const float *x0 = x + (size_t)i * ldx;                                           \
+            __m256 a00 = _mm256_setzero_ps();                                                \
+            for (int c = 0; c < k8; c += 8)                                                  \
+                a00 = _mm256_fmadd_ps(LOADW(w0 + c), _mm256_loadu_ps(x0 + c), a00);         \
+            fl_put(y + (size_t)i * ldy + j, TAIL(fl_hsum8(a00), x0, w0, k8, k), acc);        \
+        }                                                                                    \
+    }
+
+FL_AVX2 static void fl_mm_f32_avx2(float *y, int ldy, const float *x, int ldx, int m,
+                                   const float *w, int n, int k, bool acc)
+{
+    FL_MM_AVX2_BODY(float, _mm256_loadu_ps, fl_tail_f32)
+}
+
+FL_AVX2 static void fl_mm_bf16_avx2(float *y, int ldy, const float *x, int ldx, int m,
+                                    const uint16_t *w, int n, int k, bool acc)
+{
+    FL_MM_AVX2_BODY(uint16_t, fl_load_bf16x8, fl_tail_bf16)
+}
+
+/* Scores of 4 queries against 2 keys per tile; every score is one 8-lane running sum over
+ * the head dimension, fl_hsum8, then the tail, whatever tile computes it. */
+FL_AVX2 static inline float fl_dot_avx2(const float *a, const float *b, int hd)
+{
+    int h8 = hd & ~7;
+    __m256 s = _mm256_setzero_ps();
+    for (int c = 0; c < h8; c += 8)
+        s = _mm256_fmadd_ps(_mm256_loadu_ps(b + c), _mm256_loadu_ps(a + c), s);
+    return fl_tail_f32(fl_hsum8(s), a, b, h8, hd);
+}
+
+FL_AVX2 static void fl_qk_avx2(float *s, int lds, const float *q, int ldq, int nq, const float *k,
+                               int ldk, int nk, int hd, float scale)
+{
+    int h8 = hd & ~7;
+    int i = 0;
+    for (; i + 4 <= nq; i += 4) {
+        const float *q0 = q + (size_t)i * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
+        float *s0 = s + (size_t)i * lds, *s1 = s0 + lds, *s2 = s1 + lds, *s3 = s2 + lds;
+        int j = 0;
+        for (; j + 2 <= nk; j += 2) {
+            const float *k0 = k + (size_t)j * ldk, *k1 = k0 + ldk;
+            __m256 a00 = _mm256_setzero_ps(), a10 = a00, a20 = a00, a30 = a00;
+            __m256 a01 = a00, a11 = a00, a21 = a00, a31 = a00;
+            for (int c = 0; c < h8; c += 8) {
+                __m256 v0 = _mm256_loadu_ps(k0 + c), v1 = _mm256_loadu_ps(k1 + c), u;
+                u = _mm256_loadu_ps(q0 + c);
+                a00 = _mm256_fmadd_ps(v0, u, a00);
+                a01 = _mm256_fmadd_ps(v1, u, a01);
+                u = _mm256_loadu_ps(q1 + c);
+                a10 = _mm256_fmadd_ps(v0, u, a10);
+                a11 = _mm256_fmadd_ps(v1, u, a11);
+                u = _mm256_loadu_ps(q2 + c);
+                a20 = _mm256_fmadd_ps(v0, u, a20);
+                a21 = _mm256_fmadd_ps(v1, u, a21);
+                u = _mm256_loadu_ps(q3 + c);
+                a30 = _mm256_fmadd_ps(v0, u, a30);
+                a31 = _mm256_fmadd_ps(v1, u, a31);
+            }
+            s0[j] = fl_tail_f32(fl_hsum8(a00), q0, k0, h8, hd) * scale;
+            s0[j + 1] = fl_tail_f32(fl_hsum8(a01), q0, k1, h8, hd) * scale;
+            s1[j] = fl_tail_f32(fl_hsum8(a10), q1, k0, h8, hd) * scale;
+            s1[j + 1] = fl_tail_f32(fl_hsum8(a11), q1, k1, h8, hd) * scale;
+            s2[j] = fl_tail_f32(fl_hsum8(a20), q2, k0, h8, hd) * scale;
+            s2[j + 1] = fl_tail_f32(fl_hsum8(a21), q2, k1, h8, hd) * scale;
+            s3[j] = fl_tail_f32(fl_hsum8(a30), q3, k0, h8, hd) * scale;
+            s3[j + 1] = fl_tail_f32(fl_hsum8(a31), q3, k1, h8, hd) * scale;
+        }
+        for (; j < nk; j++) {
+            const float *k0 = k + (size_t)j * ldk;
+            s0[j] = fl_dot_avx2(q0, k0, hd) * scale;
+            s1[j] = fl_dot_avx2(q1, k0, hd) * scale;
+            s2[j] = fl_dot_avx2(q2, k0, hd) * scale;
+            s3[j] = fl_dot_avx2(q3, k0, hd) * scale;
+        }
+    }
+    for (; i < nq; i++)
+        for (int j = 0; j < nk; j++)
+            s[(size_t)i * lds + j] = fl_dot_avx2(q + (size_t)i * ldq, k + (size_t)j * ldk, hd) * scale;
+}
+
+/* 4 query rows x 16 output dims held in 8 accumulators across all keys: per key, 2 loads of
+ * V and 4 broadcasts of p feed 8 FMAs. */
+FL_AVX2 static void fl_pv_avx2(float *o, int ldo, const float *p, int ldp, int nq, const float *v,
+                               int ldv, int nk, int hd)
+{
+    int h16 = hd & ~15;
+    int i = 0;
+    for (; i + 4 <= nq; i += 4) {
+        const float *p0 = p + (size_t)i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
+        float *o0 = o + (size_t)i * ldo, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
+        for (int d = 0; d < h16; d += 16) {
+            __m256 a00 = _mm256_loadu_ps(o0 + d), a01 = _mm256_loadu_ps(o0 + d + 8);
+            __m256 a10 = _mm256_loadu_ps(o1 + d), a11 = _mm256_loadu_ps(o1 + d + 8);
+            __m256 a20 = _mm256_loadu_ps(o2 + d), a21 = _mm256_loadu_ps(o2 + d + 8);
+            __m256 a30 = _mm256_loadu_ps(o3 + d), a31 = _mm256_loadu_ps(o3 + d + 8);
+            for (int j = 0; j < nk; j++) {
+                const float *vj = v + (size_t)j * ldv + d;
+                __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8), b;
+                b = _mm256_broadcast_ss(p0 + j);
+                a00 = _mm256_fmadd_ps(b, v0, a00);
+                a01 = _mm256_fmadd_ps(b, v1, a01);
+                b = _mm256_broadcast_ss(p1 + j);
+                a10 = _mm256_fmadd_ps(b, v0, a10);
+                a11 = _mm256_fmadd_ps(b, v1, a11);
+                b = _mm256_broadcast_ss(p2 + j);
+                a20 = _mm256_fmadd_ps(b, v0, a20);
+                a21 = _mm256_fmadd_ps(b, v1, a21);
+                b = _mm256_broadcast_ss(p3 + j);
+                a30 = _mm256_fmadd_ps(b, v0, a30);
+                a31 = _mm256_fmadd_ps(b, v1, a31);
+            }
+            _mm256_storeu_ps(o0 + d, a00);
+            _mm256_storeu_ps(o0 + d + 8, a01);
+            _mm256_storeu_ps(o1 + d, a10);
+            _mm256_storeu_ps(o1 + d + 8, a11);
+            _mm256_storeu_ps(o2 + d, a20);
+            _mm256_storeu_ps(o2 + d + 8, a21);
+            _mm256_storeu_ps(o3 + d, a30);
+            _mm256_storeu_ps(o3 + d + 8, a31);
+        }
+    }
+    /* Remaining rows, and the columns past h16 of all rows: the same per-element order (one
+     * fused multiply-add per key, keys in order). */
+    for (int r = 0; r < nq; r++) {
+        int d0 = r < i ? h16 : 0;
+        const float *pr = p + (size_t)r * ldp;
+        float *orow = o + (size_t)r * ldo;
+        int d = d0;
+        for (; d + 8 <= hd; d += 8) {
+            __m256 a = _mm256_loadu_ps(orow + d);
+            for (int j = 0; j < nk; j++)
+                a = _mm256_fmadd_ps(_mm256_broadcast_ss(pr + j), _mm256_loadu_ps(v + (size_t)j * ldv + d), a);
+            _mm256_storeu_ps(orow + d, a);
+        }
+        for (; d < hd; d++) {
+            float a = orow[d];
+            for (int j = 0; j < nk; j++)
+                a = fmaf(pr[j], v[(size_t)j * ldv + d], a);
+            orow[d] = a;
+        }
+    }
+}
+
+FL_AVX2 static void fl_bf16_to_f32_avx2(float *dst, const uint16_t *src, long n)
+{
+    long i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, fl_load_bf16x8(src + i));
+    for (; i < n; i++)
+        dst[i] = fl_bf16_to_f32(src[i]);
+}
+
+/* e^x: 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2], p the degree-6 Taylor polynomial
+ * (relative error ~2e-7). x is clamped to [-87, 88] so 2^n stays a normal float: e^-87 ~
+ * 1.6e-38 is nothing next to the e^0 = 1 of a softmax's max, and silu(g) for g < -88 is
+ * g / e^88 ~ 0 either way. */
+FL_AVX2 static inline __m256 fl_exp8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 720);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+FL_AVX2 static void fl_lse_add_avx2(fl_lse *s, const float *l, int n, int32_t id0)
+{
+    int n8 = n & ~7;
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    for (int i = 0; i < n8; i += 8)
+        vm = _mm256_max_ps(vm, _mm256_loadu_ps(l + i));
+    float tmp[8];
+    _mm256_storeu_ps(tmp, vm);
+    float cmax = -INFINITY;
+    for (int i = 0; i < 8; i++)
+        cmax = tmp[i] > cmax ? tmp[i] : cmax;
+    for (int i = n8; i < n; i++)
+        cmax = l[i] > cmax ? l[i] : cmax;
+    if (!(cmax > -INFINITY))
+        return; /* all -inf or NaN: nothing to add */
+    if (cmax > s->max) {
+        int at = 0;
+        __m256 vc = _mm256_set1_ps(cmax);
+        int i = 0;
+        for (; i < n8; i += 8) {
+            int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(l + i), vc, _CMP_EQ_OQ));
+            if (mask) {
+                at = i + __builtin_ctz((unsigned)mask);
+                break;
+            }
+        }
+        if (i >= n8)
+            for (at = n8; at < n && l[at] != cmax; at++)
+                ;
+        fl_lse_rebase(s, cmax);
+        s->arg = id0 + at;
+    }
+    __m256 mx = _mm256_set1_ps(s->max), vs = _mm256_setzero_ps(), vu = vs;
+    for (int i = 0; i < n8; i += 8) {
+        __m256 u = _mm256_sub_ps(_mm256_loadu_ps(l + i), mx);
+        __m256 e = fl_exp8(u);
+        vs = _mm256_add_ps(vs, e);
+        vu = _mm256_fmadd_ps(e, u, vu);
+    }
+    double sum = fl_hsum8(vs), su = fl_hsum8(vu);
+    for (int i = n8; i < n; i++) {
+        float u = l[i] - s->max, e = expf(u);
+        sum += e;
+        su += (double)e * u;
+    }
+    s->sum += sum;
+    s->sum_u += su;
+}
+
+FL_AVX2 static void fl_softmax_avx2(float *s, int n)
+{
+    int n8 = n & ~7;
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    for (int i = 0; i < n8; i += 8)
+        vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + i));
+    float tmp[8];
+    _mm256_storeu_ps(tmp, vm);
+    float m = -INFINITY;
+    for (int i = 0; i < 8; i++)
+        m = tmp[i] > m ? tmp[i] : m;
+    for (int i = n8; i < n; i++)
+        m = s[i] > m ? s[i] : m;
+    __m256 mx = _mm256_set1_ps(m), vs = _mm256_setzero_ps();
+    for (int i = 0; i < n8; i += 8) {
+        __m256 e = fl_exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), mx));
+        _mm256_storeu_ps(s + i, e);
+        vs = _mm256_add_ps(vs, e);
+    }
+    float sum = fl_hsum8(vs);
+    for (int i = n8; i < n; i++) {
+        s[i] = expf(s[i] - m);
+        sum += s[i];
+    }
+    __m256 r = _mm256_set1_ps(1.0f / sum);
+    for (int i = 0; i < n8; i += 8)
+        _mm256_storeu_ps(s + i, _mm256_mul_ps(_mm256_loadu_ps(s + i), r));
+    for (int i = n8; i < n; i++)
+        s[i] *= 1.0f / sum;
+}
+
+FL_AVX2 static void fl_swiglu_avx2(float *h, const float *gu, int n_grp, int ib)
+{
+    if (ib != 8) {
+        fl_swiglu_c(h, gu, n_grp, ib);
+        return;
+    }
+    __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps();
+    for (int b = 0; b < n_grp; b++) {
+        __m256 g = _mm256_loadu_ps(gu + 16 * b), u = _mm256_loadu_ps(gu + 16 * b + 8);
+        __m256 e = fl_exp8(_mm256_sub_ps(zero, g));
+        __m256 sg = _mm256_div_ps(g, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(h + 8 * b, _mm256_mul_ps(sg, u));
+    }
+}
+
+#endif /* FL_HAVE_X86 */
+
+void fl_kernels_init(fl_kernels *k, bool simd)
+{
+    *k = (fl_kernels){false, fl_mm_f32_c, fl_mm_bf16_c, fl_qk_c, fl_pv_c, fl_bf16_to_f32_c,
+                      fl_lse_add_c, fl_softmax_c, fl_swiglu_c};
+#ifdef FL_HAVE_X86
+    __builtin_cpu_init();
+    if (simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        *k = (fl_kernels){true, fl_mm_f32_avx2, fl_mm_bf16_avx2, fl_qk_avx2, fl_pv_avx2,
+                          fl_bf16_to_f32_avx2, fl_lse_add_avx2, fl_softmax_avx2, fl_swiglu_avx2};
+#else
+    (void)simd;
+#endif
+}
+
+/* ---------------------------------------------------------------- matmul dispatch */
+
+void fl_matmul(const fl_kernels *kk, float *y, int ldy, const float *x, int ldx, int m,
+               const fl_mat *w, int n0, int n, bool acc, int sgemm_rows, float *scratch)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    int k = w->cols;
+    float *yc = y;
+    if (m < sgemm_rows) {
+        if (w->bf16)
+            kk->mm_bf16(yc, ldy, x, ldx, m, (const uint16_t *)w->data + (size_t)n0 * k, n, k, acc);
+        else
+            kk->mm_f32(yc, ldy, x, ldx, m, (const float *)w->data + (size_t)n0 * k, n, k, acc);
+        return;
+    }
+    if (!w->bf16) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, ldx,
+                    (const float *)w->data + (size_t)n0 * k, k, acc ? 1.0f : 0.0f, yc, ldy);
+        return;
+    }
+    /* bf16 weights: widen a tile of rows at a time; the tile stays in L2 while sgemm uses it */
+    for (int t = 0; t < n; t += FL_MM_TILE) {
+        int nt = n - t < FL_MM_TILE ? n - t : FL_MM_TILE;
+        kk->bf16_to_f32(scratch, (const uint16_t *)w->data + (size_t)(n0 + t) * k, (long)nt * k);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nt, k, 1.0f, x, ldx, scratch, k,
+                    acc ? 1.0f : 0.0f, yc + t, ldy);
+    }
+}

@@ -1,0 +1,87 @@
+/* kernels.h: the CPU backend's compute kernels, single-threaded; cpu_backend.c splits the
+ * work over its thread pool. Matrices are row-major. A weight matrix is (rows, cols) as in
+ * PyTorch's nn.Linear, so a projection is Y = X * W^T.
+ *
+ * Two matmul paths: OpenBLAS sgemm for many rows of X, and a streaming kernel for few rows
+ * (the decode case, 4-16 tokens) that reads each weight row once for all rows of X, several
+ * weight rows at a time. At few rows the product is bound by reading the weights, and
+ * sgemm's packing and blocking make it stream them well below the machine's bandwidth.
+ * The streaming kernel has an AVX2+FMA version picked at run time and a plain C fallback.
+ *
+ * Every output element of the streaming kernel is summed in the same order whatever the
+ * number of rows and whichever tile computes it, so a row's result never depends on the
+ * other rows of the batch (the block-causality test relies on it). */
+#ifndef FL_KERNELS_H
+#define FL_KERNELS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* A weight matrix in the backend's storage format. */
+typedef struct fl_mat {
+    const void *data; /* (rows, cols) f32, or bf16 bit patterns when bf16 */
+    int rows, cols;
+    bool bf16;
+} fl_mat;
+
+/* Softmax statistics of one row of logits, accumulated over chunks of the vocabulary:
+ * the max, sums of e^u and e^u * u with u = l - max (rescaled when the max moves), and the
+ * argmax. The entropy then needs no second pass over the logits. */
+typedef struct fl_lse {
+    float max;
+    double sum, sum_u;
+    int32_t arg;
+} fl_lse;
+
+typedef struct fl_kernels {
+    bool avx2; /* the AVX2+FMA versions are in use */
+    /* y[i*ldy + j] (= or += when acc) sum_c x[i*ldx + c] * w[j*k + c], i < m, j < n. */
+    void (*mm_f32)(float *y, int ldy, const float *x, int ldx, int m, const float *w, int n,
+                   int k, bool acc);
+    void (*mm_bf16)(float *y, int ldy, const float *x, int ldx, int m, const uint16_t *w, int n,
+                    int k, bool acc);
+    /* s[i*lds + j] = scale * (q_i . k_j) for i < nq, j < nk; rows of length hd. */
+    void (*qk)(float *s, int lds, const float *q, int ldq, int nq, const float *k, int ldk,
+               int nk, int hd, float scale);
+    /* o_i += sum_j p[i*ldp + j] * v_j for i < nq, j < nk; rows of length hd. */
+    void (*pv)(float *o, int ldo, const float *p, int ldp, int nq, const float *v, int ldv,
+               int nk, int hd);
+    /* bf16 -> f32 of n values. */
+    void (*bf16_to_f32)(float *dst, const uint16_t *src, long n);
+    /* fl_lse_add, below */
+    void (*lse_add)(fl_lse *s, const float *l, int n, int32_t id0);
+    /* In place: s[0..n) = softmax(s[0..n)), max-subtracted. */
+    void (*softmax)(float *s, int n);
+    /* SwiGLU over one row whose gate and up columns are interleaved in groups of ib:
+     * gu = [g0..g(ib-1), u0..u(ib-1), g(ib)..]; h[c] = silu(g[c]) * u[c], n_grp groups. */
+    void (*swiglu)(float *h, const float *gu, int n_grp, int ib);
+} fl_kernels;
+
+/* Picks the fastest versions this CPU runs; simd = false forces the plain C ones. */
+void fl_kernels_init(fl_kernels *k, bool simd);
+
+/* Columns [n0, n0 + n) of Y (m, w->rows) (= or += when acc) X (m, k) * W^T, on one thread:
+ * sgemm when m >= sgemm_rows, else the streaming kernel. y points at Y[0][n0], row stride
+ * ldy. scratch: (FL_MM_TILE * k) floats, to widen bf16 weights for sgemm. */
+#define FL_MM_TILE 64
+void fl_matmul(const fl_kernels *kk, float *y, int ldy, const float *x, int ldx, int m,
+               const fl_mat *w, int n0, int n, bool acc, int sgemm_rows, float *scratch);
+
+/* Splits [0, n) into nt near-equal parts aligned to `align`; part t is [*lo, *hi). */
+void fl_split(int n, int nt, int t, int align, int *lo, int *hi);
+
+/* y = x / rms(x) * w, over n values (the reference's RMSNorm, f32). */
+void fl_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+
+/* In place, HF rotate_half layout: pairs (i, i + hd/2). cs: (hd/2) cos then (hd/2) sin. */
+void fl_rope(float *x, const float *cs, int hd);
+
+void fl_lse_init(fl_lse *s);
+/* Adding logits l[0..n) whose ids start at id0 is kk->lse_add(s, l, n, id0); one fl_lse
+ * must see its ids in increasing order. */
+/* Merges b into a (b's ids are disjoint from a's). The lower id wins a tie. */
+void fl_lse_merge(fl_lse *a, const fl_lse *b);
+/* prob = softmax(l)[arg] = 1 / sum; entropy = log(sum) - sum_u / sum (nats). */
+void fl_lse_finish(const fl_lse *s, int32_t *tok, float *prob, float *entropy);
+
+#endif

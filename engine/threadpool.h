@@ -1,0 +1,34 @@
+/* threadpool.h: the CPU backend's one pool of compute threads. The calling thread is thread
+ * 0 and works too, so a pool of n threads starts n - 1 workers. A job runs fn on every
+ * thread at once and returns when all are done; jobs split their own work (by thread index,
+ * or with fl_pool_next for dynamic chunks).
+ *
+ * Workers spin briefly between jobs (a forward issues ~4 jobs per layer, microseconds
+ * apart, and a condition-variable wake costs tens of microseconds each time), then sleep,
+ * so an idle pool costs no CPU and never competes with another spinning pool. */
+#ifndef FL_THREADPOOL_H
+#define FL_THREADPOOL_H
+
+#include <stdatomic.h>
+
+#include "fl.h"
+
+typedef struct fl_pool fl_pool;
+
+/* fn(ctx, tid, n_threads), tid in [0, n_threads). */
+typedef void (*fl_pool_fn)(void *ctx, int tid, int n_threads);
+
+/* n_threads >= 1; 1 starts no thread and runs jobs inline. */
+int fl_pool_create(fl_pool **out, int n_threads, fl_err *e);
+int fl_pool_size(const fl_pool *p);
+/* Runs fn on every thread of the pool; not reentrant (one job at a time, from one thread). */
+void fl_pool_run(fl_pool *p, fl_pool_fn fn, void *ctx);
+void fl_pool_destroy(fl_pool *p);
+
+/* A shared work counter for dynamic splitting: returns the next index, >= n when done. */
+static inline int fl_pool_next(atomic_int *counter) { return atomic_fetch_add(counter, 1); }
+
+/* The number of online CPUs (>= 1). */
+int fl_ncpus(void);
+
+#endif

@@ -1,0 +1,679 @@
+/* test_forward.c: the CPU forward (engine/cpu_backend.c) against the PyTorch reference
+ * (tests/reference/fogline_ref.py), on random models of both layouts written by
+ * tests/reference/parity_forward.py (the ctest fixture in tests/forward.cmake).
+ *
+ *   test_forward [REF_DIR]      default: $FL_BUILD_DIR/forward_ref
+ *
+ * Error measure: for each compared position p, max_v |c[p][v] - ref[p][v]| / max_v |ref[p][v]|;
+ * a case reports the largest over its positions. Limits: 1e-4 when the weights are kept in
+ * f32 (from F32, BF16 or F16 files: both sides widen them exactly) and when a BF16 file is
+ * kept as bf16 (bf16_weights: still exact); 5e-2 when an F32/F16 file is kept as bf16 (a
+ * quantization, not a parity check). Top-1 token, its probability and the entropy are
+ * checked against the reference's float64 softmax of its logits, and against our own logits.
+ *
+ * Cases (sequence numbers are parity_forward.py's SEQ_BLOCKS; B = the model's block):
+ *  A  seq 0: prefill 3 blocks (stored) then decode the 4th block against the pages; the pages
+ *     equal the reference's K/V; outputs only from out_from; a page round trip (page_read ->
+ *     page_write into other pages) gives bit-identical outputs.
+ *  B  seqs 1-4 packed: a prefill batch of 3 sequences, then one batch of 4 segments with
+ *     different cached lengths (2B; B+1, a partial page; none; 4B with 2 blocks, storing one).
+ *     The partial page's sequence is referenced by two reference forwards (past = the first's
+ *     K/V), as a cached partial block sees fewer same-block keys than one full forward.
+ *  C  seq 5, decode-store overlap: one segment [2B, 4B) with n_store = B equals a store pass
+ *     of block 2 followed by a decode pass of block 3 (outputs and the stored page).
+ *  D  block causality: changing the tokens of a later block leaves every output of the
+ *     earlier blocks (and of another packed segment, and the stored pages) bit-identical.
+ *  E  bad batches return FL_EINVAL with a message and change no page.
+ * Each runs in several backend variants: 2 threads; 1 thread with the streaming kernel for
+ * every projection; sgemm for every projection; bf16 weights; the plain C kernels. */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "check.h"
+#include "model.h"
+
+#define MAX_SEQ 8
+#define PATHN 4096
+
+/* the largest logits error seen per limit class, for the summary line */
+static double worst_exact, worst_quant;
+
+typedef struct ref_seq {
+    int32_t *tok; /* (T) */
+    int T;
+    float *logits; /* (T, vocab) */
+    float *kv;     /* (L, 2, kvh, T, hd) */
+    float *top;    /* (T, 3) token, prob, entropy */
+} ref_seq;
+
+typedef struct ref_model {
+    char name[64], dir[PATHN];
+    bool bf16_file;
+    int B, V, L, kvh, hd;
+    ref_seq seq[MAX_SEQ];
+    int n_seq;
+    fl_model *m;
+} ref_model;
+
+typedef struct variant {
+    const char *name;
+    int threads;
+    const char *sgemm_rows; /* FL_SGEMM_ROWS, NULL: default */
+    bool bf16;
+    bool no_simd;
+} variant;
+
+static const variant VARIANTS[] = {
+    {"2 threads", 2, NULL, false, false},
+    {"1 thread, streaming kernel only", 1, "1000000", false, false},
+    {"2 threads, sgemm only", 2, "1", false, false},
+    {"bf16 weights", 2, NULL, true, false},
+    {"plain C kernels", 2, NULL, false, true},
+};
+
+static float *read_f32(const char *dir, const char *name, size_t n)
+{
+    char p[2 * PATHN];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "rb");
+    float *v = malloc(n * sizeof *v);
+    size_t got = f && v ? fread(v, sizeof *v, n, f) : 0;
+    if (f)
+        fclose(f);
+    if (got != n) {
+        fprintf(stderr, "%s: expected %zu floats, read %zu\n", p, n, got);
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+static int load_ref(ref_model *rm, const char *root, const char *name)
+{
+    memset(rm, 0, sizeof *rm);
+    snprintf(rm->name, sizeof rm->name, "%s", name);
+    if (snprintf(rm->dir, sizeof rm->dir, "%s/%s", root, name) >= (int)sizeof rm->dir)
+        return -1;
+    char p[PATHN + 16];
+    snprintf(p, sizeof p, "%s/ref.json", rm->dir);
+    json_error_t je;
+    json_t *j = json_load_file(p, 0, &je);
+    if (!j) {
+        fprintf(stderr, "%s: %s\n", p, je.text);
+        return -1;
+    }
+    rm->bf16_file = !strcmp(json_string_value(json_object_get(j, "dtype")), "bf16");
+    rm->B = (int)json_integer_value(json_object_get(j, "block"));
+    rm->V = (int)json_integer_value(json_object_get(j, "vocab"));
+    rm->L = (int)json_integer_value(json_object_get(j, "n_layers"));
+    rm->kvh = (int)json_integer_value(json_object_get(j, "n_kv_heads"));
+    rm->hd = (int)json_integer_value(json_object_get(j, "head_dim"));
+    json_t *seqs = json_object_get(j, "seqs");
+    rm->n_seq = (int)json_array_size(seqs);
+    int rc = rm->n_seq == 6 ? 0 : -1;
+    for (int s = 0; s < rm->n_seq && s < MAX_SEQ && !rc; s++) {
+        json_t *js = json_array_get(seqs, (size_t)s), *jt = json_object_get(js, "tokens");
+        ref_seq *q = &rm->seq[s];
+        q->T = (int)json_array_size(jt);
+        q->tok = malloc((size_t)q->T * sizeof *q->tok);
+        for (int i = 0; i < q->T; i++)
+            q->tok[i] = (int32_t)json_integer_value(json_array_get(jt, (size_t)i));
+        q->logits = read_f32(rm->dir, json_string_value(json_object_get(js, "logits")),
+                             (size_t)q->T * rm->V);
+        q->kv = read_f32(rm->dir, json_string_value(json_object_get(js, "kv")),
+                         (size_t)rm->L * 2 * rm->kvh * q->T * rm->hd);
+        q->top = read_f32(rm->dir, json_string_value(json_object_get(js, "top")), (size_t)q->T * 3);
+        if (!q->logits || !q->kv || !q->top)
+            rc = -1;
+    }
+    json_decref(j);
+    fl_err e = {0};
+    fl_load_opts lo = {.no_tokenizer = true};
+    if (!rc && fl_model_load(&rm->m, rm->dir, &lo, &e)) {
+        fprintf(stderr, "%s: %s\n", rm->dir, e.msg);
+        rc = -1;
+    }
+    return rc;
+}
+
+static void free_ref(ref_model *rm)
+{
+    for (int s = 0; s < rm->n_seq && s < MAX_SEQ; s++) {
+        free(rm->seq[s].tok);
+        free(rm->seq[s].logits);
+        free(rm->seq[s].kv);
+        free(rm->seq[s].top);
+    }
+    fl_model_free(rm->m);
+}
+
+/* ---------------------------------------------------------------- running batches */
+
+typedef struct seg_spec {
+    int seq, pos0, n, n_store, out_from;
+    const int32_t *pages;
+} seg_spec;
+
+typedef struct run_out {
+    int n;              /* tokens */
+    fl_tok_out *out;    /* (n) */
+    float *logits;      /* (n, vocab) */
+} run_out;
+
+static void run_free(run_out *r)
+{
+    free(r->out);
+    free(r->logits);
+    memset(r, 0, sizeof *r);
+}
+
+/* Runs one batch of segments over the reference sequences' tokens; tokens may be
+ * overridden by tok (a full copy of the concatenated batch tokens). */
+static int run_batch(fl_backend *b, const ref_model *rm, const seg_spec *ss, int ns,
+                     const int32_t *tok, run_out *r, fl_err *e)
+{
+    int n = 0;
+    for (int s = 0; s < ns; s++)
+        n += ss[s].n;
+    int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+    fl_segment *segs = calloc((size_t)ns, sizeof *segs);
+    r->n = n;
+    r->out = malloc((size_t)n * sizeof *r->out);
+    r->logits = malloc((size_t)n * rm->V * sizeof *r->logits);
+    for (int i = 0; i < n; i++)
+        r->out[i] = (fl_tok_out){-7, -7.0f, -7.0f}; /* sentinel: "not written" */
+    for (size_t i = 0; i < (size_t)n * rm->V; i++)
+        r->logits[i] = NAN;
+    int t = 0;
+    for (int s = 0; s < ns; s++) {
+        memcpy(tokens + t, rm->seq[ss[s].seq].tok + ss[s].pos0, (size_t)ss[s].n * sizeof *tokens);
+        segs[s] = (fl_segment){ss[s].n, ss[s].pos0, ss[s].n_store, ss[s].out_from, ss[s].pages};
+        t += ss[s].n;
+    }
+    if (tok)
+        memcpy(tokens, tok, (size_t)n * sizeof *tokens);
+    fl_batch bt = {tokens, n, segs, ns};
+    int rc = fl_forward(b, &bt, r->out, r->logits, e);
+    free(tokens);
+    free(segs);
+    return rc;
+}
+
+/* Max per-position relative error of logits rows vs the reference, over the wanted rows
+ * of every segment; checks the top-1 outputs too. */
+static double compare(const ref_model *rm, const seg_spec *ss, int ns, const run_out *r,
+                      double tol, const char *what)
+{
+    int V = rm->V, t = 0;
+    double worst = 0, worst_top = 0, worst_self = 0;
+    int bad_tok = 0, bad_sentinel = 0;
+    double top_tol = tol <= 1e-4 ? 1e-4 : tol;
+    for (int s = 0; s < ns; s++) {
+        const ref_seq *q = &rm->seq[ss[s].seq];
+        for (int i = 0; i < ss[s].n; i++, t++) {
+            const fl_tok_out *o = &r->out[t];
+            if (i < ss[s].out_from) {
+                if (o->token != -7 || o->prob != -7.0f)
+                    bad_sentinel++;
+                continue;
+            }
+            int p = ss[s].pos0 + i;
+            const float *ref = q->logits + (size_t)p * V, *got = r->logits + (size_t)t * V;
+            double mref = 0, md = 0;
+            for (int v = 0; v < V; v++) {
+                mref = fmax(mref, fabs(ref[v]));
+                double d = fabs((double)got[v] - ref[v]);
+                md = isnan(d) ? INFINITY : fmax(md, d);
+            }
+            worst = fmax(worst, md / (mref > 0 ? mref : 1));
+            /* top-1 vs the reference's float64 softmax */
+            const float *tp = q->top + (size_t)p * 3;
+            int rt = (int)tp[0];
+            if (o->token != rt) {
+                /* a near-tie may flip within the tolerance: the two logits must then agree */
+                if (fabs((double)ref[o->token] - ref[rt]) > 2 * md)
+                    bad_tok++;
+            }
+            worst_top = fmax(worst_top, fabs((double)o->prob - tp[1]));
+            worst_top = fmax(worst_top, fabs((double)o->entropy - tp[2]) / fmax(1.0, tp[2]));
+            /* the fused statistics vs our own logits, in double */
+            double mx = -INFINITY, z = 0, zu = 0;
+            int arg = 0;
+            for (int v = 0; v < V; v++)
+                if (got[v] > mx) {
+                    mx = got[v];
+                    arg = v;
+                }
+            for (int v = 0; v < V; v++) {
+                double u = got[v] - mx, ex = exp(u);
+                z += ex;
+                zu += ex * u;
+            }
+            double h = log(z) - zu / z;
+            if (o->token != arg)
+                bad_tok++;
+            worst_self = fmax(worst_self, fabs(o->prob - 1 / z));
+            worst_self = fmax(worst_self, fabs(o->entropy - h) / fmax(1.0, h));
+        }
+    }
+    CHECK(worst <= tol, "%s: %s: logits max rel err %.3g > %.0e", rm->name, what, worst, tol);
+    if (tol <= 1e-4)
+        worst_exact = fmax(worst_exact, worst);
+    else
+        worst_quant = fmax(worst_quant, worst);
+    CHECK(bad_tok == 0, "%s: %s: %d wrong top-1 tokens", rm->name, what, bad_tok);
+    CHECK(worst_top <= top_tol, "%s: %s: prob/entropy err %.3g vs reference", rm->name, what,
+          worst_top);
+    CHECK(worst_self <= 1e-5, "%s: %s: prob/entropy err %.3g vs own logits", rm->name, what,
+          worst_self);
+    CHECK(bad_sentinel == 0, "%s: %s: %d outputs written before out_from", rm->name, what,
+          bad_sentinel);
+    return worst;
+}
+
+/* The stored K/V of positions [p0, p1) of a sequence vs the reference's. */
+static double compare_pages(fl_backend *b, const ref_model *rm, int seq, const int32_t *pages,
+                            int p0, int p1, double tol, const char *what)
+{
+    const ref_seq *q = &rm->seq[seq];
+    int B = rm->B, hd = rm->hd;
+    float *pg = malloc(b->page_bytes);
+    double worst = 0, mref = 0, md = 0;
+    fl_err e = {0};
+    for (int blk = p0 / B; blk * B < p1; blk++) {
+        CHECK(b->ops->page_read(b, pages[blk], pg, &e) == 0, "page_read: %s", e.msg);
+        for (int l = 0; l < rm->L; l++)
+            for (int kv = 0; kv < 2; kv++)
+                for (int h = 0; h < rm->kvh; h++)
+                    for (int p = blk * B; p < (blk + 1) * B; p++) {
+                        if (p < p0 || p >= p1)
+                            continue;
+                        const float *g = pg + ((((size_t)l * 2 + kv) * rm->kvh + h) * B + p % B) * hd;
+                        const float *r = q->kv + ((((size_t)l * 2 + kv) * rm->kvh + h) * q->T + p) * hd;
+                        for (int d = 0; d < hd; d++) {
+                            mref = fmax(mref, fabs(r[d]));
+                            md = fmax(md, fabs((double)g[d] - r[d]));
+                        }
+                    }
+    }
+    worst = md / (mref > 0 ? mref : 1);
+    CHECK(worst <= tol, "%s: %s: stored K/V max rel err %.3g > %.0e", rm->name, what, worst, tol);
+    free(pg);
+    return worst;
+}
+
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0, d = 0;
+    for (size_t i = 0; i < n; i++) {
+        m = fmax(m, fabs(b[i]));
+        d = fmax(d, fabs((double)a[i] - b[i]));
+    }
+    return d / (m > 0 ? m : 1);
+}
+
+/* ---------------------------------------------------------------- cases */
+
+static int32_t *pages_for(int first, int n)
+{
+    int32_t *p = malloc((size_t)n * sizeof *p);
+    for (int i = 0; i < n; i++)
+        p[i] = first + i;
+    return p;
+}
+
+static void case_prefill_decode(fl_backend *b, const ref_model *rm, double tol, const char *vn)
+{
+    int B = rm->B;
+    fl_err e = {0};
+    int32_t *pg = pages_for(0, 4), *pg2 = pages_for(40, 4);
+    char what[160];
+    run_out r = {0};
+    seg_spec pre = {0, 0, 3 * B, 3 * B, 0, pg};
+    int rc = run_batch(b, rm, &pre, 1, NULL, &r, &e);
+    CHECK(rc == 0, "%s: prefill: %s", rm->name, e.msg);
+    snprintf(what, sizeof what, "[%s] A prefill 3 blocks", vn);
+    if (!rc) {
+        compare(rm, &pre, 1, &r, tol, what);
+        compare_pages(b, rm, 0, pg, 0, 3 * B, tol, what);
+    }
+    run_free(&r);
+    seg_spec dec = {0, 3 * B, B, 0, 1, pg}; /* out_from 1: position 0 must stay untouched */
+    rc = run_batch(b, rm, &dec, 1, NULL, &r, &e);
+    CHECK(rc == 0, "%s: decode: %s", rm->name, e.msg);
+    snprintf(what, sizeof what, "[%s] A decode block 4 vs cache", vn);
+    if (!rc)
+        compare(rm, &dec, 1, &r, tol, what);
+    /* page round trip into other pages: the same outputs, bit for bit */
+    void *buf = malloc(b->page_bytes);
+    for (int i = 0; i < 3; i++) {
+        CHECK(b->ops->page_read(b, pg[i], buf, &e) == 0, "page_read: %s", e.msg);
+        CHECK(b->ops->page_write(b, pg2[i], buf, &e) == 0, "page_write: %s", e.msg);
+    }
+    free(buf);
+    run_out r2 = {0};
+    seg_spec dec2 = dec;
+    dec2.pages = pg2;
+    rc = run_batch(b, rm, &dec2, 1, NULL, &r2, &e);
+    CHECK(rc == 0, "%s: decode from copied pages: %s", rm->name, e.msg);
+    if (!rc && r.out)
+        CHECK(!memcmp(r.logits + (size_t)1 * rm->V, r2.logits + (size_t)1 * rm->V,
+                      (size_t)(B - 1) * rm->V * sizeof(float)),
+              "%s: [%s] outputs differ after a page round trip", rm->name, vn);
+    run_free(&r);
+    run_free(&r2);
+    free(pg);
+    free(pg2);
+}
+
+static void case_packed(fl_backend *b, const ref_model *rm, double tol, const char *vn)
+{
+    int B = rm->B;
+    fl_err e = {0};
+    int32_t *p1 = pages_for(4, 3), *p2 = pages_for(8, 3), *p4 = pages_for(12, 6);
+    char what[160];
+    run_out r = {0};
+    /* prefill three sequences in one batch (outputs compared too) */
+    seg_spec pre[3] = {
+        {1, 0, 2 * B, 2 * B, 0, p1},
+        {2, 0, B + 1, B + 1, 0, p2},
+        {4, 0, 4 * B, 4 * B, 0, p4},
+    };
+    int rc = run_batch(b, rm, pre, 3, NULL, &r, &e);
+    CHECK(rc == 0, "%s: packed prefill: %s", rm->name, e.msg);
+    snprintf(what, sizeof what, "[%s] B packed prefill", vn);
+    if (!rc)
+        compare(rm, pre, 3, &r, tol, what);
+    run_free(&r);
+    /* one batch, four sequences, four different cached lengths */
+    seg_spec dec[4] = {
+        {4, 4 * B, 2 * B, B, 0, p4},     /* two blocks, the first stored */
+        {1, 2 * B, B, 0, 0, p1},         /* one block after two cached */
+        {3, 0, B, 0, 0, NULL},           /* nothing cached */
+        {2, B + 1, 2 * B - 1, 0, 0, p2}, /* starts inside a block (partial page) */
+    };
+    rc = run_batch(b, rm, dec, 4, NULL, &r, &e);
+    CHECK(rc == 0, "%s: packed decode: %s", rm->name, e.msg);
+    snprintf(what, sizeof what, "[%s] B packed decode, 4 sequences", vn);
+    if (!rc) {
+        compare(rm, dec, 4, &r, tol, what);
+        compare_pages(b, rm, 4, p4, 0, 5 * B, tol, what);
+    }
+    run_free(&r);
+    free(p1);
+    free(p2);
+    free(p4);
+}
+
+static void case_overlap(fl_backend *b, const ref_model *rm, double tol, const char *vn)
+{
+    int B = rm->B, V = rm->V;
+    fl_err e = {0};
+    int32_t *pa = pages_for(20, 4), *pb = pages_for(24, 4);
+    char what[160];
+    run_out r = {0}, rs = {0}, rd = {0};
+    seg_spec pre = {5, 0, 2 * B, 2 * B, 2 * B, pa};
+    int rc = run_batch(b, rm, &pre, 1, NULL, &r, &e);
+    CHECK(rc == 0, "%s: overlap prefill: %s", rm->name, e.msg);
+    run_free(&r);
+    void *buf = malloc(b->page_bytes), *buf2 = malloc(b->page_bytes);
+    for (int i = 0; i < 2; i++) {
+        b->ops->page_read(b, pa[i], buf, &e);
+        b->ops->page_write(b, pb[i], buf, &e);
+    }
+    /* together: block 2 (clean, stored) + block 3 (masked) */
+    seg_spec both = {5, 2 * B, 2 * B, B, 0, pa};
+    rc = run_batch(b, rm, &both, 1, NULL, &r, &e);
+    CHECK(rc == 0, "%s: overlap: %s", rm->name, e.msg);
+    snprintf(what, sizeof what, "[%s] C store+decode in one pass", vn);
+    if (!rc) {
+        compare(rm, &both, 1, &r, tol, what);
+        compare_pages(b, rm, 5, pa, 2 * B, 3 * B, tol, what);
+    }
+    /* apart: a store pass of block 2, then a decode pass of block 3 */
+    seg_spec st = {5, 2 * B, B, B, B, pb}, dc = {5, 3 * B, B, 0, 0, pb};
+    rc = run_batch(b, rm, &st, 1, NULL, &rs, &e);
+    CHECK(rc == 0, "%s: store pass: %s", rm->name, e.msg);
+    rc = rc ? rc : run_batch(b, rm, &dc, 1, NULL, &rd, &e);
+    CHECK(rc == 0, "%s: decode pass: %s", rm->name, e.msg);
+    if (!rc && r.logits) {
+        double d = rel_diff(r.logits + (size_t)B * V, rd.logits, (size_t)B * V);
+        CHECK(d <= 1e-5, "%s: [%s] overlap vs separate passes: logits rel diff %.3g", rm->name,
+              vn, d);
+        for (int i = 0; i < B; i++)
+            CHECK(r.out[B + i].token == rd.out[i].token, "%s: [%s] overlap top-1 differs at %d",
+                  rm->name, vn, i);
+        b->ops->page_read(b, pa[2], buf, &e);
+        b->ops->page_read(b, pb[2], buf2, &e);
+        d = rel_diff(buf, buf2, b->page_bytes / 4);
+        CHECK(d <= 1e-5, "%s: [%s] overlap vs separate passes: stored page rel diff %.3g",
+              rm->name, vn, d);
+    }
+    free(buf);
+    free(buf2);
+    run_free(&r);
+    run_free(&rs);
+    run_free(&rd);
+    free(pa);
+    free(pb);
+}
+
+static void case_causal(fl_backend *b, const ref_model *rm, const char *vn)
+{
+    int B = rm->B, V = rm->V;
+    fl_err e = {0};
+    int32_t *pc = pages_for(30, 3), *pd = pages_for(33, 3);
+    /* segment 0: seq 4 positions [0, 3B), blocks 0-1 stored; segment 1: seq 0's first block */
+    seg_spec ss[2] = {{4, 0, 3 * B, 2 * B, 0, pc}, {0, 0, B, 0, 0, NULL}};
+    int n = 4 * B;
+    int32_t *tok = malloc((size_t)n * sizeof *tok);
+    memcpy(tok, rm->seq[4].tok, (size_t)3 * B * sizeof *tok);
+    memcpy(tok + 3 * B, rm->seq[0].tok, (size_t)B * sizeof *tok);
+    run_out r1 = {0}, r2 = {0};
+    int rc = run_batch(b, rm, ss, 2, tok, &r1, &e);
+    CHECK(rc == 0, "%s: causal run 1: %s", rm->name, e.msg);
+    for (int i = 2 * B; i < 3 * B; i++)
+        tok[i] = (tok[i] + 1 + i) % V; /* another block 2 */
+    ss[0].pages = pd;
+    rc = rc ? rc : run_batch(b, rm, ss, 2, tok, &r2, &e);
+    CHECK(rc == 0, "%s: causal run 2: %s", rm->name, e.msg);
+    if (!rc) {
+        int diff_early = 0, diff_other = 0, diff_late = 0;
+        for (size_t i = 0; i < (size_t)2 * B * V; i++)
+            diff_early += r1.logits[i] != r2.logits[i];
+        for (size_t i = (size_t)3 * B * V; i < (size_t)4 * B * V; i++)
+            diff_other += r1.logits[i] != r2.logits[i];
+        for (size_t i = (size_t)2 * B * V; i < (size_t)3 * B * V; i++)
+            diff_late += r1.logits[i] != r2.logits[i];
+        CHECK(diff_early == 0, "%s: [%s] block-causality: %d logits of blocks 0-1 changed when "
+              "block 2 changed", rm->name, vn, diff_early);
+        CHECK(diff_other == 0, "%s: [%s] block-causality: %d logits of another segment changed",
+              rm->name, vn, diff_other);
+        CHECK(diff_late > 0, "%s: [%s] block 2's own logits did not change (test is void)",
+              rm->name, vn);
+        for (int i = 0; i < 2 * B; i++)
+            CHECK(r1.out[i].token == r2.out[i].token && r1.out[i].prob == r2.out[i].prob &&
+                  r1.out[i].entropy == r2.out[i].entropy,
+                  "%s: [%s] block-causality: top-1 output %d changed", rm->name, vn, i);
+        void *a = malloc(b->page_bytes), *c = malloc(b->page_bytes);
+        for (int i = 0; i < 2; i++) {
+            b->ops->page_read(b, pc[i], a, &e);
+            b->ops->page_read(b, pd[i], c, &e);
+            CHECK(!memcmp(a, c, b->page_bytes), "%s: [%s] block-causality: stored page %d "
+                  "differs", rm->name, vn, i);
+        }
+        free(a);
+        free(c);
+    }
+    run_free(&r1);
+    run_free(&r2);
+    free(tok);
+    free(pc);
+    free(pd);
+}
+
+static void expect_einval(fl_backend *b, const fl_batch *bt, const char *what)
+{
+    fl_err e = {0};
+    fl_tok_out out[64];
+    int rc = fl_forward(b, bt, out, NULL, &e);
+    CHECK(rc == FL_EINVAL, "bad batch (%s): returned %d, want FL_EINVAL", what, rc);
+    CHECK(e.msg[0] != 0, "bad batch (%s): no message", what);
+}
+
+static void case_bad(fl_backend *b, const ref_model *rm)
+{
+    int B = rm->B;
+    int32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    int32_t pg[4] = {0, 1, 2, 3}, badpg[2] = {0, b->n_pages};
+    fl_segment s = {4, 0, 4, 0, pg};
+    fl_batch ok = {tok, 4, &s, 1};
+    void *before = malloc(b->page_bytes), *after = malloc(b->page_bytes);
+    fl_err e = {0};
+    b->ops->page_read(b, 0, before, &e);
+
+    fl_batch bt = ok;
+    expect_einval(b, NULL, "no batch");
+    bt.n_tokens = 0;
+    expect_einval(b, &bt, "no tokens");
+    bt = ok;
+    bt.n_tokens = b->max_tokens + 1;
+    expect_einval(b, &bt, "more than max_tokens");
+    bt = ok;
+    bt.tokens = NULL;
+    expect_einval(b, &bt, "NULL tokens");
+    bt = ok;
+    bt.n_segs = 0;
+    expect_einval(b, &bt, "no segments");
+    bt = ok;
+    bt.n_tokens = 5;
+    expect_einval(b, &bt, "segments shorter than n_tokens");
+    fl_segment t = s;
+    bt = ok;
+    bt.segs = &t;
+    t.n = 5;
+    expect_einval(b, &bt, "segments longer than n_tokens");
+    t = s;
+    t.n = 0;
+    expect_einval(b, &bt, "empty segment");
+    t = s;
+    t.pos0 = -1;
+    expect_einval(b, &bt, "negative pos0");
+    t = s;
+    t.pos0 = rm->m->cfg.max_pos - 2;
+    t.n_store = 0;
+    expect_einval(b, &bt, "past max_position");
+    t = s;
+    t.n_store = 5;
+    expect_einval(b, &bt, "n_store > n");
+    t = s;
+    t.n_store = -1;
+    expect_einval(b, &bt, "negative n_store");
+    t = s;
+    t.out_from = 5;
+    expect_einval(b, &bt, "out_from > n");
+    t = s;
+    t.pages = NULL;
+    expect_einval(b, &bt, "stores with no page table");
+    t = s;
+    t.pos0 = B; /* reads block 0 from pages */
+    t.n_store = 0;
+    t.pages = NULL;
+    expect_einval(b, &bt, "cached positions with no page table");
+    t = s;
+    t.pos0 = B;
+    t.pages = badpg; /* block 1 (written) is page n_pages */
+    expect_einval(b, &bt, "page id out of range");
+    badpg[1] = -1;
+    expect_einval(b, &bt, "negative page id");
+    t = s;
+    int32_t tk2[8];
+    memcpy(tk2, tok, sizeof tk2);
+    tk2[3] = rm->V;
+    bt = ok;
+    bt.tokens = tk2;
+    expect_einval(b, &bt, "token id = vocab");
+    tk2[3] = -1;
+    expect_einval(b, &bt, "negative token id");
+    CHECK(b->ops->page_read(b, b->n_pages, after, &e) == FL_EINVAL, "page_read past the pool");
+    CHECK(b->ops->page_write(b, -1, after, &e) == FL_EINVAL, "page_write of page -1");
+    b->ops->page_read(b, 0, after, &e);
+    CHECK(!memcmp(before, after, b->page_bytes), "a rejected batch changed a page");
+    /* and the backend still works */
+    fl_tok_out out[4];
+    CHECK(fl_forward(b, &ok, out, NULL, &e) == 0, "good batch after bad ones: %s", e.msg);
+    free(before);
+    free(after);
+}
+
+static void run_model(const ref_model *rm)
+{
+    for (size_t vi = 0; vi < sizeof VARIANTS / sizeof VARIANTS[0]; vi++) {
+        const variant *v = &VARIANTS[vi];
+        if (v->sgemm_rows)
+            setenv("FL_SGEMM_ROWS", v->sgemm_rows, 1);
+        else
+            unsetenv("FL_SGEMM_ROWS");
+        if (v->no_simd)
+            setenv("FL_NO_SIMD", "1", 1);
+        else
+            unsetenv("FL_NO_SIMD");
+        fl_backend_opts o = {.n_pages = 48, .n_threads = v->threads, .max_tokens = 8 * rm->B,
+                             .bf16_weights = v->bf16};
+        fl_backend *b = NULL;
+        fl_err e = {0};
+        int rc = fl_backend_cpu_create(&b, rm->m, &o, &e);
+        CHECK(rc == 0, "%s: create (%s): %s", rm->name, v->name, e.msg);
+        if (rc)
+            continue;
+        /* bf16 storage of a BF16 file is exact: the same limit as f32. Of an F32/F16 file it
+         * is a quantization (2^-9 relative per weight, ~1.4e-2 at the logits of these random
+         * models): a loose bound that catches a broken conversion, not a parity check. */
+        double tol = v->bf16 && !rm->bf16_file ? 5e-2 : 1e-4;
+        case_prefill_decode(b, rm, tol, v->name);
+        case_packed(b, rm, tol, v->name);
+        case_overlap(b, rm, tol, v->name);
+        case_causal(b, rm, v->name);
+        if (vi == 0)
+            case_bad(b, rm);
+        fl_backend_destroy(b);
+    }
+    unsetenv("FL_SGEMM_ROWS");
+    unsetenv("FL_NO_SIMD");
+}
+
+int main(int argc, char **argv)
+{
+    char root[PATHN];
+    if (argc > 1)
+        snprintf(root, sizeof root, "%s", argv[1]);
+    else
+        snprintf(root, sizeof root, "%s/forward_ref",
+                 getenv("FL_BUILD_DIR") ? getenv("FL_BUILD_DIR") : ".");
+    char p[PATHN + 32];
+    snprintf(p, sizeof p, "%s/models.json", root);
+    json_error_t je;
+    json_t *names = json_load_file(p, 0, &je);
+    CHECK(names != NULL, "%s: %s (the fixture tests/reference/parity_forward.py writes it)", p,
+          je.text);
+    for (size_t i = 0; names && i < json_array_size(names); i++) {
+        ref_model rm;
+        const char *name = json_string_value(json_array_get(names, i));
+        int rc = load_ref(&rm, root, name);
+        CHECK(rc == 0, "%s: cannot load the reference data", name);
+        if (!rc) {
+            int before = check_fails;
+            worst_exact = worst_quant = 0;
+            run_model(&rm);
+            printf("%-14s %-6s max rel err of logits: %.2g (f32/exact weights), %.2g (bf16-rounded)\n",
+                   name, check_fails == before ? "ok" : "FAILED", worst_exact, worst_quant);
+        }
+        free_ref(&rm);
+    }
+    json_decref(names);
+    return check_summary("test_forward");
+}
