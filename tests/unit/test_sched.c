@@ -1,0 +1,260 @@
+/* test_sched.c: the scheduler on the real CPU backend with a random model (argv[1]):
+ * exactness of decode-store overlap and batching, pipelined output validity, persistence
+ * modes, cancellation and page accounting, a full pool queueing requests. */
+#include "check.h"
+#include "engine.h"
+
+#include <unistd.h>
+
+#define MAXR 8
+
+typedef struct rec {
+    int done;
+    fl_finish finish;
+    int32_t ids[512];
+    int32_t n_ids;
+    int32_t commit_ids[512]; /* concatenation of the commit events' ids */
+    int32_t n_commit;
+    int32_t next_block; /* the block index the next commit must carry */
+    int order_ok;
+    int drafts;
+    fl_seq_stats st;
+} rec;
+
+static void sink(const fl_event *ev, void *ctx)
+{
+    rec *r = ctx;
+    if (ev->type == FL_EV_DRAFT) {
+        r->drafts++;
+    } else if (ev->type == FL_EV_COMMIT) {
+        if (ev->block != r->next_block)
+            r->order_ok = 0;
+        r->next_block++;
+        for (int i = 0; i < ev->n_ids && r->n_commit < 512; i++)
+            r->commit_ids[r->n_commit++] = ev->ids[i];
+    } else {
+        r->done = 1;
+        r->finish = ev->finish;
+        r->n_ids = ev->n_ids < 512 ? ev->n_ids : 512;
+        memcpy(r->ids, ev->ids, sizeof(int32_t) * (size_t)r->n_ids);
+        r->st = *ev->stats;
+    }
+}
+
+static const fl_model *M;
+static fl_backend *BK;
+
+/* Runs prompts through one scheduler; returns 0 when all finished. */
+static int run(const fl_decode_opts *d, bool async, fl_kv_tier *tier, int32_t max_seqs,
+               int nprompts, int32_t prompts[][40], const int32_t *plen, int32_t max_tokens,
+               rec *out, int32_t *pages_left)
+{
+    fl_err e = {0};
+    fl_sched_opts so = {.max_batch_tokens = BK->max_tokens, .max_seqs = max_seqs,
+                        .async_persist = async, .tier = tier, .model_id = 7};
+    fl_sched *s;
+    if (fl_sched_create(&s, M, BK, &so, &e)) {
+        fprintf(stderr, "sched: %s\n", e.msg);
+        return -1;
+    }
+    for (int i = 0; i < nprompts; i++) {
+        memset(&out[i], 0, sizeof out[i]);
+        out[i].order_ok = 1;
+        fl_request r = {.prompt = prompts[i], .n_prompt = plen[i], .max_tokens = max_tokens, .dec = *d};
+        if (fl_sched_add(s, &r, sink, &out[i], (uint64_t)i + 1, &e)) {
+            fprintf(stderr, "add: %s\n", e.msg);
+            fl_sched_destroy(s);
+            return -1;
+        }
+    }
+    int guard = 0, done = 0;
+    while (done < nprompts && guard++ < 100000) {
+        if (fl_sched_step(s, &e) < 0) {
+            fprintf(stderr, "step: %s\n", e.msg);
+            break;
+        }
+        done = 0;
+        for (int i = 0; i < nprompts; i++)
+            done += out[i].done;
+    }
+    fl_sched_flush(s);
+    if (pages_left)
+        *pages_left = fl_kvpool_used(fl_sched_pool(s));
+    fl_sched_destroy(s);
+    return done == nprompts ? 0 : -1;
+}
+
+static int same_ids(const rec *a, const rec *b)
+{
+    return a->n_ids == b->n_ids && !memcmp(a->ids, b->ids, sizeof(int32_t) * (size_t)a->n_ids);
+}
+
+int main(int argc, char **argv)
+{
+    /* the model: argv[1], else the fixture ctest made in the build directory */
+    char dflt[4096];
+    const char *bd = getenv("FL_BUILD_DIR");
+    snprintf(dflt, sizeof dflt, "%s/fixtures/dec_q3", bd ? bd : ".");
+    const char *dir = argc > 1 ? argv[1] : dflt;
+    fl_err e = {0};
+    fl_model *m;
+    fl_load_opts lo = {.no_tokenizer = true};
+    if (fl_model_load(&m, dir, &lo, &e)) {
+        fprintf(stderr, "load: %s\n", e.msg);
+        return 1;
+    }
+    if (m->cfg.mask_token_id < 0) /* Fast-dLLM v2 takes it from the tokenizer; random models have none */
+        m->cfg.mask_token_id = m->cfg.vocab - 1;
+    M = m;
+    fl_backend_opts bo = {.n_pages = 256, .n_threads = 2, .max_tokens = 512};
+    if (fl_backend_cpu_create(&BK, m, &bo, &e)) {
+        fprintf(stderr, "backend: %s\n", e.msg);
+        return 1;
+    }
+    int32_t B = m->cfg.block_size, V = m->cfg.vocab;
+    /* prompts of different lengths: below a block, exactly whole blocks, ragged */
+    int32_t prompts[MAXR][40];
+    int32_t plen[MAXR] = {3, 8, 13, 21, 4, 17, 30, 9};
+    uint64_t x = 12345;
+    for (int i = 0; i < MAXR; i++)
+        for (int j = 0; j < plen[i]; j++) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            prompts[i][j] = (int32_t)((x >> 33) % (uint64_t)(V - 3)); /* no mask/eos in prompts */
+        }
+    const int32_t MT = 2 * B + 8 > 24 ? 2 * B + 8 : 24; /* replies cross block boundaries */
+    rec alone[MAXR], batch[MAXR], other[MAXR];
+    fl_decode_opts base;
+    fl_decode_opts_default(&base);
+    base.pipeline = false;
+    base.store_overlap = false;
+    base.policy = FL_POLICY_THRESHOLD;
+    base.threshold = 0.5f;
+
+    /* 1. each prompt alone, baseline schedule (store pass, one block) */
+    for (int i = 0; i < MAXR; i++)
+        CHECK(run(&base, false, NULL, 1, 1, &prompts[i], &plen[i], MT, &alone[i], NULL) == 0, "alone %d", i);
+    for (int i = 0; i < MAXR; i++) {
+        CHECK(alone[i].n_ids > 0 || alone[i].finish == FL_FINISH_STOP, "prompt %d produced something", i);
+        CHECK(alone[i].order_ok && alone[i].n_commit == alone[i].n_ids &&
+                  !memcmp(alone[i].commit_ids, alone[i].ids, sizeof(int32_t) * (size_t)alone[i].n_ids),
+              "commits add up to the reply (%d)", i);
+        if (alone[i].st.blocks > 1)
+            CHECK(alone[i].st.store_forwards > 0, "baseline has store passes (%d)", i);
+    }
+    /* 2. decode-store overlap is exact: same tokens, fewer forwards */
+    fl_decode_opts ov = base;
+    ov.store_overlap = true;
+    for (int i = 0; i < MAXR; i++) {
+        CHECK(run(&ov, false, NULL, 1, 1, &prompts[i], &plen[i], MT, &other[i], NULL) == 0, "overlap %d", i);
+        CHECK(same_ids(&alone[i], &other[i]), "overlap changes no token (prompt %d)", i);
+        if (alone[i].st.blocks > 1)
+            CHECK(other[i].st.forwards < alone[i].st.forwards, "overlap saves forwards (%d: %d vs %d)", i,
+                  other[i].st.forwards, alone[i].st.forwards);
+        CHECK(other[i].st.store_forwards == 0, "no store-only forward with overlap (%d)", i);
+    }
+    /* 3. batching: all prompts in one scheduler give each its lone output */
+    int32_t left = -1;
+    CHECK(run(&ov, true, NULL, MAXR, MAXR, prompts, plen, MT, batch, &left) == 0, "batched run");
+    for (int i = 0; i < MAXR; i++)
+        CHECK(same_ids(&alone[i], &batch[i]), "batched output equals alone (prompt %d)", i);
+    CHECK(left == 0, "every page back after the batch: %d used", left);
+    /* 4. a pool too small for all at once: requests wait, none fail, outputs unchanged */
+    {
+        fl_backend *big = BK;
+        fl_backend_opts so2 = {.n_pages = (30 + MT) / B + 4 + 3, .n_threads = 2, .max_tokens = 512};
+        fl_backend *small;
+        CHECK(fl_backend_cpu_create(&small, m, &so2, &e) == 0, "small backend: %s", e.msg);
+        BK = small;
+        CHECK(run(&ov, true, NULL, MAXR, MAXR, prompts, plen, MT, other, &left) == 0, "small pool run");
+        for (int i = 0; i < MAXR; i++)
+            CHECK(same_ids(&alone[i], &other[i]) && other[i].finish != FL_FINISH_ERROR,
+                  "queued request completes with its lone output (%d)", i);
+        CHECK(left == 0, "pages back: %d", left);
+        /* a request that can never fit the pool is refused, not queued forever */
+        fl_sched_opts so = {.max_batch_tokens = small->max_tokens, .max_seqs = 4};
+        fl_sched *s;
+        CHECK(fl_sched_create(&s, m, small, &so, &e) == 0, "sched");
+        fl_request rq = {.prompt = prompts[0], .n_prompt = plen[0], .max_tokens = 40 * B, .dec = base};
+        CHECK(fl_sched_add(s, &rq, sink, NULL, 1, &e) == FL_ERANGE && strstr(e.msg, "pages"), "%s", e.msg);
+        fl_sched_destroy(s);
+        fl_backend_destroy(small);
+        BK = big;
+    }
+    /* 5. pipelining: outputs valid (blocks committed in order, commits == reply), fewer or
+       equal forwards per token on average */
+    fl_decode_opts pl = ov;
+    pl.pipeline = true;
+    pl.tau_add = 0.1f;
+    pl.tau_act = 0.5f;
+    pl.tau_conf = 0.6f;
+    pl.max_blocks = 3;
+    CHECK(run(&pl, true, NULL, MAXR, MAXR, prompts, plen, MT, other, &left) == 0, "pipelined run");
+    for (int i = 0; i < MAXR; i++) {
+        CHECK(other[i].order_ok, "pipelined commits in order (%d)", i);
+        CHECK(other[i].n_commit == other[i].n_ids &&
+                  !memcmp(other[i].commit_ids, other[i].ids, sizeof(int32_t) * (size_t)other[i].n_ids),
+              "pipelined commits add up to the reply (%d)", i);
+        CHECK(other[i].n_ids <= MT, "max_tokens respected (%d: %d)", i, other[i].n_ids);
+    }
+    CHECK(left == 0, "pages back after pipelining: %d", left);
+    /* 6. persistence: sync and async write the same pages to a directory tier, same outputs */
+    char d1[] = "/tmp/fl-sched-tier-XXXXXX";
+    CHECK(mkdtemp(d1) != NULL, "mkdtemp");
+    fl_kv_tier *tier;
+    CHECK(fl_tier_dir_create(&tier, d1, false, &e) == 0, "tier: %s", e.msg);
+    CHECK(run(&ov, false, tier, 2, 2, prompts, plen, MT, other, &left) == 0, "sync persist run");
+    CHECK(same_ids(&alone[0], &other[0]) && same_ids(&alone[1], &other[1]), "sync persistence changes nothing");
+    CHECK(run(&ov, true, tier, 2, 2, prompts, plen, MT, other, &left) == 0, "async persist run");
+    CHECK(same_ids(&alone[0], &other[0]) && same_ids(&alone[1], &other[1]), "async persistence changes nothing");
+    CHECK(left == 0, "pages back after async persistence: %d", left);
+    fl_tier_destroy(tier);
+    /* 7. cancellation mid-block frees every page */
+    {
+        fl_sched_opts so = {.max_batch_tokens = BK->max_tokens, .max_seqs = 4, .async_persist = true};
+        fl_sched *s;
+        CHECK(fl_sched_create(&s, m, BK, &so, &e) == 0, "sched");
+        rec r[3];
+        memset(r, 0, sizeof r);
+        fl_decode_opts seqd = base;
+        seqd.policy = FL_POLICY_SEQUENTIAL; /* one token per step: cancel lands mid-block */
+        seqd.store_overlap = true;
+        for (int i = 0; i < 3; i++) {
+            fl_request rq = {.prompt = prompts[i + 3], .n_prompt = plen[i + 3], .max_tokens = 64, .dec = seqd};
+            CHECK(fl_sched_add(s, &rq, sink, &r[i], (uint64_t)i + 1, &e) == 0, "add %s", e.msg);
+        }
+        for (int k = 0; k < 2 * B + 1; k++)
+            fl_sched_step(s, &e);
+        CHECK(fl_kvpool_used(fl_sched_pool(s)) > 0, "pages in use mid-run");
+        for (int i = 0; i < 3; i++)
+            CHECK(fl_sched_cancel(s, (uint64_t)i + 1) == 0, "cancel %d", i);
+        CHECK(fl_sched_cancel(s, 99) == FL_ENOTFOUND, "unknown id");
+        for (int i = 0; i < 3; i++)
+            CHECK(r[i].done && r[i].finish == FL_FINISH_CANCELLED, "cancel sends done(cancelled) %d", i);
+        fl_sched_flush(s);
+        CHECK(fl_kvpool_used(fl_sched_pool(s)) == 0, "cancel frees every page: %d used",
+              fl_kvpool_used(fl_sched_pool(s)));
+        CHECK(fl_sched_idle(s), "idle after cancel");
+        fl_sched_destroy(s);
+    }
+    /* 8. bad requests are refused with a message */
+    {
+        fl_sched_opts so = {.max_batch_tokens = BK->max_tokens, .max_seqs = 4};
+        fl_sched *s;
+        CHECK(fl_sched_create(&s, m, BK, &so, &e) == 0, "sched");
+        fl_request rq = {.prompt = prompts[0], .n_prompt = 0, .max_tokens = 8, .dec = base};
+        CHECK(fl_sched_add(s, &rq, sink, NULL, 1, &e) == FL_EINVAL && strstr(e.msg, "empty"), "%s", e.msg);
+        int32_t badtok[2] = {1, V + 5};
+        rq.prompt = badtok;
+        rq.n_prompt = 2;
+        CHECK(fl_sched_add(s, &rq, sink, NULL, 1, &e) == FL_EINVAL && strstr(e.msg, "vocabulary"), "%s", e.msg);
+        rq.prompt = prompts[0];
+        rq.n_prompt = plen[0];
+        rq.max_tokens = 8;
+        rq.dec.threshold = 2.0f;
+        CHECK(fl_sched_add(s, &rq, sink, NULL, 1, &e) == FL_ERANGE && strstr(e.msg, "threshold"), "%s", e.msg);
+        fl_sched_destroy(s);
+    }
+    fl_backend_destroy(BK);
+    fl_model_free(m);
+    return check_summary("test_sched");
+}
