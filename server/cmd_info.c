@@ -45,8 +45,9 @@ typedef struct info_tok {
     bool ok;
     char why[FL_ERR_MSG + 32]; /* reason when !ok */
     int mask_id;               /* config's, or resolved from the tokenizer; -1 when unknown */
-    const char *mask_str;      /* NULL when no tokenizer */
-    const char *chat;          /* template kind name when ok */
+    const char *mask_str;      /* points at mask_buf, or NULL when unknown */
+    char mask_buf[256];        /* copied out: the tokenizer is freed before printing */
+    char chat[64];             /* template kind name when ok */
 } info_tok;
 
 static void probe_tokenizer(info_tok *it, const fl_model *m, const char *tmpl)
@@ -74,15 +75,12 @@ static void probe_tokenizer(info_tok *it, const fl_model *m, const char *tmpl)
     it->ok = true;
     if (it->mask_id < 0 && fl_family_mask_string(m->cfg.family))
         it->mask_id = fl_tokenizer_find(tok, fl_family_mask_string(m->cfg.family));
-    /* interned for the process lifetime: the tokenizer is freed at exit by the OS */
-    static char mask_copy[256], chat_copy[64];
     const char *ms = it->mask_id >= 0 ? fl_tokenizer_token(tok, it->mask_id) : NULL;
     if (ms) {
-        snprintf(mask_copy, sizeof mask_copy, "%s", ms);
-        it->mask_str = mask_copy;
+        snprintf(it->mask_buf, sizeof it->mask_buf, "%s", ms);
+        it->mask_str = it->mask_buf;
     }
-    snprintf(chat_copy, sizeof chat_copy, "%s", fl_chat_kind_name(fl_tokenizer_chat_kind(tok)));
-    it->chat = chat_copy;
+    snprintf(it->chat, sizeof it->chat, "%s", fl_chat_kind_name(fl_tokenizer_chat_kind(tok)));
     fl_tokenizer_free(tok);
 }
 
