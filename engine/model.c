@@ -11,11 +11,6 @@
 
 #include "tokenizer.h"
 
-/* Until engine/tokenizer.c grows past its placeholder it lacks fl_tokenizer_find; a weak
- * reference keeps the engine linking meanwhile (the placeholder's load always fails, so
- * the call is never reached). */
-#pragma weak fl_tokenizer_find
-
 static bool is_float(fl_dtype t) { return t == FL_DT_F32 || t == FL_DT_F16 || t == FL_DT_BF16; }
 
 static void shape_str(char *dst, size_t cap, int ndim, const int64_t *shape)
@@ -171,7 +166,7 @@ static int load_tokenizer(fl_model *m, const char *chat_template, fl_err *e)
     fl_config *c = &m->cfg;
     if (c->mask_token_id < 0) {
         const char *ms = fl_family_mask_string(c->family);
-        int id = ms && fl_tokenizer_find ? fl_tokenizer_find(m->tok, ms) : -1;
+        int id = ms ? fl_tokenizer_find(m->tok, ms) : -1;
         if (id < 0)
             return fl_err_set(e, FL_ENOTFOUND,
                               "%s: config.json has no mask_token_id and tokenizer.json has no %s "

@@ -11,13 +11,6 @@
 #include "model.h"
 #include "tokenizer.h"
 
-/* The tokenizer placeholder defines only load/free; weak references keep this linking until
- * engine/tokenizer.c lands (they are only called once a tokenizer has loaded). */
-#pragma weak fl_tokenizer_find
-#pragma weak fl_tokenizer_token
-#pragma weak fl_tokenizer_chat_kind
-#pragma weak fl_chat_kind_name
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: fogline info --model DIR [--json] [--chat-template NAME]\n\n"
@@ -64,12 +57,6 @@ static void probe_tokenizer(info_tok *it, const fl_model *m, const char *tmpl)
     fl_err e = {0};
     if (fl_tokenizer_load(&tok, m->dir, tmpl, &e) || !tok) {
         snprintf(it->why, sizeof it->why, "%s", e.msg[0] ? e.msg : "tokenizer failed to load");
-        return;
-    }
-    if (!fl_tokenizer_find || !fl_tokenizer_token || !fl_tokenizer_chat_kind ||
-        !fl_chat_kind_name) {
-        snprintf(it->why, sizeof it->why, "tokenizer library incomplete");
-        fl_tokenizer_free(tok);
         return;
     }
     it->ok = true;

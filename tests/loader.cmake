@@ -8,6 +8,6 @@ add_test(NAME loader.fixture.models
 set_tests_properties(loader.fixture.models PROPERTIES
   FIXTURES_SETUP loader_models LABELS unit
   ENVIRONMENT "OMP_NUM_THREADS=2;OMP_WAIT_POLICY=PASSIVE")
-set_tests_properties(unit.test_loader unit.test_loader_bad unit.test_loader_info PROPERTIES
+set_tests_properties(unit.test_loader unit.test_loader_bad unit.test_loader_info unit.test_loader_tok PROPERTIES
   FIXTURES_REQUIRED loader_models)
 set_tests_properties(unit.test_loader_fuzz PROPERTIES TIMEOUT 120)
