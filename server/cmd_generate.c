@@ -1,0 +1,364 @@
+/* cmd_generate.c: `fogline generate`: one reply from a model, shown live in the terminal
+ * (each block resolving out of its masks) or printed as one JSON object with --json. The
+ * scheduler is stepped on this thread: one process, one request, no server. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "engine.h"
+#include "gen_opts.h"
+#include "tokenizer.h"
+
+typedef struct live {
+    const fl_tokenizer *tok;
+    bool tty, json;
+    fl_buf committed;   /* reply text committed so far */
+    int32_t draft[16][256]; /* running blocks' tokens, -1 masked */
+    int32_t draft_n[16];
+    int32_t first_block; /* reply block index of draft[0] */
+    int done;
+    fl_finish finish;
+    char *error;
+    fl_seq_stats st;
+    int32_t *ids;
+    int32_t n_ids;
+    fl_buf text;
+} live;
+
+static void redraw(live *L)
+{
+    if (!L->tty || L->json)
+        return;
+    /* restore to the end of the committed text, clear, print the drafts dimmed */
+    fputs("\0338\033[J\033[2m", stdout);
+    for (int b = 0; b < 16; b++) {
+        for (int i = 0; i < L->draft_n[b]; i++) {
+            int32_t t = L->draft[b][i];
+            if (t < 0) {
+                fputs("\xe2\x96\x91", stdout); /* ░: a masked position */
+            } else {
+                fl_buf one = {0};
+                if (!fl_tokenizer_decode(L->tok, &t, 1, true, &one, NULL) && one.len)
+                    fwrite(one.data, 1, one.len, stdout);
+                fl_buf_free(&one);
+            }
+        }
+    }
+    fputs("\033[0m", stdout);
+    fflush(stdout);
+}
+
+static void sink(const fl_event *ev, void *ctx)
+{
+    live *L = ctx;
+    switch (ev->type) {
+    case FL_EV_DRAFT: {
+        int slot = ev->block - L->first_block;
+        if (slot >= 0 && slot < 16) {
+            L->draft_n[slot] = ev->n;
+            memcpy(L->draft[slot], ev->tokens, sizeof(int32_t) * (size_t)ev->n);
+        }
+        redraw(L);
+        break;
+    }
+    case FL_EV_COMMIT:
+        if (L->tty && !L->json) {
+            fputs("\0338\033[J", stdout);
+            fwrite(ev->text, 1, ev->text_len, stdout);
+            fputs("\0337", stdout);
+        }
+        fl_buf_append(&L->committed, ev->text, ev->text_len);
+        /* the committed block leaves the draft window */
+        memmove(L->draft[0], L->draft[1], sizeof L->draft - sizeof L->draft[0]);
+        memmove(L->draft_n, L->draft_n + 1, sizeof L->draft_n - sizeof L->draft_n[0]);
+        L->draft_n[15] = 0;
+        L->first_block = ev->block + 1;
+        redraw(L);
+        break;
+    case FL_EV_DONE:
+        L->done = 1;
+        L->finish = ev->finish;
+        if (ev->error)
+            L->error = strdup(ev->error);
+        if (ev->stats)
+            L->st = *ev->stats;
+        fl_buf_append(&L->text, ev->text, ev->text_len);
+        L->ids = malloc(sizeof(int32_t) * (size_t)(ev->n_ids + 1));
+        if (L->ids) {
+            memcpy(L->ids, ev->ids, sizeof(int32_t) * (size_t)ev->n_ids);
+            L->n_ids = ev->n_ids;
+        }
+        break;
+    }
+}
+
+static const char *finish_name(fl_finish f)
+{
+    switch (f) {
+    case FL_FINISH_STOP: return "stop";
+    case FL_FINISH_LENGTH: return "length";
+    case FL_FINISH_CANCELLED: return "cancelled";
+    default: return "error";
+    }
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: fogline generate [--model DIR] (--prompt TEXT | --messages FILE) [options]\n\n"
+               "  --model DIR          model directory (default: $FOGLINE_MODEL or the built-in model)\n"
+               "  --prompt TEXT        one user message, rendered with the model's chat template\n"
+               "  --system TEXT        a system message before it\n"
+               "  --messages FILE      a JSON array of {\"role\",\"content\"} messages ('-' = stdin)\n"
+               "  --raw                use --prompt as the exact prompt text (no template)\n"
+               "  --prompt-ids 1,2,3   the exact prompt token ids (no tokenizer needed)\n"
+               "  --json               print one JSON object: text, ids, finish, stats\n"
+               "  --threads N          compute threads (default: all cores)\n"
+               "  --chat-template K    override the template: chatml | qwen3 | fogline\n");
+    fl_gen_opts_usage(f);
+}
+
+int fl_cmd_generate(int argc, char **argv)
+{
+    const char *model_dir = getenv("FOGLINE_MODEL");
+    const char *prompt = NULL, *system = NULL, *messages = NULL, *tmpl = NULL, *prompt_ids = NULL;
+    bool raw = false, json = false;
+    int threads = 0;
+    fl_gen_opts g;
+    fl_gen_opts_default(&g);
+    enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
+           O_IDS };
+    struct option base[] = {
+        {"model", required_argument, 0, O_MODEL},     {"prompt", required_argument, 0, O_PROMPT},
+        {"system", required_argument, 0, O_SYSTEM},   {"messages", required_argument, 0, O_MESSAGES},
+        {"raw", no_argument, 0, O_RAW},               {"json", no_argument, 0, O_JSON},
+        {"threads", required_argument, 0, O_THREADS}, {"chat-template", required_argument, 0, O_TMPL},
+        {"help", no_argument, 0, O_HELP},             {"prompt-ids", required_argument, 0, O_IDS},
+    };
+    struct option opts[64];
+    int nopt = fl_gen_opts_longopts(opts, 64, base, (int)(sizeof base / sizeof base[0]));
+    (void)nopt;
+    optind = 1;
+    opterr = 0;
+    int c;
+    char errbuf[256];
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case O_MODEL: model_dir = optarg; break;
+        case O_PROMPT: prompt = optarg; break;
+        case O_SYSTEM: system = optarg; break;
+        case O_MESSAGES: messages = optarg; break;
+        case O_RAW: raw = true; break;
+        case O_JSON: json = true; break;
+        case O_THREADS: threads = atoi(optarg); break;
+        case O_TMPL: tmpl = optarg; break;
+        case O_IDS: prompt_ids = optarg; break;
+        case O_HELP: usage(stdout); return 0;
+        case '?':
+            fprintf(stderr, "fogline generate: unknown or incomplete option '%s' (try --help)\n",
+                    argv[optind - 1]);
+            return 2;
+        default:
+            if (fl_gen_opts_apply(&g, c, optarg, errbuf, sizeof errbuf)) {
+                fprintf(stderr, "fogline generate: %s\n", errbuf);
+                return 2;
+            }
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "fogline generate: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!prompt && !messages && !prompt_ids) {
+        fprintf(stderr, "fogline generate: give --prompt TEXT or --messages FILE (try --help)\n");
+        return 2;
+    }
+    /* --prompt-ids: exact token ids, comma separated (tests, debugging) */
+    int32_t *given = NULL;
+    size_t n_given = 0;
+    if (prompt_ids) {
+        given = malloc(sizeof(int32_t) * (strlen(prompt_ids) / 2 + 2));
+        const char *p = prompt_ids;
+        while (given && *p) {
+            char *end;
+            long v = strtol(p, &end, 10);
+            if (end == p || v < 0 || v > 0x7fffffff || (*end && *end != ',')) {
+                fprintf(stderr, "fogline generate: --prompt-ids needs comma-separated token ids, got '%s'\n",
+                        prompt_ids);
+                free(given);
+                return 2;
+            }
+            given[n_given++] = (int32_t)v;
+            p = *end ? end + 1 : end;
+        }
+        if (!given || !n_given) {
+            fprintf(stderr, "fogline generate: --prompt-ids is empty\n");
+            free(given);
+            return 2;
+        }
+    }
+    if (!model_dir)
+        model_dir = FL_DEFAULT_MODEL_DIR;
+    fl_err e = {0};
+    fl_model *m = NULL;
+    fl_load_opts lo = {0};
+    lo.chat_template = tmpl;
+    if (given) { /* ids need no tokenizer: a directory without one still generates */
+        char tj[4096];
+        snprintf(tj, sizeof tj, "%s/tokenizer.json", model_dir);
+        lo.no_tokenizer = access(tj, R_OK) != 0;
+    }
+    if (fl_model_load(&m, model_dir, &lo, &e)) {
+        fprintf(stderr, "fogline generate: %s\n", e.msg);
+        free(given);
+        return 1;
+    }
+    int rc = 1;
+    fl_backend *b = NULL;
+    fl_sched *s = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    json_t *jmsgs = NULL;
+    fl_buf text = {0};
+    live L = {0};
+    /* the prompt text */
+    if (given) {
+        ids = given;
+        n_ids = n_given;
+        given = NULL;
+    } else if (raw && prompt) {
+        fl_buf_puts(&text, prompt);
+    } else {
+        fl_chat_msg msgs[64];
+        size_t nm = 0;
+        if (messages) {
+            json_error_t je;
+            jmsgs = !strcmp(messages, "-") ? json_loadf(stdin, 0, &je) : json_load_file(messages, 0, &je);
+            if (!jmsgs || !json_is_array(jmsgs)) {
+                fprintf(stderr, "fogline generate: %s: %s\n", messages,
+                        jmsgs ? "not a JSON array of messages" : je.text);
+                goto out;
+            }
+            size_t i;
+            json_t *v;
+            json_array_foreach(jmsgs, i, v)
+            {
+                const char *role = json_string_value(json_object_get(v, "role"));
+                const char *content = json_string_value(json_object_get(v, "content"));
+                if (!role || !content || nm >= 64) {
+                    fprintf(stderr, "fogline generate: %s: message %zu needs string role and content "
+                                    "(at most 64 messages)\n", messages, i);
+                    goto out;
+                }
+                msgs[nm++] = (fl_chat_msg){role, content};
+            }
+        } else {
+            if (system)
+                msgs[nm++] = (fl_chat_msg){"system", system};
+            msgs[nm++] = (fl_chat_msg){"user", prompt};
+        }
+        fl_chat_opts co = {.add_generation_prompt = true, .enable_thinking = false};
+        if (fl_chat_render(m->tok, msgs, nm, &co, &text, &e)) {
+            fprintf(stderr, "fogline generate: %s\n", e.msg);
+            goto out;
+        }
+    }
+    if (!ids && fl_tokenizer_encode(m->tok, text.data ? text.data : "", text.len, true, &ids, &n_ids, &e)) {
+        fprintf(stderr, "fogline generate: %s\n", e.msg);
+        goto out;
+    }
+    int32_t B = m->cfg.block_size;
+    int32_t need_pages = (int32_t)(n_ids + (size_t)g.max_tokens) / B + 2 * 16 + 4;
+    fl_backend_opts bo = {.n_pages = need_pages, .n_threads = threads, .max_tokens = 0};
+    bo.max_tokens = (int32_t)n_ids + 17 * B; /* the whole prompt can ride in the first forward */
+    if (fl_backend_cpu_create(&b, m, &bo, &e)) {
+        fprintf(stderr, "fogline generate: %s\n", e.msg);
+        goto out;
+    }
+    fl_sched_opts so = {.max_batch_tokens = bo.max_tokens, .max_seqs = 1, .async_persist = true};
+    if (fl_sched_create(&s, m, b, &so, &e)) {
+        fprintf(stderr, "fogline generate: %s\n", e.msg);
+        goto out;
+    }
+    fl_request req = {0};
+    req.prompt = ids;
+    req.n_prompt = (int32_t)n_ids;
+    req.max_tokens = g.max_tokens;
+    req.stop = (const char *const *)g.stop;
+    req.n_stop = g.n_stop;
+    req.dec = g.dec;
+    L.tok = m->tok;
+    L.json = json;
+    L.tty = isatty(STDOUT_FILENO) && !json && m->tok;
+    if (fl_sched_add(s, &req, sink, &L, 1, &e)) {
+        fprintf(stderr, "fogline generate: %s\n", e.msg);
+        goto out;
+    }
+    if (L.tty)
+        fputs("\0337", stdout);
+    while (!L.done) {
+        int r = fl_sched_step(s, &e);
+        if (r < 0 && !L.done) {
+            fprintf(stderr, "fogline generate: %s\n", e.msg);
+            goto out;
+        }
+        if (r == 0 && !L.done) {
+            fprintf(stderr, "fogline generate: the scheduler stalled (internal error)\n");
+            goto out;
+        }
+    }
+    fl_sched_flush(s);
+    if (L.error) {
+        fprintf(stderr, "fogline generate: %s\n", L.error);
+        goto out;
+    }
+    if (json) {
+        json_t *o = json_object();
+        json_object_set_new(o, "text", json_stringn(L.text.data ? L.text.data : "", L.text.len));
+        json_t *ja = json_array();
+        for (int32_t i = 0; i < L.n_ids; i++)
+            json_array_append_new(ja, json_integer(L.ids[i]));
+        json_object_set_new(o, "ids", ja);
+        json_object_set_new(o, "finish", json_string(finish_name(L.finish)));
+        json_object_set_new(o, "prompt_tokens", json_integer((json_int_t)n_ids));
+        json_t *st = json_object();
+        json_object_set_new(st, "forwards", json_integer(L.st.forwards));
+        json_object_set_new(st, "decode_forwards", json_integer(L.st.decode_forwards));
+        json_object_set_new(st, "store_forwards", json_integer(L.st.store_forwards));
+        json_object_set_new(st, "blocks", json_integer(L.st.blocks));
+        json_object_set_new(st, "tpf", json_real(L.st.tpf));
+        json_object_set_new(st, "ms_prefill", json_real(L.st.ms_prefill));
+        json_object_set_new(st, "ms_decode", json_real(L.st.ms_decode));
+        json_object_set_new(st, "ms_total", json_real(L.st.ms_total));
+        json_object_set_new(o, "stats", st);
+        char *dump = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+        if (dump)
+            puts(dump);
+        free(dump);
+        json_decref(o);
+    } else if (L.tty) {
+        fputs("\0338\033[J", stdout);
+        printf("\n\033[2m[%s · %d tokens · %d forwards · %.2f tokens/forward · %.0f ms]\033[0m\n",
+               finish_name(L.finish), L.n_ids, L.st.forwards, L.st.tpf, L.st.ms_total);
+    } else {
+        fwrite(L.text.data ? L.text.data : "", 1, L.text.len, stdout);
+        fputc('\n', stdout);
+    }
+    rc = 0;
+out:
+    fl_sched_destroy(s);
+    fl_backend_destroy(b);
+    fl_model_free(m);
+    free(ids);
+    json_decref(jmsgs);
+    fl_buf_free(&text);
+    fl_buf_free(&L.committed);
+    fl_buf_free(&L.text);
+    free(L.ids);
+    free(L.error);
+    fl_gen_opts_free(&g);
+    return rc;
+}
