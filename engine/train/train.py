@@ -1,0 +1,287 @@
+"""Trains fogline-helpdesk, fogline's built-in default model: a small block-diffusion chat model
+(Qwen3 layout, tests/reference/fogline_ref.Model) on datagen's synthetic help-desk dialogues.
+
+Objective: block diffusion with diffusion forcing (D2F). Sequence = ChatML context up to and
+including "<|im_start|>assistant\\n" (never masked) + reply + <|im_end|> + <|endoftext|> up to
+the end of that block + one all-<|endoftext|> block. Blocks are by ABSOLUTE position
+(pos // block_size), so the prompt's last partial block is shared with the reply's first tokens,
+as at inference. Each reply block gets its own mask ratio, non-decreasing from block to block:
+  - half the examples: sorted uniform ratios, one per block;
+  - the other half: clean prefix, one "active" block k with ratio U(0.05, 1], all later blocks
+    fully masked (what a pipelined decoder sees when it adds a new block early).
+Attention is block-causal over the noisy sequence (fogline_ref.block_causal_mask, the model's
+default). Loss: plain cross-entropy averaged over the masked positions of the batch (no 1/ratio
+weighting: with ratios near 0 it makes the loss spiky at this tiny batch size).
+
+Time-boxed: the run measures its speed for the first --calib-s seconds, then fixes the step count
+so that the loop ends --budget-min minutes after the process started (re-estimated downward only,
+if the machine gets slower). The chosen step count is logged; pass --steps N to repeat a run.
+
+Usage (see README.md):
+  OMP_WAIT_POLICY=PASSIVE nice -n 10 python3 engine/train/train.py --budget-min 66 \\
+      --export engine/models/fogline-helpdesk > /tmp/fogline-train.log 2>&1 &
+"""
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "reference"))
+
+import bpe  # noqa: E402
+import datagen  # noqa: E402
+import fogline_ref  # noqa: E402
+
+
+def log(*a):
+    print(time.strftime("%H:%M:%S"), *a, flush=True)
+
+
+def make_config(a, tok):
+    return {
+        "architectures": ["FoglineForDiffusionLM"],
+        "model_type": "fogline",
+        "hidden_size": a.hidden,
+        "num_hidden_layers": a.layers,
+        "num_attention_heads": a.heads,
+        "num_key_value_heads": a.kv_heads,
+        "head_dim": a.head_dim,
+        "intermediate_size": a.inter,
+        "hidden_act": "silu",
+        "vocab_size": tok.size,
+        "max_position_embeddings": 1024,
+        "rope_theta": 10000.0,
+        "rms_norm_eps": 1e-6,
+        "tie_word_embeddings": True,
+        "attention_bias": False,
+        "block_size": a.block,
+        "mask_token_id": tok.mask,
+        "bos_token_id": None,
+        "eos_token_id": [tok.im_end, tok.eot],
+        "pad_token_id": tok.eot,
+        "torch_dtype": "bfloat16",
+    }
+
+
+def init_weights(m, n_layers):
+    """Qwen-style init: N(0, 0.02) everywhere, residual outputs scaled by 1/sqrt(2 * layers)."""
+    for name, p in m.named_parameters():
+        if p.dim() == 1:
+            continue  # norms stay 1
+        std = 0.02
+        if name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
+            std = 0.02 / math.sqrt(2 * n_layers)
+        torch.nn.init.normal_(p, 0.0, std)
+
+
+def build_example(tok, msgs, bs):
+    """-> (ids list, P): P = prompt length; target region is [P, len(ids))."""
+    prompt = datagen.render(msgs[:-1], add_generation_prompt=True)
+    p_ids = tok.encode(prompt)
+    r_ids = tok.encode(msgs[-1]["content"]) + [tok.im_end]
+    ids = p_ids + r_ids
+    L = -(-len(ids) // bs) * bs + bs  # end of im_end's block, plus one all-pad block
+    ids = ids + [tok.eot] * (L - len(ids))
+    return ids, len(p_ids)
+
+
+def make_batches(examples, batch_tokens, bs, rng):
+    """Groups examples of similar length; each batch is padded to its longest member."""
+    order = sorted(range(len(examples)), key=lambda i: (len(examples[i][0]), rng.random()))
+    batches = []
+    cur = []
+    for i in order:
+        L = len(examples[i][0])
+        if cur and (len(cur) + 1) * L > batch_tokens:
+            batches.append(cur)
+            cur = []
+        cur.append(i)
+    if cur:
+        batches.append(cur)
+    rng.shuffle(batches)
+    return batches
+
+
+def noisy_batch(examples, idx, tok, bs, rng):
+    """-> ids (B,T) clean, noisy (B,T), masked (B,T) bool."""
+    T = max(len(examples[i][0]) for i in idx)
+    B = len(idx)
+    clean = np.full((B, T), tok.eot, dtype=np.int64)
+    masked = np.zeros((B, T), dtype=bool)
+    for b, i in enumerate(idx):
+        ids, P = examples[i]
+        L = len(ids)
+        clean[b, :L] = ids
+        b0, b1 = P // bs, L // bs  # target blocks b0 .. b1-1 (b0 may hold prompt tokens)
+        nb = b1 - b0
+        if rng.random() < 0.5:
+            ratios = np.sort(rng.random(nb))
+        else:
+            k = rng.integers(nb)
+            ratios = np.ones(nb)
+            ratios[:k] = 0.0
+            ratios[k] = rng.uniform(0.05, 1.0)
+        pos = np.arange(P, L)
+        r = ratios[pos // bs - b0]
+        m = rng.random(L - P) < r
+        if not m.any():
+            # at least one masked position, in the first block with a nonzero ratio
+            cand = np.nonzero(r == r[r > 0].min())[0] if (r > 0).any() else np.arange(L - P)
+            m[rng.choice(cand)] = True
+        masked[b, P:L] = m
+    noisy = np.where(masked, tok.mask, clean)
+    return torch.from_numpy(clean), torch.from_numpy(noisy), torch.from_numpy(masked)
+
+
+def export(model, cfg, tok, out_dir, meta=None):
+    fogline_ref.save_model(model, out_dir, dtype=torch.bfloat16, config=cfg)
+    tok.save(out_dir)
+    if meta:
+        with open(os.path.join(out_dir, "training_meta.json"), "w") as f:
+            json.dump(meta, f, indent=2)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--inter", type=int, default=704)
+    ap.add_argument("--block", type=int, default=8)
+    ap.add_argument("--vocab", type=int, default=3000, help="BPE target (total, specials incl.)")
+    ap.add_argument("--tok-dialogues", type=int, default=30000)
+    ap.add_argument("--dialogues", type=int, default=160000)
+    ap.add_argument("--batch-tokens", type=int, default=2560)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--wd", type=float, default=0.01)
+    ap.add_argument("--warmup", type=int, default=150)
+    ap.add_argument("--steps", type=int, default=0, help="0: pick from measured speed")
+    ap.add_argument("--budget-min", type=float, default=66.0,
+                    help="the loop ends this long after the process started")
+    ap.add_argument("--calib-s", type=float, default=60.0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--work", default="/tmp/fogline-train")
+    ap.add_argument("--ckpt-every-s", type=float, default=600.0)
+    ap.add_argument("--export", default=os.path.join(HERE, "..", "models", "fogline-helpdesk"))
+    a = ap.parse_args()
+    t_start = time.time()
+    deadline = t_start + a.budget_min * 60
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+    rng = np.random.default_rng(a.seed)
+    prng = random.Random(a.seed)
+    os.makedirs(a.work, exist_ok=True)
+    log("args", json.dumps(vars(a)))
+
+    # tokenizer
+    texts = [datagen.render(d) for d in datagen.generate("train", a.tok_dialogues, a.seed)]
+    vocab, merges = bpe.train(texts, a.vocab)
+    tok = bpe.Tokenizer(vocab, merges)
+    tok.save(a.work)
+    log("tokenizer: %d tokens (%d merges)" % (tok.size, len(merges)))
+
+    # data: one example per dialogue (its final assistant turn is the target)
+    dl = datagen.generate("train", a.dialogues, a.seed + 1000)
+    examples = [build_example(tok, d, a.block) for d in dl]
+    ntok = sum(len(e[0]) for e in examples)
+    nrep = sum(len(e[0]) - e[1] for e in examples)
+    log("data: %d examples, %d tokens (%.1f per example, %.1f target incl. padding)" % (
+        len(examples), ntok, ntok / len(examples), nrep / len(examples)))
+
+    cfg = make_config(a, tok)
+    with open(os.path.join(a.work, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    model = fogline_ref.Model(fogline_ref.Config(cfg))
+    init_weights(model, a.layers)
+    nparam = sum(p.numel() for p in model.parameters())
+    log("model: %d params" % nparam)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    nodecay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": a.wd},
+                             {"params": nodecay, "weight_decay": 0.0}],
+                            lr=a.lr, betas=(0.9, 0.98), eps=1e-8)
+
+    total = a.steps if a.steps > 0 else 10 ** 9
+    auto = a.steps <= 0
+    step = 0
+    epoch = 0
+    seen_tok = 0
+    t_loop = time.time()
+    t_ckpt = time.time()
+    ema = None
+    batches = []
+    bi = 0
+    model.train()
+    while step < total:
+        if bi >= len(batches):
+            batches = make_batches(examples, a.batch_tokens, a.block, prng)
+            bi = 0
+            epoch += 1
+            log("epoch %d: %d batches" % (epoch, len(batches)))
+        idx = batches[bi]
+        bi += 1
+        clean, noisy, masked = noisy_batch(examples, idx, tok, a.block, rng)
+        if step < a.warmup:
+            lr = a.lr * (step + 1) / a.warmup
+        else:
+            prog = min(1.0, (step - a.warmup) / max(1, total - a.warmup))
+            lr = a.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * prog)))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        logits, _ = model(noisy)
+        loss = F.cross_entropy(logits[masked], clean[masked])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        step += 1
+        seen_tok += clean.numel()
+        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        now = time.time()
+        if auto and (total == 10 ** 9 and now - t_loop >= a.calib_s or
+                     total < 10 ** 9 and step % 200 == 0):
+            rate = step / (now - t_loop)
+            left = deadline - now
+            want = step + int(rate * left)
+            if total == 10 ** 9:
+                total = want
+                log("calibrated: %.2f steps/s, %.0f tok/s -> total %d steps" % (
+                    rate, seen_tok / (now - t_loop), total))
+            elif want < total * 0.99:
+                log("slower than planned: total %d -> %d" % (total, want))
+                total = want
+        if step % 50 == 0:
+            el = now - t_loop
+            log("step %d/%s loss %.4f ema %.4f lr %.2e gn %.2f | %.0f tok/s, %.1f min" % (
+                step, total if total < 10 ** 9 else "?", loss.item(), ema, lr, float(gn),
+                seen_tok / el, el / 60))
+        if now - t_ckpt >= a.ckpt_every_s:
+            t_ckpt = now
+            torch.save({"model": model.state_dict(), "step": step},
+                       os.path.join(a.work, "ckpt.pt"))
+            export(model, cfg, tok, os.path.join(a.work, "latest"))
+            log("checkpoint at step %d -> %s/latest" % (step, a.work))
+    wall = time.time() - t_start
+    meta = {"steps": step, "train_wall_s": round(wall, 1), "params": nparam,
+            "tokens_seen": seen_tok, "final_loss_ema": round(ema, 4), "args": vars(a)}
+    torch.save({"model": model.state_dict(), "step": step}, os.path.join(a.work, "ckpt.pt"))
+    export(model, cfg, tok, os.path.join(a.work, "latest"), meta)
+    export(model, cfg, tok, a.export, meta)
+    log("done: %d steps, %.1f min total; exported to %s" % (step, (time.time() - t_start) / 60,
+                                                           a.export))
+
+
+if __name__ == "__main__":
+    main()
