@@ -9,7 +9,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: fogline bench <benchmark> [options]   (fogline bench <benchmark> --help)\n\n"
                "benchmarks:\n"
                "  tokenizer  encode throughput vs the Hugging Face reference, same input, same run\n"
-               "  forward    step time at blocks of 4/8/32 vs the PyTorch reference and sgemm\n");
+               "  forward    step time at blocks of 4/8/32 vs the PyTorch reference and sgemm\n"
+               "  decode     what decode-store overlap, pipelining, async persistence and batching buy\n");
 }
 
 int fl_cmd_bench(int argc, char **argv)
@@ -20,6 +21,8 @@ int fl_cmd_bench(int argc, char **argv)
     }
     if (!strcmp(argv[1], "tokenizer"))
         return fl_bench_tokenizer(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "decode"))
+        return fl_bench_decode(argc - 1, argv + 1);
     if (!strcmp(argv[1], "forward"))
         return fl_bench_forward(argc - 1, argv + 1);
     fprintf(stderr, "fogline bench: unknown benchmark '%s' (try 'fogline bench --help')\n", argv[1]);

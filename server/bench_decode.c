@@ -1,0 +1,264 @@
+/* bench_decode.c: `fogline bench decode`: what each bubble-removing technique buys, measured
+ * side by side in one run on the same prompts:
+ *   1 baseline: one block at a time, threshold 0.9, a separate store pass, sync persistence
+ *   2 + decode-store overlap   3 + multi-block pipelining   4 + asynchronous persistence
+ *   5 row 4 at 1, 4 and 16 concurrent sequences
+ * Columns: TPF, forwards per block, tokens/s, the compute thread's persistence wait, exact match
+ * against the reference replies in the prompts file. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "engine.h"
+#include "tokenizer.h"
+
+typedef struct item {
+    int32_t *ids;
+    size_t n;
+    char *want; /* the reference reply, or NULL */
+} item;
+
+typedef struct result {
+    char *text;
+    int done;
+    fl_seq_stats st;
+} result;
+
+static void sink(const fl_event *ev, void *ctx)
+{
+    result *r = ctx;
+    if (ev->type != FL_EV_DONE)
+        return;
+    r->done = 1;
+    r->st = *ev->stats;
+    r->text = strndup(ev->text, ev->text_len);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+typedef struct row {
+    const char *name;
+    bool overlap, pipeline, async;
+    int conc;
+} row;
+
+static int run_row(const fl_model *m, fl_backend *b, const row *rw, const item *items, int n,
+                   int max_tokens, const char *tier_dir, int threads_unused, bool fsync_tier)
+{
+    (void)threads_unused;
+    fl_err e = {0};
+    fl_kv_tier *tier = NULL;
+    if (fl_tier_dir_create(&tier, tier_dir, fsync_tier, &e)) {
+        fprintf(stderr, "fogline bench decode: %s\n", e.msg);
+        return 1;
+    }
+    fl_sched_opts so = {.max_batch_tokens = b->max_tokens, .max_seqs = rw->conc,
+                        .async_persist = rw->async, .tier = tier, .model_id = 0x466f676cull};
+    fl_sched *s = NULL;
+    if (fl_sched_create(&s, m, b, &so, &e)) {
+        fprintf(stderr, "fogline bench decode: %s\n", e.msg);
+        fl_tier_destroy(tier);
+        return 1;
+    }
+    result *res = calloc((size_t)n, sizeof *res);
+    fl_decode_opts d;
+    fl_decode_opts_default(&d);
+    d.policy = FL_POLICY_THRESHOLD;
+    d.threshold = 0.9f;
+    d.store_overlap = rw->overlap;
+    d.pipeline = rw->pipeline;
+    double t0 = now_s();
+    int next = 0, finished = 0;
+    int64_t fw0;
+    fl_sched_stats st;
+    fl_sched_get_stats(s, &st);
+    fw0 = st.forwards;
+    while (finished < n) {
+        /* keep `conc` sequences in flight */
+        int inflight = next - finished;
+        while (next < n && inflight < rw->conc) {
+            fl_request rq = {.prompt = items[next].ids, .n_prompt = (int32_t)items[next].n,
+                             .max_tokens = max_tokens, .dec = d};
+            if (fl_sched_add(s, &rq, sink, &res[next], (uint64_t)next + 1, &e)) {
+                fprintf(stderr, "fogline bench decode: %s\n", e.msg);
+                return 1;
+            }
+            next++;
+            inflight++;
+        }
+        if (fl_sched_step(s, &e) < 0) {
+            fprintf(stderr, "fogline bench decode: %s\n", e.msg);
+            return 1;
+        }
+        finished = 0;
+        for (int i = 0; i < next; i++)
+            finished += res[i].done;
+    }
+    fl_sched_flush(s);
+    double wall = now_s() - t0;
+    fl_sched_get_stats(s, &st);
+    int64_t tokens = 0, fw_seq = 0, blocks = 0;
+    int exact = 0, graded = 0;
+    for (int i = 0; i < n; i++) {
+        tokens += res[i].st.reply_tokens;
+        fw_seq += res[i].st.forwards;
+        blocks += res[i].st.blocks;
+        if (items[i].want) {
+            graded++;
+            exact += !strcmp(items[i].want, res[i].text ? res[i].text : "");
+        }
+    }
+    /* TPF per sequence: its reply tokens over the forwards it took part in */
+    double tpf = fw_seq ? (double)tokens / (double)fw_seq : 0;
+    printf("| %-34s | %4d | %6.2f | %6.2f | %8.1f | %8.1f | %9.1f | %5.1f%% |\n", rw->name, rw->conc,
+           tpf, blocks ? (double)fw_seq / (double)blocks : 0, (double)tokens / wall,
+           (double)(st.forwards - fw0), st.persist_wait_ms,
+           graded ? 100.0 * exact / graded : 0.0);
+    fflush(stdout);
+    for (int i = 0; i < n; i++)
+        free(res[i].text);
+    free(res);
+    fl_sched_destroy(s);
+    fl_tier_destroy(tier);
+    return 0;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: fogline bench decode [--model DIR] [--prompts FILE] [--n N] [--max-tokens N]\n"
+               "                            [--threads N] [--tier-dir DIR] [--no-fsync]\n\n"
+               "FILE: a JSON array of {\"messages\": [...], \"reply\": \"reference reply\"}\n"
+               "(default: tests/data/helpdesk_heldout.json of the default model).\n");
+}
+
+int fl_bench_decode(int argc, char **argv)
+{
+    const char *model_dir = getenv("FOGLINE_MODEL");
+    const char *prompts = FL_DEFAULT_BENCH_PROMPTS;
+    const char *tier_dir = NULL;
+    int n = 32, max_tokens = 96, threads = 0;
+    bool fsync_tier = true;
+    struct option opts[] = {{"model", required_argument, 0, 'm'}, {"prompts", required_argument, 0, 'p'},
+                            {"n", required_argument, 0, 'n'},     {"max-tokens", required_argument, 0, 't'},
+                            {"threads", required_argument, 0, 'j'}, {"tier-dir", required_argument, 0, 'd'},
+                            {"no-fsync", no_argument, 0, 'F'},    {"help", no_argument, 0, 'h'},
+                            {0, 0, 0, 0}};
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (c) {
+        case 'm': model_dir = optarg; break;
+        case 'p': prompts = optarg; break;
+        case 'n': n = atoi(optarg); break;
+        case 't': max_tokens = atoi(optarg); break;
+        case 'j': threads = atoi(optarg); break;
+        case 'd': tier_dir = optarg; break;
+        case 'F': fsync_tier = false; break;
+        case 'h': usage(stdout); return 0;
+        default:
+            fprintf(stderr, "fogline bench decode: unknown or incomplete option '%s'\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (n < 1 || max_tokens < 1) {
+        fprintf(stderr, "fogline bench decode: --n and --max-tokens must be positive\n");
+        return 2;
+    }
+    if (!model_dir)
+        model_dir = FL_DEFAULT_MODEL_DIR;
+    fl_err e = {0};
+    fl_model *m = NULL;
+    if (fl_model_load(&m, model_dir, NULL, &e)) {
+        fprintf(stderr, "fogline bench decode: %s\n", e.msg);
+        return 1;
+    }
+    json_error_t je;
+    json_t *arr = json_load_file(prompts, 0, &je);
+    if (!arr || !json_is_array(arr) || json_array_size(arr) == 0) {
+        fprintf(stderr, "fogline bench decode: %s: %s\n", prompts, arr ? "not a non-empty JSON array" : je.text);
+        json_decref(arr);
+        fl_model_free(m);
+        return 1;
+    }
+    if ((size_t)n > json_array_size(arr))
+        n = (int)json_array_size(arr);
+    item *items = calloc((size_t)n, sizeof *items);
+    size_t max_prompt = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *o = json_array_get(arr, (size_t)i), *ms = json_object_get(o, "messages");
+        fl_chat_msg msgs[32];
+        size_t nm = 0;
+        for (size_t k = 0; k < json_array_size(ms) && nm < 32; k++) {
+            json_t *mm = json_array_get(ms, k);
+            const char *role = json_string_value(json_object_get(mm, "role"));
+            const char *content = json_string_value(json_object_get(mm, "content"));
+            if (role && content)
+                msgs[nm++] = (fl_chat_msg){role, content};
+        }
+        fl_buf text = {0};
+        fl_chat_opts co = {.add_generation_prompt = true};
+        if (!nm || fl_chat_render(m->tok, msgs, nm, &co, &text, &e) ||
+            fl_tokenizer_encode(m->tok, text.data, text.len, true, &items[i].ids, &items[i].n, &e)) {
+            fprintf(stderr, "fogline bench decode: %s: item %d: %s\n", prompts, i,
+                    nm ? e.msg : "no messages");
+            return 1;
+        }
+        fl_buf_free(&text);
+        const char *want = json_string_value(json_object_get(o, "reply"));
+        items[i].want = want ? strdup(want) : NULL;
+        if (items[i].n > max_prompt)
+            max_prompt = items[i].n;
+    }
+    json_decref(arr);
+    int32_t B = m->cfg.block_size;
+    int32_t per_seq = (int32_t)(max_prompt + (size_t)max_tokens) / B + 8;
+    fl_backend *b = NULL;
+    fl_backend_opts bo = {.n_pages = per_seq * 16 + 16, .n_threads = threads,
+                          .max_tokens = 16 * (int32_t)(max_prompt + 8 * (size_t)B)};
+    if (fl_backend_cpu_create(&b, m, &bo, &e)) {
+        fprintf(stderr, "fogline bench decode: %s\n", e.msg);
+        return 1;
+    }
+    char tmpdir[] = "/tmp/fogline-bench-tier-XXXXXX";
+    if (!tier_dir) {
+        if (!mkdtemp(tmpdir)) {
+            fprintf(stderr, "fogline bench decode: cannot make a temporary tier directory\n");
+            return 1;
+        }
+        tier_dir = tmpdir;
+    }
+    printf("fogline bench decode: %s, %d prompts, max_tokens %d, block %d, tier %s (%s)\n\n",
+           model_dir, n, max_tokens, B, tier_dir, fsync_tier ? "fsync per page" : "no fsync");
+    printf("| %-34s | conc |    TPF | fwd/blk | tokens/s | forwards | wait (ms) | exact  |\n", "configuration");
+    printf("|------------------------------------|------|--------|---------|----------|----------|-----------|--------|\n");
+    row rows[] = {
+        {"1 baseline (store pass, sync)", false, false, false, 1},
+        {"2 + decode-store overlap", true, false, false, 1},
+        {"3 + multi-block pipelining", true, true, false, 1},
+        {"4 + async persistence", true, true, true, 1},
+        {"5 row 4, 4 concurrent", true, true, true, 4},
+        {"5 row 4, 16 concurrent", true, true, true, 16},
+    };
+    int rc = 0;
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0] && !rc; r++)
+        rc = run_row(m, b, &rows[r], items, n, max_tokens, tier_dir, threads, fsync_tier);
+    for (int i = 0; i < n; i++) {
+        free(items[i].ids);
+        free(items[i].want);
+    }
+    free(items);
+    fl_backend_destroy(b);
+    fl_model_free(m);
+    return rc;
+}
