@@ -14,15 +14,25 @@
 #include "backend.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "kernels.h"
 #include "threadpool.h"
 
 #define FL_QTILE 16   /* attention query rows per work item */
-#define FL_VCHUNK 256 /* lm_head vocabulary rows per chunk (logits of a chunk stay in L2) */
+/* Weight rows per chunk of a projection job: with the streaming kernel, small (64 rows,
+ * 256 KB of f32 at width 1024) for an even split; with sgemm, large, as each call packs
+ * the whole X again (at 64 rows, packing took a quarter of the time of a 32-row step). */
+#define FL_ROWS 64
+#define FL_ROWS_GEMM 512
+/* lm_head vocabulary rows per chunk (the chunk's logits stay in L2); statistics are kept
+ * per chunk of FL_VCHUNK. The sgemm path takes FL_VCHUNK_GEMM rows per call. */
+#define FL_VCHUNK 256
+#define FL_VCHUNK_GEMM 1024
 
 typedef struct fl_cpu_layer {
     fl_mat wqkv;      /* (q_dim + 2 * kv_dim, hidden): q rows, then k, then v */
@@ -63,46 +73,100 @@ typedef struct fl_cpu {
     int32_t *out_rows;  /* (max_tokens) tokens whose outputs are wanted */
     int32_t *item0;     /* (max_tokens + 1) first attention work item of each segment */
     int32_t *seg_tok0;  /* (max_tokens) first token of each segment */
-    fl_lse *lse;        /* (nt, max_tokens) per-thread softmax statistics */
+    fl_lse *lse;        /* (vocab / FL_VCHUNK, max_tokens) softmax statistics per chunk */
     /* per thread */
     float **mm_scratch; /* (nt)(FL_MM_TILE * max_k) widened bf16 tiles for sgemm */
     float **att_s;      /* (nt)(FL_QTILE * max_pos) scores / probabilities */
     float **att_q;      /* (nt)(FL_QTILE * head_dim) a tile of queries */
     float **att_o;      /* (nt)(FL_QTILE * head_dim) its outputs */
-    float **logit_buf;  /* (nt)(max_tokens * FL_VCHUNK) logits of one vocabulary chunk */
-    void *weights_mem;  /* one allocation holding all converted weights */
+    float **logit_buf;  /* (nt)(max_tokens * FL_VCHUNK_GEMM) logits of one vocabulary chunk */
+    void *weights_mem;  /* one mapping holding all converted weights */
+    size_t weights_len;
+    void *kv_mem;       /* the mapping of the KV pool */
+    size_t kv_len;
 } fl_cpu;
 
 /* ---------------------------------------------------------------- weights */
 
-/* Converts src into dst (f32 or bf16 storage). n values. */
-static int fl_cpu_convert(fl_cpu *c, void *dst, const fl_tensor *t, size_t n)
+/* Weight conversion runs on the pool: 0.75 B parameters take seconds on one core, mostly
+ * in page faults on the file mapping and on the fresh destination. */
+typedef struct fl_conv_job {
+    fl_cpu *c;
+    char *dst;
+    const fl_tensor *t;
+    int rows;
+    size_t cols;
+    int grp, off; /* grp > 0: source row r goes to (r / grp) * 2 * grp + off + r % grp */
+} fl_conv_job;
+
+static void fl_convert_row(const fl_cpu *c, void *dst, const void *src, fl_dtype dt, size_t n)
 {
-    if ((size_t)t->numel != n)
-        return FL_EINVAL;
     if (!c->bf16) {
-        if (t->dtype == FL_DT_BF16) {
-            c->kk.bf16_to_f32(dst, t->data, (long)n);
-            return 0;
-        }
-        return fl_to_f32(dst, t->data, t->dtype, n);
+        if (dt == FL_DT_BF16)
+            c->kk.bf16_to_f32(dst, src, (long)n);
+        else
+            fl_to_f32(dst, src, dt, n); /* F32/F16: the loader admits no other dtype */
+        return;
     }
     uint16_t *d = dst;
-    if (t->dtype == FL_DT_BF16) {
-        memcpy(d, t->data, n * 2);
-        return 0;
+    if (dt == FL_DT_BF16) {
+        memcpy(d, src, n * 2);
+        return;
     }
     float tmp[1024];
     for (size_t i = 0; i < n; i += 1024) {
         size_t len = n - i < 1024 ? n - i : 1024;
-        int rc = fl_to_f32(tmp, (const char *)t->data + i * fl_dtype_size(t->dtype), t->dtype, len);
-        if (rc)
-            return rc;
+        fl_to_f32(tmp, (const char *)src + i * fl_dtype_size(dt), dt, len);
         for (size_t j = 0; j < len; j++)
             d[i + j] = fl_f32_to_bf16(tmp[j]);
     }
+}
+
+static void fl_job_convert(void *ctx, int tid, int nt)
+{
+    fl_conv_job *j = ctx;
+    size_t es = j->c->bf16 ? 2 : 4, ss = fl_dtype_size(j->t->dtype);
+    int lo, hi;
+    fl_split(j->rows, nt, tid, 1, &lo, &hi);
+    for (int r = lo; r < hi; r++) {
+        size_t dr = j->grp ? (size_t)(r / j->grp) * 2 * j->grp + j->off + r % j->grp : (size_t)r;
+        fl_convert_row(j->c, j->dst + dr * j->cols * es,
+                       (const char *)j->t->data + (size_t)r * j->cols * ss, j->t->dtype, j->cols);
+    }
+}
+
+/* Converts tensor t, (rows, cols), into dst; grp/off as in fl_conv_job. */
+static int fl_cpu_convert(fl_cpu *c, void *dst, const fl_tensor *t, size_t rows, size_t cols,
+                          int grp, int off, fl_err *e)
+{
+    if (!t || (size_t)t->numel != rows * cols || rows > INT_MAX ||
+        (t->dtype != FL_DT_F32 && t->dtype != FL_DT_BF16 && t->dtype != FL_DT_F16))
+        return fl_err_set(e, FL_EFORMAT, "cpu backend: tensor %s: expected %zu x %zu values of "
+                          "a float type", t ? t->name : "?", rows, cols);
+    fl_conv_job j = {c, dst, t, (int)rows, cols, grp, off};
+    fl_pool_run(c->pool, fl_job_convert, &j);
     return 0;
 }
+
+/* Large buffers (weights, KV pool) come from mmap with transparent huge pages requested:
+ * 2 MB pages make creating them ~500x fewer page faults, and let the hardware prefetcher,
+ * which stops at page boundaries, run on through the weights a matmul streams. */
+#define FL_HUGE ((size_t)2 << 20)
+
+static void *fl_big_alloc(size_t bytes, size_t *mapped)
+{
+    size_t len = bytes + FL_HUGE;
+    char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, len, MADV_HUGEPAGE);
+#endif
+    *mapped = len;
+    return p;
+}
+
+static void *fl_huge_align(void *p) { return (void *)(((uintptr_t)p + FL_HUGE - 1) & ~(FL_HUGE - 1)); }
 
 /* A bump allocator over weights_mem; sizes are known before anything is converted. */
 typedef struct fl_bump {
@@ -143,11 +207,10 @@ static int fl_cpu_place_weights(fl_cpu *c, const fl_model *m, fl_bump *b, fl_err
         if ((rc = fl_cpu_norm_vec(c, b, &(dst), (t), (n), e)))                               \
             return rc;                                                                       \
     } while (0)
-#define FL_CONV(dst, t, n)                                                                   \
+#define FL_CONV(dst, t, rows, cols, grp, off)                                                \
     do {                                                                                     \
-        if (b->base && fl_cpu_convert(c, (dst), (t), (n)))                                   \
-            return fl_err_set(e, FL_EFORMAT, "cpu backend: tensor %s: expected %zu values "  \
-                              "of a float type", (t)->name, (size_t)(n));                    \
+        if (b->base && (rc = fl_cpu_convert(c, (dst), (t), (rows), (cols), (grp), (off), e))) \
+            return rc;                                                                       \
     } while (0)
     for (int l = 0; l < cf->n_layers; l++) {
         const fl_layer_w *lw = &m->layers[l];
@@ -155,9 +218,9 @@ static int fl_cpu_place_weights(fl_cpu *c, const fl_model *m, fl_bump *b, fl_err
         size_t qd = (size_t)c->q_dim, kd = (size_t)c->kv_dim;
         char *w = fl_bump_take(b, (qd + 2 * kd) * H * es);
         cl->wqkv = (fl_mat){w, c->qkv_dim, (int)H, c->bf16};
-        FL_CONV(w, lw->wq, qd * H);
-        FL_CONV(w ? w + qd * H * es : NULL, lw->wk, kd * H);
-        FL_CONV(w ? w + (qd + kd) * H * es : NULL, lw->wv, kd * H);
+        FL_CONV(w, lw->wq, qd, H, 0, 0);
+        FL_CONV(w + qd * H * es, lw->wk, kd, H, 0, 0);
+        FL_CONV(w + (qd + kd) * H * es, lw->wv, kd, H, 0, 0);
         cl->bqkv = NULL;
         if (lw->bq && lw->bk && lw->bv) {
             float *bias = fl_bump_take(b, (qd + 2 * kd) * 4);
@@ -169,28 +232,16 @@ static int fl_cpu_place_weights(fl_cpu *c, const fl_model *m, fl_bump *b, fl_err
         }
         w = fl_bump_take(b, H * qd * es);
         cl->wo = (fl_mat){w, (int)H, (int)qd, c->bf16};
-        FL_CONV(w, lw->wo, H * qd);
+        FL_CONV(w, lw->wo, H, qd, 0, 0);
         /* gate|up interleaved in groups of ib rows, so that a thread holding output columns
          * [16g, 16g + 16) has both halves of SwiGLU's inputs for 8 features */
         w = fl_bump_take(b, 2 * NI * H * es);
         cl->wgu = (fl_mat){w, (int)(2 * NI), (int)H, c->bf16};
-        if (b->base) {
-            if ((size_t)lw->w_gate->numel != NI * H || (size_t)lw->w_up->numel != NI * H)
-                return fl_err_set(e, FL_EFORMAT, "cpu backend: layer %d: bad gate/up shape", l);
-            size_t ib = (size_t)c->ib, row = H * es;
-            size_t sz = fl_dtype_size(lw->w_gate->dtype);
-            for (size_t g = 0; g < NI / ib; g++) {
-                fl_tensor tg = *lw->w_gate, tu = *lw->w_up;
-                tg.data = (const char *)lw->w_gate->data + g * ib * H * sz;
-                tu.data = (const char *)lw->w_up->data + g * ib * H * fl_dtype_size(tu.dtype);
-                tg.numel = tu.numel = (int64_t)(ib * H);
-                FL_CONV(w + 2 * g * ib * row, &tg, ib * H);
-                FL_CONV(w + (2 * g + 1) * ib * row, &tu, ib * H);
-            }
-        }
+        FL_CONV(w, lw->w_gate, NI, H, c->ib, 0);
+        FL_CONV(w, lw->w_up, NI, H, c->ib, c->ib);
         w = fl_bump_take(b, H * NI * es);
         cl->wdown = (fl_mat){w, (int)H, (int)NI, c->bf16};
-        FL_CONV(w, lw->w_down, H * NI);
+        FL_CONV(w, lw->w_down, H, NI, 0, 0);
         FL_NORM(cl->attn_norm, lw->attn_norm, H);
         FL_NORM(cl->mlp_norm, lw->mlp_norm, H);
         cl->q_norm = cl->k_norm = NULL;
@@ -202,7 +253,7 @@ static int fl_cpu_place_weights(fl_cpu *c, const fl_model *m, fl_bump *b, fl_err
     size_t V = (size_t)cf->vocab;
     char *w = fl_bump_take(b, V * H * es);
     c->lm_head = (fl_mat){w, (int)V, (int)H, c->bf16};
-    FL_CONV(w, m->lm_head, V * H);
+    FL_CONV(w, m->lm_head, V, H, 0, 0);
     FL_NORM(c->final_norm, m->final_norm, H);
 #undef FL_NORM
 #undef FL_CONV
@@ -284,13 +335,26 @@ typedef struct fl_fwd {
     float *logits;
 } fl_fwd;
 
+/* Jobs take their work in chunks from a shared counter rather than fixed shares: on cores
+ * shared with other processes a descheduled thread then delays only its current chunk, not
+ * its whole share. Which thread computes a chunk never changes its result. */
+static void fl_run(fl_fwd *f, fl_pool_fn fn)
+{
+    atomic_store(&f->next, 0);
+    fl_pool_run(f->c->pool, fn, f);
+}
+
+static int fl_chunk_rows(const fl_cpu *c, int m) { return m < c->sgemm_rows ? FL_ROWS : FL_ROWS_GEMM; }
+
 static void fl_job_matmul(void *ctx, int tid, int nt)
 {
     fl_fwd *f = ctx;
-    int lo, hi;
-    fl_split(f->w->rows, nt, tid, 16, &lo, &hi);
-    fl_matmul(&f->c->kk, f->y + lo, f->ldy, f->x, f->ldx, f->m, f->w, lo, hi - lo, f->acc,
-              f->c->sgemm_rows, f->c->mm_scratch[tid]);
+    int chunk = fl_chunk_rows(f->c, f->m);
+    for (int lo; (lo = fl_pool_next(&f->next) * chunk) < f->w->rows;) {
+        int cnt = f->w->rows - lo < chunk ? f->w->rows - lo : chunk;
+        fl_matmul(&f->c->kk, f->y + lo, f->ldy, f->x, f->ldx, f->m, f->w, lo, cnt, f->acc,
+                  f->c->sgemm_rows, f->c->mm_scratch[tid]);
+    }
 }
 
 static void fl_par_matmul(fl_fwd *f, float *y, int ldy, const float *x, int ldx, int m,
@@ -303,7 +367,7 @@ static void fl_par_matmul(fl_fwd *f, float *y, int ldy, const float *x, int ldx,
     f->m = m;
     f->w = w;
     f->acc = acc;
-    fl_pool_run(f->c->pool, fl_job_matmul, f);
+    fl_run(f, fl_job_matmul);
 }
 
 static float *fl_page_kv(const fl_cpu *c, int32_t page, int layer, int kv, int head)
@@ -313,20 +377,13 @@ static float *fl_page_kv(const fl_cpu *c, int32_t page, int layer, int kv, int h
            ((((size_t)layer * 2 + kv) * cf->n_kv_heads + head) * cf->block_size) * cf->head_dim;
 }
 
-/* q|k|v projection of all tokens; then, per head of this thread's columns: bias, q/k norm,
- * RoPE, and the store of the first n_store tokens' K/V to the pages. Columns are split on
- * head boundaries so each head is finished by one thread. */
-static void fl_job_qkv(void *ctx, int tid, int nt)
+/* Finishes q|k|v columns [lo, hi) (whole heads) of every token: bias, q/k norm, RoPE, and
+ * the store of the first n_store tokens' K/V of each segment to its pages. */
+static void fl_qkv_heads(fl_fwd *f, const fl_cpu_layer *cl, int lo, int hi)
 {
-    fl_fwd *f = ctx;
     fl_cpu *c = f->c;
     const fl_config *cf = &c->cfg;
-    const fl_cpu_layer *cl = &c->layers[f->layer];
     int hd = cf->head_dim, n = f->n, ld = c->qkv_dim, nh = cf->n_heads, kvh = cf->n_kv_heads;
-    int lo, hi;
-    fl_split(c->qkv_dim, nt, tid, hd, &lo, &hi);
-    fl_matmul(&c->kk, c->qkv + lo, ld, c->xb, cf->hidden, n, &cl->wqkv, lo, hi - lo, false,
-              c->sgemm_rows, c->mm_scratch[tid]);
     for (int col = lo; col < hi; col += hd) {
         int head = col / hd; /* 0..nh-1 q, nh..nh+kvh-1 k, then v */
         for (int t = 0; t < n; t++) {
@@ -354,6 +411,24 @@ static void fl_job_qkv(void *ctx, int tid, int nt)
             }
             t0 += sg->n;
         }
+    }
+}
+
+/* q|k|v projection of all tokens, a chunk of whole heads at a time, each finished at once
+ * while its columns are in cache. */
+static void fl_job_qkv(void *ctx, int tid, int nt)
+{
+    fl_fwd *f = ctx;
+    fl_cpu *c = f->c;
+    const fl_config *cf = &c->cfg;
+    const fl_cpu_layer *cl = &c->layers[f->layer];
+    int hd = cf->head_dim, n = f->n, ld = c->qkv_dim;
+    int rows = fl_chunk_rows(c, n), chunk = hd * (rows / hd > 1 ? rows / hd : 1);
+    for (int lo; (lo = fl_pool_next(&f->next) * chunk) < c->qkv_dim;) {
+        int hi = lo + chunk < c->qkv_dim ? lo + chunk : c->qkv_dim;
+        fl_matmul(&c->kk, c->qkv + lo, ld, c->xb, cf->hidden, n, &cl->wqkv, lo, hi - lo, false,
+                  c->sgemm_rows, c->mm_scratch[tid]);
+        fl_qkv_heads(f, cl, lo, hi);
     }
 }
 
@@ -427,42 +502,44 @@ static void fl_job_attention(void *ctx, int tid, int nt)
         fl_attend_item(f, it, tid);
 }
 
-/* gate|up projection and SwiGLU over this thread's columns (whole groups of 2 * ib). */
+/* gate|up projection and SwiGLU, a chunk of columns (whole groups of 2 * ib) at a time. */
 static void fl_job_mlp_up(void *ctx, int tid, int nt)
 {
     fl_fwd *f = ctx;
     fl_cpu *c = f->c;
     const fl_cpu_layer *cl = &c->layers[f->layer];
-    int NI = c->cfg.intermediate, ib = c->ib, n = f->n;
-    int lo, hi;
-    fl_split(2 * NI, nt, tid, 2 * ib, &lo, &hi);
-    fl_matmul(&c->kk, c->gu + lo, 2 * NI, c->xb, c->cfg.hidden, n, &cl->wgu, lo, hi - lo, false,
-              c->sgemm_rows, c->mm_scratch[tid]);
-    for (int t = 0; t < n; t++)
-        c->kk.swiglu(c->hb + (size_t)t * NI + lo / 2, c->gu + (size_t)t * 2 * NI + lo,
-                     (hi - lo) / (2 * ib), ib);
+    int NI = c->cfg.intermediate, ib = c->ib, n = f->n, chunk = fl_chunk_rows(c, n);
+    for (int lo; (lo = fl_pool_next(&f->next) * chunk) < 2 * NI;) {
+        int hi = lo + chunk < 2 * NI ? lo + chunk : 2 * NI;
+        fl_matmul(&c->kk, c->gu + lo, 2 * NI, c->xb, c->cfg.hidden, n, &cl->wgu, lo, hi - lo,
+                  false, c->sgemm_rows, c->mm_scratch[tid]);
+        for (int t = 0; t < n; t++)
+            c->kk.swiglu(c->hb + (size_t)t * NI + lo / 2, c->gu + (size_t)t * 2 * NI + lo,
+                         (hi - lo) / (2 * ib), ib);
+    }
 }
 
-/* lm_head over this thread's vocabulary range, a chunk at a time: logits of the chunk for
- * every wanted row, folded into the row's softmax statistics, copied out when asked. */
+/* lm_head, a chunk of the vocabulary at a time: logits of the chunk for every wanted row,
+ * reduced to the chunk's softmax statistics (merged in chunk order afterwards, so the sums
+ * do not depend on which thread took which chunk), copied out when asked. */
 static void fl_job_head(void *ctx, int tid, int nt)
 {
     fl_fwd *f = ctx;
     fl_cpu *c = f->c;
     int V = c->cfg.vocab, H = c->cfg.hidden, no = f->n_out;
-    fl_lse *lse = c->lse + (size_t)tid * c->base.max_tokens;
-    for (int i = 0; i < no; i++)
-        fl_lse_init(&lse[i]);
-    int lo, hi;
-    fl_split(V, nt, tid, 16, &lo, &hi);
+    int chunk = no < c->sgemm_rows ? FL_VCHUNK : FL_VCHUNK_GEMM;
     float *buf = c->logit_buf[tid];
-    for (int v0 = lo; v0 < hi; v0 += FL_VCHUNK) {
-        int vn = hi - v0 < FL_VCHUNK ? hi - v0 : FL_VCHUNK;
-        fl_matmul(&c->kk, buf, FL_VCHUNK, c->xb, H, no, &c->lm_head, v0, vn, false,
-                  c->sgemm_rows, c->mm_scratch[tid]);
+    for (int ch; (ch = fl_pool_next(&f->next)) * chunk < V;) {
+        int v0 = ch * chunk, vn = V - v0 < chunk ? V - v0 : chunk;
+        fl_matmul(&c->kk, buf, chunk, c->xb, H, no, &c->lm_head, v0, vn, false, c->sgemm_rows,
+                  c->mm_scratch[tid]);
         for (int i = 0; i < no; i++) {
-            const float *l = buf + (size_t)i * FL_VCHUNK;
-            c->kk.lse_add(&lse[i], l, vn, v0);
+            const float *l = buf + (size_t)i * chunk;
+            for (int s0 = 0; s0 < vn; s0 += FL_VCHUNK) { /* statistics per FL_VCHUNK ids */
+                fl_lse *lse = c->lse + (size_t)((v0 + s0) / FL_VCHUNK) * c->base.max_tokens + i;
+                fl_lse_init(lse);
+                c->kk.lse_add(lse, l + s0, vn - s0 < FL_VCHUNK ? vn - s0 : FL_VCHUNK, v0 + s0);
+            }
             if (f->logits)
                 memcpy(f->logits + (size_t)c->out_rows[i] * V + v0, l, (size_t)vn * 4);
         }
@@ -514,14 +591,13 @@ static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, fl
         f.layer = l;
         for (t = 0; t < n; t++)
             fl_rmsnorm(c->xb + (size_t)t * H, c->x + (size_t)t * H, cl->attn_norm, H, cf->rms_eps);
-        fl_pool_run(c->pool, fl_job_qkv, &f);
-        atomic_store(&f.next, 0);
+        fl_run(&f, fl_job_qkv);
         f.n_items = items;
-        fl_pool_run(c->pool, fl_job_attention, &f);
+        fl_run(&f, fl_job_attention);
         fl_par_matmul(&f, c->x, H, c->att, c->q_dim, n, &cl->wo, true);
         for (t = 0; t < n; t++)
             fl_rmsnorm(c->xb + (size_t)t * H, c->x + (size_t)t * H, cl->mlp_norm, H, cf->rms_eps);
-        fl_pool_run(c->pool, fl_job_mlp_up, &f);
+        fl_run(&f, fl_job_mlp_up);
         fl_par_matmul(&f, c->x, H, c->hb, NI, n, &cl->wdown, true);
     }
 
@@ -532,12 +608,12 @@ static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, fl
         fl_rmsnorm(c->xb + (size_t)i * H, c->x + (size_t)c->out_rows[i] * H, c->final_norm, H,
                    cf->rms_eps);
     f.n_out = n_out;
-    fl_pool_run(c->pool, fl_job_head, &f);
+    fl_run(&f, fl_job_head);
     if (out)
         for (int i = 0; i < n_out; i++) {
-            fl_lse all = c->lse[i]; /* thread 0 holds the lowest ids: merge in id order */
-            for (int th = 1; th < c->nt; th++)
-                fl_lse_merge(&all, &c->lse[(size_t)th * c->base.max_tokens + i]);
+            fl_lse all = c->lse[i];
+            for (int ch = 1; ch * FL_VCHUNK < cf->vocab; ch++)
+                fl_lse_merge(&all, &c->lse[(size_t)ch * c->base.max_tokens + i]);
             fl_tok_out *o = &out[c->out_rows[i]];
             fl_lse_finish(&all, &o->token, &o->prob, &o->entropy);
         }
@@ -579,9 +655,11 @@ static void fl_cpu_destroy(fl_backend *b)
 {
     fl_cpu *c = b->impl;
     fl_pool_destroy(c->pool);
-    free(c->weights_mem);
+    if (c->weights_mem)
+        munmap(c->weights_mem, c->weights_len);
+    if (c->kv_mem)
+        munmap(c->kv_mem, c->kv_len);
     free(c->layers);
-    free(c->kv);
     free(c->x);
     free(c->xb);
     free(c->qkv);
@@ -684,13 +762,14 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     fl_bump bump = {0};
     if ((rc = fl_cpu_place_weights(c, m, &bump, e)))
         goto fail;
-    if (!(c->weights_mem = malloc(bump.used + 64)))
+    if (!(c->weights_mem = fl_big_alloc(bump.used, &c->weights_len)))
         goto oom;
-    bump = (fl_bump){(char *)(((uintptr_t)c->weights_mem + 63) & ~(uintptr_t)63), 0, bump.used};
+    bump = (fl_bump){fl_huge_align(c->weights_mem), 0, bump.used};
     if ((rc = fl_cpu_place_weights(c, m, &bump, e)))
         goto fail;
     rc = FL_ENOMEM;
-    c->kv = calloc((size_t)o->n_pages ? (size_t)o->n_pages : 1, c->base.page_bytes);
+    if ((c->kv_mem = fl_big_alloc((size_t)o->n_pages * c->base.page_bytes, &c->kv_len)))
+        c->kv = fl_huge_align(c->kv_mem); /* zero-filled by mmap */
     c->x = malloc(mt * cf->hidden * 4);
     c->xb = malloc(mt * cf->hidden * 4);
     c->qkv = malloc(mt * c->qkv_dim * 4);
@@ -702,12 +781,12 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     c->out_rows = malloc(mt * sizeof(int32_t));
     c->item0 = malloc((mt + 1) * sizeof(int32_t));
     c->seg_tok0 = malloc(mt * sizeof(int32_t));
-    c->lse = malloc((size_t)c->nt * mt * sizeof(fl_lse));
+    c->lse = malloc((size_t)((cf->vocab + FL_VCHUNK - 1) / FL_VCHUNK) * mt * sizeof(fl_lse));
     c->mm_scratch = fl_alloc_per_thread(c->nt, (size_t)FL_MM_TILE * c->max_k);
     c->att_s = fl_alloc_per_thread(c->nt, (size_t)FL_QTILE * cf->max_pos);
     c->att_q = fl_alloc_per_thread(c->nt, (size_t)FL_QTILE * cf->head_dim);
     c->att_o = fl_alloc_per_thread(c->nt, (size_t)FL_QTILE * cf->head_dim);
-    c->logit_buf = fl_alloc_per_thread(c->nt, mt * FL_VCHUNK);
+    c->logit_buf = fl_alloc_per_thread(c->nt, mt * FL_VCHUNK_GEMM);
     if (!c->kv || !c->x || !c->xb || !c->qkv || !c->att || !c->gu || !c->hb || !c->rope ||
         !c->inv_freq || !c->out_rows || !c->item0 || !c->seg_tok0 || !c->lse ||
         !c->mm_scratch || !c->att_s || !c->att_q || !c->att_o || !c->logit_buf)

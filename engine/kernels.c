@@ -285,6 +285,12 @@ static inline void fl_put(float *yp, float r, bool acc) { *yp = acc ? *yp + r : 
             __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;                               \
             for (int c = 0; c < k8; c += 8) {                                                \
                 __m256 u0 = _mm256_loadu_ps(x0 + c), u1 = _mm256_loadu_ps(x1 + c), v;        \
+                if (i == 0) {                                                                \
+                    _mm_prefetch((const char *)(w0 + 4 * (size_t)k + c), _MM_HINT_T0);       \
+                    _mm_prefetch((const char *)(w1 + 4 * (size_t)k + c), _MM_HINT_T0);       \
+                    _mm_prefetch((const char *)(w2 + 4 * (size_t)k + c), _MM_HINT_T0);       \
+                    _mm_prefetch((const char *)(w3 + 4 * (size_t)k + c), _MM_HINT_T0);       \
+                }                                                                            \
                 v = LOADW(w0 + c);                                                           \
                 a00 = _mm256_fmadd_ps(v, u0, a00);                                           \
                 a10 = _mm256_fmadd_ps(v, u1, a10);                                           \
@@ -313,6 +319,12 @@ static inline void fl_put(float *yp, float r, bool acc) { *yp = acc ? *yp + r : 
             __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;               \
             for (int c = 0; c < k8; c += 8) {                                                \
                 __m256 u0 = _mm256_loadu_ps(x0 + c);                                         \
+                if (i == 0) {                                                                \
+                    _mm_prefetch((const char *)(w0 + 4 * (size_t)k + c), _MM_HINT_T0);       \
+                    _mm_prefetch((const char *)(w1 + 4 * (size_t)k + c), _MM_HINT_T0);       \
+                    _mm_prefetch((const char *)(w2 + 4 * (size_t)k + c), _MM_HINT_T0);       \
+                    _mm_prefetch((const char *)(w3 + 4 * (size_t)k + c), _MM_HINT_T0);       \
+                }                                                                            \
                 a00 = _mm256_fmadd_ps(LOADW(w0 + c), u0, a00);                               \
                 a01 = _mm256_fmadd_ps(LOADW(w1 + c), u0, a01);                               \
                 a02 = _mm256_fmadd_ps(LOADW(w2 + c), u0, a02);                               \

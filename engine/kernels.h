@@ -63,7 +63,7 @@ void fl_kernels_init(fl_kernels *k, bool simd);
 /* Columns [n0, n0 + n) of Y (m, w->rows) (= or += when acc) X (m, k) * W^T, on one thread:
  * sgemm when m >= sgemm_rows, else the streaming kernel. y points at Y[0][n0], row stride
  * ldy. scratch: (FL_MM_TILE * k) floats, to widen bf16 weights for sgemm. */
-#define FL_MM_TILE 64
+#define FL_MM_TILE 256
 void fl_matmul(const fl_kernels *kk, float *y, int ldy, const float *x, int ldx, int m,
                const fl_mat *w, int n0, int n, bool acc, int sgemm_rows, float *scratch);
 

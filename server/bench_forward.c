@@ -1,10 +1,546 @@
-/* placeholder until the forward benchmark lands (replaced in this same change) */
+/* bench_forward.c: `fogline bench forward`: the time of one forward step of the CPU backend
+ * for a block of new tokens against a cache of ctx positions, side by side in one run with
+ *  - the PyTorch reference on the same weights, threads, cache length and block
+ *    (tests/reference/bench_forward.py, run as a subprocess before our model is loaded, so
+ *    the two never hold their weights in memory at the same time);
+ *  - OpenBLAS sgemm at the same projection shapes (M = block rows), with OpenBLAS's own
+ *    threads, weights read from DRAM: the machine's matmul rate;
+ *  - the machine's read bandwidth, which bounds a step from below when the weights have to
+ *    be streamed once per step (the floor: weight bytes / bandwidth).
+ * Our GFLOP/s counts every flop of the step (projections, lm_head, attention) over our time;
+ * sgemm's counts the projections and lm_head over its time. */
+#include <cblas.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
 #include "cli.h"
+#include "model.h"
+#include "threadpool.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
+#define FL_MAX_BLOCKS 16
+
+typedef struct fl_bench_args {
+    const char *model, *ref_script, *python;
+    int threads, ctx, steps;
+    int blocks[FL_MAX_BLOCKS], n_blocks;
+    bool bf16, no_ref;
+} fl_bench_args;
+
+static double fl_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int fl_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double fl_median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, fl_cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double fl_loadavg(void)
+{
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: fogline bench forward --model DIR [--threads N] [--ctx 512] [--blocks 4,8,32]\n"
+            "                             [--steps 5] [--bf16] [--ref-script PATH] [--python PATH]\n"
+            "                             [--no-ref]\n\n"
+            "Times one forward of a block of new tokens against ctx cached positions (median of\n"
+            "--steps after a warm-up), next to the PyTorch reference on the same weights and\n"
+            "threads, OpenBLAS sgemm at the same shapes, and the bandwidth floor.\n"
+            "  --threads N       compute threads for us, torch and sgemm (default: all cores)\n"
+            "  --bf16            keep our weights as bf16 (default f32, as the parity tests)\n"
+            "  --ref-script PATH tests/reference/bench_forward.py (default: found from the binary)\n"
+            "  --python PATH     interpreter for it (default /usr/bin/python3)\n"
+            "  --no-ref          skip the reference\n");
+}
+
+static int fl_parse_blocks(fl_bench_args *a, const char *s)
+{
+    a->n_blocks = 0;
+    while (*s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0 || v > 4096 || a->n_blocks == FL_MAX_BLOCKS)
+            return -1;
+        a->blocks[a->n_blocks++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return -1;
+    }
+    return a->n_blocks ? 0 : -1;
+}
+
+static int fl_parse_int(const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* tests/reference/bench_forward.py, looked for beside the build tree the binary is in. */
+static const char *fl_find_ref_script(char *buf, size_t cap)
+{
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0)
+        return NULL;
+    exe[n] = 0;
+    char *slash = strrchr(exe, '/');
+    if (slash)
+        *slash = 0;
+    static const char *rel[] = {"/../../tests/reference/bench_forward.py",
+                                "/../tests/reference/bench_forward.py",
+                                "/../share/fogline/reference/bench_forward.py"};
+    for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
+        snprintf(buf, cap, "%s%s", exe, rel[i]);
+        if (access(buf, R_OK) == 0)
+            return buf;
+    }
+    const char *td = getenv("FL_TESTS_DIR");
+    if (td) {
+        snprintf(buf, cap, "%s/reference/bench_forward.py", td);
+        if (access(buf, R_OK) == 0)
+            return buf;
+    }
+    return NULL;
+}
+
+/* Runs the reference; fills ref_ms[i] for each block (NAN when it failed). */
+static void fl_run_reference(const fl_bench_args *a, double *ref_ms, char *note, size_t note_cap)
+{
+    for (int i = 0; i < a->n_blocks; i++)
+        ref_ms[i] = NAN;
+    char script[PATH_MAX];
+    const char *path = a->ref_script ? a->ref_script : fl_find_ref_script(script, sizeof script);
+    if (!path) {
+        snprintf(note, note_cap, "reference: bench_forward.py not found (use --ref-script)");
+        return;
+    }
+    fl_buf cmd = {0}, blocks = {0};
+    for (int i = 0; i < a->n_blocks; i++)
+        fl_buf_printf(&blocks, "%s%d", i ? "," : "", a->blocks[i]);
+    /* paths are quoted for the shell; a quote inside them is refused */
+    if (strchr(path, '\'') || strchr(a->model, '\'') || strchr(a->python, '\'')) {
+        snprintf(note, note_cap, "reference: a path contains a quote; not run");
+        fl_buf_free(&blocks);
+        return;
+    }
+    fl_buf_printf(&cmd, "OMP_WAIT_POLICY=PASSIVE '%s' '%s' --model '%s' --threads %d --ctx %d "
+                  "--blocks %s --steps %d", a->python, path, a->model, a->threads, a->ctx,
+                  blocks.data, a->steps);
+    fflush(stdout);
+    FILE *p = popen(cmd.data, "r");
+    fl_buf outb = {0};
+    if (p) {
+        char chunk[4096];
+        size_t n;
+        while ((n = fread(chunk, 1, sizeof chunk, p)) > 0)
+            fl_buf_append(&outb, chunk, n);
+        int st = pclose(p);
+        if (st != 0)
+            snprintf(note, note_cap, "reference: exited with status %d", st);
+    } else {
+        snprintf(note, note_cap, "reference: cannot start %s", a->python);
+    }
+    json_error_t je;
+    json_t *j = outb.data ? json_loads(outb.data, 0, &je) : NULL;
+    if (j) {
+        json_t *bl = json_object_get(j, "blocks");
+        for (int i = 0; i < a->n_blocks; i++) {
+            char key[16];
+            snprintf(key, sizeof key, "%d", a->blocks[i]);
+            json_t *v = json_object_get(json_object_get(bl, key), "median_ms");
+            if (json_is_number(v))
+                ref_ms[i] = json_number_value(v);
+        }
+        snprintf(note, note_cap, "reference: PyTorch %s, %d threads, load %.1f s, prefill %.0f ms",
+                 json_string_value(json_object_get(j, "torch")),
+                 (int)json_integer_value(json_object_get(j, "threads")),
+                 json_number_value(json_object_get(j, "load_s")),
+                 json_number_value(json_object_get(j, "prefill_ms")));
+        json_decref(j);
+    } else if (!note[0]) {
+        snprintf(note, note_cap, "reference: no JSON result");
+    }
+    fl_buf_free(&outb);
+    fl_buf_free(&cmd);
+    fl_buf_free(&blocks);
+}
+
+/* ---------------------------------------------------------------- machine probes */
+
+typedef struct fl_bw_job {
+    const float *buf;
+    size_t n;
+    double sink[64];
+} fl_bw_job;
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx2"))) static double fl_read_avx2(const float *p, size_t n)
+{
+    /* 4 streams, as the streaming matmul reads 4 weight rows at once */
+    size_t q = n / 4 & ~(size_t)7;
+    const float *s0 = p, *s1 = p + q, *s2 = p + 2 * q, *s3 = p + 3 * q;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i < q; i += 8) {
+        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(s0 + i));
+        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(s1 + i));
+        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(s2 + i));
+        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(s3 + i));
+    }
+    float t[8];
+    _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+#endif
+
+static double fl_read_plain(const float *p, size_t n)
+{
+    float s[8] = {0};
+    for (size_t i = 0; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++)
+            s[j] += p[i + j];
+    return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+}
+
+static void fl_bw_run(void *ctx, int tid, int nt)
+{
+    fl_bw_job *j = ctx;
+    size_t lo = j->n * (size_t)tid / (size_t)nt, hi = j->n * (size_t)(tid + 1) / (size_t)nt;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx2")) {
+        j->sink[tid & 63] = fl_read_avx2(j->buf + lo, hi - lo);
+        return;
+    }
+#endif
+    j->sink[tid & 63] = fl_read_plain(j->buf + lo, hi - lo);
+}
+
+/* Read bandwidth in GB/s with nt threads over a buffer far larger than the caches. */
+static double fl_measure_bw(fl_pool *pool)
+{
+    size_t n = (size_t)256 << 20; /* 1 GiB of floats */
+    float *buf = malloc(n * sizeof *buf);
+    if (!buf)
+        return NAN;
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (float)(i & 1023);
+    fl_bw_job j = {buf, n, {0}};
+    double best = 0;
+    for (int r = 0; r < 4; r++) {
+        double t0 = fl_now();
+        fl_pool_run(pool, fl_bw_run, &j);
+        double gbs = (double)n * sizeof *buf / (fl_now() - t0) / 1e9;
+        best = gbs > best ? gbs : best;
+    }
+    free(buf);
+    return best;
+}
+
+typedef struct fl_shape {
+    int n, k;
+} fl_shape;
+
+/* Seconds for the projections of one step (n_layers x the layer's shapes, and lm_head) as
+ * OpenBLAS sgemm does them with nt threads, M = m rows; weights cycle through enough
+ * distinct copies that they come from DRAM, as in a forward. Median of `reps`. */
+static double fl_measure_sgemm(const fl_config *cf, int m, int nt, int reps)
+{
+    fl_shape sh[4] = {{(cf->n_heads + 2 * cf->n_kv_heads) * cf->head_dim, cf->hidden},
+                      {cf->hidden, cf->n_heads * cf->head_dim},
+                      {2 * cf->intermediate, cf->hidden},
+                      {cf->hidden, cf->intermediate}};
+    size_t layer = 0, maxk = 0, maxn = (size_t)cf->vocab;
+    for (int i = 0; i < 4; i++) {
+        layer += (size_t)sh[i].n * sh[i].k;
+        maxk = (size_t)sh[i].k > maxk ? (size_t)sh[i].k : maxk;
+        maxn = (size_t)sh[i].n > maxn ? (size_t)sh[i].n : maxn;
+    }
+    int copies = cf->n_layers < 8 ? cf->n_layers : 8; /* >= 8 x a layer: past any L3 */
+    while (copies > 1 && (size_t)copies * layer * 4 > ((size_t)2 << 30))
+        copies--;
+    float *w = malloc((size_t)copies * layer * 4), *head = malloc((size_t)cf->vocab * cf->hidden * 4);
+    float *x = malloc((size_t)m * maxk * 4), *y = malloc((size_t)m * maxn * 4);
+    double res = NAN;
+    if (w && head && x && y) {
+        for (size_t i = 0; i < (size_t)copies * layer; i++)
+            w[i] = (float)((i % 97) * 1e-3);
+        for (size_t i = 0; i < (size_t)cf->vocab * cf->hidden; i++)
+            head[i] = (float)((i % 89) * 1e-3);
+        for (size_t i = 0; i < (size_t)m * maxk; i++)
+            x[i] = (float)((i % 13) * 1e-2);
+        openblas_set_num_threads(nt);
+        double t[16];
+        reps = reps > 16 ? 16 : reps;
+        for (int r = 0; r <= reps; r++) { /* r == 0: warm-up */
+            double t0 = fl_now();
+            for (int l = 0; l < cf->n_layers; l++) {
+                const float *wl = w + (size_t)(l % copies) * layer;
+                for (int i = 0; i < 4; i++) {
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, sh[i].n, sh[i].k, 1.0f,
+                                x, sh[i].k, wl, sh[i].k, 0.0f, y, sh[i].n);
+                    wl += (size_t)sh[i].n * sh[i].k;
+                }
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, cf->vocab, cf->hidden, 1.0f, x,
+                        cf->hidden, head, cf->hidden, 0.0f, y, cf->vocab);
+            if (r)
+                t[r - 1] = fl_now() - t0;
+        }
+        res = fl_median(t, reps);
+        openblas_set_num_threads(1); /* back to the backend's setting */
+    }
+    free(w);
+    free(head);
+    free(x);
+    free(y);
+    return res;
+}
+
+/* Projection + lm_head flops of one step of m rows; attention flops of m rows at positions
+ * ctx.. against their visible keys (block-causal). */
+static double fl_proj_flops(const fl_config *cf, int m)
+{
+    double qkv = (double)(cf->n_heads + 2 * cf->n_kv_heads) * cf->head_dim * cf->hidden;
+    double o = (double)cf->hidden * cf->n_heads * cf->head_dim;
+    double mlp = 3.0 * cf->intermediate * cf->hidden;
+    return 2.0 * m * (cf->n_layers * (qkv + o + mlp) + (double)cf->vocab * cf->hidden);
+}
+
+static double fl_attn_flops(const fl_config *cf, int ctx, int m)
+{
+    int B = cf->block_size;
+    double keys = 0;
+    for (int i = 0; i < m; i++) {
+        int p = ctx + i, end = (p / B + 1) * B;
+        keys += end < ctx + m ? end : ctx + m;
+    }
+    return 4.0 * cf->n_layers * cf->n_heads * cf->head_dim * keys; /* QK^T and PV */
+}
+
+/* ---------------------------------------------------------------- our side */
+
+static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, double *ours_ms,
+                         double *prefill_ms, size_t *wbytes, fl_err *e)
+{
+    const fl_config *cf = &m->cfg;
+    int B = cf->block_size, maxb = 0;
+    for (int i = 0; i < a->n_blocks; i++)
+        maxb = a->blocks[i] > maxb ? a->blocks[i] : maxb;
+    int ctx_pages = (a->ctx + B - 1) / B;
+    fl_backend_opts o = {.n_pages = ctx_pages + 1, .n_threads = a->threads,
+                         .max_tokens = a->ctx > maxb ? a->ctx : maxb, .bf16_weights = a->bf16};
+    fl_backend *b;
+    int rc = fl_backend_cpu_create(&b, m, &o, e);
+    if (rc)
+        return rc;
+    double proj = fl_proj_flops(cf, 1) / 2; /* weights per row of the step */
+    *wbytes = (size_t)(proj * (a->bf16 ? 2 : 4));
+    int32_t *pages = malloc((size_t)(ctx_pages + 1) * sizeof *pages);
+    int32_t *tok = malloc((size_t)o.max_tokens * sizeof *tok);
+    fl_tok_out *out = malloc((size_t)o.max_tokens * sizeof *out);
+    if (!pages || !tok || !out) {
+        rc = fl_err_set(e, FL_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i <= ctx_pages; i++)
+        pages[i] = i;
+    uint32_t rng = 12345;
+    for (int i = 0; i < o.max_tokens; i++) {
+        rng = rng * 1664525u + 1013904223u;
+        tok[i] = (int32_t)(rng % (uint32_t)cf->vocab);
+    }
+    *prefill_ms = 0;
+    if (a->ctx > 0) {
+        fl_segment s = {a->ctx, 0, a->ctx, a->ctx, pages};
+        fl_batch bt = {tok, a->ctx, &s, 1};
+        double t0 = fl_now();
+        if ((rc = fl_forward(b, &bt, out, NULL, e)))
+            goto done;
+        *prefill_ms = (fl_now() - t0) * 1e3;
+    }
+    for (int i = 0; i < a->n_blocks; i++) {
+        int nb = a->blocks[i];
+        fl_segment s = {nb, a->ctx, 0, 0, pages};
+        fl_batch bt = {tok, nb, &s, 1};
+        double t[64];
+        int steps = a->steps > 64 ? 64 : a->steps;
+        for (int r = 0; r <= steps; r++) { /* r == 0: warm-up */
+            double t0 = fl_now();
+            if ((rc = fl_forward(b, &bt, out, NULL, e)))
+                goto done;
+            if (r)
+                t[r - 1] = (fl_now() - t0) * 1e3;
+        }
+        ours_ms[i] = fl_median(t, steps);
+    }
+done:
+    free(pages);
+    free(tok);
+    free(out);
+    fl_backend_destroy(b);
+    return rc;
+}
+
 int fl_bench_forward(int argc, char **argv)
 {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "fogline bench forward: not built yet\n");
-    return 1;
+    fl_bench_args a = {.python = "/usr/bin/python3", .threads = 0, .ctx = 512, .steps = 5};
+    fl_parse_blocks(&a, "4,8,32");
+    for (int i = 1; i < argc; i++) {
+        const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(k, "--bf16")) {
+            a.bf16 = true;
+        } else if (!strcmp(k, "--no-ref")) {
+            a.no_ref = true;
+        } else if (!v) {
+            fprintf(stderr, "fogline bench forward: %s needs a value (try --help)\n", k);
+            return 2;
+        } else if (!strcmp(k, "--model")) {
+            a.model = v, i++;
+        } else if (!strcmp(k, "--ref-script")) {
+            a.ref_script = v, i++;
+        } else if (!strcmp(k, "--python")) {
+            a.python = v, i++;
+        } else if (!strcmp(k, "--threads") && !fl_parse_int(v, 0, 1024, &a.threads)) {
+            i++;
+        } else if (!strcmp(k, "--ctx") && !fl_parse_int(v, 0, 1 << 20, &a.ctx)) {
+            i++;
+        } else if (!strcmp(k, "--steps") && !fl_parse_int(v, 1, 64, &a.steps)) {
+            i++;
+        } else if (!strcmp(k, "--blocks") && !fl_parse_blocks(&a, v)) {
+            i++;
+        } else {
+            fprintf(stderr, "fogline bench forward: bad option or value: %s %s (try --help)\n", k, v);
+            return 2;
+        }
+    }
+    if (!a.model) {
+        usage(stderr);
+        return 2;
+    }
+    if (a.threads == 0)
+        a.threads = fl_ncpus();
+    double load0 = fl_loadavg();
+
+    /* the config first, to check the run before the reference spends a minute on it */
+    fl_err e = {0};
+    fl_config cf;
+    if (fl_config_load(&cf, a.model, &e)) {
+        fprintf(stderr, "fogline bench forward: %s\n", e.msg);
+        return 1;
+    }
+    for (int i = 0; i < a.n_blocks; i++)
+        if (a.ctx + a.blocks[i] > cf.max_pos) {
+            fprintf(stderr, "fogline bench forward: ctx %d + block %d exceeds the model's %d "
+                            "positions\n", a.ctx, a.blocks[i], cf.max_pos);
+            return 2;
+        }
+
+    double ref_ms[FL_MAX_BLOCKS];
+    char ref_note[512] = "reference: skipped (--no-ref)";
+    for (int i = 0; i < a.n_blocks; i++)
+        ref_ms[i] = NAN;
+    if (!a.no_ref) {
+        ref_note[0] = 0;
+        fprintf(stderr, "running the PyTorch reference...\n");
+        fl_run_reference(&a, ref_ms, ref_note, sizeof ref_note);
+    }
+
+    fl_model *m;
+    fl_load_opts lo = {.no_tokenizer = true};
+    if (fl_model_load(&m, a.model, &lo, &e)) {
+        fprintf(stderr, "fogline bench forward: %s\n", e.msg);
+        return 1;
+    }
+    double ours_ms[FL_MAX_BLOCKS], prefill_ms = 0;
+    size_t wbytes = 0;
+    fprintf(stderr, "running ours...\n");
+    if (fl_bench_ours(&a, m, ours_ms, &prefill_ms, &wbytes, &e)) {
+        fprintf(stderr, "fogline bench forward: %s\n", e.msg);
+        fl_model_free(m);
+        return 1;
+    }
+    int64_t n_params = m->n_params;
+    fl_model_free(m);
+
+    fprintf(stderr, "measuring sgemm and bandwidth...\n");
+    fl_pool *pool;
+    if (fl_pool_create(&pool, a.threads, &e)) {
+        fprintf(stderr, "fogline bench forward: %s\n", e.msg);
+        return 1;
+    }
+    double bw = fl_measure_bw(pool);
+    fl_pool_destroy(pool);
+    double sgemm_s[FL_MAX_BLOCKS];
+    for (int i = 0; i < a.n_blocks; i++)
+        sgemm_s[i] = fl_measure_sgemm(&cf, a.blocks[i], a.threads, 3);
+    double load1 = fl_loadavg();
+
+    bool avx2 = false;
+#if defined(__x86_64__) && defined(__GNUC__)
+    avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("FL_NO_SIMD");
+#endif
+    printf("fogline bench forward: %s\n", a.model);
+    printf("model: %s, %d layers, hidden %d, heads %d/%d, vocab %d, %.2f B params, block %d\n",
+           fl_family_name(cf.family), cf.n_layers, cf.hidden, cf.n_heads, cf.n_kv_heads,
+           cf.vocab, n_params / 1e9, cf.block_size);
+    printf("ours: %s weights (%.2f GB streamed per step), %d threads, %s kernels, ctx %d "
+           "(prefill %.0f ms), median of %d steps\n", a.bf16 ? "bf16" : "f32", wbytes / 1e9,
+           a.threads, avx2 ? "AVX2+FMA" : "plain C", a.ctx, prefill_ms, a.steps);
+    printf("%s\n", ref_note);
+    printf("machine: OpenBLAS sgemm with %d threads at the same shapes (M = block rows, "
+           "weights from DRAM); read bandwidth %.1f GB/s; load average %.2f -> %.2f\n",
+           a.threads, bw, load0, load1);
+    printf("\n%5s %9s %9s %7s %11s %13s %9s %9s\n", "block", "ours ms", "ref ms", "ratio",
+           "our GFLOP/s", "sgemm GFLOP/s", "fraction", "floor ms");
+    for (int i = 0; i < a.n_blocks; i++) {
+        int nb = a.blocks[i];
+        double fl = fl_proj_flops(&cf, nb) + fl_attn_flops(&cf, a.ctx, nb);
+        double ours_g = fl / (ours_ms[i] * 1e-3) / 1e9;
+        double sg = fl_proj_flops(&cf, nb) / sgemm_s[i] / 1e9;
+        double floor_ms = wbytes / (bw * 1e9) * 1e3;
+        printf("%5d %9.1f %9.1f %6.2fx %11.1f %13.1f %9.2f %9.1f\n", nb, ours_ms[i], ref_ms[i],
+               ref_ms[i] / ours_ms[i], ours_g, sg, ours_g / sg, floor_ms);
+    }
+    printf("\nratio = reference ms / ours; fraction = our GFLOP/s / sgemm GFLOP/s; floor = "
+           "weight bytes / read bandwidth\n");
+    return 0;
 }

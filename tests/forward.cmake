@@ -21,3 +21,12 @@ add_test(NAME parity.forward COMMAND test_forward ${CMAKE_BINARY_DIR}/forward_re
 set_tests_properties(parity.forward PROPERTIES
   FIXTURES_REQUIRED forward_ref_full LABELS parity TIMEOUT 300
   ENVIRONMENT "FL_TESTS_DIR=${FL_TESTS_DIR};FL_BUILD_DIR=${CMAKE_BINARY_DIR}")
+
+# The benchmark's whole path (our forward, the reference subprocess, sgemm and bandwidth
+# probes) on a tiny model: it must run and print its table. Timings here mean nothing.
+add_test(NAME bench.forward.smoke
+  COMMAND fogline bench forward --model ${CMAKE_BINARY_DIR}/forward_ref/q3_f32 --ctx 16
+          --blocks 4,8 --steps 2 --threads 2
+          --ref-script ${CMAKE_CURRENT_SOURCE_DIR}/reference/bench_forward.py)
+set_tests_properties(bench.forward.smoke PROPERTIES
+  FIXTURES_REQUIRED forward_ref LABELS bench TIMEOUT 300)
