@@ -60,6 +60,52 @@ int fl__nf_apply(const fl__nf_table *tb, fl_nf form, const char *s, size_t n, fl
 /* True when s is unchanged by `form` for certain (all code points inert). */
 bool fl__nf_quick_yes(const fl__nf_table *tb, fl_nf form, const char *s, size_t n);
 
+/* ---- JSON (tok_json.c): an arena DOM for tokenizer files ---- */
+
+typedef enum {
+    FL_JSON_NULL = 0,
+    FL_JSON_FALSE,
+    FL_JSON_TRUE,
+    FL_JSON_NUMBER,
+    FL_JSON_STRING,
+    FL_JSON_ARRAY,
+    FL_JSON_OBJECT,
+} fl__json_type;
+
+typedef struct fl__json {
+    uint8_t type;          /* fl__json_type */
+    bool is_int;           /* a number that is an integer in int64 range: i, else num */
+    uint32_t n;            /* string bytes, array items, object members */
+    union {
+        const char *str;             /* NUL-terminated, valid UTF-8 (may hold NULs: use n) */
+        struct fl__json *items;      /* array: n values; object: n (key, value) pairs */
+        int64_t i;
+        double num;
+    };
+} fl__json;
+
+typedef struct fl__json_block {
+    struct fl__json_block *next;
+    size_t cap, used;
+    char data[];
+} fl__json_block;
+
+typedef struct fl__json_doc {
+    fl__json root;
+    fl__json_block *blocks;
+} fl__json_doc;
+
+/* Parses text; on failure err holds "malformed JSON at line L column C: why". */
+int fl__json_parse(const char *text, size_t n, fl__json_doc *doc, char *err, size_t errn);
+void fl__json_free(fl__json_doc *doc);
+/* obj[key] (first match), NULL when obj is not an object or lacks the key. */
+const fl__json *fl__json_get(const fl__json *obj, const char *key);
+static inline const char *fl__json_str(const fl__json *v)
+{
+    return v && v->type == FL_JSON_STRING ? v->str : NULL;
+}
+static inline bool fl__json_is(const fl__json *v, fl__json_type t) { return v && v->type == t; }
+
 /* ---- hashing ---- */
 static inline uint64_t fl__hash_bytes(const void *p, size_t n)
 {

@@ -5,7 +5,6 @@
  * match data and the word cache), each behind its own mutex: several threads may encode with
  * one tokenizer at once. */
 #include <errno.h>
-#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,10 +143,20 @@ static bool file_exists(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-static bool json_flag(const json_t *o, const char *key, bool dflt)
+/* Short names for reading the JSON DOM (tok_json.c). */
+typedef fl__json jv;
+static const jv *jget(const jv *o, const char *key) { return fl__json_get(o, key); }
+static const char *jstr(const jv *v) { return fl__json_str(v); }
+static bool jis_str(const jv *v) { return fl__json_is(v, FL_JSON_STRING); }
+static bool jis_arr(const jv *v) { return fl__json_is(v, FL_JSON_ARRAY); }
+static bool jis_obj(const jv *v) { return fl__json_is(v, FL_JSON_OBJECT); }
+static bool jis_null(const jv *v) { return !v || v->type == FL_JSON_NULL; }
+static bool jis_int(const jv *v) { return fl__json_is(v, FL_JSON_NUMBER) && v->is_int; }
+
+static bool json_flag(const jv *o, const char *key, bool dflt)
 {
-    json_t *v = json_object_get(o, key);
-    return json_is_boolean(v) ? json_is_true(v) : dflt;
+    const jv *v = jget(o, key);
+    return fl__json_is(v, FL_JSON_TRUE) ? true : fl__json_is(v, FL_JSON_FALSE) ? false : dflt;
 }
 
 /* Rewrites Oniguruma's \s and \S (Unicode White_Space, as both references use) for PCRE2,
@@ -241,21 +250,20 @@ static int compile_stage_regex(fl__stage *st, const char *pat, size_t n, bool li
 
 /* ---- parsing tokenizer.json ---- */
 
-static int parse_normalizer(fl_tokenizer *t, json_t *n, fl_err *e)
+static int parse_normalizer(fl_tokenizer *t, const jv *n, fl_err *e)
 {
-    if (!n || json_is_null(n))
+    if (!n || jis_null(n))
         return 0;
-    const char *type = json_string_value(json_object_get(n, "type"));
+    const char *type = jstr(jget(n, "type"));
     if (!type)
         return fl_err_set(e, FL_EFORMAT, "normalizer without a \"type\"");
     if (!strcmp(type, "Sequence")) {
-        json_t *list = json_object_get(n, "normalizers");
-        if (!json_is_array(list))
+        const jv *list = jget(n, "normalizers");
+        if (!jis_arr(list))
             return fl_err_set(e, FL_EFORMAT, "normalizer Sequence without \"normalizers\"");
         size_t i;
-        json_t *v;
-        json_array_foreach(list, i, v)
-        {
+        const jv *v;
+        for (i = 0; i < list->n && (v = &list->items[i]); i++) {
             int rc = parse_normalizer(t, v, e);
             if (rc)
                 return rc;
@@ -276,19 +284,18 @@ static int parse_normalizer(fl_tokenizer *t, json_t *n, fl_err *e)
                       "normalizer \"%s\" is not supported (NFC, NFD, NFKC, NFKD, Sequence)", type);
 }
 
-static int parse_pretok(fl_tokenizer *t, json_t *p, fl_err *e)
+static int parse_pretok(fl_tokenizer *t, const jv *p, fl_err *e)
 {
-    const char *type = json_string_value(json_object_get(p, "type"));
+    const char *type = jstr(jget(p, "type"));
     if (!type)
         return fl_err_set(e, FL_EFORMAT, "pre_tokenizer without a \"type\"");
     if (!strcmp(type, "Sequence")) {
-        json_t *list = json_object_get(p, "pretokenizers");
-        if (!json_is_array(list))
+        const jv *list = jget(p, "pretokenizers");
+        if (!jis_arr(list))
             return fl_err_set(e, FL_EFORMAT, "pre_tokenizer Sequence without \"pretokenizers\"");
         size_t i;
-        json_t *v;
-        json_array_foreach(list, i, v)
-        {
+        const jv *v;
+        for (i = 0; i < list->n && (v = &list->items[i]); i++) {
             int rc = parse_pretok(t, v, e);
             if (rc)
                 return rc;
@@ -304,13 +311,13 @@ static int parse_pretok(fl_tokenizer *t, json_t *p, fl_err *e)
     memset(st, 0, sizeof *st);
     if (!strcmp(type, "Split")) {
         st->kind = FL_ST_SPLIT;
-        json_t *pat = json_object_get(p, "pattern");
-        json_t *re = json_object_get(pat, "Regex"), *str = json_object_get(pat, "String");
-        if (!json_is_string(re) && !json_is_string(str))
+        const jv *pat = jget(p, "pattern");
+        const jv *re = jget(pat, "Regex"), *str = jget(pat, "String");
+        if (!jis_str(re) && !jis_str(str))
             return fl_err_set(e, FL_EFORMAT, "Split pre_tokenizer without a Regex or String pattern");
         if (json_flag(p, "invert", false))
             return fl_err_set(e, FL_EUNSUPPORTED, "Split pre_tokenizer with invert=true is not supported");
-        const char *beh = json_string_value(json_object_get(p, "behavior"));
+        const char *beh = jstr(jget(p, "behavior"));
         if (!beh || !strcmp(beh, "Isolated"))
             st->behavior = FL_SPLIT_ISOLATED;
         else if (!strcmp(beh, "Removed"))
@@ -321,9 +328,9 @@ static int parse_pretok(fl_tokenizer *t, json_t *p, fl_err *e)
             st->behavior = FL_SPLIT_MERGED_NEXT;
         else
             return fl_err_set(e, FL_EUNSUPPORTED, "Split behavior \"%s\" is not supported", beh);
-        json_t *src = json_is_string(re) ? re : str;
-        int rc = compile_stage_regex(st, json_string_value(src), json_string_length(src),
-                                     !json_is_string(re), e);
+        const jv *src = jis_str(re) ? re : str;
+        int rc = compile_stage_regex(st, jstr(src), (src)->n,
+                                     !jis_str(re), e);
         if (rc)
             return rc;
     } else if (!strcmp(type, "ByteLevel")) {
@@ -347,33 +354,31 @@ static int parse_pretok(fl_tokenizer *t, json_t *p, fl_err *e)
 }
 
 /* Reads model.vocab and added_tokens into the id tables. */
-static int parse_vocab(fl_tokenizer *t, json_t *vocab, json_t *added, fl_err *e)
+static int parse_vocab(fl_tokenizer *t, const jv *vocab, const jv *added, fl_err *e)
 {
-    const char *key;
-    json_t *v;
+    const jv *v;
     int32_t max_id = -1;
     size_t bytes = 0;
-    json_object_foreach(vocab, key, v)
-    {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-            json_integer_value(v) >= FL_TOK_MAX_ID)
+    for (uint32_t k = 0; k < vocab->n; k++) {
+        const jv *key = &vocab->items[2 * k];
+        v = key + 1;
+        if (!jis_int(v) || v->i < 0 || v->i >= FL_TOK_MAX_ID)
             return fl_err_set(e, FL_EFORMAT, "model.vocab: id of \"%.40s\" is not an integer in [0, %d)",
-                              key, FL_TOK_MAX_ID);
-        if (json_integer_value(v) > max_id)
-            max_id = (int32_t)json_integer_value(v);
-        bytes += strlen(key) + 1;
+                              key->str, FL_TOK_MAX_ID);
+        if (v->i > max_id)
+            max_id = (int32_t)v->i;
+        bytes += key->n + 1;
     }
     size_t i;
-    json_array_foreach(added, i, v)
-    {
-        json_t *id = json_object_get(v, "id"), *content = json_object_get(v, "content");
-        if (!json_is_integer(id) || json_integer_value(id) < 0 ||
-            json_integer_value(id) >= FL_TOK_MAX_ID || !json_is_string(content))
+    for (i = 0; i < added->n && (v = &added->items[i]); i++) {
+        const jv *id = jget(v, "id"), *content = jget(v, "content");
+        if (!jis_int(id) || (id)->i < 0 ||
+            (id)->i >= FL_TOK_MAX_ID || !jis_str(content))
             return fl_err_set(e, FL_EFORMAT, "added_tokens[%zu]: needs an integer \"id\" and a "
                               "string \"content\"", i);
-        if (json_integer_value(id) > max_id)
-            max_id = (int32_t)json_integer_value(id);
-        bytes += json_string_length(content) + 1;
+        if ((id)->i > max_id)
+            max_id = (int32_t)(id)->i;
+        bytes += (content)->n + 1;
     }
     if (max_id < 0)
         return fl_err_set(e, FL_EFORMAT, "model.vocab is empty");
@@ -387,27 +392,26 @@ static int parse_vocab(fl_tokenizer *t, json_t *vocab, json_t *added, fl_err *e)
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     memset(t->str_off, 0xff, (n + 1) * sizeof *t->str_off);
     size_t used = 0;
-    json_object_foreach(vocab, key, v)
-    {
-        size_t len = strlen(key);
-        int32_t id = (int32_t)json_integer_value(v);
-        memcpy(t->str_arena + used, key, len + 1);
+    for (uint32_t k = 0; k < vocab->n; k++) {
+        const jv *key = &vocab->items[2 * k];
+        size_t len = key->n;
+        int32_t id = (int32_t)key[1].i;
+        memcpy(t->str_arena + used, key->str, len + 1);
         t->str_off[id] = (uint32_t)used;
         t->str_len[id] = (uint32_t)len;
         used += len + 1;
     }
-    t->n_added = json_array_size(added);
+    t->n_added = (added)->n;
     t->added = calloc(t->n_added ? t->n_added : 1, sizeof *t->added);
     if (!t->added)
         return fl_err_set(e, FL_ENOMEM, "out of memory");
-    json_array_foreach(added, i, v)
-    {
-        json_t *content = json_object_get(v, "content");
+    for (i = 0; i < added->n && (v = &added->items[i]); i++) {
+        const jv *content = jget(v, "content");
         fl__added *a = &t->added[i];
-        a->id = (int32_t)json_integer_value(json_object_get(v, "id"));
-        a->len = json_string_length(content);
+        a->id = (int32_t)(jget(v, "id"))->i;
+        a->len = (content)->n;
         a->content = t->str_arena + used;
-        memcpy(a->content, json_string_value(content), a->len + 1);
+        memcpy(a->content, jstr(content), a->len + 1);
         a->special = json_flag(v, "special", false);
         a->normalized = json_flag(v, "normalized", !a->special);
         a->lstrip = json_flag(v, "lstrip", false);
@@ -499,35 +503,34 @@ static int merge_part(const fl_tokenizer *t, const char *s, size_t n, size_t ran
     return 0;
 }
 
-static int parse_merges(fl_tokenizer *t, json_t *merges, fl_err *e)
+static int parse_merges(fl_tokenizer *t, const jv *merges, fl_err *e)
 {
-    size_t n = json_array_size(merges);
+    size_t n = (merges)->n;
     if (fl__pairmap_init(&t->merges, n))
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     fl_buf cat = {0};
     size_t r;
-    json_t *m;
+    const jv *m;
     int rc = 0;
-    json_array_foreach(merges, r, m)
-    {
+    for (r = 0; r < merges->n && (m = &merges->items[r]); r++) {
         const char *a, *b;
         size_t la, lb;
-        if (json_is_string(m)) { /* "a b" */
-            a = json_string_value(m);
-            const char *sp = memchr(a, ' ', json_string_length(m));
-            if (!sp || memchr(sp + 1, ' ', json_string_length(m) - (size_t)(sp + 1 - a))) {
+        if (jis_str(m)) { /* "a b" */
+            a = jstr(m);
+            const char *sp = memchr(a, ' ', (m)->n);
+            if (!sp || memchr(sp + 1, ' ', (m)->n - (size_t)(sp + 1 - a))) {
                 rc = fl_err_set(e, FL_EFORMAT, "merges[%zu]: expected \"left right\"", r);
                 break;
             }
             la = (size_t)(sp - a);
             b = sp + 1;
-            lb = json_string_length(m) - la - 1;
-        } else if (json_is_array(m) && json_array_size(m) == 2 &&
-                   json_is_string(json_array_get(m, 0)) && json_is_string(json_array_get(m, 1))) {
-            a = json_string_value(json_array_get(m, 0));
-            la = json_string_length(json_array_get(m, 0));
-            b = json_string_value(json_array_get(m, 1));
-            lb = json_string_length(json_array_get(m, 1));
+            lb = (m)->n - la - 1;
+        } else if (jis_arr(m) && (m)->n == 2 &&
+                   jis_str((&(m)->items[0])) && jis_str((&(m)->items[1]))) {
+            a = jstr((&(m)->items[0]));
+            la = ((&(m)->items[0]))->n;
+            b = jstr((&(m)->items[1]));
+            lb = ((&(m)->items[1]))->n;
         } else {
             rc = fl_err_set(e, FL_EFORMAT, "merges[%zu]: expected \"left right\" or [left, right]", r);
             break;
@@ -626,51 +629,50 @@ static int build_tries(fl_tokenizer *t, fl_err *e)
     return rc ? fl_err_set(e, rc, "out of memory") : 0;
 }
 
-static int parse_model(fl_tokenizer *t, json_t *root, fl_err *e)
+static int parse_model(fl_tokenizer *t, const jv *root, fl_err *e)
 {
-    json_t *model = json_object_get(root, "model");
-    if (!json_is_object(model))
+    const jv *model = jget(root, "model");
+    if (!jis_obj(model))
         return fl_err_set(e, FL_EFORMAT, "no \"model\" object");
-    const char *type = json_string_value(json_object_get(model, "type"));
-    json_t *vocab = json_object_get(model, "vocab"), *merges = json_object_get(model, "merges");
-    if (type ? strcmp(type, "BPE") : !json_is_array(merges))
+    const char *type = jstr(jget(model, "type"));
+    const jv *vocab = jget(model, "vocab"), *merges = jget(model, "merges");
+    if (type ? strcmp(type, "BPE") : !jis_arr(merges))
         return fl_err_set(e, FL_EUNSUPPORTED, "model type \"%s\" is not supported (byte-level BPE only)",
                           type ? type : "?");
-    if (!json_is_object(vocab) || !json_is_array(merges))
+    if (!jis_obj(vocab) || !jis_arr(merges))
         return fl_err_set(e, FL_EFORMAT, "BPE model needs a \"vocab\" object and a \"merges\" array");
-    const char *cs = json_string_value(json_object_get(model, "continuing_subword_prefix"));
-    const char *ew = json_string_value(json_object_get(model, "end_of_word_suffix"));
+    const char *cs = jstr(jget(model, "continuing_subword_prefix"));
+    const char *ew = jstr(jget(model, "end_of_word_suffix"));
     if ((cs && *cs) || (ew && *ew) || json_flag(model, "byte_fallback", false))
         return fl_err_set(e, FL_EUNSUPPORTED, "BPE with continuing_subword_prefix, end_of_word_suffix "
                           "or byte_fallback is not supported (byte-level BPE only)");
-    json_t *added = json_object_get(root, "added_tokens");
-    if (added && !json_is_array(added) && !json_is_null(added))
+    const jv *added = jget(root, "added_tokens");
+    if (added && !jis_arr(added) && !jis_null(added))
         return fl_err_set(e, FL_EFORMAT, "\"added_tokens\" is not an array");
-    json_t *none = json_array();
-    int rc = parse_vocab(t, vocab, json_is_array(added) ? added : none, e);
-    json_decref(none);
+    static const jv none = {.type = FL_JSON_ARRAY};
+    int rc = parse_vocab(t, vocab, jis_arr(added) ? added : &none, e);
     if (rc)
         return rc;
     t->ignore_merges = json_flag(model, "ignore_merges", false);
-    const char *unk = json_string_value(json_object_get(model, "unk_token"));
+    const char *unk = jstr(jget(model, "unk_token"));
     t->unk_id = unk ? smap_find(t, unk, strlen(unk)) : -1;
     return 0;
 }
 
-static int parse_tokenizer_json(fl_tokenizer *t, json_t *root, fl_err *e)
+static int parse_tokenizer_json(fl_tokenizer *t, const jv *root, fl_err *e)
 {
     int rc = parse_model(t, root, e);
     if (rc)
         return rc;
-    if ((rc = parse_normalizer(t, json_object_get(root, "normalizer"), e)))
+    if ((rc = parse_normalizer(t, jget(root, "normalizer"), e)))
         return rc;
-    json_t *pre = json_object_get(root, "pre_tokenizer");
-    if (json_is_object(pre) && (rc = parse_pretok(t, pre, e)))
+    const jv *pre = jget(root, "pre_tokenizer");
+    if (jis_obj(pre) && (rc = parse_pretok(t, pre, e)))
         return rc;
     if (!t->n_stages || t->stages[t->n_stages - 1].kind != FL_ST_BYTELEVEL)
         return fl_err_set(e, FL_EUNSUPPORTED, "pre_tokenizer has no ByteLevel step (byte-level BPE only)");
-    json_t *dec = json_object_get(root, "decoder");
-    const char *dt = json_string_value(json_object_get(dec, "type"));
+    const jv *dec = jget(root, "decoder");
+    const char *dt = jstr(jget(dec, "type"));
     if (!dt || strcmp(dt, "ByteLevel"))
         return fl_err_set(e, FL_EUNSUPPORTED, "decoder \"%s\" is not supported (ByteLevel only)",
                           dt ? dt : "null");
@@ -678,11 +680,37 @@ static int parse_tokenizer_json(fl_tokenizer *t, json_t *root, fl_err *e)
     byte_map(b2u);
     if ((rc = build_token_bytes(t, b2u, e)))
         return rc;
-    if ((rc = parse_merges(t, json_object_get(json_object_get(root, "model"), "merges"), e)))
+    if ((rc = parse_merges(t, jget(jget(root, "model"), "merges"), e)))
         return rc;
     if (t->ignore_merges && (rc = build_bmap(t, e)))
         return rc;
     return build_tries(t, e);
+}
+
+/* Reads and parses a JSON file (one read into a buffer of the file's size: tokenizer.json is
+ * large); errors name the file. */
+static int load_json(const char *path, fl__json_doc *doc, fl_err *e)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return fl_err_set(e, FL_EIO, "cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    char *text = NULL;
+    size_t n = 0;
+    if (fstat(fileno(f), &st) == 0 && st.st_size >= 0 && (text = malloc((size_t)st.st_size + 1)))
+        n = fread(text, 1, (size_t)st.st_size, f);
+    bool bad = !text || ferror(f) || n != (size_t)st.st_size;
+    fclose(f);
+    if (bad) {
+        free(text);
+        return fl_err_set(e, text ? FL_EIO : FL_ENOMEM, "cannot read %s", path);
+    }
+    text[n] = 0;
+    int rc;
+    char why[256];
+    rc = fl__json_parse(text, n, doc, why, sizeof why);
+    free(text);
+    return rc ? fl_err_set(e, rc, "%s: %s", path, why) : 0;
 }
 
 /* ---- chat template ---- */
@@ -714,22 +742,19 @@ static int load_chat(fl_tokenizer *t, const char *dir, const char *override, fl_
             goto out;
         t->chat_source = strdup(jpath);
     } else if (file_exists(cpath)) {
-        json_error_t je;
-        json_t *cfg = json_load_file(cpath, JSON_ALLOW_NUL, &je);
-        if (!cfg) {
-            rc = fl_err_set(e, FL_EFORMAT, "%s: line %d: %s", cpath, je.line, je.text);
+        fl__json_doc doc;
+        if ((rc = load_json(cpath, &doc, e)))
             goto out;
-        }
-        json_t *ct = json_object_get(cfg, "chat_template");
-        const char *text = json_string_value(ct);
-        if (json_is_array(ct)) { /* [{"name": ..., "template": ...}]: the "default" one */
+        const jv *cfg = &doc.root;
+        const jv *ct = jget(cfg, "chat_template");
+        const char *text = jstr(ct);
+        if (jis_arr(ct)) { /* [{"name": ..., "template": ...}]: the "default" one */
             size_t i;
-            json_t *v;
-            json_array_foreach(ct, i, v)
-            {
-                const char *name = json_string_value(json_object_get(v, "name"));
+            const jv *v;
+            for (i = 0; i < ct->n && (v = &ct->items[i]); i++) {
+                const char *name = jstr(jget(v, "name"));
                 if (name && !strcmp(name, "default"))
-                    text = json_string_value(json_object_get(v, "template"));
+                    text = jstr(jget(v, "template"));
             }
             if (!text)
                 t->chat_none_reason = strdup("its chat_template list has no \"default\" entry");
@@ -738,7 +763,7 @@ static int load_chat(fl_tokenizer *t, const char *dir, const char *override, fl_
             t->chat_template = strdup(text);
             t->chat_source = strdup(cpath);
         }
-        json_decref(cfg);
+        fl__json_free(&doc);
     }
     if (t->chat_template && !t->chat_source) {
         rc = fl_err_set(e, FL_ENOMEM, "out of memory");
@@ -801,16 +826,12 @@ int fl_tokenizer_load(fl_tokenizer **out, const char *dir, const char *chat_over
                                 : S_ISDIR(st.st_mode) ? "is a directory" : strerror(errno));
         goto fail;
     }
-    json_error_t je;
-    json_t *root = json_load_file(path, JSON_ALLOW_NUL, &je);
-    if (!root) {
-        rc = fl_err_set(e, FL_EFORMAT, "%s: malformed JSON at line %d column %d: %s", path, je.line,
-                        je.column, je.text);
+    fl__json_doc doc;
+    if ((rc = load_json(path, &doc, e)))
         goto fail;
-    }
-    rc = json_is_object(root) ? parse_tokenizer_json(t, root, e)
-                              : fl_err_set(e, FL_EFORMAT, "top level is not an object");
-    json_decref(root);
+    rc = jis_obj(&doc.root) ? parse_tokenizer_json(t, &doc.root, e)
+                            : fl_err_set(e, FL_EFORMAT, "top level is not an object");
+    fl__json_free(&doc);
     if (rc) {
         fl_err_prefix(e, "%s", path);
         goto fail;
@@ -1155,7 +1176,8 @@ int fl_tokenizer_encode(const fl_tokenizer *t, const char *text, size_t len, boo
         if (!*ids)
             rc = FL_ENOMEM;
         else {
-            memcpy(*ids, s->ids, s->nids * sizeof **ids);
+            if (s->nids) /* s->ids is NULL before a first id */
+                memcpy(*ids, s->ids, s->nids * sizeof **ids);
             *n = s->nids;
         }
     }
