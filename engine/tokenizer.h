@@ -1,6 +1,8 @@
 /* tokenizer.h: Hugging Face tokenizer.json byte-level BPE (Qwen2/Qwen3 and our own models),
  * the chat template from tokenizer_config.json / chat_template.jinja, and a streaming
- * detokenizer that only ever emits whole UTF-8 characters. */
+ * detokenizer that only ever emits whole UTF-8 characters. docs/tokenizer.md has the details.
+ * A loaded tokenizer may be used from several threads at once (encode keeps its scratch and
+ * word cache in per-tokenizer slots, each behind its own lock). */
 #ifndef FL_TOKENIZER_H
 #define FL_TOKENIZER_H
 
@@ -22,12 +24,18 @@ void fl_tokenizer_free(fl_tokenizer *t);
 
 /* Encodes UTF-8 text. Added tokens are matched first (special ones only when
  * parse_special). Invalid UTF-8 bytes are each replaced by U+FFFD before normalisation
- * (the documented rule; Hugging Face's Rust strings cannot hold them either).
- * *ids is malloc'd, owned by the caller. */
+ * (the documented rule; Hugging Face's Rust strings cannot hold them either): precisely, each
+ * maximal subpart of an invalid sequence becomes one U+FFFD (Unicode's "substitution of maximal
+ * subparts", as WHATWG's TextDecoder and Rust's from_utf8_lossy do): "a\x80b" -> "a\uFFFDb",
+ * a truncated "\xE2\x82" -> one U+FFFD, "\xED\xA0\x80" (a surrogate) or "\xC0\xAF" (overlong)
+ * -> one U+FFFD per byte. No BOS/EOS is added (post_processor is not applied).
+ * *ids is malloc'd (also when *n is 0), owned by the caller. */
 int fl_tokenizer_encode(const fl_tokenizer *t, const char *text, size_t len, bool parse_special,
                         int32_t **ids, size_t *n, fl_err *e);
 /* Decodes ids into UTF-8 (byte-level inverse; invalid sequences become U+FFFD as Hugging
- * Face's decoder does). skip_special drops special added tokens. */
+ * Face's decoder does). skip_special drops special added tokens. Added tokens are written as
+ * their text; ids with no token (negative, too large, a gap) are skipped, as the references do.
+ * Appends to out and keeps it NUL-terminated. */
 int fl_tokenizer_decode(const fl_tokenizer *t, const int32_t *ids, size_t n, bool skip_special,
                         fl_buf *out, fl_err *e);
 
@@ -46,20 +54,25 @@ typedef struct fl_chat_msg {
 
 typedef struct fl_chat_opts {
     bool add_generation_prompt;
-    bool enable_thinking; /* Qwen3: false adds the empty think block, as its template does */
+    bool enable_thinking; /* Qwen3: false adds the empty think block, as its template does
+                           * (so a zeroed fl_chat_opts turns thinking off; the template's own
+                           * default, enable_thinking undefined, is true) */
 } fl_chat_opts;
 
 fl_chat_kind fl_tokenizer_chat_kind(const fl_tokenizer *t);
 const char *fl_chat_kind_name(fl_chat_kind k);
 /* Renders msgs with the tokenizer's template into out (appends). Errors on a role the
- * template does not know. */
+ * template does not know, on tool messages (not supported), on an empty conversation, and
+ * (FL_ESTATE) when the model has no chat template. opts NULL: {false, true}. */
 int fl_chat_render(const fl_tokenizer *t, const fl_chat_msg *msgs, size_t n,
                    const fl_chat_opts *opts, fl_buf *out, fl_err *e);
 /* Recognises a Jinja chat template text; FL_CHAT_NONE when unknown. */
 fl_chat_kind fl_chat_detect(const char *jinja);
 
 /* Streaming detokenizer: feed ids one at a time (committed tokens, in order); it appends to
- * out only complete UTF-8 characters, holding back a partial one until it completes. */
+ * out only complete UTF-8 characters, holding back a partial one until it completes. Bytes
+ * that cannot complete become U+FFFD at once; a partial character before an added token is
+ * flushed as U+FFFD. Pushing all ids then finishing gives exactly fl_tokenizer_decode's text. */
 typedef struct fl_detok {
     const fl_tokenizer *t;
     unsigned char pend[8];
