@@ -9,8 +9,9 @@
  * (ANCHORS.md), and OpenBLAS's workers keep spinning after every sgemm call.
  *
  * Environment (tuning, read at create): FL_SGEMM_ROWS, the number of rows from which a
- * projection uses sgemm instead of the streaming kernel (default 32); FL_NO_SIMD=1, the
- * plain C kernels. */
+ * projection uses sgemm instead of the streaming kernel (default: fl_kernels.sgemm_rows of
+ * the kernel level); FL_SIMD=avx2 or FL_SIMD=plain, a cap on the kernels' instruction set
+ * (kernels.h). */
 #include "backend.h"
 
 #include <cblas.h>
@@ -734,8 +735,8 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     c->cfg = *cf;
     c->nt = o->n_threads ? o->n_threads : fl_ncpus();
     c->bf16 = o->bf16_weights;
-    c->sgemm_rows = fl_env_int("FL_SGEMM_ROWS", 32);
-    fl_kernels_init(&c->kk, fl_env_int("FL_NO_SIMD", 0) == 0);
+    fl_kernels_init(&c->kk, getenv("FL_SIMD"));
+    c->sgemm_rows = fl_env_int("FL_SGEMM_ROWS", c->kk.sgemm_rows);
     c->q_dim = cf->n_heads * cf->head_dim;
     c->kv_dim = cf->n_kv_heads * cf->head_dim;
     c->qkv_dim = c->q_dim + 2 * c->kv_dim;

@@ -13,6 +13,7 @@
 #define FL_HAVE_X86 1
 #include <immintrin.h>
 #define FL_AVX2 __attribute__((target("avx2,fma")))
+#define FL_AVX512 __attribute__((target("avx512f,avx2,fma")))
 #endif
 
 /* ---------------------------------------------------------------- small helpers */
@@ -610,19 +611,135 @@ FL_AVX2 static void fl_swiglu_avx2(float *h, const float *gu, int n_grp, int ib)
     }
 }
 
+/* ---------------------------------------------------------------- AVX-512 streaming matmul */
+
+FL_AVX512 static inline __m512 fl_load_bf16x16(const uint16_t *p)
+{
+    __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+}
+
+/* As the AVX2 kernel, with 16 lanes and a 4x4 tile (16 accumulators + 4 weight vectors + 1
+ * X vector of the 32 zmm registers): at 4 rows of X each weight row is read exactly once,
+ * and at 32 rows the kernel stays FMA-bound (16 FMAs per 8 loads). Every output: 16-lane
+ * running sum over c < k16, _mm512_reduce_add_ps, then the tail in order. */
+#define FL_MM_AVX512_BODY(WT, LOADW, TAIL)                                                   \
+    int k16 = k & ~15;                                                                       \
+    int j = 0;                                                                               \
+    for (; j + 4 <= n; j += 4) {                                                             \
+        const WT *w0 = w + (size_t)j * k, *w1 = w0 + k, *w2 = w1 + k, *w3 = w2 + k;          \
+        const WT *pf = w0 + 4 * (size_t)k; /* the next group, fetched during the first tile */ \
+        int i = 0;                                                                           \
+        for (; i + 4 <= m; i += 4) {                                                         \
+            const float *x0 = x + (size_t)i * ldx, *x1 = x0 + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx; \
+            __m512 a[4][4];                                                                  \
+            for (int r = 0; r < 4; r++)                                                      \
+                a[r][0] = a[r][1] = a[r][2] = a[r][3] = _mm512_setzero_ps();                 \
+            for (int c = 0; c < k16; c += 16) {                                              \
+                if (i == 0) {                                                                \
+                    _mm_prefetch((const char *)(pf + c), _MM_HINT_T0);                       \
+                    _mm_prefetch((const char *)(pf + k + c), _MM_HINT_T0);                   \
+                    _mm_prefetch((const char *)(pf + 2 * (size_t)k + c), _MM_HINT_T0);       \
+                    _mm_prefetch((const char *)(pf + 3 * (size_t)k + c), _MM_HINT_T0);       \
+                }                                                                            \
+                __m512 v0 = LOADW(w0 + c), v1 = LOADW(w1 + c), v2 = LOADW(w2 + c),           \
+                       v3 = LOADW(w3 + c), u;                                                \
+                u = _mm512_loadu_ps(x0 + c);                                                 \
+                a[0][0] = _mm512_fmadd_ps(v0, u, a[0][0]);                                   \
+                a[0][1] = _mm512_fmadd_ps(v1, u, a[0][1]);                                   \
+                a[0][2] = _mm512_fmadd_ps(v2, u, a[0][2]);                                   \
+                a[0][3] = _mm512_fmadd_ps(v3, u, a[0][3]);                                   \
+                u = _mm512_loadu_ps(x1 + c);                                                 \
+                a[1][0] = _mm512_fmadd_ps(v0, u, a[1][0]);                                   \
+                a[1][1] = _mm512_fmadd_ps(v1, u, a[1][1]);                                   \
+                a[1][2] = _mm512_fmadd_ps(v2, u, a[1][2]);                                   \
+                a[1][3] = _mm512_fmadd_ps(v3, u, a[1][3]);                                   \
+                u = _mm512_loadu_ps(x2 + c);                                                 \
+                a[2][0] = _mm512_fmadd_ps(v0, u, a[2][0]);                                   \
+                a[2][1] = _mm512_fmadd_ps(v1, u, a[2][1]);                                   \
+                a[2][2] = _mm512_fmadd_ps(v2, u, a[2][2]);                                   \
+                a[2][3] = _mm512_fmadd_ps(v3, u, a[2][3]);                                   \
+                u = _mm512_loadu_ps(x3 + c);                                                 \
+                a[3][0] = _mm512_fmadd_ps(v0, u, a[3][0]);                                   \
+                a[3][1] = _mm512_fmadd_ps(v1, u, a[3][1]);                                   \
+                a[3][2] = _mm512_fmadd_ps(v2, u, a[3][2]);                                   \
+                a[3][3] = _mm512_fmadd_ps(v3, u, a[3][3]);                                   \
+            }                                                                                \
+            const float *xr[4] = {x0, x1, x2, x3};                                           \
+            const WT *wr[4] = {w0, w1, w2, w3};                                              \
+            for (int r = 0; r < 4; r++)                                                      \
+                for (int q = 0; q < 4; q++)                                                  \
+                    fl_put(y + (size_t)(i + r) * ldy + j + q,                                \
+                           TAIL(_mm512_reduce_add_ps(a[r][q]), xr[r], wr[q], k16, k), acc);  \
+        }                                                                                    \
+        for (; i < m; i++) {                                                                 \
+            const float *x0 = x + (size_t)i * ldx;                                           \
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                      \
+            for (int c = 0; c < k16; c += 16) {                                              \
+                if (i == 0) {                                                                \
+                    _mm_prefetch((const char *)(pf + c), _MM_HINT_T0);                       \
+                    _mm_prefetch((const char *)(pf + k + c), _MM_HINT_T0);                   \
+                    _mm_prefetch((const char *)(pf + 2 * (size_t)k + c), _MM_HINT_T0);       \
+                    _mm_prefetch((const char *)(pf + 3 * (size_t)k + c), _MM_HINT_T0);       \
+                }                                                                            \
+                __m512 u = _mm512_loadu_ps(x0 + c);                                          \
+                a0 = _mm512_fmadd_ps(LOADW(w0 + c), u, a0);                                  \
+                a1 = _mm512_fmadd_ps(LOADW(w1 + c), u, a1);                                  \
+                a2 = _mm512_fmadd_ps(LOADW(w2 + c), u, a2);                                  \
+                a3 = _mm512_fmadd_ps(LOADW(w3 + c), u, a3);                                  \
+            }                                                                                \
+            float *y0 = y + (size_t)i * ldy + j;                                             \
+            fl_put(y0 + 0, TAIL(_mm512_reduce_add_ps(a0), x0, w0, k16, k), acc);             \
+            fl_put(y0 + 1, TAIL(_mm512_reduce_add_ps(a1), x0, w1, k16, k), acc);             \
+            fl_put(y0 + 2, TAIL(_mm512_reduce_add_ps(a2), x0, w2, k16, k), acc);             \
+            fl_put(y0 + 3, TAIL(_mm512_reduce_add_ps(a3), x0, w3, k16, k), acc);             \
+        }                                                                                    \
+    }                                                                                        \
+    for (; j < n; j++) {                                                                     \
+        const WT *w0 = w + (size_t)j * k;                                                    \
+        for (int i = 0; i < m; i++) {                                                        \
+            const float *x0 = x + (size_t)i * ldx;                                           \
+            __m512 a0 = _mm512_setzero_ps();                                                 \
+            for (int c = 0; c < k16; c += 16)                                                \
+                a0 = _mm512_fmadd_ps(LOADW(w0 + c), _mm512_loadu_ps(x0 + c), a0);           \
+            fl_put(y + (size_t)i * ldy + j, TAIL(_mm512_reduce_add_ps(a0), x0, w0, k16, k), acc); \
+        }                                                                                    \
+    }
+
+FL_AVX512 static void fl_mm_f32_avx512(float *y, int ldy, const float *x, int ldx, int m,
+                                       const float *w, int n, int k, bool acc)
+{
+    FL_MM_AVX512_BODY(float, _mm512_loadu_ps, fl_tail_f32)
+}
+
+FL_AVX512 static void fl_mm_bf16_avx512(float *y, int ldy, const float *x, int ldx, int m,
+                                        const uint16_t *w, int n, int k, bool acc)
+{
+    FL_MM_AVX512_BODY(uint16_t, fl_load_bf16x16, fl_tail_bf16)
+}
+
 #endif /* FL_HAVE_X86 */
 
-void fl_kernels_init(fl_kernels *k, bool simd)
+void fl_kernels_init(fl_kernels *k, const char *want)
 {
-    *k = (fl_kernels){false, fl_mm_f32_c, fl_mm_bf16_c, fl_qk_c, fl_pv_c, fl_bf16_to_f32_c,
+    *k = (fl_kernels){"plain C", 8, fl_mm_f32_c, fl_mm_bf16_c, fl_qk_c, fl_pv_c, fl_bf16_to_f32_c,
                       fl_lse_add_c, fl_softmax_c, fl_swiglu_c};
+    if (!want)
+        want = "";
 #ifdef FL_HAVE_X86
     __builtin_cpu_init();
-    if (simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        *k = (fl_kernels){true, fl_mm_f32_avx2, fl_mm_bf16_avx2, fl_qk_avx2, fl_pv_avx2,
+    if (strcmp(want, "plain") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        *k = (fl_kernels){"AVX2+FMA", 32, fl_mm_f32_avx2, fl_mm_bf16_avx2, fl_qk_avx2, fl_pv_avx2,
                           fl_bf16_to_f32_avx2, fl_lse_add_avx2, fl_softmax_avx2, fl_swiglu_avx2};
-#else
-    (void)simd;
+    if (!strcmp(want, "") && k->mm_f32 == fl_mm_f32_avx2 && __builtin_cpu_supports("avx512f")) {
+        k->name = "AVX-512";
+        /* the 4x4 tile is FMA-bound up to hundreds of rows and reads weights unpacked: it
+         * beat sgemm (OpenBLAS's Haswell kernels) at 32-512 rows; sgemm stays for large
+         * batches, where a build with AVX-512 sgemm kernels would win */
+        k->sgemm_rows = 128;
+        k->mm_f32 = fl_mm_f32_avx512;
+        k->mm_bf16 = fl_mm_bf16_avx512;
+    }
 #endif
 }
 
@@ -636,10 +753,17 @@ void fl_matmul(const fl_kernels *kk, float *y, int ldy, const float *x, int ldx,
     int k = w->cols;
     float *yc = y;
     if (m < sgemm_rows) {
-        if (w->bf16)
-            kk->mm_bf16(yc, ldy, x, ldx, m, (const uint16_t *)w->data + (size_t)n0 * k, n, k, acc);
-        else
-            kk->mm_f32(yc, ldy, x, ldx, m, (const float *)w->data + (size_t)n0 * k, n, k, acc);
+        /* 64 rows of X at a time, so X's block and the weight rows stay in L2 however many
+         * rows there are (each X block re-reads this call's weight rows, from L2/L3) */
+        for (int i0 = 0; i0 < m; i0 += 64) {
+            int mb = m - i0 < 64 ? m - i0 : 64;
+            float *yb = yc + (size_t)i0 * ldy;
+            const float *xb = x + (size_t)i0 * ldx;
+            if (w->bf16)
+                kk->mm_bf16(yb, ldy, xb, ldx, mb, (const uint16_t *)w->data + (size_t)n0 * k, n, k, acc);
+            else
+                kk->mm_f32(yb, ldy, xb, ldx, mb, (const float *)w->data + (size_t)n0 * k, n, k, acc);
+        }
         return;
     }
     if (!w->bf16) {

@@ -6,7 +6,8 @@
  * (the decode case, 4-16 tokens) that reads each weight row once for all rows of X, several
  * weight rows at a time. At few rows the product is bound by reading the weights, and
  * sgemm's packing and blocking make it stream them well below the machine's bandwidth.
- * The streaming kernel has an AVX2+FMA version picked at run time and a plain C fallback.
+ * The streaming kernel has AVX-512 and AVX2+FMA versions picked at run time and a plain C
+ * fallback.
  *
  * Every output element of the streaming kernel is summed in the same order whatever the
  * number of rows and whichever tile computes it, so a row's result never depends on the
@@ -34,7 +35,9 @@ typedef struct fl_lse {
 } fl_lse;
 
 typedef struct fl_kernels {
-    bool avx2; /* the AVX2+FMA versions are in use */
+    const char *name; /* "AVX-512", "AVX2+FMA" or "plain C": the streaming matmul's level */
+    int sgemm_rows;   /* rows of X from which OpenBLAS sgemm beat this level's streaming
+                         kernel in the forward (measured on 2-core EPYC, bench_forward.c) */
     /* y[i*ldy + j] (= or += when acc) sum_c x[i*ldx + c] * w[j*k + c], i < m, j < n. */
     void (*mm_f32)(float *y, int ldy, const float *x, int ldx, int m, const float *w, int n,
                    int k, bool acc);
@@ -57,8 +60,10 @@ typedef struct fl_kernels {
     void (*swiglu)(float *h, const float *gu, int n_grp, int ib);
 } fl_kernels;
 
-/* Picks the fastest versions this CPU runs; simd = false forces the plain C ones. */
-void fl_kernels_init(fl_kernels *k, bool simd);
+/* Picks the fastest versions this CPU runs, capped by want: NULL or "" (no cap), "avx2"
+ * (no AVX-512), "plain" (no SIMD at all). The AVX-512 level replaces only the streaming
+ * matmuls, where the 32 registers allow a 4x4 tile; the rest stays AVX2. */
+void fl_kernels_init(fl_kernels *k, const char *want);
 
 /* Columns [n0, n0 + n) of Y (m, w->rows) (= or += when acc) X (m, k) * W^T, on one thread:
  * sgemm when m >= sgemm_rows, else the streaming kernel. y points at Y[0][n0], row stride

@@ -22,6 +22,7 @@
 
 #include "backend.h"
 #include "cli.h"
+#include "kernels.h"
 #include "model.h"
 #include "threadpool.h"
 
@@ -514,17 +515,15 @@ int fl_bench_forward(int argc, char **argv)
         sgemm_s[i] = fl_measure_sgemm(&cf, a.blocks[i], a.threads, 3);
     double load1 = fl_loadavg();
 
-    bool avx2 = false;
-#if defined(__x86_64__) && defined(__GNUC__)
-    avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !getenv("FL_NO_SIMD");
-#endif
+    fl_kernels kk; /* the same choice the backend made */
+    fl_kernels_init(&kk, getenv("FL_SIMD"));
     printf("fogline bench forward: %s\n", a.model);
     printf("model: %s, %d layers, hidden %d, heads %d/%d, vocab %d, %.2f B params, block %d\n",
            fl_family_name(cf.family), cf.n_layers, cf.hidden, cf.n_heads, cf.n_kv_heads,
            cf.vocab, n_params / 1e9, cf.block_size);
     printf("ours: %s weights (%.2f GB streamed per step), %d threads, %s kernels, ctx %d "
            "(prefill %.0f ms), median of %d steps\n", a.bf16 ? "bf16" : "f32", wbytes / 1e9,
-           a.threads, avx2 ? "AVX2+FMA" : "plain C", a.ctx, prefill_ms, a.steps);
+           a.threads, kk.name, a.ctx, prefill_ms, a.steps);
     printf("%s\n", ref_note);
     printf("machine: OpenBLAS sgemm with %d threads at the same shapes (M = block rows, "
            "weights from DRAM); read bandwidth %.1f GB/s; load average %.2f -> %.2f\n",

@@ -25,7 +25,8 @@
  *     earlier blocks (and of another packed segment, and the stored pages) bit-identical.
  *  E  bad batches return FL_EINVAL with a message and change no page.
  * Each runs in several backend variants: 2 threads; 1 thread with the streaming kernel for
- * every projection; sgemm for every projection; bf16 weights; the plain C kernels. */
+ * every projection; sgemm for every projection; bf16 weights; and the kernels capped at
+ * AVX2 and at plain C (FL_SIMD), so every level this CPU has is checked. */
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -64,15 +65,18 @@ typedef struct variant {
     int threads;
     const char *sgemm_rows; /* FL_SGEMM_ROWS, NULL: default */
     bool bf16;
-    bool no_simd;
+    const char *simd; /* FL_SIMD: NULL (best), "avx2", "plain" */
 } variant;
 
 static const variant VARIANTS[] = {
-    {"2 threads", 2, NULL, false, false},
-    {"1 thread, streaming kernel only", 1, "1000000", false, false},
-    {"2 threads, sgemm only", 2, "1", false, false},
-    {"bf16 weights", 2, NULL, true, false},
-    {"plain C kernels", 2, NULL, false, true},
+    {"2 threads", 2, NULL, false, NULL},
+    {"1 thread, streaming kernel only", 1, "1000000", false, NULL},
+    {"2 threads, sgemm only", 2, "1", false, NULL},
+    {"bf16 weights", 2, NULL, true, NULL},
+    {"AVX2 kernels, streaming only", 2, "1000000", false, "avx2"},
+    {"AVX2 kernels, bf16 weights", 2, "1000000", true, "avx2"},
+    {"plain C kernels", 2, NULL, false, "plain"},
+    {"plain C kernels, bf16 weights", 2, "1000000", true, "plain"},
 };
 
 static float *read_f32(const char *dir, const char *name, size_t n)
@@ -618,10 +622,10 @@ static void run_model(const ref_model *rm)
             setenv("FL_SGEMM_ROWS", v->sgemm_rows, 1);
         else
             unsetenv("FL_SGEMM_ROWS");
-        if (v->no_simd)
-            setenv("FL_NO_SIMD", "1", 1);
+        if (v->simd)
+            setenv("FL_SIMD", v->simd, 1);
         else
-            unsetenv("FL_NO_SIMD");
+            unsetenv("FL_SIMD");
         fl_backend_opts o = {.n_pages = 48, .n_threads = v->threads, .max_tokens = 8 * rm->B,
                              .bf16_weights = v->bf16};
         fl_backend *b = NULL;
@@ -643,7 +647,7 @@ static void run_model(const ref_model *rm)
         fl_backend_destroy(b);
     }
     unsetenv("FL_SGEMM_ROWS");
-    unsetenv("FL_NO_SIMD");
+    unsetenv("FL_SIMD");
 }
 
 int main(int argc, char **argv)

@@ -1,0 +1,253 @@
+/* test_kernels.c: the CPU backend's kernels (engine/kernels.c) at every instruction-set level
+ * this CPU has (AVX-512, AVX2, plain C), against double-precision loops, on shapes that
+ * exercise every tile remainder (rows, weight rows and widths that are not multiples of the
+ * tiles or vector widths). Also: a row's matmul result is bit-identical whatever the other
+ * rows and their number (the forward's block-causality rests on it); the fused softmax
+ * statistics agree with a plain two-pass computation, across chunk merges and ties. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fl.h"
+#include "kernels.h"
+
+static uint32_t rng = 1;
+static float frand(void)
+{
+    rng = rng * 1664525u + 1013904223u;
+    return (float)((rng >> 8) / 16777216.0 * 2 - 1);
+}
+
+static void fill(float *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand();
+}
+
+/* max |a - b| / max(1, max |b|) */
+static double err(const float *a, const double *b, size_t n)
+{
+    double m = 1, d = 0;
+    for (size_t i = 0; i < n; i++) {
+        m = fmax(m, fabs(b[i]));
+        d = fmax(d, fabs(a[i] - b[i]));
+    }
+    return d / m;
+}
+
+static void test_matmul(const fl_kernels *kk)
+{
+    const int ms[] = {1, 2, 3, 4, 5, 7, 9, 33}, ns[] = {1, 3, 4, 5, 8, 13}, ks[] = {1, 7, 8, 15, 16, 17, 40, 129};
+    for (size_t a = 0; a < sizeof ms / sizeof *ms; a++)
+        for (size_t b = 0; b < sizeof ns / sizeof *ns; b++)
+            for (size_t c = 0; c < sizeof ks / sizeof *ks; c++) {
+                int m = ms[a], n = ns[b], k = ks[c], ldx = k + 3, ldy = n + 2;
+                float *x = malloc(sizeof(float) * m * ldx), *w = malloc(sizeof(float) * n * k);
+                uint16_t *wb = malloc(sizeof(uint16_t) * n * k);
+                float *y = malloc(sizeof(float) * m * ldy), *y1 = malloc(sizeof(float) * ldy);
+                double *ref = malloc(sizeof(double) * m * n), *refb = malloc(sizeof(double) * m * n);
+                fill(x, (size_t)m * ldx);
+                fill(w, (size_t)n * k);
+                for (int i = 0; i < n * k; i++)
+                    wb[i] = fl_f32_to_bf16(w[i]);
+                for (int i = 0; i < m; i++)
+                    for (int j = 0; j < n; j++) {
+                        double s = 0, sb = 0;
+                        for (int q = 0; q < k; q++) {
+                            s += (double)x[i * ldx + q] * w[j * k + q];
+                            sb += (double)x[i * ldx + q] * fl_bf16_to_f32(wb[j * k + q]);
+                        }
+                        ref[i * n + j] = s;
+                        refb[i * n + j] = sb;
+                    }
+                float got[64 * 16];
+                for (int bf = 0; bf < 2; bf++) {
+                    for (int acc = 0; acc < 2; acc++) {
+                        for (int i = 0; i < m * ldy; i++)
+                            y[i] = acc ? 0.5f : NAN; /* = must not read y; += adds to it */
+                        if (bf)
+                            kk->mm_bf16(y, ldy, x, ldx, m, wb, n, k, acc);
+                        else
+                            kk->mm_f32(y, ldy, x, ldx, m, w, n, k, acc);
+                        for (int i = 0; i < m; i++)
+                            for (int j = 0; j < n; j++)
+                                got[i * n + j] = y[i * ldy + j] - (acc ? 0.5f : 0);
+                        double e = err(got, bf ? refb : ref, (size_t)m * n);
+                        CHECK(e < 1e-5, "%s mm_%s m=%d n=%d k=%d acc=%d: err %.3g", kk->name,
+                              bf ? "bf16" : "f32", m, n, k, acc, e);
+                    }
+                    /* the last row alone gives the same bits as within the batch */
+                    for (int i = 0; i < m * ldy; i++)
+                        y[i] = 0;
+                    if (bf) {
+                        kk->mm_bf16(y, ldy, x, ldx, m, wb, n, k, false);
+                        kk->mm_bf16(y1, ldy, x + (size_t)(m - 1) * ldx, ldx, 1, wb, n, k, false);
+                    } else {
+                        kk->mm_f32(y, ldy, x, ldx, m, w, n, k, false);
+                        kk->mm_f32(y1, ldy, x + (size_t)(m - 1) * ldx, ldx, 1, w, n, k, false);
+                    }
+                    CHECK(!memcmp(y + (size_t)(m - 1) * ldy, y1, sizeof(float) * n),
+                          "%s mm_%s m=%d n=%d k=%d: row %d differs alone", kk->name,
+                          bf ? "bf16" : "f32", m, n, k, m - 1);
+                }
+                free(x);
+                free(w);
+                free(wb);
+                free(y);
+                free(y1);
+                free(ref);
+                free(refb);
+            }
+}
+
+static void test_attention(const fl_kernels *kk)
+{
+    const int nqs[] = {1, 3, 4, 5, 9}, nks[] = {1, 2, 3, 7}, hds[] = {8, 12, 16, 20, 64};
+    for (size_t a = 0; a < 5; a++)
+        for (size_t b = 0; b < 4; b++)
+            for (size_t c = 0; c < 5; c++) {
+                int nq = nqs[a], nk = nks[b], hd = hds[c], ld = hd + 5, lds = nk + 3;
+                float *q = malloc(sizeof(float) * nq * ld), *k = malloc(sizeof(float) * nk * ld);
+                float *v = malloc(sizeof(float) * nk * ld), *s = malloc(sizeof(float) * nq * lds);
+                float *o = malloc(sizeof(float) * nq * ld), *og = malloc(sizeof(float) * nq * hd);
+                double *rs = malloc(sizeof(double) * nq * nk), *ro = malloc(sizeof(double) * nq * hd);
+                float *sg = malloc(sizeof(float) * nq * nk);
+                fill(q, (size_t)nq * ld);
+                fill(k, (size_t)nk * ld);
+                fill(v, (size_t)nk * ld);
+                kk->qk(s, lds, q, ld, nq, k, ld, nk, hd, 0.25f);
+                for (int i = 0; i < nq; i++)
+                    for (int j = 0; j < nk; j++) {
+                        double d = 0;
+                        for (int x = 0; x < hd; x++)
+                            d += (double)q[i * ld + x] * k[j * ld + x];
+                        rs[i * nk + j] = d * 0.25;
+                        sg[i * nk + j] = s[i * lds + j];
+                    }
+                CHECK(err(sg, rs, (size_t)nq * nk) < 1e-5, "%s qk nq=%d nk=%d hd=%d", kk->name, nq,
+                      nk, hd);
+                for (int i = 0; i < nq * ld; i++)
+                    o[i] = 0.25f;
+                kk->pv(o, ld, s, lds, nq, v, ld, nk, hd);
+                for (int i = 0; i < nq; i++)
+                    for (int x = 0; x < hd; x++) {
+                        double d = 0.25;
+                        for (int j = 0; j < nk; j++)
+                            d += (double)s[i * lds + j] * v[j * ld + x];
+                        ro[i * hd + x] = d;
+                        og[i * hd + x] = o[i * ld + x];
+                    }
+                CHECK(err(og, ro, (size_t)nq * hd) < 1e-5, "%s pv nq=%d nk=%d hd=%d", kk->name, nq,
+                      nk, hd);
+                free(q);
+                free(k);
+                free(v);
+                free(s);
+                free(o);
+                free(og);
+                free(rs);
+                free(ro);
+                free(sg);
+            }
+}
+
+static void test_softmax_stats(const fl_kernels *kk)
+{
+    const int ns[] = {1, 5, 8, 17, 300, 1000};
+    for (size_t a = 0; a < 6; a++) {
+        int n = ns[a];
+        float *l = malloc(sizeof(float) * n), *s = malloc(sizeof(float) * n);
+        for (int i = 0; i < n; i++)
+            l[i] = 8 * frand();
+        if (n > 8)
+            l[n / 3] = l[2 * n / 3] = 9; /* a tie for the max: the lower id wins */
+        /* reference in double */
+        double mx = -INFINITY, z = 0, zu = 0;
+        int arg = 0;
+        for (int i = 0; i < n; i++)
+            if (l[i] > mx) {
+                mx = l[i];
+                arg = i;
+            }
+        for (int i = 0; i < n; i++) {
+            double u = l[i] - mx;
+            z += exp(u);
+            zu += exp(u) * u;
+        }
+        double h = log(z) - zu / z;
+        /* in chunks of several sizes, merged in order, and in one piece */
+        const int chunks[] = {1, 3, 16, 1000};
+        for (size_t c = 0; c < 4; c++) {
+            fl_lse all;
+            fl_lse_init(&all);
+            for (int i0 = 0; i0 < n; i0 += chunks[c]) {
+                fl_lse part;
+                fl_lse_init(&part);
+                int len = n - i0 < chunks[c] ? n - i0 : chunks[c];
+                kk->lse_add(&part, l + i0, len, i0);
+                fl_lse_merge(&all, &part);
+            }
+            int32_t tok;
+            float prob, ent;
+            fl_lse_finish(&all, &tok, &prob, &ent);
+            CHECK(tok == arg, "%s lse n=%d chunk=%d: argmax %d, want %d", kk->name, n, chunks[c],
+                  tok, arg);
+            CHECK(fabs(prob - 1 / z) < 1e-6, "%s lse n=%d chunk=%d: prob %.8g, want %.8g",
+                  kk->name, n, chunks[c], prob, 1 / z);
+            CHECK(fabs(ent - h) < 1e-5 * fmax(1, h), "%s lse n=%d chunk=%d: entropy %.8g, want "
+                  "%.8g", kk->name, n, chunks[c], ent, h);
+        }
+        memcpy(s, l, sizeof(float) * n);
+        kk->softmax(s, n);
+        double se = 0;
+        for (int i = 0; i < n; i++)
+            se = fmax(se, fabs(s[i] - exp(l[i] - mx) / z));
+        CHECK(se < 1e-6, "%s softmax n=%d: err %.3g", kk->name, n, se);
+        free(l);
+        free(s);
+    }
+}
+
+static void test_swiglu(const fl_kernels *kk)
+{
+    for (int ib = 1; ib <= 8; ib += 7) {
+        int grp = 5, n = grp * ib;
+        float gu[80], h[40];
+        for (int i = 0; i < 2 * n; i++)
+            gu[i] = 12 * frand();
+        gu[0] = -100; /* far in the tail: silu -> -0 without overflow trouble */
+        kk->swiglu(h, gu, grp, ib);
+        double e = 0;
+        for (int b = 0; b < grp; b++)
+            for (int c = 0; c < ib; c++) {
+                double g = gu[2 * b * ib + c], u = gu[2 * b * ib + ib + c];
+                double want = g / (1 + exp(-g)) * u;
+                e = fmax(e, fabs(h[b * ib + c] - want) / fmax(1, fabs(want)));
+            }
+        CHECK(e < 1e-6, "%s swiglu ib=%d: err %.3g", kk->name, ib, e);
+    }
+}
+
+int main(void)
+{
+    const char *levels[] = {"", "avx2", "plain"};
+    const char *seen[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        fl_kernels kk;
+        fl_kernels_init(&kk, levels[i]);
+        bool dup = false;
+        for (int j = 0; j < i; j++)
+            dup |= seen[j] && !strcmp(seen[j], kk.name);
+        seen[i] = kk.name;
+        if (dup)
+            continue; /* this CPU lacks the level: the cap fell back to one already tested */
+        printf("kernels: %s\n", kk.name);
+        test_matmul(&kk);
+        test_attention(&kk);
+        test_softmax_stats(&kk);
+        test_swiglu(&kk);
+    }
+    return check_summary("test_kernels");
+}
