@@ -3,6 +3,7 @@
 #ifndef FL_CLI_H
 #define FL_CLI_H
 
+int fl_cmd_serve(int argc, char **argv);    /* server/serve.c */
 int fl_cmd_info(int argc, char **argv);
 int fl_cmd_generate(int argc, char **argv);
 int fl_cmd_tokenize(int argc, char **argv);

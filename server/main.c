@@ -9,6 +9,7 @@ static const struct {
     int (*run)(int argc, char **argv);
     const char *help;
 } cmds[] = {
+    {"serve", fl_cmd_serve, "the server: WebSocket streaming, OpenAI-compatible HTTP, metrics"},
     {"generate", fl_cmd_generate, "one reply, live in the terminal or --json"},
     {"info", fl_cmd_info, "what a model directory holds (no weights loaded for compute)"},
     {"tokenize", fl_cmd_tokenize, "encode/decode text, render chat templates (tokenizer files only)"},

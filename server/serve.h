@@ -1,0 +1,207 @@
+/* serve.h: the parts of `fogline serve` and what they share. Internal to server/.
+ *
+ * Threads: the loop thread (libuv + libwebsockets) owns every socket, connection, request
+ * and metric below; the engine thread only calls the sink (serve_engine.c), which copies the
+ * event into a locked queue and wakes the loop with uv_async; the uv work pool renders the
+ * chat template and tokenizes (the tokenizer is read-only and safe from several threads).
+ *
+ * Ownership: a request (srv_req) lives from the client's `chat` until its engine `done` event
+ * has been handled on the loop, whatever happens to its client meanwhile. A connection
+ * (srv_conn) or HTTP exchange (srv_http) that goes away leaves its requests orphaned
+ * (owner NULL) and cancelled; they free themselves when their `done` arrives. */
+#ifndef FL_SERVE_H
+#define FL_SERVE_H
+
+#include <jansson.h>
+#include <stdio.h>
+#include <uv.h>
+
+#include "engine.h"
+#include "gen_opts.h"
+#include "serve_log.h"
+#include "serve_metrics.h"
+#include "serve_proto.h"
+#include "tokenizer.h"
+
+struct lws;
+struct lws_context;
+struct lws_vhost;
+
+/* ---- configuration (serve_config.c) ---- */
+typedef struct srv_config {
+    char *host;
+    int port;
+    char *model_dir;
+    char *chat_template;
+    char *web_root;
+    char *api_key;          /* NULL: no key needed */
+    char **origins;         /* allowed Origin values; NULL or "*": any */
+    int n_origins;
+    int threads;
+    int max_connections;    /* WebSocket connections at once */
+    int max_conn_requests;  /* running requests per WebSocket connection */
+    int max_queued;         /* requests waiting for the engine, server-wide */
+    int max_seqs;           /* sequences the engine runs at once */
+    int max_batch_tokens;
+    size_t max_message;     /* WebSocket message / HTTP body bytes */
+    int max_prompt_tokens;
+    int max_tokens_limit;   /* the largest max_tokens a request may ask for */
+    int kv_pages;           /* 0: derived from the limits */
+    int kv_host_mb;         /* host-memory persistence tier; 0: none */
+    double drain_s;         /* grace period on SIGTERM/SIGINT */
+    size_t ws_max_backlog;  /* bytes queued for one client before it is closed */
+    double ws_stall_s;      /* seconds a client may accept nothing while output waits */
+    srv_log_level log_level;
+    fl_gen_opts gen;        /* default decoding options and max_tokens (--policy ... flags) */
+} srv_config;
+
+/* Parses FOGLINE_* variables, then argv (flags win). Returns 0 to run, 1 when --help was
+ * printed, or -2 with one line in err (a usage error). */
+int srv_config_parse(srv_config *c, int argc, char **argv, char *err, size_t errlen);
+void srv_config_free(srv_config *c);
+void srv_config_usage(FILE *f);
+bool srv_origin_allowed(const srv_config *c, const char *origin);
+
+/* ---- output queue of one client: drafts coalesce, nothing else is dropped ---- */
+typedef struct srv_out {
+    struct srv_out *next;
+    unsigned char *buf; /* LWS_PRE bytes of headroom, then len bytes */
+    size_t len;
+    struct srv_req *req; /* drafts only: the request whose draft_slot points here */
+    int32_t block;       /* drafts only; -1 otherwise */
+} srv_out;
+
+typedef struct srv_outq {
+    srv_out *head, *tail;
+    size_t bytes;
+    int n;
+} srv_outq;
+
+/* Allocates an item holding a copy of data (with LWS_PRE headroom). */
+srv_out *srv_out_new(const char *data, size_t len);
+void srv_out_free(srv_out *o);
+void srv_outq_push(srv_outq *q, srv_out *o);
+srv_out *srv_outq_pop(srv_outq *q);
+void srv_outq_clear(srv_outq *q);
+
+/* ---- requests (serve_engine.c) ---- */
+typedef enum srv_owner_kind { SRV_OWNER_WS = 1, SRV_OWNER_HTTP } srv_owner_kind;
+typedef enum srv_req_state { SRV_REQ_TOKENIZING = 0, SRV_REQ_RUNNING } srv_req_state;
+
+#define SRV_DRAFT_SLOTS 16 /* running blocks per sequence at most (decode.h: max_blocks) */
+
+typedef struct srv srv;
+
+typedef struct srv_req {
+    srv *s;
+    srv_owner_kind kind;
+    void *owner;          /* srv_conn* or srv_http*; NULL once the client is gone */
+    uint64_t serial;      /* server-unique, for logs */
+    srv_chat chat;        /* the parsed request (owns its strings) */
+    srv_req_state state;
+    bool cancelled;       /* the client asked, or went away */
+    uv_work_t work;       /* tokenization on the uv work pool */
+    int32_t *ids;         /* (n_ids) the templated prompt */
+    size_t n_ids;
+    int work_rc;
+    fl_err work_err;
+    uint64_t eid;         /* engine id once submitted */
+    double t_start;       /* loop ms when the chat arrived */
+    double t_first;       /* loop ms of the first draft or commit, 0 before */
+    double t_last;        /* loop ms of the last update */
+    srv_out *draft_slot[SRV_DRAFT_SLOTS]; /* queued, unsent drafts by block % SLOTS */
+    struct srv_req *o_prev, *o_next;      /* the owner's list */
+    struct srv_req *s_prev, *s_next;      /* the server's list of live requests */
+} srv_req;
+
+/* An event copied off the engine thread. */
+typedef struct srv_ev {
+    struct srv_ev *next;
+    srv_req *req;
+    fl_event_type type;
+    int32_t block, step, n; /* draft/commit */
+    int32_t *tokens;        /* (n) -1 where masked */
+    uint8_t *fresh;         /* (n) */
+    char *text;             /* commit: the block's text; done: the whole reply */
+    size_t text_len;
+    fl_finish finish;
+    char *error;
+    fl_seq_stats stats;
+    int32_t n_ids;
+} srv_ev;
+
+/* ---- the server ---- */
+struct srv {
+    srv_config *cfg;
+    srv_log log;
+    srv_metrics m;
+    fl_model *model;
+    fl_backend *backend;     /* the timing wrapper around the CPU backend */
+    fl_kv_tier *tier;
+    fl_engine *engine;       /* NULL once stopped */
+    char model_id[128];      /* the name /v1/models shows */
+    int32_t n_pages;
+    uv_loop_t loop;
+    uv_async_t wake;         /* the engine has events */
+    uv_timer_t tick;         /* housekeeping: slow clients, drain, gauges */
+    uv_signal_t sigint, sigterm;
+    struct lws_context *ctx;
+    struct lws_vhost *vh;
+    uv_mutex_t ev_mu;
+    srv_ev *ev_head, *ev_tail;
+    srv_req *reqs;           /* live requests */
+    int n_reqs;              /* live (tokenizing or in the engine) */
+    uint64_t next_serial;
+    struct srv_conn *conns;  /* open WebSocket connections */
+    int n_conns;
+    uint64_t next_conn;
+    struct srv_http *https;  /* open HTTP exchanges with a request */
+    int n_https;
+    bool draining;
+    double drain_deadline;   /* loop ms */
+    bool closing_clients;
+    double close_deadline;
+    int exit_code;
+};
+
+double srv_now_ms(srv *s);
+
+/* serve_engine.c */
+int srv_engine_start(srv *s, fl_err *e);
+void srv_engine_stop(srv *s);          /* stops the thread, handles the final events */
+/* Takes ownership of *chat (zeroed): tokenizes on the work pool, then submits. Returns the
+ * request, or NULL with an error code/message (busy, shutting_down) to send back. */
+srv_req *srv_req_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
+                       const char **code, char *msg, size_t msglen);
+void srv_req_cancel(srv_req *r);        /* idempotent; done(cancelled) follows */
+void srv_req_orphan(srv_req *r);        /* the owner is gone: cancel, forget the owner */
+void srv_drain_events(srv *s);          /* loop thread: handle queued engine events */
+int srv_pages_needed(const srv *s, int32_t n_prompt, int32_t max_tokens, const fl_decode_opts *d);
+
+/* Renders a draft's tokens into {"t": text} / {"mask": true} items (loop thread). */
+json_t *srv_draft_tokens(const fl_tokenizer *t, const int32_t *tokens, int32_t n);
+
+/* serve_ws.c: the owner callbacks and lifecycle of WebSocket connections */
+typedef struct srv_conn srv_conn;
+void srv_ws_on_event(srv_conn *c, srv_req *r, const srv_ev *ev);
+void srv_ws_on_reject(srv_conn *c, srv_req *r, const char *code, const char *msg);
+void srv_ws_tick(srv *s);              /* slow-client checks */
+void srv_ws_close_all(srv *s, int code, const char *reason);
+int srv_ws_callback(struct lws *wsi, int reason, void *user, void *in, size_t len);
+
+/* serve_http.c */
+typedef struct srv_http srv_http;
+void srv_http_on_event(srv_http *h, srv_req *r, const srv_ev *ev);
+void srv_http_on_reject(srv_http *h, srv_req *r, const char *code, const char *msg);
+int srv_http_callback(struct lws *wsi, int reason, void *user, void *in, size_t len);
+
+/* Per-wsi data: what the wsi is now (lws reuses one protocol for HTTP and WebSocket). */
+typedef struct srv_pss {
+    int kind;     /* 0 none, 1 HTTP exchange, 2 WebSocket connection */
+    void *obj;
+} srv_pss;
+
+/* The one protocol's callback (serve.c) dispatches to the two above. */
+int srv_lws_callback(struct lws *wsi, int reason, void *user, void *in, size_t len);
+
+#endif

@@ -1,0 +1,559 @@
+/* serve_engine.c: the bridge between the loop thread and the engine thread.
+ *
+ * A chat becomes a srv_req: its template is rendered and tokenized on the uv work pool, then
+ * it is submitted to fl_engine. The engine calls sink() on its own thread: sink copies the
+ * event (the engine's buffers are reused after it returns), appends it to a locked queue and
+ * wakes the loop with uv_async_send. The loop drains the queue in order and hands each event
+ * to the request's owner (a WebSocket connection or an HTTP exchange), or drops it when the
+ * owner is gone. The `done` event is the last one for a request: it is freed then.
+ *
+ * The backend is wrapped to time each forward (the step-latency histogram) and the tier to
+ * time each put; both observe into atomic histograms, so no lock is taken on those threads. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "serve.h"
+
+double srv_now_ms(srv *s)
+{
+    (void)s;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ---- the timing wrappers ---- */
+
+typedef struct timed_backend {
+    fl_backend base;
+    fl_backend *inner;
+    srv_ahist *hist;
+} timed_backend;
+
+static int tb_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float *logits, fl_err *e)
+{
+    timed_backend *t = b->impl;
+    struct timespec a, z;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = t->inner->ops->forward(t->inner, bt, out, logits, e);
+    clock_gettime(CLOCK_MONOTONIC, &z);
+    srv_ahist_observe(t->hist, (double)(z.tv_sec - a.tv_sec) + (double)(z.tv_nsec - a.tv_nsec) / 1e9);
+    return rc;
+}
+
+static int tb_page_read(fl_backend *b, int32_t page, void *dst, fl_err *e)
+{
+    timed_backend *t = b->impl;
+    return t->inner->ops->page_read(t->inner, page, dst, e);
+}
+
+static int tb_page_write(fl_backend *b, int32_t page, const void *src, fl_err *e)
+{
+    timed_backend *t = b->impl;
+    return t->inner->ops->page_write(t->inner, page, src, e);
+}
+
+static void tb_destroy(fl_backend *b)
+{
+    timed_backend *t = b->impl;
+    fl_backend_destroy(t->inner);
+    free(t);
+}
+
+static const fl_backend_ops timed_ops = {"timed", tb_forward, tb_page_read, tb_page_write,
+                                         tb_destroy};
+
+static fl_backend *timed_backend_wrap(fl_backend *inner, srv_ahist *hist)
+{
+    timed_backend *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->base = *inner;
+    t->base.ops = &timed_ops;
+    t->base.impl = t;
+    t->inner = inner;
+    t->hist = hist;
+    return &t->base;
+}
+
+typedef struct timed_tier { /* the ctx of a wrapper tier (fl_tier_destroy frees the tier) */
+    fl_kv_tier *inner;
+    srv_ahist *hist;
+} timed_tier;
+
+static int tt_put(void *ctx, fl_page_key key, const void *blob, size_t len, fl_err *e)
+{
+    timed_tier *t = ctx;
+    struct timespec a, z;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    int rc = t->inner->put(t->inner->ctx, key, blob, len, e);
+    clock_gettime(CLOCK_MONOTONIC, &z);
+    srv_ahist_observe(t->hist, (double)(z.tv_sec - a.tv_sec) + (double)(z.tv_nsec - a.tv_nsec) / 1e9);
+    return rc;
+}
+
+static int tt_get(void *ctx, fl_page_key key, void *blob, size_t len, fl_err *e)
+{
+    timed_tier *t = ctx;
+    return t->inner->get(t->inner->ctx, key, blob, len, e);
+}
+
+static void tt_destroy(void *ctx)
+{
+    timed_tier *t = ctx;
+    fl_tier_destroy(t->inner);
+    free(t);
+}
+
+/* ---- start and stop ---- */
+
+int srv_pages_needed(const srv *s, int32_t n_prompt, int32_t max_tokens, const fl_decode_opts *d)
+{
+    int32_t B = s->model->cfg.block_size;
+    int32_t run = d->pipeline ? d->max_blocks : 1;
+    return (n_prompt + max_tokens + B - 1) / B + run;
+}
+
+int srv_engine_start(srv *s, fl_err *e)
+{
+    srv_config *c = s->cfg;
+    fl_load_opts lo = {0};
+    lo.chat_template = c->chat_template;
+    int rc = fl_model_load(&s->model, c->model_dir, &lo, e);
+    if (rc)
+        return rc;
+    const fl_config *mc = &s->model->cfg;
+    if (!s->model->tok)
+        return fl_err_set(e, FL_EINVAL, "%s has no tokenizer; serve needs one", c->model_dir);
+    int32_t B = mc->block_size;
+    int32_t max_pos = mc->max_pos > 0 ? mc->max_pos : 1 << 20;
+    if (c->max_prompt_tokens <= 0 || c->max_prompt_tokens > max_pos - 2 * B)
+        c->max_prompt_tokens = max_pos - 2 * B;
+    if (c->max_batch_tokens < (c->gen.dec.max_blocks + 1) * B + B) /* room for one request */
+        c->max_batch_tokens = (c->gen.dec.max_blocks + 2) * B;
+    /* a model id for /v1/models: the directory's last component */
+    const char *base = strrchr(c->model_dir, '/');
+    base = base && base[1] ? base + 1 : c->model_dir;
+    snprintf(s->model_id, sizeof s->model_id, "%s", base);
+    size_t n = strlen(s->model_id);
+    while (n > 1 && s->model_id[n - 1] == '/')
+        s->model_id[--n] = 0;
+    /* pages: at least one full-size request; by default as many as 128 MiB holds (requests
+       beyond the pool wait in the engine's FIFO, they are not refused) */
+    int32_t per_req = (c->max_prompt_tokens + c->max_tokens_limit + B - 1) / B + 17;
+    size_t page_bytes = (size_t)mc->n_layers * 2 * (size_t)mc->n_kv_heads * (size_t)B *
+                        (size_t)mc->head_dim * sizeof(float);
+    int64_t budget = (int64_t)((128u << 20) / (page_bytes ? page_bytes : 1));
+    int64_t want = (int64_t)per_req * c->max_seqs;
+    if (want > budget)
+        want = budget;
+    if (want < per_req)
+        want = per_req;
+    s->n_pages = c->kv_pages > 0 ? c->kv_pages : (int32_t)want;
+    if (s->n_pages < per_req && c->kv_pages > 0)
+        return fl_err_set(e, FL_ERANGE,
+                          "--kv-pages %d cannot hold one request of --max-prompt-tokens %d and "
+                          "--max-tokens-limit %d (%d pages)", c->kv_pages, c->max_prompt_tokens,
+                          c->max_tokens_limit, per_req);
+    fl_backend_opts bo = {.n_pages = s->n_pages, .n_threads = c->threads,
+                          .max_tokens = c->max_batch_tokens};
+    fl_backend *inner = NULL;
+    rc = fl_backend_cpu_create(&inner, s->model, &bo, e);
+    if (rc)
+        return rc;
+    s->backend = timed_backend_wrap(inner, &s->m.step);
+    if (!s->backend) {
+        fl_backend_destroy(inner);
+        return fl_err_set(e, FL_ENOMEM, "out of memory");
+    }
+    if (c->kv_host_mb > 0) {
+        fl_kv_tier *host = NULL;
+        rc = fl_tier_host_create(&host, (size_t)c->kv_host_mb << 20, e);
+        if (rc)
+            return rc;
+        timed_tier *t = calloc(1, sizeof *t);
+        fl_kv_tier *w = calloc(1, sizeof *w);
+        if (!t || !w) {
+            free(t);
+            free(w);
+            fl_tier_destroy(host);
+            return fl_err_set(e, FL_ENOMEM, "out of memory");
+        }
+        *w = *host;
+        w->ctx = t;
+        w->put = tt_put;
+        w->get = tt_get;
+        w->destroy = tt_destroy;
+        t->inner = host;
+        t->hist = &s->m.persist_put;
+        s->tier = w;
+    }
+    fl_engine_opts eo = {0};
+    eo.sched.max_batch_tokens = c->max_batch_tokens;
+    eo.sched.max_seqs = c->max_seqs;
+    eo.sched.async_persist = true;
+    eo.sched.tier = s->tier;
+    eo.sched.model_id = 0x666f676c696e65ull; /* "fogline": chains page keys */
+    /* the server bounds what waits itself (max_queued); the engine's command queue must
+       never be the one that says busy first */
+    eo.queue_cap = c->max_queued + c->max_seqs + 16;
+    return fl_engine_start(&s->engine, s->model, s->backend, &eo, e);
+}
+
+/* ---- the sink (engine thread) ---- */
+
+static void sink(const fl_event *ev, void *ctx)
+{
+    srv_req *r = ctx;
+    srv *s = r->s;
+    size_t ntok = ev->type == FL_EV_DRAFT ? (size_t)ev->n : 0;
+    size_t ntext = ev->type == FL_EV_DRAFT ? 0 : ev->text_len;
+    size_t nerr = ev->error ? strlen(ev->error) + 1 : 0;
+    size_t sz = sizeof(srv_ev) + ntok * (sizeof(int32_t) + 1) + ntext + 1 + nerr;
+    srv_ev *x = malloc(sz);
+    if (!x)
+        return; /* a lost draft or commit only; done is small and retried below */
+    memset(x, 0, sizeof *x);
+    x->req = r;
+    x->type = ev->type;
+    x->block = ev->block;
+    x->step = ev->step;
+    x->n = (int32_t)ntok;
+    char *p = (char *)(x + 1);
+    x->tokens = (int32_t *)p;
+    if (ntok)
+        memcpy(x->tokens, ev->tokens, ntok * sizeof(int32_t));
+    p += ntok * sizeof(int32_t);
+    x->fresh = (uint8_t *)p;
+    if (ntok)
+        memcpy(x->fresh, ev->fresh, ntok);
+    p += ntok;
+    x->text = p;
+    if (ntext)
+        memcpy(x->text, ev->text, ntext);
+    x->text[ntext] = 0;
+    x->text_len = ntext;
+    p += ntext + 1;
+    if (nerr) {
+        x->error = p;
+        memcpy(x->error, ev->error, nerr);
+    }
+    x->finish = ev->finish;
+    if (ev->stats)
+        x->stats = *ev->stats;
+    x->n_ids = ev->n_ids;
+    uv_mutex_lock(&s->ev_mu);
+    if (s->ev_tail)
+        s->ev_tail->next = x;
+    else
+        s->ev_head = x;
+    s->ev_tail = x;
+    uv_mutex_unlock(&s->ev_mu);
+    uv_async_send(&s->wake);
+}
+
+/* ---- requests ---- */
+
+static void req_unlink(srv_req *r)
+{
+    srv *s = r->s;
+    if (r->s_prev)
+        r->s_prev->s_next = r->s_next;
+    else
+        s->reqs = r->s_next;
+    if (r->s_next)
+        r->s_next->s_prev = r->s_prev;
+    s->n_reqs--;
+}
+
+static void req_free(srv_req *r)
+{
+    /* a queued draft must not point at a freed request */
+    for (int i = 0; i < SRV_DRAFT_SLOTS; i++)
+        if (r->draft_slot[i])
+            r->draft_slot[i]->req = NULL;
+    srv_chat_free(&r->chat);
+    free(r->ids);
+    free(r);
+}
+
+static void tokenize_work(uv_work_t *w)
+{
+    srv_req *r = w->data;
+    const fl_tokenizer *tok = r->s->model->tok;
+    fl_buf text = {0};
+    fl_chat_opts co = {.add_generation_prompt = true, .enable_thinking = false};
+    r->work_rc = fl_chat_render(tok, r->chat.msgs, r->chat.n_msgs, &co, &text, &r->work_err);
+    if (!r->work_rc)
+        r->work_rc = fl_tokenizer_encode(tok, text.data ? text.data : "", text.len, true, &r->ids,
+                                         &r->n_ids, &r->work_err);
+    fl_buf_free(&text);
+}
+
+/* Tells the owner the request ended before the engine took it, then frees it. */
+static void req_reject(srv_req *r, const char *code, const char *msg)
+{
+    srv *s = r->s;
+    s->m.requests[SRV_OUT_REJECTED]++;
+    srv_metrics_error(&s->m, code);
+    if (r->owner) {
+        if (r->kind == SRV_OWNER_WS)
+            srv_ws_on_reject(r->owner, r, code, msg);
+        else
+            srv_http_on_reject(r->owner, r, code, msg);
+    }
+    char q[160];
+    SRV_INFO(&s->log, "event=rejected req=%s serial=%llu code=%s message=%s",
+             srv_log_q(q, sizeof q, r->chat.id), (unsigned long long)r->serial, code,
+             srv_log_q(q + 80, 80, msg));
+    req_unlink(r);
+    req_free(r);
+}
+
+static void tokenize_done(uv_work_t *w, int status)
+{
+    srv_req *r = w->data;
+    srv *s = r->s;
+    char msg[FL_ERR_MSG + 64];
+    if (r->cancelled || status == UV_ECANCELED) {
+        /* cancelled before the engine saw it: the owner still gets its done(cancelled) */
+        srv_ev ev = {0};
+        ev.req = r;
+        ev.type = FL_EV_DONE;
+        ev.finish = FL_FINISH_CANCELLED;
+        ev.text = "";
+        ev.stats.prompt_tokens = (int32_t)r->n_ids;
+        s->m.requests[SRV_OUT_CANCELLED]++;
+        if (r->owner) {
+            if (r->kind == SRV_OWNER_WS)
+                srv_ws_on_event(r->owner, r, &ev);
+            else
+                srv_http_on_event(r->owner, r, &ev);
+        }
+        req_unlink(r);
+        req_free(r);
+        return;
+    }
+    if (r->work_rc) {
+        req_reject(r, SRV_E_BAD_REQUEST, r->work_err.msg);
+        return;
+    }
+    if (!s->engine || s->draining) {
+        req_reject(r, SRV_E_SHUTTING_DOWN, "the server is shutting down");
+        return;
+    }
+    int max_prompt = s->cfg->max_prompt_tokens;
+    if ((int64_t)r->n_ids > max_prompt) {
+        snprintf(msg, sizeof msg, "the prompt has %zu tokens after the chat template; the limit "
+                 "is %d", r->n_ids, max_prompt);
+        req_reject(r, SRV_E_PROMPT_TOO_LONG, msg);
+        return;
+    }
+    if (srv_pages_needed(s, (int32_t)r->n_ids, r->chat.max_tokens, &r->chat.dec) > s->n_pages) {
+        snprintf(msg, sizeof msg, "%zu prompt tokens plus max_tokens %d need more KV pages than "
+                 "the server has (%d); ask for fewer tokens", r->n_ids, r->chat.max_tokens,
+                 s->n_pages);
+        req_reject(r, SRV_E_PROMPT_TOO_LONG, msg);
+        return;
+    }
+    fl_request q = {0};
+    q.prompt = r->ids;
+    q.n_prompt = (int32_t)r->n_ids;
+    q.max_tokens = r->chat.max_tokens;
+    q.dec = r->chat.dec;
+    if (r->chat.n_stop) {
+        q.stop = (const char *const *)r->chat.stop;
+        q.n_stop = r->chat.n_stop;
+    } else {
+        q.stop = (const char *const *)s->cfg->gen.stop;
+        q.n_stop = s->cfg->gen.n_stop;
+    }
+    fl_err e = {0};
+    int rc = fl_engine_submit(s->engine, &q, sink, r, &r->eid, &e);
+    if (rc) {
+        req_reject(r, rc == FL_EBUSY ? SRV_E_BUSY
+                      : rc == FL_ERANGE ? SRV_E_PROMPT_TOO_LONG
+                      : rc == FL_EINVAL ? SRV_E_OUT_OF_RANGE
+                                        : SRV_E_INTERNAL, e.msg);
+        return;
+    }
+    r->state = SRV_REQ_RUNNING;
+    free(r->ids); /* the engine copied the prompt */
+    r->ids = NULL;
+    s->m.prompt_tokens += (uint64_t)q.n_prompt;
+    char qid[80];
+    SRV_INFO(&s->log, "event=submitted req=%s serial=%llu engine_id=%llu prompt_tokens=%d "
+             "max_tokens=%d policy=%s", srv_log_q(qid, sizeof qid, r->chat.id),
+             (unsigned long long)r->serial, (unsigned long long)r->eid, q.n_prompt, q.max_tokens,
+             fl_policy_name(q.dec.policy));
+}
+
+srv_req *srv_req_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
+                       const char **code, char *msg, size_t msglen)
+{
+    if (s->draining || !s->engine) {
+        *code = SRV_E_SHUTTING_DOWN;
+        snprintf(msg, msglen, "the server is shutting down");
+        goto refuse;
+    }
+    /* requests inside the engine beyond what runs at once are waiting: bound them */
+    if (s->n_reqs >= s->cfg->max_seqs + s->cfg->max_queued) {
+        *code = SRV_E_BUSY;
+        snprintf(msg, msglen, "the server is busy: %d requests are running or waiting; retry later",
+                 s->n_reqs);
+        goto refuse;
+    }
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        *code = SRV_E_INTERNAL;
+        snprintf(msg, msglen, "out of memory");
+        goto refuse;
+    }
+    r->s = s;
+    r->kind = kind;
+    r->owner = owner;
+    r->serial = ++s->next_serial;
+    r->chat = *chat;
+    memset(chat, 0, sizeof *chat);
+    r->t_start = srv_now_ms(s);
+    r->work.data = r;
+    r->s_next = s->reqs;
+    if (s->reqs)
+        s->reqs->s_prev = r;
+    s->reqs = r;
+    s->n_reqs++;
+    if (uv_queue_work(&s->loop, &r->work, tokenize_work, tokenize_done)) {
+        req_unlink(r);
+        *chat = r->chat; /* give it back for the caller to free */
+        memset(&r->chat, 0, sizeof r->chat);
+        req_free(r);
+        *code = SRV_E_INTERNAL;
+        snprintf(msg, msglen, "cannot queue the request");
+        goto refuse;
+    }
+    return r;
+refuse:
+    s->m.requests[SRV_OUT_REJECTED]++;
+    srv_metrics_error(&s->m, *code);
+    return NULL;
+}
+
+void srv_req_cancel(srv_req *r)
+{
+    if (r->cancelled)
+        return;
+    r->cancelled = true;
+    if (r->state == SRV_REQ_RUNNING && r->s->engine)
+        fl_engine_cancel(r->s->engine, r->eid);
+    /* tokenizing: tokenize_done sees the flag */
+}
+
+void srv_req_orphan(srv_req *r)
+{
+    r->owner = NULL;
+    for (int i = 0; i < SRV_DRAFT_SLOTS; i++) /* the owner's queue is freed with it */
+        if (r->draft_slot[i]) {
+            r->draft_slot[i]->req = NULL;
+            r->draft_slot[i] = NULL;
+        }
+    srv_req_cancel(r);
+}
+
+static void handle(srv *s, srv_ev *ev)
+{
+    srv_req *r = ev->req;
+    double now = srv_now_ms(s);
+    if (ev->type != FL_EV_DONE) {
+        if (!r->t_first) {
+            r->t_first = now;
+            srv_hist_observe(&s->m.first_update, (now - r->t_start) / 1e3);
+        } else {
+            srv_hist_observe(&s->m.update_gap, (now - r->t_last) / 1e3);
+        }
+        r->t_last = now;
+    } else {
+        int out = ev->finish == FL_FINISH_STOP       ? SRV_OUT_STOP
+                  : ev->finish == FL_FINISH_LENGTH    ? SRV_OUT_LENGTH
+                  : ev->finish == FL_FINISH_CANCELLED ? SRV_OUT_CANCELLED
+                                                      : SRV_OUT_ERROR;
+        s->m.requests[out]++;
+        s->m.reply_tokens += (uint64_t)(ev->n_ids > 0 ? ev->n_ids : 0);
+        if (ev->finish == FL_FINISH_ERROR)
+            srv_metrics_error(&s->m, SRV_E_ENGINE);
+        if (ev->stats.forwards > 0 && (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH))
+            srv_hist_observe(&s->m.tpf, ev->stats.tpf);
+        char q[80];
+        SRV_INFO(&s->log, "event=done req=%s serial=%llu finish=%s reply_tokens=%d forwards=%d "
+                 "tpf=%.2f ms=%.1f%s", srv_log_q(q, sizeof q, r->chat.id),
+                 (unsigned long long)r->serial, srv_finish_name(ev->finish), ev->n_ids,
+                 ev->stats.forwards, ev->stats.tpf, now - r->t_start, r->owner ? "" : " orphaned=1");
+    }
+    if (r->owner) {
+        if (r->kind == SRV_OWNER_WS)
+            srv_ws_on_event(r->owner, r, ev);
+        else
+            srv_http_on_event(r->owner, r, ev);
+    }
+    if (ev->type == FL_EV_DONE) {
+        req_unlink(r);
+        req_free(r);
+    }
+}
+
+void srv_drain_events(srv *s)
+{
+    for (;;) {
+        uv_mutex_lock(&s->ev_mu);
+        srv_ev *list = s->ev_head;
+        s->ev_head = s->ev_tail = NULL;
+        uv_mutex_unlock(&s->ev_mu);
+        if (!list)
+            return;
+        while (list) {
+            srv_ev *ev = list;
+            list = ev->next;
+            handle(s, ev);
+            free(ev);
+        }
+    }
+}
+
+void srv_engine_stop(srv *s)
+{
+    if (s->engine) {
+        fl_engine *en = s->engine;
+        s->engine = NULL; /* cancels from here on are no-ops: stop cancels everything */
+        fl_engine_stop(en);
+    }
+    srv_drain_events(s);
+}
+
+/* ---- draft rendering ---- */
+
+json_t *srv_draft_tokens(const fl_tokenizer *t, const int32_t *tokens, int32_t n)
+{
+    /* Each run of decided tokens goes through a streaming detokenizer so a character split
+       over tokens shows on the token that completes it (never as broken UTF-8); a character
+       still cut by a mask shows nothing until the mask resolves. */
+    json_t *a = json_array();
+    if (!a)
+        return NULL;
+    fl_detok d;
+    fl_detok_init(&d, t, true);
+    fl_buf piece = {0};
+    for (int32_t i = 0; i < n; i++) {
+        json_t *item = json_object();
+        if (tokens[i] < 0) {
+            fl_detok_init(&d, t, true); /* a mask breaks the run; drop a held partial char */
+            json_object_set_new(item, "mask", json_true());
+        } else {
+            piece.len = 0;
+            fl_detok_push(&d, tokens[i], &piece);
+            json_object_set_new(item, "t", json_stringn(piece.data ? piece.data : "", piece.len));
+        }
+        json_array_append_new(a, item);
+    }
+    fl_buf_free(&piece);
+    return a;
+}

@@ -1,0 +1,730 @@
+/* serve_http.c: HTTP on the WebSocket port: static files from the web root, /health, /ready,
+ * /metrics, and the OpenAI-compatible /v1/models and /v1/chat/completions (SSE when
+ * stream is true).
+ *
+ * Every response goes through one path: the handler fills status, type and body (or starts
+ * an SSE stream) and asks for WRITEABLE; the headers go out in one callback and the body in
+ * chunks after, one lws_write per callback. A chat completion does not choose its status
+ * until the engine has taken the request, so a rejection (busy, prompt too long) is still a
+ * proper HTTP error, even when streaming was asked for. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <uv.h>
+
+#include <libwebsockets.h>
+
+#include "serve.h"
+
+enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER };
+
+struct srv_http {
+    srv *s;
+    struct lws *wsi;
+    int route;
+    bool head;           /* HEAD: headers only */
+    fl_buf body;         /* the request body (chat) */
+    bool body_too_big;
+    /* the response */
+    bool responding;     /* status chosen */
+    int status;
+    const char *ctype;
+    char extra[600];     /* extra header lines, "name: value\r\n" each */
+    fl_buf resp;
+    size_t off;          /* bytes of resp already written */
+    bool hdr_sent;
+    bool complete;       /* resp holds the whole body (or the stream has ended) */
+    bool sse;
+    bool final_sent;
+    /* a chat completion */
+    srv_req *req;
+    bool stream, include_usage, sent_role;
+    char cmpl_id[48];
+    long long created;
+    int prompt_tokens;
+    struct srv_http *prev, *next;
+};
+
+static const struct {
+    const char *ext, *type;
+} mime[] = {
+    {".html", "text/html; charset=utf-8"}, {".htm", "text/html; charset=utf-8"},
+    {".js", "text/javascript; charset=utf-8"}, {".mjs", "text/javascript; charset=utf-8"},
+    {".css", "text/css; charset=utf-8"}, {".json", "application/json"},
+    {".svg", "image/svg+xml"}, {".png", "image/png"}, {".jpg", "image/jpeg"},
+    {".jpeg", "image/jpeg"}, {".gif", "image/gif"}, {".ico", "image/x-icon"},
+    {".webp", "image/webp"}, {".wasm", "application/wasm"}, {".txt", "text/plain; charset=utf-8"},
+    {".map", "application/json"}, {".woff2", "font/woff2"}, {".woff", "font/woff"},
+};
+
+/* ---- the response path ---- */
+
+static void arm(srv_http *h)
+{
+    if (h->wsi)
+        lws_callback_on_writable(h->wsi);
+}
+
+/* Sets the whole response (takes body, a malloc'd string, or NULL for empty). */
+static void respond(srv_http *h, int status, const char *ctype, char *body)
+{
+    h->responding = true;
+    h->status = status;
+    h->ctype = ctype;
+    h->resp.len = 0;
+    if (body)
+        fl_buf_puts(&h->resp, body);
+    free(body);
+    h->complete = true;
+    srv_metrics_http(&h->s->m, status);
+    arm(h);
+}
+
+static void respond_json(srv_http *h, int status, json_t *o)
+{
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s) {
+        respond(h, 500, "application/json", strdup("{\"error\":\"out of memory\"}"));
+        return;
+    }
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2); /* a trailing newline: friendlier for curl */
+    if (t) {
+        t[n] = '\n';
+        t[n + 1] = 0;
+        s = t;
+    }
+    respond(h, status, "application/json", s);
+}
+
+static const char *openai_type(int status)
+{
+    switch (status) {
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 429: return "rate_limit_error";
+    case 500: return "server_error";
+    case 503: return "server_error";
+    default: return "invalid_request_error";
+    }
+}
+
+static void respond_error(srv_http *h, int status, const char *code, const char *param,
+                          const char *msg)
+{
+    srv_metrics_error(&h->s->m, code);
+    char *body = srv_openai_error(openai_type(status), code, param, msg);
+    char q[200];
+    SRV_INFO(&h->s->log, "event=http_error status=%d code=%s message=%s", status, code,
+             srv_log_q(q, sizeof q, msg));
+    respond(h, status, "application/json", body);
+}
+
+static int status_of(const char *code)
+{
+    if (!strcmp(code, SRV_E_BUSY) || !strcmp(code, SRV_E_TOO_MANY))
+        return 429;
+    if (!strcmp(code, SRV_E_SHUTTING_DOWN))
+        return 503;
+    if (!strcmp(code, SRV_E_INTERNAL) || !strcmp(code, SRV_E_ENGINE))
+        return 500;
+    if (!strcmp(code, SRV_E_TOO_LARGE))
+        return 413;
+    if (!strcmp(code, SRV_E_UNAUTHORIZED))
+        return 401;
+    if (!strcmp(code, SRV_E_MODEL_NOT_FOUND))
+        return 404;
+    return 400;
+}
+
+static int write_headers(srv_http *h, struct lws *wsi)
+{
+    unsigned char buf[LWS_PRE + 2048], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
+    lws_filepos_t len = h->sse ? LWS_ILLEGAL_HTTP_CONTENT_LEN : (lws_filepos_t)h->resp.len;
+    if (lws_add_http_common_headers(wsi, (unsigned)h->status, h->ctype, len, &p, end))
+        return -1;
+    if (h->sse && lws_add_http_header_by_name(wsi, (const unsigned char *)"cache-control:",
+                                              (const unsigned char *)"no-cache", 8, &p, end))
+        return -1;
+    /* extra: "name: value\r\n" lines */
+    for (char *line = h->extra; *line;) {
+        char *colon = strchr(line, ':'), *eol = strstr(line, "\r\n");
+        if (!colon || !eol)
+            break;
+        char name[64];
+        size_t nl = (size_t)(colon - line) + 1;
+        if (nl >= sizeof name)
+            break;
+        memcpy(name, line, nl);
+        name[nl] = 0;
+        const char *v = colon + 1;
+        while (*v == ' ')
+            v++;
+        if (lws_add_http_header_by_name(wsi, (const unsigned char *)name, (const unsigned char *)v,
+                                        (int)(eol - v), &p, end))
+            return -1;
+        line = eol + 2;
+    }
+    if (lws_finalize_write_http_header(wsi, start, &p, end))
+        return -1;
+    return 0;
+}
+
+static int on_writeable(srv_http *h, struct lws *wsi)
+{
+    if (!h->responding)
+        return 0;
+    if (!h->hdr_sent) {
+        if (write_headers(h, wsi))
+            return -1;
+        h->hdr_sent = true;
+        if (h->head) {
+            h->off = h->resp.len;
+            h->final_sent = true;
+        }
+        lws_callback_on_writable(wsi);
+        return 0;
+    }
+    if (h->off < h->resp.len) {
+        size_t n = h->resp.len - h->off;
+        if (n > 16384)
+            n = 16384;
+        bool last = h->complete && h->off + n == h->resp.len;
+        unsigned char *b = malloc(LWS_PRE + n);
+        if (!b)
+            return -1;
+        memcpy(b + LWS_PRE, h->resp.data + h->off, n);
+        int w = lws_write(wsi, b + LWS_PRE, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP);
+        free(b);
+        if (w < (int)n)
+            return -1;
+        h->off += n;
+        h->final_sent = last;
+        if (h->off == h->resp.len && h->sse) { /* keep the buffer small on long streams */
+            h->resp.len = 0;
+            h->off = 0;
+        }
+        if (h->off < h->resp.len || h->complete)
+            lws_callback_on_writable(wsi);
+        return 0;
+    }
+    if (!h->complete)
+        return 0; /* a stream waiting for the engine */
+    if (!h->final_sent && !h->sse) { /* an empty body */
+        h->final_sent = true;
+    }
+    /* everything is out: end the exchange (frees h when the connection is kept alive) */
+    if (h->sse || h->body_too_big)
+        return -1; /* a stream is Connection: close; an unread oversized body is not drained */
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+/* ---- routes ---- */
+
+static bool authorized(srv_http *h, struct lws *wsi)
+{
+    const char *key = h->s->cfg->api_key;
+    if (!key)
+        return true;
+    char v[512];
+    int n = lws_hdr_copy(wsi, v, sizeof v, WSI_TOKEN_HTTP_AUTHORIZATION);
+    return n > 7 && !strncasecmp(v, "Bearer ", 7) && !strcmp(v + 7, key);
+}
+
+static void route_models(srv_http *h)
+{
+    srv *s = h->s;
+    json_t *o = json_object(), *data = json_array(), *m = json_object();
+    json_object_set_new(m, "id", json_string(s->model_id));
+    json_object_set_new(m, "object", json_string("model"));
+    json_object_set_new(m, "created", json_integer(0));
+    json_object_set_new(m, "owned_by", json_string("fogline"));
+    json_object_set_new(m, "block_size", json_integer(s->model->cfg.block_size));
+    json_object_set_new(m, "family", json_string(fl_family_name(s->model->cfg.family)));
+    json_array_append_new(data, m);
+    json_object_set_new(o, "object", json_string("list"));
+    json_object_set_new(o, "data", data);
+    respond_json(h, 200, o);
+}
+
+static void route_metrics(srv_http *h)
+{
+    srv *s = h->s;
+    srv_gauges g = {0};
+    g.ws_open = s->n_conns;
+    g.http_open = s->n_https;
+    g.requests_live = s->n_reqs;
+    for (srv_req *r = s->reqs; r; r = r->s_next)
+        g.tokenizing += r->state == SRV_REQ_TOKENIZING;
+    if (s->engine)
+        fl_engine_get_stats(s->engine, &g.es);
+    g.ready = s->engine && !s->draining;
+    g.draining = s->draining;
+    fl_buf b = {0};
+    if (srv_metrics_render(&s->m, &g, &b)) {
+        fl_buf_free(&b);
+        respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
+        return;
+    }
+    respond(h, 200, "text/plain; version=0.0.4; charset=utf-8", b.data);
+}
+
+static void route_static(srv_http *h, const char *uri)
+{
+    srv *s = h->s;
+    /* lws has already percent-decoded the path; refuse anything that could climb out */
+    if (uri[0] != '/' || strstr(uri, "..") || strchr(uri, '\\') || strlen(uri) > 1024) {
+        respond_error(h, 400, SRV_E_BAD_REQUEST, NULL, "bad path");
+        return;
+    }
+    char root[PATH_MAX], path[PATH_MAX + 1100], real[PATH_MAX];
+    if (!realpath(s->cfg->web_root, root)) {
+        respond_error(h, 404, "not_found", NULL, "no web root");
+        return;
+    }
+    snprintf(path, sizeof path, "%s%s", root, uri);
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+        size_t n = strlen(path);
+        snprintf(path + n, sizeof path - n, "%sindex.html", path[n - 1] == '/' ? "" : "/");
+    }
+    size_t rl = strlen(root);
+    if (!realpath(path, real) || strncmp(real, root, rl) || (real[rl] != '/' && real[rl] != 0) ||
+        stat(real, &st) || !S_ISREG(st.st_mode)) {
+        respond_error(h, 404, "not_found", NULL, "not found");
+        return;
+    }
+    if (st.st_size > (64 << 20)) {
+        respond_error(h, 403, "forbidden", NULL, "file too large to serve");
+        return;
+    }
+    const char *type = "application/octet-stream";
+    const char *dot = strrchr(real, '.');
+    for (size_t i = 0; dot && i < sizeof mime / sizeof mime[0]; i++)
+        if (!strcasecmp(dot, mime[i].ext))
+            type = mime[i].type;
+    char *data = NULL;
+    size_t len = 0;
+    fl_err e = {0};
+    if (fl_read_file(real, &data, &len, &e)) {
+        respond_error(h, 404, "not_found", NULL, "not found");
+        return;
+    }
+    h->responding = true;
+    h->status = 200;
+    h->ctype = type;
+    h->resp.len = 0;
+    fl_buf_append(&h->resp, data, len);
+    free(data);
+    h->complete = true;
+    size_t el = strlen(h->extra);
+    snprintf(h->extra + el, sizeof h->extra - el, "x-content-type-options: nosniff\r\n");
+    srv_metrics_http(&s->m, 200);
+    arm(h);
+}
+
+static void list_add(srv *s, srv_http *h)
+{
+    h->prev = NULL;
+    h->next = s->https;
+    if (s->https)
+        s->https->prev = h;
+    s->https = h;
+    s->n_https++;
+}
+
+static void list_del(srv *s, srv_http *h)
+{
+    if (h->prev)
+        h->prev->next = h->next;
+    else
+        s->https = h->next;
+    if (h->next)
+        h->next->prev = h->prev;
+    s->n_https--;
+}
+
+static void chat_start(srv_http *h)
+{
+    srv *s = h->s;
+    if (h->body_too_big) {
+        char m[128];
+        snprintf(m, sizeof m, "the request body may have at most %zu bytes", s->cfg->max_message);
+        respond_error(h, 413, SRV_E_TOO_LARGE, NULL, m);
+        return;
+    }
+    if (!srv_utf8_valid((const unsigned char *)h->body.data, h->body.len)) {
+        respond_error(h, 400, SRV_E_INVALID_UTF8, NULL, "the request body is not valid UTF-8");
+        return;
+    }
+    json_error_t je;
+    json_t *o = json_loadb(h->body.data ? h->body.data : "", h->body.len, 0, &je);
+    if (!o) {
+        char m[300];
+        snprintf(m, sizeof m, "the request body is not valid JSON: %s (line %d, column %d)",
+                 je.text, je.line, je.column);
+        respond_error(h, 400, SRV_E_BAD_JSON, NULL, m);
+        return;
+    }
+    srv_limits L = {s->cfg->max_tokens_limit, s->cfg->gen.max_tokens, s->cfg->gen.dec};
+    srv_chat chat;
+    const char *code = NULL, *param = NULL;
+    char m[FL_ERR_MSG];
+    int rc = srv_parse_chat_openai(o, &L, &chat, &code, &param, m, sizeof m);
+    json_decref(o);
+    if (rc) {
+        srv_chat_free(&chat);
+        respond_error(h, status_of(code), code, param, m);
+        return;
+    }
+    if (chat.model && strcmp(chat.model, s->model_id) && strcmp(chat.model, "fogline")) {
+        snprintf(m, sizeof m, "the model '%.100s' does not exist; this server serves '%s'",
+                 chat.model, s->model_id);
+        srv_chat_free(&chat);
+        respond_error(h, 404, SRV_E_MODEL_NOT_FOUND, "model", m);
+        return;
+    }
+    h->stream = chat.stream;
+    h->include_usage = chat.include_usage;
+    h->created = (long long)time(NULL);
+    snprintf(h->cmpl_id, sizeof h->cmpl_id, "chatcmpl-%llx%04llx", (unsigned long long)h->created,
+             (unsigned long long)(s->next_serial + 1));
+    if (!(chat.id = strdup(h->cmpl_id))) {
+        srv_chat_free(&chat);
+        respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
+        return;
+    }
+    srv_req *r = srv_req_start(s, SRV_OWNER_HTTP, h, &chat, &code, m, sizeof m);
+    if (!r) {
+        srv_chat_free(&chat);
+        /* srv_req_start counted the error already */
+        char *body = srv_openai_error(openai_type(status_of(code)), code, NULL, m);
+        respond(h, status_of(code), "application/json", body);
+        return;
+    }
+    h->req = r;
+    list_add(s, h);
+    /* the engine may take long: no idle timeout while we wait for it */
+    if (h->wsi)
+        lws_set_timeout(h->wsi, NO_PENDING_TIMEOUT, 0);
+    char q[80];
+    SRV_INFO(&s->log, "event=chat_http req=%s serial=%llu stream=%d messages=%zu max_tokens=%d",
+             srv_log_q(q, sizeof q, h->cmpl_id), (unsigned long long)r->serial, h->stream,
+             r->chat.n_msgs, r->chat.max_tokens);
+}
+
+/* ---- engine events for an HTTP exchange ---- */
+
+static json_t *chunk(srv_http *h, json_t *delta, const char *finish)
+{
+    json_t *o = json_object(), *ch = json_object(), *choices = json_array();
+    json_object_set_new(o, "id", json_string(h->cmpl_id));
+    json_object_set_new(o, "object", json_string("chat.completion.chunk"));
+    json_object_set_new(o, "created", json_integer(h->created));
+    json_object_set_new(o, "model", json_string(h->s->model_id));
+    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "delta", delta);
+    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
+    json_array_append_new(choices, ch);
+    json_object_set_new(o, "choices", choices);
+    return o;
+}
+
+static void sse_send(srv_http *h, json_t *o)
+{
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s)
+        return;
+    fl_buf_puts(&h->resp, "data: ");
+    fl_buf_puts(&h->resp, s);
+    fl_buf_puts(&h->resp, "\n\n");
+    free(s);
+    arm(h);
+}
+
+static void sse_begin(srv_http *h)
+{
+    if (h->responding)
+        return;
+    h->responding = true;
+    h->sse = true;
+    h->status = 200;
+    h->ctype = "text/event-stream";
+    srv_metrics_http(&h->s->m, 200);
+    json_t *d = json_object();
+    json_object_set_new(d, "role", json_string("assistant"));
+    json_object_set_new(d, "content", json_string(""));
+    sse_send(h, chunk(h, d, NULL));
+    h->sent_role = true;
+}
+
+static json_t *usage_json(int prompt, int completion)
+{
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(prompt));
+    json_object_set_new(u, "completion_tokens", json_integer(completion));
+    json_object_set_new(u, "total_tokens", json_integer(prompt + completion));
+    return u;
+}
+
+static json_t *stats_json(const fl_seq_stats *st)
+{
+    json_t *x = json_object();
+    json_object_set_new(x, "tpf", json_real(st->tpf));
+    json_object_set_new(x, "forwards", json_integer(st->forwards));
+    json_object_set_new(x, "blocks", json_integer(st->blocks));
+    json_object_set_new(x, "ms_total", json_real(st->ms_total));
+    return x;
+}
+
+static void on_done(srv_http *h, const srv_ev *ev)
+{
+    const char *finish = ev->finish == FL_FINISH_LENGTH ? "length" : "stop";
+    if (ev->finish == FL_FINISH_ERROR || ev->finish == FL_FINISH_CANCELLED) {
+        const char *code = ev->finish == FL_FINISH_ERROR ? SRV_E_ENGINE : SRV_E_SHUTTING_DOWN;
+        const char *msg = ev->finish == FL_FINISH_ERROR ? (ev->error ? ev->error : "the engine failed")
+                                                        : "the request was cancelled (the server "
+                                                          "is shutting down)";
+        int status = ev->finish == FL_FINISH_ERROR ? 500 : 503;
+        if (!h->responding) {
+            respond_error(h, status, code, NULL, msg);
+        } else { /* mid-stream: an error event, then the end */
+            srv_metrics_error(&h->s->m, code);
+            char *e = srv_openai_error(openai_type(status), code, NULL, msg);
+            if (e) {
+                fl_buf_printf(&h->resp, "data: %s\n\n", e);
+                free(e);
+            }
+            h->complete = true;
+            arm(h);
+        }
+        return;
+    }
+    if (h->stream) {
+        sse_begin(h);
+        sse_send(h, chunk(h, json_object(), finish));
+        if (h->include_usage) {
+            json_t *o = chunk(h, json_object(), NULL);
+            json_object_set_new(o, "choices", json_array());
+            json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids));
+            sse_send(h, o);
+        }
+        fl_buf_puts(&h->resp, "data: [DONE]\n\n");
+        h->complete = true;
+        arm(h);
+        return;
+    }
+    json_t *o = json_object(), *choices = json_array(), *ch = json_object(), *msg = json_object();
+    json_object_set_new(o, "id", json_string(h->cmpl_id));
+    json_object_set_new(o, "object", json_string("chat.completion"));
+    json_object_set_new(o, "created", json_integer(h->created));
+    json_object_set_new(o, "model", json_string(h->s->model_id));
+    json_object_set_new(msg, "role", json_string("assistant"));
+    json_object_set_new(msg, "content", json_stringn(ev->text, ev->text_len));
+    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "message", msg);
+    json_object_set_new(ch, "logprobs", json_null());
+    json_object_set_new(ch, "finish_reason", json_string(finish));
+    json_array_append_new(choices, ch);
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids));
+    json_object_set_new(o, "fogline", stats_json(&ev->stats));
+    respond_json(h, 200, o);
+}
+
+void srv_http_on_event(srv_http *h, srv_req *r, const srv_ev *ev)
+{
+    (void)r;
+    if (ev->type == FL_EV_DONE) {
+        h->req = NULL;
+        list_del(h->s, h);
+        on_done(h, ev);
+        return;
+    }
+    if (!h->stream)
+        return; /* non-streaming: the done event carries the whole text */
+    sse_begin(h);
+    if (ev->type == FL_EV_COMMIT && ev->text_len) {
+        json_t *d = json_object();
+        json_object_set_new(d, "content", json_stringn(ev->text, ev->text_len));
+        h->s->m.commits_sent++;
+        sse_send(h, chunk(h, d, NULL));
+    }
+}
+
+void srv_http_on_reject(srv_http *h, srv_req *r, const char *code, const char *msg)
+{
+    (void)r;
+    h->req = NULL;
+    list_del(h->s, h);
+    /* srv_req's reject already counted the error */
+    int status = status_of(code);
+    const char *oc = !strcmp(code, SRV_E_PROMPT_TOO_LONG) ? "context_length_exceeded" : code;
+    char *body = srv_openai_error(openai_type(status), oc, NULL, msg);
+    respond(h, status, "application/json", body);
+}
+
+/* ---- lws callbacks ---- */
+
+static void http_free(srv_pss *pss)
+{
+    srv_http *h = pss->obj;
+    pss->obj = NULL;
+    pss->kind = 0;
+    if (!h)
+        return;
+    if (h->req) {
+        srv_req *r = h->req;
+        h->req = NULL;
+        list_del(h->s, h);
+        srv_req_orphan(r);
+    }
+    fl_buf_free(&h->body);
+    fl_buf_free(&h->resp);
+    free(h);
+}
+
+static void add_cors(srv_http *h, struct lws *wsi)
+{
+    char origin[256];
+    if (lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN) <= 0)
+        return;
+    size_t el = strlen(h->extra);
+    snprintf(h->extra + el, sizeof h->extra - el,
+             "access-control-allow-origin: %s\r\nvary: Origin\r\n", origin);
+}
+
+static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
+{
+    if (pss->obj)
+        http_free(pss);
+    srv_http *h = calloc(1, sizeof *h);
+    if (!h)
+        return -1;
+    h->s = s;
+    h->wsi = wsi;
+    pss->kind = 1;
+    pss->obj = h;
+    char *uri_ptr = NULL;
+    int uri_len = 0;
+    int meth = lws_http_get_uri_and_method(wsi, &uri_ptr, &uri_len);
+    char uri[1100];
+    snprintf(uri, sizeof uri, "%.*s", uri_len > 1024 ? 1024 : uri_len, uri_ptr ? uri_ptr : "/");
+    char *qs = strchr(uri, '?');
+    if (qs)
+        *qs = 0;
+    char q[300];
+    SRV_DEBUG(&s->log, "event=http method=%d uri=%s", meth, srv_log_q(q, sizeof q, uri));
+    char origin[256];
+    if (lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN) > 0 &&
+        !srv_origin_allowed(s->cfg, origin)) {
+        respond_error(h, 403, SRV_E_UNAUTHORIZED, NULL, "this Origin is not allowed");
+        return 0;
+    }
+    add_cors(h, wsi);
+    bool get = meth == LWSHUMETH_GET || meth == LWSHUMETH_HEAD;
+    h->head = meth == LWSHUMETH_HEAD;
+    if (meth == LWSHUMETH_OPTIONS) {
+        size_t el = strlen(h->extra);
+        snprintf(h->extra + el, sizeof h->extra - el,
+                 "access-control-allow-methods: GET, POST, OPTIONS\r\n"
+                 "access-control-allow-headers: authorization, content-type\r\n"
+                 "access-control-max-age: 600\r\n");
+        respond(h, 204, "text/plain", NULL);
+        return 0;
+    }
+    bool v1 = !strncmp(uri, "/v1/", 4);
+    if (v1 && !authorized(h, wsi)) {
+        size_t el = strlen(h->extra);
+        snprintf(h->extra + el, sizeof h->extra - el, "www-authenticate: Bearer\r\n");
+        respond_error(h, 401, "invalid_api_key", NULL,
+                      "missing or wrong API key (Authorization: Bearer KEY)");
+        return 0;
+    }
+    if (!strcmp(uri, "/v1/chat/completions")) {
+        if (meth != LWSHUMETH_POST) {
+            respond_error(h, 405, "method_not_allowed", NULL, "use POST");
+            return 0;
+        }
+        h->route = R_CHAT;
+        char cl[32];
+        if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 &&
+            strtoull(cl, NULL, 10) > s->cfg->max_message) {
+            h->body_too_big = true;
+            char m[128];
+            snprintf(m, sizeof m, "the request body may have at most %zu bytes", s->cfg->max_message);
+            respond_error(h, 413, SRV_E_TOO_LARGE, NULL, m);
+            return 0;
+        }
+        if (s->draining) {
+            respond_error(h, 503, SRV_E_SHUTTING_DOWN, NULL, "the server is shutting down");
+            return 0;
+        }
+        return 0; /* the body follows */
+    }
+    h->route = R_OTHER;
+    if (!get) {
+        respond_error(h, 405, "method_not_allowed", NULL, "this path takes GET");
+        return 0;
+    }
+    if (!strcmp(uri, "/health")) {
+        respond(h, 200, "application/json", strdup("{\"status\":\"ok\"}\n"));
+    } else if (!strcmp(uri, "/ready")) {
+        bool ready = s->engine && !s->draining;
+        respond(h, ready ? 200 : 503, "application/json",
+                strdup(ready ? "{\"status\":\"ready\"}\n"
+                             : s->draining ? "{\"status\":\"draining\"}\n"
+                                           : "{\"status\":\"starting\"}\n"));
+    } else if (!strcmp(uri, "/metrics")) {
+        route_metrics(h);
+    } else if (!strcmp(uri, "/v1/models")) {
+        route_models(h);
+    } else if (v1) {
+        respond_error(h, 404, "not_found", NULL, "unknown endpoint");
+    } else {
+        h->route = R_STATIC;
+        route_static(h, uri);
+    }
+    return 0;
+}
+
+int srv_http_callback(struct lws *wsi, int reason, void *user, void *in, size_t len)
+{
+    srv *s = lws_context_user(lws_get_context(wsi));
+    srv_pss *pss = user;
+    srv_http *h = pss && pss->kind == 1 ? pss->obj : NULL;
+    switch (reason) {
+    case LWS_CALLBACK_HTTP:
+        return pss ? on_http(s, wsi, pss) : -1;
+    case LWS_CALLBACK_HTTP_BODY:
+        if (h && h->route == R_CHAT && !h->responding && !h->body_too_big) {
+            if (h->body.len + len > s->cfg->max_message) {
+                h->body_too_big = true;
+                fl_buf_free(&h->body);
+            } else if (fl_buf_append(&h->body, in, len)) {
+                return -1;
+            }
+        }
+        return 0;
+    case LWS_CALLBACK_HTTP_BODY_COMPLETION:
+        if (h && h->route == R_CHAT && !h->responding && !h->req)
+            chat_start(h);
+        return 0;
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+        return h ? on_writeable(h, wsi) : 0;
+    case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
+    case LWS_CALLBACK_CLOSED_HTTP:
+        if (pss && pss->kind == 1)
+            http_free(pss);
+        return 0;
+    default:
+        return 0;
+    }
+}

@@ -1,0 +1,465 @@
+/* serve_proto.c: parsing and checking of chat requests (WebSocket and OpenAI), error frames.
+ * Every check names the field, so a client author can fix the request from the message. */
+#include "serve_proto.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+void srv_chat_free(srv_chat *c)
+{
+    if (!c)
+        return;
+    free(c->id);
+    free(c->session);
+    for (size_t i = 0; i < c->n_msgs; i++) {
+        free((void *)c->msgs[i].role);
+        free((void *)c->msgs[i].content);
+    }
+    free(c->msgs);
+    for (int i = 0; i < c->n_stop; i++)
+        free(c->stop[i]);
+    free(c->stop);
+    free(c->model);
+    memset(c, 0, sizeof *c);
+}
+
+const char *srv_finish_name(int finish)
+{
+    switch (finish) {
+    case FL_FINISH_STOP: return "stop";
+    case FL_FINISH_LENGTH: return "length";
+    case FL_FINISH_CANCELLED: return "cancelled";
+    default: return "error";
+    }
+}
+
+bool srv_utf8_valid(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t len;
+        uint32_t cp, min;
+        if ((c & 0xe0) == 0xc0) {
+            len = 2, cp = c & 0x1f, min = 0x80;
+        } else if ((c & 0xf0) == 0xe0) {
+            len = 3, cp = c & 0x0f, min = 0x800;
+        } else if ((c & 0xf8) == 0xf0) {
+            len = 4, cp = c & 0x07, min = 0x10000;
+        } else {
+            return false;
+        }
+        if (i + len > n)
+            return false;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return false;
+        i += len;
+    }
+    return true;
+}
+
+bool srv_id_ok(const json_t *v)
+{
+    return json_is_string(v) && json_string_length(v) >= 1 && json_string_length(v) <= SRV_ID_MAX;
+}
+
+/* A JSON number as a double; integers must be integral. */
+static bool num(const json_t *v, double *out)
+{
+    if (!json_is_number(v))
+        return false;
+    *out = json_number_value(v);
+    return isfinite(*out);
+}
+
+static bool integer(const json_t *v, double *out)
+{
+    return num(v, out) && floor(*out) == *out;
+}
+
+/* name: for messages ("decoding.threshold"); *param gets it for OpenAI errors */
+typedef struct pctx {
+    const char **code;
+    const char **param;
+    char *msg;
+    size_t msglen;
+} pctx;
+
+static int bad(pctx *P, const char *code, const char *param, const char *fmt, ...) FL_PRINTF(4, 5);
+static int bad(pctx *P, const char *code, const char *param, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(P->msg, P->msglen, fmt, ap);
+    va_end(ap);
+    *P->code = code;
+    if (P->param)
+        *P->param = param;
+    return -1;
+}
+
+static int get_num(pctx *P, const json_t *o, const char *key, const char *name, double lo, double hi,
+                   bool lo_open, float *out)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    double d;
+    if (!num(v, &d))
+        return bad(P, SRV_E_BAD_REQUEST, name, "'%s' must be a number", name);
+    if (d > hi || d < lo || (lo_open && d <= lo))
+        return bad(P, SRV_E_OUT_OF_RANGE, name, "'%s' must be in %s%g, %g], got %g", name,
+                   lo_open ? "(" : "[", lo, hi, d);
+    *out = (float)d;
+    return 0;
+}
+
+static int get_int(pctx *P, const json_t *o, const char *key, const char *name, double lo, double hi,
+                   double *out)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 1; /* absent */
+    double d;
+    if (!integer(v, &d))
+        return bad(P, SRV_E_BAD_REQUEST, name, "'%s' must be an integer", name);
+    if (d < lo || d > hi)
+        return bad(P, SRV_E_OUT_OF_RANGE, name, "'%s' must be in [%.0f, %.0f], got %.0f", name, lo,
+                   hi, d);
+    *out = d;
+    return 0;
+}
+
+static int get_bool(pctx *P, const json_t *o, const char *key, const char *name, bool *out)
+{
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v))
+        return bad(P, SRV_E_BAD_REQUEST, name, "'%s' must be true or false", name);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int parse_decoding(pctx *P, const json_t *d, fl_decode_opts *o)
+{
+    if (!d || json_is_null(d))
+        return 0;
+    if (!json_is_object(d))
+        return bad(P, SRV_E_BAD_REQUEST, "decoding", "'decoding' must be an object");
+    static const char *const known[] = {"policy", "threshold", "k", "entropy_bound", "overlap",
+                                        "pipeline", "tau_add", "tau_act", "tau_conf", "max_blocks"};
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)d, key, v)
+    {
+        bool ok = false;
+        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+            ok |= !strcmp(key, known[i]);
+        if (!ok)
+            return bad(P, SRV_E_BAD_REQUEST, "decoding",
+                       "unknown decoding option '%.64s' (policy, threshold, k, entropy_bound, "
+                       "overlap, pipeline, tau_add, tau_act, tau_conf, max_blocks)", key);
+    }
+    const json_t *pol = json_object_get(d, "policy");
+    if (pol && !json_is_null(pol)) {
+        if (!json_is_string(pol))
+            return bad(P, SRV_E_BAD_REQUEST, "decoding.policy", "'decoding.policy' must be a string");
+        if (fl_policy_parse(json_string_value(pol), &o->policy))
+            return bad(P, SRV_E_OUT_OF_RANGE, "decoding.policy",
+                       "unknown decoding.policy '%.64s' (sequential, static, threshold, dynamic, "
+                       "entropy)", json_string_value(pol));
+    }
+    double x;
+    int r;
+    if (get_num(P, d, "threshold", "decoding.threshold", 0, 1, true, &o->threshold) ||
+        get_num(P, d, "entropy_bound", "decoding.entropy_bound", 0, 100, true, &o->entropy_bound) ||
+        get_num(P, d, "tau_add", "decoding.tau_add", 0, 1, false, &o->tau_add) ||
+        get_num(P, d, "tau_act", "decoding.tau_act", 0, 1, false, &o->tau_act) ||
+        get_num(P, d, "tau_conf", "decoding.tau_conf", 0, 1, false, &o->tau_conf) ||
+        get_bool(P, d, "overlap", "decoding.overlap", &o->store_overlap) ||
+        get_bool(P, d, "pipeline", "decoding.pipeline", &o->pipeline))
+        return -1;
+    if ((r = get_int(P, d, "k", "decoding.k", 1, 256, &x)) < 0)
+        return -1;
+    if (!r)
+        o->k = (int)x;
+    if ((r = get_int(P, d, "max_blocks", "decoding.max_blocks", 1, 16, &x)) < 0)
+        return -1;
+    if (!r)
+        o->max_blocks = (int)x;
+    return 0;
+}
+
+/* temperature, top_p, top_k, seed, max_tokens, stop: shared by both transports */
+static int parse_sampling(pctx *P, const json_t *o, const srv_limits *L, srv_chat *c,
+                          const char *max_key)
+{
+    double x;
+    int r;
+    if (get_num(P, o, "temperature", "temperature", 0, 2, false, &c->dec.temperature) ||
+        get_num(P, o, "top_p", "top_p", 0, 1, true, &c->dec.top_p))
+        return -1;
+    if ((r = get_int(P, o, "top_k", "top_k", 0, 1 << 24, &x)) < 0)
+        return -1;
+    if (!r)
+        c->dec.top_k = (int)x;
+    if ((r = get_int(P, o, "seed", "seed", 0, 9007199254740991.0, &x)) < 0)
+        return -1;
+    if (!r)
+        c->dec.seed = (uint64_t)x;
+    c->max_tokens = L->max_tokens_default > L->max_tokens_limit ? L->max_tokens_limit
+                                                                  : L->max_tokens_default;
+    if ((r = get_int(P, o, max_key, max_key, 1, L->max_tokens_limit, &x)) < 0)
+        return -1;
+    if (!r)
+        c->max_tokens = (int32_t)x;
+    const json_t *st = json_object_get(o, "stop");
+    if (st && !json_is_null(st)) {
+        const json_t *one[1] = {st};
+        size_t n = 1;
+        if (json_is_array(st))
+            n = json_array_size(st);
+        else if (!json_is_string(st))
+            return bad(P, SRV_E_BAD_REQUEST, "stop", "'stop' must be a string or an array of strings");
+        if (n > SRV_MAX_STOPS)
+            return bad(P, SRV_E_OUT_OF_RANGE, "stop", "at most %d stop strings, got %zu",
+                       SRV_MAX_STOPS, n);
+        c->stop = n ? calloc(n, sizeof(char *)) : NULL;
+        if (n && !c->stop)
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            const json_t *s = json_is_array(st) ? json_array_get(st, i) : one[0];
+            if (!json_is_string(s))
+                return bad(P, SRV_E_BAD_REQUEST, "stop", "stop[%zu] must be a string", i);
+            size_t len = json_string_length(s);
+            if (len == 0 || len > SRV_STOP_MAX)
+                return bad(P, SRV_E_OUT_OF_RANGE, "stop", "stop[%zu] must have 1..%d bytes", i,
+                           SRV_STOP_MAX);
+            if (memchr(json_string_value(s), 0, len))
+                return bad(P, SRV_E_BAD_REQUEST, "stop", "stop[%zu] contains a NUL", i);
+            if (!(c->stop[c->n_stop] = strdup(json_string_value(s))))
+                return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+            c->n_stop++;
+        }
+    }
+    return 0;
+}
+
+/* OpenAI content may be a string or an array of {"type":"text","text":...} parts. */
+static int message_text(pctx *P, const json_t *content, size_t i, bool openai, char **out)
+{
+    if (json_is_string(content)) {
+        if (memchr(json_string_value(content), 0, json_string_length(content)))
+            return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].content contains a NUL", i);
+        *out = strdup(json_string_value(content));
+        return *out ? 0 : bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    }
+    if (openai && json_is_array(content)) {
+        fl_buf b = {0};
+        size_t k;
+        const json_t *part;
+        json_array_foreach(content, k, part)
+        {
+            const char *type = json_string_value(json_object_get(part, "type"));
+            const json_t *text = json_object_get(part, "text");
+            if (!type || strcmp(type, "text") || !json_is_string(text)) {
+                fl_buf_free(&b);
+                return bad(P, SRV_E_BAD_REQUEST, "messages",
+                           "messages[%zu].content[%zu]: only {\"type\":\"text\",\"text\":...} parts "
+                           "are supported", i, k);
+            }
+            if (memchr(json_string_value(text), 0, json_string_length(text))) {
+                fl_buf_free(&b);
+                return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu] contains a NUL", i);
+            }
+            fl_buf_append(&b, json_string_value(text), json_string_length(text));
+        }
+        fl_buf_append(&b, "", 0);
+        *out = b.data ? b.data : strdup("");
+        return *out ? 0 : bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    }
+    return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].content must be a string%s", i,
+               openai ? " or an array of text parts" : "");
+}
+
+static int parse_messages(pctx *P, const json_t *msgs, bool openai, srv_chat *c)
+{
+    if (!json_is_array(msgs))
+        return bad(P, SRV_E_BAD_REQUEST, "messages", "'messages' must be an array of messages");
+    size_t n = json_array_size(msgs);
+    if (n == 0)
+        return bad(P, SRV_E_BAD_REQUEST, "messages", "'messages' is empty");
+    if (n > SRV_MAX_MESSAGES)
+        return bad(P, SRV_E_OUT_OF_RANGE, "messages", "at most %d messages, got %zu",
+                   SRV_MAX_MESSAGES, n);
+    c->msgs = calloc(n, sizeof *c->msgs);
+    if (!c->msgs)
+        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *m = json_array_get(msgs, i);
+        if (!json_is_object(m))
+            return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu] must be an object", i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!role)
+            return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].role must be a string", i);
+        if (openai && !strcmp(role, "developer"))
+            role = "system";
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
+            return bad(P, SRV_E_BAD_REQUEST, "messages",
+                       "messages[%zu].role '%.32s' is not system, user or assistant", i, role);
+        char *text = NULL;
+        if (message_text(P, json_object_get(m, "content"), i, openai, &text))
+            return -1;
+        char *r = strdup(role);
+        if (!r) {
+            free(text);
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        }
+        c->msgs[i].role = r;
+        c->msgs[i].content = text;
+        c->n_msgs = i + 1;
+    }
+    return 0;
+}
+
+static int check_decoding(pctx *P, srv_chat *c)
+{
+    fl_err e = {0};
+    if (fl_decode_opts_check(&c->dec, &e))
+        return bad(P, SRV_E_OUT_OF_RANGE, "decoding", "%s", e.msg);
+    return 0;
+}
+
+int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const char **code,
+                      char *msg, size_t msglen)
+{
+    pctx P = {code, NULL, msg, msglen};
+    memset(c, 0, sizeof *c);
+    c->dec = L->dec_default;
+    static const char *const known[] = {"type", "id", "session", "messages", "max_tokens",
+                                        "temperature", "top_p", "top_k", "seed", "stop", "decoding"};
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)o, key, v)
+    {
+        bool ok = false;
+        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+            ok |= !strcmp(key, known[i]);
+        if (!ok)
+            return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);
+    }
+    const json_t *id = json_object_get(o, "id");
+    if (!srv_id_ok(id))
+        return bad(&P, SRV_E_BAD_REQUEST, "id", "'id' must be a string of 1..%d bytes", SRV_ID_MAX);
+    if (!(c->id = strdup(json_string_value(id))))
+        return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
+    const json_t *ses = json_object_get(o, "session");
+    if (ses && !json_is_null(ses)) {
+        if (!srv_id_ok(ses))
+            return bad(&P, SRV_E_BAD_REQUEST, "session", "'session' must be a string of 1..%d bytes",
+                       SRV_ID_MAX);
+        if (!(c->session = strdup(json_string_value(ses))))
+            return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
+    }
+    if (parse_messages(&P, json_object_get(o, "messages"), false, c) ||
+        parse_sampling(&P, o, L, c, "max_tokens") ||
+        parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
+        return -1;
+    return 0;
+}
+
+int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, const char **code,
+                          const char **param, char *msg, size_t msglen)
+{
+    pctx P = {code, param, msg, msglen};
+    memset(c, 0, sizeof *c);
+    *param = NULL;
+    c->dec = L->dec_default;
+    if (!json_is_object(o))
+        return bad(&P, SRV_E_BAD_REQUEST, NULL, "the request body must be a JSON object");
+    const json_t *model = json_object_get(o, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model))
+            return bad(&P, SRV_E_BAD_REQUEST, "model", "'model' must be a string");
+        if (!(c->model = strdup(json_string_value(model))))
+            return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
+    }
+    double x;
+    int r = get_int(&P, o, "n", "n", 1, 1, &x);
+    if (r < 0)
+        return -1;
+    if (get_bool(&P, o, "stream", "stream", &c->stream))
+        return -1;
+    const json_t *so = json_object_get(o, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so))
+            return bad(&P, SRV_E_BAD_REQUEST, "stream_options", "'stream_options' must be an object");
+        if (get_bool(&P, so, "include_usage", "stream_options.include_usage", &c->include_usage))
+            return -1;
+    }
+    if (parse_messages(&P, json_object_get(o, "messages"), true, c))
+        return -1;
+    /* max_completion_tokens is the newer name; either is accepted, the newer wins */
+    const char *max_key = json_object_get(o, "max_completion_tokens") &&
+                                  !json_is_null(json_object_get(o, "max_completion_tokens"))
+                              ? "max_completion_tokens"
+                              : "max_tokens";
+    if (parse_sampling(&P, o, L, c, max_key) ||
+        parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
+        return -1;
+    return 0;
+}
+
+static char *dump(json_t *o)
+{
+    if (!o)
+        return NULL;
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+char *srv_frame_error(const char *id, const char *code, const char *message)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    json_object_set_new(o, "type", json_string("error"));
+    if (id)
+        json_object_set_new(o, "id", json_string(id));
+    json_object_set_new(o, "code", json_string(code));
+    json_object_set_new(o, "message", json_string(message));
+    return dump(o);
+}
+
+char *srv_openai_error(const char *type, const char *code, const char *param, const char *message)
+{
+    json_t *e = json_object();
+    json_t *o = json_object();
+    if (!e || !o) {
+        json_decref(e);
+        json_decref(o);
+        return NULL;
+    }
+    json_object_set_new(e, "message", json_string(message));
+    json_object_set_new(e, "type", json_string(type));
+    json_object_set_new(e, "param", param ? json_string(param) : json_null());
+    json_object_set_new(e, "code", code ? json_string(code) : json_null());
+    json_object_set_new(o, "error", e);
+    return dump(o);
+}

@@ -1,0 +1,81 @@
+/* serve_proto.h: what a chat request is, checked field by field, whether it came as a
+ * WebSocket `chat` message or an OpenAI /v1/chat/completions body; and the error codes that
+ * both transports report (docs/protocol.md lists them). Pure functions over jansson values:
+ * no sockets, no engine. */
+#ifndef FL_SERVE_PROTO_H
+#define FL_SERVE_PROTO_H
+
+#include <jansson.h>
+
+#include "decode.h"
+#include "tokenizer.h"
+
+/* Error codes (the `code` of an error frame; OpenAI errors carry them too). */
+#define SRV_E_BAD_JSON "bad_json"
+#define SRV_E_INVALID_UTF8 "invalid_utf8"
+#define SRV_E_BINARY "binary_not_supported"
+#define SRV_E_TOO_LARGE "message_too_large"
+#define SRV_E_UNKNOWN_TYPE "unknown_type"
+#define SRV_E_BAD_REQUEST "bad_request"
+#define SRV_E_OUT_OF_RANGE "out_of_range"
+#define SRV_E_DUPLICATE_ID "duplicate_id"
+#define SRV_E_UNKNOWN_ID "unknown_id"
+#define SRV_E_PROMPT_TOO_LONG "prompt_too_long"
+#define SRV_E_TOO_MANY "too_many_requests"
+#define SRV_E_BUSY "busy"
+#define SRV_E_UNAUTHORIZED "unauthorized"
+#define SRV_E_SHUTTING_DOWN "shutting_down"
+#define SRV_E_ENGINE "engine_error"
+#define SRV_E_INTERNAL "internal_error"
+#define SRV_E_MODEL_NOT_FOUND "model_not_found"
+
+#define SRV_ID_MAX 128      /* bytes in a request or session id */
+#define SRV_MAX_MESSAGES 256
+#define SRV_MAX_STOPS 8
+#define SRV_STOP_MAX 64     /* bytes in one stop string */
+
+typedef struct srv_chat {
+    char *id;            /* the client's request id (WebSocket); OpenAI: generated */
+    char *session;       /* echoed, not persisted (sessions come with Redis) */
+    fl_chat_msg *msgs;   /* (n_msgs) strings owned */
+    size_t n_msgs;
+    int32_t max_tokens;
+    char **stop;         /* (n_stop) owned */
+    int n_stop;
+    fl_decode_opts dec;
+    /* OpenAI only */
+    bool stream;
+    bool include_usage;
+    char *model;
+} srv_chat;
+
+typedef struct srv_limits {
+    int max_tokens_limit;
+    int max_tokens_default;
+    fl_decode_opts dec_default;
+} srv_limits;
+
+void srv_chat_free(srv_chat *c);
+
+/* Each parser returns 0, or -1 with *code (an SRV_E_*), a message naming the field, and
+ * (OpenAI) *param set to the offending field's name or NULL. */
+int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *out, const char **code,
+                      char *msg, size_t msglen);
+int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *out, const char **code,
+                          const char **param, char *msg, size_t msglen);
+
+/* A request id as the protocol accepts it: a string of 1..SRV_ID_MAX bytes. */
+bool srv_id_ok(const json_t *v);
+
+/* {"type":"error","id":...,"code":...,"message":...}; id may be NULL. Returns a malloc'd
+ * string (NULL on out of memory). */
+char *srv_frame_error(const char *id, const char *code, const char *message);
+/* OpenAI's error object: {"error":{"message","type","param","code"}}. */
+char *srv_openai_error(const char *type, const char *code, const char *param, const char *message);
+
+/* Valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
+bool srv_utf8_valid(const unsigned char *s, size_t n);
+
+const char *srv_finish_name(int finish); /* fl_finish -> "stop" | "length" | ... */
+
+#endif

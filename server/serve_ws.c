@@ -1,0 +1,676 @@
+/* serve_ws.c: WebSocket connections at /ws: the message handling of docs/protocol.md and
+ * each connection's output queue.
+ *
+ * Output: frames wait in the connection's queue and go out one lws_write per WRITEABLE
+ * callback. A draft is the only frame that may be replaced: while a block's draft is still
+ * queued, a newer draft of that block overwrites it in place (and a commit kills it), so a
+ * slow reader gets fewer, newer drafts and the queue does not grow with the step rate.
+ * Commits, done and errors are never dropped; a client whose queue passes --ws-max-backlog,
+ * or that accepts nothing for --ws-stall-timeout while output waits, is closed with 1008 and
+ * a reason, and its requests are cancelled. */
+#include <string.h>
+#include <uv.h>
+
+#include <libwebsockets.h>
+
+#include "serve.h"
+
+struct srv_conn {
+    srv *s;
+    struct lws *wsi;
+    uint64_t id;
+    srv_outq out;
+    double last_progress; /* ms: last write, or when output began to wait */
+    srv_req *reqs;        /* this connection's live requests */
+    int n_reqs;
+    fl_buf rx;            /* the message being received */
+    bool rx_active, rx_binary;
+    bool authed;
+    bool closing;         /* no more input handled; close once the queue is flushed */
+    int close_code;
+    char close_reason[120];
+    struct srv_conn *prev, *next;
+};
+
+/* ---- output queue ---- */
+
+srv_out *srv_out_new(const char *data, size_t len)
+{
+    srv_out *o = calloc(1, sizeof *o);
+    if (!o)
+        return NULL;
+    o->buf = malloc(LWS_PRE + len + 1);
+    if (!o->buf) {
+        free(o);
+        return NULL;
+    }
+    memcpy(o->buf + LWS_PRE, data, len);
+    o->len = len;
+    o->block = -1;
+    return o;
+}
+
+void srv_out_free(srv_out *o)
+{
+    if (!o)
+        return;
+    if (o->req && o->block >= 0 && o->req->draft_slot[o->block % SRV_DRAFT_SLOTS] == o)
+        o->req->draft_slot[o->block % SRV_DRAFT_SLOTS] = NULL;
+    free(o->buf);
+    free(o);
+}
+
+void srv_outq_push(srv_outq *q, srv_out *o)
+{
+    o->next = NULL;
+    if (q->tail)
+        q->tail->next = o;
+    else
+        q->head = o;
+    q->tail = o;
+    q->bytes += o->len;
+    q->n++;
+}
+
+srv_out *srv_outq_pop(srv_outq *q)
+{
+    srv_out *o = q->head;
+    if (!o)
+        return NULL;
+    q->head = o->next;
+    if (!q->head)
+        q->tail = NULL;
+    q->bytes -= o->len;
+    q->n--;
+    return o;
+}
+
+void srv_outq_clear(srv_outq *q)
+{
+    srv_out *o;
+    while ((o = srv_outq_pop(q)))
+        srv_out_free(o);
+}
+
+/* ---- sending ---- */
+
+static void evict(srv_conn *c, const char *why);
+
+static void arm(srv_conn *c)
+{
+    if (c->wsi)
+        lws_callback_on_writable(c->wsi);
+}
+
+/* Queues a frame (takes the malloc'd string). Returns the item or NULL. */
+static srv_out *send_str(srv_conn *c, char *s)
+{
+    if (!s)
+        return NULL;
+    srv_out *o = c->closing && c->close_code == LWS_CLOSE_STATUS_POLICY_VIOLATION
+                     ? NULL /* evicted: nothing more is queued */
+                     : srv_out_new(s, strlen(s));
+    free(s);
+    if (!o)
+        return NULL;
+    if (!c->out.n)
+        c->last_progress = srv_now_ms(c->s);
+    srv_outq_push(&c->out, o);
+    arm(c);
+    if (c->out.bytes > c->s->cfg->ws_max_backlog) {
+        evict(c, "client too slow: its output backlog passed the limit");
+        return NULL;
+    }
+    return o;
+}
+
+static char *dumps(json_t *o)
+{
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return s;
+}
+
+static void send_error(srv_conn *c, const char *id, const char *code, const char *msg)
+{
+    srv_metrics_error(&c->s->m, code);
+    send_str(c, srv_frame_error(id, code, msg));
+    char q[80], m[200];
+    SRV_INFO(&c->s->log, "event=error conn=%llu req=%s code=%s message=%s",
+             (unsigned long long)c->id, srv_log_q(q, sizeof q, id ? id : ""), code,
+             srv_log_q(m, sizeof m, msg));
+}
+
+/* Closes after what is queued has gone out. */
+static void close_after(srv_conn *c, int code, const char *reason)
+{
+    if (c->closing)
+        return;
+    c->closing = true;
+    c->close_code = code;
+    snprintf(c->close_reason, sizeof c->close_reason, "%s", reason);
+    arm(c);
+    if (c->wsi) /* a client that never reads is not waited for forever */
+        lws_set_timeout(c->wsi, PENDING_TIMEOUT_USER_OK, 5);
+}
+
+static void evict(srv_conn *c, const char *why)
+{
+    if (c->closing && c->close_code == LWS_CLOSE_STATUS_POLICY_VIOLATION)
+        return;
+    srv *s = c->s;
+    s->m.slow_closed++;
+    SRV_WARN(&s->log, "event=slow_client conn=%llu backlog_bytes=%zu frames=%d reason=\"%s\"",
+             (unsigned long long)c->id, c->out.bytes, c->out.n, why);
+    srv_outq_clear(&c->out);
+    for (srv_req *r = c->reqs; r; r = r->o_next)
+        srv_req_cancel(r);
+    c->closing = false; /* close_after sets it with the new reason */
+    close_after(c, LWS_CLOSE_STATUS_POLICY_VIOLATION, why);
+}
+
+/* ---- request ownership ---- */
+
+static void conn_add_req(srv_conn *c, srv_req *r)
+{
+    r->o_prev = NULL;
+    r->o_next = c->reqs;
+    if (c->reqs)
+        c->reqs->o_prev = r;
+    c->reqs = r;
+    c->n_reqs++;
+}
+
+static void conn_drop_req(srv_conn *c, srv_req *r)
+{
+    if (r->o_prev)
+        r->o_prev->o_next = r->o_next;
+    else
+        c->reqs = r->o_next;
+    if (r->o_next)
+        r->o_next->o_prev = r->o_prev;
+    r->o_prev = r->o_next = NULL;
+    c->n_reqs--;
+}
+
+static srv_req *find_req(srv_conn *c, const char *id)
+{
+    for (srv_req *r = c->reqs; r; r = r->o_next)
+        if (!strcmp(r->chat.id, id))
+            return r;
+    return NULL;
+}
+
+void srv_ws_on_reject(srv_conn *c, srv_req *r, const char *code, const char *msg)
+{
+    conn_drop_req(c, r);
+    send_str(c, srv_frame_error(r->chat.id, code, msg));
+}
+
+static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
+{
+    srv *s = c->s;
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("draft"));
+    json_object_set_new(o, "id", json_string(r->chat.id));
+    json_object_set_new(o, "block", json_integer(ev->block));
+    json_object_set_new(o, "step", json_integer(ev->step));
+    json_object_set_new(o, "tokens", srv_draft_tokens(s->model->tok, ev->tokens, ev->n));
+    json_t *fresh = json_array();
+    for (int32_t i = 0; i < ev->n; i++)
+        if (ev->fresh[i])
+            json_array_append_new(fresh, json_integer(i));
+    json_object_set_new(o, "new", fresh);
+    char *str = dumps(o);
+    if (!str)
+        return;
+    int slot = ev->block % SRV_DRAFT_SLOTS;
+    srv_out *old = r->draft_slot[slot];
+    if (old && old->block == ev->block) {
+        /* still queued: the newer draft replaces it in place */
+        size_t len = strlen(str);
+        unsigned char *nb = malloc(LWS_PRE + len + 1);
+        if (nb) {
+            memcpy(nb + LWS_PRE, str, len);
+            c->out.bytes = c->out.bytes - old->len + len;
+            free(old->buf);
+            old->buf = nb;
+            old->len = len;
+            s->m.drafts_coalesced++;
+        }
+        free(str);
+        return;
+    }
+    if (old)
+        old->req = NULL; /* a different block's draft keeps its place but loses the slot */
+    srv_out *o2 = send_str(c, str);
+    if (o2) {
+        o2->req = r;
+        o2->block = ev->block;
+        r->draft_slot[slot] = o2;
+    }
+}
+
+static void kill_draft(srv_conn *c, srv_req *r, int32_t block)
+{
+    srv_out *d = r->draft_slot[block % SRV_DRAFT_SLOTS];
+    if (d && d->block == block) {
+        c->out.bytes -= d->len;
+        d->len = 0; /* a committed block's draft is stale: skipped when its turn comes */
+        d->req = NULL;
+        r->draft_slot[block % SRV_DRAFT_SLOTS] = NULL;
+    }
+}
+
+static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
+{
+    conn_drop_req(c, r);
+    if (ev->finish == FL_FINISH_ERROR) {
+        send_error(c, r->chat.id, SRV_E_ENGINE, ev->error ? ev->error : "the engine failed");
+        return;
+    }
+    const fl_seq_stats *st = &ev->stats;
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("done"));
+    json_object_set_new(o, "id", json_string(r->chat.id));
+    if (r->chat.session)
+        json_object_set_new(o, "session", json_string(r->chat.session));
+    json_object_set_new(o, "finish", json_string(srv_finish_name(ev->finish)));
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(st->prompt_tokens));
+    json_object_set_new(u, "completion_tokens", json_integer(ev->n_ids));
+    json_object_set_new(u, "total_tokens", json_integer(st->prompt_tokens + ev->n_ids));
+    json_object_set_new(o, "usage", u);
+    json_t *x = json_object();
+    json_object_set_new(x, "tpf", json_real(st->tpf));
+    json_object_set_new(x, "forwards", json_integer(st->forwards));
+    json_object_set_new(x, "decode_forwards", json_integer(st->decode_forwards));
+    json_object_set_new(x, "store_forwards", json_integer(st->store_forwards));
+    json_object_set_new(x, "blocks", json_integer(st->blocks));
+    json_object_set_new(x, "ms_queued", json_real(st->ms_queued));
+    json_object_set_new(x, "ms_prefill", json_real(st->ms_prefill));
+    json_object_set_new(x, "ms_decode", json_real(st->ms_decode));
+    json_object_set_new(x, "ms_total", json_real(srv_now_ms(c->s) - r->t_start));
+    json_object_set_new(x, "ms_first_update", json_real(r->t_first ? r->t_first - r->t_start : 0));
+    json_object_set_new(o, "stats", x);
+    send_str(c, dumps(o));
+}
+
+void srv_ws_on_event(srv_conn *c, srv_req *r, const srv_ev *ev)
+{
+    if (c->closing) { /* nobody will read it */
+        if (ev->type == FL_EV_DONE)
+            conn_drop_req(c, r);
+        return;
+    }
+    switch (ev->type) {
+    case FL_EV_DRAFT:
+        on_draft(c, r, ev);
+        break;
+    case FL_EV_COMMIT: {
+        kill_draft(c, r, ev->block);
+        json_t *o = json_object();
+        json_object_set_new(o, "type", json_string("commit"));
+        json_object_set_new(o, "id", json_string(r->chat.id));
+        json_object_set_new(o, "block", json_integer(ev->block));
+        json_object_set_new(o, "text", json_stringn(ev->text, ev->text_len));
+        c->s->m.commits_sent++;
+        send_str(c, dumps(o));
+        break;
+    }
+    case FL_EV_DONE:
+        on_done(c, r, ev);
+        break;
+    }
+}
+
+/* ---- input ---- */
+
+static void handle_chat(srv_conn *c, const json_t *msg, const char *id)
+{
+    srv *s = c->s;
+    if (!id) {
+        send_error(c, NULL, SRV_E_BAD_REQUEST, "'id' must be a string of 1..128 bytes");
+        return;
+    }
+    if (find_req(c, id)) {
+        send_error(c, id, SRV_E_DUPLICATE_ID, "a request with this id is still running on this "
+                                              "connection");
+        return;
+    }
+    if (c->n_reqs >= s->cfg->max_conn_requests) {
+        char m[160];
+        snprintf(m, sizeof m, "this connection already runs %d requests (the limit); wait for "
+                 "one to finish", c->n_reqs);
+        send_error(c, id, SRV_E_TOO_MANY, m);
+        return;
+    }
+    srv_limits L = {s->cfg->max_tokens_limit, s->cfg->gen.max_tokens, s->cfg->gen.dec};
+    srv_chat chat;
+    const char *code = NULL;
+    char m[FL_ERR_MSG];
+    if (srv_parse_chat_ws(msg, &L, &chat, &code, m, sizeof m)) {
+        srv_chat_free(&chat);
+        send_error(c, id, code, m);
+        return;
+    }
+    srv_req *r = srv_req_start(s, SRV_OWNER_WS, c, &chat, &code, m, sizeof m);
+    if (!r) {
+        srv_chat_free(&chat);
+        send_str(c, srv_frame_error(id, code, m));
+        return;
+    }
+    conn_add_req(c, r);
+    char q[80];
+    SRV_INFO(&s->log, "event=chat conn=%llu req=%s serial=%llu messages=%zu max_tokens=%d",
+             (unsigned long long)c->id, srv_log_q(q, sizeof q, id), (unsigned long long)r->serial,
+             r->chat.n_msgs, r->chat.max_tokens);
+}
+
+static void handle_message(srv_conn *c, const char *data, size_t len)
+{
+    srv *s = c->s;
+    json_error_t je;
+    json_t *msg = json_loadb(data, len, JSON_REJECT_DUPLICATES, &je);
+    if (!msg) {
+        char m[300];
+        snprintf(m, sizeof m, "not valid JSON: %s at line %d column %d", je.text, je.line,
+                 je.column);
+        send_error(c, NULL, SRV_E_BAD_JSON, m);
+        return;
+    }
+    if (!json_is_object(msg)) {
+        send_error(c, NULL, SRV_E_BAD_JSON, "a message must be a JSON object with a 'type'");
+        json_decref(msg);
+        return;
+    }
+    const json_t *jid = json_object_get(msg, "id");
+    const char *id = srv_id_ok(jid) ? json_string_value(jid) : NULL;
+    const char *type = json_string_value(json_object_get(msg, "type"));
+    if (!type) {
+        send_error(c, id, SRV_E_BAD_REQUEST, "'type' must be a string: chat, cancel, ping or auth");
+    } else if (!strcmp(type, "auth")) {
+        const char *key = json_string_value(json_object_get(msg, "key"));
+        if (s->cfg->api_key && (!key || strcmp(key, s->cfg->api_key))) {
+            send_error(c, id, SRV_E_UNAUTHORIZED, "wrong API key");
+            close_after(c, LWS_CLOSE_STATUS_POLICY_VIOLATION, "unauthorized");
+        } else {
+            c->authed = true;
+            send_str(c, strdup("{\"type\":\"auth\",\"ok\":true}"));
+        }
+    } else if (!c->authed) {
+        send_error(c, id, SRV_E_UNAUTHORIZED, "this server needs an API key: send "
+                   "{\"type\":\"auth\",\"key\":...} first or an Authorization: Bearer header");
+        close_after(c, LWS_CLOSE_STATUS_POLICY_VIOLATION, "unauthorized");
+    } else if (!strcmp(type, "chat")) {
+        if (jid && !id)
+            send_error(c, NULL, SRV_E_BAD_REQUEST, "'id' must be a string of 1..128 bytes");
+        else
+            handle_chat(c, msg, id);
+    } else if (!strcmp(type, "cancel")) {
+        srv_req *r = id ? find_req(c, id) : NULL;
+        if (!id)
+            send_error(c, NULL, SRV_E_BAD_REQUEST, "cancel needs the request's 'id' (a string)");
+        else if (!r)
+            send_error(c, id, SRV_E_UNKNOWN_ID, "no running request has this id (it may have "
+                       "finished)");
+        else
+            srv_req_cancel(r);
+    } else if (!strcmp(type, "ping")) {
+        json_t *o = json_object();
+        json_object_set_new(o, "type", json_string("pong"));
+        if (id)
+            json_object_set_new(o, "id", json_string(id));
+        send_str(c, dumps(o));
+    } else {
+        char m[160], q[80];
+        snprintf(m, sizeof m, "unknown message type %s (chat, cancel, ping, auth)",
+                 srv_log_q(q, 64, type));
+        send_error(c, id, SRV_E_UNKNOWN_TYPE, m);
+    }
+    json_decref(msg);
+}
+
+static void on_receive(srv_conn *c, struct lws *wsi, const void *in, size_t len)
+{
+    srv *s = c->s;
+    if (c->closing)
+        return;
+    if (!c->rx_active) {
+        c->rx_active = true;
+        c->rx_binary = lws_frame_is_binary(wsi);
+        c->rx.len = 0;
+    }
+    if (c->rx.len + len > s->cfg->max_message) {
+        char m[160];
+        snprintf(m, sizeof m, "a message may have at most %zu bytes", s->cfg->max_message);
+        send_error(c, NULL, SRV_E_TOO_LARGE, m);
+        close_after(c, LWS_CLOSE_STATUS_MESSAGE_TOO_LARGE, "message too large");
+        fl_buf_free(&c->rx);
+        return;
+    }
+    if (!c->rx_binary && len && fl_buf_append(&c->rx, in, len)) {
+        send_error(c, NULL, SRV_E_INTERNAL, "out of memory");
+        close_after(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "out of memory");
+        return;
+    }
+    if (c->rx_binary)
+        c->rx.len += len; /* counted for the size limit, not kept */
+    if (!lws_is_final_fragment(wsi))
+        return;
+    c->rx_active = false;
+    if (c->rx_binary) {
+        send_error(c, NULL, SRV_E_BINARY, "binary frames are not part of the protocol; send JSON "
+                   "text frames");
+        c->rx.len = 0;
+        return;
+    }
+    if (!srv_utf8_valid((const unsigned char *)c->rx.data, c->rx.len)) {
+        send_error(c, NULL, SRV_E_INVALID_UTF8, "a text frame was not valid UTF-8");
+        close_after(c, LWS_CLOSE_STATUS_INVALID_PAYLOAD, "invalid UTF-8");
+        c->rx.len = 0;
+        return;
+    }
+    handle_message(c, c->rx.data ? c->rx.data : "", c->rx.len);
+    c->rx.len = 0;
+    if (c->rx.cap > 65536) /* one big message should not pin its buffer for the connection */
+        fl_buf_free(&c->rx);
+}
+
+/* ---- lifecycle ---- */
+
+/* Auth, origin, limits and path, checked before the upgrade so the client gets an HTTP status
+ * it can read. Returns 0 to allow, 1 when a response was written, -1 to hang up. */
+static int reject_upgrade(struct lws *wsi, int status, const char *code, const char *msg)
+{
+    char *body = srv_frame_error(NULL, code, msg);
+    if (!body)
+        return -1;
+    size_t len = strlen(body);
+    unsigned char buf[LWS_PRE + 1024], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof buf - 1;
+    int rc = 1;
+    if (lws_add_http_common_headers(wsi, (unsigned)status, "application/json", len, &p, end) ||
+        lws_finalize_write_http_header(wsi, start, &p, end))
+        rc = -1;
+    if (rc > 0) {
+        unsigned char *b = malloc(LWS_PRE + len);
+        if (!b || (memcpy(b + LWS_PRE, body, len), lws_write(wsi, b + LWS_PRE, len,
+                                                               LWS_WRITE_HTTP_FINAL) < (int)len))
+            rc = -1;
+        free(b);
+    }
+    free(body);
+    return rc;
+}
+
+static bool bearer_ok(struct lws *wsi, const char *key)
+{
+    char h[512];
+    int n = lws_hdr_copy(wsi, h, sizeof h, WSI_TOKEN_HTTP_AUTHORIZATION);
+    return n > 7 && !strncasecmp(h, "Bearer ", 7) && !strcmp(h + 7, key);
+}
+
+int srv_ws_confirm_upgrade(srv *s, struct lws *wsi, const char *proto);
+int srv_ws_confirm_upgrade(srv *s, struct lws *wsi, const char *proto)
+{
+    char uri[256] = "", origin[256] = "";
+    lws_hdr_copy(wsi, uri, sizeof uri, WSI_TOKEN_GET_URI);
+    int status = 0;
+    const char *code = NULL, *msg = NULL;
+    if (!proto || strcasecmp(proto, "websocket")) {
+        status = 400, code = SRV_E_BAD_REQUEST, msg = "only WebSocket upgrades are served";
+    } else if (strcmp(uri, "/ws")) {
+        status = 404, code = SRV_E_BAD_REQUEST, msg = "the WebSocket endpoint is /ws";
+    } else if (lws_hdr_copy(wsi, origin, sizeof origin, WSI_TOKEN_ORIGIN) > 0 &&
+               !srv_origin_allowed(s->cfg, origin)) {
+        status = 403, code = SRV_E_UNAUTHORIZED, msg = "this Origin is not allowed";
+    } else if (s->cfg->api_key && lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_AUTHORIZATION) &&
+               !bearer_ok(wsi, s->cfg->api_key)) {
+        status = 401, code = SRV_E_UNAUTHORIZED, msg = "wrong API key";
+    } else if (s->draining) {
+        status = 503, code = SRV_E_SHUTTING_DOWN, msg = "the server is shutting down";
+    } else if (s->n_conns >= s->cfg->max_connections) {
+        status = 503, code = SRV_E_BUSY, msg = "too many WebSocket connections; retry later";
+    }
+    if (!status)
+        return 0;
+    s->m.ws_refused++;
+    srv_metrics_error(&s->m, code);
+    srv_metrics_http(&s->m, status);
+    char q[300];
+    SRV_INFO(&s->log, "event=ws_refused status=%d code=%s uri=%s origin=%s", status, code,
+             srv_log_q(q, 150, uri), srv_log_q(q + 150, 150, origin));
+    return reject_upgrade(wsi, status, code, msg);
+}
+
+static void on_established(srv *s, struct lws *wsi, srv_pss *pss)
+{
+    srv_conn *c = calloc(1, sizeof *c);
+    if (!c) {
+        lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+        return;
+    }
+    c->s = s;
+    c->wsi = wsi;
+    c->id = ++s->next_conn;
+    c->authed = !s->cfg->api_key || (lws_hdr_total_length(wsi, WSI_TOKEN_HTTP_AUTHORIZATION) &&
+                                     bearer_ok(wsi, s->cfg->api_key));
+    c->next = s->conns;
+    if (s->conns)
+        s->conns->prev = c;
+    s->conns = c;
+    s->n_conns++;
+    s->m.ws_accepted++;
+    pss->kind = 2;
+    pss->obj = c;
+    char peer[64] = "";
+    lws_get_peer_simple(wsi, peer, sizeof peer);
+    SRV_INFO(&s->log, "event=ws_open conn=%llu peer=%s authed=%d", (unsigned long long)c->id, peer,
+             c->authed);
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("hello"));
+    json_object_set_new(o, "server", json_string("fogline " FL_VERSION));
+    json_object_set_new(o, "model", json_string(s->model_id));
+    json_object_set_new(o, "block_size", json_integer(s->model->cfg.block_size));
+    json_object_set_new(o, "auth_required", json_boolean(!c->authed));
+    json_t *l = json_object();
+    json_object_set_new(l, "max_message_bytes", json_integer((json_int_t)s->cfg->max_message));
+    json_object_set_new(l, "max_tokens", json_integer(s->cfg->max_tokens_limit));
+    json_object_set_new(l, "max_prompt_tokens", json_integer(s->cfg->max_prompt_tokens));
+    json_object_set_new(l, "max_requests", json_integer(s->cfg->max_conn_requests));
+    json_object_set_new(o, "limits", l);
+    send_str(c, dumps(o));
+}
+
+static void on_closed(srv *s, srv_pss *pss)
+{
+    srv_conn *c = pss->obj;
+    pss->obj = NULL;
+    pss->kind = 0;
+    if (!c)
+        return;
+    int n = c->n_reqs;
+    while (c->reqs) {
+        srv_req *r = c->reqs;
+        conn_drop_req(c, r);
+        srv_req_orphan(r);
+    }
+    srv_outq_clear(&c->out);
+    fl_buf_free(&c->rx);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        s->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    s->n_conns--;
+    SRV_INFO(&s->log, "event=ws_close conn=%llu cancelled=%d", (unsigned long long)c->id, n);
+    free(c);
+}
+
+static int on_writeable(srv_conn *c, struct lws *wsi)
+{
+    srv_out *o;
+    while ((o = srv_outq_pop(&c->out)) && o->len == 0)
+        srv_out_free(o); /* killed drafts */
+    if (o) {
+        bool draft = o->block >= 0;
+        int n = lws_write(wsi, o->buf + LWS_PRE, o->len, LWS_WRITE_TEXT);
+        srv_out_free(o);
+        if (n < 0)
+            return -1;
+        if (draft)
+            c->s->m.drafts_sent++;
+        c->last_progress = srv_now_ms(c->s);
+        if (c->out.n || c->closing)
+            lws_callback_on_writable(wsi);
+        return 0;
+    }
+    if (c->closing) {
+        lws_close_reason(wsi, (enum lws_close_status)c->close_code, (unsigned char *)c->close_reason,
+                         strlen(c->close_reason));
+        return -1;
+    }
+    return 0;
+}
+
+int srv_ws_callback(struct lws *wsi, int reason, void *user, void *in, size_t len)
+{
+    srv *s = lws_context_user(lws_get_context(wsi));
+    srv_pss *pss = user;
+    switch (reason) {
+    case LWS_CALLBACK_ESTABLISHED:
+        if (pss)
+            on_established(s, wsi, pss);
+        break;
+    case LWS_CALLBACK_RECEIVE:
+        if (pss && pss->kind == 2 && pss->obj)
+            on_receive(pss->obj, wsi, in, len);
+        break;
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        if (pss && pss->kind == 2 && pss->obj)
+            return on_writeable(pss->obj, wsi);
+        break;
+    case LWS_CALLBACK_CLOSED:
+        if (pss && pss->kind == 2)
+            on_closed(s, pss);
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+void srv_ws_tick(srv *s)
+{
+    double now = srv_now_ms(s);
+    for (srv_conn *c = s->conns; c; c = c->next)
+        if (!c->closing && c->out.n && now - c->last_progress > s->cfg->ws_stall_s * 1e3)
+            evict(c, "client too slow: it accepted nothing while output waited");
+}
+
+void srv_ws_close_all(srv *s, int code, const char *reason)
+{
+    for (srv_conn *c = s->conns; c; c = c->next)
+        close_after(c, code, reason);
+}
