@@ -163,7 +163,7 @@ static bool json_flag(const jv *o, const char *key, bool dflt)
  * whose \s under UCP also matches U+180E; written as explicit ranges, which PCRE2's JIT tests
  * faster than a property. Everything else goes to PCRE2 as written. */
 #define WS_RANGES "\\t-\\r \\x{85}\\x{a0}\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}\\x{205f}\\x{3000}"
-static char *rewrite_regex(const char *src, size_t n)
+static char *rewrite_regex(const char *src, size_t n, size_t *out_len)
 {
     fl_buf b = {0};
     bool in_class = false;
@@ -221,12 +221,14 @@ static char *rewrite_regex(const char *src, size_t n)
         fl_buf_free(&b);
         return NULL;
     }
+    *out_len = b.len;
     return b.data;
 }
 
 static int compile_stage_regex(fl__stage *st, const char *pat, size_t n, bool literal, fl_err *e)
 {
-    char *re = literal ? NULL : rewrite_regex(pat, n);
+    size_t rlen = 0;
+    char *re = literal ? NULL : rewrite_regex(pat, n, &rlen);
     if (!literal && !re)
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     int en;
@@ -234,7 +236,7 @@ static int compile_stage_regex(fl__stage *st, const char *pat, size_t n, bool li
     pcre2_compile_context *cc = pcre2_compile_context_create(NULL);
     if (cc)
         pcre2_set_newline(cc, PCRE2_NEWLINE_LF);
-    st->re = pcre2_compile((PCRE2_SPTR)(literal ? pat : re), literal ? n : PCRE2_ZERO_TERMINATED,
+    st->re = pcre2_compile((PCRE2_SPTR)(literal ? pat : re), literal ? n : rlen,
                            PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &en, &eo, cc);
     pcre2_compile_context_free(cc);
     free(re);
@@ -422,7 +424,7 @@ static int parse_vocab(fl_tokenizer *t, const jv *vocab, const jv *added, fl_err
         t->flags[a->id] = FL_TOKF_ADDED | (a->special ? FL_TOKF_SPECIAL : 0);
         used += a->len + 1;
     }
-    /* string -> id; added tokens last so that they win over a vocab entry of the same text */
+    /* string -> id */
     size_t cap = 1024;
     while (cap < n * 2)
         cap *= 2;
@@ -432,11 +434,11 @@ static int parse_vocab(fl_tokenizer *t, const jv *vocab, const jv *added, fl_err
     if (!t->smap || !t->smap_hash)
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     memset(t->smap, 0xff, cap * sizeof *t->smap);
+    /* the model's own vocab only, for merges and byte tokens; added tokens go in after them
+     * (parse_tokenizer_json), winning for fl_tokenizer_find as they do in the references */
     for (size_t id = 0; id < n; id++)
         if (t->str_off[id] != UINT32_MAX && !(t->flags[id] & FL_TOKF_ADDED))
             smap_put(t, (int32_t)id);
-    for (size_t k = 0; k < t->n_added; k++)
-        smap_put(t, t->added[k].id);
     return 0;
 }
 
@@ -487,8 +489,7 @@ static int build_token_bytes(fl_tokenizer *t, const uint32_t b2u[256], fl_err *e
     for (int b = 0; b < 256; b++) {
         unsigned char u[4];
         int k = fl__utf8_put(u, b2u[b]);
-        int32_t id = smap_find(t, (const char *)u, (size_t)k);
-        t->byte_id[b] = id >= 0 && !(t->flags[id] & FL_TOKF_ADDED) ? id : -1;
+        t->byte_id[b] = smap_find(t, (const char *)u, (size_t)k); /* vocab only so far */
     }
     return 0;
 }
@@ -684,6 +685,8 @@ static int parse_tokenizer_json(fl_tokenizer *t, const jv *root, fl_err *e)
         return rc;
     if (t->ignore_merges && (rc = build_bmap(t, e)))
         return rc;
+    for (size_t k = 0; k < t->n_added; k++)
+        smap_put(t, t->added[k].id);
     return build_tries(t, e);
 }
 

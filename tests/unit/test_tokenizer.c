@@ -171,6 +171,40 @@ static void test_tiny(void)
     fx_rmdir(dir);
 }
 
+/* A special added token whose text is also a byte's token ("!"): with special tokens off, the
+ * byte must still be its vocab token; fl_tokenizer_find prefers the added token. */
+static void test_added_shadows_vocab(void)
+{
+    char *j = fx_tiny_json("BPE", NULL, NULL);
+    const char *from = "\"content\":\"[W]\",\"special\":false";
+    char *at = strstr(j, from);
+    CHECK(at != NULL, "fixture text");
+    if (!at) {
+        free(j);
+        return;
+    }
+    fl_buf b = {0};
+    fl_buf_append(&b, j, (size_t)(at - j));
+    fl_buf_puts(&b, "\"content\":\"!\",\"special\":true");
+    fl_buf_puts(&b, at + strlen(from));
+    free(j);
+    char *d = fx_mkdir();
+    fx_write(d, "tokenizer.json", b.data);
+    fl_buf_free(&b);
+    fl_tokenizer *t;
+    fl_err e = {0};
+    int rc = fl_tokenizer_load(&t, d, NULL, &e);
+    CHECK(rc == 0, "load: %s", e.msg);
+    if (!rc) {
+        /* (the fixture's token keeps single_word: spaces around it) */
+        EXPECT_IDS(t, "a ! b", true, 'a', ' ', 303, ' ', 'b');
+        EXPECT_IDS(t, "a ! b", false, 'a', ' ', '!', ' ', 'b');
+        CHECK(fl_tokenizer_find(t, "!") == 303, "find prefers the added token");
+        fl_tokenizer_free(t);
+    }
+    fx_rmdir(d);
+}
+
 /* Every intermediate output of a stream is whole UTF-8, and the total equals decode(). */
 static void stream_check(const fl_tokenizer *t, const int32_t *ids, size_t n, const char *what)
 {
@@ -325,6 +359,7 @@ static void test_qwen3(void)
 int main(void)
 {
     test_tiny();
+    test_added_shadows_vocab();
     test_qwen3();
     return check_summary("test_tokenizer");
 }
