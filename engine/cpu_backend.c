@@ -433,6 +433,17 @@ static void fl_job_qkv(void *ctx, int tid, int nt)
     }
 }
 
+/* A page's K (or V) block of one layer and head is B * head_dim floats (2 KB at B = 4)
+ * and the next page's is a page (~0.5 MB) away: too short and too far for the hardware
+ * prefetcher, so the walk over a sequence's pages fetches FL_PF_PAGES ahead itself. */
+#define FL_PF_PAGES 3
+
+static void fl_prefetch(const void *p, size_t bytes)
+{
+    for (size_t i = 0; i < bytes; i += 64)
+        __builtin_prefetch((const char *)p + i, 0, 3);
+}
+
 /* Attention work items: (segment, kv head, tile of FL_QTILE query rows). Rows of a segment
  * are ordered token-major (row = i * rep + r for token i, query head g * rep + r), so a tile
  * holds neighbouring tokens, whose key ranges (their blocks) nearly agree. */
@@ -467,6 +478,9 @@ static void fl_attend_item(fl_fwd *f, int it, int tid)
     int cached = pos0 < kmax ? pos0 : kmax;
     for (int b0 = 0; b0 < cached; b0 += B) {
         int cnt = cached - b0 < B ? cached - b0 : B;
+        if (b0 + FL_PF_PAGES * B < cached)
+            fl_prefetch(fl_page_kv(c, sg->pages[b0 / B + FL_PF_PAGES], f->layer, 0, g),
+                        (size_t)B * hd * 4);
         const float *kp = fl_page_kv(c, sg->pages[b0 / B], f->layer, 0, g);
         c->kk.qk(S + b0, lds, q, hd, nr, kp, hd, cnt, hd, scale);
     }
@@ -484,6 +498,9 @@ static void fl_attend_item(fl_fwd *f, int it, int tid)
     memset(o, 0, (size_t)nr * hd * 4);
     for (int b0 = 0; b0 < cached; b0 += B) {
         int cnt = cached - b0 < B ? cached - b0 : B;
+        if (b0 + FL_PF_PAGES * B < cached)
+            fl_prefetch(fl_page_kv(c, sg->pages[b0 / B + FL_PF_PAGES], f->layer, 1, g),
+                        (size_t)B * hd * 4);
         const float *vp = fl_page_kv(c, sg->pages[b0 / B], f->layer, 1, g);
         c->kk.pv(o, hd, S + b0, lds, nr, vp, hd, cnt, hd);
     }
