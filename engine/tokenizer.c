@@ -237,7 +237,7 @@ static int compile_stage_regex(fl__stage *st, const char *pat, size_t n, bool li
     if (cc)
         pcre2_set_newline(cc, PCRE2_NEWLINE_LF);
     st->re = pcre2_compile((PCRE2_SPTR)(literal ? pat : re), literal ? n : rlen,
-                           PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &en, &eo, cc);
+                           PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP), &en, &eo, cc);
     pcre2_compile_context_free(cc);
     free(re);
     if (!st->re) {

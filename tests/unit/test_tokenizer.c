@@ -205,6 +205,47 @@ static void test_added_shadows_vocab(void)
     fx_rmdir(d);
 }
 
+/* Split behaviours (the JS reference implements only Isolated and Removed): the tiny BPE with a
+ * Split on the string "w" then ByteLevel; its merges tell the pieces apart ("Ġw" merges only
+ * when the space and the w are in one piece). */
+static void test_split_behaviours(void)
+{
+    static const struct {
+        const char *behavior;
+        int32_t want[12];
+        int n;
+    } cases[] = {
+        {"Isolated", {259, ' ', 'w', 'o', 'r', 'l', 'd'}, 7},
+        {"Removed", {259, ' ', 'o', 'r', 'l', 'd'}, 6},
+        {"MergedWithPrevious", {259, 260, 'o', 'r', 'l', 'd'}, 6},
+        {"MergedWithNext", {259, ' ', 'w', 'o', 'r', 'l', 'd'}, 7},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char top[512];
+        snprintf(top, sizeof top,
+                 "\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":["
+                 "{\"type\":\"Split\",\"pattern\":{\"String\":\"w\"},\"behavior\":\"%s\","
+                 "\"invert\":false},{\"type\":\"ByteLevel\",\"use_regex\":false}]},"
+                 "\"decoder\":{\"type\":\"ByteLevel\"},", cases[i].behavior);
+        char *j = fx_tiny_json("BPE", top, NULL);
+        char *d = fx_mkdir();
+        fx_write(d, "tokenizer.json", j);
+        free(j);
+        fl_tokenizer *t;
+        fl_err e = {0};
+        int rc = fl_tokenizer_load(&t, d, NULL, &e);
+        CHECK(rc == 0, "%s: load: %s", cases[i].behavior, e.msg);
+        if (!rc) {
+            int32_t got[32];
+            int n = enc(t, "hello world", 11, true, got, 32);
+            CHECK(ids_eq(got, n, cases[i].want, cases[i].n), "%s: %d ids, second %d", cases[i].behavior, n,
+                  n > 1 ? got[1] : -1);
+            fl_tokenizer_free(t);
+        }
+        fx_rmdir(d);
+    }
+}
+
 /* Every intermediate output of a stream is whole UTF-8, and the total equals decode(). */
 static void stream_check(const fl_tokenizer *t, const int32_t *ids, size_t n, const char *what)
 {
@@ -360,6 +401,7 @@ int main(void)
 {
     test_tiny();
     test_added_shadows_vocab();
+    test_split_behaviours();
     test_qwen3();
     return check_summary("test_tokenizer");
 }
