@@ -246,6 +246,14 @@ FL_AVX2 static inline float fl_hsum8(__m256 v)
     return _mm_cvtss_f32(lo);
 }
 
+/* [sum a, sum b, sum c, sum d]: four horizontal sums for the price of about one and a half;
+ * at head_dim 128 single sums cost as much as the dot products themselves. */
+FL_AVX2 static inline __m128 fl_hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d)
+{
+    __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 FL_AVX2 static inline __m256 fl_load_bf16x8(const uint16_t *p)
 {
     __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -266,6 +274,14 @@ static inline float fl_tail_bf16(float r, const float *x, const uint16_t *w, int
     for (int c = k8; c < k; c++)
         r += x[c] * fl_bf16_to_f32(w[c]);
     return r;
+}
+
+/* Stores scale * (sums + tails) of 4 queries against one key into s[0], s[lds], ... */
+static inline void fl_put_scores4(float *s, int lds, const float *r, const float *q0, int ldq,
+                                  const float *k, int h0, int hd, float scale)
+{
+    for (int t = 0; t < 4; t++)
+        s[(size_t)t * lds] = fl_tail_f32(r[t], q0 + (size_t)t * ldq, k, h0, hd) * scale;
 }
 
 static inline void fl_put(float *yp, float r, bool acc) { *yp = acc ? *yp + r : r; }
@@ -361,8 +377,8 @@ FL_AVX2 static void fl_mm_bf16_avx2(float *y, int ldy, const float *x, int ldx, 
     FL_MM_AVX2_BODY(uint16_t, fl_load_bf16x8, fl_tail_bf16)
 }
 
-/* Scores of 4 queries against 2 keys per tile; every score is one 8-lane running sum over
- * the head dimension, fl_hsum8, then the tail, whatever tile computes it. */
+/* Scores of 4 queries against 2 keys per tile, reduced four at a time; a query row past
+ * the last tile of 4 takes fl_dot_avx2. */
 FL_AVX2 static inline float fl_dot_avx2(const float *a, const float *b, int hd)
 {
     int h8 = hd & ~7;
@@ -377,9 +393,10 @@ FL_AVX2 static void fl_qk_avx2(float *s, int lds, const float *q, int ldq, int n
 {
     int h8 = hd & ~7;
     int i = 0;
+    float r[4];
     for (; i + 4 <= nq; i += 4) {
         const float *q0 = q + (size_t)i * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
-        float *s0 = s + (size_t)i * lds, *s1 = s0 + lds, *s2 = s1 + lds, *s3 = s2 + lds;
+        float *s0 = s + (size_t)i * lds;
         int j = 0;
         for (; j + 2 <= nk; j += 2) {
             const float *k0 = k + (size_t)j * ldk, *k1 = k0 + ldk;
@@ -400,21 +417,23 @@ FL_AVX2 static void fl_qk_avx2(float *s, int lds, const float *q, int ldq, int n
                 a30 = _mm256_fmadd_ps(v0, u, a30);
                 a31 = _mm256_fmadd_ps(v1, u, a31);
             }
-            s0[j] = fl_tail_f32(fl_hsum8(a00), q0, k0, h8, hd) * scale;
-            s0[j + 1] = fl_tail_f32(fl_hsum8(a01), q0, k1, h8, hd) * scale;
-            s1[j] = fl_tail_f32(fl_hsum8(a10), q1, k0, h8, hd) * scale;
-            s1[j + 1] = fl_tail_f32(fl_hsum8(a11), q1, k1, h8, hd) * scale;
-            s2[j] = fl_tail_f32(fl_hsum8(a20), q2, k0, h8, hd) * scale;
-            s2[j + 1] = fl_tail_f32(fl_hsum8(a21), q2, k1, h8, hd) * scale;
-            s3[j] = fl_tail_f32(fl_hsum8(a30), q3, k0, h8, hd) * scale;
-            s3[j + 1] = fl_tail_f32(fl_hsum8(a31), q3, k1, h8, hd) * scale;
+            _mm_storeu_ps(r, fl_hsum8x4(a00, a10, a20, a30));
+            fl_put_scores4(s0 + j, lds, r, q0, ldq, k0, h8, hd, scale);
+            _mm_storeu_ps(r, fl_hsum8x4(a01, a11, a21, a31));
+            fl_put_scores4(s0 + j + 1, lds, r, q0, ldq, k1, h8, hd, scale);
         }
         for (; j < nk; j++) {
             const float *k0 = k + (size_t)j * ldk;
-            s0[j] = fl_dot_avx2(q0, k0, hd) * scale;
-            s1[j] = fl_dot_avx2(q1, k0, hd) * scale;
-            s2[j] = fl_dot_avx2(q2, k0, hd) * scale;
-            s3[j] = fl_dot_avx2(q3, k0, hd) * scale;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = 0; c < h8; c += 8) {
+                __m256 v0 = _mm256_loadu_ps(k0 + c);
+                a0 = _mm256_fmadd_ps(v0, _mm256_loadu_ps(q0 + c), a0);
+                a1 = _mm256_fmadd_ps(v0, _mm256_loadu_ps(q1 + c), a1);
+                a2 = _mm256_fmadd_ps(v0, _mm256_loadu_ps(q2 + c), a2);
+                a3 = _mm256_fmadd_ps(v0, _mm256_loadu_ps(q3 + c), a3);
+            }
+            _mm_storeu_ps(r, fl_hsum8x4(a0, a1, a2, a3));
+            fl_put_scores4(s0 + j, lds, r, q0, ldq, k0, h8, hd, scale);
         }
     }
     for (; i < nq; i++)
@@ -706,6 +725,136 @@ FL_AVX512 static inline __m512 fl_load_bf16x16(const uint16_t *p)
         }                                                                                    \
     }
 
+/* Attention with 16 lanes: the same tiles as the AVX2 kernels (scores: 4 queries x 2 keys;
+ * outputs: 4 query rows x 32 dims), half the instructions. */
+FL_AVX512 static inline float fl_dot_avx512(const float *a, const float *b, int hd)
+{
+    int h16 = hd & ~15;
+    __m512 s = _mm512_setzero_ps();
+    for (int c = 0; c < h16; c += 16)
+        s = _mm512_fmadd_ps(_mm512_loadu_ps(b + c), _mm512_loadu_ps(a + c), s);
+    return fl_tail_f32(_mm512_reduce_add_ps(s), a, b, h16, hd);
+}
+
+/* 16 lanes folded to 8, then four sums at once (fl_hsum8x4) */
+FL_AVX512 static inline __m256 fl_fold16(__m512 z)
+{
+    return _mm256_add_ps(_mm512_castps512_ps256(z),
+                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
+}
+
+FL_AVX512 static void fl_qk_avx512(float *s, int lds, const float *q, int ldq, int nq,
+                                   const float *k, int ldk, int nk, int hd, float scale)
+{
+    int h16 = hd & ~15;
+    int i = 0;
+    float r[4];
+    for (; i + 4 <= nq; i += 4) {
+        const float *q0 = q + (size_t)i * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
+        float *s0 = s + (size_t)i * lds;
+        int j = 0;
+        for (; j + 2 <= nk; j += 2) {
+            const float *k0 = k + (size_t)j * ldk, *k1 = k0 + ldk;
+            __m512 a00 = _mm512_setzero_ps(), a10 = a00, a20 = a00, a30 = a00;
+            __m512 a01 = a00, a11 = a00, a21 = a00, a31 = a00;
+            for (int c = 0; c < h16; c += 16) {
+                __m512 v0 = _mm512_loadu_ps(k0 + c), v1 = _mm512_loadu_ps(k1 + c), u;
+                u = _mm512_loadu_ps(q0 + c);
+                a00 = _mm512_fmadd_ps(v0, u, a00);
+                a01 = _mm512_fmadd_ps(v1, u, a01);
+                u = _mm512_loadu_ps(q1 + c);
+                a10 = _mm512_fmadd_ps(v0, u, a10);
+                a11 = _mm512_fmadd_ps(v1, u, a11);
+                u = _mm512_loadu_ps(q2 + c);
+                a20 = _mm512_fmadd_ps(v0, u, a20);
+                a21 = _mm512_fmadd_ps(v1, u, a21);
+                u = _mm512_loadu_ps(q3 + c);
+                a30 = _mm512_fmadd_ps(v0, u, a30);
+                a31 = _mm512_fmadd_ps(v1, u, a31);
+            }
+            _mm_storeu_ps(r, fl_hsum8x4(fl_fold16(a00), fl_fold16(a10), fl_fold16(a20), fl_fold16(a30)));
+            fl_put_scores4(s0 + j, lds, r, q0, ldq, k0, h16, hd, scale);
+            _mm_storeu_ps(r, fl_hsum8x4(fl_fold16(a01), fl_fold16(a11), fl_fold16(a21), fl_fold16(a31)));
+            fl_put_scores4(s0 + j + 1, lds, r, q0, ldq, k1, h16, hd, scale);
+        }
+        for (; j < nk; j++) {
+            const float *k0 = k + (size_t)j * ldk;
+            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            for (int c = 0; c < h16; c += 16) {
+                __m512 v0 = _mm512_loadu_ps(k0 + c);
+                a0 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q0 + c), a0);
+                a1 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q1 + c), a1);
+                a2 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q2 + c), a2);
+                a3 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q3 + c), a3);
+            }
+            _mm_storeu_ps(r, fl_hsum8x4(fl_fold16(a0), fl_fold16(a1), fl_fold16(a2), fl_fold16(a3)));
+            fl_put_scores4(s0 + j, lds, r, q0, ldq, k0, h16, hd, scale);
+        }
+    }
+    for (; i < nq; i++)
+        for (int j = 0; j < nk; j++)
+            s[(size_t)i * lds + j] = fl_dot_avx512(q + (size_t)i * ldq, k + (size_t)j * ldk, hd) * scale;
+}
+
+FL_AVX512 static void fl_pv_avx512(float *o, int ldo, const float *p, int ldp, int nq,
+                                   const float *v, int ldv, int nk, int hd)
+{
+    int h32 = hd & ~31;
+    int i = 0;
+    for (; i + 4 <= nq; i += 4) {
+        const float *p0 = p + (size_t)i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
+        float *o0 = o + (size_t)i * ldo, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
+        for (int d = 0; d < h32; d += 32) {
+            __m512 a00 = _mm512_loadu_ps(o0 + d), a01 = _mm512_loadu_ps(o0 + d + 16);
+            __m512 a10 = _mm512_loadu_ps(o1 + d), a11 = _mm512_loadu_ps(o1 + d + 16);
+            __m512 a20 = _mm512_loadu_ps(o2 + d), a21 = _mm512_loadu_ps(o2 + d + 16);
+            __m512 a30 = _mm512_loadu_ps(o3 + d), a31 = _mm512_loadu_ps(o3 + d + 16);
+            for (int j = 0; j < nk; j++) {
+                const float *vj = v + (size_t)j * ldv + d;
+                __m512 v0 = _mm512_loadu_ps(vj), v1 = _mm512_loadu_ps(vj + 16), b;
+                b = _mm512_set1_ps(p0[j]);
+                a00 = _mm512_fmadd_ps(b, v0, a00);
+                a01 = _mm512_fmadd_ps(b, v1, a01);
+                b = _mm512_set1_ps(p1[j]);
+                a10 = _mm512_fmadd_ps(b, v0, a10);
+                a11 = _mm512_fmadd_ps(b, v1, a11);
+                b = _mm512_set1_ps(p2[j]);
+                a20 = _mm512_fmadd_ps(b, v0, a20);
+                a21 = _mm512_fmadd_ps(b, v1, a21);
+                b = _mm512_set1_ps(p3[j]);
+                a30 = _mm512_fmadd_ps(b, v0, a30);
+                a31 = _mm512_fmadd_ps(b, v1, a31);
+            }
+            _mm512_storeu_ps(o0 + d, a00);
+            _mm512_storeu_ps(o0 + d + 16, a01);
+            _mm512_storeu_ps(o1 + d, a10);
+            _mm512_storeu_ps(o1 + d + 16, a11);
+            _mm512_storeu_ps(o2 + d, a20);
+            _mm512_storeu_ps(o2 + d + 16, a21);
+            _mm512_storeu_ps(o3 + d, a30);
+            _mm512_storeu_ps(o3 + d + 16, a31);
+        }
+    }
+    /* the rest: one fused multiply-add per key and element, keys in order, as above */
+    for (int r = 0; r < nq; r++) {
+        int d = r < i ? h32 : 0;
+        const float *pr = p + (size_t)r * ldp;
+        float *orow = o + (size_t)r * ldo;
+        for (; d + 16 <= hd; d += 16) {
+            __m512 a = _mm512_loadu_ps(orow + d);
+            for (int j = 0; j < nk; j++)
+                a = _mm512_fmadd_ps(_mm512_set1_ps(pr[j]), _mm512_loadu_ps(v + (size_t)j * ldv + d), a);
+            _mm512_storeu_ps(orow + d, a);
+        }
+        for (; d < hd; d++) {
+            float a = orow[d];
+            for (int j = 0; j < nk; j++)
+                a = fmaf(pr[j], v[(size_t)j * ldv + d], a);
+            orow[d] = a;
+        }
+    }
+}
+
 FL_AVX512 static void fl_mm_f32_avx512(float *y, int ldy, const float *x, int ldx, int m,
                                        const float *w, int n, int k, bool acc)
 {
@@ -739,6 +888,8 @@ void fl_kernels_init(fl_kernels *k, const char *want)
         k->sgemm_rows = 128;
         k->mm_f32 = fl_mm_f32_avx512;
         k->mm_bf16 = fl_mm_bf16_avx512;
+        k->qk = fl_qk_avx512;
+        k->pv = fl_pv_avx512;
     }
 #endif
 }

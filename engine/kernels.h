@@ -61,8 +61,9 @@ typedef struct fl_kernels {
 } fl_kernels;
 
 /* Picks the fastest versions this CPU runs, capped by want: NULL or "" (no cap), "avx2"
- * (no AVX-512), "plain" (no SIMD at all). The AVX-512 level replaces only the streaming
- * matmuls, where the 32 registers allow a 4x4 tile; the rest stays AVX2. */
+ * (no AVX-512), "plain" (no SIMD at all). The AVX-512 level replaces the streaming matmuls
+ * (where the 32 registers allow a 4x4 tile) and the attention products; the rest stays
+ * AVX2. */
 void fl_kernels_init(fl_kernels *k, const char *want);
 
 /* Columns [n0, n0 + n) of Y (m, w->rows) (= or += when acc) X (m, k) * W^T, on one thread:
