@@ -26,8 +26,9 @@
 
 #define FL_QTILE 16   /* attention query rows per work item */
 /* Weight rows per chunk of a projection job: with the streaming kernel, small (64 rows,
- * 256 KB of f32 at width 1024) for an even split; with sgemm, large, as each call packs
- * the whole X again (at 64 rows, packing took a quarter of the time of a 32-row step). */
+ * 256 KB of f32 at width 1024) for an even split; with sgemm, large, as each call has
+ * OpenBLAS pack its operands afresh (with 64-row calls packing took a quarter of a 32-row
+ * step). */
 #define FL_ROWS 64
 #define FL_ROWS_GEMM 512
 /* lm_head vocabulary rows per chunk (the chunk's logits stay in L2); statistics are kept
