@@ -720,6 +720,20 @@ static float **fl_alloc_per_thread(int nt, size_t floats)
     return v;
 }
 
+/* OpenBLAS may run AVX2 kernels on an AVX-512 CPU (OPENBLAS_CORETYPE=Haswell, as on our
+ * machines, or an older build): our AVX-512 streaming kernel then beat its sgemm at every
+ * size measured, 32 to 512 rows (512: 6.5 vs 7.6 s of CPU), so sgemm is kept for larger
+ * batches only. */
+static int fl_default_sgemm_rows(const fl_kernels *kk)
+{
+    const char *core = openblas_get_corename();
+    bool blas512 = core && (strstr(core, "SkylakeX") || strstr(core, "Cooperlake") ||
+                            strstr(core, "SapphireRapids"));
+    if (!strcmp(kk->name, "AVX-512") && !blas512)
+        return 1024;
+    return kk->sgemm_rows;
+}
+
 static int fl_env_int(const char *name, int def)
 {
     const char *s = getenv(name);
@@ -754,7 +768,7 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     c->nt = o->n_threads ? o->n_threads : fl_ncpus();
     c->bf16 = o->bf16_weights;
     fl_kernels_init(&c->kk, getenv("FL_SIMD"));
-    c->sgemm_rows = fl_env_int("FL_SGEMM_ROWS", c->kk.sgemm_rows);
+    c->sgemm_rows = fl_env_int("FL_SGEMM_ROWS", fl_default_sgemm_rows(&c->kk));
     c->q_dim = cf->n_heads * cf->head_dim;
     c->kv_dim = cf->n_kv_heads * cf->head_dim;
     c->qkv_dim = c->q_dim + 2 * c->kv_dim;

@@ -882,9 +882,9 @@ void fl_kernels_init(fl_kernels *k, const char *want)
                           fl_bf16_to_f32_avx2, fl_lse_add_avx2, fl_softmax_avx2, fl_swiglu_avx2};
     if (!strcmp(want, "") && k->mm_f32 == fl_mm_f32_avx2 && __builtin_cpu_supports("avx512f")) {
         k->name = "AVX-512";
-        /* the 4x4 tile is FMA-bound up to hundreds of rows and reads weights unpacked: it
-         * beat sgemm (OpenBLAS's Haswell kernels) at 32-512 rows; sgemm stays for large
-         * batches, where a build with AVX-512 sgemm kernels would win */
+        /* against OpenBLAS's AVX-512 (Cooperlake) sgemm, one thread, 0.6B model: 366 vs
+         * 447 ms at 32 rows, 1386 vs 1126 ms at 128 (cpu_backend.c raises this when
+         * OpenBLAS runs AVX2 kernels) */
         k->sgemm_rows = 128;
         k->mm_f32 = fl_mm_f32_avx512;
         k->mm_bf16 = fl_mm_bf16_avx512;

@@ -525,9 +525,9 @@ int fl_bench_forward(int argc, char **argv)
            "(prefill %.0f ms), median of %d steps\n", a.bf16 ? "bf16" : "f32", wbytes / 1e9,
            a.threads, kk.name, a.ctx, prefill_ms, a.steps);
     printf("%s\n", ref_note);
-    printf("machine: OpenBLAS sgemm with %d threads at the same shapes (M = block rows, "
-           "weights from DRAM); read bandwidth %.1f GB/s; load average %.2f -> %.2f\n",
-           a.threads, bw, load0, load1);
+    printf("machine: OpenBLAS sgemm (%s kernels) with %d threads at the same shapes (M = block "
+           "rows, weights from DRAM); read bandwidth %.1f GB/s; load average %.2f -> %.2f\n",
+           openblas_get_corename(), a.threads, bw, load0, load1);
     printf("\n%5s %9s %9s %7s %11s %13s %9s %9s\n", "block", "ours ms", "ref ms", "ratio",
            "our GFLOP/s", "sgemm GFLOP/s", "fraction", "floor ms");
     for (int i = 0; i < a.n_blocks; i++) {
