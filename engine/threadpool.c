@@ -16,9 +16,11 @@
 #endif
 
 /* How long an idle worker spins before it sleeps. Long enough to bridge the serial parts
- * between the jobs of one forward (norms, RoPE: microseconds), short enough that a pool
- * idle between forwards stops taking a core almost at once. */
-#define FL_SPIN_NS 200000L
+ * between the jobs of one forward (norms of a few rows: microseconds), short enough that a
+ * pool idle between forwards stops taking a core almost at once, and that on cores shared
+ * with other processes a worker waiting for a descheduled main thread soon gives its core
+ * back rather than keep it from that very thread. */
+#define FL_SPIN_NS 50000L
 
 struct fl_pool {
     int n;
