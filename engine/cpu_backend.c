@@ -24,7 +24,7 @@
 #include "kernels.h"
 #include "threadpool.h"
 
-#define FL_QTILE 16   /* attention query rows per work item */
+#define FL_QTILE FL_QT /* attention query rows per work item: one score tile (kernels.h) */
 /* Weight rows per chunk of a projection job: with the streaming kernel, small (64 rows,
  * 256 KB of f32 at width 1024) for an even split; with sgemm, large, as each call has
  * OpenBLAS pack its operands afresh (with 64-row calls packing took a quarter of a 32-row
@@ -47,6 +47,17 @@ typedef struct fl_cpu_layer {
     float *q_norm;    /* (head_dim) or NULL */
     float *k_norm;    /* (head_dim) or NULL */
 } fl_cpu_layer;
+
+/* Scratch of one pool thread. */
+typedef struct fl_tscratch {
+    float *mm;          /* (FL_MM_TILE * max_k) widened bf16 tiles for sgemm */
+    float *att_s;       /* (FL_QTILE * max_pos) scores / probabilities */
+    float *att_q;       /* (head_dim * FL_QT) a tile of queries, transposed */
+    float *att_o;       /* (FL_QTILE * head_dim) its outputs */
+    const float **kr;   /* (max_pos) rows of the keys an item attends to */
+    const float **vr;   /* (max_pos) rows of their values */
+    float *logits;      /* (max_tokens * FL_VCHUNK_GEMM) logits of one vocabulary chunk */
+} fl_tscratch;
 
 typedef struct fl_cpu {
     fl_backend base;
@@ -76,12 +87,7 @@ typedef struct fl_cpu {
     int32_t *item0;     /* (max_tokens + 1) first attention work item of each segment */
     int32_t *seg_tok0;  /* (max_tokens) first token of each segment */
     fl_lse *lse;        /* (vocab / FL_VCHUNK, max_tokens) softmax statistics per chunk */
-    /* per thread */
-    float **mm_scratch; /* (nt)(FL_MM_TILE * max_k) widened bf16 tiles for sgemm */
-    float **att_s;      /* (nt)(FL_QTILE * max_pos) scores / probabilities */
-    float **att_q;      /* (nt)(FL_QTILE * head_dim) a tile of queries */
-    float **att_o;      /* (nt)(FL_QTILE * head_dim) its outputs */
-    float **logit_buf;  /* (nt)(max_tokens * FL_VCHUNK_GEMM) logits of one vocabulary chunk */
+    fl_tscratch *ts;    /* (nt) per-thread scratch */
     void *weights_mem;  /* one mapping holding all converted weights */
     size_t weights_len;
     void *kv_mem;       /* the mapping of the KV pool */
@@ -355,7 +361,7 @@ static void fl_job_matmul(void *ctx, int tid, int nt)
     for (int lo; (lo = fl_pool_next(&f->next) * chunk) < f->w->rows;) {
         int cnt = f->w->rows - lo < chunk ? f->w->rows - lo : chunk;
         fl_matmul(&f->c->kk, f->y + lo, f->ldy, f->x, f->ldx, f->m, f->w, lo, cnt, f->acc,
-                  f->c->sgemm_rows, f->c->mm_scratch[tid]);
+                  f->c->sgemm_rows, f->c->ts[tid].mm);
     }
 }
 
@@ -429,20 +435,9 @@ static void fl_job_qkv(void *ctx, int tid, int nt)
     for (int lo; (lo = fl_pool_next(&f->next) * chunk) < c->qkv_dim;) {
         int hi = lo + chunk < c->qkv_dim ? lo + chunk : c->qkv_dim;
         fl_matmul(&c->kk, c->qkv + lo, ld, c->xb, cf->hidden, n, &cl->wqkv, lo, hi - lo, false,
-                  c->sgemm_rows, c->mm_scratch[tid]);
+                  c->sgemm_rows, c->ts[tid].mm);
         fl_qkv_heads(f, cl, lo, hi);
     }
-}
-
-/* A page's K (or V) block of one layer and head is B * head_dim floats (2 KB at B = 4)
- * and the next page's is a page (~0.5 MB) away: too short and too far for the hardware
- * prefetcher, so the walk over a sequence's pages fetches FL_PF_PAGES ahead itself. */
-#define FL_PF_PAGES 3
-
-static void fl_prefetch(const void *p, size_t bytes)
-{
-    for (size_t i = 0; i < bytes; i += 64)
-        __builtin_prefetch((const char *)p + i, 0, 3);
 }
 
 /* Attention work items: (segment, kv head, tile of FL_QTILE query rows). Rows of a segment
@@ -465,29 +460,36 @@ static void fl_attend_item(fl_fwd *f, int it, int tid)
     int g = local / tiles, tile = local % tiles;
     int r0 = tile * FL_QTILE, r1 = r0 + FL_QTILE < sg->n * rep ? r0 + FL_QTILE : sg->n * rep;
     int nr = r1 - r0, tok0 = c->seg_tok0[s], pos0 = sg->pos0;
-    float *q = c->att_q[tid], *o = c->att_o[tid], *S = c->att_s[tid];
-    for (int r = r0; r < r1; r++) {
+    fl_tscratch *ts = &c->ts[tid];
+    float *q = ts->att_q, *o = ts->att_o, *S = ts->att_s;
+    for (int r = r0; r < r1; r++) { /* o serves as the row-major staging of the tile */
         int i = r / rep, h = g * rep + r % rep;
-        memcpy(q + (size_t)(r - r0) * hd, c->qkv + (size_t)(tok0 + i) * ld + (size_t)h * hd,
+        memcpy(o + (size_t)(r - r0) * hd, c->qkv + (size_t)(tok0 + i) * ld + (size_t)h * hd,
                (size_t)hd * 4);
     }
+    fl_transpose_q(q, o, hd, nr, hd);
     /* keys [0, kmax): the last row's block end, or the segment's end */
     int seg_end = pos0 + sg->n;
     int last = pos0 + (r1 - 1) / rep;
     int kmax = (last / B + 1) * B < seg_end ? (last / B + 1) * B : seg_end;
     float scale = 1.0f / sqrtf((float)hd);
+    /* rows of keys [0, kmax): from the pages below pos0, from this forward above */
+    const float **kr = ts->kr, **vr = ts->vr;
     int cached = pos0 < kmax ? pos0 : kmax;
-    for (int b0 = 0; b0 < cached; b0 += B) {
-        int cnt = cached - b0 < B ? cached - b0 : B;
-        if (b0 + FL_PF_PAGES * B < cached)
-            fl_prefetch(fl_page_kv(c, sg->pages[b0 / B + FL_PF_PAGES], f->layer, 0, g),
-                        (size_t)B * hd * 4);
-        const float *kp = fl_page_kv(c, sg->pages[b0 / B], f->layer, 0, g);
-        c->kk.qk(S + b0, lds, q, hd, nr, kp, hd, cnt, hd, scale);
+    for (int j = 0; j < cached; j += B) {
+        const float *kp = fl_page_kv(c, sg->pages[j / B], f->layer, 0, g);
+        const float *vp = fl_page_kv(c, sg->pages[j / B], f->layer, 1, g);
+        for (int t = 0; t < B && j + t < cached; t++) {
+            kr[j + t] = kp + (size_t)t * hd;
+            vr[j + t] = vp + (size_t)t * hd;
+        }
     }
     const float *kown = c->qkv + (size_t)tok0 * ld + c->q_dim + (size_t)g * hd;
-    if (kmax > pos0)
-        c->kk.qk(S + pos0, lds, q, hd, nr, kown, ld, kmax - pos0, hd, scale);
+    for (int j = cached; j < kmax; j++) {
+        kr[j] = kown + (size_t)(j - pos0) * ld;
+        vr[j] = kr[j] + c->kv_dim;
+    }
+    c->kk.qk(S, lds, q, nr, kr, kmax, hd, scale);
     for (int r = r0; r < r1; r++) {
         int p = pos0 + r / rep;
         int kend = (p / B + 1) * B < seg_end ? (p / B + 1) * B : seg_end;
@@ -497,16 +499,7 @@ static void fl_attend_item(fl_fwd *f, int it, int tid)
             srow[j] = 0; /* a later block: weight exactly 0, so it adds exactly nothing */
     }
     memset(o, 0, (size_t)nr * hd * 4);
-    for (int b0 = 0; b0 < cached; b0 += B) {
-        int cnt = cached - b0 < B ? cached - b0 : B;
-        if (b0 + FL_PF_PAGES * B < cached)
-            fl_prefetch(fl_page_kv(c, sg->pages[b0 / B + FL_PF_PAGES], f->layer, 1, g),
-                        (size_t)B * hd * 4);
-        const float *vp = fl_page_kv(c, sg->pages[b0 / B], f->layer, 1, g);
-        c->kk.pv(o, hd, S + b0, lds, nr, vp, hd, cnt, hd);
-    }
-    if (kmax > pos0)
-        c->kk.pv(o, hd, S + pos0, lds, nr, kown + c->kv_dim, ld, kmax - pos0, hd);
+    c->kk.pv(o, hd, S, lds, nr, vr, kmax, hd);
     for (int r = r0; r < r1; r++) {
         int i = r / rep, h = g * rep + r % rep;
         memcpy(c->att + (size_t)(tok0 + i) * c->q_dim + (size_t)h * hd,
@@ -531,7 +524,7 @@ static void fl_job_mlp_up(void *ctx, int tid, int nt)
     for (int lo; (lo = fl_pool_next(&f->next) * chunk) < 2 * NI;) {
         int hi = lo + chunk < 2 * NI ? lo + chunk : 2 * NI;
         fl_matmul(&c->kk, c->gu + lo, 2 * NI, c->xb, c->cfg.hidden, n, &cl->wgu, lo, hi - lo,
-                  false, c->sgemm_rows, c->mm_scratch[tid]);
+                  false, c->sgemm_rows, c->ts[tid].mm);
         for (int t = 0; t < n; t++)
             c->kk.swiglu(c->hb + (size_t)t * NI + lo / 2, c->gu + (size_t)t * 2 * NI + lo,
                          (hi - lo) / (2 * ib), ib);
@@ -547,11 +540,11 @@ static void fl_job_head(void *ctx, int tid, int nt)
     fl_cpu *c = f->c;
     int V = c->cfg.vocab, H = c->cfg.hidden, no = f->n_out;
     int chunk = no < c->sgemm_rows ? FL_VCHUNK : FL_VCHUNK_GEMM;
-    float *buf = c->logit_buf[tid];
+    float *buf = c->ts[tid].logits;
     for (int ch; (ch = fl_pool_next(&f->next)) * chunk < V;) {
         int v0 = ch * chunk, vn = V - v0 < chunk ? V - v0 : chunk;
         fl_matmul(&c->kk, buf, chunk, c->xb, H, no, &c->lm_head, v0, vn, false, c->sgemm_rows,
-                  c->mm_scratch[tid]);
+                  c->ts[tid].mm);
         for (int i = 0; i < no; i++) {
             const float *l = buf + (size_t)i * chunk;
             for (int s0 = 0; s0 < vn; s0 += FL_VCHUNK) { /* statistics per FL_VCHUNK ids */
@@ -661,15 +654,6 @@ static int fl_cpu_page_write(fl_backend *b, int32_t page, const void *src, fl_er
 
 /* ---------------------------------------------------------------- create / destroy */
 
-static void fl_free_per_thread(float **v, int nt)
-{
-    if (!v)
-        return;
-    for (int i = 0; i < nt; i++)
-        free(v[i]);
-    free(v);
-}
-
 static void fl_cpu_destroy(fl_backend *b)
 {
     fl_cpu *c = b->impl;
@@ -691,11 +675,17 @@ static void fl_cpu_destroy(fl_backend *b)
     free(c->item0);
     free(c->seg_tok0);
     free(c->lse);
-    fl_free_per_thread(c->mm_scratch, c->nt);
-    fl_free_per_thread(c->att_s, c->nt);
-    fl_free_per_thread(c->att_q, c->nt);
-    fl_free_per_thread(c->att_o, c->nt);
-    fl_free_per_thread(c->logit_buf, c->nt);
+    for (int t = 0; c->ts && t < c->nt; t++) {
+        fl_tscratch *ts = &c->ts[t];
+        free(ts->mm);
+        free(ts->att_s);
+        free(ts->att_q);
+        free(ts->att_o);
+        free(ts->kr);
+        free(ts->vr);
+        free(ts->logits);
+    }
+    free(c->ts);
     free(c);
 }
 
@@ -706,19 +696,6 @@ static const fl_backend_ops fl_cpu_ops = {
     .page_write = fl_cpu_page_write,
     .destroy = fl_cpu_destroy,
 };
-
-static float **fl_alloc_per_thread(int nt, size_t floats)
-{
-    float **v = calloc((size_t)nt, sizeof *v);
-    if (!v)
-        return NULL;
-    for (int i = 0; i < nt; i++)
-        if (!(v[i] = malloc(floats * 4))) {
-            fl_free_per_thread(v, nt);
-            return NULL;
-        }
-    return v;
-}
 
 /* OpenBLAS may run AVX2 kernels on an AVX-512 CPU (OPENBLAS_CORETYPE=Haswell, as on our
  * machines, or an older build): our AVX-512 streaming kernel then beat its sgemm at every
@@ -815,14 +792,22 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     c->item0 = malloc((mt + 1) * sizeof(int32_t));
     c->seg_tok0 = malloc(mt * sizeof(int32_t));
     c->lse = malloc((size_t)((cf->vocab + FL_VCHUNK - 1) / FL_VCHUNK) * mt * sizeof(fl_lse));
-    c->mm_scratch = fl_alloc_per_thread(c->nt, (size_t)FL_MM_TILE * c->max_k);
-    c->att_s = fl_alloc_per_thread(c->nt, (size_t)FL_QTILE * cf->max_pos);
-    c->att_q = fl_alloc_per_thread(c->nt, (size_t)FL_QTILE * cf->head_dim);
-    c->att_o = fl_alloc_per_thread(c->nt, (size_t)FL_QTILE * cf->head_dim);
-    c->logit_buf = fl_alloc_per_thread(c->nt, mt * FL_VCHUNK_GEMM);
+    if (!(c->ts = calloc((size_t)c->nt, sizeof *c->ts)))
+        goto oom;
+    for (int t = 0; t < c->nt; t++) {
+        fl_tscratch *ts = &c->ts[t];
+        ts->mm = malloc((size_t)FL_MM_TILE * c->max_k * sizeof(float));
+        ts->att_s = malloc((size_t)FL_QTILE * cf->max_pos * sizeof(float));
+        ts->att_q = malloc((size_t)cf->head_dim * FL_QT * sizeof(float));
+        ts->att_o = malloc((size_t)FL_QTILE * cf->head_dim * sizeof(float));
+        ts->kr = malloc((size_t)cf->max_pos * sizeof *ts->kr);
+        ts->vr = malloc((size_t)cf->max_pos * sizeof *ts->vr);
+        ts->logits = malloc(mt * FL_VCHUNK_GEMM * sizeof(float));
+        if (!ts->mm || !ts->att_s || !ts->att_q || !ts->att_o || !ts->kr || !ts->vr || !ts->logits)
+            goto oom;
+    }
     if (!c->kv || !c->x || !c->xb || !c->qkv || !c->att || !c->gu || !c->hb || !c->rope ||
-        !c->inv_freq || !c->out_rows || !c->item0 || !c->seg_tok0 || !c->lse ||
-        !c->mm_scratch || !c->att_s || !c->att_q || !c->att_o || !c->logit_buf)
+        !c->inv_freq || !c->out_rows || !c->item0 || !c->seg_tok0 || !c->lse)
         goto oom;
     /* the reference: inv = 1 / theta^(2i / hd), in double */
     for (int d = 0; d < cf->head_dim / 2; d++)

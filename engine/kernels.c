@@ -47,6 +47,13 @@ void fl_rope(float *x, const float *cs, int hd)
     }
 }
 
+void fl_transpose_q(float *qt, const float *q, int ldq, int nq, int hd)
+{
+    for (int d = 0; d < hd; d++)
+        for (int i = 0; i < FL_QT; i++)
+            qt[d * FL_QT + i] = i < nq ? q[(size_t)i * ldq + d] : 0.0f;
+}
+
 void fl_lse_init(fl_lse *s)
 {
     s->max = -INFINITY;
@@ -152,29 +159,28 @@ static void fl_mm_bf16_c(float *y, int ldy, const float *x, int ldx, int m, cons
     }
 }
 
-static void fl_qk_c(float *s, int lds, const float *q, int ldq, int nq, const float *k, int ldk,
-                    int nk, int hd, float scale)
+static void fl_qk_c(float *s, int lds, const float *qt, int nq, const float *const *kr, int nk,
+                    int hd, float scale)
 {
-    for (int i = 0; i < nq; i++)
-        for (int j = 0; j < nk; j++) {
-            const float *qi = q + (size_t)i * ldq, *kj = k + (size_t)j * ldk;
-            float d = 0;
-            for (int c = 0; c < hd; c++)
-                d += qi[c] * kj[c];
-            s[(size_t)i * lds + j] = d * scale;
-        }
+    for (int j = 0; j < nk; j++) {
+        float acc[FL_QT] = {0};
+        for (int d = 0; d < hd; d++)
+            for (int i = 0; i < FL_QT; i++)
+                acc[i] += kr[j][d] * qt[d * FL_QT + i];
+        for (int i = 0; i < nq; i++)
+            s[(size_t)i * lds + j] = acc[i] * scale;
+    }
 }
 
-static void fl_pv_c(float *o, int ldo, const float *p, int ldp, int nq, const float *v, int ldv,
+static void fl_pv_c(float *o, int ldo, const float *p, int ldp, int nq, const float *const *vr,
                     int nk, int hd)
 {
     for (int i = 0; i < nq; i++) {
         float *oi = o + (size_t)i * ldo;
         for (int j = 0; j < nk; j++) {
             float pj = p[(size_t)i * ldp + j];
-            const float *vj = v + (size_t)j * ldv;
             for (int c = 0; c < hd; c++)
-                oi[c] += pj * vj[c];
+                oi[c] += pj * vr[j][c];
         }
     }
 }
@@ -246,14 +252,6 @@ FL_AVX2 static inline float fl_hsum8(__m256 v)
     return _mm_cvtss_f32(lo);
 }
 
-/* [sum a, sum b, sum c, sum d]: four horizontal sums for the price of about one and a half;
- * at head_dim 128 single sums cost as much as the dot products themselves. */
-FL_AVX2 static inline __m128 fl_hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d)
-{
-    __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-}
-
 FL_AVX2 static inline __m256 fl_load_bf16x8(const uint16_t *p)
 {
     __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
@@ -274,14 +272,6 @@ static inline float fl_tail_bf16(float r, const float *x, const uint16_t *w, int
     for (int c = k8; c < k; c++)
         r += x[c] * fl_bf16_to_f32(w[c]);
     return r;
-}
-
-/* Stores scale * (sums + tails) of 4 queries against one key into s[0], s[lds], ... */
-static inline void fl_put_scores4(float *s, int lds, const float *r, const float *q0, int ldq,
-                                  const float *k, int h0, int hd, float scale)
-{
-    for (int t = 0; t < 4; t++)
-        s[(size_t)t * lds] = fl_tail_f32(r[t], q0 + (size_t)t * ldq, k, h0, hd) * scale;
 }
 
 static inline void fl_put(float *yp, float r, bool acc) { *yp = acc ? *yp + r : r; }
@@ -377,74 +367,74 @@ FL_AVX2 static void fl_mm_bf16_avx2(float *y, int ldy, const float *x, int ldx, 
     FL_MM_AVX2_BODY(uint16_t, fl_load_bf16x8, fl_tail_bf16)
 }
 
-/* Scores of 4 queries against 2 keys per tile, reduced four at a time; a query row past
- * the last tile of 4 takes fl_dot_avx2. */
-FL_AVX2 static inline float fl_dot_avx2(const float *a, const float *b, int hd)
+/* Key rows this far ahead are prefetched: page blocks are 2 KB and half a megabyte apart,
+ * too short and too far for the hardware prefetcher. */
+#define FL_KV_PF 16
+
+static inline void fl_prefetch_row(const float *const *r, int j, int n, int hd)
 {
-    int h8 = hd & ~7;
-    __m256 s = _mm256_setzero_ps();
-    for (int c = 0; c < h8; c += 8)
-        s = _mm256_fmadd_ps(_mm256_loadu_ps(b + c), _mm256_loadu_ps(a + c), s);
-    return fl_tail_f32(fl_hsum8(s), a, b, h8, hd);
+    if (j < n)
+        for (int c = 0; c < hd; c += 16)
+            __builtin_prefetch(r[j] + c, 0, 3);
 }
 
-FL_AVX2 static void fl_qk_avx2(float *s, int lds, const float *q, int ldq, int nq, const float *k,
-                               int ldk, int nk, int hd, float scale)
+/* Scores against the transposed queries: per key element, one broadcast times two ymm of
+ * 16 queries; 4 keys at a time (8 accumulators). Every score is one running sum over d in
+ * order, whatever the tile. */
+FL_AVX2 static void fl_qk_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr,
+                               int nk, int hd, float scale)
 {
-    int h8 = hd & ~7;
-    int i = 0;
-    float r[4];
-    for (; i + 4 <= nq; i += 4) {
-        const float *q0 = q + (size_t)i * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
-        float *s0 = s + (size_t)i * lds;
-        int j = 0;
-        for (; j + 2 <= nk; j += 2) {
-            const float *k0 = k + (size_t)j * ldk, *k1 = k0 + ldk;
-            __m256 a00 = _mm256_setzero_ps(), a10 = a00, a20 = a00, a30 = a00;
-            __m256 a01 = a00, a11 = a00, a21 = a00, a31 = a00;
-            for (int c = 0; c < h8; c += 8) {
-                __m256 v0 = _mm256_loadu_ps(k0 + c), v1 = _mm256_loadu_ps(k1 + c), u;
-                u = _mm256_loadu_ps(q0 + c);
-                a00 = _mm256_fmadd_ps(v0, u, a00);
-                a01 = _mm256_fmadd_ps(v1, u, a01);
-                u = _mm256_loadu_ps(q1 + c);
-                a10 = _mm256_fmadd_ps(v0, u, a10);
-                a11 = _mm256_fmadd_ps(v1, u, a11);
-                u = _mm256_loadu_ps(q2 + c);
-                a20 = _mm256_fmadd_ps(v0, u, a20);
-                a21 = _mm256_fmadd_ps(v1, u, a21);
-                u = _mm256_loadu_ps(q3 + c);
-                a30 = _mm256_fmadd_ps(v0, u, a30);
-                a31 = _mm256_fmadd_ps(v1, u, a31);
-            }
-            _mm_storeu_ps(r, fl_hsum8x4(a00, a10, a20, a30));
-            fl_put_scores4(s0 + j, lds, r, q0, ldq, k0, h8, hd, scale);
-            _mm_storeu_ps(r, fl_hsum8x4(a01, a11, a21, a31));
-            fl_put_scores4(s0 + j + 1, lds, r, q0, ldq, k1, h8, hd, scale);
+    float r[FL_QT];
+    __m256 sc = _mm256_set1_ps(scale);
+    int j = 0;
+    for (; j + 4 <= nk; j += 4) {
+        for (int t = 0; t < 4; t++)
+            fl_prefetch_row(kr, j + FL_KV_PF + t, nk, hd);
+        const float *k0 = kr[j], *k1 = kr[j + 1], *k2 = kr[j + 2], *k3 = kr[j + 3];
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
+        __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+        for (int d = 0; d < hd; d++) {
+            __m256 u0 = _mm256_loadu_ps(qt + d * FL_QT), u1 = _mm256_loadu_ps(qt + d * FL_QT + 8), b;
+            b = _mm256_broadcast_ss(k0 + d);
+            a00 = _mm256_fmadd_ps(b, u0, a00);
+            a01 = _mm256_fmadd_ps(b, u1, a01);
+            b = _mm256_broadcast_ss(k1 + d);
+            a10 = _mm256_fmadd_ps(b, u0, a10);
+            a11 = _mm256_fmadd_ps(b, u1, a11);
+            b = _mm256_broadcast_ss(k2 + d);
+            a20 = _mm256_fmadd_ps(b, u0, a20);
+            a21 = _mm256_fmadd_ps(b, u1, a21);
+            b = _mm256_broadcast_ss(k3 + d);
+            a30 = _mm256_fmadd_ps(b, u0, a30);
+            a31 = _mm256_fmadd_ps(b, u1, a31);
         }
-        for (; j < nk; j++) {
-            const float *k0 = k + (size_t)j * ldk;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int c = 0; c < h8; c += 8) {
-                __m256 v0 = _mm256_loadu_ps(k0 + c);
-                a0 = _mm256_fmadd_ps(v0, _mm256_loadu_ps(q0 + c), a0);
-                a1 = _mm256_fmadd_ps(v0, _mm256_loadu_ps(q1 + c), a1);
-                a2 = _mm256_fmadd_ps(v0, _mm256_loadu_ps(q2 + c), a2);
-                a3 = _mm256_fmadd_ps(v0, _mm256_loadu_ps(q3 + c), a3);
-            }
-            _mm_storeu_ps(r, fl_hsum8x4(a0, a1, a2, a3));
-            fl_put_scores4(s0 + j, lds, r, q0, ldq, k0, h8, hd, scale);
+        __m256 acc[4][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};
+        for (int t = 0; t < 4; t++) {
+            _mm256_storeu_ps(r, _mm256_mul_ps(acc[t][0], sc));
+            _mm256_storeu_ps(r + 8, _mm256_mul_ps(acc[t][1], sc));
+            for (int i = 0; i < nq; i++)
+                s[(size_t)i * lds + j + t] = r[i];
         }
     }
-    for (; i < nq; i++)
-        for (int j = 0; j < nk; j++)
-            s[(size_t)i * lds + j] = fl_dot_avx2(q + (size_t)i * ldq, k + (size_t)j * ldk, hd) * scale;
+    for (; j < nk; j++) {
+        const float *k0 = kr[j];
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00;
+        for (int d = 0; d < hd; d++) {
+            __m256 b = _mm256_broadcast_ss(k0 + d);
+            a00 = _mm256_fmadd_ps(b, _mm256_loadu_ps(qt + d * FL_QT), a00);
+            a01 = _mm256_fmadd_ps(b, _mm256_loadu_ps(qt + d * FL_QT + 8), a01);
+        }
+        _mm256_storeu_ps(r, _mm256_mul_ps(a00, sc));
+        _mm256_storeu_ps(r + 8, _mm256_mul_ps(a01, sc));
+        for (int i = 0; i < nq; i++)
+            s[(size_t)i * lds + j] = r[i];
+    }
 }
 
 /* 4 query rows x 16 output dims held in 8 accumulators across all keys: per key, 2 loads of
  * V and 4 broadcasts of p feed 8 FMAs. */
-FL_AVX2 static void fl_pv_avx2(float *o, int ldo, const float *p, int ldp, int nq, const float *v,
-                               int ldv, int nk, int hd)
+FL_AVX2 static void fl_pv_avx2(float *o, int ldo, const float *p, int ldp, int nq,
+                               const float *const *vr, int nk, int hd)
 {
     int h16 = hd & ~15;
     int i = 0;
@@ -457,7 +447,9 @@ FL_AVX2 static void fl_pv_avx2(float *o, int ldo, const float *p, int ldp, int n
             __m256 a20 = _mm256_loadu_ps(o2 + d), a21 = _mm256_loadu_ps(o2 + d + 8);
             __m256 a30 = _mm256_loadu_ps(o3 + d), a31 = _mm256_loadu_ps(o3 + d + 8);
             for (int j = 0; j < nk; j++) {
-                const float *vj = v + (size_t)j * ldv + d;
+                if (i == 0 && d == 0)
+                    fl_prefetch_row(vr, j + FL_KV_PF, nk, hd);
+                const float *vj = vr[j] + d;
                 __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8), b;
                 b = _mm256_broadcast_ss(p0 + j);
                 a00 = _mm256_fmadd_ps(b, v0, a00);
@@ -492,13 +484,13 @@ FL_AVX2 static void fl_pv_avx2(float *o, int ldo, const float *p, int ldp, int n
         for (; d + 8 <= hd; d += 8) {
             __m256 a = _mm256_loadu_ps(orow + d);
             for (int j = 0; j < nk; j++)
-                a = _mm256_fmadd_ps(_mm256_broadcast_ss(pr + j), _mm256_loadu_ps(v + (size_t)j * ldv + d), a);
+                a = _mm256_fmadd_ps(_mm256_broadcast_ss(pr + j), _mm256_loadu_ps(vr[j] + d), a);
             _mm256_storeu_ps(orow + d, a);
         }
         for (; d < hd; d++) {
             float a = orow[d];
             for (int j = 0; j < nk; j++)
-                a = fmaf(pr[j], v[(size_t)j * ldv + d], a);
+                a = fmaf(pr[j], vr[j][d], a);
             orow[d] = a;
         }
     }
@@ -725,79 +717,51 @@ FL_AVX512 static inline __m512 fl_load_bf16x16(const uint16_t *p)
         }                                                                                    \
     }
 
-/* Attention with 16 lanes: the same tiles as the AVX2 kernels (scores: 4 queries x 2 keys;
- * outputs: 4 query rows x 32 dims), half the instructions. */
-FL_AVX512 static inline float fl_dot_avx512(const float *a, const float *b, int hd)
+/* Attention with 16 lanes: scores as the AVX2 kernel with one zmm of 16 queries and 8 keys
+ * at a time; outputs with 4 query rows x 32 dims. */
+FL_AVX512 static void fl_qk_avx512(float *s, int lds, const float *qt, int nq,
+                                   const float *const *kr, int nk, int hd, float scale)
 {
-    int h16 = hd & ~15;
-    __m512 s = _mm512_setzero_ps();
-    for (int c = 0; c < h16; c += 16)
-        s = _mm512_fmadd_ps(_mm512_loadu_ps(b + c), _mm512_loadu_ps(a + c), s);
-    return fl_tail_f32(_mm512_reduce_add_ps(s), a, b, h16, hd);
-}
-
-/* 16 lanes folded to 8, then four sums at once (fl_hsum8x4) */
-FL_AVX512 static inline __m256 fl_fold16(__m512 z)
-{
-    return _mm256_add_ps(_mm512_castps512_ps256(z),
-                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(z), 1)));
-}
-
-FL_AVX512 static void fl_qk_avx512(float *s, int lds, const float *q, int ldq, int nq,
-                                   const float *k, int ldk, int nk, int hd, float scale)
-{
-    int h16 = hd & ~15;
-    int i = 0;
-    float r[4];
-    for (; i + 4 <= nq; i += 4) {
-        const float *q0 = q + (size_t)i * ldq, *q1 = q0 + ldq, *q2 = q1 + ldq, *q3 = q2 + ldq;
-        float *s0 = s + (size_t)i * lds;
-        int j = 0;
-        for (; j + 2 <= nk; j += 2) {
-            const float *k0 = k + (size_t)j * ldk, *k1 = k0 + ldk;
-            __m512 a00 = _mm512_setzero_ps(), a10 = a00, a20 = a00, a30 = a00;
-            __m512 a01 = a00, a11 = a00, a21 = a00, a31 = a00;
-            for (int c = 0; c < h16; c += 16) {
-                __m512 v0 = _mm512_loadu_ps(k0 + c), v1 = _mm512_loadu_ps(k1 + c), u;
-                u = _mm512_loadu_ps(q0 + c);
-                a00 = _mm512_fmadd_ps(v0, u, a00);
-                a01 = _mm512_fmadd_ps(v1, u, a01);
-                u = _mm512_loadu_ps(q1 + c);
-                a10 = _mm512_fmadd_ps(v0, u, a10);
-                a11 = _mm512_fmadd_ps(v1, u, a11);
-                u = _mm512_loadu_ps(q2 + c);
-                a20 = _mm512_fmadd_ps(v0, u, a20);
-                a21 = _mm512_fmadd_ps(v1, u, a21);
-                u = _mm512_loadu_ps(q3 + c);
-                a30 = _mm512_fmadd_ps(v0, u, a30);
-                a31 = _mm512_fmadd_ps(v1, u, a31);
-            }
-            _mm_storeu_ps(r, fl_hsum8x4(fl_fold16(a00), fl_fold16(a10), fl_fold16(a20), fl_fold16(a30)));
-            fl_put_scores4(s0 + j, lds, r, q0, ldq, k0, h16, hd, scale);
-            _mm_storeu_ps(r, fl_hsum8x4(fl_fold16(a01), fl_fold16(a11), fl_fold16(a21), fl_fold16(a31)));
-            fl_put_scores4(s0 + j + 1, lds, r, q0, ldq, k1, h16, hd, scale);
+    float r[FL_QT];
+    __m512 sc = _mm512_set1_ps(scale);
+    int j = 0;
+    for (; j + 8 <= nk; j += 8) {
+        for (int t = 0; t < 8; t++)
+            fl_prefetch_row(kr, j + FL_KV_PF + t, nk, hd);
+        const float *k0 = kr[j], *k1 = kr[j + 1], *k2 = kr[j + 2], *k3 = kr[j + 3];
+        const float *k4 = kr[j + 4], *k5 = kr[j + 5], *k6 = kr[j + 6], *k7 = kr[j + 7];
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        for (int d = 0; d < hd; d++) {
+            __m512 u = _mm512_loadu_ps(qt + d * FL_QT);
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(k0[d]), u, a0);
+            a1 = _mm512_fmadd_ps(_mm512_set1_ps(k1[d]), u, a1);
+            a2 = _mm512_fmadd_ps(_mm512_set1_ps(k2[d]), u, a2);
+            a3 = _mm512_fmadd_ps(_mm512_set1_ps(k3[d]), u, a3);
+            a4 = _mm512_fmadd_ps(_mm512_set1_ps(k4[d]), u, a4);
+            a5 = _mm512_fmadd_ps(_mm512_set1_ps(k5[d]), u, a5);
+            a6 = _mm512_fmadd_ps(_mm512_set1_ps(k6[d]), u, a6);
+            a7 = _mm512_fmadd_ps(_mm512_set1_ps(k7[d]), u, a7);
         }
-        for (; j < nk; j++) {
-            const float *k0 = k + (size_t)j * ldk;
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int c = 0; c < h16; c += 16) {
-                __m512 v0 = _mm512_loadu_ps(k0 + c);
-                a0 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q0 + c), a0);
-                a1 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q1 + c), a1);
-                a2 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q2 + c), a2);
-                a3 = _mm512_fmadd_ps(v0, _mm512_loadu_ps(q3 + c), a3);
-            }
-            _mm_storeu_ps(r, fl_hsum8x4(fl_fold16(a0), fl_fold16(a1), fl_fold16(a2), fl_fold16(a3)));
-            fl_put_scores4(s0 + j, lds, r, q0, ldq, k0, h16, hd, scale);
+        __m512 acc[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
+        for (int t = 0; t < 8; t++) {
+            _mm512_storeu_ps(r, _mm512_mul_ps(acc[t], sc));
+            for (int i = 0; i < nq; i++)
+                s[(size_t)i * lds + j + t] = r[i];
         }
     }
-    for (; i < nq; i++)
-        for (int j = 0; j < nk; j++)
-            s[(size_t)i * lds + j] = fl_dot_avx512(q + (size_t)i * ldq, k + (size_t)j * ldk, hd) * scale;
+    for (; j < nk; j++) {
+        const float *k0 = kr[j];
+        __m512 a0 = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d++)
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(k0[d]), _mm512_loadu_ps(qt + d * FL_QT), a0);
+        _mm512_storeu_ps(r, _mm512_mul_ps(a0, sc));
+        for (int i = 0; i < nq; i++)
+            s[(size_t)i * lds + j] = r[i];
+    }
 }
 
 FL_AVX512 static void fl_pv_avx512(float *o, int ldo, const float *p, int ldp, int nq,
-                                   const float *v, int ldv, int nk, int hd)
+                                   const float *const *vr, int nk, int hd)
 {
     int h32 = hd & ~31;
     int i = 0;
@@ -810,7 +774,9 @@ FL_AVX512 static void fl_pv_avx512(float *o, int ldo, const float *p, int ldp, i
             __m512 a20 = _mm512_loadu_ps(o2 + d), a21 = _mm512_loadu_ps(o2 + d + 16);
             __m512 a30 = _mm512_loadu_ps(o3 + d), a31 = _mm512_loadu_ps(o3 + d + 16);
             for (int j = 0; j < nk; j++) {
-                const float *vj = v + (size_t)j * ldv + d;
+                if (i == 0 && d == 0)
+                    fl_prefetch_row(vr, j + FL_KV_PF, nk, hd);
+                const float *vj = vr[j] + d;
                 __m512 v0 = _mm512_loadu_ps(vj), v1 = _mm512_loadu_ps(vj + 16), b;
                 b = _mm512_set1_ps(p0[j]);
                 a00 = _mm512_fmadd_ps(b, v0, a00);
@@ -843,13 +809,13 @@ FL_AVX512 static void fl_pv_avx512(float *o, int ldo, const float *p, int ldp, i
         for (; d + 16 <= hd; d += 16) {
             __m512 a = _mm512_loadu_ps(orow + d);
             for (int j = 0; j < nk; j++)
-                a = _mm512_fmadd_ps(_mm512_set1_ps(pr[j]), _mm512_loadu_ps(v + (size_t)j * ldv + d), a);
+                a = _mm512_fmadd_ps(_mm512_set1_ps(pr[j]), _mm512_loadu_ps(vr[j] + d), a);
             _mm512_storeu_ps(orow + d, a);
         }
         for (; d < hd; d++) {
             float a = orow[d];
             for (int j = 0; j < nk; j++)
-                a = fmaf(pr[j], v[(size_t)j * ldv + d], a);
+                a = fmaf(pr[j], vr[j][d], a);
             orow[d] = a;
         }
     }

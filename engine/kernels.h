@@ -34,6 +34,8 @@ typedef struct fl_lse {
     int32_t arg;
 } fl_lse;
 
+#define FL_QT 16 /* queries per score tile: one zmm, two ymm */
+
 typedef struct fl_kernels {
     const char *name; /* "AVX-512", "AVX2+FMA" or "plain C": the streaming matmul's level */
     int sgemm_rows;   /* rows of X from which OpenBLAS sgemm beat this level's streaming
@@ -43,11 +45,16 @@ typedef struct fl_kernels {
                    int k, bool acc);
     void (*mm_bf16)(float *y, int ldy, const float *x, int ldx, int m, const uint16_t *w, int n,
                     int k, bool acc);
-    /* s[i*lds + j] = scale * (q_i . k_j) for i < nq, j < nk; rows of length hd. */
-    void (*qk)(float *s, int lds, const float *q, int ldq, int nq, const float *k, int ldk,
-               int nk, int hd, float scale);
-    /* o_i += sum_j p[i*ldp + j] * v_j for i < nq, j < nk; rows of length hd. */
-    void (*pv)(float *o, int ldo, const float *p, int ldp, int nq, const float *v, int ldv,
+    /* s[i*lds + j] = scale * (q_i . k_j) for i < nq <= FL_QT, j < nk, k_j = kr[j] (hd
+     * floats). The queries come transposed: qt (hd, FL_QT), qt[d*FL_QT + i] = q_i[d]
+     * (fl_transpose_q), so that each key element is broadcast against FL_QT queries at
+     * once: no horizontal sums, which at head_dim 128 cost as much as the products. Keys
+     * are rows anywhere (K/V pages hold B keys each): one call walks them all, enough
+     * independent sums to hide the FMA latency, prefetching rows ahead. */
+    void (*qk)(float *s, int lds, const float *qt, int nq, const float *const *kr, int nk,
+               int hd, float scale);
+    /* o_i += sum_j p[i*ldp + j] * v_j for i < nq, j < nk, v_j = vr[j] (hd floats). */
+    void (*pv)(float *o, int ldo, const float *p, int ldp, int nq, const float *const *vr,
                int nk, int hd);
     /* bf16 -> f32 of n values. */
     void (*bf16_to_f32)(float *dst, const uint16_t *src, long n);
@@ -75,6 +82,9 @@ void fl_matmul(const fl_kernels *kk, float *y, int ldy, const float *x, int ldx,
 
 /* Splits [0, n) into nt near-equal parts aligned to `align`; part t is [*lo, *hi). */
 void fl_split(int n, int nt, int t, int align, int *lo, int *hi);
+
+/* qt (hd, FL_QT) = the nq rows of q (stride ldq) transposed, lanes past nq zero. */
+void fl_transpose_q(float *qt, const float *q, int ldq, int nq, int hd);
 
 /* y = x / rms(x) * w, over n values (the reference's RMSNorm, f32). */
 void fl_rmsnorm(float *y, const float *x, const float *w, int n, float eps);

@@ -104,9 +104,9 @@ static void test_matmul(const fl_kernels *kk)
 
 static void test_attention(const fl_kernels *kk)
 {
-    const int nqs[] = {1, 3, 4, 5, 9}, nks[] = {1, 2, 3, 7}, hds[] = {8, 12, 16, 20, 64};
-    for (size_t a = 0; a < 5; a++)
-        for (size_t b = 0; b < 4; b++)
+    const int nqs[] = {1, 3, 4, 5, 9, 16}, nks[] = {1, 2, 3, 7, 8, 17}, hds[] = {8, 12, 16, 20, 64};
+    for (size_t a = 0; a < 6; a++)
+        for (size_t b = 0; b < 6; b++)
             for (size_t c = 0; c < 5; c++) {
                 int nq = nqs[a], nk = nks[b], hd = hds[c], ld = hd + 5, lds = nk + 3;
                 float *q = malloc(sizeof(float) * nq * ld), *k = malloc(sizeof(float) * nk * ld);
@@ -117,12 +117,20 @@ static void test_attention(const fl_kernels *kk)
                 fill(q, (size_t)nq * ld);
                 fill(k, (size_t)nk * ld);
                 fill(v, (size_t)nk * ld);
-                kk->qk(s, lds, q, ld, nq, k, ld, nk, hd, 0.25f);
+                float *qt = malloc(sizeof(float) * hd * FL_QT);
+                const float **kr = malloc(sizeof *kr * nk), **vr = malloc(sizeof *vr * nk);
+                for (int j = 0; j < nk; j++) { /* rows in a scrambled order, as pages are */
+                    kr[j] = k + (size_t)((j * 5) % nk) * ld;
+                    vr[j] = v + (size_t)((j * 3) % nk) * ld;
+                }
+                fl_transpose_q(qt, q, ld, nq, hd);
+                kk->qk(s, lds, qt, nq, kr, nk, hd, 0.25f);
+                free(qt);
                 for (int i = 0; i < nq; i++)
                     for (int j = 0; j < nk; j++) {
                         double d = 0;
                         for (int x = 0; x < hd; x++)
-                            d += (double)q[i * ld + x] * k[j * ld + x];
+                            d += (double)q[i * ld + x] * kr[j][x];
                         rs[i * nk + j] = d * 0.25;
                         sg[i * nk + j] = s[i * lds + j];
                     }
@@ -130,12 +138,12 @@ static void test_attention(const fl_kernels *kk)
                       nk, hd);
                 for (int i = 0; i < nq * ld; i++)
                     o[i] = 0.25f;
-                kk->pv(o, ld, s, lds, nq, v, ld, nk, hd);
+                kk->pv(o, ld, s, lds, nq, vr, nk, hd);
                 for (int i = 0; i < nq; i++)
                     for (int x = 0; x < hd; x++) {
                         double d = 0.25;
                         for (int j = 0; j < nk; j++)
-                            d += (double)s[i * lds + j] * v[j * ld + x];
+                            d += (double)s[i * lds + j] * vr[j][x];
                         ro[i * hd + x] = d;
                         og[i * hd + x] = o[i * ld + x];
                     }
@@ -150,6 +158,8 @@ static void test_attention(const fl_kernels *kk)
                 free(rs);
                 free(ro);
                 free(sg);
+                free(kr);
+                free(vr);
             }
 }
 
