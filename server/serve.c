@@ -106,10 +106,15 @@ static void on_tick(uv_timer_t *t)
     if (!s->closing_clients) {
         if (s->n_reqs && now < s->drain_deadline)
             return;
-        if (s->n_reqs) {
+        if (s->n_reqs && !s->cancel_sent) {
+            /* cancel, then wait (briefly) for the done(cancelled) events so every client
+               hears how its request ended before its connection closes */
             SRV_WARN(&s->log, "event=grace_over cancelled=%d", s->n_reqs);
             for (srv_req *r = s->reqs; r; r = r->s_next)
                 srv_req_cancel(r);
+            s->cancel_sent = true;
+            s->drain_deadline = now + 2000;
+            return;
         }
         s->closing_clients = true;
         s->close_deadline = now + 2000;
@@ -196,7 +201,9 @@ int fl_cmd_serve(int argc, char **argv)
     vi.options = LWS_SERVER_OPTION_LIBUV | LWS_SERVER_OPTION_EXPLICIT_VHOSTS;
     vi.keepalive_timeout = 30;
     vi.timeout_secs = 30;
+    lws_set_log_level(0, lws_emit); /* a failed bind is reported below, in one line */
     s->vh = lws_create_vhost(s->ctx, &vi);
+    lws_set_log_level(LLL_ERR, lws_emit);
     if (!s->vh) {
         fprintf(stderr, "fogline serve: cannot listen on %s:%d (port in use, or no such "
                         "address)\n", cfg.host, cfg.port);

@@ -50,7 +50,8 @@ typedef struct srv_config {
     int kv_host_mb;         /* host-memory persistence tier; 0: none */
     double drain_s;         /* grace period on SIGTERM/SIGINT */
     size_t ws_max_backlog;  /* bytes queued for one client before it is closed */
-    double ws_stall_s;      /* seconds a client may accept nothing while output waits */
+    double ws_stall_s;      /* seconds a frame may wait for a client before it is closed */
+    int ws_sndbuf;          /* SO_SNDBUF of WebSocket sockets; 0: the kernel's autotuning */
     srv_log_level log_level;
     fl_gen_opts gen;        /* default decoding options and max_tokens (--policy ... flags) */
 } srv_config;
@@ -69,6 +70,7 @@ typedef struct srv_out {
     size_t len;
     struct srv_req *req; /* drafts only: the request whose draft_slot points here */
     int32_t block;       /* drafts only; -1 otherwise */
+    double t_queued;     /* loop ms when it joined the queue (a replacing draft keeps it) */
 } srv_out;
 
 typedef struct srv_outq {
@@ -159,6 +161,7 @@ struct srv {
     int n_https;
     bool draining;
     double drain_deadline;   /* loop ms */
+    bool cancel_sent;        /* the grace period is over: what still runs was cancelled */
     bool closing_clients;
     double close_deadline;
     int exit_code;

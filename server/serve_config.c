@@ -13,7 +13,7 @@
 enum {
     O_HOST = 1000, O_PORT, O_MODEL, O_TMPL, O_WEB, O_KEY, O_ORIGINS, O_THREADS, O_MAX_CONN,
     O_MAX_CONN_REQ, O_MAX_QUEUED, O_MAX_SEQS, O_MAX_BATCH, O_MAX_MSG, O_MAX_PROMPT, O_MAX_TOK_LIMIT,
-    O_KV_PAGES, O_KV_HOST_MB, O_DRAIN, O_WS_BACKLOG, O_WS_STALL, O_LOG_LEVEL, O_HELP
+    O_KV_PAGES, O_KV_HOST_MB, O_DRAIN, O_WS_BACKLOG, O_WS_STALL, O_WS_SNDBUF, O_LOG_LEVEL, O_HELP
 };
 
 static const struct option serve_opts[] = {
@@ -38,6 +38,7 @@ static const struct option serve_opts[] = {
     {"drain-timeout", required_argument, 0, O_DRAIN},
     {"ws-max-backlog", required_argument, 0, O_WS_BACKLOG},
     {"ws-stall-timeout", required_argument, 0, O_WS_STALL},
+    {"ws-sndbuf", required_argument, 0, O_WS_SNDBUF},
     {"log-level", required_argument, 0, O_LOG_LEVEL},
     {"help", no_argument, 0, O_HELP},
 };
@@ -73,8 +74,9 @@ void srv_config_usage(FILE *f)
             "operation:\n"
             "  --drain-timeout S        on SIGTERM/SIGINT, let running requests finish for S s (10)\n"
             "  --ws-max-backlog BYTES   output queued for one client before it is closed (4194304)\n"
-            "  --ws-stall-timeout S     close a client that accepts nothing for S s while output\n"
-            "                           waits (10)\n"
+            "  --ws-stall-timeout S     close a client whose oldest queued frame has waited S s (10)\n"
+            "  --ws-sndbuf BYTES        kernel send buffer per WebSocket (0: autotuned; small values\n"
+            "                           bound kernel memory per client and find slow ones sooner)\n"
             "  --log-level L            debug | info | warn | error (info)\n"
             "request defaults (a request's own fields win; --max-tokens is the default max_tokens):\n");
     fl_gen_opts_usage(f);
@@ -212,6 +214,7 @@ static int apply(srv_config *c, int code, const char *arg, const char *name, cha
             BAD("%s needs seconds in [0.1, 86400], got '%s'", name, arg);
         c->ws_stall_s = d;
         break;
+    case O_WS_SNDBUF: LONG(0, 1 << 26, c->ws_sndbuf); break;
     case O_LOG_LEVEL:
         if (srv_log_level_parse(arg, &c->log_level))
             BAD("%s must be debug, info, warn or error, got '%s'", name, arg);

@@ -9,6 +9,7 @@
  * or that accepts nothing for --ws-stall-timeout while output waits, is closed with 1008 and
  * a reason, and its requests are cancelled. */
 #include <string.h>
+#include <sys/socket.h>
 #include <uv.h>
 
 #include <libwebsockets.h>
@@ -20,13 +21,13 @@ struct srv_conn {
     struct lws *wsi;
     uint64_t id;
     srv_outq out;
-    double last_progress; /* ms: last write, or when output began to wait */
     srv_req *reqs;        /* this connection's live requests */
     int n_reqs;
     fl_buf rx;            /* the message being received */
     bool rx_active, rx_binary;
     bool authed;
     bool closing;         /* no more input handled; close once the queue is flushed */
+    bool close_sent;      /* the close frame is handed to lws */
     int close_code;
     char close_reason[120];
     struct srv_conn *prev, *next;
@@ -113,8 +114,7 @@ static srv_out *send_str(srv_conn *c, char *s)
     free(s);
     if (!o)
         return NULL;
-    if (!c->out.n)
-        c->last_progress = srv_now_ms(c->s);
+    o->t_queued = srv_now_ms(c->s);
     srv_outq_push(&c->out, o);
     arm(c);
     if (c->out.bytes > c->s->cfg->ws_max_backlog) {
@@ -563,6 +563,10 @@ static void on_established(srv *s, struct lws *wsi, srv_pss *pss)
     s->m.ws_accepted++;
     pss->kind = 2;
     pss->obj = c;
+    if (s->cfg->ws_sndbuf > 0) {
+        int v = s->cfg->ws_sndbuf;
+        setsockopt(lws_get_socket_fd(wsi), SOL_SOCKET, SO_SNDBUF, &v, sizeof v);
+    }
     char peer[64] = "";
     lws_get_peer_simple(wsi, peer, sizeof peer);
     SRV_INFO(&s->log, "event=ws_open conn=%llu peer=%s authed=%d", (unsigned long long)c->id, peer,
@@ -621,15 +625,19 @@ static int on_writeable(srv_conn *c, struct lws *wsi)
             return -1;
         if (draft)
             c->s->m.drafts_sent++;
-        c->last_progress = srv_now_ms(c->s);
         if (c->out.n || c->closing)
             lws_callback_on_writable(wsi);
         return 0;
     }
-    if (c->closing) {
+    if (c->closing && !c->close_sent) {
+        /* Returning -1 from WRITEABLE makes lws 4.1 kill the socket without the close frame
+           (the POLLOUT path closes twice). One synchronous close call takes the polite path
+           instead: lws queues the close frame with our reason and waits for the ack; the wsi
+           stays valid until LWS_CALLBACK_CLOSED. */
+        c->close_sent = true;
         lws_close_reason(wsi, (enum lws_close_status)c->close_code, (unsigned char *)c->close_reason,
                          strlen(c->close_reason));
-        return -1;
+        lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_SYNC);
     }
     return 0;
 }
@@ -665,8 +673,8 @@ void srv_ws_tick(srv *s)
 {
     double now = srv_now_ms(s);
     for (srv_conn *c = s->conns; c; c = c->next)
-        if (!c->closing && c->out.n && now - c->last_progress > s->cfg->ws_stall_s * 1e3)
-            evict(c, "client too slow: it accepted nothing while output waited");
+        if (!c->closing && c->out.head && now - c->out.head->t_queued > s->cfg->ws_stall_s * 1e3)
+            evict(c, "client too slow: output waited too long for it");
 }
 
 void srv_ws_close_all(srv *s, int code, const char *reason)

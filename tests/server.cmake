@@ -1,0 +1,22 @@
+# `fogline serve` suites (included by tests/CMakeLists.txt): a real server process on a free
+# loopback port, driven by real npm clients (ws, openai, parse-prometheus-text-format) from
+# tests/node. Each file is one ctest; all are "integration", so the ASan build runs them too
+# (the server must exit 0 and clean under ASan/UBSan with leak checks after SIGTERM).
+#   server.ws_protocol   the WebSocket protocol and every bad input (docs/protocol.md)
+#   server.openai        the official openai client, streaming and not; OpenAI error shapes
+#   server.http          /health /ready, static files, origins/CORS, API key, /metrics
+#   server.ops           flags/FOGLINE_*, one-line errors, limits, SIGTERM drain
+#   server.backpressure  a client that never reads
+# The model: FL_SERVE_MODEL (cache variable or environment), the built-in model by default.
+find_program(FL_NODE NAMES node nodejs)
+if(NOT FL_NODE)
+  set(FL_NODE node)
+endif()
+set(FL_SERVE_MODEL "${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk" CACHE PATH
+    "model directory the server tests load")
+foreach(suite ws_protocol openai http ops backpressure)
+  add_test(NAME server.${suite}
+    COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/${suite}.test.mjs)
+  set_tests_properties(server.${suite} PROPERTIES LABELS integration TIMEOUT 300
+    ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_SERVE_MODEL=${FL_SERVE_MODEL}")
+endforeach()

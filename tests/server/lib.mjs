@@ -1,0 +1,204 @@
+// Helpers for the `fogline serve` tests: start a real server process on a free loopback port,
+// talk to it with the npm `ws` client, read /metrics with a real Prometheus text parser.
+//
+// Environment: FL_BIN (the fogline binary), FL_SERVE_MODEL (the model directory; the built-in
+// model by default, as the binary knows it).
+import { spawn } from 'node:child_process';
+import net from 'node:net';
+import { createRequire } from 'node:module';
+
+// the npm packages live in tests/node (one package.json for every node test)
+export const require = createRequire(new URL('../node/package.json', import.meta.url));
+const WebSocket = require('ws');
+const parsePrometheus = require('parse-prometheus-text-format');
+
+export const BIN = process.env.FL_BIN;
+export const MODEL = process.env.FL_SERVE_MODEL || '';
+
+export function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = net.createServer();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+// Starts `fogline serve` and resolves once it logs event=listening. Retries on a port taken
+// between freePort() and the bind. The returned object collects stderr lines.
+export async function startServer(args = [], { env = {}, model = MODEL, tries = 3 } = {}) {
+  if (!BIN) throw new Error('FL_BIN is not set');
+  for (let t = 0; ; t++) {
+    const port = await freePort();
+    const argv = ['serve', '--port', String(port), ...(model ? ['--model', model] : []), ...args];
+    const proc = spawn(BIN, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const server = makeHandle(proc, port);
+    try {
+      await server.waitLog(/event=listening/, 60000);
+      return server;
+    } catch (e) {
+      const code = await server.exited;
+      if (t + 1 < tries && /port in use/.test(server.log())) continue;
+      throw new Error(`fogline serve did not start (exit ${code}): ${server.log()}`);
+    }
+  }
+}
+
+function makeHandle(proc, port) {
+  const lines = [];
+  const waiters = [];
+  let buf = '';
+  const onData = (d) => {
+    buf += d.toString();
+    let i;
+    while ((i = buf.indexOf('\n')) >= 0) {
+      const line = buf.slice(0, i);
+      buf = buf.slice(i + 1);
+      lines.push(line);
+      if (process.env.FL_TEST_VERBOSE) process.stderr.write(`[server] ${line}\n`);
+      for (const w of [...waiters]) if (w.re.test(line)) w.resolve(line);
+    }
+  };
+  proc.stderr.on('data', onData);
+  proc.stdout.on('data', onData);
+  const exited = new Promise((resolve) => proc.on('exit', (code, sig) => resolve(code ?? sig)));
+  const h = {
+    proc,
+    port,
+    url: `http://127.0.0.1:${port}`,
+    wsUrl: `ws://127.0.0.1:${port}/ws`,
+    exited,
+    lines,
+    log: () => lines.join('\n'),
+    waitLog(re, ms = 10000) {
+      const hit = lines.find((l) => re.test(l));
+      if (hit) return Promise.resolve(hit);
+      return new Promise((resolve, reject) => {
+        const w = { re, resolve: (l) => { clearTimeout(timer); waiters.splice(waiters.indexOf(w), 1); resolve(l); } };
+        const timer = setTimeout(() => {
+          waiters.splice(waiters.indexOf(w), 1);
+          reject(new Error(`timed out waiting for ${re} in the server log`));
+        }, ms);
+        waiters.push(w);
+        exited.then(() => setTimeout(() => {
+          if (waiters.includes(w)) { waiters.splice(waiters.indexOf(w), 1); clearTimeout(timer); reject(new Error('server exited')); }
+        }, 50));
+      });
+    },
+    // SIGTERM and the exit code; fails the caller if the server does not stop in time.
+    async stop(ms = 30000) {
+      if (proc.exitCode !== null || proc.signalCode !== null) return exited;
+      proc.kill('SIGTERM');
+      const t = setTimeout(() => proc.kill('SIGKILL'), ms);
+      const code = await exited;
+      clearTimeout(t);
+      return code;
+    },
+  };
+  return h;
+}
+
+// A WebSocket client that queues parsed frames and lets a test wait for the next one that
+// matches.
+export function wsClient(url, opts = {}) {
+  const ws = new WebSocket(url, opts);
+  const frames = [];
+  const waiters = [];
+  let closeInfo = null;
+  const closed = new Promise((resolve) => {
+    ws.on('close', (code, reason) => {
+      closeInfo = { code, reason: reason.toString() };
+      resolve(closeInfo);
+      for (const w of [...waiters]) w.fail(new Error(`connection closed (${code} ${reason})`));
+    });
+  });
+  ws.on('error', () => {});
+  ws.on('message', (data, isBinary) => {
+    const f = isBinary ? { binary: data } : JSON.parse(data.toString());
+    frames.push(f);
+    for (const w of [...waiters]) if (w.pred(f)) { w.done(f); break; }
+  });
+  const opened = new Promise((resolve, reject) => {
+    ws.once('open', resolve);
+    ws.once('unexpected-response', (req, res) => {
+      let body = '';
+      res.on('data', (d) => (body += d));
+      res.on('end', () => reject(Object.assign(new Error(`HTTP ${res.statusCode}`), { status: res.statusCode, body })));
+    });
+    ws.once('error', reject);
+  });
+  const taken = new Set(); // frames already handed out by next()
+  const c = {
+    ws,
+    frames,
+    opened,
+    closed,
+    get closeInfo() { return closeInfo; },
+    send: (o) => ws.send(typeof o === 'string' || Buffer.isBuffer(o) ? o : JSON.stringify(o)),
+    // The first frame not handed out yet that matches pred (several may wait at once).
+    next(pred = () => true, ms = 20000) {
+      for (const f of frames) {
+        if (!taken.has(f) && pred(f)) { taken.add(f); return Promise.resolve(f); }
+      }
+      if (closeInfo) return Promise.reject(new Error(`connection closed (${closeInfo.code} ${closeInfo.reason})`));
+      return new Promise((resolve, reject) => {
+        const w = {
+          pred,
+          done: (f) => { clearTimeout(timer); waiters.splice(waiters.indexOf(w), 1); taken.add(f); resolve(f); },
+          fail: (e) => { clearTimeout(timer); waiters.splice(waiters.indexOf(w), 1); reject(e); },
+        };
+        const timer = setTimeout(() => w.fail(new Error('timed out waiting for a frame')), ms);
+        waiters.push(w);
+      });
+    },
+    // Every frame of request id until its done or error.
+    async collect(id, ms = 30000) {
+      const out = [];
+      for (;;) {
+        const f = await c.next((x) => x.id === id, ms);
+        out.push(f);
+        if (f.type === 'done' || f.type === 'error') return out;
+      }
+    },
+    close: () => ws.close(),
+  };
+  return c;
+}
+
+export async function connect(server, opts) {
+  const c = wsClient(server.wsUrl, opts);
+  await c.opened;
+  const hello = await c.next((f) => f.type === 'hello');
+  c.hello = hello;
+  return c;
+}
+
+export const user = (content) => [{ role: 'user', content }];
+
+export async function metrics(server) {
+  const res = await fetch(`${server.url}/metrics`);
+  if (res.status !== 200) throw new Error(`/metrics: HTTP ${res.status}`);
+  const families = parsePrometheus(await res.text());
+  const get = (name, labels = {}) => {
+    const f = families.find((x) => x.name === name);
+    if (!f) return undefined;
+    const m = f.metrics.find((x) => Object.entries(labels).every(([k, v]) => x.labels?.[k] === v));
+    if (!m) return undefined;
+    if (f.type === 'HISTOGRAM') return { count: Number(m.count), sum: Number(m.sum), buckets: m.buckets };
+    return Number(m.value);
+  };
+  return { families, get };
+}
+
+// Polls until fn() is truthy.
+export async function until(fn, ms = 10000, what = 'a condition') {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}

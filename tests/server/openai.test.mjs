@@ -1,0 +1,140 @@
+// The official `openai` npm client, unchanged, against /v1/models and /v1/chat/completions,
+// streaming (SSE) and not, plus OpenAI-shaped errors with the right HTTP status.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, require, user } from './lib.mjs';
+
+const OpenAI = require('openai').default;
+
+let server;
+let client;
+
+before(async () => {
+  server = await startServer(['--api-key', 'sk-test-123', '--max-prompt-tokens', '96',
+    '--max-tokens-limit', '256']);
+  client = new OpenAI({ apiKey: 'sk-test-123', baseURL: `${server.url}/v1`, maxRetries: 0 });
+});
+
+after(async () => {
+  assert.equal(await server.stop(), 0, server.log());
+});
+
+test('models.list names the served model', async () => {
+  const models = [];
+  for await (const m of client.models.list()) models.push(m);
+  assert.equal(models.length, 1);
+  assert.equal(models[0].object, 'model');
+  assert.equal(typeof models[0].id, 'string');
+});
+
+test('a non-streaming completion', async () => {
+  const models = [];
+  for await (const m of client.models.list()) models.push(m);
+  const r = await client.chat.completions.create({
+    model: models[0].id,
+    messages: [{ role: 'system', content: 'You are a help desk.' }, ...user('my password expired')],
+    max_tokens: 32,
+    temperature: 0,
+  });
+  assert.equal(r.object, 'chat.completion');
+  assert.match(r.id, /^chatcmpl-/);
+  assert.equal(r.model, models[0].id);
+  assert.equal(r.choices.length, 1);
+  assert.equal(r.choices[0].message.role, 'assistant');
+  assert.equal(typeof r.choices[0].message.content, 'string');
+  assert.ok(r.choices[0].message.content.length > 0);
+  assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
+  assert.ok(r.usage.prompt_tokens > 0 && r.usage.completion_tokens > 0);
+  assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+});
+
+test('a streaming completion: role first, content deltas, a finish reason, usage, [DONE]', async () => {
+  const stream = await client.chat.completions.create({
+    model: 'fogline',
+    messages: user('my printer is offline'),
+    max_tokens: 40,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
+  const chunks = [];
+  for await (const ch of stream) chunks.push(ch);
+  assert.ok(chunks.length >= 3, `got ${chunks.length} chunks`);
+  assert.equal(chunks[0].object, 'chat.completion.chunk');
+  assert.equal(chunks[0].choices[0].delta.role, 'assistant');
+  const text = chunks.map((c) => c.choices[0]?.delta?.content ?? '').join('');
+  assert.ok(text.length > 0);
+  const fin = chunks.filter((c) => c.choices[0]?.finish_reason);
+  assert.equal(fin.length, 1);
+  assert.ok(['stop', 'length'].includes(fin[0].choices[0].finish_reason));
+  const last = chunks.at(-1);
+  assert.deepEqual(last.choices, []);
+  assert.ok(last.usage.completion_tokens > 0);
+  assert.ok(chunks.every((c) => c.id === chunks[0].id));
+});
+
+test('the same greedy request gives the same text streamed and not', async () => {
+  const req = { model: 'fogline', messages: user('how do I reset my router'), max_tokens: 24, temperature: 0 };
+  const a = await client.chat.completions.create(req);
+  const stream = await client.chat.completions.create({ ...req, stream: true });
+  let text = '';
+  for await (const ch of stream) text += ch.choices[0]?.delta?.content ?? '';
+  assert.equal(text, a.choices[0].message.content);
+});
+
+test('errors come in the OpenAI shape with the right status', async () => {
+  const bad = new OpenAI({ apiKey: 'wrong', baseURL: `${server.url}/v1`, maxRetries: 0 });
+  await assert.rejects(bad.chat.completions.create({ model: 'fogline', messages: user('hi') }),
+    (e) => e.status === 401 && e.code === 'invalid_api_key');
+  await assert.rejects(client.chat.completions.create({ model: 'gpt-17', messages: user('hi') }),
+    (e) => e.status === 404 && e.code === 'model_not_found' && e.param === 'model');
+  await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: [] }),
+    (e) => e.status === 400 && e.code === 'bad_request' && /messages/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: user('hi'), max_tokens: 9999 }),
+    (e) => e.status === 400 && e.code === 'out_of_range' && e.param === 'max_tokens');
+  await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: user('hi'), temperature: 5 }),
+    (e) => e.status === 400 && e.param === 'temperature');
+  await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: user('hi'), n: 3 }),
+    (e) => e.status === 400 && e.param === 'n');
+  const words = Array.from({ length: 200 }, (_, i) => `w${i}`).join(' ');
+  await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: user(words), stream: true }),
+    (e) => e.status === 400 && e.code === 'context_length_exceeded');
+});
+
+test('raw HTTP: bad JSON, wrong method, unknown endpoint', async () => {
+  const h = { authorization: 'Bearer sk-test-123', 'content-type': 'application/json' };
+  let r = await fetch(`${server.url}/v1/chat/completions`, { method: 'POST', headers: h, body: '{"messages": [' });
+  assert.equal(r.status, 400);
+  let j = await r.json();
+  assert.equal(j.error.code, 'bad_json');
+  assert.equal(j.error.type, 'invalid_request_error');
+  r = await fetch(`${server.url}/v1/chat/completions`, { headers: h });
+  assert.equal(r.status, 405);
+  await r.arrayBuffer();
+  r = await fetch(`${server.url}/v1/embeddings`, { headers: h });
+  assert.equal(r.status, 404);
+  j = await r.json();
+  assert.ok(j.error.message);
+  r = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST', headers: h, body: Buffer.from('{"model":"fogline","messages":[{"role":"user","content":"\xff\xfe"}]}', 'latin1'),
+  });
+  assert.equal(r.status, 400);
+  assert.equal((await r.json()).error.code, 'invalid_utf8');
+});
+
+test('a client that disconnects mid-stream cancels its request', async () => {
+  const ctl = new AbortController();
+  const stream = await client.chat.completions.create({
+    model: 'fogline', messages: user('explain refunds in detail'), max_tokens: 256, stream: true,
+    decoding: { policy: 'sequential', pipeline: false },
+  }, { signal: ctl.signal });
+  let n = 0;
+  try {
+    for await (const ch of stream) {
+      if (ch.choices[0]?.delta?.content && ++n === 2) ctl.abort();
+    }
+  } catch (e) {
+    assert.ok(ctl.signal.aborted, `only the abort ends the stream early: ${e}`);
+  }
+  assert.equal(n, 2, 'the stream stopped at the abort');
+  await server.waitLog(/event=done .*finish=cancelled.*orphaned=1/, 10000);
+});
