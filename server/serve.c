@@ -86,7 +86,7 @@ static void begin_drain(srv *s, const char *why)
     }
     s->draining = true;
     s->drain_deadline = now + s->cfg->drain_s * 1e3;
-    SRV_INFO(&s->log, "event=draining reason=%s live_requests=%d connections=%d grace_s=%g", why,
+    SRV_ALWAYS(&s->log, "event=draining reason=%s live_requests=%d connections=%d grace_s=%g", why,
              s->n_reqs, s->n_conns, s->cfg->drain_s);
     lws_context_deprecate(s->ctx, NULL); /* closes the listening socket: no new connections */
 }
@@ -217,7 +217,7 @@ int fl_cmd_serve(int argc, char **argv)
     uv_timer_start(&s->tick, on_tick, 250, 250);
     uv_signal_start(&s->sigint, on_signal, SIGINT);
     uv_signal_start(&s->sigterm, on_signal, SIGTERM);
-    SRV_INFO(&s->log, "event=listening url=http://%s:%d/ ws=ws://%s:%d/ws model=%s block_size=%d "
+    SRV_ALWAYS(&s->log, "event=listening url=http://%s:%d/ ws=ws://%s:%d/ws model=%s block_size=%d "
              "kv_pages=%d max_seqs=%d api_key=%s", cfg.host, lws_get_vhost_listen_port(s->vh),
              cfg.host, lws_get_vhost_listen_port(s->vh), s->model_id, s->model->cfg.block_size,
              s->n_pages, cfg.max_seqs, cfg.api_key ? "on" : "off");
@@ -244,7 +244,7 @@ teardown:
     }
     loop_ok = false;
     if (exit_code == 0)
-        SRV_INFO(&s->log, "event=stopped requests_left=%d", s->n_reqs);
+        SRV_ALWAYS(&s->log, "event=stopped requests_left=%d", s->n_reqs);
 out:
     if (loop_ok)
         uv_loop_close(&s->loop);

@@ -7,7 +7,7 @@
 #include <sys/time.h>
 #include <time.h>
 
-static const char *const names[] = {"debug", "info", "warn", "error"};
+static const char *const names[] = {"debug", "info", "warn", "error", "info"};
 
 int srv_log_level_parse(const char *s, srv_log_level *out)
 {

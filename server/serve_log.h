@@ -12,6 +12,8 @@ typedef enum srv_log_level {
     SRV_LOG_INFO,
     SRV_LOG_WARN,
     SRV_LOG_ERROR,
+    SRV_LOG_ALWAYS, /* lifecycle lines (listening, draining, stopped): shown at every level,
+                       tagged "info"; scripts wait for them */
 } srv_log_level;
 
 typedef struct srv_log {
@@ -31,5 +33,6 @@ const char *srv_log_q(char *buf, size_t cap, const char *s);
 #define SRV_INFO(l, ...) srv_logf((l), SRV_LOG_INFO, __VA_ARGS__)
 #define SRV_WARN(l, ...) srv_logf((l), SRV_LOG_WARN, __VA_ARGS__)
 #define SRV_ERROR(l, ...) srv_logf((l), SRV_LOG_ERROR, __VA_ARGS__)
+#define SRV_ALWAYS(l, ...) srv_logf((l), SRV_LOG_ALWAYS, __VA_ARGS__)
 
 #endif

@@ -29,11 +29,12 @@ export function freePort() {
 // Starts `fogline serve` and resolves once it logs event=listening. Retries on a port taken
 // between freePort() and the bind. The returned object collects stderr lines.
 export async function startServer(args = [], { env = {}, model = MODEL, tries = 3 } = {}) {
-  if (!BIN) throw new Error('FL_BIN is not set');
+  const bin = process.env.FL_BIN;
+  if (!bin) throw new Error('FL_BIN is not set');
   for (let t = 0; ; t++) {
     const port = await freePort();
     const argv = ['serve', '--port', String(port), ...(model ? ['--model', model] : []), ...args];
-    const proc = spawn(BIN, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(bin, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
     const server = makeHandle(proc, port);
     try {
       await server.waitLog(/event=listening/, 60000);
