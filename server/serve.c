@@ -18,8 +18,6 @@
 #include "cli.h"
 #include "serve.h"
 
-int srv_ws_confirm_upgrade(srv *s, struct lws *wsi, const char *proto); /* serve_ws.c */
-
 int srv_lws_callback(struct lws *wsi, int reason, void *user, void *in, size_t len)
 {
     switch (reason) {

@@ -190,6 +190,9 @@ void srv_ws_on_event(srv_conn *c, srv_req *r, const srv_ev *ev);
 void srv_ws_on_reject(srv_conn *c, srv_req *r, const char *code, const char *msg);
 void srv_ws_tick(srv *s);              /* slow-client checks */
 void srv_ws_close_all(srv *s, int code, const char *reason);
+/* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: path, origin, key and limits checked before the upgrade
+   so a refused client reads an HTTP status. 0 allows, 1 a response was written, -1 hangs up. */
+int srv_ws_confirm_upgrade(srv *s, struct lws *wsi, const char *proto);
 int srv_ws_callback(struct lws *wsi, int reason, void *user, void *in, size_t len);
 
 /* serve_http.c */

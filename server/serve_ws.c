@@ -479,8 +479,7 @@ static void on_receive(srv_conn *c, struct lws *wsi, const void *in, size_t len)
 
 /* ---- lifecycle ---- */
 
-/* Auth, origin, limits and path, checked before the upgrade so the client gets an HTTP status
- * it can read. Returns 0 to allow, 1 when a response was written, -1 to hang up. */
+/* Writes a whole JSON error response during the upgrade callback. */
 static int reject_upgrade(struct lws *wsi, int status, const char *code, const char *msg)
 {
     char *body = srv_frame_error(NULL, code, msg);
@@ -510,7 +509,6 @@ static bool bearer_ok(struct lws *wsi, const char *key)
     return n > 7 && !strncasecmp(h, "Bearer ", 7) && !strcmp(h + 7, key);
 }
 
-int srv_ws_confirm_upgrade(srv *s, struct lws *wsi, const char *proto);
 int srv_ws_confirm_upgrade(srv *s, struct lws *wsi, const char *proto)
 {
     char uri[256] = "", origin[256] = "";

@@ -119,6 +119,11 @@ test('raw HTTP: bad JSON, wrong method, unknown endpoint', async () => {
   });
   assert.equal(r.status, 400);
   assert.equal((await r.json()).error.code, 'invalid_utf8');
+  // over --max-message-bytes (1 MiB by default): refused from its Content-Length
+  const big = JSON.stringify({ model: 'fogline', messages: user('x'.repeat(1100000)) });
+  r = await fetch(`${server.url}/v1/chat/completions`, { method: 'POST', headers: h, body: big });
+  assert.equal(r.status, 413);
+  assert.equal((await r.json()).error.code, 'message_too_large');
 });
 
 test('a client that disconnects mid-stream cancels its request', async () => {
