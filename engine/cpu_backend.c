@@ -570,8 +570,9 @@ static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, fl
     int kvh = cf->n_kv_heads, rep = cf->n_heads / kvh;
     fl_fwd f = {.c = c, .bt = bt, .n = n, .logits = logits};
 
-    /* per token: segment, RoPE angles of its absolute position (in double, as the
-     * reference computes them) and its embedding row */
+    /* per segment: its first token and attention work items; per token: whether its output
+     * is wanted, the RoPE angles of its absolute position (in double, as the reference
+     * computes them) and its embedding row */
     int t = 0, items = 0, n_out = 0;
     for (int s = 0; s < bt->n_segs; s++) {
         const fl_segment *sg = &bt->segs[s];
