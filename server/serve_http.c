@@ -219,8 +219,10 @@ static int on_writeable(srv_http *h, struct lws *wsi)
         h->final_sent = true;
     }
     /* everything is out: end the exchange (frees h when the connection is kept alive) */
-    if (h->sse || h->body_too_big)
-        return -1; /* a stream is Connection: close; an unread oversized body is not drained */
+    if (h->sse)
+        return -1; /* a stream is Connection: close */
+    /* an oversized body still arriving is read and discarded by lws before the connection is
+       reused, so the client finishes its upload and reads the 413 instead of a reset */
     return lws_http_transaction_completed(wsi) ? -1 : 0;
 }
 

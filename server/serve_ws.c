@@ -25,6 +25,7 @@ struct srv_conn {
     int n_reqs;
     fl_buf rx;            /* the message being received */
     bool rx_active, rx_binary;
+    bool rx_paused;       /* input flow-controlled while output is backed up */
     bool authed;
     bool closing;         /* no more input handled; close once the queue is flushed */
     bool close_sent;      /* the close frame is handed to lws */
@@ -117,6 +118,12 @@ static srv_out *send_str(srv_conn *c, char *s)
     o->t_queued = srv_now_ms(c->s);
     srv_outq_push(&c->out, o);
     arm(c);
+    if (!c->rx_paused && c->wsi && c->out.bytes > c->s->cfg->ws_max_backlog / 4) {
+        /* stop reading a client that sends faster than it reads (pings, errors): its input
+           waits in the kernel, not as more output here */
+        c->rx_paused = true;
+        lws_rx_flow_control(c->wsi, 0);
+    }
     if (c->out.bytes > c->s->cfg->ws_max_backlog) {
         evict(c, "client too slow: its output backlog passed the limit");
         return NULL;
@@ -623,6 +630,10 @@ static int on_writeable(srv_conn *c, struct lws *wsi)
             return -1;
         if (draft)
             c->s->m.drafts_sent++;
+        if (c->rx_paused && c->out.bytes < c->s->cfg->ws_max_backlog / 8) {
+            c->rx_paused = false;
+            lws_rx_flow_control(wsi, 1);
+        }
         if (c->out.n || c->closing)
             lws_callback_on_writable(wsi);
         return 0;
