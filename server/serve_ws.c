@@ -23,7 +23,8 @@ struct srv_conn {
     srv_outq out;
     srv_req *reqs;        /* this connection's live requests */
     int n_reqs;
-    fl_buf rx;            /* the message being received */
+    fl_buf rx;            /* the message being received (text; a binary one is only counted) */
+    size_t rx_bytes;      /* its size so far, for the limit */
     bool rx_active, rx_binary;
     bool rx_paused;       /* input flow-controlled while output is backed up */
     bool authed;
@@ -447,8 +448,10 @@ static void on_receive(srv_conn *c, struct lws *wsi, const void *in, size_t len)
         c->rx_active = true;
         c->rx_binary = lws_frame_is_binary(wsi);
         c->rx.len = 0;
+        c->rx_bytes = 0;
     }
-    if (c->rx.len + len > s->cfg->max_message) {
+    c->rx_bytes += len;
+    if (c->rx_bytes > s->cfg->max_message) {
         char m[160];
         snprintf(m, sizeof m, "a message may have at most %zu bytes", s->cfg->max_message);
         send_error(c, NULL, SRV_E_TOO_LARGE, m);
@@ -461,15 +464,12 @@ static void on_receive(srv_conn *c, struct lws *wsi, const void *in, size_t len)
         close_after(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "out of memory");
         return;
     }
-    if (c->rx_binary)
-        c->rx.len += len; /* counted for the size limit, not kept */
     if (!lws_is_final_fragment(wsi))
         return;
     c->rx_active = false;
     if (c->rx_binary) {
         send_error(c, NULL, SRV_E_BINARY, "binary frames are not part of the protocol; send JSON "
                    "text frames");
-        c->rx.len = 0;
         return;
     }
     if (!srv_utf8_valid((const unsigned char *)c->rx.data, c->rx.len)) {

@@ -175,6 +175,17 @@ test('wrong types and out-of-range options name the field', async () => {
   c.close();
 });
 
+test('a message fragmented over several frames is put back together', async () => {
+  const c = await connect(server);
+  const text = JSON.stringify({ type: 'chat', id: 'frag', messages: user('hello there'), max_tokens: 8 });
+  const third = Math.floor(text.length / 3);
+  c.ws.send(text.slice(0, third), { fin: false });
+  c.ws.send(text.slice(third, 2 * third), { fin: false });
+  c.ws.send(text.slice(2 * third), { fin: true });
+  assert.equal((await c.collect('frag')).at(-1).type, 'done');
+  c.close();
+});
+
 test('a binary frame is refused and the connection stays', async () => {
   const c = await connect(server);
   c.ws.send(Buffer.from([1, 2, 3, 4]), { binary: true });
