@@ -88,7 +88,8 @@ def generate(model, prompt_ids, policy, mask_id, end_ids, max_new_tokens=128, tr
         return mask_id not in blk_tokens(b)
 
     def has_end(b):
-        return any(x in end_ids for x in blk_tokens(b))
+        # only generated positions: the prompt's tail in the first block holds <|im_end|> too
+        return any(seq[p] in end_ids for p in range(max(P, b * bs), (b + 1) * bs))
 
     def finished():
         for b in running:

@@ -14,8 +14,8 @@ default). Loss: plain cross-entropy averaged over the masked positions of the ba
 weighting: with ratios near 0 it makes the loss spiky at this tiny batch size).
 
 Time-boxed: the run measures its speed for the first --calib-s seconds, then fixes the step count
-so that the loop ends --budget-min minutes after the process started (re-estimated downward only,
-if the machine gets slower). The chosen step count is logged; pass --steps N to repeat a run.
+so that the loop ends --budget-min minutes after the process started (re-estimated every 200
+steps, both ways, until 80% of the run). The chosen step count is logged; pass --steps N to repeat a run.
 
 Usage (see README.md):
   OMP_WAIT_POLICY=PASSIVE nice -n 10 python3 engine/train/train.py --budget-min 66 \\
@@ -161,6 +161,8 @@ def main():
     ap.add_argument("--block", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=3000, help="BPE target (total, specials incl.)")
     ap.add_argument("--tok-dialogues", type=int, default=30000)
+    ap.add_argument("--tok-seed", type=int, default=1, help="the tokenizer's data seed (keep it "
+                    "fixed when --init continues a run with another --seed)")
     ap.add_argument("--dialogues", type=int, default=160000)
     ap.add_argument("--batch-tokens", type=int, default=2560)
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -174,6 +176,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", default="/tmp/fogline-train")
     ap.add_argument("--ckpt-every-s", type=float, default=600.0)
+    ap.add_argument("--init", default="", help="start from this ckpt.pt's weights (a second "
+                    "run continuing a first one; the tokenizer and data seed must match)")
     ap.add_argument("--export", default=os.path.join(HERE, "..", "models", "fogline-helpdesk"))
     a = ap.parse_args()
     t_start = time.time()
@@ -186,7 +190,7 @@ def main():
     log("args", json.dumps(vars(a)))
 
     # tokenizer
-    texts = [datagen.render(d) for d in datagen.generate("train", a.tok_dialogues, a.seed)]
+    texts = [datagen.render(d) for d in datagen.generate("train", a.tok_dialogues, a.tok_seed)]
     vocab, merges = bpe.train(texts, a.vocab)
     tok = bpe.Tokenizer(vocab, merges)
     tok.save(a.work)
@@ -205,6 +209,9 @@ def main():
         json.dump(cfg, f, indent=2)
     model = fogline_ref.Model(fogline_ref.Config(cfg))
     init_weights(model, a.layers)
+    if a.init:
+        model.load_state_dict(torch.load(a.init)["model"])
+        log("initialised from %s" % a.init)
     nparam = sum(p.numel() for p in model.parameters())
     log("model: %d params" % nparam)
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -259,8 +266,10 @@ def main():
                 total = want
                 log("calibrated: %.2f steps/s, %.0f tok/s -> total %d steps" % (
                     rate, seen_tok / (now - t_loop), total))
-            elif want < total * 0.99:
-                log("slower than planned: total %d -> %d" % (total, want))
+            elif want < total * 0.99 or (want > total * 1.02 and step < 0.8 * total):
+                # the machine is shared: follow its speed both ways (the first run only shrank
+                # and ended 10 minutes early when the other jobs stopped)
+                log("re-planned: total %d -> %d" % (total, want))
                 total = want
         if step % 50 == 0:
             el = now - t_loop
