@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct cmd {
     int kind; /* 0 submit, 1 cancel */
@@ -45,8 +46,28 @@ static void *engine_main(void *arg)
     fl_engine *en = arg;
     for (;;) {
         pthread_mutex_lock(&en->mu);
-        while (!en->head && !en->stopping && fl_sched_idle(en->s))
-            pthread_cond_wait(&en->cv, &en->mu);
+        while (!en->head && !en->stopping && fl_sched_idle(en->s)) {
+            /* idle: give back the pages the persister has finished with, so the page counts
+               read as "all free" as soon as the last write lands, not at the next step */
+            pthread_mutex_unlock(&en->mu);
+            int pending = fl_sched_reap(en->s);
+            pthread_mutex_lock(&en->mu);
+            fl_sched_get_stats(en->s, &en->stats);
+            if (en->head || en->stopping)
+                break;
+            if (pending) {
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += 20 * 1000000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                    ts.tv_sec++;
+                    ts.tv_nsec -= 1000000000L;
+                }
+                pthread_cond_timedwait(&en->cv, &en->mu, &ts);
+            } else {
+                pthread_cond_wait(&en->cv, &en->mu);
+            }
+        }
         cmd *list = en->head;
         en->head = en->tail = NULL;
         en->n_pending = 0;
@@ -186,6 +207,11 @@ int fl_engine_cancel(fl_engine *en, uint64_t id)
     k->kind = 1;
     k->id = id;
     pthread_mutex_lock(&en->mu);
+    if (en->stopping) { /* the thread may be gone: nobody would free it */
+        pthread_mutex_unlock(&en->mu);
+        free(k);
+        return FL_ESTATE;
+    }
     push(en, k);
     pthread_mutex_unlock(&en->mu);
     return 0;
@@ -207,6 +233,11 @@ void fl_engine_stop(fl_engine *en)
     pthread_cond_signal(&en->cv);
     pthread_mutex_unlock(&en->mu);
     pthread_join(en->th, NULL);
+    while (en->head) { /* commands that raced with the stop */
+        cmd *c = en->head;
+        en->head = c->next;
+        cmd_free(c);
+    }
     fl_sched_destroy(en->s); /* cancels what still runs: done events go out */
     pthread_mutex_destroy(&en->mu);
     pthread_cond_destroy(&en->cv);

@@ -105,6 +105,9 @@ int fl_sched_step(fl_sched *s, fl_err *e);
 bool fl_sched_idle(const fl_sched *s);
 void fl_sched_get_stats(const fl_sched *s, fl_sched_stats *st);
 const fl_kvpool *fl_sched_pool(const fl_sched *s);
+/* Drops the refs of pages the persister has finished with; returns how many pages it still
+ * holds (0: nothing in flight). Never blocks. */
+int fl_sched_reap(fl_sched *s);
 /* Waits for the persistence thread to drain. */
 void fl_sched_flush(fl_sched *s);
 void fl_sched_destroy(fl_sched *s);
@@ -122,7 +125,8 @@ int fl_engine_start(fl_engine **out, const fl_model *m, fl_backend *b, const fl_
  * "busy"; nothing was queued). */
 int fl_engine_submit(fl_engine *en, const fl_request *r, fl_sink sink, void *ctx, uint64_t *id,
                      fl_err *e);
-int fl_engine_cancel(fl_engine *en, uint64_t id); /* thread-safe, queued */
+/* Thread-safe, queued. FL_ESTATE once fl_engine_stop has begun. */
+int fl_engine_cancel(fl_engine *en, uint64_t id);
 void fl_engine_get_stats(fl_engine *en, fl_sched_stats *st); /* thread-safe snapshot */
 /* Stops the thread: running sequences are cancelled (done events sent), everything freed. */
 void fl_engine_stop(fl_engine *en);

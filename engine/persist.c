@@ -495,6 +495,14 @@ void fl_persist_flush(fl_persist *p)
     pthread_mutex_unlock(&p->mu);
 }
 
+int64_t fl_persist_in_flight(fl_persist *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int64_t n = p->qn + (p->busy ? 1 : 0) + p->ndone;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
 int64_t fl_persist_done_count(fl_persist *p)
 {
     pthread_mutex_lock(&p->mu);

@@ -74,6 +74,8 @@ double fl_persist_submit(fl_persist *p, const fl_persist_job *job);
  * the count written into pages (at most cap). */
 int fl_persist_reap(fl_persist *p, int32_t *pages, int cap);
 void fl_persist_flush(fl_persist *p);
+/* Jobs handed over and not yet reaped. */
+int64_t fl_persist_in_flight(fl_persist *p);
 int64_t fl_persist_done_count(fl_persist *p);
 int64_t fl_persist_fail_count(fl_persist *p);
 void fl_persist_destroy(fl_persist *p);

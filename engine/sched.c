@@ -703,6 +703,12 @@ int fl_sched_step(fl_sched *s, fl_err *e)
     return 1;
 }
 
+int fl_sched_reap(fl_sched *s)
+{
+    reap(s);
+    return (int)fl_persist_in_flight(s->persist);
+}
+
 void fl_sched_get_stats(const fl_sched *s, fl_sched_stats *st)
 {
     *st = s->st;
