@@ -12,3 +12,9 @@ add_test(NAME decode.parity_reference
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/parity_decode.py $<TARGET_FILE:fogline>
           ${CMAKE_BINARY_DIR}/fixtures/dec_q3 ${CMAKE_BINARY_DIR}/fixtures/dec_q2)
 set_tests_properties(decode.parity_reference PROPERTIES FIXTURES_REQUIRED decode_models LABELS "integration")
+# The built-in model: prompt ids (template + tokenizer) and greedy one-token-per-step replies
+# equal to the training-side reference decoder (engine/train/eval.py --greedy-out).
+add_test(NAME decode.parity_default_model
+  COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/parity_default_model.py $<TARGET_FILE:fogline>
+          ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk ${FL_TESTS_DIR}/data/helpdesk_greedy.json)
+set_tests_properties(decode.parity_default_model PROPERTIES LABELS "integration")
