@@ -18,3 +18,8 @@ add_test(NAME decode.parity_default_model
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/parity_default_model.py $<TARGET_FILE:fogline>
           ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk ${FL_TESTS_DIR}/data/helpdesk_greedy.json)
 set_tests_properties(decode.parity_default_model PROPERTIES LABELS "integration")
+# generate on the built-in model: stop strings, seeded sampling, top-k/top-p, bad flags
+add_test(NAME decode.generate_cli
+  COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/test_generate_cli.py $<TARGET_FILE:fogline>
+          ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
+set_tests_properties(decode.generate_cli PROPERTIES LABELS "integration")
