@@ -129,10 +129,11 @@ test('SIGTERM: running requests finish, new ones are refused, clients get 1001, 
 });
 
 test('SIGTERM after the grace period: what still runs or waits is cancelled, exit 0', async () => {
-  // one sequence at a time and eight requests: the queue outlasts a 0.3 s grace period
-  const s = await startServer(['--drain-timeout', '0.3', '--max-seqs', '1']);
+  // one sequence at a time and 48 one-token-per-step requests: seconds of work on any machine,
+  // so the queue outlasts a 0.3 s grace period (8 requests could finish in time on a quiet one)
+  const s = await startServer(['--drain-timeout', '0.3', '--max-seqs', '1', '--max-conn-requests', '64']);
   const c = await connect(s);
-  const ids = Array.from({ length: 8 }, (_, i) => `g${i}`);
+  const ids = Array.from({ length: 48 }, (_, i) => `g${i}`);
   for (const id of ids) c.send({ type: 'chat', id, messages: user('tell me about invoices'), max_tokens: 64,
                                  decoding: { policy: 'sequential', pipeline: false } });
   await c.next((f) => f.id === 'g0' && f.type === 'draft');
