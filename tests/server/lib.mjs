@@ -4,6 +4,7 @@
 // Environment: FL_BIN (the fogline binary), FL_SERVE_MODEL (the model directory; the built-in
 // model by default, as the binary knows it).
 import { spawn } from 'node:child_process';
+import { after } from 'node:test';
 import net from 'node:net';
 import { createRequire } from 'node:module';
 
@@ -47,7 +48,16 @@ export async function startServer(args = [], { env = {}, model = MODEL, tries = 
   }
 }
 
+// Every server a test file started is killed once its tests are over, so a failed test
+// (which skips its own shutdown) fails fast instead of keeping node alive until ctest's timeout.
+const live = new Set();
+after(() => {
+  for (const p of live) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+});
+
 function makeHandle(proc, port) {
+  live.add(proc);
+  proc.on('exit', () => live.delete(proc));
   const lines = [];
   const waiters = [];
   let buf = '';
