@@ -48,11 +48,15 @@ export async function startServer(args = [], { env = {}, model = MODEL, tries = 
   }
 }
 
-// Every server a test file started is killed once its tests are over, so a failed test
-// (which skips its own shutdown) fails fast instead of keeping node alive until ctest's timeout.
+// A server that a failed test left running (its own shutdown skipped) is killed 30 s after the
+// file's tests are over, so the failure reports fast instead of keeping node alive until
+// ctest's timeout. The timer is unref'd: a clean run exits at once, and the files' own after
+// hooks (which stop their servers and check the exit code) run first.
 const live = new Set();
 after(() => {
-  for (const p of live) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+  setTimeout(() => {
+    for (const p of live) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+  }, 30000).unref();
 });
 
 function makeHandle(proc, port) {
