@@ -9,7 +9,7 @@ SUDO=""
 PKGS_BUILD="build-essential cmake pkg-config clang libclang-rt-14-dev valgrind
   libwebsockets-dev libwebsockets-evlib-uv libuv1-dev libhiredis-dev libjansson-dev
   libopenblas-dev libopenblas0-pthread libpcre2-dev libutf8proc-dev"
-PKGS_TEST="redis-server python3-torch python3-numpy"
+PKGS_TEST="redis-server python3-torch python3-numpy chromium"
 missing=""
 for p in $PKGS_BUILD $PKGS_TEST; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"

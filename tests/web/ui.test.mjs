@@ -1,0 +1,345 @@
+// The browser chat UI (web/) in a real headless Chromium (Debian's /usr/bin/chromium, driven by
+// npm playwright-core; no browser is downloaded) against a real `fogline serve` with the default
+// model: masked placeholders resolve into the committed reply, stop mid-reply, reload resumes the
+// conversation, server errors and disconnects are shown, reconnect keeps the session.
+// Screenshots (light/dark, desktop/phone) go to tests/artifacts/web/ (FL_ARTIFACTS overrides).
+//
+// The default model answers in ~15 tokens within ~100 ms. To have a reply that lasts long enough
+// to screenshot and stop it, the server runs one compute thread and small batches, and a
+// background client keeps the engine busy (`busy()`): the reply then takes a second or more.
+import test, { before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { startServer, connect, require, until } from '../server/lib.mjs';
+
+const { chromium } = require('playwright-core');
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const ARTIFACTS = process.env.FL_ARTIFACTS || path.join(here, '..', 'artifacts', 'web');
+const CHROMIUM = process.env.FL_CHROMIUM || '/usr/bin/chromium';
+const SERVER_ARGS = ['--threads', '1', '--max-batch-tokens', '16', '--max-conn-requests', '64', '--max-seqs', '128',
+                     '--max-tokens-limit', '512', '--drain-timeout', '1'];
+const DESKTOP = { width: 1280, height: 820 };
+const PHONE = { width: 390, height: 844 };
+
+let server;
+let ctx;
+let page;
+let profile;
+const frames = { sent: [], received: [] };
+
+before(async () => {
+  fs.mkdirSync(ARTIFACTS, { recursive: true });
+  server = await startServer(SERVER_ARGS);
+  profile = fs.mkdtempSync(path.join(os.tmpdir(), 'fogline-chromium-'));
+  ctx = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-quic',
+           '--no-first-run', '--disable-component-update', '--disable-sync'],
+    viewport: DESKTOP,
+    colorScheme: 'light',
+    reducedMotion: 'no-preference',
+  });
+  // Test-only instrumentation: while window.__hold is set, the page's WebSocket messages wait,
+  // so that a screenshot shows a draft exactly as it was when the test saw it.
+  await ctx.addInitScript(() => {
+    const held = [];
+    const d = Object.getOwnPropertyDescriptor(WebSocket.prototype, 'onmessage');
+    Object.defineProperty(WebSocket.prototype, 'onmessage', {
+      configurable: true,
+      get() { return d.get.call(this); },
+      set(fn) {
+        d.set.call(this, (ev) => {
+          if (window.__hold || held.length) { held.push([fn, this, ev]); return; }
+          fn.call(this, ev);
+          if (window.__holdWhen?.()) { window.__holdWhen = null; window.__hold = true; }
+        });
+      },
+    });
+    // hold the messages after the first one that leaves the page in a state where when() is true
+    window.__holdAt = (when) => { window.__holdWhen = when; };
+    window.__release = () => {
+      window.__hold = false;
+      while (held.length) { const [fn, self, ev] = held.shift(); fn.call(self, ev); }
+    };
+  });
+  page = ctx.pages()[0] || await ctx.newPage();
+  page.on('pageerror', (e) => { process.stderr.write(`[page error] ${e.stack || e}\n`); pageErrors.push(e); });
+  page.on('websocket', (w) => {
+    w.on('framesent', ({ payload }) => frames.sent.push(JSON.parse(payload)));
+    w.on('framereceived', ({ payload }) => frames.received.push(JSON.parse(payload)));
+  });
+  await page.goto(server.url);
+  await connected();
+});
+
+after(async () => { // after a failure too; the last test checks the clean exit
+  await ctx?.close().catch(() => {});
+  if (profile) fs.rmSync(profile, { recursive: true, force: true });
+  await server?.stop();
+});
+
+const pageErrors = [];
+
+async function connected() {
+  await page.waitForSelector('#conn[data-state="open"]', { timeout: 20000 });
+}
+
+const assistants = () => page.locator('.msg[data-role="assistant"]');
+const lastAssistant = () => assistants().last();
+
+async function setSettings(values, screenshot) {
+  await page.click('#open-settings');
+  await page.waitForSelector('#settings[open]');
+  if ('policy' in values) await page.selectOption('#set-policy', values.policy);
+  if ('pipeline' in values) await page.setChecked('#set-pipeline', values.pipeline);
+  if ('max_tokens' in values) await page.fill('#set-max-tokens', String(values.max_tokens));
+  if (screenshot) await shot(screenshot);
+  await page.keyboard.press('Escape'); // the dialog closes on Esc, keyboard only
+  await page.waitForSelector('#settings:not([open])', { state: 'attached' });
+}
+
+// Types into the composer and sends with Enter; resolves with the chat frame it sent.
+async function sendMessage(text) {
+  const n = frames.sent.length;
+  await page.fill('#composer-input', text);
+  await page.press('#composer-input', 'Enter');
+  return until(() => frames.sent.slice(n).find((f) => f.type === 'chat'), 5000, 'the chat frame');
+}
+
+const framesOf = (id) => frames.received.filter((f) => f.id === id);
+
+// A background client that keeps `n` one-token-per-step requests running: the engine is busy,
+// so the UI's reply advances a step at a time over a second or more.
+async function busy(n = 48) {
+  const conns = [];
+  let i = 0;
+  let on = true;
+  for (let left = n; left > 0; left -= 60) {
+    const c = await connect(server);
+    conns.push(c);
+    const one = () => c.send({ type: 'chat', id: `bg${i++}`, messages: [{ role: 'user', content: 'what is my balance' }],
+                               max_tokens: 256, decoding: { policy: 'sequential', pipeline: false } });
+    c.ws.on('message', (d) => { if (on && JSON.parse(d.toString()).type === 'done') one(); });
+    for (let k = 0; k < Math.min(left, 60); k++) one();
+  }
+  await conns[0].next((f) => f.type === 'draft');
+  return () => { on = false; for (const c of conns) c.close(); };
+}
+
+async function shot(name) {
+  await page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`) });
+}
+
+test('a reply comes out of the fog: masked placeholders resolve in place into the committed text', async () => {
+  // Shift+Enter is a new line, not a send
+  await page.fill('#composer-input', 'first line');
+  await page.press('#composer-input', 'Shift+Enter');
+  await page.keyboard.type('second line');
+  assert.equal(await page.inputValue('#composer-input'), 'first line\nsecond line');
+  assert.equal(frames.sent.filter((f) => f.type === 'chat').length, 0);
+
+  await setSettings({ policy: 'sequential', pipeline: false });
+  // record every DOM state of the streaming reply
+  await page.evaluate(() => {
+    window.__fog = { maxMasked: 0, mixed: 0, samples: [] };
+    new MutationObserver(() => {
+      const live = document.querySelector('.msg[data-role="assistant"][data-state="streaming"] .live');
+      if (!live) return;
+      const masked = live.querySelectorAll('.fog').length;
+      const decided = live.querySelectorAll('.tok').length;
+      window.__fog.maxMasked = Math.max(window.__fog.maxMasked, masked);
+      if (masked && decided) window.__fog.mixed++;
+      if (masked) window.__fog.samples.push(live.textContent);
+    }).observe(document.getElementById('thread'), { childList: true, subtree: true, characterData: true, attributes: true });
+  });
+  const chat = await sendMessage('How do I reset my password?');
+  assert.equal(chat.decoding.policy, 'sequential');
+  assert.equal(chat.decoding.pipeline, false);
+  assert.equal(chat.messages.at(-1).content, 'How do I reset my password?');
+  await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
+
+  const fog = await page.evaluate(() => window.__fog);
+  assert.ok(fog.maxMasked > 0, 'masked placeholders were seen while streaming');
+  assert.ok(fog.mixed > 0, 'placeholders and resolved tokens were seen side by side');
+
+  const mine = framesOf(chat.id);
+  const commits = mine.filter((f) => f.type === 'commit');
+  assert.ok(mine.some((f) => f.type === 'draft'), 'drafts came');
+  const done = mine.at(-1);
+  assert.equal(done.type, 'done');
+  assert.equal(done.session, chat.session);
+  const reply = commits.map((f) => f.text).join('');
+  assert.ok(reply.trim().length > 0, 'a non-empty reply');
+
+  // the settled reply is the committed text as Markdown, with no fog left
+  const shown = await lastAssistant().locator('.md').evaluate((el) => el.textContent);
+  const expected = await page.evaluate(async (t) => {
+    const m = await import('/markdown.js');
+    const d = document.createElement('div');
+    d.innerHTML = m.renderMarkdown(t);
+    return d.textContent;
+  }, reply);
+  assert.equal(shown, expected);
+  assert.equal(await page.locator('.fog').count(), 0);
+  // stored for resume: the same text under the session id
+  const stored = await page.evaluate((s) => JSON.parse(localStorage.getItem(`fogline.chat.${s}`)), chat.session);
+  assert.equal(stored.messages.at(-1).content, reply);
+  // the stats line
+  const stats = await lastAssistant().locator('.stats').textContent();
+  assert.match(stats, new RegExp(`tokens ${done.usage.completion_tokens}`));
+  assert.match(stats, /TPF \d/);
+  assert.match(stats, /tok\/s \d/);
+  assert.match(stats, /first draft \d/);
+  assert.equal(await page.locator('#send').isVisible(), true);
+  assert.equal(await page.locator('#stop').isVisible(), false);
+  await shot('desktop-light');
+});
+
+test('stop cancels mid-reply and keeps what was committed', async () => {
+  const quiet = await busy();
+  try {
+    const chat = await sendMessage('My invoice shows the wrong amount.');
+    await page.waitForSelector('.msg[data-state="streaming"] .live .fog', { timeout: 20000 });
+    assert.equal(await page.locator('#stop').isVisible(), true);
+    await page.click('#stop');
+    await lastAssistant().and(page.locator('[data-state="cancelled"]')).waitFor({ timeout: 20000 });
+    const mine = framesOf(chat.id);
+    assert.ok(frames.sent.some((f) => f.type === 'cancel' && f.id === chat.id), 'a cancel frame was sent');
+    const done = mine.at(-1);
+    assert.equal(done.type, 'done');
+    assert.equal(done.finish, 'cancelled');
+    const kept = mine.filter((f) => f.type === 'commit').map((f) => f.text).join('');
+    const stored = await page.evaluate((s) => JSON.parse(localStorage.getItem(`fogline.chat.${s}`)), chat.session);
+    assert.equal(stored.messages.at(-1).content, kept);
+    assert.equal(stored.messages.at(-1).finish, 'cancelled');
+    assert.match(await lastAssistant().locator('.stats').textContent(), /stopped/);
+    assert.equal(await page.locator('.fog').count(), 0);
+    assert.equal(await page.locator('#stop').isVisible(), false);
+  } finally {
+    quiet();
+  }
+});
+
+test('screenshots: streaming in light and dark, desktop and phone width', async () => {
+  await setSettings({ pipeline: true }); // several blocks in the fog at once
+  for (const scheme of ['light', 'dark']) {
+    await page.emulateMedia({ colorScheme: scheme });
+    // freeze the page at the first draft with tokens out of the fog and positions still in it
+    await page.evaluate(() => window.__holdAt(() => {
+      const live = document.querySelector('.msg[data-state="streaming"] .live');
+      return live && live.querySelectorAll('.tok').length >= 2 && live.querySelectorAll('.fog').length >= 2;
+    }));
+    await sendMessage(scheme === 'light' ? 'Can I change the email on my account?' : 'How long does a refund take?');
+    const caught = await page.waitForFunction(() => window.__hold || document.querySelector('.msg[data-state="done"]:last-child'),
+      null, { timeout: 20000 }).then(() => page.evaluate(() => !!window.__hold));
+    if (caught) await page.waitForTimeout(450); // the newest tokens' defog animation
+    else process.stderr.write(`# ${scheme}: the reply had no draft with 2 tokens and 2 masks\n`);
+    await shot(`desktop-${scheme}-streaming`);
+    await page.evaluate(() => { window.__holdWhen = null; window.__release(); });
+    await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 30000 });
+  }
+  await page.setViewportSize(PHONE);
+  await page.waitForTimeout(300); // the chat list's slide-out transition
+  for (const scheme of ['light', 'dark']) {
+    await page.emulateMedia({ colorScheme: scheme });
+    await shot(`phone-${scheme}`);
+  }
+  // the chat list slides in on a phone and closes with Esc
+  await page.click('#open-sidebar');
+  await page.waitForSelector('.app.sidebar-open');
+  await page.waitForTimeout(250);
+  await shot('phone-dark-chats');
+  await page.keyboard.press('Escape');
+  await page.waitForSelector('.app:not(.sidebar-open)');
+  await page.setViewportSize(DESKTOP);
+  await page.emulateMedia({ colorScheme: 'light' });
+  // the dark theme really differs
+  const bg = () => page.evaluate(() => getComputedStyle(document.body).backgroundColor);
+  const light = await bg();
+  await page.emulateMedia({ colorScheme: 'dark' });
+  const dark = await bg();
+  await page.emulateMedia({ colorScheme: 'light' });
+  assert.notEqual(light, dark);
+});
+
+test('a server error is shown on the reply, and the chat goes on', async () => {
+  await setSettings({ max_tokens: 100000 }, 'desktop-light-settings');
+  const chat = await sendMessage('hello');
+  const err = lastAssistant().locator('.msg-error');
+  await err.waitFor({ timeout: 10000 });
+  const text = await err.textContent();
+  assert.match(text, /max_tokens/);
+  assert.match(text, /out_of_range/);
+  assert.equal(await lastAssistant().getAttribute('data-state'), 'error');
+  assert.equal(framesOf(chat.id).at(-1).code, 'out_of_range');
+  await shot('desktop-light-error');
+  // fixed in the settings, Retry sends it again
+  await setSettings({ max_tokens: 64 });
+  const n = frames.sent.length;
+  await err.locator('button.retry').click();
+  const again = await until(() => frames.sent.slice(n).find((f) => f.type === 'chat'), 5000, 'the retried chat');
+  assert.equal(again.max_tokens, 64);
+  assert.equal(again.messages.at(-1).content, 'hello');
+  await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
+  assert.equal(await page.locator('.msg-error').count(), 0);
+});
+
+test('reload restores the conversation and continues the same session', async () => {
+  const before = await page.locator('#thread').evaluate((el) =>
+    [...el.children].map((m) => [m.dataset.role, m.dataset.state || '', (m.querySelector('.bubble,.md')).textContent]));
+  const session = await page.evaluate(() => JSON.parse(localStorage.getItem('fogline.current')));
+  assert.ok(before.length >= 8, `a conversation of several turns (${before.length} messages)`);
+  await page.reload();
+  await connected();
+  const afterReload = await page.locator('#thread').evaluate((el) =>
+    [...el.children].map((m) => [m.dataset.role, m.dataset.state || '', (m.querySelector('.bubble,.md')).textContent]));
+  assert.deepEqual(afterReload, before);
+  assert.equal(await page.locator('#chat-title').textContent(), 'How do I reset my password?');
+  assert.equal(await page.locator('.chat-list li.current').count(), 1);
+  // the stats survive too
+  assert.match(await assistants().first().locator('.stats').textContent(), /TPF/);
+  const chat = await sendMessage('thanks!');
+  assert.equal(chat.session, session);
+  const roles = chat.messages.map((m) => m.role);
+  assert.equal(roles.filter((r) => r === 'user').length, 6, 'the whole history is sent');
+  assert.equal(roles.at(-1), 'user');
+  await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
+});
+
+test('a disconnect is shown; the UI reconnects and keeps the session', async () => {
+  const session = await page.evaluate(() => JSON.parse(localStorage.getItem('fogline.current')));
+  const { port } = server;
+  assert.equal(await server.stop(), 0);
+  await page.waitForSelector('#conn[data-state="closed"]', { timeout: 10000 });
+  const banner = page.locator('#banner');
+  await banner.waitFor({ state: 'visible' });
+  assert.match(await banner.textContent(), /Disconnected/);
+  assert.equal(await page.locator('#send').isDisabled(), true);
+  await shot('desktop-light-disconnected');
+  // the same port again: the page reconnects by itself
+  server = await startServer([...SERVER_ARGS, '--port', String(port)]);
+  await connected();
+  await until(async () => /Reconnected/.test(await banner.textContent()), 15000, 'the reconnected banner');
+  const chat = await sendMessage('are you back?');
+  assert.equal(chat.session, session);
+  await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
+  // a new chat starts a new session; the old one stays in the list
+  await page.click('#new-chat');
+  assert.equal(await page.locator('.msg').count(), 0);
+  const fresh = await sendMessage('hello again');
+  assert.notEqual(fresh.session, session);
+  assert.equal(fresh.messages.length, 1);
+  await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
+  assert.equal(await page.locator('.chat-list li').count(), 2);
+});
+
+test('the page made no script errors; the server exits 0 on SIGTERM', async () => {
+  assert.deepEqual(pageErrors, []);
+  await ctx.close();
+  assert.equal(await server.stop(), 0);
+});

@@ -1,0 +1,614 @@
+// fogline chat: the browser side of docs/protocol.md (WebSocket /ws).
+//
+// State lives in localStorage so that a reload, or a dropped connection, resumes the same chat:
+//   fogline.chats          [{id, title, updated}]  the chat list, newest first
+//   fogline.chat.<id>      {id, title, messages: [{role, content, finish?, usage?, stats?, error?}]}
+//   fogline.current        the open chat's id (also its protocol `session`)
+//   fogline.settings       the settings panel
+// A reply is drawn from draft frames (masked positions resolve in place) and settles into
+// Markdown when its blocks are committed; only commits become the stored reply.
+import { renderMarkdown, escapeHtml } from './markdown.js';
+
+const $ = (id) => document.getElementById(id);
+const els = {
+  app: $('app'), thread: $('thread'), messages: $('messages'), empty: $('empty'),
+  input: $('composer-input'), composer: $('composer'), send: $('send'), stop: $('stop'),
+  conn: $('conn'), connText: $('conn-text'), serverInfo: $('server-info'), title: $('chat-title'),
+  banner: $('banner'), bannerText: $('banner-text'), bannerAction: $('banner-action'), bannerClose: $('banner-close'),
+  chatList: $('chat-list'), newChat: $('new-chat'), announcer: $('announcer'),
+  settings: $('settings'), settingsForm: $('settings-form'),
+  openSidebar: $('open-sidebar'), closeSidebar: $('close-sidebar'), scrim: $('scrim'),
+};
+
+// ---------------------------------------------------------------- storage
+
+const store = {
+  get(key, fallback) {
+    try { const v = localStorage.getItem(key); return v == null ? fallback : JSON.parse(v); } catch { return fallback; }
+  },
+  set(key, value) {
+    try { localStorage.setItem(key, JSON.stringify(value)); } catch { /* full or disabled: keep going in memory */ }
+  },
+  del(key) { try { localStorage.removeItem(key); } catch { /* ignore */ } },
+};
+
+function randomId(prefix) {
+  const b = new Uint8Array(9);
+  crypto.getRandomValues(b); // works on plain http too, unlike randomUUID
+  return prefix + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
+}
+
+const DEFAULTS = { temperature: 0, policy: 'threshold', threshold: 0.9, pipeline: true, max_tokens: 256, api_key: '' };
+let settings = { ...DEFAULTS, ...store.get('fogline.settings', {}) };
+
+let chat = null; // the open chat
+function loadChat(id) {
+  const c = store.get(`fogline.chat.${id}`, null);
+  if (!c || !Array.isArray(c.messages)) return { id, title: '', messages: [] };
+  for (const m of c.messages) { // a reply the page was closed on: say so instead of a blank
+    if (m.role === 'assistant' && !m.finish && !m.error) {
+      m.error = { code: 'interrupted', message: 'The page was closed before this reply finished.' };
+    }
+  }
+  return c;
+}
+function saveChat() {
+  if (!chat.messages.length) return; // an empty chat is not listed until it has a message
+  store.set(`fogline.chat.${chat.id}`, chat);
+  const list = store.get('fogline.chats', []).filter((x) => x.id !== chat.id);
+  list.unshift({ id: chat.id, title: chat.title, updated: Date.now() });
+  store.set('fogline.chats', list.slice(0, 100));
+  renderChatList();
+}
+function openChat(id) {
+  if (active) stopReply();
+  chat = loadChat(id);
+  store.set('fogline.current', id);
+  renderThread();
+  renderChatList();
+  closeSidebar();
+}
+function newChat() {
+  if (active) stopReply();
+  openChat(randomId('s-'));
+  els.input.focus();
+}
+function deleteChat(id) {
+  store.del(`fogline.chat.${id}`);
+  store.set('fogline.chats', store.get('fogline.chats', []).filter((x) => x.id !== id));
+  if (chat.id === id) newChat(); else renderChatList();
+}
+
+// ---------------------------------------------------------------- connection
+
+let ws = null;
+let hello = null;
+let retries = 0;
+let retryTimer = null;
+let everConnected = false;
+
+function wsUrl() {
+  return `${location.protocol === 'https:' ? 'wss:' : 'ws:'}//${location.host}/ws`;
+}
+
+function connect() {
+  clearTimeout(retryTimer);
+  retryTimer = null;
+  setConn('connecting', everConnected ? 'reconnecting' : 'connecting');
+  let sock;
+  try { sock = new WebSocket(wsUrl()); } catch (e) { scheduleReconnect(); return; }
+  ws = sock;
+  sock.onmessage = (ev) => {
+    let f;
+    try { f = JSON.parse(ev.data); } catch { return; }
+    onFrame(f);
+  };
+  sock.onclose = (ev) => {
+    if (ws !== sock) return;
+    ws = null;
+    hello = null;
+    const why = ev.reason ? `${ev.reason} (${ev.code})` : (ev.code === 1006 ? 'the connection dropped' : `closed (${ev.code})`);
+    if (active) failReply({ code: 'disconnected', message: `Connection lost before the reply finished: ${why}.` });
+    setConn('closed', 'offline');
+    scheduleReconnect(why);
+    updateComposer();
+  };
+}
+
+function scheduleReconnect(why) {
+  const delay = Math.min(10000, 500 * 2 ** Math.min(retries, 5));
+  retries++;
+  const secs = Math.round(delay / 1000) || 1;
+  showBanner(
+    everConnected ? `Disconnected from the server (${why || 'cannot connect'}). Reconnecting in ${secs} s…`
+                  : `Cannot reach the server at ${location.host}. Retrying in ${secs} s…`,
+    { kind: 'error', action: 'Retry now', onAction: () => connect(), sticky: true });
+  retryTimer = setTimeout(connect, delay);
+}
+
+function setConn(state, text) {
+  els.conn.dataset.state = state;
+  els.connText.textContent = text;
+}
+
+function onFrame(f) {
+  switch (f.type) {
+    case 'hello':
+      hello = f;
+      retries = 0;
+      if (f.auth_required) {
+        if (settings.api_key) ws.send(JSON.stringify({ type: 'auth', key: settings.api_key }));
+        else showBanner('This server needs an API key: enter it in Settings.', { kind: 'error', action: 'Settings', onAction: openSettings, sticky: true });
+      }
+      if (!f.auth_required || settings.api_key) {
+        if (everConnected) showBanner('Reconnected: the conversation continues in the same session.', { kind: 'info', timeout: 3000 });
+        else hideBanner();
+      }
+      everConnected = true;
+      setConn('open', f.model || 'connected');
+      els.serverInfo.textContent = `${f.model} · ${f.server} · blocks of ${f.block_size}`;
+      $('max-tokens-hint').textContent = `The server allows up to ${f.limits?.max_tokens ?? '?'}.`;
+      updateComposer();
+      return;
+    case 'draft': if (active && f.id === active.id) onDraft(f); return;
+    case 'commit': if (active && f.id === active.id) onCommit(f); return;
+    case 'done': if (active && f.id === active.id) onDone(f); return;
+    case 'error':
+      if (active && f.id === active.id) { failReply(f); return; }
+      if (f.code === 'unknown_id') return; // a cancel that crossed the reply's done
+      showBanner(`Server error: ${f.message || f.code}`, { kind: 'error' });
+      return;
+    default:
+  }
+}
+
+// ---------------------------------------------------------------- a reply in flight
+
+let active = null; // {id, msg, el, blocks: Map(block -> {el, tokens}), committed, nextBlock, t0, tFirst, decided}
+
+function buildRequest(history) {
+  const decoding = { policy: settings.policy, pipeline: !!settings.pipeline };
+  if (settings.policy === 'threshold' || settings.policy === 'dynamic') decoding.threshold = Number(settings.threshold);
+  return {
+    type: 'chat',
+    id: randomId('r-'),
+    session: chat.id,
+    messages: history.slice(-256),
+    max_tokens: Math.round(Number(settings.max_tokens)) || DEFAULTS.max_tokens,
+    temperature: Number(settings.temperature),
+    decoding,
+  };
+}
+
+function historyForServer() {
+  return chat.messages
+    .filter((m) => (m.role === 'user' || m.role === 'assistant') && m.content)
+    .map((m) => ({ role: m.role, content: m.content }));
+}
+
+function send(text) {
+  text = text.trim();
+  if (!text || active) return;
+  if (!ws || ws.readyState !== WebSocket.OPEN || !hello) {
+    showBanner('Not connected: the message was not sent. It is still in the box.', { kind: 'error', timeout: 5000 });
+    return;
+  }
+  if (!chat.messages.length) chat.title = text.replace(/\s+/g, ' ').slice(0, 60);
+  chat.messages.push({ role: 'user', content: text });
+  const req = buildRequest(historyForServer());
+  const msg = { role: 'assistant', content: '' };
+  chat.messages.push(msg);
+  saveChat();
+  els.input.value = '';
+  autosize();
+  els.title.textContent = chat.title;
+  appendMessage(chat.messages[chat.messages.length - 2]);
+  const el = appendMessage(msg, { streaming: true });
+  active = {
+    id: req.id, msg, el, blocks: new Map(), committed: '', nextBlock: 0,
+    t0: performance.now(), tFirst: null, decided: 0, timer: null,
+  };
+  el.dataset.state = 'streaming';
+  el.setAttribute('aria-busy', 'true');
+  active.timer = setInterval(renderLiveStats, 200);
+  renderLiveStats();
+  ws.send(JSON.stringify(req));
+  updateComposer();
+  scrollToEnd(true);
+}
+
+function onDraft(f) {
+  const a = active;
+  if (f.block < a.nextBlock) return; // already committed
+  if (a.tFirst == null) a.tFirst = performance.now();
+  let b = a.blocks.get(f.block);
+  const live = a.el.querySelector('.live');
+  if (!b || b.el.childNodes.length !== f.tokens.length) {
+    const span = b ? b.el : document.createElement('span');
+    span.className = 'blk';
+    span.dataset.block = f.block;
+    span.replaceChildren(...f.tokens.map(() => document.createElement('span')));
+    if (!b) {
+      b = { el: span, decided: 0 };
+      a.blocks.set(f.block, b);
+      // blocks in order: pipelining can draft block b+1 before b's first draft arrives
+      const after = [...live.children].find((c) => Number(c.dataset.block) > f.block);
+      live.insertBefore(span, after || null);
+    }
+  }
+  const fresh = new Set(f.new || []);
+  let decided = 0;
+  f.tokens.forEach((tok, i) => {
+    const s = b.el.childNodes[i];
+    if (tok.mask) {
+      if (s.className !== 'fog') { s.className = 'fog'; s.textContent = ''; s.removeAttribute('data-t'); }
+    } else {
+      decided++;
+      const t = tok.t ?? '';
+      if (s.dataset.t !== t || s.className === 'fog') {
+        s.dataset.t = t;
+        s.textContent = t;
+        s.className = fresh.has(i) ? 'tok drafting new' : 'tok drafting';
+      }
+    }
+  });
+  a.decided += decided - b.decided;
+  b.decided = decided;
+  renderLiveStats();
+  scrollToEnd();
+}
+
+function onCommit(f) {
+  const a = active;
+  if (a.tFirst == null) a.tFirst = performance.now();
+  a.committed += f.text;
+  a.nextBlock = Math.max(a.nextBlock, f.block + 1);
+  const b = a.blocks.get(f.block);
+  if (b) { a.decided -= b.decided; b.el.remove(); a.blocks.delete(f.block); }
+  a.msg.content = a.committed;
+  a.committedTokens = (a.committedTokens || 0) + (b ? b.el.childNodes.length : 0);
+  renderReply(a.el, a.committed, { streaming: true });
+  renderLiveStats();
+  scrollToEnd();
+}
+
+function onDone(f) {
+  const a = active;
+  finishActive();
+  a.msg.content = a.committed;
+  a.msg.finish = f.finish;
+  a.msg.usage = f.usage;
+  a.msg.stats = f.stats;
+  a.msg.client = { ms_first: a.tFirst == null ? null : a.tFirst - a.t0, ms_total: performance.now() - a.t0 };
+  saveChat();
+  renderReply(a.el, a.committed, { streaming: false });
+  a.el.dataset.state = f.finish === 'cancelled' ? 'cancelled' : 'done';
+  renderStats(a.el, a.msg);
+  announce(f.finish === 'cancelled' ? 'Reply stopped.' : 'Reply finished.');
+  scrollToEnd();
+}
+
+function failReply(err) {
+  const a = active;
+  finishActive();
+  a.msg.content = a.committed;
+  a.msg.error = { code: err.code || 'error', message: err.message || 'The request failed.' };
+  saveChat();
+  renderReply(a.el, a.committed, { streaming: false });
+  a.el.dataset.state = 'error';
+  renderStats(a.el, a.msg);
+  renderError(a.el, a.msg);
+  announce(`Error: ${a.msg.error.message}`);
+  scrollToEnd();
+}
+
+function finishActive() {
+  clearInterval(active.timer);
+  active.el.removeAttribute('aria-busy');
+  active = null;
+  updateComposer();
+}
+
+function stopReply() {
+  if (!active) return;
+  if (ws && ws.readyState === WebSocket.OPEN) {
+    ws.send(JSON.stringify({ type: 'cancel', id: active.id }));
+    active.el.dataset.stopping = '1';
+    renderLiveStats();
+  } else {
+    failReply({ code: 'disconnected', message: 'Stopped while disconnected.' });
+  }
+}
+
+// ---------------------------------------------------------------- rendering
+
+function appendMessage(m, { streaming = false } = {}) {
+  els.empty.hidden = true;
+  const li = document.createElement('li');
+  li.className = 'msg';
+  li.dataset.role = m.role;
+  if (m.role === 'user') {
+    const bubble = document.createElement('div');
+    bubble.className = 'bubble';
+    bubble.textContent = m.content;
+    li.append(bubble);
+  } else {
+    li.innerHTML = '<div class="avatar" aria-hidden="true"><img src="favicon.svg" alt=""></div>'
+      + '<div class="assistant-body"><div class="reply"><div class="md"></div></div><div class="stats" aria-live="off"></div></div>';
+    li.querySelector('.reply').setAttribute('aria-label', 'fogline');
+    const live = document.createElement('span');
+    live.className = 'live';
+    live.setAttribute('aria-hidden', 'true');
+    li._live = live;
+    renderReply(li, m.content, { streaming });
+    if (!streaming) {
+      li.dataset.state = m.error ? 'error' : (m.finish === 'cancelled' ? 'cancelled' : 'done');
+      renderStats(li, m);
+      if (m.error) renderError(li, m);
+    }
+  }
+  els.thread.append(li);
+  return li;
+}
+
+// Committed text as Markdown, with the blocks still in the fog (the .live span) placed where the
+// text continues: inside the last paragraph or list item, so that nothing jumps when a block
+// settles.
+function renderReply(li, text, { streaming }) {
+  const md = li.querySelector('.md');
+  const live = li._live;
+  md.innerHTML = renderMarkdown(text);
+  if (!streaming) { live.remove(); return; }
+  let host = md;
+  if (!/\n\s*$/.test(text)) {
+    let last = md.lastElementChild;
+    while (last && /^(UL|OL|BLOCKQUOTE)$/.test(last.tagName) && last.lastElementChild) last = last.lastElementChild;
+    if (last && /^(P|LI|H[1-6]|CODE|PRE)$/.test(last.tagName)) host = last.tagName === 'PRE' ? (last.querySelector('code') || last) : last;
+  }
+  if (host === md) {
+    let p = md.querySelector(':scope > p.tail');
+    if (!p) { p = document.createElement('p'); p.className = 'tail'; md.append(p); }
+    host = p;
+  }
+  host.append(live);
+}
+
+function fmt(n, digits = 0) {
+  return Number(n).toLocaleString(undefined, { maximumFractionDigits: digits, minimumFractionDigits: digits });
+}
+function ms(v) {
+  if (v == null || !isFinite(v)) return '–';
+  return v < 1000 ? `${fmt(v, v < 10 ? 1 : 0)} ms` : `${fmt(v / 1000, 2)} s`;
+}
+function pill(label, value, title) {
+  return `<span class="pill"${title ? ` title="${escapeHtml(title)}"` : ''}>${escapeHtml(label)} <b>${escapeHtml(value)}</b></span>`;
+}
+
+function renderLiveStats() {
+  const a = active;
+  if (!a) return;
+  const el = a.el.querySelector('.stats');
+  const elapsed = performance.now() - a.t0;
+  const tokens = (a.committedTokens || 0) + a.decided;
+  const masked = a.el.querySelectorAll('.live .fog').length;
+  const state = a.el.dataset.stopping ? 'stopping…' : (a.tFirst == null ? 'waiting for the first draft…' : 'denoising…');
+  el.innerHTML = `<span class="pill state-streaming" data-stat="state">${state}</span>`
+    + pill('tokens', fmt(tokens)) + pill('masked', fmt(masked))
+    + (a.tFirst != null ? pill('first draft', ms(a.tFirst - a.t0)) : '')
+    + pill('elapsed', ms(elapsed));
+}
+
+function renderStats(li, m) {
+  const el = li.querySelector('.stats');
+  if (!m.stats && !m.usage) { el.innerHTML = m.error ? '' : '<span class="pill">no stats</span>'; return; }
+  const s = m.stats || {};
+  const n = m.usage?.completion_tokens ?? 0;
+  const secs = (s.ms_total ?? m.client?.ms_total ?? 0) / 1000;
+  const parts = [];
+  if (m.finish === 'cancelled') parts.push('<span class="pill state-cancelled" data-stat="finish">stopped</span>');
+  else if (m.finish === 'length') parts.push('<span class="pill" data-stat="finish" title="max tokens reached">cut at max tokens</span>');
+  parts.push(pill('tokens', fmt(n), `prompt ${m.usage?.prompt_tokens ?? '?'}, reply ${n}`));
+  if (s.tpf != null) parts.push(pill('TPF', fmt(s.tpf, 2), `tokens per forward pass: ${s.forwards} forwards (${s.decode_forwards} denoising), ${s.blocks} blocks`));
+  if (secs > 0) parts.push(pill('tok/s', fmt(n / secs, 0), `${n} tokens in ${ms(s.ms_total)} (prefill ${ms(s.ms_prefill)}, decode ${ms(s.ms_decode)})`));
+  parts.push(pill('first draft', ms(s.ms_first_update ?? m.client?.ms_first), `measured by the server; in this browser ${ms(m.client?.ms_first)}`));
+  el.innerHTML = parts.join('');
+}
+
+function renderError(li, m) {
+  li.querySelector('.msg-error')?.remove();
+  const div = document.createElement('div');
+  div.className = 'msg-error';
+  div.setAttribute('role', 'alert');
+  const head = { disconnected: 'Disconnected', interrupted: 'Interrupted' }[m.error.code];
+  div.innerHTML = `<strong>${head || 'Error'}:</strong> ${escapeHtml(m.error.message)}`
+    + (head ? '' : ` <code>${escapeHtml(m.error.code)}</code>`);
+  const last = chat.messages[chat.messages.length - 1] === m;
+  if (last) {
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.className = 'retry';
+    b.textContent = 'Retry';
+    b.addEventListener('click', retryLast);
+    div.append(b);
+  }
+  li.querySelector('.assistant-body').append(div);
+}
+
+function retryLast() {
+  if (active) return;
+  const msgs = chat.messages;
+  if (msgs.length < 2 || msgs[msgs.length - 1].role !== 'assistant') return;
+  msgs.pop();
+  const u = msgs.pop();
+  renderThread();
+  send(u.content);
+}
+
+function renderThread() {
+  els.thread.replaceChildren();
+  els.empty.hidden = chat.messages.length > 0;
+  for (const m of chat.messages) appendMessage(m);
+  els.title.textContent = chat.title || 'New chat';
+  document.title = chat.title ? `${chat.title} · fogline` : 'fogline';
+  scrollToEnd(true);
+}
+
+function renderChatList() {
+  const list = store.get('fogline.chats', []);
+  els.chatList.replaceChildren(...list.map((c) => {
+    const li = document.createElement('li');
+    if (chat && c.id === chat.id) li.className = 'current';
+    const open = document.createElement('button');
+    open.type = 'button';
+    open.className = 'chat-open';
+    open.textContent = c.title || 'Untitled chat';
+    if (chat && c.id === chat.id) open.setAttribute('aria-current', 'page');
+    open.addEventListener('click', () => openChat(c.id));
+    const del = document.createElement('button');
+    del.type = 'button';
+    del.className = 'chat-del';
+    del.setAttribute('aria-label', `Delete the chat “${c.title || 'Untitled chat'}”`);
+    del.innerHTML = '<svg viewBox="0 0 24 24" aria-hidden="true"><path d="M6 6l12 12M18 6L6 18"/></svg>';
+    del.addEventListener('click', () => deleteChat(c.id));
+    li.append(open, del);
+    return li;
+  }));
+}
+
+let stick = true;
+els.messages.addEventListener('scroll', () => {
+  const m = els.messages;
+  stick = m.scrollHeight - m.scrollTop - m.clientHeight < 80;
+});
+function scrollToEnd(force = false) {
+  if (!force && !stick) return;
+  els.messages.scrollTop = els.messages.scrollHeight;
+}
+
+let bannerTimer = null;
+function showBanner(text, { kind = 'error', action, onAction, timeout, sticky } = {}) {
+  clearTimeout(bannerTimer);
+  els.banner.hidden = false;
+  els.banner.dataset.kind = kind;
+  els.banner.dataset.sticky = sticky ? '1' : '';
+  els.bannerText.textContent = text;
+  els.bannerAction.hidden = !action;
+  els.bannerAction.textContent = action || '';
+  els.bannerAction.onclick = onAction || null;
+  if (timeout) bannerTimer = setTimeout(hideBanner, timeout);
+}
+function hideBanner() { els.banner.hidden = true; }
+els.bannerClose.addEventListener('click', hideBanner);
+
+function announce(text) { els.announcer.textContent = text; }
+
+function updateComposer() {
+  const connected = !!(ws && ws.readyState === WebSocket.OPEN && hello);
+  els.send.hidden = !!active;
+  els.stop.hidden = !active;
+  els.send.disabled = !connected || !els.input.value.trim();
+  els.send.title = connected ? 'Send (Enter)' : 'Not connected';
+}
+
+function autosize() {
+  els.input.style.height = 'auto';
+  els.input.style.height = `${Math.min(els.input.scrollHeight, window.innerHeight * 0.4)}px`;
+  updateComposer();
+}
+
+// ---------------------------------------------------------------- settings
+
+const form = els.settingsForm;
+function fillSettings() {
+  form.temperature.value = settings.temperature;
+  form.policy.value = settings.policy;
+  form.threshold.value = settings.threshold;
+  form.pipeline.checked = !!settings.pipeline;
+  form.max_tokens.value = settings.max_tokens;
+  form.api_key.value = settings.api_key || '';
+  syncSettingsView();
+}
+function syncSettingsView() {
+  $('out-temperature').textContent = Number(form.temperature.value).toFixed(2);
+  $('out-threshold').textContent = Number(form.threshold.value).toFixed(2);
+  const usesThreshold = form.policy.value === 'threshold' || form.policy.value === 'dynamic';
+  form.threshold.disabled = !usesThreshold;
+  const f = form.threshold.closest('.field');
+  if (usesThreshold) f.removeAttribute('data-disabled'); else f.dataset.disabled = '';
+}
+function readSettings() {
+  const hadKey = settings.api_key;
+  settings = {
+    temperature: Number(form.temperature.value),
+    policy: form.policy.value,
+    threshold: Number(form.threshold.value),
+    pipeline: form.pipeline.checked,
+    max_tokens: Math.max(1, Math.round(Number(form.max_tokens.value) || DEFAULTS.max_tokens)),
+    api_key: form.api_key.value,
+  };
+  store.set('fogline.settings', settings);
+  syncSettingsView();
+  if (settings.api_key && settings.api_key !== hadKey && hello?.auth_required) ws?.close(); // reconnect with it
+}
+function openSettings() {
+  fillSettings();
+  els.settings.showModal();
+}
+form.addEventListener('input', readSettings);
+form.addEventListener('change', readSettings);
+$('settings-reset').addEventListener('click', () => {
+  settings = { ...DEFAULTS, api_key: settings.api_key };
+  store.set('fogline.settings', settings);
+  fillSettings();
+});
+$('open-settings').addEventListener('click', openSettings);
+els.settings.addEventListener('close', () => { readSettings(); els.input.focus(); });
+
+// ---------------------------------------------------------------- sidebar (phone)
+
+function openSidebar() {
+  els.app.classList.add('sidebar-open');
+  els.scrim.hidden = false;
+  els.openSidebar.setAttribute('aria-expanded', 'true');
+  els.newChat.focus();
+}
+function closeSidebar() {
+  if (!els.app.classList.contains('sidebar-open')) return;
+  els.app.classList.remove('sidebar-open');
+  els.scrim.hidden = true;
+  els.openSidebar.setAttribute('aria-expanded', 'false');
+}
+els.openSidebar.addEventListener('click', openSidebar);
+els.closeSidebar.addEventListener('click', () => { closeSidebar(); els.openSidebar.focus(); });
+els.scrim.addEventListener('click', closeSidebar);
+
+// ---------------------------------------------------------------- composer and keys
+
+els.composer.addEventListener('submit', (e) => { e.preventDefault(); send(els.input.value); });
+els.input.addEventListener('input', autosize);
+els.input.addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+    e.preventDefault();
+    send(els.input.value);
+  }
+});
+document.addEventListener('keydown', (e) => {
+  if (e.key !== 'Escape') return;
+  if (els.settings.open) return; // the dialog closes itself
+  if (els.app.classList.contains('sidebar-open')) { closeSidebar(); els.openSidebar.focus(); return; }
+  if (active) { e.preventDefault(); stopReply(); }
+});
+els.stop.addEventListener('click', () => { stopReply(); els.input.focus(); });
+els.newChat.addEventListener('click', newChat);
+for (const b of document.querySelectorAll('.suggestion')) {
+  b.addEventListener('click', () => { els.input.value = b.textContent; autosize(); send(b.textContent); });
+}
+window.addEventListener('storage', (e) => { if (e.key === 'fogline.chats') renderChatList(); });
+
+// ---------------------------------------------------------------- start
+
+fillSettings();
+openChat(store.get('fogline.current', null) || randomId('s-'));
+updateComposer();
+connect();
+els.input.focus();
