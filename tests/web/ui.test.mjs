@@ -338,6 +338,33 @@ test('a disconnect is shown; the UI reconnects and keeps the session', async () 
   assert.equal(await page.locator('.chat-list li').count(), 2);
 });
 
+test('stored replies render as Markdown (lists, code, emphasis) and model HTML stays text', async () => {
+  const id = 's-markdowntest';
+  const evil = 'Steps:\n\n1. Open **Settings**\n2. Choose *Security*\n\n```\nreset --all <b>x</b>\n```\n\n'
+    + 'Inline `code`, <img src=x onerror="window.__xss=1"> <script>window.__xss=2</script> '
+    + '[click](javascript:window.__xss=3) ![pic](http://127.0.0.1:9/track.png)';
+  await page.evaluate(({ id, evil }) => {
+    localStorage.setItem(`fogline.chat.${id}`, JSON.stringify({ id, title: 'markdown', messages: [
+      { role: 'user', content: '<b>not bold</b>' },
+      { role: 'assistant', content: evil, finish: 'stop', usage: { prompt_tokens: 1, completion_tokens: 40, total_tokens: 41 },
+        stats: { tpf: 2, forwards: 20, ms_total: 100, ms_first_update: 5 } }] }));
+    localStorage.setItem('fogline.current', JSON.stringify(id));
+  }, { id, evil });
+  await page.reload();
+  await connected();
+  const reply = lastAssistant().locator('.md');
+  assert.equal(await reply.locator('ol > li').count(), 2);
+  assert.equal(await reply.locator('strong').textContent(), 'Settings');
+  assert.equal(await reply.locator('em').textContent(), 'Security');
+  assert.match(await reply.locator('pre code').textContent(), /reset --all <b>x<\/b>/);
+  assert.equal(await reply.locator('p code').textContent(), 'code');
+  assert.equal(await page.locator('.md img, .md script, .md [onerror], .md a[href^="javascript"]').count(), 0);
+  assert.match(await reply.textContent(), /<img src=x onerror/);
+  assert.equal(await page.locator('.bubble b').count(), 0);
+  assert.equal(await page.evaluate(() => window.__xss), undefined);
+  await shot('desktop-light-markdown');
+});
+
 test('the page made no script errors; the server exits 0 on SIGTERM', async () => {
   assert.deepEqual(pageErrors, []);
   await ctx.close();
