@@ -115,6 +115,16 @@ function connect() {
   };
 }
 
+// A fresh connection right away (a new API key): the old socket's close is ignored.
+function reconnectNow() {
+  const old = ws;
+  ws = null;
+  hello = null;
+  if (active) failReply({ code: 'disconnected', message: 'The connection was renewed before the reply finished.' });
+  try { old?.close(1000, 'reconnecting'); } catch { /* already closed */ }
+  connect();
+}
+
 function scheduleReconnect(why) {
   const delay = Math.min(10000, 500 * 2 ** Math.min(retries, 5));
   retries++;
@@ -145,10 +155,14 @@ function onFrame(f) {
         else hideBanner();
       }
       everConnected = true;
-      setConn('open', f.model || 'connected');
+      if (f.auth_required && !settings.api_key) setConn('closed', 'API key needed');
+      else setConn('open', f.model || 'connected');
       els.serverInfo.textContent = `${f.model} · ${f.server} · blocks of ${f.block_size}`;
       $('max-tokens-hint').textContent = `The server allows up to ${f.limits?.max_tokens ?? '?'}.`;
       updateComposer();
+      return;
+    case 'auth':
+      if (f.ok) hideBanner();
       return;
     case 'draft': if (active && f.id === active.id) onDraft(f); return;
     case 'commit': if (active && f.id === active.id) onCommit(f); return;
@@ -503,7 +517,7 @@ els.bannerClose.addEventListener('click', hideBanner);
 function announce(text) { els.announcer.textContent = text; }
 
 function updateComposer() {
-  const connected = !!(ws && ws.readyState === WebSocket.OPEN && hello);
+  const connected = !!(ws && ws.readyState === WebSocket.OPEN && hello && !(hello.auth_required && !settings.api_key));
   els.send.hidden = !!active;
   els.stop.hidden = !active;
   els.send.disabled = !connected || !els.input.value.trim();
@@ -537,7 +551,6 @@ function syncSettingsView() {
   if (usesThreshold) f.removeAttribute('data-disabled'); else f.dataset.disabled = '';
 }
 function readSettings() {
-  const hadKey = settings.api_key;
   settings = {
     temperature: Number(form.temperature.value),
     policy: form.policy.value,
@@ -548,10 +561,11 @@ function readSettings() {
   };
   store.set('fogline.settings', settings);
   syncSettingsView();
-  if (settings.api_key && settings.api_key !== hadKey && hello?.auth_required) ws?.close(); // reconnect with it
 }
+let keyAtOpen = '';
 function openSettings() {
   fillSettings();
+  keyAtOpen = settings.api_key;
   els.settings.showModal();
 }
 form.addEventListener('input', readSettings);
@@ -562,7 +576,11 @@ $('settings-reset').addEventListener('click', () => {
   fillSettings();
 });
 $('open-settings').addEventListener('click', openSettings);
-els.settings.addEventListener('close', () => { readSettings(); els.input.focus(); });
+els.settings.addEventListener('close', () => {
+  readSettings();
+  if (settings.api_key !== keyAtOpen && !active) reconnectNow(); // show the new key
+  els.input.focus();
+});
 
 // ---------------------------------------------------------------- sidebar (phone)
 

@@ -365,6 +365,28 @@ test('stored replies render as Markdown (lists, code, emphasis) and model HTML s
   await shot('desktop-light-markdown');
 });
 
+test('a server with an API key: the page asks for it, and chats once it is set in Settings', async () => {
+  const locked = await startServer([...SERVER_ARGS, '--api-key', 'sesame']);
+  try {
+    await page.goto(locked.url);
+    const banner = page.locator('#banner');
+    await until(async () => /needs an API key/.test(await banner.textContent()), 10000, 'the API key banner');
+    assert.equal(await page.locator('#conn-text').textContent(), 'API key needed');
+    await page.fill('#composer-input', 'hello');
+    assert.equal(await page.locator('#send').isDisabled(), true);
+    await page.click('#open-settings');
+    await page.fill('#set-api-key', 'sesame');
+    await page.keyboard.press('Escape');
+    await connected();
+    await until(async () => await banner.isHidden(), 10000, 'the banner to go');
+    await page.fill('#composer-input', 'hello');
+    await page.press('#composer-input', 'Enter');
+    await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
+  } finally {
+    assert.equal(await locked.stop(), 0);
+  }
+});
+
 test('the page made no script errors; the server exits 0 on SIGTERM', async () => {
   assert.deepEqual(pageErrors, []);
   await ctx.close();
