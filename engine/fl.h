@@ -75,6 +75,9 @@ int fl_buf_puts(fl_buf *b, const char *s);
 int fl_buf_printf(fl_buf *b, const char *fmt, ...) FL_PRINTF(2, 3);
 void fl_buf_free(fl_buf *b);
 
+/* dir + "/" + name (no doubled slash), malloc'd; NULL when out of memory. */
+char *fl_path_join(const char *dir, const char *name);
+
 /* Reads a whole file; *out is NUL-terminated and owned by the caller. */
 int fl_read_file(const char *path, char **out, size_t *len, fl_err *e);
 

@@ -288,20 +288,6 @@ static int finish(fl_weights *w, fl_err *e)
     return rc;
 }
 
-static char *path_join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, a);
-    size_t at = a;
-    if (a && dir[a - 1] != '/')
-        p[at++] = '/';
-    memcpy(p + at, name, b + 1);
-    return p;
-}
-
 int fl_weights_open_file(fl_weights **out, const char *path, fl_err *e)
 {
     *out = NULL;
@@ -374,7 +360,7 @@ static int open_index(fl_weights *w, const char *dir, const char *ipath, fl_err 
         goto out;
     }
     for (size_t k = 0; k < n_shards && !rc; k++) {
-        char *sp = path_join(dir, shards[k]);
+        char *sp = fl_path_join(dir, shards[k]);
         if (!sp) {
             rc = fl_err_set(e, FL_ENOMEM, "out of memory");
             break;
@@ -417,8 +403,8 @@ out:
 int fl_weights_open(fl_weights **out, const char *dir, fl_err *e)
 {
     *out = NULL;
-    char *single = path_join(dir, "model.safetensors");
-    char *index = path_join(dir, "model.safetensors.index.json");
+    char *single = fl_path_join(dir, "model.safetensors");
+    char *index = fl_path_join(dir, "model.safetensors.index.json");
     fl_weights *w = calloc(1, sizeof *w);
     int rc = 0;
     if (!single || !index || !w) {

@@ -123,20 +123,6 @@ static int32_t trie_match(const fl__trie *tr, const unsigned char *p, size_t n, 
 
 /* ---- small helpers ---- */
 
-static char *path_join(const char *dir, const char *name)
-{
-    size_t a = strlen(dir), b = strlen(name);
-    char *p = malloc(a + b + 2);
-    if (!p)
-        return NULL;
-    memcpy(p, dir, a);
-    size_t k = a;
-    if (k && p[k - 1] != '/')
-        p[k++] = '/';
-    memcpy(p + k, name, b + 1);
-    return p;
-}
-
 static bool file_exists(const char *path)
 {
     struct stat st;
@@ -733,8 +719,8 @@ static int chat_kind_parse(const char *s, fl_chat_kind *k)
 
 static int load_chat(fl_tokenizer *t, const char *dir, const char *override, fl_err *e)
 {
-    char *jpath = path_join(dir, "chat_template.jinja");
-    char *cpath = path_join(dir, "tokenizer_config.json");
+    char *jpath = fl_path_join(dir, "chat_template.jinja");
+    char *cpath = fl_path_join(dir, "tokenizer_config.json");
     int rc = 0;
     if (!jpath || !cpath) {
         rc = fl_err_set(e, FL_ENOMEM, "out of memory");
@@ -810,7 +796,7 @@ int fl_tokenizer_load(fl_tokenizer **out, const char *dir, const char *chat_over
 {
     *out = NULL;
     fl_tokenizer *t = calloc(1, sizeof *t);
-    char *path = path_join(dir, "tokenizer.json");
+    char *path = fl_path_join(dir, "tokenizer.json");
     if (!t || !path) {
         free(t);
         free(path);

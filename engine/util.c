@@ -221,3 +221,17 @@ int fl_read_file(const char *path, char **out, size_t *len, fl_err *e)
         *len = b.len;
     return 0;
 }
+
+char *fl_path_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    if (!p)
+        return NULL;
+    memcpy(p, dir, a);
+    size_t at = a;
+    if (a && dir[a - 1] != '/')
+        p[at++] = '/';
+    memcpy(p + at, name, b + 1);
+    return p;
+}
