@@ -61,7 +61,7 @@ function saveChat() {
   renderChatList();
 }
 function openChat(id) {
-  if (active) stopReply();
+  abandonActive();
   chat = loadChat(id);
   store.set('fogline.current', id);
   renderThread();
@@ -69,11 +69,11 @@ function openChat(id) {
   closeSidebar();
 }
 function newChat() {
-  if (active) stopReply();
   openChat(randomId('s-'));
   els.input.focus();
 }
 function deleteChat(id) {
+  if (chat.id === id) abandonActive();
   store.del(`fogline.chat.${id}`);
   store.set('fogline.chats', store.get('fogline.chats', []).filter((x) => x.id !== id));
   if (chat.id === id) newChat(); else renderChatList();
@@ -321,6 +321,18 @@ function finishActive() {
   active.el.removeAttribute('aria-busy');
   active = null;
   updateComposer();
+}
+
+// Leaving a chat while its reply streams: cancel it, keep what was committed, and ignore the
+// rest of its frames.
+function abandonActive() {
+  if (!active) return;
+  const a = active;
+  if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: 'cancel', id: a.id }));
+  finishActive();
+  a.msg.content = a.committed;
+  a.msg.finish = 'cancelled';
+  saveChat(); // still the chat the reply belongs to
 }
 
 function stopReply() {

@@ -328,8 +328,14 @@ test('a disconnect is shown; the UI reconnects and keeps the session', async () 
   const chat = await sendMessage('are you back?');
   assert.equal(chat.session, session);
   await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
-  // a new chat starts a new session; the old one stays in the list
+  // a new chat mid-reply cancels that reply and keeps the old chat; a new session starts
+  await page.fill('#composer-input', 'one more question');
+  await page.press('#composer-input', 'Enter');
   await page.click('#new-chat');
+  await until(async () => {
+    const old = await page.evaluate((s) => JSON.parse(localStorage.getItem(`fogline.chat.${s}`)), session);
+    return old.messages.at(-1).role === 'assistant' && old.messages.at(-1).finish;
+  }, 5000, 'the old chat saved');
   assert.equal(await page.locator('.msg').count(), 0);
   const fresh = await sendMessage('hello again');
   assert.notEqual(fresh.session, session);
