@@ -268,6 +268,7 @@ function onDraft(f) {
   });
   a.decided += decided - b.decided;
   b.decided = decided;
+  holdHeight(a);
   renderLiveStats();
   scrollToEnd();
 }
@@ -282,6 +283,7 @@ function onCommit(f) {
   a.msg.content = a.committed;
   a.committedTokens = (a.committedTokens || 0) + (b ? b.el.childNodes.length : 0);
   renderReply(a.el, a.committed, { streaming: true });
+  holdHeight(a);
   renderLiveStats();
   scrollToEnd();
 }
@@ -316,7 +318,22 @@ function failReply(err) {
   scrollToEnd();
 }
 
+// While a reply streams it never gets shorter (a masked position that resolves to an end token
+// takes no room, a line of fog can unwrap): its height only grows, and settles smoothly when the
+// reply is over.
+function holdHeight(a) {
+  const reply = a.el.querySelector('.reply');
+  const h = reply.getBoundingClientRect().height;
+  if (h > (a.maxHeight || 0)) {
+    a.maxHeight = h;
+    reply.style.minHeight = `${h}px`;
+  }
+}
+
 function finishActive() {
+  const reply = active.el.querySelector('.reply');
+  reply.classList.add('settling');
+  reply.style.minHeight = '';
   clearInterval(active.timer);
   active.el.removeAttribute('aria-busy');
   active = null;

@@ -144,9 +144,12 @@ test('a reply comes out of the fog: masked placeholders resolve in place into th
   assert.equal(frames.sent.filter((f) => f.type === 'chat').length, 0);
 
   await setSettings({ policy: 'sequential', pipeline: false });
+  // narrow enough that the reply's line plus its fog wraps, and the fog that resolves into end
+  // tokens would unwrap it
+  await page.setViewportSize({ width: 640, height: 820 });
   // record every DOM state of the streaming reply
   await page.evaluate(() => {
-    window.__fog = { maxMasked: 0, mixed: 0, samples: [] };
+    window.__fog = { maxMasked: 0, mixed: 0, samples: [], heights: [] };
     new MutationObserver(() => {
       const live = document.querySelector('.msg[data-role="assistant"][data-state="streaming"] .live');
       if (!live) return;
@@ -155,6 +158,7 @@ test('a reply comes out of the fog: masked placeholders resolve in place into th
       window.__fog.maxMasked = Math.max(window.__fog.maxMasked, masked);
       if (masked && decided) window.__fog.mixed++;
       if (masked) window.__fog.samples.push(live.textContent);
+      window.__fog.heights.push(live.closest('.reply').getBoundingClientRect().height);
     }).observe(document.getElementById('thread'), { childList: true, subtree: true, characterData: true, attributes: true });
   });
   const chat = await sendMessage('How do I reset my password?');
@@ -186,6 +190,9 @@ test('a reply comes out of the fog: masked placeholders resolve in place into th
   }, reply);
   assert.equal(shown, expected);
   assert.equal(await page.locator('.fog').count(), 0);
+  // no layout jumps: the reply only grows while it streams (it settles smoothly once done)
+  const hs = fog.heights;
+  for (let i = 1; i < hs.length; i++) assert.ok(hs[i] >= hs[i - 1] - 0.5, `the reply's height went ${hs[i - 1]} -> ${hs[i]}`);
   // stored for resume: the same text under the session id
   const stored = await page.evaluate((s) => JSON.parse(localStorage.getItem(`fogline.chat.${s}`)), chat.session);
   assert.equal(stored.messages.at(-1).content, reply);
@@ -197,6 +204,7 @@ test('a reply comes out of the fog: masked placeholders resolve in place into th
   assert.match(stats, /first draft \d/);
   assert.equal(await page.locator('#send').isVisible(), true);
   assert.equal(await page.locator('#stop').isVisible(), false);
+  await page.setViewportSize(DESKTOP);
   await shot('desktop-light');
 });
 
