@@ -9,6 +9,10 @@ as at inference. Each reply block gets its own mask ratio, non-decreasing from b
   - half the examples: sorted uniform ratios, one per block;
   - the other half: clean prefix, one "active" block k with ratio U(0.05, 1], all later blocks
     fully masked (what a pipelined decoder sees when it adds a new block early).
+--noise active (the second run): clean prefix, one active block with ratio U(0,1], 30% of the time
+(--p-next) the next block too with a ratio >= the active one's, the sequence cut after them; no
+fully masked far blocks. --slot-w W weights the loss of slot targets (digit tokens, and tokens
+outside the 300 most frequent reply tokens that also occur in the prompt) W times.
 Attention is block-causal over the noisy sequence (fogline_ref.block_causal_mask, the model's
 default). Loss: plain cross-entropy averaged over the masked positions of the batch (no 1/ratio
 weighting: with ratios near 0 it makes the loss spiky at this tiny batch size).
@@ -111,19 +115,51 @@ def make_batches(examples, batch_tokens, bs, rng):
     return batches
 
 
-def noisy_batch(examples, idx, tok, bs, rng):
-    """-> ids (B,T) clean, noisy (B,T), masked (B,T) bool."""
-    T = max(len(examples[i][0]) for i in idx)
+def slot_token_set(tok, examples, top_common=300):
+    """Token ids that carry slot values: every token whose text is all digits, plus tokens that
+    are not among the `top_common` most frequent reply tokens (names, products, streets, emails;
+    they are up-weighted only where they also occur in the example's prompt)."""
+    digits = np.zeros(tok.size, dtype=bool)
+    for i in range(len(tok.vocab)):
+        t = tok.decode([i]).strip()
+        digits[i] = bool(t) and t.isdigit()
+    cnt = np.zeros(tok.size, dtype=np.int64)
+    for ids, P in examples:
+        np.add.at(cnt, np.asarray(ids[P:]), 1)
+    common = np.zeros(tok.size, dtype=bool)
+    common[np.argsort(-cnt)[:top_common]] = True
+    common[[tok.eot, tok.im_start, tok.im_end, tok.mask]] = True
+    return digits, common
+
+
+def noisy_batch(examples, idx, tok, bs, rng, noise="active", p_next=0.3, slot_w=1.0,
+                slot_sets=None):
+    """-> clean (B,T), noisy (B,T), masked (B,T) bool, weight (B,T) float.
+
+    noise "active" (second run): clean prefix, one active block k (ratio U(0,1]), with
+    probability p_next the next block too (ratio U(ratio_k, 1]); the sequence is cut after the
+    last included block (block-causal attention: nothing earlier can see what is cut).
+    noise "d2f" (first run): half sorted U(0,1) ratios, half clean prefix + active block +
+    every later block fully masked.
+    slot_w: loss weight of masked targets that are digits, or rare tokens also in the prompt."""
     B = len(idx)
-    clean = np.full((B, T), tok.eot, dtype=np.int64)
-    masked = np.zeros((B, T), dtype=bool)
-    for b, i in enumerate(idx):
+    rows = []
+    for i in idx:
         ids, P = examples[i]
         L = len(ids)
-        clean[b, :L] = ids
         b0, b1 = P // bs, L // bs  # target blocks b0 .. b1-1 (b0 may hold prompt tokens)
         nb = b1 - b0
-        if rng.random() < 0.5:
+        if noise == "active":
+            k = int(rng.integers(nb))
+            ratios = np.zeros(nb)
+            ratios[k] = 1.0 - rng.random()  # U(0, 1]
+            last = k
+            if k + 1 < nb and rng.random() < p_next:
+                ratios[k + 1] = rng.uniform(ratios[k], 1.0)
+                last = k + 1
+            L = (b0 + last + 1) * bs
+            ratios = ratios[:last + 1]
+        elif rng.random() < 0.5:
             ratios = np.sort(rng.random(nb))
         else:
             k = rng.integers(nb)
@@ -137,9 +173,25 @@ def noisy_batch(examples, idx, tok, bs, rng):
             # at least one masked position, in the first block with a nonzero ratio
             cand = np.nonzero(r == r[r > 0].min())[0] if (r > 0).any() else np.arange(L - P)
             m[rng.choice(cand)] = True
+        rows.append((ids[:L], P, m))
+    T = max(len(r[0]) for r in rows)
+    clean = np.full((B, T), tok.eot, dtype=np.int64)
+    masked = np.zeros((B, T), dtype=bool)
+    weight = np.ones((B, T), dtype=np.float32)
+    for b, (ids, P, m) in enumerate(rows):
+        L = len(ids)
+        clean[b, :L] = ids
         masked[b, P:L] = m
+        if slot_w != 1.0 and slot_sets is not None:
+            digits, common = slot_sets
+            tgt = np.asarray(ids[P:])
+            in_prompt = np.zeros(tok.size, dtype=bool)
+            in_prompt[np.asarray(ids[:P])] = True
+            slot = digits[tgt] | (in_prompt[tgt] & ~common[tgt])
+            weight[b, P:L][slot] = slot_w
     noisy = np.where(masked, tok.mask, clean)
-    return torch.from_numpy(clean), torch.from_numpy(noisy), torch.from_numpy(masked)
+    return (torch.from_numpy(clean), torch.from_numpy(noisy), torch.from_numpy(masked),
+            torch.from_numpy(weight))
 
 
 def export(model, cfg, tok, out_dir, meta=None):
@@ -178,6 +230,12 @@ def main():
     ap.add_argument("--ckpt-every-s", type=float, default=600.0)
     ap.add_argument("--init", default="", help="start from this ckpt.pt's weights (a second "
                     "run continuing a first one; the tokenizer and data seed must match)")
+    ap.add_argument("--noise", default="d2f", choices=["d2f", "active"],
+                    help="d2f: the first run's mix; active: clean prefix + active block + "
+                    "(p-next) the next block, sequence cut after them")
+    ap.add_argument("--p-next", type=float, default=0.3)
+    ap.add_argument("--slot-w", type=float, default=1.0,
+                    help="loss weight of slot tokens (digits; rare tokens also in the prompt)")
     ap.add_argument("--export", default=os.path.join(HERE, "..", "models", "fogline-helpdesk"))
     a = ap.parse_args()
     t_start = time.time()
@@ -204,12 +262,23 @@ def main():
     log("data: %d examples, %d tokens (%.1f per example, %.1f target incl. padding)" % (
         len(examples), ntok, ntok / len(examples), nrep / len(examples)))
 
+    slot_sets = slot_token_set(tok, examples) if a.slot_w != 1.0 else None
+    if slot_sets is not None:
+        log("slot weighting x%.1f: %d digit tokens" % (a.slot_w, int(slot_sets[0].sum())))
+
     cfg = make_config(a, tok)
     with open(os.path.join(a.work, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     model = fogline_ref.Model(fogline_ref.Config(cfg))
     init_weights(model, a.layers)
-    if a.init:
+    if a.init and os.path.isdir(a.init):
+        # an exported model directory (its tokenizer must equal this run's)
+        with open(os.path.join(a.init, "tokenizer.json")) as f1, \
+                open(os.path.join(a.work, "tokenizer.json")) as f2:
+            assert f1.read() == f2.read(), "tokenizer differs from --init's"
+        model.load_state_dict(fogline_ref.load_model(a.init).state_dict())
+        log("initialised from %s" % a.init)
+    elif a.init:
         model.load_state_dict(torch.load(a.init)["model"])
         log("initialised from %s" % a.init)
     nparam = sum(p.numel() for p in model.parameters())
@@ -239,7 +308,8 @@ def main():
             log("epoch %d: %d batches" % (epoch, len(batches)))
         idx = batches[bi]
         bi += 1
-        clean, noisy, masked = noisy_batch(examples, idx, tok, a.block, rng)
+        clean, noisy, masked, weight = noisy_batch(examples, idx, tok, a.block, rng, a.noise,
+                                                   a.p_next, a.slot_w, slot_sets)
         if step < a.warmup:
             lr = a.lr * (step + 1) / a.warmup
         else:
@@ -248,7 +318,12 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         logits, _ = model(noisy)
-        loss = F.cross_entropy(logits[masked], clean[masked])
+        if a.slot_w != 1.0:
+            ce = F.cross_entropy(logits[masked], clean[masked], reduction="none")
+            w = weight[masked]
+            loss = (ce * w).sum() / w.sum()
+        else:
+            loss = F.cross_entropy(logits[masked], clean[masked])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
