@@ -22,6 +22,7 @@
 
 #include "backend.h"
 #include "cli.h"
+#include "gen_opts.h"
 #include "kernels.h"
 #include "model.h"
 #include "threadpool.h"
@@ -104,10 +105,8 @@ static int fl_parse_blocks(fl_bench_args *a, const char *s)
 
 static int fl_parse_int(const char *s, int lo, int hi, int *out)
 {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
+    long v;
+    if (fl_parse_long(s, lo, hi, &v))
         return -1;
     *out = (int)v;
     return 0;

@@ -81,7 +81,7 @@ static int parse_f(const char *s, float *out)
     return 0;
 }
 
-static int parse_i(const char *s, long lo, long hi, long *out)
+int fl_parse_long(const char *s, long lo, long hi, long *out)
 {
     char *end;
     errno = 0;
@@ -103,7 +103,7 @@ int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size
     } while (0)
     switch (code) {
     case G_MAX_TOKENS:
-        if (parse_i(arg, 1, 1 << 20, &v)) {
+        if (fl_parse_long(arg, 1, 1 << 20, &v)) {
             snprintf(err, errlen, "--max-tokens needs an integer in [1, 1048576], got '%s'", arg);
             return -1;
         }
@@ -123,28 +123,28 @@ int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size
     case G_TEMP: if (parse_f(arg, &d->temperature)) BADF("temperature"); break;
     case G_TOP_P: if (parse_f(arg, &d->top_p)) BADF("top-p"); break;
     case G_K:
-        if (parse_i(arg, 1, 256, &v)) {
+        if (fl_parse_long(arg, 1, 256, &v)) {
             snprintf(err, errlen, "--k needs an integer in [1, 256], got '%s'", arg);
             return -1;
         }
         d->k = (int)v;
         break;
     case G_MAX_BLOCKS:
-        if (parse_i(arg, 1, 16, &v)) {
+        if (fl_parse_long(arg, 1, 16, &v)) {
             snprintf(err, errlen, "--max-blocks needs an integer in [1, 16], got '%s'", arg);
             return -1;
         }
         d->max_blocks = (int)v;
         break;
     case G_TOP_K:
-        if (parse_i(arg, 0, 1 << 24, &v)) {
+        if (fl_parse_long(arg, 0, 1 << 24, &v)) {
             snprintf(err, errlen, "--top-k needs a non-negative integer, got '%s'", arg);
             return -1;
         }
         d->top_k = (int)v;
         break;
     case G_SEED:
-        if (parse_i(arg, 0, 0x7fffffffL, &v)) {
+        if (fl_parse_long(arg, 0, 0x7fffffffL, &v)) {
             snprintf(err, errlen, "--seed needs a non-negative integer, got '%s'", arg);
             return -1;
         }

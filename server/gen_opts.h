@@ -19,6 +19,9 @@ void fl_gen_opts_free(fl_gen_opts *g);
 void fl_gen_opts_usage(FILE *f);
 /* Appends the decoding options after base[0..nbase) into opts (terminated); returns count. */
 int fl_gen_opts_longopts(struct option *opts, int cap, const struct option *base, int nbase);
+/* A whole decimal integer in [lo, hi]: 0, or -1 for anything else (junk, overflow, range).
+ * Shared by every subcommand's flag parsing. */
+int fl_parse_long(const char *s, long lo, long hi, long *out);
 /* Applies one parsed option. Returns 0, or -1 with a message in err. */
 int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size_t errlen);
 

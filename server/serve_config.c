@@ -82,17 +82,6 @@ void srv_config_usage(FILE *f)
     fl_gen_opts_usage(f);
 }
 
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static int parse_double(const char *s, double lo, double hi, double *out)
 {
     char *end;
@@ -167,7 +156,7 @@ static int apply(srv_config *c, int code, const char *arg, const char *name, cha
     } while (0)
 #define LONG(lo, hi, field)                                                                        \
     do {                                                                                           \
-        if (parse_long(arg, lo, hi, &v))                                                           \
+        if (fl_parse_long(arg, lo, hi, &v))                                                           \
             BAD("%s needs an integer in [%ld, %ld], got '%s'", name, (long)(lo), (long)(hi), arg); \
         field = (int)v;                                                                            \
     } while (0)
@@ -191,7 +180,7 @@ static int apply(srv_config *c, int code, const char *arg, const char *name, cha
     case O_MAX_SEQS: LONG(1, 4096, c->max_seqs); break;
     case O_MAX_BATCH: LONG(16, 1 << 20, c->max_batch_tokens); break;
     case O_MAX_MSG:
-        if (parse_long(arg, 256, 1L << 30, &v))
+        if (fl_parse_long(arg, 256, 1L << 30, &v))
             BAD("%s needs an integer in [256, 1073741824], got '%s'", name, arg);
         c->max_message = (size_t)v;
         break;
@@ -205,7 +194,7 @@ static int apply(srv_config *c, int code, const char *arg, const char *name, cha
         c->drain_s = d;
         break;
     case O_WS_BACKLOG:
-        if (parse_long(arg, 1024, 1L << 30, &v))
+        if (fl_parse_long(arg, 1024, 1L << 30, &v))
             BAD("%s needs bytes in [1024, 1073741824], got '%s'", name, arg);
         c->ws_max_backlog = (size_t)v;
         break;
