@@ -35,6 +35,7 @@ static void cmd_free(cmd *c)
     if (!c)
         return;
     free((void *)c->req.prompt);
+    free(c->req.prefix); /* NULL once the scheduler took it */
     for (int i = 0; i < c->req.n_stop; i++)
         free((void *)c->req.stop[i]);
     free((void *)c->req.stop);
@@ -78,7 +79,9 @@ static void *engine_main(void *arg)
             list = c->next;
             if (c->kind == 0) {
                 fl_err e = {0};
-                if (stop || fl_sched_add(en->s, &c->req, c->sink, c->ctx, c->id, &e)) {
+                if (!stop && !fl_sched_add(en->s, &c->req, c->sink, c->ctx, c->id, &e)) {
+                    c->req.prefix = NULL; /* the sequence owns it now */
+                } else {
                     /* validated at submit, so only resource errors land here */
                     fl_event ev = {0};
                     ev.type = FL_EV_DONE;

@@ -19,6 +19,15 @@ typedef struct fl_request {
     const char *const *stop; /* (n_stop) stop strings, copied at submit */
     int32_t n_stop;
     fl_decode_opts dec;
+    /* A cached prefix (optional), e.g. read from Redis: n_prefix pages, fl_blob_size() bytes
+     * each, back to back, for the prompt's first n_prefix blocks. A successful submit/add takes
+     * ownership (the engine frees it with free()); on an error the caller still owns it. At
+     * admission each blob is checked against the chained key of the prompt's own tokens and
+     * its checksum, then written into a page instead of being prefilled; the first bad blob
+     * ends the prefix there (the rest is computed). The block holding the prompt's last token
+     * is always computed. */
+    void *prefix;
+    int32_t n_prefix;
 } fl_request;
 
 typedef enum fl_seq_state {
@@ -47,6 +56,8 @@ typedef struct fl_seq_stats {
     int32_t store_forwards;  /* forwards that only stored (separate store passes, prefill) */
     int32_t blocks;        /* reply blocks committed */
     double tpf;            /* reply tokens (before stop truncation) per forward */
+    int32_t cached_tokens;   /* prompt tokens loaded from the request's prefix, not computed */
+    int32_t prefix_rejected; /* prefix pages refused (damaged, wrong key or tokens) */
     double ms_queued, ms_prefill, ms_decode, ms_total;
 } fl_seq_stats;
 
@@ -89,6 +100,8 @@ typedef struct fl_sched_stats {
     int32_t pages_used, pages_free;
     double persist_wait_ms;   /* time the compute thread spent on (or blocked by) persistence */
     int64_t pages_persisted;
+    int64_t prefix_pages_loaded;   /* pages filled from requests' prefixes */
+    int64_t prefix_pages_rejected;
 } fl_sched_stats;
 
 int fl_sched_create(fl_sched **out, const fl_model *m, fl_backend *b, const fl_sched_opts *o,

@@ -48,6 +48,22 @@ void fl_page_key_hex(fl_page_key k, char out[33])
 
 /* ---- blobs ---- */
 
+uint64_t fl_blob_checksum(const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    uint64_t h = 0x9ae16a3b2f90404full ^ (uint64_t)n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        h = mix64(h, v);
+    }
+    uint64_t t = 0;
+    for (size_t k = 0; i < n; i++, k++)
+        t |= (uint64_t)p[i] << (8 * k);
+    return mix64(h, t);
+}
+
 static size_t page_floats(const fl_config *c)
 {
     return (size_t)c->block_size * (size_t)c->n_layers * 2u * (size_t)c->n_kv_heads *
@@ -87,6 +103,9 @@ int fl_blob_encode(const fl_config *c, uint64_t model_id, fl_page_key key, const
         uint16_t v = fl_f32_to_bf16(page[i]);
         memcpy(p + 2 * i, &v, 2);
     }
+    /* the checksum covers everything after the header */
+    h.checksum = fl_blob_checksum((unsigned char *)blob + sizeof h, need - sizeof h);
+    memcpy(blob, &h, sizeof h);
     return 0;
 }
 
@@ -109,6 +128,8 @@ int fl_blob_decode(const fl_config *c, uint64_t model_id, fl_page_key key, const
         return fl_err_set(e, FL_EFORMAT, "page blob: %zu bytes, expected %zu", blob_len,
                           fl_blob_size(c));
     const unsigned char *p = (const unsigned char *)blob + sizeof h;
+    if (fl_blob_checksum(p, blob_len - sizeof h) != h.checksum)
+        return fl_err_set(e, FL_EFORMAT, "page blob: checksum mismatch (damaged data)");
     memcpy(tokens, p, sizeof(int32_t) * (size_t)c->block_size);
     p += sizeof(int32_t) * (size_t)c->block_size;
     size_t nf = page_floats(c);

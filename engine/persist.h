@@ -18,7 +18,8 @@ void fl_page_key_hex(fl_page_key k, char out[33]);
 
 /* A page blob: a fixed header then K/V as BF16 in the backend's host page layout. */
 #define FL_BLOB_MAGIC 0x564b4c46u /* "FLKV" */
-#define FL_BLOB_VERSION 1
+#define FL_BLOB_VERSION 2 /* 2: a checksum over tokens and payload (a blob read back from
+                             Redis or a disk may be damaged below a valid header) */
 typedef struct fl_blob_header {
     uint32_t magic, version;
     uint64_t model_id;
@@ -27,6 +28,7 @@ typedef struct fl_blob_header {
     int32_t dtype;        /* FL_DT_BF16 */
     int32_t n_tokens;     /* == block_size */
     uint64_t payload_bytes;
+    uint64_t checksum;    /* fl_blob_checksum of the tokens and the payload */
     int32_t tokens[];     /* (n_tokens) then the payload */
 } fl_blob_header;
 
@@ -34,9 +36,13 @@ size_t fl_blob_size(const fl_config *c);
 /* page: (page_bytes / 4) f32 values in the host layout. */
 int fl_blob_encode(const fl_config *c, uint64_t model_id, fl_page_key key, const int32_t *tokens,
                    const float *page, void *blob, size_t blob_len, fl_err *e);
-/* Validates the header against the config and key; fills page (f32) and tokens. */
+/* Validates the header against the config and key, and the checksum; fills page (f32) and
+ * tokens. Anything that does not match is FL_EFORMAT with a message, nothing is trusted. */
 int fl_blob_decode(const fl_config *c, uint64_t model_id, fl_page_key key, const void *blob,
                    size_t blob_len, int32_t *tokens, float *page, fl_err *e);
+
+/* 64-bit hash of n bytes (8 at a time; not cryptographic: it catches damage, not forgery). */
+uint64_t fl_blob_checksum(const void *data, size_t n);
 
 typedef struct fl_kv_tier {
     const char *name;

@@ -49,6 +49,8 @@ typedef struct seq {
     int32_t *ids;  /* (max_tokens) committed reply ids */
     int32_t n_ids;
     int32_t produced; /* reply tokens decided, for TPF */
+    unsigned char *prefix; /* (n_prefix, blob size) cached prompt pages; freed at admission */
+    int32_t n_prefix;
     fl_seq_stats st;
     double t_add, t_admit, t_first_decode;
     struct seq *next;
@@ -155,6 +157,7 @@ static void seq_free(seq *q)
     free(q->keys);
     free(q->block_steps);
     free(q->ids);
+    free(q->prefix);
     fl_buf_free(&q->text);
     free(q);
 }
@@ -172,6 +175,8 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     int rc = fl_decode_opts_check(&r->dec, e);
     if (rc)
         return rc;
+    if (r->n_prefix < 0 || (r->n_prefix > 0 && !r->prefix))
+        return fl_err_set(e, FL_EINVAL, "a prefix of %d pages without data", r->n_prefix);
     for (int i = 0; i < r->n_prompt; i++)
         if (r->prompt[i] < 0 || r->prompt[i] >= c->vocab)
             return fl_err_set(e, FL_EINVAL, "prompt token %d at %d is outside the vocabulary",
@@ -242,6 +247,10 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     if (s->m->tok)
         fl_detok_init(&q->detok, s->m->tok, true);
     q->st.prompt_tokens = q->L;
+    if (r->prefix && r->n_prefix > 0) { /* taken only now that nothing can fail */
+        q->prefix = r->prefix;
+        q->n_prefix = r->n_prefix;
+    }
     q->t_add = now_ms();
     /* append to the FIFO */
     seq **pp = &s->queued;
@@ -317,6 +326,57 @@ int fl_sched_cancel(fl_sched *s, uint64_t id)
     return FL_ENOTFOUND;
 }
 
+/* Fills the sequence's first pages from its cached prefix (at admission, pages reserved).
+ * Each blob must carry the key chained from this prompt's own tokens, the same tokens and a
+ * good checksum; the first one that does not ends the prefix, and the rest is prefilled as
+ * usual, so a damaged cache costs time, never correctness. The block holding the prompt's
+ * last token is always computed (its output predicts the first reply position). */
+static void load_prefix(fl_sched *s, seq *q)
+{
+    int32_t B = s->B;
+    const fl_config *c = &s->m->cfg;
+    int32_t n = q->n_prefix;
+    if (n > (q->L - 1) / B)
+        n = (q->L - 1) / B;
+    size_t bl = fl_blob_size(c);
+    float *page = n > 0 ? malloc(s->b->page_bytes) : NULL;
+    int32_t *toks = n > 0 ? malloc(sizeof(int32_t) * (size_t)B) : NULL;
+    fl_page_key parent = {0, 0};
+    int32_t b = 0;
+    for (; page && toks && b < n; b++) {
+        fl_err e = {0};
+        fl_page_key k = fl_page_key_chain(s->o.model_id, parent, q->x + b * B, B);
+        if (fl_blob_decode(c, s->o.model_id, k, q->prefix + (size_t)b * bl, bl, toks, page, &e) ||
+            memcmp(toks, q->x + b * B, sizeof(int32_t) * (size_t)B)) {
+            q->st.prefix_rejected++;
+            s->st.prefix_pages_rejected++;
+            break;
+        }
+        int32_t pg = fl_kvpool_alloc(&s->pool);
+        if (pg < 0)
+            abort(); /* reserved at admission */
+        if (s->b->ops->page_write(s->b, pg, page, &e)) {
+            fl_kvpool_unref(&s->pool, pg);
+            q->st.prefix_rejected++;
+            s->st.prefix_pages_rejected++;
+            break;
+        }
+        q->reserve--;
+        s->reserved--;
+        q->pages[b] = pg;
+        q->keys[b] = k;
+        parent = k;
+        s->st.prefix_pages_loaded++;
+    }
+    q->n_cached = b * B;
+    q->st.cached_tokens = b * B;
+    free(page);
+    free(toks);
+    free(q->prefix);
+    q->prefix = NULL;
+    q->n_prefix = 0;
+}
+
 /* Admits queued sequences in order while their pages can be promised. */
 static void admit(fl_sched *s)
 {
@@ -335,6 +395,8 @@ static void admit(fl_sched *s)
         /* the first running block is the one holding the prompt's last partial block */
         q->run_start = (q->L / s->B) * s->B;
         q->n_run = 1;
+        if (q->prefix)
+            load_prefix(s, q);
         q->next = NULL;
         seq **pp = &s->running;
         while (*pp)

@@ -207,6 +207,116 @@ int main(int argc, char **argv)
     CHECK(run(&ov, true, tier, 2, 2, prompts, plen, MT, other, &left) == 0, "async persist run");
     CHECK(same_ids(&alone[0], &other[0]) && same_ids(&alone[1], &other[1]), "async persistence changes nothing");
     CHECK(left == 0, "pages back after async persistence: %d", left);
+    /* 6b. a cached prefix: pages read back from the tier replace the prompt's prefill, with
+       the lone output; damaged or foreign pages end the prefix there, output unchanged */
+    {
+        int32_t lp[2][4 * 64 + 8]; /* two prompts of 3 whole blocks + 5 tokens; [1] differs at 0 */
+        int32_t llen = 3 * B + 5;
+        CHECK(llen <= 4 * 64 + 8, "block size %d fits the test", B);
+        for (int j = 0; j < llen; j++)
+            lp[0][j] = lp[1][j] = prompts[j % MAXR][j % plen[j % MAXR]];
+        lp[1][0] = (lp[0][0] + 1) % (V - 3);
+        rec lalone[2];
+        for (int i = 0; i < 2; i++)
+            CHECK(run(&ov, true, i ? NULL : tier, 1, 1, (int32_t(*)[40])lp[i], &llen, MT, &lalone[i], NULL) == 0,
+                  "long prompt %d alone", i);
+        int32_t nb = (llen - 1) / B;
+        size_t bl = fl_blob_size(&m->cfg);
+        unsigned char *blobs = malloc(bl * (size_t)(nb + 1));
+        fl_page_key parent = {0, 0};
+        for (int32_t b = 0; b < nb; b++) {
+            fl_page_key k = fl_page_key_chain(7, parent, lp[0] + b * B, B);
+            CHECK(tier->get(tier->ctx, k, blobs + (size_t)b * bl, bl, &e) == 0, "page %d in the tier: %s", b, e.msg);
+            parent = k;
+        }
+        /* one more page than allowed: the block with the last prompt token is never loaded */
+        memcpy(blobs + (size_t)nb * bl, blobs, bl);
+        struct { int corrupt_page; int prompt; int32_t want_cached; int want_rejected; } cases[] = {
+            {-1, 0, nb * B, 0}, /* all good */
+            {1, 0, 1 * B, 1},   /* damaged payload byte in page 1 */
+            {0, 0, 0, 1},       /* damaged first page */
+            {-1, 1, 0, 1},      /* the pages belong to another prompt */
+        };
+        int64_t fwd_tokens[4] = {0};
+        for (int c = 0; c < 4; c++) {
+            fl_sched_opts so = {.max_batch_tokens = BK->max_tokens, .max_seqs = 2, .model_id = 7};
+            fl_sched *s;
+            CHECK(fl_sched_create(&s, m, BK, &so, &e) == 0, "sched");
+            unsigned char *pre = malloc(bl * (size_t)(nb + 1));
+            memcpy(pre, blobs, bl * (size_t)(nb + 1));
+            if (cases[c].corrupt_page >= 0)
+                pre[(size_t)cases[c].corrupt_page * bl + bl - 3] ^= 0x40;
+            rec r1;
+            memset(&r1, 0, sizeof r1);
+            fl_request rq = {.prompt = lp[cases[c].prompt], .n_prompt = llen, .max_tokens = MT, .dec = ov,
+                             .prefix = pre, .n_prefix = nb + 1};
+            CHECK(fl_sched_add(s, &rq, sink, &r1, 1, &e) == 0, "add with prefix: %s", e.msg);
+            for (int g = 0; g < 10000 && !r1.done; g++)
+                fl_sched_step(s, &e);
+            fl_sched_stats st;
+            fl_sched_get_stats(s, &st);
+            CHECK(r1.done && same_ids(&lalone[cases[c].prompt], &r1), "prefix case %d: the lone output", c);
+            CHECK(r1.st.cached_tokens == cases[c].want_cached, "prefix case %d: %d cached tokens, want %d",
+                  c, r1.st.cached_tokens, cases[c].want_cached);
+            CHECK(r1.st.prefix_rejected == cases[c].want_rejected && st.prefix_pages_rejected == cases[c].want_rejected,
+                  "prefix case %d: %d rejected", c, r1.st.prefix_rejected);
+            CHECK(st.prefix_pages_loaded == cases[c].want_cached / B, "prefix case %d: pages loaded %lld", c,
+                  (long long)st.prefix_pages_loaded);
+            fwd_tokens[c] = st.tokens_forwarded;
+            fl_sched_flush(s);
+            CHECK(fl_kvpool_used(fl_sched_pool(s)) == 0, "prefix pages freed: %d", fl_kvpool_used(fl_sched_pool(s)));
+            fl_sched_destroy(s);
+        }
+        CHECK(fwd_tokens[0] == fwd_tokens[2] - nb * B, "the cached prefix is not computed: %lld vs %lld tokens",
+              (long long)fwd_tokens[0], (long long)fwd_tokens[2]);
+        int P = 0;
+        /* bad input: pages claimed without data */
+        fl_sched_opts so = {.max_batch_tokens = BK->max_tokens, .max_seqs = 2, .model_id = 7};
+        fl_sched *s;
+        CHECK(fl_sched_create(&s, m, BK, &so, &e) == 0, "sched");
+        fl_request rq = {.prompt = prompts[P], .n_prompt = plen[P], .max_tokens = MT, .dec = ov, .n_prefix = 2};
+        (void)P;
+        CHECK(fl_sched_add(s, &rq, sink, NULL, 1, &e) == FL_EINVAL && strstr(e.msg, "prefix"), "%s", e.msg);
+        fl_sched_destroy(s);
+        /* a queued request with a prefix that is cancelled frees it (ASan/valgrind see leaks) */
+        CHECK(fl_sched_create(&s, m, BK, &so, &e) == 0, "sched");
+        rq.prefix = malloc(bl);
+        rq.n_prefix = 1;
+        memcpy(rq.prefix, blobs, bl);
+        rec rc1;
+        memset(&rc1, 0, sizeof rc1);
+        CHECK(fl_sched_add(s, &rq, sink, &rc1, 1, &e) == 0, "add: %s", e.msg);
+        CHECK(fl_sched_cancel(s, 1) == 0 && rc1.finish == FL_FINISH_CANCELLED, "cancel queued");
+        fl_sched_destroy(s);
+        free(blobs);
+    }
+    /* the blob checksum: every single-byte change after the header is caught */
+    {
+        size_t bl = fl_blob_size(&m->cfg);
+        float *pg = calloc(BK->page_bytes / 4, sizeof(float));
+        float *pg2 = calloc(BK->page_bytes / 4, sizeof(float));
+        int32_t tk[256] = {0}, tk2[256];
+        for (size_t i = 0; i < BK->page_bytes / 4; i++)
+            pg[i] = (float)i * 0.25f - 3.0f;
+        unsigned char *bb = malloc(bl);
+        fl_page_key k = {1, 2};
+        CHECK(fl_blob_encode(&m->cfg, 7, k, tk, pg, bb, bl, &e) == 0, "encode");
+        CHECK(fl_blob_decode(&m->cfg, 7, k, bb, bl, tk2, pg2, &e) == 0, "decode: %s", e.msg);
+        CHECK(pg2[5] == pg[5] && pg2[100] == pg[100], "round trip (exact in bf16)");
+        int missed = 0;
+        for (size_t i = sizeof(fl_blob_header); i < bl; i += 7) {
+            bb[i] ^= 1;
+            if (fl_blob_decode(&m->cfg, 7, k, bb, bl, tk2, pg2, &e) != FL_EFORMAT)
+                missed++;
+            bb[i] ^= 1;
+        }
+        CHECK(missed == 0, "checksum catches every flipped bit tried (%d missed)", missed);
+        CHECK(fl_blob_decode(&m->cfg, 7, k, bb, bl - 1, tk2, pg2, &e) == FL_EFORMAT, "short blob");
+        CHECK(fl_blob_decode(&m->cfg, 8, k, bb, bl, tk2, pg2, &e) == FL_EFORMAT && strstr(e.msg, "model"), "%s", e.msg);
+        free(bb);
+        free(pg);
+        free(pg2);
+    }
     fl_tier_destroy(tier);
     /* 7. cancellation mid-block frees every page */
     {
