@@ -16,7 +16,7 @@ endif()
 if(NOT FL_SERVE_MODEL)
   set(FL_SERVE_MODEL "${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk")
 endif()
-foreach(suite proxy)
+foreach(suite proxy sessions)
   add_test(NAME topology.${suite}
     COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/topology/${suite}.test.mjs)
   set_tests_properties(topology.${suite} PROPERTIES LABELS integration TIMEOUT 300
