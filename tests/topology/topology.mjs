@@ -22,19 +22,35 @@ export const NGINX_TEMPLATE = path.resolve(here, '../../docker/nginx/fogline.con
 const NGINX = process.env.FL_NGINX || '/usr/sbin/nginx';
 const REDIS = process.env.FL_REDIS_SERVER || 'redis-server';
 
-// Every child process this module starts, so that none outlives the test run.
+// Every child process this module starts, so that none outlives the test run. nginx runs in
+// a process group of its own (spawned detached) and is killed as a group: killing only its
+// master would leave the worker running. Temporary directories go too, unless
+// FL_TOPOLOGY_KEEP is set.
 const children = new Set();
-function track(proc) {
+const groups = new Set();
+const dirs = new Set();
+function track(proc, { group = false } = {}) {
   children.add(proc);
-  proc.on('exit', () => children.delete(proc));
+  if (group) groups.add(proc);
+  proc.on('exit', () => {
+    children.delete(proc);
+    if (!group) return;
+    // the master is gone: so must its workers be (a no-op after a clean stop)
+    try { process.kill(-proc.pid, 'SIGKILL'); } catch { /* none left */ }
+    groups.delete(proc);
+  });
   return proc;
 }
+function hardKill(p) {
+  try {
+    if (groups.has(p)) process.kill(-p.pid, 'SIGKILL');
+    else if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+  } catch { /* already gone */ }
+}
 function killAll() {
-  for (const p of children) {
-    if (p.exitCode === null && p.signalCode === null) {
-      try { p.kill('SIGKILL'); } catch { /* already gone */ }
-    }
-  }
+  for (const p of children) hardKill(p);
+  for (const p of groups) hardKill(p); // its workers, even when the master is gone
+  if (!process.env.FL_TOPOLOGY_KEEP) for (const d of dirs) fs.rmSync(d, { recursive: true, force: true });
 }
 process.on('exit', killAll);
 for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
@@ -114,7 +130,7 @@ function lineLog(proc, name) {
 async function stopProc(proc, exited, ms = 30000) {
   if (proc.exitCode !== null || proc.signalCode !== null) return exited;
   proc.kill('SIGTERM');
-  const t = setTimeout(() => proc.kill('SIGKILL'), ms);
+  const t = setTimeout(() => hardKill(proc), ms);
   const code = await exited;
   clearTimeout(t);
   return code;
@@ -179,7 +195,7 @@ export async function startNginx(dir, upstreams) {
     fs.writeFileSync(conf, main);
     const proc = track(spawn(NGINX, ['-p', dir, '-c', conf, '-e', `${dir}/error.log`, '-g',
       `daemon off; pid ${dir}/nginx.pid; error_log ${dir}/error.log notice;`],
-    { stdio: ['ignore', 'pipe', 'pipe'] }));
+    { stdio: ['ignore', 'pipe', 'pipe'], detached: true }), { group: true });
     proc.on('error', () => {});
     const log = lineLog(proc, 'nginx');
     const url = `http://127.0.0.1:${port}`;
@@ -211,6 +227,7 @@ export async function startNginx(dir, upstreams) {
 // redis + two replicas (A, B) + nginx. With redis: false the replicas run without --redis.
 export async function startTopology({ redis = true, serverArgs = [] } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fogline-topology-'));
+  dirs.add(dir);
   const topo = { dir, redis: null, a: null, b: null, nginx: null };
   try {
     const args = ['--threads', '1', '--log-level', 'info', ...serverArgs];
@@ -238,6 +255,7 @@ export async function stopTopology(topo) {
   for (const k of ['a', 'b']) if (topo[k]) codes[k] = await topo[k].stop();
   if (topo.redis) codes.redis = await topo.redis.stop();
   if (!process.env.FL_TOPOLOGY_KEEP) fs.rmSync(topo.dir, { recursive: true, force: true });
+  dirs.delete(topo.dir);
   return codes;
 }
 
