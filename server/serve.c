@@ -16,6 +16,7 @@
 #include <libwebsockets.h>
 
 #include "cli.h"
+#include "redis.h"
 #include "serve.h"
 
 int srv_lws_callback(struct lws *wsi, int reason, void *user, void *in, size_t len)
@@ -224,6 +225,7 @@ int fl_cmd_serve(int argc, char **argv)
 
 teardown:
     srv_engine_stop(s); /* cancels what still runs; its done events are handled here */
+    srv_redis_close(s->redis); /* the last page writes go out; its handles close below */
     if (s->ctx)
         lws_context_destroy(s->ctx);
     close_handle((uv_handle_t *)&s->wake);
@@ -248,6 +250,7 @@ out:
         uv_loop_close(&s->loop);
     if (mu_ok)
         uv_mutex_destroy(&s->ev_mu);
+    srv_redis_free(s->redis);
     fl_backend_destroy(s->backend);
     if (s->tier)
         fl_tier_destroy(s->tier);

@@ -54,6 +54,13 @@ typedef struct srv_config {
     int ws_sndbuf;          /* SO_SNDBUF of WebSocket sockets; 0: the kernel's autotuning */
     srv_log_level log_level;
     fl_gen_opts gen;        /* default decoding options and max_tokens (--policy ... flags) */
+    /* Redis (redis.h): off when redis_url is NULL */
+    char *redis_url;
+    int redis_session_ttl;  /* seconds a session lives after its last turn */
+    int redis_kv_ttl;       /* seconds a KV page lives after its last write */
+    int redis_kv_cap_mb;    /* KV pages kept in Redis at most */
+    int redis_timeout_ms;   /* per command */
+    int redis_connect_timeout_ms;
 } srv_config;
 
 /* Parses FOGLINE_* variables, then argv (flags win). Returns 0 to run, 1 when --help was
@@ -88,7 +95,12 @@ void srv_outq_clear(srv_outq *q);
 
 /* ---- requests (serve_engine.c) ---- */
 typedef enum srv_owner_kind { SRV_OWNER_WS = 1, SRV_OWNER_HTTP } srv_owner_kind;
-typedef enum srv_req_state { SRV_REQ_TOKENIZING = 0, SRV_REQ_RUNNING } srv_req_state;
+typedef enum srv_req_state {
+    SRV_REQ_SESSION = 0, /* reading the session's earlier turns from Redis */
+    SRV_REQ_TOKENIZING,  /* rendering + tokenizing on the work pool */
+    SRV_REQ_LOOKUP,      /* reading cached prefix pages from Redis */
+    SRV_REQ_RUNNING,     /* inside the engine */
+} srv_req_state;
 
 #define SRV_DRAFT_SLOTS 16 /* running blocks per sequence at most (decode.h: max_blocks) */
 
@@ -103,8 +115,10 @@ typedef struct srv_req {
     srv_req_state state;
     bool cancelled;       /* the client asked, or went away */
     uv_work_t work;       /* tokenization on the uv work pool */
-    int32_t *ids;         /* (n_ids) the templated prompt */
+    int32_t *ids;         /* (n_ids) the templated prompt (kept until done for the session) */
     size_t n_ids;
+    size_t n_history;     /* leading messages of chat.msgs that came from the session store */
+    size_t n_dropped;     /* oldest history messages dropped to fit the prompt limit */
     int work_rc;
     fl_err work_err;
     uint64_t eid;         /* engine id once submitted */
@@ -130,6 +144,7 @@ typedef struct srv_ev {
     char *error;
     fl_seq_stats stats;
     int32_t n_ids;
+    int32_t *ids;           /* done: (n_ids) the reply's ids */
 } srv_ev;
 
 /* ---- the server ---- */
@@ -140,6 +155,8 @@ struct srv {
     fl_model *model;
     fl_backend *backend;     /* the timing wrapper around the CPU backend */
     fl_kv_tier *tier;
+    struct srv_redis *redis; /* NULL without --redis */
+    uint64_t model_fp;       /* fingerprint of the weights: chains KV page keys */
     fl_engine *engine;       /* NULL once stopped */
     char model_id[128];      /* the name /v1/models shows */
     int32_t n_pages;

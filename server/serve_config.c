@@ -8,12 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "redis.h"
 #include "serve.h"
 
 enum {
     O_HOST = 1000, O_PORT, O_MODEL, O_TMPL, O_WEB, O_KEY, O_ORIGINS, O_THREADS, O_MAX_CONN,
     O_MAX_CONN_REQ, O_MAX_QUEUED, O_MAX_SEQS, O_MAX_BATCH, O_MAX_MSG, O_MAX_PROMPT, O_MAX_TOK_LIMIT,
-    O_KV_PAGES, O_KV_HOST_MB, O_DRAIN, O_WS_BACKLOG, O_WS_STALL, O_WS_SNDBUF, O_LOG_LEVEL, O_HELP
+    O_KV_PAGES, O_KV_HOST_MB, O_DRAIN, O_WS_BACKLOG, O_WS_STALL, O_WS_SNDBUF, O_LOG_LEVEL, O_REDIS, O_REDIS_SES_TTL, O_REDIS_KV_TTL, O_REDIS_KV_CAP,
+    O_REDIS_TIMEOUT, O_REDIS_CONN_TIMEOUT, O_HELP
 };
 
 static const struct option serve_opts[] = {
@@ -40,6 +42,12 @@ static const struct option serve_opts[] = {
     {"ws-stall-timeout", required_argument, 0, O_WS_STALL},
     {"ws-sndbuf", required_argument, 0, O_WS_SNDBUF},
     {"log-level", required_argument, 0, O_LOG_LEVEL},
+    {"redis", required_argument, 0, O_REDIS},
+    {"redis-session-ttl", required_argument, 0, O_REDIS_SES_TTL},
+    {"redis-kv-ttl", required_argument, 0, O_REDIS_KV_TTL},
+    {"redis-kv-cap-mb", required_argument, 0, O_REDIS_KV_CAP},
+    {"redis-timeout-ms", required_argument, 0, O_REDIS_TIMEOUT},
+    {"redis-connect-timeout-ms", required_argument, 0, O_REDIS_CONN_TIMEOUT},
     {"help", no_argument, 0, O_HELP},
 };
 
@@ -78,6 +86,14 @@ void srv_config_usage(FILE *f)
             "  --ws-sndbuf BYTES        kernel send buffer per WebSocket (0: autotuned; small values\n"
             "                           bound kernel memory per client and find slow ones sooner)\n"
             "  --log-level L            debug | info | warn | error (info)\n"
+            "Redis, the cross-session cache (off without --redis; the server runs and attaches\n"
+            "whenever Redis is reachable; a Redis fault is a cache miss, never a failed chat):\n"
+            "  --redis URL              redis://[[user]:password@]host[:port][/db]\n"
+            "  --redis-session-ttl S    a session lives S s after its last turn (86400)\n"
+            "  --redis-kv-ttl S         a KV page lives S s after its last write (3600)\n"
+            "  --redis-kv-cap-mb N      KV pages kept in Redis at most; oldest evicted (1024)\n"
+            "  --redis-timeout-ms N     a command not answered by then is a miss (250)\n"
+            "  --redis-connect-timeout-ms N  a connection not ready by then is retried (1000)\n"
             "request defaults (a request's own fields win; --max-tokens is the default max_tokens):\n");
     fl_gen_opts_usage(f);
 }
@@ -204,6 +220,20 @@ static int apply(srv_config *c, int code, const char *arg, const char *name, cha
         c->ws_stall_s = d;
         break;
     case O_WS_SNDBUF: LONG(0, 1 << 26, c->ws_sndbuf); break;
+    case O_REDIS: {
+        srv_redis_url u;
+        char e2[300];
+        if (srv_redis_url_parse(arg, &u, e2, sizeof e2))
+            BAD("%s: %s", name, e2);
+        if (set_str(&c->redis_url, arg))
+            BAD("out of memory");
+        break;
+    }
+    case O_REDIS_SES_TTL: LONG(1, 1 << 30, c->redis_session_ttl); break;
+    case O_REDIS_KV_TTL: LONG(1, 1 << 30, c->redis_kv_ttl); break;
+    case O_REDIS_KV_CAP: LONG(1, 1 << 24, c->redis_kv_cap_mb); break;
+    case O_REDIS_TIMEOUT: LONG(1, 600000, c->redis_timeout_ms); break;
+    case O_REDIS_CONN_TIMEOUT: LONG(1, 600000, c->redis_connect_timeout_ms); break;
     case O_LOG_LEVEL:
         if (srv_log_level_parse(arg, &c->log_level))
             BAD("%s must be debug, info, warn or error, got '%s'", name, arg);
@@ -240,6 +270,11 @@ int srv_config_parse(srv_config *c, int argc, char **argv, char *err, size_t err
     c->ws_max_backlog = 4u << 20;
     c->ws_stall_s = 10;
     c->log_level = SRV_LOG_INFO;
+    c->redis_session_ttl = 86400;
+    c->redis_kv_ttl = 3600;
+    c->redis_kv_cap_mb = 1024;
+    c->redis_timeout_ms = 250;
+    c->redis_connect_timeout_ms = 1000;
     fl_gen_opts_default(&c->gen);
     if (set_str(&c->host, "127.0.0.1") || set_str(&c->web_root, FL_DEFAULT_WEB_DIR) ||
         set_str(&c->model_dir, FL_DEFAULT_MODEL_DIR)) {
@@ -307,6 +342,7 @@ void srv_config_free(srv_config *c)
     free(c->chat_template);
     free(c->web_root);
     free(c->api_key);
+    free(c->redis_url);
     for (int i = 0; i < c->n_origins; i++)
         free(c->origins[i]);
     free(c->origins);

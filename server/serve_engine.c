@@ -9,10 +9,12 @@
  *
  * The backend is wrapped to time each forward (the step-latency histogram) and the tier to
  * time each put; both observe into atomic histograms, so no lock is taken on those threads. */
+#include <hiredis/hiredis.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "redis.h"
 #include "serve.h"
 
 double srv_now_ms(srv *s)
@@ -108,6 +110,45 @@ static void tt_destroy(void *ctx)
 
 /* ---- start and stop ---- */
 
+/* A fingerprint of the model: its shape, and for every weight tensor its name, dtype, shape
+ * and 3 x 256 bytes sampled from its data. KV page keys chain from it, so two models that
+ * share a Redis never read each other's pages (a full hash of gigabytes of weights at every
+ * start would cost seconds; any retraining changes the sampled bytes). */
+static uint64_t model_fingerprint(const fl_model *m)
+{
+    const fl_config *c = &m->cfg;
+    int64_t shape[8] = {c->vocab, c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+                        c->block_size, c->max_pos};
+    uint64_t h = fl_blob_checksum(shape, sizeof shape);
+    const fl_tensor *ts[16];
+    for (int l = -1; l < c->n_layers; l++) {
+        int n = 0;
+        if (l < 0) {
+            ts[n++] = m->embed;
+            ts[n++] = m->final_norm;
+            ts[n++] = m->lm_head;
+        } else {
+            const fl_layer_w *w = &m->layers[l];
+            const fl_tensor *lt[] = {w->attn_norm, w->wq, w->wk, w->wv, w->wo, w->bq, w->bk, w->bv,
+                                     w->q_norm, w->k_norm, w->mlp_norm, w->w_gate, w->w_up, w->w_down};
+            for (size_t i = 0; i < sizeof lt / sizeof lt[0]; i++)
+                ts[n++] = lt[i];
+        }
+        for (int i = 0; i < n; i++) {
+            const fl_tensor *t = ts[i];
+            if (!t)
+                continue;
+            h ^= fl_blob_checksum(t->name, strlen(t->name)) + (uint64_t)t->dtype * 31u;
+            h = fl_blob_checksum(&h, sizeof h) ^ fl_blob_checksum(t->shape, sizeof t->shape);
+            size_t k = t->nbytes < 256 ? t->nbytes : 256;
+            size_t offs[3] = {0, t->nbytes / 2 - k / 2, t->nbytes - k};
+            for (int j = 0; j < 3; j++)
+                h = h * 0x100000001b3ull ^ fl_blob_checksum((const char *)t->data + offs[j], k);
+        }
+    }
+    return h;
+}
+
 int srv_pages_needed(const srv *s, int32_t n_prompt, int32_t max_tokens, const fl_decode_opts *d)
 {
     int32_t B = s->model->cfg.block_size;
@@ -167,25 +208,44 @@ int srv_engine_start(srv *s, fl_err *e)
         fl_backend_destroy(inner);
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     }
-    if (c->kv_host_mb > 0) {
-        fl_kv_tier *host = NULL;
-        rc = fl_tier_host_create(&host, (size_t)c->kv_host_mb << 20, e);
+    s->model_fp = model_fingerprint(s->model);
+    fl_kv_tier *inner_tier = NULL;
+    if (c->redis_url) {
+        /* Redis is the tier when configured (the host tier is for a single process) */
+        srv_redis_opts ro = {0};
+        char ue[300];
+        if (srv_redis_url_parse(c->redis_url, &ro.url, ue, sizeof ue))
+            return fl_err_set(e, FL_EINVAL, "--redis: %s", ue);
+        ro.connect_timeout_ms = c->redis_connect_timeout_ms;
+        ro.timeout_ms = c->redis_timeout_ms;
+        ro.kv_ttl_s = c->redis_kv_ttl;
+        ro.kv_cap_bytes = (int64_t)c->redis_kv_cap_mb << 20;
+        ro.write_queue_bytes = 64u << 20;
+        if (srv_redis_start(&s->redis, &s->loop, &ro, &s->log))
+            return fl_err_set(e, FL_ENOMEM, "out of memory");
+        inner_tier = srv_redis_tier(s->redis, fl_blob_size(mc));
+        if (!inner_tier)
+            return fl_err_set(e, FL_ENOMEM, "out of memory");
+    } else if (c->kv_host_mb > 0) {
+        rc = fl_tier_host_create(&inner_tier, (size_t)c->kv_host_mb << 20, e);
         if (rc)
             return rc;
+    }
+    if (inner_tier) {
         timed_tier *t = calloc(1, sizeof *t);
         fl_kv_tier *w = calloc(1, sizeof *w);
         if (!t || !w) {
             free(t);
             free(w);
-            fl_tier_destroy(host);
+            fl_tier_destroy(inner_tier);
             return fl_err_set(e, FL_ENOMEM, "out of memory");
         }
-        *w = *host;
+        *w = *inner_tier;
         w->ctx = t;
         w->put = tt_put;
         w->get = tt_get;
         w->destroy = tt_destroy;
-        t->inner = host;
+        t->inner = inner_tier;
         t->hist = &s->m.persist_put;
         s->tier = w;
     }
@@ -194,7 +254,7 @@ int srv_engine_start(srv *s, fl_err *e)
     eo.sched.max_seqs = c->max_seqs;
     eo.sched.async_persist = true;
     eo.sched.tier = s->tier;
-    eo.sched.model_id = 0x666f676c696e65ull; /* "fogline": chains page keys */
+    eo.sched.model_id = s->model_fp; /* chains page keys: pages of other weights never match */
     /* the server bounds what waits itself (max_queued); the engine's command queue must
        never be the one that says busy first */
     eo.queue_cap = c->max_queued + c->max_seqs + 16;
@@ -210,7 +270,8 @@ static void sink(const fl_event *ev, void *ctx)
     size_t ntok = ev->type == FL_EV_DRAFT ? (size_t)ev->n : 0;
     size_t ntext = ev->type == FL_EV_DRAFT ? 0 : ev->text_len;
     size_t nerr = ev->error ? strlen(ev->error) + 1 : 0;
-    size_t sz = sizeof(srv_ev) + ntok * (sizeof(int32_t) + 1) + ntext + 1 + nerr;
+    size_t nids = ev->type == FL_EV_DONE && ev->ids && ev->n_ids > 0 ? (size_t)ev->n_ids : 0;
+    size_t sz = sizeof(srv_ev) + (ntok + nids) * sizeof(int32_t) + ntok + ntext + 1 + nerr;
     srv_ev *x = malloc(sz);
     if (!x)
         return; /* a lost draft or commit only; done is small and retried below */
@@ -225,6 +286,10 @@ static void sink(const fl_event *ev, void *ctx)
     if (ntok)
         memcpy(x->tokens, ev->tokens, ntok * sizeof(int32_t));
     p += ntok * sizeof(int32_t);
+    x->ids = (int32_t *)p; /* int32 items first: alignment holds */
+    if (nids)
+        memcpy(x->ids, ev->ids, nids * sizeof(int32_t));
+    p += nids * sizeof(int32_t);
     x->fresh = (uint8_t *)p;
     if (ntok)
         memcpy(x->fresh, ev->fresh, ntok);
@@ -278,19 +343,6 @@ static void req_free(srv_req *r)
     free(r);
 }
 
-static void tokenize_work(uv_work_t *w)
-{
-    srv_req *r = w->data;
-    const fl_tokenizer *tok = r->s->model->tok;
-    fl_buf text = {0};
-    fl_chat_opts co = {.add_generation_prompt = true, .enable_thinking = false};
-    r->work_rc = fl_chat_render(tok, r->chat.msgs, r->chat.n_msgs, &co, &text, &r->work_err);
-    if (!r->work_rc)
-        r->work_rc = fl_tokenizer_encode(tok, text.data ? text.data : "", text.len, true, &r->ids,
-                                         &r->n_ids, &r->work_err);
-    fl_buf_free(&text);
-}
-
 /* Tells the owner the request ended before the engine took it, then frees it. */
 static void req_reject(srv_req *r, const char *code, const char *msg)
 {
@@ -311,28 +363,196 @@ static void req_reject(srv_req *r, const char *code, const char *msg)
     req_free(r);
 }
 
+/* Renders and tokenizes (work pool). When the session's earlier turns make the prompt longer
+ * than the limit, the oldest of them are dropped (a leading system message stays) until it
+ * fits or none is left. */
+static void tokenize_work(uv_work_t *w)
+{
+    srv_req *r = w->data;
+    const fl_tokenizer *tok = r->s->model->tok;
+    fl_chat_opts co = {.add_generation_prompt = true, .enable_thinking = false};
+    size_t n = r->chat.n_msgs;
+    bool sys = r->n_history > 0 && !strcmp(r->chat.msgs[0].role, "system");
+    size_t droppable = r->n_history - (sys ? 1 : 0);
+    fl_chat_msg *view = malloc(sizeof(fl_chat_msg) * (n ? n : 1));
+    if (!view) {
+        r->work_rc = fl_err_set(&r->work_err, FL_ENOMEM, "out of memory");
+        return;
+    }
+    for (;;) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            bool hist_dropped = i < r->n_history && !(sys && i == 0) &&
+                                i - (sys ? 1 : 0) < r->n_dropped;
+            if (!hist_dropped)
+                view[k++] = r->chat.msgs[i];
+        }
+        fl_buf text = {0};
+        free(r->ids);
+        r->ids = NULL;
+        r->n_ids = 0;
+        r->work_rc = fl_chat_render(tok, view, k, &co, &text, &r->work_err);
+        if (!r->work_rc)
+            r->work_rc = fl_tokenizer_encode(tok, text.data ? text.data : "", text.len, true,
+                                             &r->ids, &r->n_ids, &r->work_err);
+        fl_buf_free(&text);
+        if (r->work_rc || (int64_t)r->n_ids <= r->s->cfg->max_prompt_tokens ||
+            r->n_dropped >= droppable)
+            break;
+        r->n_dropped += droppable - r->n_dropped >= 2 ? 2 : 1; /* a user+assistant turn */
+    }
+    free(view);
+}
+
+/* The request ended before the engine saw it (cancelled while tokenizing or waiting for
+ * Redis): the owner still gets its done(cancelled). */
+static void req_end_cancelled(srv_req *r)
+{
+    srv *s = r->s;
+    srv_ev ev = {0};
+    ev.req = r;
+    ev.type = FL_EV_DONE;
+    ev.finish = FL_FINISH_CANCELLED;
+    ev.text = "";
+    ev.stats.prompt_tokens = (int32_t)r->n_ids;
+    s->m.requests[SRV_OUT_CANCELLED]++;
+    if (r->owner) {
+        if (r->kind == SRV_OWNER_WS)
+            srv_ws_on_event(r->owner, r, &ev);
+        else
+            srv_http_on_event(r->owner, r, &ev);
+    }
+    req_unlink(r);
+    req_free(r);
+}
+
+/* Hands the tokenized request to the engine, with the cached prefix pages (owned) if any. */
+static void req_submit(srv_req *r, void *prefix, int32_t n_prefix)
+{
+    srv *s = r->s;
+    if (r->cancelled) {
+        free(prefix);
+        req_end_cancelled(r);
+        return;
+    }
+    if (!s->engine || s->draining) {
+        free(prefix);
+        req_reject(r, SRV_E_SHUTTING_DOWN, "the server is shutting down");
+        return;
+    }
+    fl_request q = {0};
+    q.prompt = r->ids;
+    q.n_prompt = (int32_t)r->n_ids;
+    q.max_tokens = r->chat.max_tokens;
+    q.dec = r->chat.dec;
+    q.prefix = prefix;
+    q.n_prefix = prefix ? n_prefix : 0;
+    if (r->chat.n_stop) {
+        q.stop = (const char *const *)r->chat.stop;
+        q.n_stop = r->chat.n_stop;
+    } else {
+        q.stop = (const char *const *)s->cfg->gen.stop;
+        q.n_stop = s->cfg->gen.n_stop;
+    }
+    fl_err e = {0};
+    int rc = fl_engine_submit(s->engine, &q, sink, r, &r->eid, &e);
+    if (rc) {
+        free(prefix);
+        req_reject(r, rc == FL_EBUSY ? SRV_E_BUSY
+                      : rc == FL_ERANGE ? SRV_E_PROMPT_TOO_LONG
+                      : rc == FL_EINVAL ? SRV_E_OUT_OF_RANGE
+                                        : SRV_E_INTERNAL, e.msg);
+        return;
+    }
+    r->state = SRV_REQ_RUNNING;
+    if (!(r->chat.session && s->redis)) { /* the engine copied the prompt */
+        free(r->ids);
+        r->ids = NULL;
+    }
+    s->m.prompt_tokens += (uint64_t)q.n_prompt;
+    char qid[80];
+    SRV_INFO(&s->log, "event=submitted req=%s serial=%llu engine_id=%llu prompt_tokens=%d "
+             "max_tokens=%d policy=%s prefix_pages=%d history=%zu dropped=%zu",
+             srv_log_q(qid, sizeof qid, r->chat.id), (unsigned long long)r->serial,
+             (unsigned long long)r->eid, q.n_prompt, q.max_tokens, fl_policy_name(q.dec.policy),
+             q.n_prefix, r->n_history, r->n_dropped);
+}
+
+/* MGET's answer: the longest run of cached pages from the prompt's start. */
+static void lookup_done(struct redisReply *rp, void *ud)
+{
+    srv_req *r = ud;
+    srv *s = r->s;
+    r->state = SRV_REQ_TOKENIZING;
+    size_t bl = fl_blob_size(&s->model->cfg);
+    int32_t nb = (int32_t)((r->n_ids - 1) / (size_t)s->model->cfg.block_size);
+    int32_t k = 0;
+    if (rp && rp->type == REDIS_REPLY_ARRAY && rp->elements == (size_t)nb) {
+        while (k < nb && rp->element[k]->type == REDIS_REPLY_STRING &&
+               (size_t)rp->element[k]->len == bl)
+            k++;
+        if (k < nb && rp->element[k]->type == REDIS_REPLY_STRING)
+            s->m.kv_pages_rejected++; /* a value of the wrong size: damaged */
+    } else {
+        s->m.kv_lookup_errors++;
+    }
+    void *prefix = NULL;
+    if (k > 0 && !r->cancelled && (prefix = malloc(bl * (size_t)k))) {
+        for (int32_t i = 0; i < k; i++)
+            memcpy((char *)prefix + bl * (size_t)i, rp->element[i]->str, bl);
+    } else {
+        k = 0;
+    }
+    s->m.kv_pages_hit += (uint64_t)k;
+    s->m.kv_pages_missed += (uint64_t)(nb - k);
+    req_submit(r, prefix, k);
+}
+
+/* Looks up the prompt's cached pages in Redis (or submits at once when there is no Redis). */
+static void req_lookup(srv_req *r)
+{
+    srv *s = r->s;
+    int32_t B = s->model->cfg.block_size;
+    int32_t nb = r->n_ids > 0 ? (int32_t)((r->n_ids - 1) / (size_t)B) : 0;
+    if (!s->redis || !srv_redis_ready(s->redis) || nb <= 0 || r->cancelled) {
+        req_submit(r, NULL, 0);
+        return;
+    }
+    char(*keys)[64] = malloc(sizeof *keys * (size_t)nb);
+    const char **argv = malloc(sizeof(char *) * (size_t)(nb + 1));
+    size_t *lens = malloc(sizeof(size_t) * (size_t)(nb + 1));
+    int rc = -1;
+    if (keys && argv && lens) {
+        argv[0] = "MGET";
+        lens[0] = 4;
+        fl_page_key parent = {0, 0};
+        for (int32_t b = 0; b < nb; b++) {
+            fl_page_key k = fl_page_key_chain(s->model_fp, parent, r->ids + (size_t)b * (size_t)B, B);
+            srv_redis_kv_key(k, keys[b]);
+            argv[b + 1] = keys[b];
+            lens[b + 1] = strlen(keys[b]);
+            parent = k;
+        }
+        s->m.kv_lookups++;
+        rc = srv_redis_cmd(s->redis, lookup_done, r, nb + 1, argv, lens);
+    }
+    free(keys);
+    free(argv);
+    free(lens);
+    if (rc) {
+        req_submit(r, NULL, 0);
+        return;
+    }
+    r->state = SRV_REQ_LOOKUP;
+}
+
 static void tokenize_done(uv_work_t *w, int status)
 {
     srv_req *r = w->data;
     srv *s = r->s;
     char msg[FL_ERR_MSG + 64];
     if (r->cancelled || status == UV_ECANCELED) {
-        /* cancelled before the engine saw it: the owner still gets its done(cancelled) */
-        srv_ev ev = {0};
-        ev.req = r;
-        ev.type = FL_EV_DONE;
-        ev.finish = FL_FINISH_CANCELLED;
-        ev.text = "";
-        ev.stats.prompt_tokens = (int32_t)r->n_ids;
-        s->m.requests[SRV_OUT_CANCELLED]++;
-        if (r->owner) {
-            if (r->kind == SRV_OWNER_WS)
-                srv_ws_on_event(r->owner, r, &ev);
-            else
-                srv_http_on_event(r->owner, r, &ev);
-        }
-        req_unlink(r);
-        req_free(r);
+        req_end_cancelled(r);
         return;
     }
     if (r->work_rc) {
@@ -357,36 +577,143 @@ static void tokenize_done(uv_work_t *w, int status)
         req_reject(r, SRV_E_PROMPT_TOO_LONG, msg);
         return;
     }
-    fl_request q = {0};
-    q.prompt = r->ids;
-    q.n_prompt = (int32_t)r->n_ids;
-    q.max_tokens = r->chat.max_tokens;
-    q.dec = r->chat.dec;
-    if (r->chat.n_stop) {
-        q.stop = (const char *const *)r->chat.stop;
-        q.n_stop = r->chat.n_stop;
-    } else {
-        q.stop = (const char *const *)s->cfg->gen.stop;
-        q.n_stop = s->cfg->gen.n_stop;
+    req_lookup(r);
+}
+
+static int req_queue_tokenize(srv_req *r)
+{
+    r->state = SRV_REQ_TOKENIZING;
+    return uv_queue_work(&r->s->loop, &r->work, tokenize_work, tokenize_done);
+}
+
+/* ---- sessions in Redis: "fogline:session:<id>" = {"v":1,"messages":[...],"ids":[...]} ---- */
+
+static void session_key(const char *id, char *out, size_t n)
+{
+    snprintf(out, n, "fogline:session:%s", id);
+}
+
+/* Prepends a stored conversation's messages; false when the value is not one (a damaged or
+ * foreign value is a miss, not an error for the client). */
+static bool session_merge(srv_req *r, const char *data, size_t len)
+{
+    json_error_t je;
+    json_t *o = json_loadb(data, len, 0, &je);
+    json_t *ms = o ? json_object_get(o, "messages") : NULL;
+    size_t n = json_is_array(ms) ? json_array_size(ms) : 0;
+    bool ok = json_is_array(ms) && n <= 4 * SRV_MAX_MESSAGES;
+    for (size_t i = 0; ok && i < n; i++) {
+        json_t *m = json_array_get(ms, i);
+        const char *role = json_string_value(json_object_get(m, "role"));
+        ok = role && json_is_string(json_object_get(m, "content")) &&
+             (!strcmp(role, "system") || !strcmp(role, "user") || !strcmp(role, "assistant"));
     }
-    fl_err e = {0};
-    int rc = fl_engine_submit(s->engine, &q, sink, r, &r->eid, &e);
-    if (rc) {
-        req_reject(r, rc == FL_EBUSY ? SRV_E_BUSY
-                      : rc == FL_ERANGE ? SRV_E_PROMPT_TOO_LONG
-                      : rc == FL_EINVAL ? SRV_E_OUT_OF_RANGE
-                                        : SRV_E_INTERNAL, e.msg);
+    fl_chat_msg *all = ok ? calloc(n + r->chat.n_msgs, sizeof *all) : NULL;
+    if (ok && !all)
+        ok = false;
+    for (size_t i = 0; ok && i < n; i++) {
+        json_t *m = json_array_get(ms, i);
+        json_t *c = json_object_get(m, "content");
+        all[i].role = strdup(json_string_value(json_object_get(m, "role")));
+        all[i].content = strndup(json_string_value(c), json_string_length(c));
+        if (!all[i].role || !all[i].content)
+            ok = false;
+    }
+    if (!ok) {
+        for (size_t i = 0; all && i < n; i++) {
+            free((void *)all[i].role);
+            free((void *)all[i].content);
+        }
+        free(all);
+        json_decref(o);
+        return false;
+    }
+    memcpy(all + n, r->chat.msgs, sizeof *all * r->chat.n_msgs);
+    free(r->chat.msgs);
+    r->chat.msgs = all;
+    r->chat.n_msgs += n;
+    r->n_history = n;
+    json_decref(o);
+    return true;
+}
+
+static void session_read(struct redisReply *rp, void *ud)
+{
+    srv_req *r = ud;
+    srv *s = r->s;
+    if (r->cancelled) {
+        req_end_cancelled(r);
         return;
     }
-    r->state = SRV_REQ_RUNNING;
-    free(r->ids); /* the engine copied the prompt */
-    r->ids = NULL;
-    s->m.prompt_tokens += (uint64_t)q.n_prompt;
-    char qid[80];
-    SRV_INFO(&s->log, "event=submitted req=%s serial=%llu engine_id=%llu prompt_tokens=%d "
-             "max_tokens=%d policy=%s", srv_log_q(qid, sizeof qid, r->chat.id),
-             (unsigned long long)r->serial, (unsigned long long)r->eid, q.n_prompt, q.max_tokens,
-             fl_policy_name(q.dec.policy));
+    char q[80];
+    if (rp && rp->type == REDIS_REPLY_STRING) {
+        if (session_merge(r, rp->str, (size_t)rp->len)) {
+            s->m.session_hits++;
+        } else {
+            s->m.session_errors++;
+            SRV_WARN(&s->log, "event=session_unreadable session=%s", srv_log_q(q, sizeof q, r->chat.session));
+        }
+    } else if (rp && rp->type == REDIS_REPLY_NIL) {
+        s->m.session_misses++;
+    } else {
+        s->m.session_errors++; /* Redis away or slow: the turn runs without its history */
+        SRV_WARN(&s->log, "event=session_unavailable session=%s", srv_log_q(q, sizeof q, r->chat.session));
+    }
+    if (req_queue_tokenize(r))
+        req_reject(r, SRV_E_INTERNAL, "cannot queue the request");
+}
+
+static void session_written(struct redisReply *rp, void *ud)
+{
+    srv *s = ud;
+    if (rp && rp->type == REDIS_REPLY_STATUS)
+        s->m.session_writes++;
+    else
+        s->m.session_errors++;
+}
+
+/* After a completed turn: the conversation (kept messages, the reply) and its token ids. */
+static void session_save(srv_req *r, const srv_ev *ev)
+{
+    srv *s = r->s;
+    if (!r->chat.session || !s->redis || !srv_redis_ready(s->redis))
+        return;
+    json_t *o = json_object();
+    json_t *ms = json_array();
+    json_t *ids = json_array();
+    bool sys = r->n_history > 0 && !strcmp(r->chat.msgs[0].role, "system");
+    for (size_t i = 0; i < r->chat.n_msgs; i++) {
+        if (i < r->n_history && !(sys && i == 0) && i - (sys ? 1 : 0) < r->n_dropped)
+            continue;
+        json_t *m = json_object();
+        json_object_set_new(m, "role", json_string(r->chat.msgs[i].role));
+        json_object_set_new(m, "content", json_string(r->chat.msgs[i].content));
+        json_array_append_new(ms, m);
+    }
+    json_t *m = json_object();
+    json_object_set_new(m, "role", json_string("assistant"));
+    json_object_set_new(m, "content", json_stringn(ev->text, ev->text_len));
+    json_array_append_new(ms, m);
+    for (size_t i = 0; r->ids && i < r->n_ids; i++)
+        json_array_append_new(ids, json_integer(r->ids[i]));
+    for (int32_t i = 0; ev->ids && i < ev->n_ids; i++)
+        json_array_append_new(ids, json_integer(ev->ids[i]));
+    json_object_set_new(o, "v", json_integer(1));
+    json_object_set_new(o, "model", json_string(s->model_id));
+    json_object_set_new(o, "messages", ms);
+    json_object_set_new(o, "ids", ids);
+    char *val = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!val)
+        return;
+    char key[SRV_ID_MAX + 32], ttl[24];
+    session_key(r->chat.session, key, sizeof key);
+    snprintf(ttl, sizeof ttl, "%d", s->cfg->redis_session_ttl);
+    const char *argv[5] = {"SET", key, val, "EX", ttl};
+    size_t lens[5] = {3, strlen(key), strlen(val), 2, strlen(ttl)};
+    if (srv_redis_cmd(s->redis, session_written, s, 5, argv, lens))
+        s->m.session_errors++;
+    free(val);
 }
 
 srv_req *srv_req_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
@@ -423,7 +750,19 @@ srv_req *srv_req_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
         s->reqs->s_prev = r;
     s->reqs = r;
     s->n_reqs++;
-    if (uv_queue_work(&s->loop, &r->work, tokenize_work, tokenize_done)) {
+    if (r->chat.session && s->redis) {
+        char key[SRV_ID_MAX + 32];
+        session_key(r->chat.session, key, sizeof key);
+        const char *argv[2] = {"GET", key};
+        size_t lens[2] = {3, strlen(key)};
+        r->state = SRV_REQ_SESSION;
+        if (!srv_redis_cmd(s->redis, session_read, r, 2, argv, lens))
+            return r; /* tokenizing follows the answer (or its deadline) */
+        s->m.session_errors++; /* Redis not connected: this turn has no history */
+        char q[80];
+        SRV_WARN(&s->log, "event=session_unavailable session=%s", srv_log_q(q, sizeof q, r->chat.session));
+    }
+    if (req_queue_tokenize(r)) {
         req_unlink(r);
         *chat = r->chat; /* give it back for the caller to free */
         memset(&r->chat, 0, sizeof r->chat);
@@ -446,7 +785,8 @@ void srv_req_cancel(srv_req *r)
     r->cancelled = true;
     if (r->state == SRV_REQ_RUNNING && r->s->engine)
         fl_engine_cancel(r->s->engine, r->eid);
-    /* tokenizing: tokenize_done sees the flag */
+    /* tokenizing or waiting for Redis: the next stage sees the flag (Redis answers or
+       times out within --redis-timeout-ms) */
 }
 
 void srv_req_orphan(srv_req *r)
@@ -483,11 +823,16 @@ static void handle(srv *s, srv_ev *ev)
             srv_metrics_error(&s->m, SRV_E_ENGINE);
         if (ev->stats.forwards > 0 && (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH))
             srv_hist_observe(&s->m.tpf, ev->stats.tpf);
+        s->m.kv_cached_tokens += (uint64_t)(ev->stats.cached_tokens > 0 ? ev->stats.cached_tokens : 0);
+        s->m.kv_pages_rejected += (uint64_t)(ev->stats.prefix_rejected > 0 ? ev->stats.prefix_rejected : 0);
+        if (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH)
+            session_save(r, ev);
         char q[80];
         SRV_INFO(&s->log, "event=done req=%s serial=%llu finish=%s reply_tokens=%d forwards=%d "
-                 "tpf=%.2f ms=%.1f%s", srv_log_q(q, sizeof q, r->chat.id),
+                 "tpf=%.2f cached_tokens=%d ms=%.1f%s", srv_log_q(q, sizeof q, r->chat.id),
                  (unsigned long long)r->serial, srv_finish_name(ev->finish), ev->n_ids,
-                 ev->stats.forwards, ev->stats.tpf, now - r->t_start, r->owner ? "" : " orphaned=1");
+                 ev->stats.forwards, ev->stats.tpf, ev->stats.cached_tokens, now - r->t_start,
+                 r->owner ? "" : " orphaned=1");
     }
     if (r->owner) {
         if (r->kind == SRV_OWNER_WS)

@@ -17,6 +17,7 @@
 
 #include <libwebsockets.h>
 
+#include "redis.h"
 #include "serve.h"
 
 enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER };
@@ -267,6 +268,8 @@ static void route_metrics(srv_http *h)
         fl_engine_get_stats(s->engine, &g.es);
     g.ready = s->engine && !s->draining;
     g.draining = s->draining;
+    g.redis = s->redis ? srv_redis_get_stats(s->redis) : NULL;
+    g.redis_ready = srv_redis_ready(s->redis);
     fl_buf b = {0};
     if (srv_metrics_render(&s->m, &g, &b)) {
         fl_buf_free(&b);
@@ -467,12 +470,16 @@ static void sse_begin(srv_http *h)
     h->sent_role = true;
 }
 
-static json_t *usage_json(int prompt, int completion)
+static json_t *usage_json(int prompt, int completion, int cached)
 {
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(prompt));
     json_object_set_new(u, "completion_tokens", json_integer(completion));
     json_object_set_new(u, "total_tokens", json_integer(prompt + completion));
+    /* OpenAI's field for prompt tokens served from a cache (here: KV pages from Redis) */
+    json_t *d = json_object();
+    json_object_set_new(d, "cached_tokens", json_integer(cached));
+    json_object_set_new(u, "prompt_tokens_details", d);
     return u;
 }
 
@@ -515,7 +522,7 @@ static void on_done(srv_http *h, const srv_ev *ev)
         if (h->include_usage) {
             json_t *o = chunk(h, json_object(), NULL);
             json_object_set_new(o, "choices", json_array());
-            json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids));
+            json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids, ev->stats.cached_tokens));
             sse_send(h, o);
         }
         fl_buf_puts(&h->resp, "data: [DONE]\n\n");
@@ -536,7 +543,7 @@ static void on_done(srv_http *h, const srv_ev *ev)
     json_object_set_new(ch, "finish_reason", json_string(finish));
     json_array_append_new(choices, ch);
     json_object_set_new(o, "choices", choices);
-    json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids));
+    json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids, ev->stats.cached_tokens));
     json_object_set_new(o, "fogline", stats_json(&ev->stats));
     respond_json(h, 200, o);
 }

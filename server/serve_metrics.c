@@ -1,5 +1,6 @@
 /* serve_metrics.c: the metrics and their Prometheus text rendering. */
 #include "serve_metrics.h"
+#include "redis.h"
 
 #include <string.h>
 
@@ -186,6 +187,64 @@ int srv_metrics_render(const srv_metrics *m, const srv_gauges *g, fl_buf *b)
                &m->first_update);
     hist_plain(b, "fogline_update_gap_seconds", "time between consecutive updates of a request",
                &m->update_gap);
+    /* the cross-session cache (Redis); present only with --redis */
+    if (g->redis) {
+        const srv_redis_stats *r = g->redis;
+        gauge(b, "fogline_redis_connected", "1 when Redis is connected and ready", g->redis_ready);
+        counter(b, "fogline_redis_connects_total", "connections that became ready",
+                (double)r->connects);
+        counter(b, "fogline_redis_disconnects_total", "ready connections lost or dropped",
+                (double)r->disconnects);
+        counter(b, "fogline_redis_connect_failures_total", "connection attempts that failed",
+                (double)r->connect_failures);
+        counter(b, "fogline_redis_commands_total", "commands sent", (double)r->commands);
+        counter(b, "fogline_redis_errors_total",
+                "commands answered with an error or lost with their connection", (double)r->errors);
+        counter(b, "fogline_redis_timeouts_total", "commands not answered within the deadline",
+                (double)r->timeouts);
+        head(b, "fogline_redis_bytes_total", "counter", "bytes to and from Redis");
+        fl_buf_printf(b, "fogline_redis_bytes_total{dir=\"read\"} %llu\n",
+                      (unsigned long long)r->bytes_read);
+        fl_buf_printf(b, "fogline_redis_bytes_total{dir=\"written\"} %llu\n",
+                      (unsigned long long)r->bytes_written);
+        static const double lb[8] = SRV_REDIS_LAT_BOUNDS;
+        head(b, "fogline_redis_latency_seconds", "histogram", "command round trip");
+        uint64_t cum = 0;
+        for (int i = 0; i < 8; i++) {
+            cum += r->latency_le[i];
+            fl_buf_printf(b, "fogline_redis_latency_seconds_bucket{le=\"%g\"} %llu\n", lb[i],
+                          (unsigned long long)cum);
+        }
+        fl_buf_printf(b, "fogline_redis_latency_seconds_bucket{le=\"+Inf\"} %llu\n",
+                      (unsigned long long)r->latency_count);
+        fl_buf_printf(b, "fogline_redis_latency_seconds_sum %.6f\n", r->latency_sum_s);
+        fl_buf_printf(b, "fogline_redis_latency_seconds_count %llu\n",
+                      (unsigned long long)r->latency_count);
+        head(b, "fogline_session_total", "counter", "session reads and writes by outcome");
+        const char *so[4] = {"hit", "miss", "error", "written"};
+        uint64_t sv[4] = {m->session_hits, m->session_misses, m->session_errors, m->session_writes};
+        for (int i = 0; i < 4; i++)
+            fl_buf_printf(b, "fogline_session_total{outcome=\"%s\"} %llu\n", so[i],
+                          (unsigned long long)sv[i]);
+        counter(b, "fogline_kv_cache_lookups_total", "prefix lookups in Redis", (double)m->kv_lookups);
+        head(b, "fogline_kv_cache_pages_total", "counter", "KV pages by lookup outcome");
+        const char *ko[3] = {"hit", "miss", "rejected"};
+        uint64_t kv[3] = {m->kv_pages_hit, m->kv_pages_missed, m->kv_pages_rejected};
+        for (int i = 0; i < 3; i++)
+            fl_buf_printf(b, "fogline_kv_cache_pages_total{outcome=\"%s\"} %llu\n", ko[i],
+                          (unsigned long long)kv[i]);
+        counter(b, "fogline_kv_cache_lookup_errors_total",
+                "prefix lookups that failed (Redis away, slow or a bad answer): computed instead",
+                (double)m->kv_lookup_errors);
+        counter(b, "fogline_kv_cache_tokens_total", "prompt tokens loaded from Redis, not computed",
+                (double)m->kv_cached_tokens);
+        counter(b, "fogline_kv_cache_writes_total", "KV pages written to Redis", (double)r->kv_writes);
+        counter(b, "fogline_kv_cache_writes_dropped_total",
+                "KV pages not written (Redis away, or the write queue full)",
+                (double)r->kv_writes_dropped);
+        counter(b, "fogline_kv_cache_evicted_total", "KV pages evicted by the size cap",
+                (double)r->kv_evicted);
+    }
     head(b, "fogline_errors_total", "counter", "errors sent to clients by code");
     for (int i = 0; i < SRV_ERR_CODES && m->errors[i].code; i++)
         fl_buf_printf(b, "fogline_errors_total{code=\"%s\"} %llu\n", m->errors[i].code,

@@ -44,6 +44,10 @@ typedef struct srv_metrics {
     srv_hist update_gap;   /* seconds between consecutive updates of one request */
     srv_ahist step;        /* seconds per engine forward (the step latency) */
     srv_ahist persist_put; /* seconds per page put into the persistence tier */
+    /* Redis: sessions and the KV prefix cache (loop thread) */
+    uint64_t session_hits, session_misses, session_errors, session_writes;
+    uint64_t kv_lookups, kv_pages_hit, kv_pages_missed, kv_pages_rejected, kv_lookup_errors;
+    uint64_t kv_cached_tokens;
 } srv_metrics;
 
 /* Live values read when /metrics is asked for. */
@@ -54,6 +58,8 @@ typedef struct srv_gauges {
     int tokenizing;
     fl_sched_stats es;     /* engine snapshot */
     bool ready, draining;
+    const struct srv_redis_stats *redis; /* NULL without --redis */
+    bool redis_ready;
 } srv_gauges;
 
 void srv_metrics_init(srv_metrics *m);

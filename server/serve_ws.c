@@ -288,6 +288,9 @@ static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
     json_object_set_new(u, "prompt_tokens", json_integer(st->prompt_tokens));
     json_object_set_new(u, "completion_tokens", json_integer(ev->n_ids));
     json_object_set_new(u, "total_tokens", json_integer(st->prompt_tokens + ev->n_ids));
+    json_object_set_new(u, "cached_tokens", json_integer(st->cached_tokens));
+    if (r->n_history)
+        json_object_set_new(u, "history_messages", json_integer((json_int_t)(r->n_history - r->n_dropped)));
     json_object_set_new(o, "usage", u);
     json_t *x = json_object();
     json_object_set_new(x, "tpf", json_real(st->tpf));
