@@ -98,13 +98,14 @@ def build_example(tok, msgs, bs):
     return ids, len(p_ids)
 
 
-def make_batches(examples, batch_tokens, bs, rng):
+def make_batches(examples, batch_tokens, bs, rng, length=None):
     """Groups examples of similar length; each batch is padded to its longest member."""
-    order = sorted(range(len(examples)), key=lambda i: (len(examples[i][0]), rng.random()))
+    length = length or (lambda e: len(e[0]))
+    order = sorted(range(len(examples)), key=lambda i: (length(examples[i]), rng.random()))
     batches = []
     cur = []
     for i in order:
-        L = len(examples[i][0])
+        L = length(examples[i])
         if cur and (len(cur) + 1) * L > batch_tokens:
             batches.append(cur)
             cur = []
@@ -194,6 +195,78 @@ def noisy_batch(examples, idx, tok, bs, rng, noise="active", p_next=0.3, slot_w=
             torch.from_numpy(weight))
 
 
+def dual_len(ids, P, bs):
+    """Length of an example in --noise dual: the clean sequence plus a noisy copy of its target
+    blocks (from the block holding the prompt's end)."""
+    return len(ids) + len(ids) - (P // bs) * bs
+
+
+def dual_batch(examples, idx, tok, bs, rng, p_pipe=0.4, slot_w=1.0, slot_sets=None):
+    """--noise dual (third run): BD3-LM-style vectorised block diffusion. Each row is the clean
+    sequence (block-causal) followed by a noisy copy of its target blocks at the same positions.
+    A noisy block sees the clean blocks before it and itself, i.e. exactly what a decoder sees
+    when it denoises that block after its predecessor committed, so every target block gets a
+    loss in one forward (the --noise active mix trains one block per example).
+    With probability p_pipe the row is "pipelined" (D2F diffusion forcing): ratios are sorted
+    non-decreasing and noisy block b sees the noisy blocks before it instead of the clean ones,
+    as when the decoder adds blocks while their predecessors still have masks.
+    -> ids (B,T), pos (B,T), mask (B,T,T) bool, target (B,T), masked (B,T) bool, weight (B,T)."""
+    B = len(idx)
+    T = max(dual_len(*examples[i], bs) for i in idx)
+    ids_b = np.full((B, T), tok.eot, dtype=np.int64)
+    tgt_b = np.full((B, T), tok.eot, dtype=np.int64)
+    pos_b = np.zeros((B, T), dtype=np.int64)
+    mask_b = np.zeros((B, T, T), dtype=bool)
+    masked_b = np.zeros((B, T), dtype=bool)
+    weight_b = np.ones((B, T), dtype=np.float32)
+    for b, i in enumerate(idx):
+        ids, P = examples[i]
+        ids = np.asarray(ids)
+        L = len(ids)
+        s = (P // bs) * bs
+        b0, nb = s // bs, (L - s) // bs
+        pipe = rng.random() < p_pipe
+        ratios = 1.0 - rng.random(nb)  # U(0, 1] per target block
+        if pipe:
+            ratios = np.sort(ratios)
+        npos = np.arange(s, L)
+        m = (rng.random(L - s) < ratios[npos // bs - b0]) & (npos >= P)
+        if not m.any():
+            m[rng.integers(P - s, L - s)] = True
+        n = L + (L - s)
+        pos = np.concatenate([np.arange(L), npos])
+        blk = pos // bs
+        noisy = np.arange(n) >= L
+        bq, bk = blk[:, None], blk[None, :]
+        nq, nk = noisy[:, None], noisy[None, :]
+        clean_clean = ~nq & ~nk & (bk <= bq)
+        if pipe:
+            # noisy b sees the prompt's clean blocks and every noisy block up to b (a D2F
+            # decoder with all blocks in flight; sorted ratios keep early blocks nearly clean)
+            noisy_clean = nq & ~nk & (bk < b0)
+            noisy_noisy = nq & nk & (bk <= bq)
+        else:
+            noisy_clean = nq & ~nk & (bk < bq)
+            noisy_noisy = nq & nk & (bk == bq)
+        mask_b[b, :n, :n] = clean_clean | noisy_clean | noisy_noisy
+        ids_b[b, :L] = ids
+        ids_b[b, L:n] = np.where(m, tok.mask, ids[s:])
+        tgt_b[b, L:n] = ids[s:]
+        masked_b[b, L:n] = m
+        pos_b[b, :n] = pos
+        if n < T:
+            pos_b[b, n:] = L  # padding: sees only itself, seen by nobody
+            mask_b[b, np.arange(n, T), np.arange(n, T)] = True
+        if slot_w != 1.0 and slot_sets is not None:
+            digits, common = slot_sets
+            t = ids[s:]
+            in_prompt = np.zeros(tok.size, dtype=bool)
+            in_prompt[ids[:P]] = True
+            slot = digits[t] | (in_prompt[t] & ~common[t])
+            weight_b[b, L:n][slot] = slot_w
+    return tuple(torch.from_numpy(x) for x in (ids_b, pos_b, mask_b, tgt_b, masked_b, weight_b))
+
+
 def export(model, cfg, tok, out_dir, meta=None):
     fogline_ref.save_model(model, out_dir, dtype=torch.bfloat16, config=cfg)
     tok.save(out_dir)
@@ -230,9 +303,11 @@ def main():
     ap.add_argument("--ckpt-every-s", type=float, default=600.0)
     ap.add_argument("--init", default="", help="start from this ckpt.pt's weights (a second "
                     "run continuing a first one; the tokenizer and data seed must match)")
-    ap.add_argument("--noise", default="d2f", choices=["d2f", "active"],
+    ap.add_argument("--noise", default="d2f", choices=["d2f", "active", "dual"],
                     help="d2f: the first run's mix; active: clean prefix + active block + "
-                    "(p-next) the next block, sequence cut after them")
+                    "(p-next) the next block, sequence cut after them; dual: clean sequence + "
+                    "noisy copy of every target block (see dual_batch)")
+    ap.add_argument("--p-pipe", type=float, default=0.4, help="dual: share of pipelined rows")
     ap.add_argument("--p-next", type=float, default=0.3)
     ap.add_argument("--slot-w", type=float, default=1.0,
                     help="loss weight of slot tokens (digits; rare tokens also in the prompt)")
@@ -302,14 +377,21 @@ def main():
     model.train()
     while step < total:
         if bi >= len(batches):
-            batches = make_batches(examples, a.batch_tokens, a.block, prng)
+            batches = make_batches(examples, a.batch_tokens, a.block, prng,
+                                   (lambda e: dual_len(e[0], e[1], a.block))
+                                   if a.noise == "dual" else None)
             bi = 0
             epoch += 1
             log("epoch %d: %d batches" % (epoch, len(batches)))
         idx = batches[bi]
         bi += 1
-        clean, noisy, masked, weight = noisy_batch(examples, idx, tok, a.block, rng, a.noise,
-                                                   a.p_next, a.slot_w, slot_sets)
+        if a.noise == "dual":
+            noisy, pos, amask, clean, masked, weight = dual_batch(
+                examples, idx, tok, a.block, rng, a.p_pipe, a.slot_w, slot_sets)
+        else:
+            clean, noisy, masked, weight = noisy_batch(examples, idx, tok, a.block, rng, a.noise,
+                                                       a.p_next, a.slot_w, slot_sets)
+            pos = amask = None
         if step < a.warmup:
             lr = a.lr * (step + 1) / a.warmup
         else:
@@ -317,7 +399,7 @@ def main():
             lr = a.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * prog)))
         for g in opt.param_groups:
             g["lr"] = lr
-        logits, _ = model(noisy)
+        logits, _ = model(noisy, mask=amask, pos=pos)
         if a.slot_w != 1.0:
             ce = F.cross_entropy(logits[masked], clean[masked], reduction="none")
             w = weight[masked]

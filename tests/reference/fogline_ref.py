@@ -100,8 +100,12 @@ class Attention(nn.Module):
         q = q.transpose(1, 2)
         k = k.transpose(1, 2)
         v = v.transpose(1, 2)
-        q = q * cos[None, None] + rotate_half(q) * sin[None, None]
-        k = k * cos[None, None] + rotate_half(k) * sin[None, None]
+        if cos.dim() == 3:  # per-row positions (B, T, hd)
+            cos, sin = cos[:, None], sin[:, None]
+        else:
+            cos, sin = cos[None, None], sin[None, None]
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
         new_kv = (k, v)
         if past is not None:
             k = torch.cat([past[0], k], dim=2)
@@ -111,7 +115,9 @@ class Attention(nn.Module):
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
         att = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
-        att = att.masked_fill(~mask[None, None], float("-inf"))
+        # mask (T, Tk) shared by the batch, or (B, T, Tk) per row
+        att = att.masked_fill(~(mask[:, None] if mask.dim() == 3 else mask[None, None]),
+                              float("-inf"))
         att = torch.softmax(att, dim=-1)
         o = (att @ v).transpose(1, 2).reshape(B, T, c.n_heads * hd)
         return self.o_proj(o), new_kv
@@ -168,9 +174,11 @@ class Model(nn.Module):
         w = self.model.embed_tokens.weight if self.c.tie else self.lm_head.weight
         return h @ w.float().t()
 
-    def forward(self, ids, pos0=0, past=None, block_size=None, mask=None):
+    def forward(self, ids, pos0=0, past=None, block_size=None, mask=None, pos=None):
         """ids: (B, T). Positions are pos0..pos0+T-1; past: per-layer (k, v) for positions
-        [0, pos0). Returns logits (B, T, vocab) and this segment's per-layer (k, v)."""
+        [0, pos0). Returns logits (B, T, vocab) and this segment's per-layer (k, v).
+        Training may pass explicit per-row positions pos (B, T) with a mask (B, T, T) (a
+        sequence followed by a noisy copy of some of its blocks, as in BD3-LM training)."""
         c = self.c
         bs = block_size or c.block_size
         B, T = ids.shape
@@ -178,7 +186,11 @@ class Model(nn.Module):
         kp = torch.arange(0, pos0 + T)
         if mask is None:
             mask = block_causal_mask(qp, kp, bs)
-        cos, sin = rope_cos_sin(qp, c.head_dim, c.rope_theta)
+        if pos is not None:
+            cos, sin = rope_cos_sin(pos.reshape(-1), c.head_dim, c.rope_theta)
+            cos, sin = cos.view(B, T, -1), sin.view(B, T, -1)
+        else:
+            cos, sin = rope_cos_sin(qp, c.head_dim, c.rope_theta)
         x = self.model.embed_tokens(ids).float()
         kvs = []
         for i, layer in enumerate(self.model.layers):
