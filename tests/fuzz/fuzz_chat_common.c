@@ -1,0 +1,128 @@
+/* fuzz_chat_common.c: see fuzz_chat_common.h. */
+#include "fuzz_chat_common.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+srv_limits fz_limits(void)
+{
+    srv_limits L = {.max_tokens_limit = 1024, .max_tokens_default = 256};
+    fl_decode_opts_default(&L.dec_default);
+    return L;
+}
+
+static bool in_list(const char *s, const char *const *list, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(s, list[i]))
+            return true;
+    return false;
+}
+
+void fz_check_rejection(const char *code, const char *param, const char *msg)
+{
+    FZ_CHECK(code != NULL, "rejected without a code (message '%s')", msg);
+    /* SRV_E_INTERNAL is out of memory only, which libFuzzer's allocator never returns */
+    FZ_CHECK(!strcmp(code, SRV_E_BAD_REQUEST) || !strcmp(code, SRV_E_OUT_OF_RANGE),
+             "unexpected code %s (message '%s')", code, msg);
+    size_t n = strnlen(msg, FL_ERR_MSG);
+    FZ_CHECK(n > 0 && n < FL_ERR_MSG, "rejected with an empty or unterminated message");
+    if (param) {
+        static const char *const known[] = {
+            "model", "n", "stream", "stream_options", "stream_options.include_usage",
+            "messages", "temperature", "top_p", "top_k", "seed", "max_tokens",
+            "max_completion_tokens", "stop", "decoding", "decoding.policy",
+            "decoding.threshold", "decoding.k", "decoding.entropy_bound", "decoding.overlap",
+            "decoding.pipeline", "decoding.tau_add", "decoding.tau_act", "decoding.tau_conf",
+            "decoding.max_blocks"};
+        FZ_CHECK(in_list(param, known, sizeof known / sizeof known[0]), "unknown param '%s'",
+                 param);
+    }
+}
+
+static json_t *parse_back(char *text, const char *what)
+{
+    FZ_CHECK(text != NULL, "%s: no text", what);
+    json_error_t je;
+    json_t *o = json_loads(text, 0, &je);
+    FZ_CHECK(o != NULL && json_is_object(o), "%s is not a JSON object: %s", what, text);
+    free(text);
+    return o;
+}
+
+void fz_check_error_frame(const char *id, const char *code, const char *msg)
+{
+    json_t *o = parse_back(srv_frame_error(id, code, msg), "error frame");
+    const char *t = json_string_value(json_object_get(o, "type"));
+    const char *c = json_string_value(json_object_get(o, "code"));
+    FZ_CHECK(t && !strcmp(t, "error"), "error frame without type 'error'");
+    FZ_CHECK(c && !strcmp(c, code), "error frame lost its code %s", code);
+    /* a client shows the message: it must be there, whatever bytes the request held */
+    FZ_CHECK(json_is_string(json_object_get(o, "message")),
+             "error frame for %s has no message (the message was '%s')", code, msg);
+    if (id)
+        FZ_CHECK(json_is_string(json_object_get(o, "id")), "error frame lost the request id");
+    json_decref(o);
+}
+
+void fz_check_openai_error(const char *code, const char *param, const char *msg)
+{
+    json_t *o = parse_back(srv_openai_error("invalid_request_error", code, param, msg),
+                           "OpenAI error");
+    json_t *e = json_object_get(o, "error");
+    FZ_CHECK(json_is_object(e), "OpenAI error without an error object");
+    const char *c = json_string_value(json_object_get(e, "code"));
+    FZ_CHECK(c && !strcmp(c, code), "OpenAI error lost its code %s", code);
+    FZ_CHECK(json_is_string(json_object_get(e, "message")),
+             "OpenAI error for %s has no message (the message was '%s')", code, msg);
+    json_t *p = json_object_get(e, "param");
+    FZ_CHECK(param ? json_is_string(p) : json_is_null(p), "OpenAI error param is wrong");
+    json_decref(o);
+}
+
+void fz_check_chat(const srv_chat *c, const srv_limits *L, bool openai)
+{
+    if (!openai) {
+        FZ_CHECK(c->id != NULL, "accepted without an id");
+        size_t n = strlen(c->id);
+        FZ_CHECK(n >= 1 && n <= SRV_ID_MAX, "id of %zu bytes", n);
+        if (c->session)
+            FZ_CHECK(strlen(c->session) <= SRV_ID_MAX, "session too long");
+    }
+    FZ_CHECK(c->n_msgs >= 1 && c->n_msgs <= SRV_MAX_MESSAGES, "%zu messages", c->n_msgs);
+    for (size_t i = 0; i < c->n_msgs; i++) {
+        const char *r = c->msgs[i].role;
+        FZ_CHECK(r && (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant")),
+                 "message %zu accepted with role '%s'", i, r ? r : "(null)");
+        FZ_CHECK(c->msgs[i].content != NULL, "message %zu without content", i);
+        FZ_CHECK(fz_utf8_ok((const unsigned char *)c->msgs[i].content,
+                            strlen(c->msgs[i].content)),
+                 "message %zu content is not UTF-8", i);
+    }
+    FZ_CHECK(c->n_stop >= 0 && c->n_stop <= SRV_MAX_STOPS, "%d stop strings", c->n_stop);
+    for (int i = 0; i < c->n_stop; i++) {
+        size_t n = c->stop[i] ? strlen(c->stop[i]) : 0;
+        FZ_CHECK(n >= 1 && n <= SRV_STOP_MAX, "stop[%d] has %zu bytes", i, n);
+    }
+    FZ_CHECK(c->max_tokens >= 1 && c->max_tokens <= L->max_tokens_limit, "max_tokens %d",
+             c->max_tokens);
+    fl_err e = {0};
+    FZ_CHECK(fl_decode_opts_check(&c->dec, &e) == 0, "accepted decoding options fail: %s",
+             e.msg);
+    FZ_CHECK(c->dec.temperature >= 0 && c->dec.temperature <= 2, "temperature %g",
+             (double)c->dec.temperature);
+    FZ_CHECK(c->dec.top_p > 0 && c->dec.top_p <= 1, "top_p %g", (double)c->dec.top_p);
+    FZ_CHECK(c->dec.top_k >= 0, "top_k %d", c->dec.top_k);
+}
+
+void fz_render_like_server(const fl_tokenizer *tok, const srv_chat *c)
+{
+    fl_buf text = {0};
+    fl_err e = {0};
+    fl_chat_opts co = {.add_generation_prompt = true, .enable_thinking = false};
+    int rc = fl_chat_render(tok, c->msgs, c->n_msgs, &co, &text, &e);
+    FZ_CHECK(rc == 0, "an accepted chat fails to render: %s", e.msg);
+    rc = fz_tokenize_roundtrip(tok, text.data ? text.data : "", text.len);
+    FZ_CHECK(rc == 0, "an accepted chat fails to tokenize");
+    fl_buf_free(&text);
+}

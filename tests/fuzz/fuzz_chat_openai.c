@@ -1,0 +1,47 @@
+/* fuzz_chat_openai.c: a /v1/chat/completions body as serve_http.c handles it: the UTF-8
+ * check, jansson (duplicate keys allowed, as the HTTP path loads them), srv_parse_chat_openai,
+ * and for an accepted request the template and tokenizer. A rejection must carry a known
+ * code, a message and a sensible param, and become a well-formed OpenAI error object. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fuzz_chat_common.h"
+
+static fl_tokenizer *tok;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    tok = fz_load_tokenizer(NULL);
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    bool ok = srv_utf8_valid(data, size);
+    FZ_CHECK(ok == fz_utf8_ok(data, size), "srv_utf8_valid says %d, the reference says %d", ok,
+             !ok);
+    if (!ok)
+        return 0;
+    json_error_t je;
+    json_t *o = json_loadb((const char *)data, size, 0, &je);
+    if (!o)
+        return 0;
+    srv_limits L = fz_limits();
+    srv_chat c;
+    const char *code = NULL, *param = (const char *)1; /* must be reset by the parser */
+    char msg[FL_ERR_MSG] = "";
+    int rc = srv_parse_chat_openai(o, &L, &c, &code, &param, msg, sizeof msg);
+    if (rc) {
+        FZ_CHECK(rc == -1, "srv_parse_chat_openai returned %d", rc);
+        fz_check_rejection(code, param, msg);
+        fz_check_openai_error(code, param, msg);
+    } else {
+        FZ_CHECK(param == NULL, "param left set on success");
+        fz_check_chat(&c, &L, true);
+        fz_render_like_server(tok, &c);
+    }
+    srv_chat_free(&c);
+    json_decref(o);
+    return 0;
+}
