@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Runs every libFuzzer target (or the ones named) for a while and writes a summary table.
+#   tests/fuzz/run_long.sh [-t SECONDS] [-b BUILD_DIR] [TARGET...]
+# SECONDS per target: -t, else $FUZZ_SECONDS, else 600. BUILD_DIR: build-fuzz (configured with
+# clang and built here when needed). Set NICE=15 to leave the CPU to other work.
+# New inputs go to BUILD_DIR/fuzz/corpus/TARGET (shared with the ctests), crashes to
+# BUILD_DIR/fuzz/artifacts/TARGET/, logs to BUILD_DIR/fuzz/logs/; the table (Markdown) is
+# printed and written to BUILD_DIR/fuzz/summary.md. Exits 1 when any target crashed.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+secs=${FUZZ_SECONDS:-600}
+build=$root/build-fuzz
+while getopts "t:b:h" o; do
+  case $o in
+    t) secs=$OPTARG ;;
+    b) build=$(cd "$(dirname "$OPTARG")" && pwd)/$(basename "$OPTARG") ;;
+    *) sed -n '2,9p' "$0"; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+all=(chat_ws chat_openai tokenize detok chat_template safetensors config blob)
+targets=("${@:-${all[@]}}")
+nice=(nice -n "${NICE:-0}")
+
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  CC=${CC:-clang} "${nice[@]}" cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DFL_FUZZ=ON >/dev/null
+fi
+"${nice[@]}" cmake --build "$build" --target fuzz_all -j"$(nproc)" >/dev/null
+
+out=$build/fuzz
+mkdir -p "$out/logs"
+table="| target | seconds | runs | execs/s | coverage (edges) | features | corpus | crashes |
+|---|---|---|---|---|---|---|---|"
+failed=0
+for t in "${targets[@]}"; do
+  bin=$build/tests/fuzz_$t
+  [ -x "$bin" ] || { echo "no target fuzz_$t (one of: ${all[*]})" >&2; exit 2; }
+  work=$out/corpus/$t art=$out/artifacts/$t log=$out/logs/$t.log
+  mkdir -p "$work" "$art"
+  [ "$t" = blob ] && "$build/tests/fuzz_blob_seed" "$work"
+  before=$(ls "$art" | wc -l)
+  echo "fuzz_$t: ${secs} s ..." >&2
+  rc=0
+  "${nice[@]}" "$bin" -max_total_time="$secs" -timeout=10 -print_final_stats=1 \
+    -artifact_prefix="$art/" "$work" "$root/tests/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
+  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  eps=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
+  last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
+  cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
+  ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
+  corp=$(sed -n 's/.* corp: \([0-9]*\)\/.*/\1/p' <<<"$last")
+  crashes=$(( $(ls "$art" | wc -l) - before ))
+  if [ "$rc" -ne 0 ] && [ "$crashes" -eq 0 ]; then crashes="exit $rc"; fi
+  [ "$rc" -ne 0 ] && failed=1
+  table+="
+| $t | $secs | ${runs:-?} | ${eps:-?} | ${cov:-?} | ${ft:-?} | ${corp:-?} | $crashes |"
+done
+printf '%s\n' "$table" | tee "$out/summary.md"
+if [ "$failed" -ne 0 ]; then
+  echo "crashes: see $out/artifacts/ and $out/logs/" >&2
+  exit 1
+fi
