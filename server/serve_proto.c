@@ -412,6 +412,15 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
         if (get_bool(&P, so, "include_usage", "stream_options.include_usage", &c->include_usage))
             return -1;
     }
+    /* fogline extension, as on the WebSocket: a session continued from Redis */
+    const json_t *ses = json_object_get(o, "session");
+    if (ses && !json_is_null(ses)) {
+        if (!srv_id_ok(ses))
+            return bad(&P, SRV_E_BAD_REQUEST, "session", "'session' must be a string of 1..%d bytes",
+                       SRV_ID_MAX);
+        if (!(c->session = strdup(json_string_value(ses))))
+            return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
+    }
     if (parse_messages(&P, json_object_get(o, "messages"), true, c))
         return -1;
     /* max_completion_tokens is the newer name; either is accepted, the newer wins */

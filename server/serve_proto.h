@@ -36,7 +36,7 @@
 
 typedef struct srv_chat {
     char *id;            /* the client's request id (WebSocket); OpenAI: generated */
-    char *session;       /* echoed, not persisted (sessions come with Redis) */
+    char *session;       /* continued from / saved to Redis when the server has one */
     fl_chat_msg *msgs;   /* (n_msgs) strings owned */
     size_t n_msgs;
     int32_t max_tokens;

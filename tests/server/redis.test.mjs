@@ -103,6 +103,24 @@ test('a session continues on a second server process with its earlier turns', as
   const s2 = JSON.parse(await cli(r.port, ['GET', 'fogline:session:dana-1']));
   assert.equal(s2.messages.length, 4);
   assert.equal(s2.messages[2].content, 'Can you cancel it?');
+  assert.equal(s2.messages[3].content, t2.text);
+  // the OpenAI endpoint takes the same extension field; usage reports the cached tokens
+  const res = await fetch(`${b.url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ session: 'dana-1', messages: user('Thanks!'), max_tokens: 24 }),
+  });
+  assert.equal(res.status, 200);
+  const oa = await res.json();
+  assert.ok(oa.usage.prompt_tokens > t2.done.usage.prompt_tokens, `openai turn 3 prompt ${oa.usage.prompt_tokens}`);
+  assert.ok(oa.usage.prompt_tokens_details.cached_tokens >= 16, JSON.stringify(oa.usage));
+  await until(async () => (await metrics(b)).get('fogline_session_total', { outcome: 'written' }) === 2, 5000, 'turn 3 written');
+  assert.equal(JSON.parse(await cli(r.port, ['GET', 'fogline:session:dana-1'])).messages.length, 6);
+  const bad = await fetch(`${b.url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ session: 7, messages: user('hi') }),
+  });
+  assert.equal(bad.status, 400);
+  assert.equal((await bad.json()).error.param, 'session');
   // an unknown session is a new conversation
   const fresh = await chat(b, user('Can you cancel it?'), { session: 'nobody' });
   assert.equal(fresh.done.usage.prompt_tokens, alone.done.usage.prompt_tokens);
