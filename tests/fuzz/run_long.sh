@@ -39,11 +39,17 @@ for t in "${targets[@]}"; do
   work=$out/corpus/$t art=$out/artifacts/$t log=$out/logs/$t.log
   mkdir -p "$work" "$art"
   [ "$t" = blob ] && "$build/tests/fuzz_blob_seed" "$work"
+  case $t in
+    chat_ws|chat_openai) dict=(-dict="$root/tests/fuzz/dict/chat.dict") ;;
+    tokenize|chat_template) dict=(-dict="$root/tests/fuzz/dict/text.dict") ;;
+    config|safetensors) dict=(-dict="$root/tests/fuzz/dict/$t.dict") ;;
+    *) dict=() ;;
+  esac
   before=$(ls "$art" | wc -l)
   echo "fuzz_$t: ${secs} s ..." >&2
   rc=0
   "${nice[@]}" "$bin" -max_total_time="$secs" -timeout=10 -print_final_stats=1 \
-    -artifact_prefix="$art/" "$work" "$root/tests/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
+    ${dict[@]+"${dict[@]}"} -artifact_prefix="$art/" "$work" "$root/tests/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   eps=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   last=$(grep -E '^#[0-9]+' "$log" | tail -1 || true)
