@@ -37,12 +37,16 @@ for _ in $(seq 100); do
   sleep 0.2
 done
 [ "$up" = 1 ] || fail "no answer on /health after 20 s"
-curl -fsS "http://127.0.0.1:$port/ready" | grep -q '"ready"' || fail "/ready is not ready"
-curl -fsS "http://127.0.0.1:$port/" | grep -qi '<html' || fail "/ does not serve the web UI"
+# bodies are read whole before matching: `curl | grep -q` fails under pipefail when grep
+# stops reading early
+ready=$(curl -fsS "http://127.0.0.1:$port/ready") || fail "/ready failed"
+[[ "$ready" == *'"ready"'* ]] || fail "/ready is not ready: $ready"
+index=$(curl -fsS "http://127.0.0.1:$port/") || fail "/ failed"
+[[ "${index,,}" == *'<html'* ]] || fail "/ does not serve the web UI"
 reply=$(curl -fsS "http://127.0.0.1:$port/v1/chat/completions" -H 'content-type: application/json' \
   -d '{"model":"fogline","max_tokens":8,"messages":[{"role":"user","content":"hello"}]}') \
   || fail "/v1/chat/completions failed"
-echo "$reply" | grep -q '"completion_tokens":[1-9]' || fail "no reply tokens: $reply"
+[[ "$reply" =~ \"completion_tokens\":[1-9] ]] || fail "no reply tokens: $reply"
 kill -TERM "$pid"
 rc=0
 wait "$pid" || rc=$?
