@@ -29,7 +29,7 @@ void fz_check_rejection(const char *code, const char *param, const char *msg)
     FZ_CHECK(n > 0 && n < FL_ERR_MSG, "rejected with an empty or unterminated message");
     if (param) {
         static const char *const known[] = {
-            "model", "n", "stream", "stream_options", "stream_options.include_usage",
+            "model", "session", "n", "stream", "stream_options", "stream_options.include_usage",
             "messages", "temperature", "top_p", "top_k", "seed", "max_tokens",
             "max_completion_tokens", "stop", "decoding", "decoding.policy",
             "decoding.threshold", "decoding.k", "decoding.entropy_bound", "decoding.overlap",
@@ -86,9 +86,10 @@ void fz_check_chat(const srv_chat *c, const srv_limits *L, bool openai)
         FZ_CHECK(c->id != NULL, "accepted without an id");
         size_t n = strlen(c->id);
         FZ_CHECK(n >= 1 && n <= SRV_ID_MAX, "id of %zu bytes", n);
-        if (c->session)
-            FZ_CHECK(strlen(c->session) <= SRV_ID_MAX, "session too long");
     }
+    if (c->session)
+        FZ_CHECK(strlen(c->session) >= 1 && strlen(c->session) <= SRV_ID_MAX,
+                 "session of %zu bytes", strlen(c->session));
     FZ_CHECK(c->n_msgs >= 1 && c->n_msgs <= SRV_MAX_MESSAGES, "%zu messages", c->n_msgs);
     for (size_t i = 0; i < c->n_msgs; i++) {
         const char *r = c->msgs[i].role;
