@@ -8,6 +8,7 @@
 //   - turn 2 continued on replica B counts more prompt tokens than its message alone;
 //   - it counts exactly as many as the same turn continued on replica A (the same history,
 //     seen from both replicas), and as the whole conversation sent explicitly;
+//   - usage.history_messages (how many stored messages went first) is 2 after one turn;
 // and that a session outlives its replica: SIGKILL in the middle of a reply, reconnect through
 // nginx, and the other replica continues the conversation.
 import { test, before, after } from 'node:test';
@@ -107,11 +108,16 @@ test('a session started on replica A continues on replica B (turn 2 sees turn 1)
     assert.equal(t2b.prompt, t2a.prompt, 'replicas A and B see different histories for the same conversation');
     assert.equal(t2b.prompt, full.prompt,
       'the stored history is not the earlier turns (user message + the reply as committed)');
+    // the server says so itself: two stored messages (turn 1's question and reply) went first
+    assert.equal(t2b.done.usage.history_messages, 2, JSON.stringify(t2b.done.usage));
+    assert.equal(t2a.done.usage.history_messages, 2, JSON.stringify(t2a.done.usage));
+    assert.equal(alone.done.usage.history_messages, undefined, JSON.stringify(alone.done.usage));
     // turn 3 through nginx, wherever it lands, sees both earlier turns
     const cn = await open(topo.nginx.wsUrl);
     try {
       const t3 = await turn(cn, { id: `${k}-s1-t3`, session: s1, messages: user(M3) });
       assert.ok(t3.prompt > t2b.prompt, `turn 3: ${t3.prompt} prompt tokens, turn 2: ${t2b.prompt}`);
+      assert.equal(t3.done.usage.history_messages, 4, JSON.stringify(t3.done.usage));
     } finally {
       cn.close();
     }
@@ -157,6 +163,7 @@ test('SIGKILL of the replica mid-reply: the client reconnects through nginx and 
       `replica ${y.toUpperCase()} did not continue the session`);
     assert.equal(again.prompt, full.prompt,
       'the resumed history is not turn 1 alone (the interrupted turn must not be in it, nor be missing turn 1)');
+    assert.equal(again.done.usage.history_messages, 2, JSON.stringify(again.done.usage));
   } finally {
     c2.close();
   }
