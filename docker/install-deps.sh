@@ -15,6 +15,7 @@ if [ $# -eq 0 ]; then
   echo "usage: $0 build|runtime|test ..." >&2
   exit 2
 fi
+# shellcheck source=/dev/null
 codename=$( . /etc/os-release && echo "${VERSION_CODENAME:-unknown}")
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
