@@ -56,7 +56,9 @@ typedef struct fl_seq_stats {
     int32_t store_forwards;  /* forwards that only stored (separate store passes, prefill) */
     int32_t blocks;        /* reply blocks committed */
     double tpf;            /* reply tokens (before stop truncation) per forward */
-    int32_t cached_tokens;   /* prompt tokens loaded from the request's prefix, not computed */
+    int32_t cached_tokens;   /* prompt tokens not computed: shared from the engine's prefix
+                                cache, or loaded from the request's prefix (Redis) */
+    int32_t shared_tokens;   /* of those, from the engine's own prefix cache */
     int32_t prefix_rejected; /* prefix pages refused (damaged, wrong key or tokens) */
     double ms_queued, ms_prefill, ms_decode, ms_total;
 } fl_seq_stats;
@@ -98,6 +100,9 @@ typedef struct fl_sched_stats {
     int64_t reply_tokens;
     int32_t running, queued;
     int32_t pages_used, pages_free;
+    int32_t pages_cached;     /* nobody holds them; kept for the prefix cache (evictable) */
+    int64_t pages_evicted;    /* cached pages reused for something else */
+    int64_t prefix_pages_shared; /* prompt pages taken from the prefix cache at admission */
     double persist_wait_ms;   /* time the compute thread spent on (or blocked by) persistence */
     int64_t pages_persisted;
     int64_t prefix_pages_loaded;   /* pages filled from requests' prefixes */

@@ -247,6 +247,13 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     if (s->m->tok)
         fl_detok_init(&q->detok, s->m->tok, true);
     q->st.prompt_tokens = q->L;
+    /* the prompt's whole blocks' keys: admission looks them up in the prefix cache, and a
+       running sequence's not-yet-stored ones tell others to wait for them */
+    {
+        fl_page_key parent = {0, 0};
+        for (int32_t b = 0; b < q->L / B; b++)
+            parent = q->keys[b] = fl_page_key_chain(s->o.model_id, parent, q->x + b * B, B);
+    }
     if (r->prefix && r->n_prefix > 0) { /* taken only now that nothing can fail */
         q->prefix = r->prefix;
         q->n_prefix = r->n_prefix;
@@ -339,10 +346,11 @@ static void load_prefix(fl_sched *s, seq *q)
     if (n > (q->L - 1) / B)
         n = (q->L - 1) / B;
     size_t bl = fl_blob_size(c);
-    float *page = n > 0 ? malloc(s->b->page_bytes) : NULL;
-    int32_t *toks = n > 0 ? malloc(sizeof(int32_t) * (size_t)B) : NULL;
-    fl_page_key parent = {0, 0};
-    int32_t b = 0;
+    int32_t b = q->n_cached / B; /* blocks the engine's own prefix cache gave come first */
+    float *page = n > b ? malloc(s->b->page_bytes) : NULL;
+    int32_t *toks = n > b ? malloc(sizeof(int32_t) * (size_t)B) : NULL;
+    fl_page_key parent = b ? q->keys[b - 1] : (fl_page_key){0, 0};
+    int32_t loaded = 0;
     for (; page && toks && b < n; b++) {
         fl_err e = {0};
         fl_page_key k = fl_page_key_chain(s->o.model_id, parent, q->x + b * B, B);
@@ -365,11 +373,14 @@ static void load_prefix(fl_sched *s, seq *q)
         s->reserved--;
         q->pages[b] = pg;
         q->keys[b] = k;
+        fl_kvpool_register(&s->pool, pg, (fl_kvpool_key){k.hi, k.lo});
         parent = k;
         s->st.prefix_pages_loaded++;
+        loaded++;
     }
-    q->n_cached = b * B;
-    q->st.cached_tokens = b * B;
+    if (b * B > q->n_cached)
+        q->n_cached = b * B;
+    q->st.cached_tokens += loaded * B;
     free(page);
     free(toks);
     free(q->prefix);
@@ -377,14 +388,45 @@ static void load_prefix(fl_sched *s, seq *q)
     q->n_prefix = 0;
 }
 
-/* Admits queued sequences in order while their pages can be promised. */
+/* True when a running sequence's prompt block with this key is about to be stored: a sequence
+ * that needs it waits a step and shares it rather than computing it a second time. */
+static bool promised(const fl_sched *s, fl_page_key k)
+{
+    for (const seq *r = s->running; r; r = r->next)
+        for (int32_t b = r->n_cached / s->B; b < r->run_start / s->B && b < r->L / s->B; b++)
+            if (r->keys[b].hi == k.hi && r->keys[b].lo == k.lo)
+                return true;
+    return false;
+}
+
+/* Admits queued sequences in order while their pages can be promised. The prompt's leading
+ * blocks found in the prefix cache are taken (shared) instead of computed; the block with
+ * the prompt's last token is always computed (its output predicts the first reply token). */
 static void admit(fl_sched *s)
 {
+    int32_t B = s->B;
     while (s->queued && s->n_running < s->o.max_seqs) {
         seq *q = s->queued;
-        int32_t need = pages_needed(s, q);
-        if (s->pool.n_free - s->reserved < need)
+        int32_t maxb = (q->L - 1) / B, hits = 0, idle_hits = 0;
+        for (; hits < maxb; hits++) {
+            int32_t pg = fl_kvpool_lookup(&s->pool, (fl_kvpool_key){q->keys[hits].hi, q->keys[hits].lo});
+            if (pg < 0)
+                break;
+            idle_hits += s->pool.refs[pg] == 0;
+        }
+        if (hits < maxb && promised(s, q->keys[hits]))
+            break; /* shared next step, once stored */
+        int32_t need = pages_needed(s, q) - hits;
+        if (fl_kvpool_available(&s->pool) - idle_hits - s->reserved < need)
             break; /* FIFO: a big request is not overtaken forever by small ones */
+        for (int32_t b = 0; b < hits; b++) {
+            q->pages[b] = fl_kvpool_lookup(&s->pool, (fl_kvpool_key){q->keys[b].hi, q->keys[b].lo});
+            fl_kvpool_take(&s->pool, q->pages[b]);
+        }
+        q->n_cached = hits * B;
+        q->st.cached_tokens = hits * B;
+        q->st.shared_tokens = hits * B;
+        s->st.prefix_pages_shared += hits;
         s->queued = q->next;
         s->n_queued--;
         q->reserve = need;
@@ -587,6 +629,7 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
         int32_t b = p / B;
         fl_page_key parent = b ? q->keys[b - 1] : (fl_page_key){0, 0};
         q->keys[b] = fl_page_key_chain(s->o.model_id, parent, q->x + p, B);
+        fl_kvpool_register(&s->pool, q->pages[b], (fl_kvpool_key){q->keys[b].hi, q->keys[b].lo});
         fl_persist_job job;
         job.page = q->pages[b];
         job.key = q->keys[b];
@@ -778,6 +821,8 @@ void fl_sched_get_stats(const fl_sched *s, fl_sched_stats *st)
     st->queued = s->n_queued;
     st->pages_used = fl_kvpool_used(&s->pool);
     st->pages_free = s->pool.n_free;
+    st->pages_cached = s->pool.n_cached;
+    st->pages_evicted = s->pool.evictions;
     st->pages_persisted = fl_persist_done_count(s->persist);
 }
 

@@ -173,6 +173,12 @@ int srv_metrics_render(const srv_metrics *m, const srv_gauges *g, fl_buf *b)
     head(b, "fogline_kv_pages", "gauge", "KV cache pages by state");
     fl_buf_printf(b, "fogline_kv_pages{state=\"used\"} %d\n", g->es.pages_used);
     fl_buf_printf(b, "fogline_kv_pages{state=\"free\"} %d\n", g->es.pages_free);
+    fl_buf_printf(b, "fogline_kv_pages{state=\"cached\"} %d\n", g->es.pages_cached);
+    counter(b, "fogline_prefix_cache_tokens_total",
+            "prompt tokens whose KV pages were shared from the engine's prefix cache, not computed",
+            (double)m->shared_tokens);
+    counter(b, "fogline_prefix_cache_evictions_total", "cached KV pages reused for other blocks",
+            (double)g->es.pages_evicted);
     counter(b, "fogline_persist_pages_total", "KV pages handed to the persistence tier",
             (double)g->es.pages_persisted);
     counter(b, "fogline_persist_wait_seconds_total",

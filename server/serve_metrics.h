@@ -47,7 +47,8 @@ typedef struct srv_metrics {
     /* Redis: sessions and the KV prefix cache (loop thread) */
     uint64_t session_hits, session_misses, session_errors, session_writes;
     uint64_t kv_lookups, kv_pages_hit, kv_pages_missed, kv_pages_rejected, kv_lookup_errors;
-    uint64_t kv_cached_tokens;
+    uint64_t kv_cached_tokens; /* prompt tokens loaded from Redis */
+    uint64_t shared_tokens;    /* prompt tokens taken from the engine's prefix cache */
 } srv_metrics;
 
 /* Live values read when /metrics is asked for. */

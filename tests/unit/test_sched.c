@@ -269,6 +269,69 @@ int main(int argc, char **argv)
         }
         CHECK(fwd_tokens[0] == fwd_tokens[2] - nb * B, "the cached prefix is not computed: %lld vs %lld tokens",
               (long long)fwd_tokens[0], (long long)fwd_tokens[2]);
+        /* 6c. the engine's own prefix cache: two identical prompts submitted together share the
+           prompt's pages (the second waits a step for them to be stored), outputs unchanged; a
+           later identical request takes them from the cache after both finished */
+        {
+            fl_sched_opts so = {.max_batch_tokens = BK->max_tokens, .max_seqs = 4, .model_id = 7};
+            fl_sched *s;
+            CHECK(fl_sched_create(&s, m, BK, &so, &e) == 0, "sched");
+            rec r3[3];
+            memset(r3, 0, sizeof r3);
+            for (int i = 0; i < 2; i++) {
+                fl_request rq = {.prompt = lp[0], .n_prompt = llen, .max_tokens = MT, .dec = ov};
+                CHECK(fl_sched_add(s, &rq, sink, &r3[i], (uint64_t)i + 1, &e) == 0, "add: %s", e.msg);
+            }
+            for (int g = 0; g < 10000 && !(r3[0].done && r3[1].done); g++)
+                fl_sched_step(s, &e);
+            fl_sched_stats st;
+            fl_sched_get_stats(s, &st);
+            CHECK(same_ids(&lalone[0], &r3[0]) && same_ids(&lalone[0], &r3[1]), "shared prefix: the lone outputs");
+            CHECK(r3[0].st.shared_tokens == 0 && r3[1].st.shared_tokens == nb * B,
+                  "the second shares %d tokens (want %d), the first %d", r3[1].st.shared_tokens, nb * B,
+                  r3[0].st.shared_tokens);
+            CHECK(st.prefix_pages_shared == nb, "pages shared %lld", (long long)st.prefix_pages_shared);
+            int64_t tok2 = st.tokens_forwarded;
+            CHECK(tok2 < 2 * fwd_tokens[2] - nb * B + 1, "the shared prefix is computed once (%lld vs %lld)",
+                  (long long)tok2, (long long)(2 * fwd_tokens[2]));
+            fl_sched_flush(s);
+            fl_sched_get_stats(s, &st);
+            CHECK(st.pages_used == 0 && st.pages_cached > 0, "idle: %d used, %d cached", st.pages_used, st.pages_cached);
+            fl_request rq = {.prompt = lp[0], .n_prompt = llen, .max_tokens = MT, .dec = ov};
+            CHECK(fl_sched_add(s, &rq, sink, &r3[2], 3, &e) == 0, "add: %s", e.msg);
+            for (int g = 0; g < 10000 && !r3[2].done; g++)
+                fl_sched_step(s, &e);
+            CHECK(same_ids(&lalone[0], &r3[2]) && r3[2].st.shared_tokens == nb * B,
+                  "from the cache after both ended: %d shared", r3[2].st.shared_tokens);
+            /* a different prompt in a pool full of cached pages evicts them and runs */
+            fl_sched_flush(s);
+            fl_sched_destroy(s);
+        }
+        {
+            /* a pool that holds one request: cached pages of one prompt are evicted for the next */
+            fl_backend_opts so2 = {.n_pages = (llen + MT + B - 1) / B + 2, .n_threads = 2, .max_tokens = 512};
+            fl_backend *small;
+            CHECK(fl_backend_cpu_create(&small, m, &so2, &e) == 0, "small backend: %s", e.msg);
+            fl_sched_opts so = {.max_batch_tokens = small->max_tokens, .max_seqs = 4, .model_id = 7};
+            fl_sched *s;
+            CHECK(fl_sched_create(&s, m, small, &so, &e) == 0, "sched");
+            rec r4[2];
+            memset(r4, 0, sizeof r4);
+            for (int i = 0; i < 2; i++) {
+                fl_request rq = {.prompt = lp[i], .n_prompt = llen, .max_tokens = MT, .dec = ov};
+                CHECK(fl_sched_add(s, &rq, sink, &r4[i], (uint64_t)i + 1, &e) == 0, "add: %s", e.msg);
+                for (int g = 0; g < 10000 && !r4[i].done; g++)
+                    fl_sched_step(s, &e);
+                fl_sched_flush(s);
+            }
+            fl_sched_stats st;
+            fl_sched_get_stats(s, &st);
+            CHECK(same_ids(&lalone[0], &r4[0]) && same_ids(&lalone[1], &r4[1]), "outputs with eviction");
+            CHECK(st.pages_evicted > 0 && st.pages_used == 0, "evicted %lld, used %d", (long long)st.pages_evicted,
+                  st.pages_used);
+            fl_sched_destroy(s);
+            fl_backend_destroy(small);
+        }
         int P = 0;
         /* bad input: pages claimed without data */
         fl_sched_opts so = {.max_batch_tokens = BK->max_tokens, .max_seqs = 2, .model_id = 7};
