@@ -608,6 +608,21 @@ static bool session_merge(srv_req *r, const char *data, size_t len)
         ok = role && json_is_string(json_object_get(m, "content")) &&
              (!strcmp(role, "system") || !strcmp(role, "user") || !strcmp(role, "assistant"));
     }
+    /* a client that sends the whole conversation (the web UI does) already starts with the
+       stored turns: nothing to prepend */
+    bool full = ok && r->chat.n_msgs > n;
+    for (size_t i = 0; full && i < n; i++) {
+        json_t *m = json_array_get(ms, i);
+        json_t *c = json_object_get(m, "content");
+        full = !strcmp(r->chat.msgs[i].role, json_string_value(json_object_get(m, "role"))) &&
+               strlen(r->chat.msgs[i].content) == json_string_length(c) &&
+               !memcmp(r->chat.msgs[i].content, json_string_value(c), json_string_length(c));
+    }
+    if (full) {
+        r->n_history = n;
+        json_decref(o);
+        return true;
+    }
     fl_chat_msg *all = ok ? calloc(n + r->chat.n_msgs, sizeof *all) : NULL;
     if (ok && !all)
         ok = false;
@@ -823,7 +838,9 @@ static void handle(srv *s, srv_ev *ev)
             srv_metrics_error(&s->m, SRV_E_ENGINE);
         if (ev->stats.forwards > 0 && (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH))
             srv_hist_observe(&s->m.tpf, ev->stats.tpf);
-        s->m.kv_cached_tokens += (uint64_t)(ev->stats.cached_tokens > 0 ? ev->stats.cached_tokens : 0);
+        int32_t redis_tokens = ev->stats.cached_tokens - ev->stats.shared_tokens;
+        s->m.kv_cached_tokens += (uint64_t)(redis_tokens > 0 ? redis_tokens : 0);
+        s->m.shared_tokens += (uint64_t)(ev->stats.shared_tokens > 0 ? ev->stats.shared_tokens : 0);
         s->m.kv_pages_rejected += (uint64_t)(ev->stats.prefix_rejected > 0 ? ev->stats.prefix_rejected : 0);
         if (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH)
             session_save(r, ev);

@@ -121,6 +121,15 @@ test('a session continues on a second server process with its earlier turns', as
   });
   assert.equal(bad.status, 400);
   assert.equal((await bad.json()).error.param, 'session');
+  // a client that sends the whole conversation with its session (the web UI does) is not
+  // given the history twice
+  const whole = [...user('Hi, I am Dana. Where is my order 48213?'), { role: 'assistant', content: t1.text },
+    ...user('Can you cancel it?'), { role: 'assistant', content: t2.text }, ...user('Thanks!'), { role: 'assistant', content: oa.choices[0].message.content },
+    ...user('Bye')];
+  const nosess = await chat(b, whole);
+  const withsess = await chat(b, whole, { session: 'dana-1' });
+  assert.equal(withsess.done.usage.prompt_tokens, nosess.done.usage.prompt_tokens);
+  assert.equal(withsess.done.usage.history_messages, 6);
   // an unknown session is a new conversation
   const fresh = await chat(b, user('Can you cancel it?'), { session: 'nobody' });
   assert.equal(fresh.done.usage.prompt_tokens, alone.done.usage.prompt_tokens);
