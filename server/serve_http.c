@@ -388,8 +388,11 @@ static void chat_start(srv_http *h)
         return;
     }
     if (chat.model && strcmp(chat.model, s->model_id) && strcmp(chat.model, "fogline")) {
-        snprintf(m, sizeof m, "the model '%.100s' does not exist; this server serves '%s'",
-                 chat.model, s->model_id);
+        char name[101];
+        snprintf(name, sizeof name, "%s", chat.model);
+        srv_utf8_clip(name); /* never cut a character in two */
+        snprintf(m, sizeof m, "the model '%s' does not exist; this server serves '%s'", name,
+                 s->model_id);
         srv_chat_free(&chat);
         respond_error(h, 404, SRV_E_MODEL_NOT_FOUND, "model", m);
         return;

@@ -100,12 +100,28 @@ typedef struct pctx {
 } pctx;
 
 static int bad(pctx *P, const char *code, const char *param, const char *fmt, ...) FL_PRINTF(4, 5);
+void srv_utf8_clip(char *s)
+{
+    size_t n = strlen(s);
+    /* a length-limited %.Ns of client text (or the buffer's end) may cut one character: at
+       most its first 3 bytes are left over */
+    for (size_t k = 0; k <= 3 && k <= n; k++)
+        if (srv_utf8_valid((const unsigned char *)s, n - k)) {
+            s[n - k] = 0;
+            return;
+        }
+    for (size_t i = 0; i < n; i++) /* not from a cut: never send invalid UTF-8 on */
+        if ((unsigned char)s[i] >= 0x80)
+            s[i] = '?';
+}
+
 static int bad(pctx *P, const char *code, const char *param, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(P->msg, P->msglen, fmt, ap);
     va_end(ap);
+    srv_utf8_clip(P->msg); /* quoted client text may be cut mid-character */
     *P->code = code;
     if (P->param)
         *P->param = param;

@@ -73,6 +73,10 @@ char *srv_frame_error(const char *id, const char *code, const char *message);
 /* OpenAI's error object: {"error":{"message","type","param","code"}}. */
 char *srv_openai_error(const char *type, const char *code, const char *param, const char *message);
 
+/* Cuts s back to valid UTF-8 (a message quoting client text cut to a length); bytes of an
+ * invalid sequence elsewhere become '?'. */
+void srv_utf8_clip(char *s);
+
 /* Valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
 bool srv_utf8_valid(const unsigned char *s, size_t n);
 

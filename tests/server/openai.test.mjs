@@ -87,6 +87,11 @@ test('errors come in the OpenAI shape with the right status', async () => {
     (e) => e.status === 401 && e.code === 'invalid_api_key');
   await assert.rejects(client.chat.completions.create({ model: 'gpt-17', messages: user('hi') }),
     (e) => e.status === 404 && e.code === 'model_not_found' && e.param === 'model');
+  // names quoted in messages are cut to a length, never in the middle of a character
+  await assert.rejects(client.chat.completions.create({ model: 'x' + 'é'.repeat(80), messages: user('hi') }),
+    (e) => e.status === 404 && /does not exist/.test(e.message) && !e.message.includes('\ufffd'));
+  await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: [{ role: 'x' + 'ü'.repeat(40), content: 'hi' }] }),
+    (e) => e.status === 400 && /role/.test(e.message) && !e.message.includes('\ufffd'));
   await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: [] }),
     (e) => e.status === 400 && e.code === 'bad_request' && /messages/.test(e.message));
   await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: user('hi'), max_tokens: 9999 }),
