@@ -13,3 +13,5 @@ cmake --build build-asan -j"$jobs"
 ctest --test-dir build --output-on-failure
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -L 'unit|integration'
+# libFuzzer targets (clang, ASan+UBSan): each briefly over its corpus (tests/fuzz, docs/fuzzing.md)
+bash tests/fuzz/run_ci.sh
