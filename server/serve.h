@@ -126,6 +126,14 @@ typedef struct srv_req {
     double t_first;       /* loop ms of the first draft or commit, 0 before */
     double t_last;        /* loop ms of the last update */
     srv_out *draft_slot[SRV_DRAFT_SLOTS]; /* queued, unsent drafts by block % SLOTS */
+    /* fan-out ("parallel"): a group owns branch requests and has no engine work of its own;
+       the group is in its owner's list, the branches in the server's */
+    struct srv_req *parent; /* a branch: its group */
+    int segment;            /* a branch: its index; -1 otherwise */
+    struct srv_req **kids;  /* a group: (n_kids) branches, NULL once freed */
+    int n_kids, n_started, n_ended;
+    json_t *seg_results;    /* a group: one object per segment, filled as branches end */
+    bool any_error;
     struct srv_req *o_prev, *o_next;      /* the owner's list */
     struct srv_req *s_prev, *s_next;      /* the server's list of live requests */
 } srv_req;
@@ -205,6 +213,7 @@ json_t *srv_draft_tokens(const fl_tokenizer *t, const int32_t *tokens, int32_t n
 typedef struct srv_conn srv_conn;
 void srv_ws_on_event(srv_conn *c, srv_req *r, const srv_ev *ev);
 void srv_ws_on_reject(srv_conn *c, srv_req *r, const char *code, const char *msg);
+void srv_ws_on_group_done(srv_conn *c, srv_req *g); /* every branch of a fan-out ended */
 void srv_ws_tick(srv *s);              /* slow-client checks */
 void srv_ws_close_all(srv *s, int code, const char *reason);
 /* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: path, origin, key and limits checked before the upgrade

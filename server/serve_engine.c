@@ -343,6 +343,157 @@ static void req_free(srv_req *r)
     free(r);
 }
 
+/* ---- fan-out groups ---- */
+
+static int req_queue_tokenize(srv_req *r);
+static void req_reject(srv_req *r, const char *code, const char *msg);
+
+static void group_free(srv_req *g)
+{
+    free(g->kids);
+    json_decref(g->seg_results);
+    srv_chat_free(&g->chat);
+    free(g);
+}
+
+/* Starts the next waiting branch of a group (on the loop; tokenizing first). A group that was
+   cancelled still starts its branches, cancelled: they end through the normal path. */
+static void group_start_next(srv_req *g)
+{
+    if (g->n_started >= g->n_kids)
+        return;
+    srv_req *k = g->kids[g->n_started++];
+    srv *s = k->s;
+    k->t_start = srv_now_ms(s);
+    k->cancelled = g->cancelled;
+    k->s_next = s->reqs;
+    if (s->reqs)
+        s->reqs->s_prev = k;
+    s->reqs = k;
+    s->n_reqs++;
+    if (req_queue_tokenize(k))
+        req_reject(k, SRV_E_INTERNAL, "cannot queue the request");
+}
+
+/* A branch ended (done, rejected or cancelled before the engine): note its result, start the
+   next waiting branch, and end the group after its last branch. */
+static void group_branch_ended(srv_req *k, const char *finish, const fl_seq_stats *st, int32_t n_ids,
+                               const char *err_code)
+{
+    srv_req *g = k->parent;
+    json_t *o = json_object();
+    json_object_set_new(o, "segment", json_integer(k->segment));
+    json_object_set_new(o, "finish", json_string(finish));
+    if (err_code)
+        json_object_set_new(o, "error", json_string(err_code));
+    if (st) {
+        json_t *u = json_object();
+        json_object_set_new(u, "prompt_tokens", json_integer(st->prompt_tokens));
+        json_object_set_new(u, "completion_tokens", json_integer(n_ids));
+        json_object_set_new(u, "cached_tokens", json_integer(st->cached_tokens));
+        json_object_set_new(o, "usage", u);
+    }
+    json_array_set_new(g->seg_results, (size_t)k->segment, o);
+    g->any_error |= err_code != NULL;
+    g->kids[k->segment] = NULL;
+    g->n_ended++;
+    if (k->t_first && (!g->t_first || k->t_first < g->t_first))
+        g->t_first = k->t_first;
+    if (g->n_ended == g->n_kids) {
+        if (g->owner && g->kind == SRV_OWNER_WS)
+            srv_ws_on_group_done(g->owner, g);
+        group_free(g);
+        return;
+    }
+    if (g->n_started < g->n_kids)
+        group_start_next(g);
+}
+
+/* A request with "parallel.segments": one branch per segment, each with the shared messages
+   plus its segment as the last user message. At most max_branches run at once; the engine's
+   prefix cache shares the common prompt blocks between them. Takes *chat. */
+static srv_req *group_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
+                            const char **code, char *msg, size_t msglen)
+{
+    int n = chat->n_segments;
+    srv_req *g = calloc(1, sizeof *g);
+    if (g) {
+        g->kids = calloc((size_t)n, sizeof(srv_req *));
+        g->seg_results = json_array();
+    }
+    if (!g || !g->kids || !g->seg_results) {
+        if (g) {
+            free(g->kids);
+            json_decref(g->seg_results);
+            free(g);
+        }
+        *code = SRV_E_INTERNAL;
+        snprintf(msg, msglen, "out of memory");
+        return NULL;
+    }
+    g->s = s;
+    g->kind = kind;
+    g->owner = owner;
+    g->serial = ++s->next_serial;
+    g->chat = *chat;
+    memset(chat, 0, sizeof *chat);
+    g->segment = -1;
+    g->state = SRV_REQ_RUNNING;
+    g->t_start = srv_now_ms(s);
+    g->n_kids = n;
+    for (int i = 0; i < n; i++)
+        json_array_append_new(g->seg_results, json_null());
+    bool oom = false;
+    for (int i = 0; i < n && !oom; i++) {
+        srv_req *k = calloc(1, sizeof *k);
+        if (!k) {
+            oom = true;
+            break;
+        }
+        g->kids[i] = k;
+        k->s = s;
+        k->kind = kind;
+        k->owner = owner;
+        k->serial = ++s->next_serial;
+        k->parent = g;
+        k->segment = i;
+        k->work.data = k;
+        srv_chat *c = &k->chat;
+        c->id = strdup(g->chat.id);
+        c->n_msgs = g->chat.n_msgs + 1;
+        c->msgs = calloc(c->n_msgs, sizeof *c->msgs);
+        c->max_tokens = g->chat.max_tokens;
+        c->dec = g->chat.dec;
+        c->stop = g->chat.n_stop ? calloc((size_t)g->chat.n_stop, sizeof(char *)) : NULL;
+        oom |= !c->id || !c->msgs || (g->chat.n_stop && !c->stop);
+        for (size_t j = 0; !oom && j < c->n_msgs; j++) {
+            bool last = j == g->chat.n_msgs;
+            c->msgs[j].role = strdup(last ? "user" : g->chat.msgs[j].role);
+            c->msgs[j].content = strdup(last ? g->chat.segments[i] : g->chat.msgs[j].content);
+            oom |= !c->msgs[j].role || !c->msgs[j].content;
+        }
+        for (int j = 0; !oom && j < g->chat.n_stop; j++) {
+            oom |= !(c->stop[j] = strdup(g->chat.stop[j]));
+            c->n_stop = j + 1;
+        }
+    }
+    if (oom) {
+        for (int i = 0; i < n; i++)
+            if (g->kids[i]) {
+                srv_chat_free(&g->kids[i]->chat);
+                free(g->kids[i]);
+            }
+        group_free(g);
+        *code = SRV_E_INTERNAL;
+        snprintf(msg, msglen, "out of memory");
+        return NULL;
+    }
+    int first = g->chat.max_branches > 0 && g->chat.max_branches < n ? g->chat.max_branches : n;
+    for (int i = 0; i < first; i++)
+        group_start_next(g);
+    return g;
+}
+
 /* Tells the owner the request ended before the engine took it, then frees it. */
 static void req_reject(srv_req *r, const char *code, const char *msg)
 {
@@ -360,6 +511,8 @@ static void req_reject(srv_req *r, const char *code, const char *msg)
              srv_log_q(q, sizeof q, r->chat.id), (unsigned long long)r->serial, code,
              srv_log_q(q + 80, 80, msg));
     req_unlink(r);
+    if (r->parent)
+        group_branch_ended(r, "error", NULL, 0, code);
     req_free(r);
 }
 
@@ -423,6 +576,8 @@ static void req_end_cancelled(srv_req *r)
             srv_http_on_event(r->owner, r, &ev);
     }
     req_unlink(r);
+    if (r->parent)
+        group_branch_ended(r, "cancelled", &ev.stats, 0, NULL);
     req_free(r);
 }
 
@@ -746,12 +901,25 @@ srv_req *srv_req_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
                  s->n_reqs);
         goto refuse;
     }
+    if (chat->n_segments > 0) {
+        if (s->n_reqs + chat->n_segments > s->cfg->max_seqs + s->cfg->max_queued) {
+            *code = SRV_E_BUSY;
+            snprintf(msg, msglen, "the server is busy: %d requests are running or waiting and "
+                     "this one has %d branches; retry later", s->n_reqs, chat->n_segments);
+            goto refuse;
+        }
+        srv_req *g = group_start(s, kind, owner, chat, code, msg, msglen);
+        if (!g)
+            goto refuse;
+        return g;
+    }
     srv_req *r = calloc(1, sizeof *r);
     if (!r) {
         *code = SRV_E_INTERNAL;
         snprintf(msg, msglen, "out of memory");
         goto refuse;
     }
+    r->segment = -1;
     r->s = s;
     r->kind = kind;
     r->owner = owner;
@@ -798,6 +966,12 @@ void srv_req_cancel(srv_req *r)
     if (r->cancelled)
         return;
     r->cancelled = true;
+    if (r->kids) { /* a group: its running branches; waiting ones start cancelled */
+        for (int i = 0; i < r->n_started; i++)
+            if (r->kids[i])
+                srv_req_cancel(r->kids[i]);
+        return;
+    }
     if (r->state == SRV_REQ_RUNNING && r->s->engine)
         fl_engine_cancel(r->s->engine, r->eid);
     /* tokenizing or waiting for Redis: the next stage sees the flag (Redis answers or
@@ -806,6 +980,10 @@ void srv_req_cancel(srv_req *r)
 
 void srv_req_orphan(srv_req *r)
 {
+    if (r->kids) /* a group: every branch loses its owner too */
+        for (int i = 0; i < r->n_kids; i++)
+            if (r->kids[i])
+                srv_req_orphan(r->kids[i]);
     r->owner = NULL;
     for (int i = 0; i < SRV_DRAFT_SLOTS; i++) /* the owner's queue is freed with it */
         if (r->draft_slot[i]) {
@@ -859,6 +1037,10 @@ static void handle(srv *s, srv_ev *ev)
     }
     if (ev->type == FL_EV_DONE) {
         req_unlink(r);
+        if (r->parent)
+            group_branch_ended(r, ev->finish == FL_FINISH_ERROR ? "error" : srv_finish_name(ev->finish),
+                               &ev->stats, ev->n_ids,
+                               ev->finish == FL_FINISH_ERROR ? SRV_E_ENGINE : NULL);
         req_free(r);
     }
 }

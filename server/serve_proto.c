@@ -24,6 +24,9 @@ void srv_chat_free(srv_chat *c)
     for (int i = 0; i < c->n_stop; i++)
         free(c->stop[i]);
     free(c->stop);
+    for (int i = 0; i < c->n_segments; i++)
+        free(c->segments[i]);
+    free(c->segments);
     free(c->model);
     memset(c, 0, sizeof *c);
 }
@@ -353,6 +356,62 @@ static int parse_messages(pctx *P, const json_t *msgs, bool openai, srv_chat *c)
     return 0;
 }
 
+/* "parallel": fan-out only for now; the model-driven modes need a model that writes outlines. */
+static int parse_parallel(pctx *P, const json_t *v, srv_chat *c)
+{
+    if (!json_is_object(v))
+        return bad(P, SRV_E_BAD_REQUEST, "parallel", "'parallel' must be an object");
+    const char *key;
+    const json_t *x;
+    json_object_foreach((json_t *)v, key, x)
+    {
+        if (strcmp(key, "mode") && strcmp(key, "segments") && strcmp(key, "max_branches"))
+            return bad(P, SRV_E_BAD_REQUEST, "parallel", "unknown field 'parallel.%.64s' (mode, "
+                       "segments, max_branches)", key);
+    }
+    const char *mode = json_string_value(json_object_get(v, "mode"));
+    if (!mode)
+        return bad(P, SRV_E_BAD_REQUEST, "parallel", "'parallel.mode' must be a string: fanout");
+    if (!strcmp(mode, "skeleton") || !strcmp(mode, "auto"))
+        return bad(P, SRV_E_BAD_REQUEST, "parallel", "'parallel.mode' %s is not available yet (the "
+                   "built-in model has not learned outlines); use fanout", mode);
+    if (strcmp(mode, "fanout"))
+        return bad(P, SRV_E_BAD_REQUEST, "parallel", "unknown 'parallel.mode' '%.32s' (fanout)", mode);
+    const json_t *segs = json_object_get(v, "segments");
+    if (!json_is_array(segs) || json_array_size(segs) == 0)
+        return bad(P, SRV_E_BAD_REQUEST, "parallel", "'parallel.segments' must be a non-empty "
+                   "array of strings");
+    size_t n = json_array_size(segs);
+    if (n > SRV_MAX_SEGMENTS)
+        return bad(P, SRV_E_OUT_OF_RANGE, "parallel", "at most %d segments, got %zu",
+                   SRV_MAX_SEGMENTS, n);
+    c->segments = calloc(n, sizeof(char *));
+    if (!c->segments)
+        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *t = json_array_get(segs, i);
+        if (!json_is_string(t) || json_string_length(t) == 0)
+            return bad(P, SRV_E_BAD_REQUEST, "parallel", "parallel.segments[%zu] must be a "
+                       "non-empty string", i);
+        if (memchr(json_string_value(t), 0, json_string_length(t)))
+            return bad(P, SRV_E_BAD_REQUEST, "parallel", "parallel.segments[%zu] contains a NUL", i);
+        if (!(c->segments[i] = strndup(json_string_value(t), json_string_length(t))))
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        c->n_segments = (int)i + 1;
+    }
+    c->max_branches = c->n_segments;
+    const json_t *mb = json_object_get(v, "max_branches");
+    if (mb && !json_is_null(mb)) {
+        if (!json_is_integer(mb) || json_integer_value(mb) < 1 ||
+            json_integer_value(mb) > SRV_MAX_SEGMENTS)
+            return bad(P, SRV_E_OUT_OF_RANGE, "parallel", "'parallel.max_branches' must be an "
+                       "integer in [1, %d]", SRV_MAX_SEGMENTS);
+        if (json_integer_value(mb) < c->max_branches)
+            c->max_branches = (int)json_integer_value(mb);
+    }
+    return 0;
+}
+
 static int check_decoding(pctx *P, srv_chat *c)
 {
     fl_err e = {0};
@@ -368,7 +427,8 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     memset(c, 0, sizeof *c);
     c->dec = L->dec_default;
     static const char *const known[] = {"type", "id", "session", "messages", "max_tokens",
-                                        "temperature", "top_p", "top_k", "seed", "stop", "decoding"};
+                                        "temperature", "top_p", "top_k", "seed", "stop", "decoding",
+                                        "parallel"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)o, key, v)
@@ -392,7 +452,18 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
         if (!(c->session = strdup(json_string_value(ses))))
             return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
     }
-    if (parse_messages(&P, json_object_get(o, "messages"), false, c) ||
+    const json_t *par = json_object_get(o, "parallel");
+    if (par && !json_is_null(par)) {
+        if (parse_parallel(&P, par, c))
+            return -1;
+        if (c->session)
+            return bad(&P, SRV_E_BAD_REQUEST, "parallel", "'parallel' and 'session' cannot be "
+                       "combined (branches have no single conversation to store)");
+    }
+    /* with "parallel", messages are the shared context and may be left out */
+    const json_t *msgs = json_object_get(o, "messages");
+    bool no_msgs = c->segments && (!msgs || (json_is_array(msgs) && !json_array_size(msgs)));
+    if ((!no_msgs && parse_messages(&P, msgs, false, c)) ||
         parse_sampling(&P, o, L, c, "max_tokens") ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
         return -1;
@@ -428,6 +499,9 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
         if (get_bool(&P, so, "include_usage", "stream_options.include_usage", &c->include_usage))
             return -1;
     }
+    if (json_object_get(o, "parallel"))
+        return bad(&P, SRV_E_BAD_REQUEST, "parallel", "'parallel' is only available on the "
+                   "WebSocket (/ws) for now");
     /* fogline extension, as on the WebSocket: a session continued from Redis */
     const json_t *ses = json_object_get(o, "session");
     if (ses && !json_is_null(ses)) {

@@ -33,6 +33,7 @@
 #define SRV_MAX_MESSAGES 256
 #define SRV_MAX_STOPS 8
 #define SRV_STOP_MAX 64     /* bytes in one stop string */
+#define SRV_MAX_SEGMENTS 16 /* branches of one parallel request */
 
 typedef struct srv_chat {
     char *id;            /* the client's request id (WebSocket); OpenAI: generated */
@@ -43,6 +44,11 @@ typedef struct srv_chat {
     char **stop;         /* (n_stop) owned */
     int n_stop;
     fl_decode_opts dec;
+    /* "parallel": {"mode":"fanout","segments":[...],"max_branches":N}: each segment is a
+       branch whose prompt is msgs + {"role":"user","content":segment} (WebSocket only) */
+    char **segments;     /* (n_segments) owned; NULL without "parallel" */
+    int n_segments;
+    int max_branches;    /* branches running at once */
     /* OpenAI only */
     bool stream;
     bool include_usage;

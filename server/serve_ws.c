@@ -211,8 +211,52 @@ static srv_req *find_req(srv_conn *c, const char *id)
 
 void srv_ws_on_reject(srv_conn *c, srv_req *r, const char *code, const char *msg)
 {
+    if (r->parent) { /* one branch of a fan-out failed: the others go on */
+        json_t *o = json_object();
+        json_object_set_new(o, "type", json_string("error"));
+        json_object_set_new(o, "id", json_string(r->chat.id));
+        json_object_set_new(o, "segment", json_integer(r->segment));
+        json_object_set_new(o, "code", json_string(code));
+        json_object_set_new(o, "message", json_string(msg));
+        send_str(c, dumps(o));
+        return;
+    }
     conn_drop_req(c, r);
     send_str(c, srv_frame_error(r->chat.id, code, msg));
+}
+
+void srv_ws_on_group_done(srv_conn *c, srv_req *g)
+{
+    conn_drop_req(c, g);
+    if (c->closing)
+        return;
+    json_t *o = json_object();
+    json_object_set_new(o, "type", json_string("done"));
+    json_object_set_new(o, "id", json_string(g->chat.id));
+    /* the group's finish: cancelled when it was; else error if a branch failed; else stop */
+    json_object_set_new(o, "finish", json_string(g->cancelled ? "cancelled" : g->any_error ? "error" : "stop"));
+    json_int_t pt = 0, ct = 0, cached = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(g->seg_results, i, v)
+    {
+        json_t *u = json_object_get(v, "usage");
+        pt += json_integer_value(json_object_get(u, "prompt_tokens"));
+        ct += json_integer_value(json_object_get(u, "completion_tokens"));
+        cached += json_integer_value(json_object_get(u, "cached_tokens"));
+    }
+    json_t *u = json_object();
+    json_object_set_new(u, "prompt_tokens", json_integer(pt));
+    json_object_set_new(u, "completion_tokens", json_integer(ct));
+    json_object_set_new(u, "total_tokens", json_integer(pt + ct));
+    json_object_set_new(u, "cached_tokens", json_integer(cached));
+    json_object_set_new(o, "usage", u);
+    json_object_set(o, "segments", g->seg_results);
+    json_t *x = json_object();
+    json_object_set_new(x, "ms_total", json_real(srv_now_ms(c->s) - g->t_start));
+    json_object_set_new(x, "ms_first_update", json_real(g->t_first ? g->t_first - g->t_start : 0));
+    json_object_set_new(o, "stats", x);
+    send_str(c, dumps(o));
 }
 
 static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
@@ -221,6 +265,8 @@ static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
     json_t *o = json_object();
     json_object_set_new(o, "type", json_string("draft"));
     json_object_set_new(o, "id", json_string(r->chat.id));
+    if (r->parent)
+        json_object_set_new(o, "segment", json_integer(r->segment));
     json_object_set_new(o, "block", json_integer(ev->block));
     json_object_set_new(o, "step", json_integer(ev->step));
     json_object_set_new(o, "tokens", srv_draft_tokens(s->model->tok, ev->tokens, ev->n));
@@ -272,15 +318,25 @@ static void kill_draft(srv_conn *c, srv_req *r, int32_t block)
 
 static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
 {
-    conn_drop_req(c, r);
+    if (r->parent) {
+        if (ev->finish == FL_FINISH_ERROR) {
+            srv_ws_on_reject(c, r, SRV_E_ENGINE, ev->error ? ev->error : "the engine failed");
+            return;
+        }
+    } else {
+        conn_drop_req(c, r);
+    }
     if (ev->finish == FL_FINISH_ERROR) {
         send_error(c, r->chat.id, SRV_E_ENGINE, ev->error ? ev->error : "the engine failed");
         return;
     }
     const fl_seq_stats *st = &ev->stats;
     json_t *o = json_object();
-    json_object_set_new(o, "type", json_string("done"));
+    /* a branch's own end is "segment_done"; the request's "done" follows its last branch */
+    json_object_set_new(o, "type", json_string(r->parent ? "segment_done" : "done"));
     json_object_set_new(o, "id", json_string(r->chat.id));
+    if (r->parent)
+        json_object_set_new(o, "segment", json_integer(r->segment));
     if (r->chat.session)
         json_object_set_new(o, "session", json_string(r->chat.session));
     json_object_set_new(o, "finish", json_string(srv_finish_name(ev->finish)));
@@ -310,7 +366,7 @@ static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
 void srv_ws_on_event(srv_conn *c, srv_req *r, const srv_ev *ev)
 {
     if (c->closing) { /* nobody will read it */
-        if (ev->type == FL_EV_DONE)
+        if (ev->type == FL_EV_DONE && !r->parent)
             conn_drop_req(c, r);
         return;
     }
@@ -323,6 +379,8 @@ void srv_ws_on_event(srv_conn *c, srv_req *r, const srv_ev *ev)
         json_t *o = json_object();
         json_object_set_new(o, "type", json_string("commit"));
         json_object_set_new(o, "id", json_string(r->chat.id));
+        if (r->parent)
+            json_object_set_new(o, "segment", json_integer(r->segment));
         json_object_set_new(o, "block", json_integer(ev->block));
         json_object_set_new(o, "text", json_stringn(ev->text, ev->text_len));
         c->s->m.commits_sent++;

@@ -1,0 +1,146 @@
+// Fan-out ("parallel": {"mode":"fanout","segments":[...]}, docs/protocol.md): each segment is a
+// branch whose prompt is the shared messages plus the segment; branches run in the same
+// forwards and share the prompt's KV pages through the engine's prefix cache.
+//   - every branch's output equals the same prompt run alone, token for token;
+//   - the shared prefix is taken from the cache, not computed again (cached_tokens, metrics);
+//   - max_branches bounds the branches running at once; cancel and disconnect end them all and
+//     every page comes back; bad "parallel" values are refused with a message.
+import { test, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, connect, metrics, until } from './lib.mjs';
+
+const server = await startServer(['--max-seqs', '8']);
+after(async () => assert.equal(await server.stop(), 0));
+
+const SYSTEM = 'You are the help desk of an online shop. Keep answers short and copy order numbers exactly.';
+const SEGMENTS = ['Where is my order 48213?', 'What are your store hours on Sunday?',
+  'Can I return a blender?', 'My kettle arrived damaged.'];
+
+async function run(c, id, frame) {
+  c.send({ type: 'chat', id, ...frame });
+  return c.collect(id, 60000);
+}
+
+function bySegment(frames) {
+  const out = {};
+  for (const f of frames) {
+    if (f.type === 'commit') out[f.segment] = (out[f.segment] ?? '') + f.text;
+  }
+  return out;
+}
+
+test('fan-out: every branch equals its prompt run alone; the shared prefix is computed once', async () => {
+  const c = await connect(server);
+  const m0 = await metrics(server);
+  const shared0 = m0.get('fogline_prefix_cache_tokens_total');
+  const frames = await run(c, 'f1', { messages: [{ role: 'system', content: SYSTEM }], max_tokens: 40,
+    parallel: { mode: 'fanout', segments: SEGMENTS } });
+  const done = frames[frames.length - 1];
+  assert.equal(done.type, 'done', JSON.stringify(done));
+  assert.equal(done.finish, 'stop');
+  assert.equal(done.segments.length, SEGMENTS.length);
+  const segDone = frames.filter((f) => f.type === 'segment_done');
+  assert.equal(segDone.length, SEGMENTS.length);
+  // commits of one segment come in block order
+  for (let i = 0; i < SEGMENTS.length; i++) {
+    const blocks = frames.filter((f) => f.type === 'commit' && f.segment === i).map((f) => f.block);
+    assert.deepEqual(blocks, blocks.slice().sort((a, b) => a - b));
+    assert.ok(frames.some((f) => f.type === 'draft' && f.segment === i), `drafts for segment ${i}`);
+  }
+  // branches share the system prompt's whole blocks: all but one took them from the cache
+  const cached = done.segments.map((s) => s.usage.cached_tokens);
+  assert.ok(cached.filter((x) => x > 0).length >= SEGMENTS.length - 1, `cached ${cached}`);
+  const m1 = await metrics(server);
+  assert.equal(m1.get('fogline_prefix_cache_tokens_total') - shared0, cached.reduce((a, b) => a + b, 0));
+  assert.equal(done.usage.prompt_tokens, done.segments.reduce((a, s) => a + s.usage.prompt_tokens, 0));
+  const texts = bySegment(frames);
+  // each branch alone, on another connection, one after another
+  const c2 = await connect(server);
+  for (let i = 0; i < SEGMENTS.length; i++) {
+    const alone = await run(c2, `a${i}`, { messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: SEGMENTS[i] }], max_tokens: 40 });
+    const d = alone[alone.length - 1];
+    assert.equal(d.type, 'done');
+    assert.equal(alone.filter((f) => f.type === 'commit').map((f) => f.text).join(''), texts[i] ?? '', `segment ${i}`);
+    assert.equal(d.usage.completion_tokens, done.segments[i].usage.completion_tokens);
+    assert.equal(d.usage.prompt_tokens, done.segments[i].usage.prompt_tokens);
+  }
+  c.close();
+  c2.close();
+  await until(async () => (await metrics(server)).get('fogline_kv_pages', { state: 'used' }) === 0, 10000, 'pages back');
+});
+
+test('max_branches bounds the branches at once; without messages each segment is the prompt', async () => {
+  const c = await connect(server);
+  const frames = await run(c, 'mb', { max_tokens: 24, parallel: { mode: 'fanout', segments: SEGMENTS.slice(0, 3), max_branches: 1 } });
+  const done = frames[frames.length - 1];
+  assert.equal(done.type, 'done');
+  // one at a time: a segment's first frame comes after the previous segment's segment_done
+  const firstOf = (i) => frames.findIndex((f) => f.segment === i);
+  const endOf = (i) => frames.findIndex((f) => f.type === 'segment_done' && f.segment === i);
+  assert.ok(firstOf(1) > endOf(0) && firstOf(2) > endOf(1), 'sequential branches');
+  const alone = await run(c, 'mb-alone', { messages: [{ role: 'user', content: SEGMENTS[1] }], max_tokens: 24 });
+  assert.equal(alone.filter((f) => f.type === 'commit').map((f) => f.text).join(''), bySegment(frames)[1] ?? '');
+  c.close();
+});
+
+test('cancel and disconnect end every branch; pages come back', async () => {
+  const c = await connect(server);
+  const long = { messages: [{ role: 'system', content: SYSTEM }], max_tokens: 200,
+    decoding: { policy: 'sequential', pipeline: false }, parallel: { mode: 'fanout', segments: SEGMENTS, max_branches: 2 } };
+  c.send({ type: 'chat', id: 'x', ...long });
+  await c.next((f) => f.id === 'x' && f.type === 'draft', 30000);
+  c.send({ type: 'cancel', id: 'x' });
+  const frames = await c.collect('x', 30000);
+  const done = frames[frames.length - 1];
+  assert.equal(done.type, 'done');
+  assert.equal(done.finish, 'cancelled');
+  assert.equal(done.segments.length, SEGMENTS.length);
+  assert.ok(done.segments.every((s) => s !== null));
+  // the id is free again
+  const again = await run(c, 'x', { messages: [{ role: 'user', content: 'hi' }], max_tokens: 8 });
+  assert.equal(again[again.length - 1].type, 'done');
+  // a client that goes away mid fan-out
+  const d = await connect(server);
+  d.send({ type: 'chat', id: 'y', ...long });
+  await d.next((f) => f.id === 'y' && f.type === 'draft', 30000);
+  d.ws.terminate();
+  await until(async () => {
+    const m = await metrics(server);
+    return m.get('fogline_requests_active') === 0 && m.get('fogline_kv_pages', { state: 'used' }) === 0;
+  }, 20000, 'branches of a gone client to end');
+  c.close();
+});
+
+test('bad "parallel" values are refused with a message naming the field', async () => {
+  const c = await connect(server);
+  const cases = [
+    [{ parallel: 'yes' }, /'parallel' must be an object/],
+    [{ parallel: { mode: 'skeleton', segments: ['a'] } }, /skeleton is not available yet/],
+    [{ parallel: { mode: 'auto', segments: ['a'] } }, /auto is not available yet/],
+    [{ parallel: { mode: 'telepathy', segments: ['a'] } }, /unknown 'parallel.mode'/],
+    [{ parallel: { segments: ['a'] } }, /'parallel.mode' must be a string/],
+    [{ parallel: { mode: 'fanout', segments: [] } }, /non-empty array/],
+    [{ parallel: { mode: 'fanout', segments: ['a', 7] } }, /segments\[1\] must be a non-empty string/],
+    [{ parallel: { mode: 'fanout', segments: Array(17).fill('q') } }, /at most 16 segments/],
+    [{ parallel: { mode: 'fanout', segments: ['a'], max_branches: 0 } }, /max_branches/],
+    [{ parallel: { mode: 'fanout', segments: ['a'], max_branches: 17 } }, /max_branches/],
+    [{ parallel: { mode: 'fanout', segments: ['a'], fast: true } }, /unknown field 'parallel.fast'/],
+    [{ parallel: { mode: 'fanout', segments: ['a'] }, session: 's' }, /cannot be combined/],
+  ];
+  let n = 0;
+  for (const [extra, re] of cases) {
+    const id = `bad${n++}`;
+    c.send({ type: 'chat', id, messages: [{ role: 'user', content: 'hi' }], ...extra });
+    const f = await c.next((x) => x.id === id);
+    assert.equal(f.type, 'error', JSON.stringify(f));
+    assert.match(f.message, re);
+  }
+  // the OpenAI endpoint says where fan-out is
+  const res = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], parallel: { mode: 'fanout', segments: ['a'] } }),
+  });
+  assert.equal(res.status, 400);
+  assert.match((await res.json()).error.message, /only available on the WebSocket/);
+  c.close();
+});
