@@ -10,7 +10,8 @@ static void usage(FILE *f)
                "benchmarks:\n"
                "  tokenizer  encode throughput vs the Hugging Face reference, same input, same run\n"
                "  forward    step time at blocks of 4/8/32 vs the PyTorch reference and sgemm\n"
-               "  decode     what decode-store overlap, pipelining, async persistence and batching buy\n");
+               "  decode     what decode-store overlap, pipelining, async persistence and batching buy\n"
+               "  parallel   fan-out (segments at once, shared prefix) vs the same segments in turn\n");
 }
 
 int fl_cmd_bench(int argc, char **argv)
@@ -23,6 +24,8 @@ int fl_cmd_bench(int argc, char **argv)
         return fl_bench_tokenizer(argc - 1, argv + 1);
     if (!strcmp(argv[1], "decode"))
         return fl_bench_decode(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "parallel"))
+        return fl_bench_parallel(argc - 1, argv + 1);
     if (!strcmp(argv[1], "forward"))
         return fl_bench_forward(argc - 1, argv + 1);
     fprintf(stderr, "fogline bench: unknown benchmark '%s' (try 'fogline bench --help')\n", argv[1]);
