@@ -38,7 +38,7 @@ function randomId(prefix) {
   return prefix + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
 }
 
-const DEFAULTS = { temperature: 0, policy: 'threshold', threshold: 0.9, pipeline: true, max_tokens: 256, api_key: '' };
+const DEFAULTS = { temperature: 0, policy: 'threshold', threshold: 0.9, pipeline: true, fanout: false, max_tokens: 256, api_key: '' };
 let settings = { ...DEFAULTS, ...store.get('fogline.settings', {}) };
 
 let chat = null; // the open chat
@@ -166,8 +166,10 @@ function onFrame(f) {
       return;
     case 'draft': if (active && f.id === active.id) onDraft(f); return;
     case 'commit': if (active && f.id === active.id) onCommit(f); return;
+    case 'segment_done': if (active && f.id === active.id) onSegmentDone(f); return;
     case 'done': if (active && f.id === active.id) onDone(f); return;
     case 'error':
+      if (active && f.id === active.id && f.segment != null && active.segs) { onSegmentDone(f); return; }
       if (active && f.id === active.id) { failReply(f); return; }
       if (f.code === 'unknown_id') return; // a cancel that crossed the reply's done
       showBanner(`Server error: ${f.message || f.code}`, { kind: 'error' });
@@ -180,10 +182,10 @@ function onFrame(f) {
 
 let active = null; // {id, msg, el, blocks: Map(block -> {el, tokens}), committed, nextBlock, t0, tFirst, decided}
 
-function buildRequest(history) {
+function buildRequest(history, segments) {
   const decoding = { policy: settings.policy, pipeline: !!settings.pipeline };
   if (settings.policy === 'threshold' || settings.policy === 'dynamic') decoding.threshold = Number(settings.threshold);
-  return {
+  const req = {
     type: 'chat',
     id: randomId('r-'),
     session: chat.id,
@@ -192,6 +194,27 @@ function buildRequest(history) {
     temperature: Number(settings.temperature),
     decoding,
   };
+  if (segments) {
+    // fan-out: the earlier turns are the shared context, each question a branch (no session:
+    // branches have no single conversation to store)
+    delete req.session;
+    req.messages = history.slice(0, -1).slice(-255);
+    req.parallel = { mode: 'fanout', segments };
+  }
+  return req;
+}
+
+// The independent questions of a message: one per line, or several sentences ending in "?".
+// Fewer than two means a plain reply.
+export function splitQuestions(text) {
+  let parts = text.split(/\n+/).map((x) => x.trim()).filter(Boolean);
+  if (parts.length < 2) parts = (text.match(/[^?]+\?/g) || []).map((x) => x.trim()).filter(Boolean);
+  return parts.length >= 2 && parts.length <= 16 ? parts : null;
+}
+
+// The stored text of a fanned-out reply: each question and its answer, in order.
+function joinSegments(a) {
+  return a.segs.map((g) => `**${g.question}**\n\n${g.committed}`).join('\n\n');
 }
 
 function historyForServer() {
@@ -209,7 +232,8 @@ function send(text) {
   }
   if (!chat.messages.length) chat.title = text.replace(/\s+/g, ' ').slice(0, 60);
   chat.messages.push({ role: 'user', content: text });
-  const req = buildRequest(historyForServer());
+  const segments = settings.fanout ? splitQuestions(text) : null;
+  const req = buildRequest(historyForServer(), segments);
   const msg = { role: 'assistant', content: '' };
   chat.messages.push(msg);
   saveChat();
@@ -222,6 +246,28 @@ function send(text) {
     id: req.id, msg, el, blocks: new Map(), committed: '', nextBlock: 0,
     t0: performance.now(), tFirst: null, decided: 0, timer: null,
   };
+  if (segments) {
+    // one mini reply per question, all growing at once
+    const host = document.createElement('div');
+    host.className = 'segments';
+    active.segs = segments.map((q, i) => {
+      const d = document.createElement('section');
+      d.className = 'segment';
+      d.dataset.segment = i;
+      d.dataset.state = 'streaming';
+      d.innerHTML = '<h4 class="q"></h4><div class="md"></div>';
+      d.querySelector('.q').textContent = q;
+      const live = document.createElement('span');
+      live.className = 'live';
+      live.setAttribute('aria-hidden', 'true');
+      d._live = live;
+      host.append(d);
+      const g = { el: d, question: q, blocks: new Map(), committed: '', nextBlock: 0 };
+      renderReply(d, '', { streaming: true });
+      return g;
+    });
+    el.querySelector('.reply').append(host);
+  }
   el.dataset.state = 'streaming';
   el.setAttribute('aria-busy', 'true');
   active.timer = setInterval(renderLiveStats, 200);
@@ -231,12 +277,18 @@ function send(text) {
   scrollToEnd(true);
 }
 
+// Where a frame goes: the reply, or one segment of a fanned-out reply.
+function target(f) {
+  return active.segs && f.segment != null ? active.segs[f.segment] : active;
+}
+
 function onDraft(f) {
   const a = active;
-  if (f.block < a.nextBlock) return; // already committed
+  const t = target(f);
+  if (!t || f.block < t.nextBlock) return; // already committed
   if (a.tFirst == null) a.tFirst = performance.now();
-  let b = a.blocks.get(f.block);
-  const live = a.el.querySelector('.live');
+  let b = t.blocks.get(f.block);
+  const live = t === a ? a.el.querySelector('.live') : t.el._live;
   if (!b || b.el.childNodes.length !== f.tokens.length) {
     const span = b ? b.el : document.createElement('span');
     span.className = 'blk';
@@ -244,7 +296,7 @@ function onDraft(f) {
     span.replaceChildren(...f.tokens.map(() => document.createElement('span')));
     if (!b) {
       b = { el: span, decided: 0 };
-      a.blocks.set(f.block, b);
+      t.blocks.set(f.block, b);
       // blocks in order: pipelining can draft block b+1 before b's first draft arrives
       const after = [...live.children].find((c) => Number(c.dataset.block) > f.block);
       live.insertBefore(span, after || null);
@@ -275,21 +327,38 @@ function onDraft(f) {
 
 function onCommit(f) {
   const a = active;
+  const t = target(f);
+  if (!t) return;
   if (a.tFirst == null) a.tFirst = performance.now();
-  a.committed += f.text;
-  a.nextBlock = Math.max(a.nextBlock, f.block + 1);
-  const b = a.blocks.get(f.block);
-  if (b) { a.decided -= b.decided; b.el.remove(); a.blocks.delete(f.block); }
+  t.committed += f.text;
+  t.nextBlock = Math.max(t.nextBlock, f.block + 1);
+  const b = t.blocks.get(f.block);
+  if (b) { a.decided -= b.decided; b.el.remove(); t.blocks.delete(f.block); }
+  if (t !== a) a.committed = joinSegments(a);
   a.msg.content = a.committed;
   a.committedTokens = (a.committedTokens || 0) + (b ? b.el.childNodes.length : 0);
-  renderReply(a.el, a.committed, { streaming: true });
+  renderReply(t.el, t.committed, { streaming: true });
   holdHeight(a);
   renderLiveStats();
   scrollToEnd();
 }
 
+// One branch of a fanned-out reply ended (segment_done, or an error frame for that segment).
+function onSegmentDone(f) {
+  const g = active.segs?.[f.segment];
+  if (!g) return;
+  for (const b of g.blocks.values()) { active.decided -= b.decided; b.el.remove(); }
+  g.blocks.clear();
+  if (f.type === 'error') g.committed += g.committed ? `\n\n_(${f.message || f.code})_` : `_(${f.message || f.code})_`;
+  renderReply(g.el, g.committed, { streaming: false });
+  g.el.dataset.state = f.type === 'error' ? 'error' : 'done';
+  active.committed = joinSegments(active);
+  active.msg.content = active.committed;
+}
+
 function onDone(f) {
   const a = active;
+  if (a.segs) a.committed = joinSegments(a);
   finishActive();
   a.msg.content = a.committed;
   a.msg.finish = f.finish;
@@ -297,7 +366,9 @@ function onDone(f) {
   a.msg.stats = f.stats;
   a.msg.client = { ms_first: a.tFirst == null ? null : a.tFirst - a.t0, ms_total: performance.now() - a.t0 };
   saveChat();
-  renderReply(a.el, a.committed, { streaming: false });
+  // a fanned-out reply keeps its segments in place (reloaded, it shows as joined Markdown)
+  renderReply(a.el, a.segs ? '' : a.committed, { streaming: false });
+  if (a.segs) for (const g of a.segs) if (g.el.dataset.state === 'streaming') { renderReply(g.el, g.committed, { streaming: false }); g.el.dataset.state = 'done'; }
   a.el.dataset.state = f.finish === 'cancelled' ? 'cancelled' : 'done';
   renderStats(a.el, a.msg);
   announce(f.finish === 'cancelled' ? 'Reply stopped.' : 'Reply finished.');
@@ -567,6 +638,7 @@ function fillSettings() {
   form.policy.value = settings.policy;
   form.threshold.value = settings.threshold;
   form.pipeline.checked = !!settings.pipeline;
+  form.fanout.checked = !!settings.fanout;
   form.max_tokens.value = settings.max_tokens;
   form.api_key.value = settings.api_key || '';
   syncSettingsView();
@@ -585,6 +657,7 @@ function readSettings() {
     policy: form.policy.value,
     threshold: Number(form.threshold.value),
     pipeline: form.pipeline.checked,
+    fanout: form.fanout.checked,
     max_tokens: Math.max(1, Math.round(Number(form.max_tokens.value) || DEFAULTS.max_tokens)),
     api_key: form.api_key.value,
   };

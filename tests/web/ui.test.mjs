@@ -97,6 +97,7 @@ async function setSettings(values, screenshot) {
   await page.waitForSelector('#settings[open]');
   if ('policy' in values) await page.selectOption('#set-policy', values.policy);
   if ('pipeline' in values) await page.setChecked('#set-pipeline', values.pipeline);
+  if ('fanout' in values) await page.setChecked('#set-fanout', values.fanout);
   if ('max_tokens' in values) await page.fill('#set-max-tokens', String(values.max_tokens));
   if (screenshot) await shot(screenshot);
   await page.keyboard.press('Escape'); // the dialog closes on Esc, keyboard only
@@ -377,6 +378,44 @@ test('stored replies render as Markdown (lists, code, emphasis) and model HTML s
   assert.equal(await page.locator('.bubble b').count(), 0);
   assert.equal(await page.evaluate(() => window.__xss), undefined);
   await shot('desktop-light-markdown');
+});
+
+test('parallel questions: the answers grow side by side, one section per question', async () => {
+  await setSettings({ fanout: true, policy: 'sequential', pipeline: false });
+  // (no busy() here: after the disconnect test the server handle's port is not the page's)
+  try {
+    await page.evaluate(() => {
+      window.__seg = { both: 0 };
+      new MutationObserver(() => {
+        const secs = document.querySelectorAll('.msg[data-state="streaming"] .segment');
+        if (secs.length === 2 && [...secs].every((d) => d.querySelector('.blk'))) window.__seg.both++;
+      }).observe(document.getElementById('thread'), { childList: true, subtree: true });
+    });
+    const chat = await sendMessage('Where is my order 48213?\nWhat are your store hours on Sunday?');
+    assert.deepEqual(chat.parallel, { mode: 'fanout', segments: ['Where is my order 48213?', 'What are your store hours on Sunday?'] });
+    assert.equal(chat.session, undefined);
+    await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 60000 });
+    assert.ok((await page.evaluate(() => window.__seg.both)) > 0, 'both segments were in the fog at the same time');
+    const mine = framesOf(chat.id);
+    assert.equal(mine.at(-1).type, 'done');
+    const secs = lastAssistant().locator('.segment');
+    assert.equal(await secs.count(), 2);
+    for (let i = 0; i < 2; i++) {
+      const text = mine.filter((f) => f.type === 'commit' && f.segment === i).map((f) => f.text).join('');
+      assert.ok(text.trim().length > 0, `segment ${i} answered`);
+      const shown = await secs.nth(i).locator('.md').evaluate((el) => el.textContent);
+      assert.equal(shown.replace(/\s+/g, ' ').trim(), text.replace(/\s+/g, ' ').trim());
+      assert.equal(await secs.nth(i).getAttribute('data-state'), 'done');
+      assert.equal(await secs.nth(i).locator('.q').textContent(), chat.parallel.segments[i]);
+    }
+    assert.equal(await page.locator('.fog').count(), 0);
+    // stored as one reply: each question and its answer
+    const stored = await page.evaluate(() => JSON.parse(localStorage.getItem(`fogline.chat.${localStorage.getItem('fogline.current').replace(/"/g, '')}`)));
+    assert.match(stored.messages.at(-1).content, /\*\*Where is my order 48213\?\*\*/);
+    await shot('parallel-questions');
+  } finally {
+    await setSettings({ fanout: false, policy: 'threshold', pipeline: true });
+  }
 });
 
 test('a server with an API key: the page asks for it, and chats once it is set in Settings', async () => {
