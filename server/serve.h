@@ -133,6 +133,7 @@ typedef struct srv_req {
     struct srv_req **kids;  /* a group: (n_kids) branches, NULL once freed */
     int n_kids, n_started, n_ended;
     json_t *seg_results;    /* a group: one object per segment, filled as branches end */
+    char *group_text;       /* a branch with an HTTP owner: its whole text, kept for the answer */
     bool any_error;
     struct srv_req *o_prev, *o_next;      /* the owner's list */
     struct srv_req *s_prev, *s_next;      /* the server's list of live requests */
@@ -225,6 +226,7 @@ int srv_ws_callback(struct lws *wsi, int reason, void *user, void *in, size_t le
 typedef struct srv_http srv_http;
 void srv_http_on_event(srv_http *h, srv_req *r, const srv_ev *ev);
 void srv_http_on_reject(srv_http *h, srv_req *r, const char *code, const char *msg);
+void srv_http_on_group_done(srv_http *h, srv_req *g); /* every branch of a fan-out ended */
 int srv_http_callback(struct lws *wsi, int reason, void *user, void *in, size_t len);
 
 /* Per-wsi data: what the wsi is now (lws reuses one protocol for HTTP and WebSocket). */

@@ -334,6 +334,7 @@ static void req_unlink(srv_req *r)
 
 static void req_free(srv_req *r)
 {
+    free(r->group_text);
     /* a queued draft must not point at a freed request */
     for (int i = 0; i < SRV_DRAFT_SLOTS; i++)
         if (r->draft_slot[i])
@@ -394,6 +395,8 @@ static void group_branch_ended(srv_req *k, const char *finish, const fl_seq_stat
         json_object_set_new(o, "usage", u);
     }
     json_array_set_new(g->seg_results, (size_t)k->segment, o);
+    if (k->group_text) /* an HTTP owner answers with every branch's text at the end */
+        json_object_set_new(o, "text", json_string(k->group_text));
     g->any_error |= err_code != NULL;
     g->kids[k->segment] = NULL;
     g->n_ended++;
@@ -402,6 +405,8 @@ static void group_branch_ended(srv_req *k, const char *finish, const fl_seq_stat
     if (g->n_ended == g->n_kids) {
         if (g->owner && g->kind == SRV_OWNER_WS)
             srv_ws_on_group_done(g->owner, g);
+        else if (g->owner)
+            srv_http_on_group_done(g->owner, g);
         group_free(g);
         return;
     }

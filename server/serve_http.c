@@ -428,20 +428,25 @@ static void chat_start(srv_http *h)
 
 /* ---- engine events for an HTTP exchange ---- */
 
-static json_t *chunk(srv_http *h, json_t *delta, const char *finish)
+static json_t *chunk_at(srv_http *h, int index, json_t *delta, const char *finish)
 {
     json_t *o = json_object(), *ch = json_object(), *choices = json_array();
     json_object_set_new(o, "id", json_string(h->cmpl_id));
     json_object_set_new(o, "object", json_string("chat.completion.chunk"));
     json_object_set_new(o, "created", json_integer(h->created));
     json_object_set_new(o, "model", json_string(h->s->model_id));
-    json_object_set_new(ch, "index", json_integer(0));
+    json_object_set_new(ch, "index", json_integer(index));
     json_object_set_new(ch, "delta", delta);
     json_object_set_new(ch, "logprobs", json_null());
     json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
     json_array_append_new(choices, ch);
     json_object_set_new(o, "choices", choices);
     return o;
+}
+
+static json_t *chunk(srv_http *h, json_t *delta, const char *finish)
+{
+    return chunk_at(h, 0, delta, finish);
 }
 
 static void sse_send(srv_http *h, json_t *o)
@@ -551,9 +556,112 @@ static void on_done(srv_http *h, const srv_ev *ev)
     respond_json(h, 200, o);
 }
 
+/* A fan-out branch (choice r->segment): streamed as that choice's chunks; the answer (or the
+   stream's end) comes with the group. */
+static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
+{
+    if (ev->type == FL_EV_DONE) {
+        if (!h->stream) {
+            free(r->group_text);
+            r->group_text = strndup(ev->text, ev->text_len);
+            return;
+        }
+        if (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH) {
+            sse_begin(h);
+            sse_send(h, chunk_at(h, r->segment, json_object(),
+                                 ev->finish == FL_FINISH_LENGTH ? "length" : "stop"));
+        }
+        return;
+    }
+    if (!h->stream)
+        return;
+    sse_begin(h);
+    if (ev->type == FL_EV_COMMIT && ev->text_len) {
+        json_t *d = json_object();
+        json_object_set_new(d, "content", json_stringn(ev->text, ev->text_len));
+        h->s->m.commits_sent++;
+        sse_send(h, chunk_at(h, r->segment, d, NULL));
+    }
+}
+
+void srv_http_on_group_done(srv_http *h, srv_req *g)
+{
+    h->req = NULL;
+    list_del(h->s, h);
+    json_int_t pt = 0, ct = 0, cached = 0;
+    const char *err = NULL;
+    size_t i;
+    json_t *v;
+    json_array_foreach(g->seg_results, i, v)
+    {
+        json_t *u = json_object_get(v, "usage");
+        pt += json_integer_value(json_object_get(u, "prompt_tokens"));
+        ct += json_integer_value(json_object_get(u, "completion_tokens"));
+        cached += json_integer_value(json_object_get(u, "cached_tokens"));
+        if (!err && json_string_value(json_object_get(v, "error")))
+            err = json_string_value(json_object_get(v, "error"));
+        if (!err && !strcmp(json_string_value(json_object_get(v, "finish")), "cancelled"))
+            err = SRV_E_SHUTTING_DOWN;
+    }
+    if (err) { /* a branch failed or was cancelled: the request failed */
+        const char *msg = !strcmp(err, SRV_E_SHUTTING_DOWN) ? "the request was cancelled (the "
+                          "server is shutting down)" : "a segment of the request failed";
+        int status = !strcmp(err, SRV_E_SHUTTING_DOWN) ? 503 : status_of(err);
+        if (!h->responding) {
+            respond_error(h, status, err, "parallel", msg);
+        } else {
+            srv_metrics_error(&h->s->m, err);
+            char *e = srv_openai_error(openai_type(status), err, NULL, msg);
+            if (e) {
+                fl_buf_printf(&h->resp, "data: %s\n\n", e);
+                free(e);
+            }
+            h->complete = true;
+            arm(h);
+        }
+        return;
+    }
+    if (h->stream) {
+        sse_begin(h);
+        if (h->include_usage) {
+            json_t *o = chunk(h, json_object(), NULL);
+            json_object_set_new(o, "choices", json_array());
+            json_object_set_new(o, "usage", usage_json((int)pt, (int)ct, (int)cached));
+            sse_send(h, o);
+        }
+        fl_buf_puts(&h->resp, "data: [DONE]\n\n");
+        h->complete = true;
+        arm(h);
+        return;
+    }
+    json_t *o = json_object(), *choices = json_array();
+    json_object_set_new(o, "id", json_string(h->cmpl_id));
+    json_object_set_new(o, "object", json_string("chat.completion"));
+    json_object_set_new(o, "created", json_integer(h->created));
+    json_object_set_new(o, "model", json_string(h->s->model_id));
+    json_array_foreach(g->seg_results, i, v)
+    {
+        json_t *ch = json_object(), *msg = json_object();
+        const char *t = json_string_value(json_object_get(v, "text"));
+        json_object_set_new(msg, "role", json_string("assistant"));
+        json_object_set_new(msg, "content", json_string(t ? t : ""));
+        json_object_set_new(ch, "index", json_integer((json_int_t)i));
+        json_object_set_new(ch, "message", msg);
+        json_object_set_new(ch, "logprobs", json_null());
+        json_object_set_new(ch, "finish_reason", json_string(json_string_value(json_object_get(v, "finish"))));
+        json_array_append_new(choices, ch);
+    }
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", usage_json((int)pt, (int)ct, (int)cached));
+    respond_json(h, 200, o);
+}
+
 void srv_http_on_event(srv_http *h, srv_req *r, const srv_ev *ev)
 {
-    (void)r;
+    if (r->parent) {
+        on_branch_event(h, r, ev);
+        return;
+    }
     if (ev->type == FL_EV_DONE) {
         h->req = NULL;
         list_del(h->s, h);
@@ -573,7 +681,8 @@ void srv_http_on_event(srv_http *h, srv_req *r, const srv_ev *ev)
 
 void srv_http_on_reject(srv_http *h, srv_req *r, const char *code, const char *msg)
 {
-    (void)r;
+    if (r->parent)
+        return; /* a branch: the group's answer reports it */
     h->req = NULL;
     list_del(h->s, h);
     /* srv_req's reject already counted the error */

@@ -499,9 +499,6 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
         if (get_bool(&P, so, "include_usage", "stream_options.include_usage", &c->include_usage))
             return -1;
     }
-    if (json_object_get(o, "parallel"))
-        return bad(&P, SRV_E_BAD_REQUEST, "parallel", "'parallel' is only available on the "
-                   "WebSocket (/ws) for now");
     /* fogline extension, as on the WebSocket: a session continued from Redis */
     const json_t *ses = json_object_get(o, "session");
     if (ses && !json_is_null(ses)) {
@@ -511,7 +508,18 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
         if (!(c->session = strdup(json_string_value(ses))))
             return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
     }
-    if (parse_messages(&P, json_object_get(o, "messages"), true, c))
+    /* fogline extension, as on the WebSocket: fan-out; each segment is one choice */
+    const json_t *par = json_object_get(o, "parallel");
+    if (par && !json_is_null(par)) {
+        if (parse_parallel(&P, par, c))
+            return -1;
+        if (c->session)
+            return bad(&P, SRV_E_BAD_REQUEST, "parallel", "'parallel' and 'session' cannot be "
+                       "combined (branches have no single conversation to store)");
+    }
+    const json_t *msgs = json_object_get(o, "messages");
+    bool no_msgs = c->segments && (!msgs || (json_is_array(msgs) && !json_array_size(msgs)));
+    if (!no_msgs && parse_messages(&P, msgs, true, c))
         return -1;
     /* max_completion_tokens is the newer name; either is accepted, the newer wins */
     const char *max_key = json_object_get(o, "max_completion_tokens") &&

@@ -7,7 +7,7 @@
 //     every page comes back; bad "parallel" values are refused with a message.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, connect, metrics, until } from './lib.mjs';
+import { startServer, connect, metrics, until, require } from './lib.mjs';
 
 const server = await startServer(['--max-seqs', '8']);
 after(async () => assert.equal(await server.stop(), 0));
@@ -135,12 +135,62 @@ test('bad "parallel" values are refused with a message naming the field', async 
     assert.equal(f.type, 'error', JSON.stringify(f));
     assert.match(f.message, re);
   }
-  // the OpenAI endpoint says where fan-out is
+  // the OpenAI endpoint checks the same field
   const res = await fetch(`${server.url}/v1/chat/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], parallel: { mode: 'fanout', segments: ['a'] } }),
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], parallel: { mode: 'skeleton', segments: ['a'] } }),
   });
   assert.equal(res.status, 400);
-  assert.match((await res.json()).error.message, /only available on the WebSocket/);
+  const e = (await res.json()).error;
+  assert.equal(e.param, 'parallel');
+  assert.match(e.message, /not available yet/);
   c.close();
+});
+
+test('the OpenAI endpoint: one choice per segment, streamed by index with the official client', async () => {
+  const OpenAI = require('openai').default ?? require('openai');
+  const client = new OpenAI({ apiKey: 'none', baseURL: `${server.url}/v1`, maxRetries: 0 });
+  const body = { model: 'fogline', messages: [{ role: 'system', content: SYSTEM }], max_tokens: 40,
+    parallel: { mode: 'fanout', segments: SEGMENTS.slice(0, 3) } };
+  const r = await client.chat.completions.create(body);
+  assert.equal(r.choices.length, 3);
+  // each choice equals that prompt alone on the same endpoint
+  for (let i = 0; i < 3; i++) {
+    assert.equal(r.choices[i].index, i);
+    const alone = await client.chat.completions.create({ model: 'fogline', max_tokens: 40,
+      messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: SEGMENTS[i] }] });
+    assert.equal(r.choices[i].message.content, alone.choices[0].message.content, `choice ${i}`);
+    assert.equal(r.choices[i].finish_reason, alone.choices[0].finish_reason);
+  }
+  assert.ok(r.usage.prompt_tokens_details.cached_tokens > 0, JSON.stringify(r.usage));
+  // streaming: chunks carry their choice's index; the texts add up to the same answers
+  const stream = await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+  const text = ['', '', ''];
+  const finish = [null, null, null];
+  let usage = null;
+  for await (const ch of stream) {
+    if (ch.usage) usage = ch.usage;
+    for (const c of ch.choices) {
+      text[c.index] += c.delta?.content ?? '';
+      if (c.finish_reason) finish[c.index] = c.finish_reason;
+    }
+  }
+  for (let i = 0; i < 3; i++) {
+    assert.equal(text[i], r.choices[i].message.content, `streamed choice ${i}`);
+    assert.equal(finish[i], r.choices[i].finish_reason);
+  }
+  assert.equal(usage.completion_tokens, r.usage.completion_tokens);
+  // a client that goes away mid-stream ends every branch
+  const ac = new AbortController();
+  const res = await fetch(`${server.url}/v1/chat/completions`, {
+    method: 'POST', headers: { 'content-type': 'application/json' }, signal: ac.signal,
+    body: JSON.stringify({ ...body, stream: true, max_tokens: 200, decoding: { policy: 'sequential', pipeline: false } }),
+  });
+  const rd = res.body.getReader();
+  await rd.read();
+  ac.abort();
+  await until(async () => {
+    const m = await metrics(server);
+    return m.get('fogline_requests_active') === 0 && m.get('fogline_kv_pages', { state: 'used' }) === 0;
+  }, 20000, 'branches of a gone HTTP client to end');
 });
