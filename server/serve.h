@@ -132,6 +132,8 @@ typedef struct srv_req {
     int segment;            /* a branch: its index; -1 otherwise */
     struct srv_req **kids;  /* a group: (n_kids) branches, NULL once freed */
     int n_kids, n_started, n_ended;
+    struct srv_req *outline; /* a skeleton/auto group: its outline stage while it runs */
+    int n_outline;          /* points the outline gave (0: decoded plainly) */
     json_t *seg_results;    /* a group: one object per segment, filled as branches end */
     char *group_text;       /* a branch with an HTTP owner: its whole text, kept for the answer */
     bool any_error;
@@ -215,6 +217,8 @@ typedef struct srv_conn srv_conn;
 void srv_ws_on_event(srv_conn *c, srv_req *r, const srv_ev *ev);
 void srv_ws_on_reject(srv_conn *c, srv_req *r, const char *code, const char *msg);
 void srv_ws_on_group_done(srv_conn *c, srv_req *g); /* every branch of a fan-out ended */
+/* A skeleton/auto group's outline: its points, or none and why (then one plain branch). */
+void srv_ws_on_outline(srv_conn *c, srv_req *g, char **points, int n, const char *fallback);
 void srv_ws_tick(srv *s);              /* slow-client checks */
 void srv_ws_close_all(srv *s, int code, const char *reason);
 /* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: path, origin, key and limits checked before the upgrade

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "outline.h"
 #include "redis.h"
 #include "serve.h"
 
@@ -414,24 +415,122 @@ static void group_branch_ended(srv_req *k, const char *finish, const fl_seq_stat
         group_start_next(g);
 }
 
-/* A request with "parallel.segments": one branch per segment, each with the shared messages
-   plus its segment as the last user message. At most max_branches run at once; the engine's
-   prefix cache shares the common prompt blocks between them. Takes *chat. */
+/* A branch request of group g: messages base[0..n_base) plus, when extra is set, one more user
+   message; the group's sampling options. NULL when out of memory. */
+static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, const char *extra,
+                           int segment)
+{
+    srv *s = g->s;
+    srv_req *k = calloc(1, sizeof *k);
+    if (!k)
+        return NULL;
+    k->s = s;
+    k->kind = g->kind;
+    k->owner = g->owner;
+    k->serial = ++s->next_serial;
+    k->parent = g;
+    k->segment = segment;
+    k->work.data = k;
+    srv_chat *c = &k->chat;
+    c->id = strdup(g->chat.id);
+    c->n_msgs = n_base + (extra ? 1 : 0);
+    c->msgs = calloc(c->n_msgs ? c->n_msgs : 1, sizeof *c->msgs);
+    c->max_tokens = g->chat.max_tokens;
+    c->dec = g->chat.dec;
+    c->stop = g->chat.n_stop ? calloc((size_t)g->chat.n_stop, sizeof(char *)) : NULL;
+    bool oom = !c->id || !c->msgs || (g->chat.n_stop && !c->stop);
+    for (size_t j = 0; !oom && j < c->n_msgs; j++) {
+        bool last = j == n_base;
+        c->msgs[j].role = strdup(last ? "user" : base[j].role);
+        c->msgs[j].content = strdup(last ? extra : base[j].content);
+        oom |= !c->msgs[j].role || !c->msgs[j].content;
+    }
+    for (int j = 0; !oom && j < g->chat.n_stop; j++) {
+        oom |= !(c->stop[j] = strdup(g->chat.stop[j]));
+        c->n_stop = j + 1;
+    }
+    if (oom) {
+        srv_chat_free(c);
+        free(k);
+        return NULL;
+    }
+    return k;
+}
+
+/* Gives group g its branches: one per extra[i] (base + extra[i]), or, with extra NULL, one
+   branch with base alone; starts max_branches of them. False when out of memory (nothing
+   added). */
+static bool group_add_branches(srv_req *g, const fl_chat_msg *base, size_t n_base, char **extra, int n)
+{
+    srv_req **kids = calloc((size_t)n, sizeof *kids);
+    if (!kids)
+        return false;
+    for (int i = 0; i < n; i++) {
+        kids[i] = branch_new(g, base, n_base, extra ? extra[i] : NULL, i);
+        if (!kids[i]) {
+            for (int j = 0; j < i; j++) {
+                srv_chat_free(&kids[j]->chat);
+                free(kids[j]);
+            }
+            free(kids);
+            return false;
+        }
+    }
+    free(g->kids);
+    g->kids = kids;
+    g->n_kids = n;
+    for (int i = 0; i < n; i++)
+        json_array_append_new(g->seg_results, json_null());
+    int first = g->chat.max_branches > 0 && g->chat.max_branches < n ? g->chat.max_branches : n;
+    for (int i = 0; i < first; i++)
+        group_start_next(g);
+    return true;
+}
+
+/* The outline stage of a skeleton/auto request ended: text is what the model wrote (NULL when
+   the stage failed or was cancelled). Two or more points: one branch per point (the earlier
+   turns plus the point); otherwise the request is decoded plainly, as one branch. */
+static void group_outline_done(srv_req *k, const char *text, size_t len)
+{
+    srv_req *g = k->parent;
+    srv *s = g->s;
+    g->outline = NULL;
+    char *points[SRV_OUTLINE_MAX];
+    const char *why = "the outline stage did not finish";
+    int n = text && !g->cancelled ? srv_outline_parse(text, len, points, &why) : 0;
+    char q[80];
+    SRV_INFO(&s->log, "event=outline req=%s points=%d%s%s", srv_log_q(q, sizeof q, g->chat.id), n,
+             n ? "" : " fallback=", n ? "" : why);
+    if (g->owner && g->kind == SRV_OWNER_WS)
+        srv_ws_on_outline(g->owner, g, points, n, n ? NULL : why);
+    g->n_outline = n;
+    bool ok = n ? group_add_branches(g, g->chat.msgs, g->chat.n_msgs - 1, points, n)
+                : group_add_branches(g, g->chat.msgs, g->chat.n_msgs, NULL, 1);
+    srv_outline_free(points, n);
+    if (!ok || g->cancelled) {
+        /* no branch will end the group: end it now (cancelled, or out of memory) */
+        if (ok) /* branches were started cancelled; they end the group themselves */
+            return;
+        g->any_error = true;
+        if (g->owner && g->kind == SRV_OWNER_WS)
+            srv_ws_on_group_done(g->owner, g);
+        group_free(g);
+    }
+}
+
+/* A request with "parallel": fanout gets one branch per segment (the shared messages plus its
+   segment); skeleton and auto first ask the model for an outline of the last user message (an
+   outline stage with no owner: its frames are not sent), then branch per point. At most
+   max_branches run at once; the engine's prefix cache shares the common prompt blocks between
+   them. Takes *chat. */
 static srv_req *group_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
                             const char **code, char *msg, size_t msglen)
 {
-    int n = chat->n_segments;
     srv_req *g = calloc(1, sizeof *g);
-    if (g) {
-        g->kids = calloc((size_t)n, sizeof(srv_req *));
+    if (g)
         g->seg_results = json_array();
-    }
-    if (!g || !g->kids || !g->seg_results) {
-        if (g) {
-            free(g->kids);
-            json_decref(g->seg_results);
-            free(g);
-        }
+    if (!g || !g->seg_results) {
+        free(g);
         *code = SRV_E_INTERNAL;
         snprintf(msg, msglen, "out of memory");
         return NULL;
@@ -445,57 +544,43 @@ static srv_req *group_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *
     g->segment = -1;
     g->state = SRV_REQ_RUNNING;
     g->t_start = srv_now_ms(s);
-    g->n_kids = n;
-    for (int i = 0; i < n; i++)
-        json_array_append_new(g->seg_results, json_null());
-    bool oom = false;
-    for (int i = 0; i < n && !oom; i++) {
-        srv_req *k = calloc(1, sizeof *k);
-        if (!k) {
-            oom = true;
-            break;
+    if (g->chat.parallel == SRV_PAR_FANOUT) {
+        if (!group_add_branches(g, g->chat.msgs, g->chat.n_msgs, g->chat.segments, g->chat.n_segments)) {
+            group_free(g);
+            *code = SRV_E_INTERNAL;
+            snprintf(msg, msglen, "out of memory");
+            return NULL;
         }
-        g->kids[i] = k;
-        k->s = s;
-        k->kind = kind;
-        k->owner = owner;
-        k->serial = ++s->next_serial;
-        k->parent = g;
-        k->segment = i;
-        k->work.data = k;
-        srv_chat *c = &k->chat;
-        c->id = strdup(g->chat.id);
-        c->n_msgs = g->chat.n_msgs + 1;
-        c->msgs = calloc(c->n_msgs, sizeof *c->msgs);
-        c->max_tokens = g->chat.max_tokens;
-        c->dec = g->chat.dec;
-        c->stop = g->chat.n_stop ? calloc((size_t)g->chat.n_stop, sizeof(char *)) : NULL;
-        oom |= !c->id || !c->msgs || (g->chat.n_stop && !c->stop);
-        for (size_t j = 0; !oom && j < c->n_msgs; j++) {
-            bool last = j == g->chat.n_msgs;
-            c->msgs[j].role = strdup(last ? "user" : g->chat.msgs[j].role);
-            c->msgs[j].content = strdup(last ? g->chat.segments[i] : g->chat.msgs[j].content);
-            oom |= !c->msgs[j].role || !c->msgs[j].content;
-        }
-        for (int j = 0; !oom && j < g->chat.n_stop; j++) {
-            oom |= !(c->stop[j] = strdup(g->chat.stop[j]));
-            c->n_stop = j + 1;
-        }
+        return g;
     }
-    if (oom) {
-        for (int i = 0; i < n; i++)
-            if (g->kids[i]) {
-                srv_chat_free(&g->kids[i]->chat);
-                free(g->kids[i]);
-            }
+    fl_chat_msg om[2] = {{"system", SRV_OUTLINE_PROMPT}, g->chat.msgs[g->chat.n_msgs - 1]};
+    srv_req *k = branch_new(g, om, 2, NULL, -1);
+    if (!k) {
         group_free(g);
         *code = SRV_E_INTERNAL;
         snprintf(msg, msglen, "out of memory");
         return NULL;
     }
-    int first = g->chat.max_branches > 0 && g->chat.max_branches < n ? g->chat.max_branches : n;
-    for (int i = 0; i < first; i++)
-        group_start_next(g);
+    k->owner = NULL; /* the outline is the server's, not the client's */
+    k->chat.max_tokens = 160;
+    k->chat.dec.temperature = 0;
+    g->outline = k;
+    k->t_start = srv_now_ms(s);
+    k->s_next = s->reqs;
+    if (s->reqs)
+        s->reqs->s_prev = k;
+    s->reqs = k;
+    s->n_reqs++;
+    if (req_queue_tokenize(k)) {
+        req_unlink(k);
+        g->outline = NULL;
+        srv_chat_free(&k->chat);
+        free(k);
+        group_free(g);
+        *code = SRV_E_INTERNAL;
+        snprintf(msg, msglen, "cannot queue the request");
+        return NULL;
+    }
     return g;
 }
 
@@ -516,7 +601,9 @@ static void req_reject(srv_req *r, const char *code, const char *msg)
              srv_log_q(q, sizeof q, r->chat.id), (unsigned long long)r->serial, code,
              srv_log_q(q + 80, 80, msg));
     req_unlink(r);
-    if (r->parent)
+    if (r->parent && r->segment < 0)
+        group_outline_done(r, NULL, 0);
+    else if (r->parent)
         group_branch_ended(r, "error", NULL, 0, code);
     req_free(r);
 }
@@ -581,7 +668,9 @@ static void req_end_cancelled(srv_req *r)
             srv_http_on_event(r->owner, r, &ev);
     }
     req_unlink(r);
-    if (r->parent)
+    if (r->parent && r->segment < 0)
+        group_outline_done(r, NULL, 0);
+    else if (r->parent)
         group_branch_ended(r, "cancelled", &ev.stats, 0, NULL);
     req_free(r);
 }
@@ -906,11 +995,12 @@ srv_req *srv_req_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
                  s->n_reqs);
         goto refuse;
     }
-    if (chat->n_segments > 0) {
-        if (s->n_reqs + chat->n_segments > s->cfg->max_seqs + s->cfg->max_queued) {
+    if (chat->parallel) {
+        int need = chat->parallel == SRV_PAR_FANOUT ? chat->n_segments : 1;
+        if (s->n_reqs + need > s->cfg->max_seqs + s->cfg->max_queued) {
             *code = SRV_E_BUSY;
             snprintf(msg, msglen, "the server is busy: %d requests are running or waiting and "
-                     "this one has %d branches; retry later", s->n_reqs, chat->n_segments);
+                     "this one has %d branches; retry later", s->n_reqs, need);
             goto refuse;
         }
         srv_req *g = group_start(s, kind, owner, chat, code, msg, msglen);
@@ -971,7 +1061,10 @@ void srv_req_cancel(srv_req *r)
     if (r->cancelled)
         return;
     r->cancelled = true;
-    if (r->kids) { /* a group: its running branches; waiting ones start cancelled */
+    if (r->kids || r->outline) { /* a group: its running branches (waiting ones start
+                                     cancelled) and its outline stage */
+        if (r->outline)
+            srv_req_cancel(r->outline);
         for (int i = 0; i < r->n_started; i++)
             if (r->kids[i])
                 srv_req_cancel(r->kids[i]);
@@ -1042,7 +1135,10 @@ static void handle(srv *s, srv_ev *ev)
     }
     if (ev->type == FL_EV_DONE) {
         req_unlink(r);
-        if (r->parent)
+        if (r->parent && r->segment < 0)
+            group_outline_done(r, ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH ? ev->text : NULL,
+                               ev->text_len);
+        else if (r->parent)
             group_branch_ended(r, ev->finish == FL_FINISH_ERROR ? "error" : srv_finish_name(ev->finish),
                                &ev->stats, ev->n_ids,
                                ev->finish == FL_FINISH_ERROR ? SRV_E_ENGINE : NULL);

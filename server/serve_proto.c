@@ -356,7 +356,8 @@ static int parse_messages(pctx *P, const json_t *msgs, bool openai, srv_chat *c)
     return 0;
 }
 
-/* "parallel": fan-out only for now; the model-driven modes need a model that writes outlines. */
+/* "parallel": fanout (the client's segments), skeleton (the model's outline, then one branch
+   per point), auto (skeleton when the outline has 2+ points, else plain decoding). */
 static int parse_parallel(pctx *P, const json_t *v, srv_chat *c)
 {
     if (!json_is_object(v))
@@ -371,12 +372,30 @@ static int parse_parallel(pctx *P, const json_t *v, srv_chat *c)
     }
     const char *mode = json_string_value(json_object_get(v, "mode"));
     if (!mode)
-        return bad(P, SRV_E_BAD_REQUEST, "parallel", "'parallel.mode' must be a string: fanout");
-    if (!strcmp(mode, "skeleton") || !strcmp(mode, "auto"))
-        return bad(P, SRV_E_BAD_REQUEST, "parallel", "'parallel.mode' %s is not available yet (the "
-                   "built-in model has not learned outlines); use fanout", mode);
-    if (strcmp(mode, "fanout"))
-        return bad(P, SRV_E_BAD_REQUEST, "parallel", "unknown 'parallel.mode' '%.32s' (fanout)", mode);
+        return bad(P, SRV_E_BAD_REQUEST, "parallel", "'parallel.mode' must be a string: fanout, "
+                   "skeleton or auto");
+    c->parallel = !strcmp(mode, "fanout")     ? SRV_PAR_FANOUT
+                  : !strcmp(mode, "skeleton") ? SRV_PAR_SKELETON
+                  : !strcmp(mode, "auto")     ? SRV_PAR_AUTO
+                                              : SRV_PAR_NONE;
+    if (c->parallel == SRV_PAR_NONE)
+        return bad(P, SRV_E_BAD_REQUEST, "parallel", "unknown 'parallel.mode' '%.32s' (fanout, "
+                   "skeleton, auto)", mode);
+    c->max_branches = SRV_MAX_SEGMENTS;
+    const json_t *mb0 = json_object_get(v, "max_branches");
+    if (c->parallel != SRV_PAR_FANOUT) {
+        if (json_object_get(v, "segments"))
+            return bad(P, SRV_E_BAD_REQUEST, "parallel", "'parallel.segments' is for mode fanout; "
+                       "with %s the model finds the parts", mode);
+        if (mb0 && !json_is_null(mb0)) {
+            if (!json_is_integer(mb0) || json_integer_value(mb0) < 1 ||
+                json_integer_value(mb0) > SRV_MAX_SEGMENTS)
+                return bad(P, SRV_E_OUT_OF_RANGE, "parallel", "'parallel.max_branches' must be an "
+                           "integer in [1, %d]", SRV_MAX_SEGMENTS);
+            c->max_branches = (int)json_integer_value(mb0);
+        }
+        return 0;
+    }
     const json_t *segs = json_object_get(v, "segments");
     if (!json_is_array(segs) || json_array_size(segs) == 0)
         return bad(P, SRV_E_BAD_REQUEST, "parallel", "'parallel.segments' must be a non-empty "
@@ -464,6 +483,9 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     const json_t *msgs = json_object_get(o, "messages");
     bool no_msgs = c->segments && (!msgs || (json_is_array(msgs) && !json_array_size(msgs)));
     if ((!no_msgs && parse_messages(&P, msgs, false, c)) ||
+        (c->parallel >= SRV_PAR_SKELETON && strcmp(c->msgs[c->n_msgs - 1].role, "user") &&
+         bad(&P, SRV_E_BAD_REQUEST, "parallel", "skeleton and auto split the last message, which "
+             "must be the user's")) ||
         parse_sampling(&P, o, L, c, "max_tokens") ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
         return -1;
@@ -521,6 +543,10 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
     bool no_msgs = c->segments && (!msgs || (json_is_array(msgs) && !json_array_size(msgs)));
     if (!no_msgs && parse_messages(&P, msgs, true, c))
         return -1;
+    if (c->parallel >= SRV_PAR_SKELETON)
+        return bad(&P, SRV_E_BAD_REQUEST, "parallel", "parallel modes skeleton and auto are "
+                   "WebSocket-only for now (the answer is one text built from branches); use "
+                   "fanout here");
     /* max_completion_tokens is the newer name; either is accepted, the newer wins */
     const char *max_key = json_object_get(o, "max_completion_tokens") &&
                                   !json_is_null(json_object_get(o, "max_completion_tokens"))

@@ -34,6 +34,7 @@
 #define SRV_MAX_STOPS 8
 #define SRV_STOP_MAX 64     /* bytes in one stop string */
 #define SRV_MAX_SEGMENTS 16 /* branches of one parallel request */
+enum { SRV_PAR_NONE = 0, SRV_PAR_FANOUT, SRV_PAR_SKELETON, SRV_PAR_AUTO };
 
 typedef struct srv_chat {
     char *id;            /* the client's request id (WebSocket); OpenAI: generated */
@@ -46,7 +47,8 @@ typedef struct srv_chat {
     fl_decode_opts dec;
     /* "parallel": {"mode":"fanout","segments":[...],"max_branches":N}: each segment is a
        branch whose prompt is msgs + {"role":"user","content":segment} (WebSocket only) */
-    char **segments;     /* (n_segments) owned; NULL without "parallel" */
+    int parallel;        /* SRV_PAR_* */
+    char **segments;     /* (n_segments) owned; fanout only */
     int n_segments;
     int max_branches;    /* branches running at once */
     /* OpenAI only */

@@ -225,6 +225,21 @@ void srv_ws_on_reject(srv_conn *c, srv_req *r, const char *code, const char *msg
     send_str(c, srv_frame_error(r->chat.id, code, msg));
 }
 
+void srv_ws_on_outline(srv_conn *c, srv_req *g, char **points, int n, const char *fallback)
+{
+    if (c->closing)
+        return;
+    json_t *o = json_object(), *a = json_array();
+    json_object_set_new(o, "type", json_string("outline"));
+    json_object_set_new(o, "id", json_string(g->chat.id));
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_string(points[i]));
+    json_object_set_new(o, "points", a);
+    if (fallback)
+        json_object_set_new(o, "fallback", json_string(fallback));
+    send_str(c, dumps(o));
+}
+
 void srv_ws_on_group_done(srv_conn *c, srv_req *g)
 {
     conn_drop_req(c, g);
@@ -252,6 +267,8 @@ void srv_ws_on_group_done(srv_conn *c, srv_req *g)
     json_object_set_new(u, "cached_tokens", json_integer(cached));
     json_object_set_new(o, "usage", u);
     json_object_set(o, "segments", g->seg_results);
+    if (g->chat.parallel >= SRV_PAR_SKELETON)
+        json_object_set_new(o, "outline_points", json_integer(g->n_outline));
     json_t *x = json_object();
     json_object_set_new(x, "ms_total", json_real(srv_now_ms(c->s) - g->t_start));
     json_object_set_new(x, "ms_first_update", json_real(g->t_first ? g->t_first - g->t_start : 0));

@@ -22,3 +22,6 @@ foreach(suite ws_protocol openai http ops backpressure redis parallel faults)
   set_tests_properties(server.${suite} PROPERTIES LABELS integration TIMEOUT 300
     ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_SERVE_MODEL=${FL_SERVE_MODEL}")
 endforeach()
+# the outline parser (server/outline.c) is a pure module: its unit test compiles it in
+target_sources(test_outline PRIVATE ${CMAKE_SOURCE_DIR}/server/outline.c)
+target_include_directories(test_outline PRIVATE ${CMAKE_SOURCE_DIR}/server)

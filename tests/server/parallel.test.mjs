@@ -115,8 +115,8 @@ test('bad "parallel" values are refused with a message naming the field', async 
   const c = await connect(server);
   const cases = [
     [{ parallel: 'yes' }, /'parallel' must be an object/],
-    [{ parallel: { mode: 'skeleton', segments: ['a'] } }, /skeleton is not available yet/],
-    [{ parallel: { mode: 'auto', segments: ['a'] } }, /auto is not available yet/],
+    [{ parallel: { mode: 'skeleton', segments: ['a'] } }, /'parallel.segments' is for mode fanout/],
+    [{ parallel: { mode: 'auto', max_branches: 99 } }, /max_branches/],
     [{ parallel: { mode: 'telepathy', segments: ['a'] } }, /unknown 'parallel.mode'/],
     [{ parallel: { segments: ['a'] } }, /'parallel.mode' must be a string/],
     [{ parallel: { mode: 'fanout', segments: [] } }, /non-empty array/],
@@ -126,6 +126,7 @@ test('bad "parallel" values are refused with a message naming the field', async 
     [{ parallel: { mode: 'fanout', segments: ['a'], max_branches: 17 } }, /max_branches/],
     [{ parallel: { mode: 'fanout', segments: ['a'], fast: true } }, /unknown field 'parallel.fast'/],
     [{ parallel: { mode: 'fanout', segments: ['a'] }, session: 's' }, /cannot be combined/],
+    [{ parallel: { mode: 'skeleton' }, messages: [{ role: 'user', content: 'a' }, { role: 'assistant', content: 'b' }] }, /must be the user's/],
   ];
   let n = 0;
   for (const [extra, re] of cases) {
@@ -138,12 +139,12 @@ test('bad "parallel" values are refused with a message naming the field', async 
   // the OpenAI endpoint checks the same field
   const res = await fetch(`${server.url}/v1/chat/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], parallel: { mode: 'skeleton', segments: ['a'] } }),
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], parallel: { mode: 'skeleton' } }),
   });
   assert.equal(res.status, 400);
   const e = (await res.json()).error;
   assert.equal(e.param, 'parallel');
-  assert.match(e.message, /not available yet/);
+  assert.match(e.message, /WebSocket-only/);
   c.close();
 });
 
@@ -193,4 +194,41 @@ test('the OpenAI endpoint: one choice per segment, streamed by index with the of
     const m = await metrics(server);
     return m.get('fogline_requests_active') === 0 && m.get('fogline_kv_pages', { state: 'used' }) === 0;
   }, 20000, 'branches of a gone HTTP client to end');
+});
+
+test('skeleton and auto: the model is asked for an outline; without a usable one the reply is decoded plainly', async () => {
+  const c = await connect(server);
+  const msgs = [{ role: 'user', content: 'Where is my order 48213? Also, what are your store hours on Sunday?' }];
+  const plain = await run(c, 'plain', { messages: msgs, max_tokens: 48 });
+  const plainText = plain.filter((f) => f.type === 'commit').map((f) => f.text).join('');
+  for (const mode of ['skeleton', 'auto']) {
+    const frames = await run(c, `sk-${mode}`, { messages: msgs, max_tokens: 48, parallel: { mode } });
+    const outline = frames.find((f) => f.type === 'outline');
+    assert.ok(outline, 'an outline frame');
+    const done = frames[frames.length - 1];
+    assert.equal(done.type, 'done', JSON.stringify(done));
+    assert.equal(done.outline_points, outline.points.length);
+    // no frame of the outline stage itself reaches the client: every draft/commit has a segment
+    assert.ok(frames.filter((f) => f.type === 'draft' || f.type === 'commit').every((f) => Number.isInteger(f.segment)));
+    if (outline.points.length === 0) {
+      // not an outline (the built-in model has not learned them): one plain branch, the plain reply
+      assert.ok(outline.fallback, 'a reason');
+      assert.equal(done.segments.length, 1);
+      assert.equal(frames.filter((f) => f.type === 'commit').map((f) => f.text).join(''), plainText);
+    } else {
+      assert.ok(outline.points.length >= 2 && outline.points.length <= 10);
+      assert.equal(done.segments.length, outline.points.length);
+    }
+  }
+  // cancelled while the outline is being written: done(cancelled), nothing left running
+  c.send({ type: 'chat', id: 'skc', messages: msgs, max_tokens: 200, decoding: { policy: 'sequential', pipeline: false }, parallel: { mode: 'skeleton' } });
+  c.send({ type: 'cancel', id: 'skc' });
+  const fr = await c.collect('skc', 30000);
+  assert.equal(fr[fr.length - 1].type, 'done');
+  assert.equal(fr[fr.length - 1].finish, 'cancelled');
+  await until(async () => {
+    const m = await metrics(server);
+    return m.get('fogline_requests_active') === 0 && m.get('fogline_kv_pages', { state: 'used' }) === 0;
+  }, 20000, 'nothing left after a cancelled skeleton');
+  c.close();
 });
