@@ -569,6 +569,68 @@ def dialogue(split, r, n_turns=None):
 
 _SLOTS = {"train": Slots("train"), "test": Slots("test")}
 
+# ---- multi-intent messages and outlines (parallel segments: skeleton decoding) ----
+
+# The server's outline instruction (server/outline.h SRV_OUTLINE_PROMPT): keep them equal.
+OUTLINE_SYSTEM = "List the independent questions in the customer's message, one per line."
+
+
+def _parts(split, r, k):
+    """k independent single-intent (user, reply) pairs, each from a fresh conversation (no
+    shared order, product or name), no greeting, distinct reply templates."""
+    out, seen = [], set()
+    for _ in range(50 * k):
+        if len(out) == k:
+            break
+        d = Dialogue(_SLOTS[split], r)
+        u, a = d.turn(first=False)
+        key = " ".join(a.split()[:2])
+        if key in seen:
+            continue
+        seen.add(key)
+        if not u.endswith((".", "?", "!")):
+            u += "?" if u.split()[0].lower() in ("where", "what", "when", "can", "how", "is", "do", "does") else "."
+        out.append((u, a))
+    return out
+
+
+def multi_dialogue(split, r, k=None):
+    """A customer message with 2-3 independent questions; the reply answers each in order (the
+    single-intent replies joined by a space): what plain decoding must produce, and what a
+    skeleton reply joins from its branches."""
+    k = k or r.choice([2, 2, 3])
+    parts = _parts(split, r, k)
+    greets = GREET + (GREET_TEST if split == "test" else [])
+    user = r.choice(greets) + " ".join(u for u, _ in parts)
+    return [{"role": "user", "content": user},
+            {"role": "assistant", "content": " ".join(a for _, a in parts)}]
+
+
+def outline_dialogue(split, r):
+    """The outline stage: the instruction, a customer message of 1-3 questions, and the numbered
+    list of its questions verbatim (one question: a one-point outline, i.e. decode plainly)."""
+    k = r.choice([1, 2, 2, 3])
+    parts = _parts(split, r, k)
+    user = " ".join(u for u, _ in parts)
+    outline = "\n".join("%d. %s" % (i + 1, u) for i, (u, _) in enumerate(parts))
+    return [{"role": "system", "content": OUTLINE_SYSTEM}, {"role": "user", "content": user},
+            {"role": "assistant", "content": outline}]
+
+
+def generate_mixed(split, n, seed, p_multi=0.15, p_outline=0.15):
+    """generate() plus multi-intent dialogues and outline examples (train.py --multi)."""
+    r = random.Random("%s-mixed-%d" % (split, seed))
+    out = []
+    for _ in range(n):
+        x = r.random()
+        if x < p_multi:
+            out.append(multi_dialogue(split, r))
+        elif x < p_multi + p_outline:
+            out.append(outline_dialogue(split, r))
+        else:
+            out.append(dialogue(split, r))
+    return out
+
 
 def generate(split, n, seed):
     """n dialogues, deterministic in (split, n, seed). The test split uses its own seed stream."""
@@ -589,8 +651,18 @@ def main():
     ap.add_argument("--split", default="train", choices=["train", "test"])
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--kind", default="plain", choices=["plain", "multi", "outline", "mixed"])
     a = ap.parse_args()
-    for d in generate(a.split, a.n, a.seed):
+    r = random.Random("%s-%s-%d" % (a.split, a.kind, a.seed))
+    if a.kind == "multi":
+        ds = [multi_dialogue(a.split, r) for _ in range(a.n)]
+    elif a.kind == "outline":
+        ds = [outline_dialogue(a.split, r) for _ in range(a.n)]
+    elif a.kind == "mixed":
+        ds = generate_mixed(a.split, a.n, a.seed)
+    else:
+        ds = generate(a.split, a.n, a.seed)
+    for d in ds:
         print(json.dumps(d))
 
 

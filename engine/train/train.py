@@ -308,6 +308,11 @@ def main():
                     "(p-next) the next block, sequence cut after them; dual: clean sequence + "
                     "noisy copy of every target block (see dual_batch)")
     ap.add_argument("--p-pipe", type=float, default=0.4, help="dual: share of pipelined rows")
+    ap.add_argument("--multi", action="store_true", help="add multi-intent dialogues and outline "
+                    "examples (datagen.generate_mixed: skeleton decoding); the tokenizer's data "
+                    "is unchanged")
+    ap.add_argument("--p-multi", type=float, default=0.15)
+    ap.add_argument("--p-outline", type=float, default=0.15)
     ap.add_argument("--p-next", type=float, default=0.3)
     ap.add_argument("--slot-w", type=float, default=1.0,
                     help="loss weight of slot tokens (digits; rare tokens also in the prompt)")
@@ -330,7 +335,8 @@ def main():
     log("tokenizer: %d tokens (%d merges)" % (tok.size, len(merges)))
 
     # data: one example per dialogue (its final assistant turn is the target)
-    dl = datagen.generate("train", a.dialogues, a.seed + 1000)
+    dl = (datagen.generate_mixed("train", a.dialogues, a.seed + 1000, a.p_multi, a.p_outline)
+          if a.multi else datagen.generate("train", a.dialogues, a.seed + 1000))
     examples = [build_example(tok, d, a.block) for d in dl]
     ntok = sum(len(e[0]) for e in examples)
     nrep = sum(len(e[0]) - e[1] for e in examples)
