@@ -13,15 +13,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_common.h"
 #include "cli.h"
 #include "engine.h"
 #include "tokenizer.h"
 
-typedef struct item {
-    int32_t *ids;
-    size_t n;
-    char *want; /* the reference reply, or NULL */
-} item;
+typedef fl_bench_item item;
 
 typedef struct result {
     char *text;
@@ -183,44 +180,13 @@ int fl_bench_decode(int argc, char **argv)
         fprintf(stderr, "fogline bench decode: %s\n", e.msg);
         return 1;
     }
-    json_error_t je;
-    json_t *arr = json_load_file(prompts, 0, &je);
-    if (!arr || !json_is_array(arr) || json_array_size(arr) == 0) {
-        fprintf(stderr, "fogline bench decode: %s: %s\n", prompts, arr ? "not a non-empty JSON array" : je.text);
-        json_decref(arr);
+    item *items = NULL;
+    size_t max_prompt = 0;
+    n = fl_bench_load(m, prompts, n, NULL, "decode", &items, &max_prompt);
+    if (n < 0) {
         fl_model_free(m);
         return 1;
     }
-    if ((size_t)n > json_array_size(arr))
-        n = (int)json_array_size(arr);
-    item *items = calloc((size_t)n, sizeof *items);
-    size_t max_prompt = 0;
-    for (int i = 0; i < n; i++) {
-        json_t *o = json_array_get(arr, (size_t)i), *ms = json_object_get(o, "messages");
-        fl_chat_msg msgs[32];
-        size_t nm = 0;
-        for (size_t k = 0; k < json_array_size(ms) && nm < 32; k++) {
-            json_t *mm = json_array_get(ms, k);
-            const char *role = json_string_value(json_object_get(mm, "role"));
-            const char *content = json_string_value(json_object_get(mm, "content"));
-            if (role && content)
-                msgs[nm++] = (fl_chat_msg){role, content};
-        }
-        fl_buf text = {0};
-        fl_chat_opts co = {.add_generation_prompt = true};
-        if (!nm || fl_chat_render(m->tok, msgs, nm, &co, &text, &e) ||
-            fl_tokenizer_encode(m->tok, text.data, text.len, true, &items[i].ids, &items[i].n, &e)) {
-            fprintf(stderr, "fogline bench decode: %s: item %d: %s\n", prompts, i,
-                    nm ? e.msg : "no messages");
-            return 1;
-        }
-        fl_buf_free(&text);
-        const char *want = json_string_value(json_object_get(o, "reply"));
-        items[i].want = want ? strdup(want) : NULL;
-        if (items[i].n > max_prompt)
-            max_prompt = items[i].n;
-    }
-    json_decref(arr);
     int32_t B = m->cfg.block_size;
     int32_t per_seq = (int32_t)(max_prompt + (size_t)max_tokens) / B + 8;
     fl_backend *b = NULL;
@@ -253,11 +219,7 @@ int fl_bench_decode(int argc, char **argv)
     int rc = 0;
     for (size_t r = 0; r < sizeof rows / sizeof rows[0] && !rc; r++)
         rc = run_row(m, b, &rows[r], items, n, max_tokens, tier_dir, threads, fsync_tier);
-    for (int i = 0; i < n; i++) {
-        free(items[i].ids);
-        free(items[i].want);
-    }
-    free(items);
+    fl_bench_items_free(items, n);
     fl_backend_destroy(b);
     fl_model_free(m);
     return rc;

@@ -13,15 +13,14 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_common.h"
 #include "cli.h"
 #include "engine.h"
 #include "gen_opts.h"
 #include "tokenizer.h"
 
 typedef struct seg {
-    int32_t *ids;
-    size_t n;
-    char *want;
+    fl_bench_item it;
     char *text[2]; /* sequential, fan-out */
     int done;
 } seg;
@@ -64,7 +63,7 @@ static double run(const fl_model *m, fl_backend *b, seg *segs, int n, int G, boo
         for (int i = g0; i < g1; i++)
             segs[i].done = 0;
         for (int i = g0; i < g1; i++) {
-            fl_request rq = {.prompt = segs[i].ids, .n_prompt = (int32_t)segs[i].n,
+            fl_request rq = {.prompt = segs[i].it.ids, .n_prompt = (int32_t)segs[i].it.n,
                              .max_tokens = max_tokens, .dec = d};
             if (fl_sched_add(s, &rq, sink, &segs[i], (uint64_t)i + 1, &e)) {
                 fprintf(stderr, "fogline bench parallel: %s\n", e.msg);
@@ -155,49 +154,25 @@ int fl_bench_parallel(int argc, char **argv)
         fprintf(stderr, "fogline bench parallel: %s\n", e.msg);
         return 1;
     }
-    json_error_t je;
-    json_t *arr = json_load_file(prompts, 0, &je);
-    if (!arr || !json_is_array(arr) || json_array_size(arr) == 0) {
-        fprintf(stderr, "fogline bench parallel: %s: %s\n", prompts, arr ? "not a non-empty JSON array" : je.text);
-        json_decref(arr);
-        fl_model_free(m);
-        return 1;
-    }
-    if ((size_t)n > json_array_size(arr))
-        n = (long)json_array_size(arr);
-    seg *sets[2];
+    seg *sets[2] = {NULL, NULL};
     size_t max_prompt = 0;
     for (int set = 0; set < 2; set++) {
-        sets[set] = calloc((size_t)n, sizeof(seg));
-        for (long i = 0; i < n; i++) {
-            json_t *o = json_array_get(arr, (size_t)i), *ms = json_object_get(o, "messages");
-            fl_chat_msg msgs[33];
-            size_t nm = 0;
-            if (set == 1)
-                msgs[nm++] = (fl_chat_msg){"system", POLICY};
-            for (size_t k = 0; k < json_array_size(ms) && nm < 33; k++) {
-                json_t *mm = json_array_get(ms, k);
-                const char *role = json_string_value(json_object_get(mm, "role"));
-                const char *content = json_string_value(json_object_get(mm, "content"));
-                if (role && content)
-                    msgs[nm++] = (fl_chat_msg){role, content};
-            }
-            fl_buf text = {0};
-            fl_chat_opts co = {.add_generation_prompt = true};
-            seg *g = &sets[set][i];
-            if (fl_chat_render(m->tok, msgs, nm, &co, &text, &e) ||
-                fl_tokenizer_encode(m->tok, text.data, text.len, true, &g->ids, &g->n, &e)) {
-                fprintf(stderr, "fogline bench parallel: %s: item %ld: %s\n", prompts, i, e.msg);
-                return 1;
-            }
-            fl_buf_free(&text);
-            const char *want = json_string_value(json_object_get(o, "reply"));
-            g->want = want ? strdup(want) : NULL;
-            if (g->n > max_prompt)
-                max_prompt = g->n;
+        fl_bench_item *items = NULL;
+        size_t mp = 0;
+        int got = fl_bench_load(m, prompts, (int)n, set ? POLICY : NULL, "parallel", &items, &mp);
+        if (got < 0) {
+            free(sets[0]);
+            fl_model_free(m);
+            return 1;
         }
+        n = got;
+        sets[set] = calloc((size_t)n, sizeof(seg));
+        for (long i = 0; i < n; i++)
+            sets[set][i].it = items[i]; /* the seg owns the item's buffers now */
+        free(items);
+        if (mp > max_prompt)
+            max_prompt = mp;
     }
-    json_decref(arr);
     int32_t B = m->cfg.block_size;
     int32_t per_seq = (int32_t)(max_prompt + (size_t)max_tokens) / B + 8;
     fl_backend *b = NULL;
@@ -230,10 +205,10 @@ int fl_bench_parallel(int argc, char **argv)
         for (long i = 0; i < n; i++) {
             const char *a = sg[i].text[0] ? sg[i].text[0] : "", *f = sg[i].text[1] ? sg[i].text[1] : "";
             same += !strcmp(a, f);
-            if (sg[i].want) {
+            if (sg[i].it.want) {
                 graded++;
-                ex0 += !strcmp(sg[i].want, a);
-                ex1 += !strcmp(sg[i].want, f);
+                ex0 += !strcmp(sg[i].it.want, a);
+                ex1 += !strcmp(sg[i].it.want, f);
             }
         }
         char exact[64] = "-";
@@ -245,8 +220,8 @@ int fl_bench_parallel(int argc, char **argv)
     }
     for (int set = 0; set < 2; set++) {
         for (long i = 0; i < n; i++) {
-            free(sets[set][i].ids);
-            free(sets[set][i].want);
+            free(sets[set][i].it.ids);
+            free(sets[set][i].it.want);
             free(sets[set][i].text[0]);
             free(sets[set][i].text[1]);
         }

@@ -207,6 +207,8 @@ srv_req *srv_req_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
 void srv_req_cancel(srv_req *r);        /* idempotent; done(cancelled) follows */
 void srv_req_orphan(srv_req *r);        /* the owner is gone: cancel, forget the owner */
 void srv_drain_events(srv *s);          /* loop thread: handle queued engine events */
+/* A fan-out group's summed usage over its segments' results. */
+void srv_group_totals(const srv_req *g, long long *prompt, long long *completion, long long *cached);
 int srv_pages_needed(const srv *s, int32_t n_prompt, int32_t max_tokens, const fl_decode_opts *d);
 
 /* Renders a draft's tokens into {"t": text} / {"mask": true} items (loop thread). */

@@ -347,6 +347,20 @@ static void req_free(srv_req *r)
 
 /* ---- fan-out groups ---- */
 
+/* The fields every request starts with; takes *chat (zeroed). */
+static void req_init(srv_req *r, srv *s, srv_owner_kind kind, void *owner, srv_chat *chat)
+{
+    r->s = s;
+    r->kind = kind;
+    r->owner = owner;
+    r->serial = ++s->next_serial;
+    r->chat = *chat;
+    memset(chat, 0, sizeof *chat);
+    r->segment = -1;
+    r->t_start = srv_now_ms(s);
+    r->work.data = r;
+}
+
 static int req_queue_tokenize(srv_req *r);
 static void req_reject(srv_req *r, const char *code, const char *msg);
 
@@ -413,6 +427,20 @@ static void group_branch_ended(srv_req *k, const char *finish, const fl_seq_stat
     }
     if (g->n_started < g->n_kids)
         group_start_next(g);
+}
+
+void srv_group_totals(const srv_req *g, long long *prompt, long long *completion, long long *cached)
+{
+    *prompt = *completion = *cached = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(g->seg_results, i, v)
+    {
+        json_t *u = json_object_get(v, "usage");
+        *prompt += json_integer_value(json_object_get(u, "prompt_tokens"));
+        *completion += json_integer_value(json_object_get(u, "completion_tokens"));
+        *cached += json_integer_value(json_object_get(u, "cached_tokens"));
+    }
 }
 
 /* A branch request of group g: messages base[0..n_base) plus, when extra is set, one more user
@@ -535,15 +563,8 @@ static srv_req *group_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *
         snprintf(msg, msglen, "out of memory");
         return NULL;
     }
-    g->s = s;
-    g->kind = kind;
-    g->owner = owner;
-    g->serial = ++s->next_serial;
-    g->chat = *chat;
-    memset(chat, 0, sizeof *chat);
-    g->segment = -1;
+    req_init(g, s, kind, owner, chat);
     g->state = SRV_REQ_RUNNING;
-    g->t_start = srv_now_ms(s);
     if (g->chat.parallel == SRV_PAR_FANOUT) {
         if (!group_add_branches(g, g->chat.msgs, g->chat.n_msgs, g->chat.segments, g->chat.n_segments)) {
             group_free(g);
@@ -1014,15 +1035,7 @@ srv_req *srv_req_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
         snprintf(msg, msglen, "out of memory");
         goto refuse;
     }
-    r->segment = -1;
-    r->s = s;
-    r->kind = kind;
-    r->owner = owner;
-    r->serial = ++s->next_serial;
-    r->chat = *chat;
-    memset(chat, 0, sizeof *chat);
-    r->t_start = srv_now_ms(s);
-    r->work.data = r;
+    req_init(r, s, kind, owner, chat);
     r->s_next = s->reqs;
     if (s->reqs)
         s->reqs->s_prev = r;

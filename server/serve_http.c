@@ -501,6 +501,23 @@ static json_t *stats_json(const fl_seq_stats *st)
     return x;
 }
 
+/* A request failed: an error response, or, mid-stream, an error event and the end. */
+static void fail_exchange(srv_http *h, int status, const char *code, const char *param, const char *msg)
+{
+    if (!h->responding) {
+        respond_error(h, status, code, param, msg);
+        return;
+    }
+    srv_metrics_error(&h->s->m, code);
+    char *e = srv_openai_error(openai_type(status), code, NULL, msg);
+    if (e) {
+        fl_buf_printf(&h->resp, "data: %s\n\n", e);
+        free(e);
+    }
+    h->complete = true;
+    arm(h);
+}
+
 static void on_done(srv_http *h, const srv_ev *ev)
 {
     const char *finish = ev->finish == FL_FINISH_LENGTH ? "length" : "stop";
@@ -510,18 +527,7 @@ static void on_done(srv_http *h, const srv_ev *ev)
                                                         : "the request was cancelled (the server "
                                                           "is shutting down)";
         int status = ev->finish == FL_FINISH_ERROR ? 500 : 503;
-        if (!h->responding) {
-            respond_error(h, status, code, NULL, msg);
-        } else { /* mid-stream: an error event, then the end */
-            srv_metrics_error(&h->s->m, code);
-            char *e = srv_openai_error(openai_type(status), code, NULL, msg);
-            if (e) {
-                fl_buf_printf(&h->resp, "data: %s\n\n", e);
-                free(e);
-            }
-            h->complete = true;
-            arm(h);
-        }
+        fail_exchange(h, status, code, NULL, msg);
         return;
     }
     if (h->stream) {
@@ -588,16 +594,13 @@ void srv_http_on_group_done(srv_http *h, srv_req *g)
 {
     h->req = NULL;
     list_del(h->s, h);
-    json_int_t pt = 0, ct = 0, cached = 0;
+    long long pt, ct, cached;
+    srv_group_totals(g, &pt, &ct, &cached);
     const char *err = NULL;
     size_t i;
     json_t *v;
     json_array_foreach(g->seg_results, i, v)
     {
-        json_t *u = json_object_get(v, "usage");
-        pt += json_integer_value(json_object_get(u, "prompt_tokens"));
-        ct += json_integer_value(json_object_get(u, "completion_tokens"));
-        cached += json_integer_value(json_object_get(u, "cached_tokens"));
         if (!err && json_string_value(json_object_get(v, "error")))
             err = json_string_value(json_object_get(v, "error"));
         if (!err && !strcmp(json_string_value(json_object_get(v, "finish")), "cancelled"))
@@ -607,18 +610,7 @@ void srv_http_on_group_done(srv_http *h, srv_req *g)
         const char *msg = !strcmp(err, SRV_E_SHUTTING_DOWN) ? "the request was cancelled (the "
                           "server is shutting down)" : "a segment of the request failed";
         int status = !strcmp(err, SRV_E_SHUTTING_DOWN) ? 503 : status_of(err);
-        if (!h->responding) {
-            respond_error(h, status, err, "parallel", msg);
-        } else {
-            srv_metrics_error(&h->s->m, err);
-            char *e = srv_openai_error(openai_type(status), err, NULL, msg);
-            if (e) {
-                fl_buf_printf(&h->resp, "data: %s\n\n", e);
-                free(e);
-            }
-            h->complete = true;
-            arm(h);
-        }
+        fail_exchange(h, status, err, "parallel", msg);
         return;
     }
     if (h->stream) {

@@ -431,6 +431,40 @@ static int parse_parallel(pctx *P, const json_t *v, srv_chat *c)
     return 0;
 }
 
+/* The fields both transports share: session (fogline extension on OpenAI), parallel, and
+   messages (which parallel fanout may leave out: the segments are then the prompts). */
+static int parse_conversation(pctx *P, const json_t *o, bool openai, srv_chat *c)
+{
+    const json_t *ses = json_object_get(o, "session");
+    if (ses && !json_is_null(ses)) {
+        if (!srv_id_ok(ses))
+            return bad(P, SRV_E_BAD_REQUEST, "session", "'session' must be a string of 1..%d bytes",
+                       SRV_ID_MAX);
+        if (!(c->session = strdup(json_string_value(ses))))
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    }
+    const json_t *par = json_object_get(o, "parallel");
+    if (par && !json_is_null(par)) {
+        if (parse_parallel(P, par, c))
+            return -1;
+        if (c->session)
+            return bad(P, SRV_E_BAD_REQUEST, "parallel", "'parallel' and 'session' cannot be "
+                       "combined (branches have no single conversation to store)");
+    }
+    const json_t *msgs = json_object_get(o, "messages");
+    bool no_msgs = c->segments && (!msgs || (json_is_array(msgs) && !json_array_size(msgs)));
+    if (!no_msgs && parse_messages(P, msgs, openai, c))
+        return -1;
+    if (c->parallel >= SRV_PAR_SKELETON && openai)
+        return bad(P, SRV_E_BAD_REQUEST, "parallel", "parallel modes skeleton and auto are "
+                   "WebSocket-only for now (the answer is one text built from branches); use "
+                   "fanout here");
+    if (c->parallel >= SRV_PAR_SKELETON && strcmp(c->msgs[c->n_msgs - 1].role, "user"))
+        return bad(P, SRV_E_BAD_REQUEST, "parallel", "skeleton and auto split the last message, "
+                   "which must be the user's");
+    return 0;
+}
+
 static int check_decoding(pctx *P, srv_chat *c)
 {
     fl_err e = {0};
@@ -463,29 +497,7 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
         return bad(&P, SRV_E_BAD_REQUEST, "id", "'id' must be a string of 1..%d bytes", SRV_ID_MAX);
     if (!(c->id = strdup(json_string_value(id))))
         return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
-    const json_t *ses = json_object_get(o, "session");
-    if (ses && !json_is_null(ses)) {
-        if (!srv_id_ok(ses))
-            return bad(&P, SRV_E_BAD_REQUEST, "session", "'session' must be a string of 1..%d bytes",
-                       SRV_ID_MAX);
-        if (!(c->session = strdup(json_string_value(ses))))
-            return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
-    }
-    const json_t *par = json_object_get(o, "parallel");
-    if (par && !json_is_null(par)) {
-        if (parse_parallel(&P, par, c))
-            return -1;
-        if (c->session)
-            return bad(&P, SRV_E_BAD_REQUEST, "parallel", "'parallel' and 'session' cannot be "
-                       "combined (branches have no single conversation to store)");
-    }
-    /* with "parallel", messages are the shared context and may be left out */
-    const json_t *msgs = json_object_get(o, "messages");
-    bool no_msgs = c->segments && (!msgs || (json_is_array(msgs) && !json_array_size(msgs)));
-    if ((!no_msgs && parse_messages(&P, msgs, false, c)) ||
-        (c->parallel >= SRV_PAR_SKELETON && strcmp(c->msgs[c->n_msgs - 1].role, "user") &&
-         bad(&P, SRV_E_BAD_REQUEST, "parallel", "skeleton and auto split the last message, which "
-             "must be the user's")) ||
+    if (parse_conversation(&P, o, false, c) ||
         parse_sampling(&P, o, L, c, "max_tokens") ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
         return -1;
@@ -521,32 +533,9 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
         if (get_bool(&P, so, "include_usage", "stream_options.include_usage", &c->include_usage))
             return -1;
     }
-    /* fogline extension, as on the WebSocket: a session continued from Redis */
-    const json_t *ses = json_object_get(o, "session");
-    if (ses && !json_is_null(ses)) {
-        if (!srv_id_ok(ses))
-            return bad(&P, SRV_E_BAD_REQUEST, "session", "'session' must be a string of 1..%d bytes",
-                       SRV_ID_MAX);
-        if (!(c->session = strdup(json_string_value(ses))))
-            return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
-    }
-    /* fogline extension, as on the WebSocket: fan-out; each segment is one choice */
-    const json_t *par = json_object_get(o, "parallel");
-    if (par && !json_is_null(par)) {
-        if (parse_parallel(&P, par, c))
-            return -1;
-        if (c->session)
-            return bad(&P, SRV_E_BAD_REQUEST, "parallel", "'parallel' and 'session' cannot be "
-                       "combined (branches have no single conversation to store)");
-    }
-    const json_t *msgs = json_object_get(o, "messages");
-    bool no_msgs = c->segments && (!msgs || (json_is_array(msgs) && !json_array_size(msgs)));
-    if (!no_msgs && parse_messages(&P, msgs, true, c))
+    /* fogline extensions, as on the WebSocket: session (continued from Redis), parallel */
+    if (parse_conversation(&P, o, true, c))
         return -1;
-    if (c->parallel >= SRV_PAR_SKELETON)
-        return bad(&P, SRV_E_BAD_REQUEST, "parallel", "parallel modes skeleton and auto are "
-                   "WebSocket-only for now (the answer is one text built from branches); use "
-                   "fanout here");
     /* max_completion_tokens is the newer name; either is accepted, the newer wins */
     const char *max_key = json_object_get(o, "max_completion_tokens") &&
                                   !json_is_null(json_object_get(o, "max_completion_tokens"))

@@ -250,16 +250,8 @@ void srv_ws_on_group_done(srv_conn *c, srv_req *g)
     json_object_set_new(o, "id", json_string(g->chat.id));
     /* the group's finish: cancelled when it was; else error if a branch failed; else stop */
     json_object_set_new(o, "finish", json_string(g->cancelled ? "cancelled" : g->any_error ? "error" : "stop"));
-    json_int_t pt = 0, ct = 0, cached = 0;
-    size_t i;
-    json_t *v;
-    json_array_foreach(g->seg_results, i, v)
-    {
-        json_t *u = json_object_get(v, "usage");
-        pt += json_integer_value(json_object_get(u, "prompt_tokens"));
-        ct += json_integer_value(json_object_get(u, "completion_tokens"));
-        cached += json_integer_value(json_object_get(u, "cached_tokens"));
-    }
+    long long pt, ct, cached;
+    srv_group_totals(g, &pt, &ct, &cached);
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(pt));
     json_object_set_new(u, "completion_tokens", json_integer(ct));

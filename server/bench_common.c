@@ -1,0 +1,74 @@
+/* bench_common.c: see bench_common.h. */
+#include "bench_common.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tokenizer.h"
+
+int fl_bench_load(const fl_model *m, const char *file, int n, const char *system, const char *who,
+                  fl_bench_item **out, size_t *max_prompt)
+{
+    *out = NULL;
+    *max_prompt = 0;
+    json_error_t je;
+    json_t *arr = json_load_file(file, 0, &je);
+    if (!arr || !json_is_array(arr) || json_array_size(arr) == 0) {
+        fprintf(stderr, "fogline bench %s: %s: %s\n", who, file, arr ? "not a non-empty JSON array" : je.text);
+        json_decref(arr);
+        return -1;
+    }
+    if ((size_t)n > json_array_size(arr))
+        n = (int)json_array_size(arr);
+    fl_bench_item *items = calloc((size_t)n, sizeof *items);
+    if (!items) {
+        json_decref(arr);
+        fprintf(stderr, "fogline bench %s: out of memory\n", who);
+        return -1;
+    }
+    fl_err e = {0};
+    for (int i = 0; i < n; i++) {
+        json_t *o = json_array_get(arr, (size_t)i), *ms = json_object_get(o, "messages");
+        fl_chat_msg msgs[33];
+        size_t nm = 0;
+        if (system)
+            msgs[nm++] = (fl_chat_msg){"system", system};
+        for (size_t k = 0; k < json_array_size(ms) && nm < 33; k++) {
+            json_t *mm = json_array_get(ms, k);
+            const char *role = json_string_value(json_object_get(mm, "role"));
+            const char *content = json_string_value(json_object_get(mm, "content"));
+            if (role && content)
+                msgs[nm++] = (fl_chat_msg){role, content};
+        }
+        fl_buf text = {0};
+        fl_chat_opts co = {.add_generation_prompt = true};
+        if (nm == (system ? 1u : 0u) || fl_chat_render(m->tok, msgs, nm, &co, &text, &e) ||
+            fl_tokenizer_encode(m->tok, text.data, text.len, true, &items[i].ids, &items[i].n, &e)) {
+            fprintf(stderr, "fogline bench %s: %s: item %d: %s\n", who, file, i,
+                    nm == (system ? 1u : 0u) ? "no messages" : e.msg);
+            fl_buf_free(&text);
+            fl_bench_items_free(items, n);
+            json_decref(arr);
+            return -1;
+        }
+        fl_buf_free(&text);
+        const char *want = json_string_value(json_object_get(o, "reply"));
+        items[i].want = want ? strdup(want) : NULL;
+        if (items[i].n > *max_prompt)
+            *max_prompt = items[i].n;
+    }
+    json_decref(arr);
+    *out = items;
+    return n;
+}
+
+void fl_bench_items_free(fl_bench_item *items, int n)
+{
+    for (int i = 0; items && i < n; i++) {
+        free(items[i].ids);
+        free(items[i].want);
+    }
+    free(items);
+}

@@ -1,0 +1,20 @@
+/* bench_common.h: what the decoding benchmarks share: a prompts file ({"messages": [...],
+ * "reply": "reference"} items) rendered with the model's chat template and tokenized. */
+#ifndef FL_BENCH_COMMON_H
+#define FL_BENCH_COMMON_H
+
+#include "model.h"
+
+typedef struct fl_bench_item {
+    int32_t *ids;
+    size_t n;
+    char *want; /* the reference reply, or NULL */
+} fl_bench_item;
+
+/* Loads at most n items of file, each with an optional system message put first. Returns the
+ * count, or -1 after printing "fogline bench WHO: <why>" to stderr. *max_prompt: the longest. */
+int fl_bench_load(const fl_model *m, const char *file, int n, const char *system, const char *who,
+                  fl_bench_item **out, size_t *max_prompt);
+void fl_bench_items_free(fl_bench_item *items, int n);
+
+#endif
