@@ -705,7 +705,9 @@ static void req_submit(srv_req *r, void *prefix, int32_t n_prefix)
         req_end_cancelled(r);
         return;
     }
-    if (!s->engine || s->draining) {
+    /* draining refuses new chats only: one accepted before the signal runs (or is cancelled
+       when the grace period ends) */
+    if (!s->engine) {
         free(prefix);
         req_reject(r, SRV_E_SHUTTING_DOWN, "the server is shutting down");
         return;
@@ -829,7 +831,7 @@ static void tokenize_done(uv_work_t *w, int status)
         req_reject(r, SRV_E_BAD_REQUEST, r->work_err.msg);
         return;
     }
-    if (!s->engine || s->draining) {
+    if (!s->engine) {
         req_reject(r, SRV_E_SHUTTING_DOWN, "the server is shutting down");
         return;
     }
