@@ -49,10 +49,16 @@ test('fogline serve under valgrind memcheck: chats, cancel, OpenAI, SIGTERM: exi
   const args = [
     '--error-exitcode=1', '--leak-check=full', '--errors-for-leak-kinds=definite', '--track-fds=no',
     `--suppressions=${SUPP}`, `--log-file=${vlog}`, '--num-callers=30',
+    // valgrind runs one thread at a time; without a fair lock the engine thread can starve the
+    // loop thread for seconds
+    '--fair-sched=yes',
     bin, 'serve', '--port', String(port), ...(MODEL ? ['--model', MODEL] : []),
     // small and single-threaded: valgrind runs one thread at a time anyway
     '--threads', '1', '--max-seqs', '4', '--max-prompt-tokens', '256', '--max-tokens-limit', '64',
     '--max-tokens', '32', '--kv-pages', '64', '--drain-timeout', '60',
+    // the stall clock counts the server's own delay too: 10 s under valgrind is a fraction
+    // of a second of real work, and a starved loop would close the test's clients as "too slow"
+    '--ws-stall-timeout', '300',
     '--redis', `redis://127.0.0.1:${rport}`, '--redis-timeout-ms', '5000', '--redis-connect-timeout-ms', '10000',
   ];
   // OPENBLAS_CORETYPE: valgrind's CPU has no AVX-512; pin OpenBLAS to kernels it emulates
