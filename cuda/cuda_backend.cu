@@ -1,0 +1,1285 @@
+/* cuda_backend.cu: the CUDA implementation of backend.h (docs/cuda.md).
+ *
+ * Weights are uploaded once as bf16 (F32/F16 files are rounded, to nearest even, as the
+ * CPU backend's bf16_weights does); norms, biases and the residual stream stay f32.
+ * Projections are cuBLAS GemmEx (bf16 in, f32 accumulate and out), or, for a few rows (the
+ * decode case), our weight-streaming kernel, which reads each weight once at close to the
+ * memory bandwidth; everything else is our kernels (cuda_kernels.cu). KV pages hold bf16 on
+ * the device in the host layout of backend.h; page_read/page_write widen and round.
+ *
+ * Streams: the forward runs on one stream. page_read, which the persistence thread calls
+ * while the next forward runs, copies on a second stream into pinned memory, after waiting
+ * for the event recorded at the end of the forward that last stored the page; page_write
+ * uses the second stream too and waits for its copy. Both streams are non-blocking, so the
+ * copies overlap the forward. The scheduler thread owns forward; page_read may come from any
+ * thread (its staging buffer and the event bookkeeping are under mutexes).
+ *
+ * CUDA graphs: every value a kernel reads that changes between forwards is in one device
+ * metadata block (cuda_kernels.cuh), uploaded before each forward. A batch shape (tokens,
+ * segments, outputs, attention splits) seen a second time is captured as a graph and
+ * replayed from then on (up to FLC_GRAPHS shapes, least recently used evicted). The first
+ * run of a shape is eager: it loads lazily-loaded kernels outside any capture. A failed
+ * capture turns graphs off for the backend, with the reason in fl_cuda_get_stats.
+ *
+ * Memory: weights, activations for max_tokens rows and a reserve must fit in the free
+ * device memory at create; the KV pool takes what is asked (n_pages), or, when n_pages is 0
+ * or more than fits, what the free memory holds after the rest. Every CUDA and cuBLAS call
+ * is checked; a failure is an fl_err naming the step, and an error that leaves the device
+ * unusable (an illegal address, say) marks the backend failed so later calls say so. */
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cublas_dl.cuh"
+#include "cuda_kernels.cuh"
+#include "fl_cuda.h"
+
+#ifndef FL_CUBLAS_DIR
+#define FL_CUBLAS_DIR ""
+#endif
+#ifndef FL_CUDA_ARCHS
+#define FL_CUDA_ARCHS "?"
+#endif
+
+#define FLC_EV_RING 64                   /* events of recent storing forwards */
+#define FLC_GRAPHS 16                    /* batch shapes kept as graphs */
+#define FLC_HEAD_ROWS 256                /* lm_head rows per pass (the logits buffer) */
+#define FLC_PART_BYTES ((size_t)64 << 20) /* attention split partials, at most */
+#define FLC_WS_BYTES ((size_t)32 << 20)   /* cuBLAS workspace (Hopper's recommendation) */
+#define FLC_ALIGN 256
+#define GIB(x) ((double)(x) / (double)(1ull << 30))
+#define MIB(x) ((double)(x) / (double)(1ull << 20))
+
+typedef struct flc_layer {
+    flc_bf16 *wqkv;   /* (qkvd, H): q rows, then k, then v */
+    flc_bf16 *wo;     /* (H, qd) */
+    flc_bf16 *wgu;    /* (2 NI, H): gate rows, then up rows */
+    flc_bf16 *wdown;  /* (H, NI) */
+    float *bqkv;      /* (qkvd) or NULL */
+    float *attn_norm; /* (H) */
+    float *mlp_norm;  /* (H) */
+    float *q_norm;    /* (hd) or NULL */
+    float *k_norm;    /* (hd) or NULL */
+} flc_layer;
+
+typedef struct flc_graph {
+    bool used;
+    int T, S, n_out, n_splits;
+    cudaGraphExec_t exec; /* NULL: seen once, not captured yet */
+    unsigned long long last;
+} flc_graph;
+
+/* int32 offsets of the metadata regions (cuda_kernels.cuh flc_meta) */
+typedef struct flc_meta_off {
+    size_t params, tokens, tok_pos, tok_store, seg_pos0, seg_n, seg_tok0, seg_pt, tile_seg,
+        tile_row0, out_rows, pages;
+} flc_meta_off;
+
+typedef struct flc {
+    fl_backend base;
+    fl_config cfg;
+    flc_dims d;
+    int dev, n_sm, cc_major, cc_minor;
+    char gpu[128];
+    size_t mem_total;
+    cudaStream_t st, st_io;
+    flc_blas blas;
+    void *ws;
+    /* weights */
+    char *wmem;
+    size_t wbytes, stream_bytes;
+    flc_layer *layers;
+    flc_bf16 *embed, *lm_head;
+    float *final_norm;
+    double *inv_freq;
+    /* activations, for max_tokens rows (T) */
+    char *amem;
+    size_t abytes;
+    float *x;       /* (T, H) */
+    flc_bf16 *xb;   /* (T, H) */
+    float *qkv;     /* (T, qkvd) */
+    flc_bf16 *kvo;  /* (T, 2, kvh, hd) */
+    flc_bf16 *att;  /* (T, qd) */
+    float *gu;      /* (T, 2 NI) */
+    flc_bf16 *hb;   /* (T, NI) */
+    float *logits;  /* (head_rows, V) */
+    flc_lse *lse;   /* (head_rows, V / FLC_VCHUNK) */
+    flc_tok *tok_d; /* (T) */
+    float *part;    /* (part_floats) */
+    size_t part_floats;
+    int head_rows, tiles_max;
+    /* KV pool */
+    flc_bf16 *pool;
+    size_t pool_bytes, page_dev_bytes;
+    int pages_asked;
+    /* metadata block, device and pinned host copies */
+    int32_t *meta_d, *meta_h;
+    size_t meta_ints, page_cap;
+    flc_meta_off off;
+    flc_meta mt;
+    flc_tok *tok_h; /* (T) pinned */
+    /* page I/O */
+    pthread_mutex_t ev_mu, rd_mu, wr_mu;
+    bool mu_ok;
+    cudaEvent_t ev[FLC_EV_RING];
+    int n_ev;
+    long long *page_wseq; /* (n_pages) the forward that last stored the page, or -1 */
+    long long fseq;
+    uint16_t *stage_r, *stage_w; /* (page elems) pinned bf16 */
+    /* options */
+    int skinny_rows;
+    bool graphs, sync_debug;
+    flc_graph gr[FLC_GRAPHS];
+    unsigned long long gclock;
+    fl_cuda_stats stats;
+    char desc[640];
+    char broken[300]; /* non-empty once the device failed */
+} flc;
+
+/* ---------------------------------------------------------------- errors */
+
+static int flc_cuda_err(fl_err *e, cudaError_t err, const char *what)
+{
+    return fl_err_set(e, err == cudaErrorMemoryAllocation ? FL_ENOMEM : FL_EIO, "cuda: %s: %s",
+                      what, cudaGetErrorString(err));
+}
+
+/* An error that poisons the context (kernel faults): everything after it fails. */
+static bool flc_sticky(cudaError_t err)
+{
+    switch (err) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorUnknown:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static int flc_fail(flc *c, fl_err *e, cudaError_t err, const char *what)
+{
+    int rc = flc_cuda_err(e, err, what);
+    if (flc_sticky(err) && !c->broken[0])
+        snprintf(c->broken, sizeof c->broken, "%s: %s", what, cudaGetErrorString(err));
+    return rc;
+}
+
+/* Checks a launch (and, with FL_CUDA_SYNC_DEBUG, its completion). layer < 0: not in a
+ * layer. */
+static int flc_launched(flc *c, cudaError_t err, const char *what, int layer, fl_err *e)
+{
+    char w[160];
+    if (layer >= 0)
+        snprintf(w, sizeof w, "layer %d: %s", layer, what);
+    else
+        snprintf(w, sizeof w, "%s", what);
+    if (err != cudaSuccess) {
+        char m[200];
+        snprintf(m, sizeof m, "%s: launch failed", w);
+        return flc_fail(c, e, err, m);
+    }
+    if (c->sync_debug) {
+        err = cudaStreamSynchronize(c->st);
+        if (err != cudaSuccess) {
+            char m[200];
+            snprintf(m, sizeof m, "%s failed (FL_CUDA_SYNC_DEBUG)", w);
+            return flc_fail(c, e, err, m);
+        }
+    }
+    return 0;
+}
+
+#define FLC_L(call, what, layer)                                                             \
+    do {                                                                                     \
+        int rc_ = flc_launched(c, (call), (what), (layer), e);                               \
+        if (rc_)                                                                             \
+            return rc_;                                                                      \
+    } while (0)
+
+/* ---------------------------------------------------------------- matmul dispatch */
+
+/* Y (m, n) (= or +=) X (m, k) W^T; W (n, k) bf16 row-major. cuBLAS sees the row-major
+ * product as the column-major Y^T = W X^T: op(A) = W^T of a (k, n) column-major matrix. */
+static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m,
+                    const flc_bf16 *w, int n, int k, int mode, const char *what, int layer,
+                    fl_err *e)
+{
+    if (m <= c->skinny_rows && k % 8 == 0 && ldx % 8 == 0)
+        return flc_launched(c, flc_skinny(y, NULL, ldy, x, ldx, m, w, n, k, mode, c->st), what,
+                            layer, e);
+    float alpha = 1.0f, beta = mode == FLC_MM_ACC ? 1.0f : 0.0f;
+    cublasStatus_t st = c->blas.gemm_ex(c->blas.h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w,
+                                        CUDA_R_16BF, k, x, CUDA_R_16BF, ldx, &beta, y,
+                                        CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st != CUBLAS_STATUS_SUCCESS)
+        return fl_err_set(e, FL_EIO, "cuda: layer %d: %s: cublasGemmEx (m %d, n %d, k %d): %s",
+                          layer, what, m, n, k, flc_blas_status(&c->blas, st));
+    return flc_launched(c, cudaSuccess, what, layer, e);
+}
+
+/* ---------------------------------------------------------------- batch checks */
+
+/* The CPU backend's checks and messages (engine/cpu_backend.c fl_cpu_check_batch). */
+static int flc_check_batch(const flc *c, const fl_batch *bt, fl_err *e)
+{
+    const fl_config *cf = &c->cfg;
+    if (!bt)
+        return fl_err_set(e, FL_EINVAL, "forward: no batch");
+    if (bt->n_tokens <= 0 || bt->n_tokens > c->base.max_tokens)
+        return fl_err_set(e, FL_EINVAL, "forward: %d tokens (allowed 1..%d, the backend's "
+                          "max_tokens)", bt->n_tokens, c->base.max_tokens);
+    if (!bt->tokens)
+        return fl_err_set(e, FL_EINVAL, "forward: no token array");
+    if (bt->n_segs <= 0 || !bt->segs)
+        return fl_err_set(e, FL_EINVAL, "forward: %d segments (need at least 1)", bt->n_segs);
+    int64_t total = 0;
+    int B = cf->block_size;
+    for (int s = 0; s < bt->n_segs; s++) {
+        const fl_segment *sg = &bt->segs[s];
+        if (sg->n <= 0 || sg->n > bt->n_tokens)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d has %d tokens", s, sg->n);
+        total += sg->n;
+        if (total > bt->n_tokens)
+            return fl_err_set(e, FL_EINVAL, "forward: segments hold more tokens than n_tokens "
+                              "(%d)", bt->n_tokens);
+        if (sg->pos0 < 0 || (int64_t)sg->pos0 + sg->n > cf->max_pos)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d spans positions %d..%lld, "
+                              "past the model's %d", s, sg->pos0,
+                              (long long)sg->pos0 + sg->n - 1, cf->max_pos);
+        if (sg->n_store < 0 || sg->n_store > sg->n)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d: n_store %d not in 0..%d", s,
+                              sg->n_store, sg->n);
+        if (sg->out_from < 0 || sg->out_from > sg->n)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d: out_from %d not in 0..%d", s,
+                              sg->out_from, sg->n);
+        int np = (int)(((int64_t)sg->pos0 + sg->n_store + B - 1) / B);
+        if (np > 0 && !sg->pages)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d needs %d pages and has no "
+                              "page table", s, np);
+        for (int p = 0; p < np; p++)
+            if (sg->pages[p] < 0 || sg->pages[p] >= c->base.n_pages)
+                return fl_err_set(e, FL_EINVAL, "forward: segment %d: page %d (block %d) is "
+                                  "not in 0..%d", s, sg->pages[p], p, c->base.n_pages - 1);
+    }
+    if (total != bt->n_tokens)
+        return fl_err_set(e, FL_EINVAL, "forward: segments hold %lld tokens, n_tokens is %d",
+                          (long long)total, bt->n_tokens);
+    for (int t = 0; t < bt->n_tokens; t++)
+        if (bt->tokens[t] < 0 || bt->tokens[t] >= cf->vocab)
+            return fl_err_set(e, FL_EINVAL, "forward: token %d at %d is not in 0..%d",
+                              bt->tokens[t], t, cf->vocab - 1);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- metadata block */
+
+static void flc_meta_layout(flc *c)
+{
+    size_t T = (size_t)c->base.max_tokens, X = (size_t)c->tiles_max, at = 0;
+    flc_meta_off *o = &c->off;
+    o->params = at, at += FLC_P_COUNT;
+    o->tokens = at, at += T;
+    o->tok_pos = at, at += T;
+    o->tok_store = at, at += T;
+    o->seg_pos0 = at, at += T;
+    o->seg_n = at, at += T;
+    o->seg_tok0 = at, at += T;
+    o->seg_pt = at, at += T;
+    o->tile_seg = at, at += X;
+    o->tile_row0 = at, at += X;
+    o->out_rows = at, at += T;
+    o->pages = (at + 31) & ~(size_t)31;
+}
+
+static void flc_meta_bind(flc *c)
+{
+    const int32_t *b = c->meta_d;
+    const flc_meta_off *o = &c->off;
+    c->mt.params = b + o->params;
+    c->mt.tokens = b + o->tokens;
+    c->mt.tok_pos = b + o->tok_pos;
+    c->mt.tok_store = b + o->tok_store;
+    c->mt.seg_pos0 = b + o->seg_pos0;
+    c->mt.seg_n = b + o->seg_n;
+    c->mt.seg_tok0 = b + o->seg_tok0;
+    c->mt.seg_pt = b + o->seg_pt;
+    c->mt.tile_seg = b + o->tile_seg;
+    c->mt.tile_row0 = b + o->tile_row0;
+    c->mt.out_rows = b + o->out_rows;
+    c->mt.pages = b + o->pages;
+}
+
+static void flc_graphs_flush(flc *c)
+{
+    for (int i = 0; i < FLC_GRAPHS; i++) {
+        if (c->gr[i].exec)
+            cudaGraphExecDestroy(c->gr[i].exec);
+        memset(&c->gr[i], 0, sizeof c->gr[i]);
+    }
+}
+
+/* Room for `pages` page-table entries; a new block moves every pointer, so graphs go. */
+static int flc_meta_reserve(flc *c, size_t pages, fl_err *e)
+{
+    if (c->meta_d && pages <= c->page_cap)
+        return 0;
+    size_t cap = c->page_cap ? c->page_cap : 4096;
+    while (cap < pages)
+        cap *= 2;
+    flc_graphs_flush(c);
+    if (c->meta_d)
+        cudaFree(c->meta_d);
+    if (c->meta_h)
+        cudaFreeHost(c->meta_h);
+    c->meta_d = c->meta_h = NULL;
+    c->page_cap = 0;
+    size_t ints = c->off.pages + cap;
+    cudaError_t err = cudaMalloc((void **)&c->meta_d, ints * 4);
+    if (err != cudaSuccess)
+        return flc_cuda_err(e, err, "cudaMalloc of the batch metadata");
+    err = cudaMallocHost((void **)&c->meta_h, ints * 4);
+    if (err != cudaSuccess)
+        return flc_cuda_err(e, err, "cudaMallocHost of the batch metadata");
+    memset(c->meta_h, 0, ints * 4);
+    c->meta_ints = ints;
+    c->page_cap = cap;
+    flc_meta_bind(c);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- the forward */
+
+typedef struct flc_plan {
+    int T, S, n_out, tiles, tiles_bound, n_splits, split_len;
+    size_t meta_bytes;
+    bool stores;
+} flc_plan;
+
+/* Fills the pinned metadata block for the batch and decides the attention split. */
+static int flc_plan_batch(flc *c, const fl_batch *bt, bool want_out, flc_plan *p, fl_err *e)
+{
+    const flc_dims *d = &c->d;
+    const int B = d->B, rep = d->rep;
+    size_t np_total = 0;
+    for (int s = 0; s < bt->n_segs; s++)
+        np_total += (size_t)(((int64_t)bt->segs[s].pos0 + bt->segs[s].n_store + B - 1) / B);
+    int rc = flc_meta_reserve(c, np_total, e);
+    if (rc)
+        return rc;
+    int32_t *h = c->meta_h;
+    const flc_meta_off *o = &c->off;
+    int t = 0, tiles = 0, n_out = 0, max_end = 0;
+    size_t pcur = 0;
+    bool stores = false;
+    for (int s = 0; s < bt->n_segs; s++) {
+        const fl_segment *sg = &bt->segs[s];
+        int np = (int)(((int64_t)sg->pos0 + sg->n_store + B - 1) / B);
+        h[o->seg_pos0 + s] = sg->pos0;
+        h[o->seg_n + s] = sg->n;
+        h[o->seg_tok0 + s] = t;
+        h[o->seg_pt + s] = (int32_t)pcur;
+        if (np > 0)
+            memcpy(h + o->pages + pcur, sg->pages, (size_t)np * 4);
+        pcur += (size_t)np;
+        for (int i = 0; i < sg->n; i++, t++) {
+            int pos = sg->pos0 + i;
+            h[o->tokens + t] = bt->tokens[t];
+            h[o->tok_pos + t] = pos;
+            h[o->tok_store + t] = i < sg->n_store ? sg->pages[pos / B] : -1;
+            if (i >= sg->out_from)
+                h[o->out_rows + n_out++] = t;
+        }
+        stores |= sg->n_store > 0;
+        for (int r0 = 0; r0 < sg->n * rep; r0 += FLC_QROWS) {
+            h[o->tile_seg + tiles] = s;
+            h[o->tile_row0 + tiles] = r0;
+            tiles++;
+        }
+        if (sg->pos0 + sg->n > max_end)
+            max_end = sg->pos0 + sg->n;
+    }
+    p->T = bt->n_tokens;
+    p->S = bt->n_segs;
+    p->n_out = want_out ? n_out : 0;
+    p->tiles = tiles;
+    /* a bound on the tiles of any batch with these T and S (ceil(x + y) <= ceil(x) + ceil(y)
+     * <= ceil(x + y) + 1 over the segments), so the grid, and a graph, serve all of them */
+    p->tiles_bound = (p->T * rep + FLC_QROWS - 1) / FLC_QROWS + p->S - 1;
+    if (p->tiles_bound > c->tiles_max || tiles > p->tiles_bound)
+        return fl_err_set(e, FL_EINVAL, "cuda: internal: %d attention tiles (bound %d, room %d)",
+                          tiles, p->tiles_bound, c->tiles_max);
+    /* split the keys when the tiles alone would leave most multiprocessors idle; powers of
+     * two, so that a growing context changes the graph key only a few times */
+    long long blocks = (long long)p->tiles_bound * d->kvh;
+    long long want = (2LL * c->n_sm + blocks - 1) / blocks;
+    long long by_len = (max_end + 63) / 64;
+    long long room = (long long)(c->part_floats / ((size_t)blocks * FLC_QROWS * (d->hd + 2)));
+    long long ns = want < by_len ? want : by_len;
+    if (ns > room)
+        ns = room;
+    if (ns > 1024)
+        ns = 1024;
+    int n_splits = 1;
+    while (n_splits * 2 <= ns)
+        n_splits *= 2;
+    p->n_splits = n_splits;
+    p->split_len = (max_end + n_splits - 1) / n_splits;
+    p->stores = stores;
+    h[o->params + FLC_P_TILES] = tiles;
+    h[o->params + FLC_P_SPLIT] = p->split_len;
+    p->meta_bytes = (o->pages + pcur) * 4;
+    return 0;
+}
+
+/* Enqueues the whole forward on c->st (eagerly, or into a capture). logits: the caller's
+ * (T, V) buffer, rows copied out per lm_head pass (eager only). */
+static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
+{
+    const flc_dims d = c->d;
+    const flc_meta m = c->mt;
+    const int T = p->T, H = d.H, NI = d.NI, V = d.V;
+    cudaStream_t st = c->st;
+    FLC_L(flc_embed(c->x, c->embed, m, T, H, st), "embedding lookup", -1);
+    for (int l = 0; l < c->cfg.n_layers; l++) {
+        const flc_layer *ly = &c->layers[l];
+        int rc;
+        FLC_L(flc_rmsnorm(c->xb, c->x, ly->attn_norm, NULL, T, H, d.eps, st), "input RMSNorm", l);
+        if ((rc = flc_gemm(c, c->qkv, d.qkvd, c->xb, H, T, ly->wqkv, d.qkvd, H, FLC_MM_STORE,
+                           "q|k|v projection", l, e)))
+            return rc;
+        FLC_L(flc_qkv_post(c->qkv, c->kvo, c->pool, ly->bqkv, ly->q_norm, ly->k_norm,
+                           c->inv_freq, m, d, l, T, st),
+              "q/k/v bias, norm, RoPE and KV store", l);
+        FLC_L(flc_attention(c->att, c->part, c->qkv, c->kvo, c->pool, m, d, l, p->tiles_bound,
+                            p->n_splits, st),
+              "attention", l);
+        if (p->n_splits > 1)
+            FLC_L(flc_attn_combine(c->att, c->part, m, d, p->tiles_bound, p->n_splits, st),
+                  "attention split combine", l);
+        if ((rc = flc_gemm(c, c->x, H, c->att, d.qd, T, ly->wo, H, d.qd, FLC_MM_ACC,
+                           "o projection", l, e)))
+            return rc;
+        FLC_L(flc_rmsnorm(c->xb, c->x, ly->mlp_norm, NULL, T, H, d.eps, st),
+              "post-attention RMSNorm", l);
+        if (T <= c->skinny_rows && H % 8 == 0) {
+            FLC_L(flc_skinny(NULL, c->hb, NI, c->xb, H, T, ly->wgu, NI, H, FLC_MM_SWIGLU, st),
+                  "gate|up projection + SwiGLU", l);
+        } else {
+            if ((rc = flc_gemm(c, c->gu, 2 * NI, c->xb, H, T, ly->wgu, 2 * NI, H, FLC_MM_STORE,
+                               "gate|up projection", l, e)))
+                return rc;
+            FLC_L(flc_swiglu(c->hb, c->gu, T, NI, st), "SwiGLU", l);
+        }
+        if ((rc = flc_gemm(c, c->x, H, c->hb, NI, T, ly->wdown, H, NI, FLC_MM_ACC,
+                           "down projection", l, e)))
+            return rc;
+    }
+    const int32_t *out_rows_h = c->meta_h + c->off.out_rows;
+    for (int r0 = 0; r0 < p->n_out; r0 += c->head_rows) {
+        int nr = p->n_out - r0 < c->head_rows ? p->n_out - r0 : c->head_rows;
+        FLC_L(flc_rmsnorm(c->xb, c->x, c->final_norm, m.out_rows + r0, nr, H, d.eps, st),
+              "final RMSNorm", -1);
+        int rc = flc_gemm(c, c->logits, V, c->xb, H, nr, c->lm_head, V, H, FLC_MM_STORE,
+                          "lm_head", -1, e);
+        if (rc)
+            return rc;
+        FLC_L(flc_top1(c->tok_d + r0, c->lse, c->logits, nr, V, st),
+              "softmax statistics (top-1, probability, entropy)", -1);
+        if (logits)
+            for (int i = 0; i < nr; i++) {
+                cudaError_t err =
+                    cudaMemcpyAsync(logits + (size_t)out_rows_h[r0 + i] * V,
+                                    c->logits + (size_t)i * V, (size_t)V * 4,
+                                    cudaMemcpyDeviceToHost, st);
+                if (err != cudaSuccess)
+                    return flc_fail(c, e, err, "copying logits to the host");
+            }
+    }
+    return 0;
+}
+
+static void flc_graphs_off(flc *c, const char *why, cudaError_t err)
+{
+    c->graphs = false;
+    c->stats.graphs_on = 0;
+    snprintf(c->stats.graphs_note, sizeof c->stats.graphs_note, "%.100s%s%.50s", why,
+             err != cudaSuccess ? ": " : "", err != cudaSuccess ? cudaGetErrorString(err) : "");
+    (void)cudaGetLastError(); /* capture errors are not sticky: clear them */
+    flc_graphs_flush(c);
+}
+
+/* Runs the plan through the graph cache: replay, capture (second sighting), or eager. */
+static int flc_run(flc *c, const flc_plan *p, float *logits, fl_err *e)
+{
+    if (!c->graphs || c->sync_debug || logits) {
+        c->stats.eager++;
+        return flc_enqueue(c, p, logits, e);
+    }
+    flc_graph *g = NULL, *lru = &c->gr[0];
+    for (int i = 0; i < FLC_GRAPHS; i++) {
+        flc_graph *q = &c->gr[i];
+        if (q->used && q->T == p->T && q->S == p->S && q->n_out == p->n_out &&
+            q->n_splits == p->n_splits) {
+            g = q;
+            break;
+        }
+        if (!q->used || (lru->used && q->last < lru->last))
+            lru = q;
+    }
+    if (!g) { /* first sighting: remember the shape, run eagerly */
+        if (lru->exec)
+            cudaGraphExecDestroy(lru->exec);
+        memset(lru, 0, sizeof *lru);
+        lru->used = true;
+        lru->T = p->T;
+        lru->S = p->S;
+        lru->n_out = p->n_out;
+        lru->n_splits = p->n_splits;
+        lru->last = ++c->gclock;
+        c->stats.eager++;
+        return flc_enqueue(c, p, NULL, e);
+    }
+    g->last = ++c->gclock;
+    if (!g->exec) {
+        cudaError_t err = cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal);
+        if (err != cudaSuccess) {
+            flc_graphs_off(c, "cudaStreamBeginCapture failed", err);
+            c->stats.eager++;
+            return flc_enqueue(c, p, NULL, e);
+        }
+        fl_err ce = {0, {0}};
+        int rc = flc_enqueue(c, p, NULL, &ce);
+        cudaGraph_t graph = NULL;
+        err = cudaStreamEndCapture(c->st, &graph);
+        if (rc || err != cudaSuccess || !graph) {
+            char why[FL_ERR_MSG + 40];
+            snprintf(why, sizeof why, "capture failed%s%s", rc ? ": " : "", rc ? ce.msg : "");
+            if (graph)
+                cudaGraphDestroy(graph);
+            flc_graphs_off(c, why, err);
+            if (c->broken[0])
+                return fl_err_set(e, FL_EIO, "%s", ce.msg);
+            c->stats.eager++;
+            return flc_enqueue(c, p, NULL, e);
+        }
+        err = cudaGraphInstantiate(&g->exec, graph, 0);
+        cudaGraphDestroy(graph);
+        if (err != cudaSuccess) {
+            g->exec = NULL;
+            flc_graphs_off(c, "cudaGraphInstantiate failed", err);
+            c->stats.eager++;
+            return flc_enqueue(c, p, NULL, e);
+        }
+        c->stats.captured++;
+    }
+    cudaError_t err = cudaGraphLaunch(g->exec, c->st);
+    if (err != cudaSuccess)
+        return flc_fail(c, e, err, "cudaGraphLaunch");
+    c->stats.replayed++;
+    return 0;
+}
+
+static int flc_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float *logits,
+                       fl_err *e)
+{
+    flc *c = (flc *)b->impl;
+    int rc = flc_check_batch(c, bt, e);
+    if (rc)
+        return rc;
+    if (c->broken[0])
+        return fl_err_set(e, FL_ESTATE, "cuda: the GPU failed earlier (%s); restart fogline",
+                          c->broken);
+    cudaError_t err = cudaSetDevice(c->dev);
+    if (err != cudaSuccess)
+        return flc_cuda_err(e, err, "cudaSetDevice");
+    flc_plan p;
+    memset(&p, 0, sizeof p);
+    if ((rc = flc_plan_batch(c, bt, out || logits, &p, e)))
+        return rc;
+    err = cudaMemcpyAsync(c->meta_d, c->meta_h, p.meta_bytes, cudaMemcpyHostToDevice, c->st);
+    if (err != cudaSuccess)
+        return flc_fail(c, e, err, "copying the batch metadata to the GPU");
+    rc = flc_run(c, &p, logits, e);
+    if (!rc && out && p.n_out > 0) {
+        err = cudaMemcpyAsync(c->tok_h, c->tok_d, (size_t)p.n_out * sizeof(flc_tok),
+                              cudaMemcpyDeviceToHost, c->st);
+        if (err != cudaSuccess)
+            rc = flc_fail(c, e, err, "copying the outputs to the host");
+    }
+    if (!rc && p.stores) { /* persistence orders its page copies after this */
+        pthread_mutex_lock(&c->ev_mu);
+        long long seq = c->fseq++;
+        err = cudaEventRecord(c->ev[seq % FLC_EV_RING], c->st);
+        if (err == cudaSuccess) {
+            const int B = c->d.B;
+            for (int s = 0; s < bt->n_segs; s++) {
+                const fl_segment *sg = &bt->segs[s];
+                if (sg->n_store <= 0)
+                    continue;
+                for (int blk = sg->pos0 / B; blk <= (sg->pos0 + sg->n_store - 1) / B; blk++)
+                    c->page_wseq[sg->pages[blk]] = seq;
+            }
+        }
+        pthread_mutex_unlock(&c->ev_mu);
+        if (err != cudaSuccess)
+            rc = flc_fail(c, e, err, "cudaEventRecord after the forward");
+    }
+    /* always wait: a failed enqueue may have left work on the stream */
+    cudaError_t serr = cudaStreamSynchronize(c->st);
+    if (serr != cudaSuccess) {
+        if (!rc)
+            rc = flc_fail(c, e, serr, "forward (an asynchronous kernel error; "
+                                      "FL_CUDA_SYNC_DEBUG=1 names the kernel)");
+        else
+            flc_fail(c, NULL, serr, "forward");
+    }
+    if (rc)
+        return rc;
+    if (out)
+        for (int i = 0; i < p.n_out; i++) {
+            const flc_tok *tk = &c->tok_h[i];
+            fl_tok_out *o = &out[c->meta_h[c->off.out_rows + i]];
+            o->token = tk->token;
+            o->prob = tk->prob;
+            o->entropy = tk->entropy;
+        }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- pages */
+
+static int flc_page_read(fl_backend *b, int32_t page, void *dst, fl_err *e)
+{
+    flc *c = (flc *)b->impl;
+    if (page < 0 || page >= b->n_pages || !dst)
+        return fl_err_set(e, FL_EINVAL, "page_read: page %d not in 0..%d", page, b->n_pages - 1);
+    if (c->broken[0])
+        return fl_err_set(e, FL_ESTATE, "cuda: page_read: the GPU failed earlier (%s)",
+                          c->broken);
+    pthread_mutex_lock(&c->rd_mu);
+    cudaError_t err = cudaSetDevice(c->dev);
+    if (err == cudaSuccess) {
+        pthread_mutex_lock(&c->ev_mu);
+        long long s = c->page_wseq[page];
+        if (s >= 0)
+            err = cudaStreamWaitEvent(c->st_io, c->ev[s % FLC_EV_RING], 0);
+        pthread_mutex_unlock(&c->ev_mu);
+    }
+    size_t n = c->d.page_elems;
+    if (err == cudaSuccess)
+        err = cudaMemcpyAsync(c->stage_r, c->pool + (size_t)page * n, c->page_dev_bytes,
+                              cudaMemcpyDeviceToHost, c->st_io);
+    if (err == cudaSuccess)
+        err = cudaStreamSynchronize(c->st_io);
+    if (err == cudaSuccess) {
+        uint32_t *d32 = (uint32_t *)dst;
+        for (size_t i = 0; i < n; i++)
+            d32[i] = (uint32_t)c->stage_r[i] << 16;
+    }
+    pthread_mutex_unlock(&c->rd_mu);
+    if (err != cudaSuccess) {
+        char w[64];
+        snprintf(w, sizeof w, "page_read of page %d", page);
+        return flc_fail(c, e, err, w);
+    }
+    return 0;
+}
+
+static int flc_page_write(fl_backend *b, int32_t page, const void *src, fl_err *e)
+{
+    flc *c = (flc *)b->impl;
+    if (page < 0 || page >= b->n_pages || !src)
+        return fl_err_set(e, FL_EINVAL, "page_write: page %d not in 0..%d", page, b->n_pages - 1);
+    if (c->broken[0])
+        return fl_err_set(e, FL_ESTATE, "cuda: page_write: the GPU failed earlier (%s)",
+                          c->broken);
+    pthread_mutex_lock(&c->wr_mu);
+    size_t n = c->d.page_elems;
+    const float *f = (const float *)src;
+    for (size_t i = 0; i < n; i++)
+        c->stage_w[i] = fl_f32_to_bf16(f[i]);
+    cudaError_t err = cudaSetDevice(c->dev);
+    if (err == cudaSuccess)
+        err = cudaMemcpyAsync(c->pool + (size_t)page * n, c->stage_w, c->page_dev_bytes,
+                              cudaMemcpyHostToDevice, c->st_io);
+    if (err == cudaSuccess)
+        err = cudaStreamSynchronize(c->st_io);
+    if (err == cudaSuccess) {
+        pthread_mutex_lock(&c->ev_mu);
+        c->page_wseq[page] = -1; /* complete: nothing to wait for */
+        pthread_mutex_unlock(&c->ev_mu);
+    }
+    pthread_mutex_unlock(&c->wr_mu);
+    if (err != cudaSuccess) {
+        char w[64];
+        snprintf(w, sizeof w, "page_write of page %d", page);
+        return flc_fail(c, e, err, w);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- create / destroy */
+
+static void flc_destroy(fl_backend *b)
+{
+    if (!b)
+        return;
+    flc *c = (flc *)b->impl;
+    cudaSetDevice(c->dev);
+    if (c->st)
+        cudaStreamSynchronize(c->st);
+    if (c->st_io)
+        cudaStreamSynchronize(c->st_io);
+    flc_graphs_flush(c);
+    for (int i = 0; i < c->n_ev; i++)
+        cudaEventDestroy(c->ev[i]);
+    flc_blas_close(&c->blas);
+    cudaFree(c->ws);
+    cudaFree(c->wmem);
+    cudaFree(c->amem);
+    cudaFree(c->pool);
+    cudaFree(c->meta_d);
+    cudaFreeHost(c->meta_h);
+    cudaFreeHost(c->tok_h);
+    cudaFreeHost(c->stage_r);
+    cudaFreeHost(c->stage_w);
+    if (c->st)
+        cudaStreamDestroy(c->st);
+    if (c->st_io)
+        cudaStreamDestroy(c->st_io);
+    if (c->mu_ok) {
+        pthread_mutex_destroy(&c->ev_mu);
+        pthread_mutex_destroy(&c->rd_mu);
+        pthread_mutex_destroy(&c->wr_mu);
+    }
+    free(c->page_wseq);
+    free(c->layers);
+    free(c);
+}
+
+static const fl_backend_ops flc_ops = {"cuda", flc_forward, flc_page_read, flc_page_write,
+                                       flc_destroy};
+
+/* A bump allocator over one device block; the same walk sizes it (base NULL) and places. */
+typedef struct flc_bump {
+    char *base;
+    size_t used;
+} flc_bump;
+
+static void *flc_take(flc_bump *b, size_t bytes)
+{
+    size_t at = (b->used + FLC_ALIGN - 1) & ~(size_t)(FLC_ALIGN - 1);
+    b->used = at + bytes;
+    return b->base ? b->base + at : NULL;
+}
+
+static void flc_place_weights(flc *c, const fl_model *m, flc_bump *b)
+{
+    const flc_dims *d = &c->d;
+    size_t H = (size_t)d->H, NI = (size_t)d->NI, V = (size_t)d->V;
+    c->stream_bytes = 0;
+    for (int l = 0; l < c->cfg.n_layers; l++) {
+        flc_layer *ly = &c->layers[l];
+        const fl_layer_w *lw = &m->layers[l];
+        ly->wqkv = (flc_bf16 *)flc_take(b, (size_t)d->qkvd * H * 2);
+        ly->wo = (flc_bf16 *)flc_take(b, H * d->qd * 2);
+        ly->wgu = (flc_bf16 *)flc_take(b, 2 * NI * H * 2);
+        ly->wdown = (flc_bf16 *)flc_take(b, H * NI * 2);
+        c->stream_bytes += ((size_t)d->qkvd * H + H * d->qd + 3 * NI * H) * 2;
+        ly->bqkv = lw->bq && lw->bk && lw->bv ? (float *)flc_take(b, (size_t)d->qkvd * 4) : NULL;
+        ly->attn_norm = (float *)flc_take(b, H * 4);
+        ly->mlp_norm = (float *)flc_take(b, H * 4);
+        bool qk = lw->q_norm && lw->k_norm;
+        ly->q_norm = qk ? (float *)flc_take(b, (size_t)d->hd * 4) : NULL;
+        ly->k_norm = qk ? (float *)flc_take(b, (size_t)d->hd * 4) : NULL;
+    }
+    c->embed = (flc_bf16 *)flc_take(b, V * H * 2);
+    c->lm_head = m->lm_head == m->embed ? c->embed : (flc_bf16 *)flc_take(b, V * H * 2);
+    c->stream_bytes += V * H * 2;
+    c->final_norm = (float *)flc_take(b, H * 4);
+    c->inv_freq = (double *)flc_take(b, (size_t)d->hd / 2 * sizeof(double));
+}
+
+static void flc_place_acts(flc *c, flc_bump *b)
+{
+    const flc_dims *d = &c->d;
+    size_t T = (size_t)c->base.max_tokens, H = (size_t)d->H, NI = (size_t)d->NI;
+    size_t V = (size_t)d->V, HR = (size_t)c->head_rows;
+    c->x = (float *)flc_take(b, T * H * 4);
+    c->xb = (flc_bf16 *)flc_take(b, T * H * 2);
+    c->qkv = (float *)flc_take(b, T * d->qkvd * 4);
+    c->kvo = (flc_bf16 *)flc_take(b, T * 2 * d->kvd * 2);
+    c->att = (flc_bf16 *)flc_take(b, T * d->qd * 2);
+    c->gu = (float *)flc_take(b, T * 2 * NI * 4);
+    c->hb = (flc_bf16 *)flc_take(b, T * NI * 2);
+    c->logits = (float *)flc_take(b, HR * V * 4);
+    c->lse = (flc_lse *)flc_take(b, HR * ((V + FLC_VCHUNK - 1) / FLC_VCHUNK) * sizeof(flc_lse));
+    c->tok_d = (flc_tok *)flc_take(b, T * sizeof(flc_tok));
+    c->part = (float *)flc_take(b, c->part_floats * 4);
+}
+
+/* Uploads tensor t, (rows, cols) of a float dtype, to dst as bf16. */
+static int flc_upload_mat(flc_bf16 *dst, const fl_tensor *t, size_t rows, size_t cols,
+                          uint16_t *tmp, size_t tmp_elems, fl_err *e)
+{
+    size_t n = rows * cols;
+    if (!t || (size_t)t->numel != n ||
+        (t->dtype != FL_DT_F32 && t->dtype != FL_DT_BF16 && t->dtype != FL_DT_F16))
+        return fl_err_set(e, FL_EFORMAT, "cuda: tensor %s: expected %zu x %zu values of a "
+                          "float type", t ? t->name : "?", rows, cols);
+    cudaError_t err;
+    if (t->dtype == FL_DT_BF16) {
+        err = cudaMemcpy(dst, t->data, n * 2, cudaMemcpyHostToDevice);
+    } else {
+        err = cudaSuccess;
+        size_t es = fl_dtype_size(t->dtype);
+        float conv[1024];
+        for (size_t i = 0; i < n && err == cudaSuccess; i += tmp_elems) {
+            size_t len = n - i < tmp_elems ? n - i : tmp_elems;
+            for (size_t j = 0; j < len; j += 1024) {
+                size_t k = len - j < 1024 ? len - j : 1024;
+                fl_to_f32(conv, (const char *)t->data + (i + j) * es, t->dtype, k);
+                for (size_t q = 0; q < k; q++)
+                    tmp[j + q] = fl_f32_to_bf16(conv[q]);
+            }
+            err = cudaMemcpy(dst + i, tmp, len * 2, cudaMemcpyHostToDevice);
+        }
+    }
+    if (err != cudaSuccess) {
+        char w[200];
+        snprintf(w, sizeof w, "uploading tensor %s", t->name);
+        return flc_cuda_err(e, err, w);
+    }
+    return 0;
+}
+
+static int flc_upload_vec(float *dst, const fl_tensor *t, size_t n, fl_err *e)
+{
+    if (!t || (size_t)t->numel != n)
+        return fl_err_set(e, FL_EFORMAT, "cuda: tensor %s: expected %zu float values",
+                          t ? t->name : "?", n);
+    float *h = (float *)malloc(n * 4);
+    if (!h)
+        return fl_err_set(e, FL_ENOMEM, "cuda: out of host memory");
+    int rc = 0;
+    if (fl_to_f32(h, t->data, t->dtype, n))
+        rc = fl_err_set(e, FL_EFORMAT, "cuda: tensor %s: not a float type", t->name);
+    cudaError_t err = rc ? cudaSuccess : cudaMemcpy(dst, h, n * 4, cudaMemcpyHostToDevice);
+    free(h);
+    if (err != cudaSuccess) {
+        char w[200];
+        snprintf(w, sizeof w, "uploading tensor %s", t->name);
+        return flc_cuda_err(e, err, w);
+    }
+    return rc;
+}
+
+static int flc_upload_weights(flc *c, const fl_model *m, fl_err *e)
+{
+    const flc_dims *d = &c->d;
+    size_t H = (size_t)d->H, NI = (size_t)d->NI, V = (size_t)d->V, hd = (size_t)d->hd;
+    size_t qd = (size_t)d->qd, kd = (size_t)d->kvd;
+    size_t tmp_elems = (size_t)16 << 20;
+    uint16_t *tmp = (uint16_t *)malloc(tmp_elems * 2);
+    if (!tmp)
+        return fl_err_set(e, FL_ENOMEM, "cuda: out of host memory");
+    int rc = 0;
+#define UP(call)                                                                             \
+    do {                                                                                     \
+        if (!rc)                                                                             \
+            rc = (call);                                                                     \
+    } while (0)
+    for (int l = 0; l < c->cfg.n_layers && !rc; l++) {
+        const fl_layer_w *lw = &m->layers[l];
+        flc_layer *ly = &c->layers[l];
+        UP(flc_upload_mat(ly->wqkv, lw->wq, qd, H, tmp, tmp_elems, e));
+        UP(flc_upload_mat(ly->wqkv + qd * H, lw->wk, kd, H, tmp, tmp_elems, e));
+        UP(flc_upload_mat(ly->wqkv + (qd + kd) * H, lw->wv, kd, H, tmp, tmp_elems, e));
+        UP(flc_upload_mat(ly->wo, lw->wo, H, qd, tmp, tmp_elems, e));
+        UP(flc_upload_mat(ly->wgu, lw->w_gate, NI, H, tmp, tmp_elems, e));
+        UP(flc_upload_mat(ly->wgu + NI * H, lw->w_up, NI, H, tmp, tmp_elems, e));
+        UP(flc_upload_mat(ly->wdown, lw->w_down, H, NI, tmp, tmp_elems, e));
+        if (ly->bqkv) {
+            UP(flc_upload_vec(ly->bqkv, lw->bq, qd, e));
+            UP(flc_upload_vec(ly->bqkv + qd, lw->bk, kd, e));
+            UP(flc_upload_vec(ly->bqkv + qd + kd, lw->bv, kd, e));
+        }
+        UP(flc_upload_vec(ly->attn_norm, lw->attn_norm, H, e));
+        UP(flc_upload_vec(ly->mlp_norm, lw->mlp_norm, H, e));
+        if (ly->q_norm) {
+            UP(flc_upload_vec(ly->q_norm, lw->q_norm, hd, e));
+            UP(flc_upload_vec(ly->k_norm, lw->k_norm, hd, e));
+        }
+    }
+    UP(flc_upload_mat(c->embed, m->embed, V, H, tmp, tmp_elems, e));
+    if (c->lm_head != c->embed)
+        UP(flc_upload_mat(c->lm_head, m->lm_head, V, H, tmp, tmp_elems, e));
+    UP(flc_upload_vec(c->final_norm, m->final_norm, H, e));
+#undef UP
+    free(tmp);
+    if (rc)
+        return rc;
+    /* the reference: inv = 1 / theta^(2i / hd), in double (as cpu_backend.c) */
+    double inv[FLC_HD_MAX / 2];
+    for (size_t i = 0; i < hd / 2; i++)
+        inv[i] = 1.0 / pow((double)c->cfg.rope_theta, (double)(2 * i) / (double)hd);
+    cudaError_t err = cudaMemcpy(c->inv_freq, inv, hd / 2 * sizeof(double), cudaMemcpyHostToDevice);
+    if (err != cudaSuccess)
+        return flc_cuda_err(e, err, "uploading the RoPE frequencies");
+    return 0;
+}
+
+static int flc_env_int(const char *name, int def, int lo, int hi)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return def;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end || v < lo || v > hi ? def : (int)v;
+}
+
+/* Whether the driver library exists; cudart loads it itself, but saying "no driver" is
+ * clearer than its "driver version is insufficient". */
+static bool flc_driver_present(char *why, size_t cap)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *d = dlerror();
+        snprintf(why, cap, "no NVIDIA driver (%s)", d ? d : "libcuda.so.1 not found");
+        return false;
+    }
+    dlclose(h);
+    return true;
+}
+
+/* Picks the device and checks this build can run on it; fills name/props. */
+static int flc_pick_device(int *dev, cudaDeviceProp *prop, char *why, size_t cap)
+{
+    if (!flc_driver_present(why, cap))
+        return 0;
+    int n = 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        snprintf(why, cap, "CUDA cannot start: %s", cudaGetErrorString(err));
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (n <= 0) {
+        snprintf(why, cap, "no CUDA device visible");
+        return 0;
+    }
+    *dev = flc_env_int("FL_CUDA_DEVICE", 0, 0, 1 << 20);
+    if (*dev >= n) {
+        snprintf(why, cap, "FL_CUDA_DEVICE=%d, but %d device%s visible", *dev, n,
+                 n == 1 ? " is" : "s are");
+        return 0;
+    }
+    if ((err = cudaGetDeviceProperties(prop, *dev)) != cudaSuccess ||
+        (err = cudaSetDevice(*dev)) != cudaSuccess) {
+        snprintf(why, cap, "device %d: %s", *dev, cudaGetErrorString(err));
+        (void)cudaGetLastError();
+        return 0;
+    }
+    err = flc_kernels_loadable();
+    if (err != cudaSuccess) {
+        snprintf(why, cap, "%s (sm_%d%d) cannot run this build's kernels (built for sm_%s: %s); "
+                 "rebuild with -DCMAKE_CUDA_ARCHITECTURES=%d%d", prop->name, prop->major,
+                 prop->minor, FL_CUDA_ARCHS, cudaGetErrorString(err), prop->major, prop->minor);
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return 1;
+}
+
+extern "C" int fl_cuda_probe(char *why, size_t cap)
+{
+    int dev = 0;
+    cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    if (!flc_pick_device(&dev, &prop, why, cap))
+        return 0;
+    snprintf(why, cap, "%s (device %d, sm_%d%d, %.1f GiB)", prop.name, dev, prop.major,
+             prop.minor, GIB(prop.totalGlobalMem));
+    return 1;
+}
+
+extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
+                                      const fl_backend_opts *o, fl_err *e)
+{
+    *out = NULL;
+    if (!m || !o)
+        return fl_err_set(e, FL_EINVAL, "cuda backend: no model or options");
+    const fl_config *cf = &m->cfg;
+    if (!m->weights || !m->embed || !m->lm_head || !m->final_norm || !m->layers)
+        return fl_err_set(e, FL_EINVAL, "cuda backend: the model was loaded without weights");
+    if (o->n_pages < 0 || o->max_tokens <= 0)
+        return fl_err_set(e, FL_EINVAL, "cuda backend: bad options (n_pages %d, max_tokens %d)",
+                          o->n_pages, o->max_tokens);
+    if (cf->head_dim % 8 || cf->head_dim > FLC_HD_MAX || cf->n_kv_heads <= 0 ||
+        cf->n_heads % cf->n_kv_heads || cf->block_size <= 0 || cf->max_pos <= 0)
+        return fl_err_set(e, FL_EUNSUPPORTED, "cuda backend: unsupported shape (head_dim %d: "
+                          "needs a multiple of 8 up to %d; heads %d/%d, block %d)",
+                          cf->head_dim, FLC_HD_MAX, cf->n_heads, cf->n_kv_heads, cf->block_size);
+    char why[400];
+    int dev = 0;
+    cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    if (!flc_pick_device(&dev, &prop, why, sizeof why))
+        return fl_err_set(e, FL_EUNSUPPORTED, "cuda: no usable GPU: %s", why);
+
+    flc *c = (flc *)calloc(1, sizeof *c);
+    if (!c)
+        return fl_err_set(e, FL_ENOMEM, "cuda backend: out of host memory");
+    c->base.ops = &flc_ops;
+    c->base.model = m;
+    c->base.max_tokens = o->max_tokens;
+    c->base.impl = c;
+    c->cfg = *cf;
+    c->dev = dev;
+    c->n_sm = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
+    c->cc_major = prop.major;
+    c->cc_minor = prop.minor;
+    c->mem_total = prop.totalGlobalMem;
+    snprintf(c->gpu, sizeof c->gpu, "%.120s", prop.name);
+    flc_dims *d = &c->d;
+    d->H = cf->hidden;
+    d->nh = cf->n_heads;
+    d->kvh = cf->n_kv_heads;
+    d->hd = cf->head_dim;
+    d->qd = cf->n_heads * cf->head_dim;
+    d->kvd = cf->n_kv_heads * cf->head_dim;
+    d->qkvd = d->qd + 2 * d->kvd;
+    d->NI = cf->intermediate;
+    d->V = cf->vocab;
+    d->B = cf->block_size;
+    d->rep = cf->n_heads / cf->n_kv_heads;
+    d->eps = cf->rms_eps;
+    d->page_elems = (size_t)cf->n_layers * 2 * d->kvh * d->B * d->hd;
+    c->base.page_bytes = d->page_elems * 4;
+    c->page_dev_bytes = d->page_elems * 2;
+    c->skinny_rows = flc_env_int("FL_CUDA_SKINNY_ROWS", FLC_SKINNY_MAX, 0, FLC_SKINNY_MAX);
+    c->sync_debug = flc_env_int("FL_CUDA_SYNC_DEBUG", 0, 0, 1) == 1;
+    c->graphs = flc_env_int("FL_CUDA_GRAPHS", 1, 0, 1) == 1 && !c->sync_debug;
+    c->stats.graphs_on = c->graphs;
+    snprintf(c->stats.graphs_note, sizeof c->stats.graphs_note, "%s",
+             c->graphs ? "on" : c->sync_debug ? "off (FL_CUDA_SYNC_DEBUG)" : "off (FL_CUDA_GRAPHS=0)");
+    c->head_rows = o->max_tokens < FLC_HEAD_ROWS ? o->max_tokens : FLC_HEAD_ROWS;
+    c->tiles_max = (o->max_tokens * d->rep + FLC_QROWS - 1) / FLC_QROWS + o->max_tokens;
+    {
+        size_t one = (size_t)c->tiles_max * d->kvh * FLC_QROWS * (d->hd + 2);
+        size_t cap = FLC_PART_BYTES / 4;
+        c->part_floats = one * 64 < cap ? one * 64 : cap;
+        if (c->part_floats < one * 2)
+            c->part_floats = one * 2 < cap ? one * 2 : c->part_floats;
+    }
+    int rc = 0;
+    cudaError_t err;
+    char w[320];
+    if (pthread_mutex_init(&c->ev_mu, NULL) || pthread_mutex_init(&c->rd_mu, NULL) ||
+        pthread_mutex_init(&c->wr_mu, NULL)) {
+        rc = fl_err_set(e, FL_ENOMEM, "cuda backend: cannot create mutexes");
+        goto fail;
+    }
+    c->mu_ok = true;
+    if (!(c->layers = (flc_layer *)calloc((size_t)cf->n_layers, sizeof *c->layers))) {
+        rc = fl_err_set(e, FL_ENOMEM, "cuda backend: out of host memory");
+        goto fail;
+    }
+#define CK(call, what)                                                                       \
+    do {                                                                                     \
+        if ((err = (call)) != cudaSuccess) {                                                 \
+            rc = flc_cuda_err(e, err, (what));                                               \
+            goto fail;                                                                       \
+        }                                                                                    \
+    } while (0)
+    CK(cudaSetDevice(dev), "cudaSetDevice");
+    CK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking), "creating the compute stream");
+    CK(cudaStreamCreateWithFlags(&c->st_io, cudaStreamNonBlocking), "creating the copy stream");
+    for (; c->n_ev < FLC_EV_RING; c->n_ev++)
+        CK(cudaEventCreateWithFlags(&c->ev[c->n_ev], cudaEventDisableTiming), "creating events");
+    if (flc_blas_open(&c->blas, FL_CUBLAS_DIR, w, sizeof w)) {
+        rc = fl_err_set(e, FL_EUNSUPPORTED, "cuda: %s", w);
+        goto fail;
+    }
+    if (c->blas.set_stream(c->blas.h, c->st) != CUBLAS_STATUS_SUCCESS) {
+        rc = fl_err_set(e, FL_EIO, "cuda: cublasSetStream failed");
+        goto fail;
+    }
+    CK(cudaMalloc(&c->ws, FLC_WS_BYTES), "cudaMalloc of the cuBLAS workspace (32 MiB)");
+    if (c->blas.set_workspace(c->blas.h, c->ws, FLC_WS_BYTES) != CUBLAS_STATUS_SUCCESS) {
+        rc = fl_err_set(e, FL_EIO, "cuda: cublasSetWorkspace failed");
+        goto fail;
+    }
+    {
+        /* the memory plan: sizes first, from the same walk that places */
+        flc_bump wb = {NULL, 0}, ab = {NULL, 0};
+        flc_place_weights(c, m, &wb);
+        flc_place_acts(c, &ab);
+        c->wbytes = wb.used;
+        c->abytes = ab.used;
+        size_t free_b = 0, total_b = 0;
+        CK(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+        const char *lim = getenv("FL_CUDA_MEM_LIMIT");
+        if (lim && *lim) {
+            unsigned long long v = strtoull(lim, NULL, 10);
+            if (v > 0 && v < free_b)
+                free_b = (size_t)v;
+        }
+        size_t reserve = ((size_t)256 << 20) + total_b / 100; /* graphs, cuBLAS, context */
+        size_t need = c->wbytes + c->abytes + reserve;
+        if (need > free_b) {
+            rc = fl_err_set(e, FL_ENOMEM, "cuda: the model does not fit on %s: weights %.2f GiB "
+                            "(bf16) + activations for max_tokens %d %.2f GiB + reserve %.2f GiB "
+                            "= %.2f GiB, but %.2f GiB of %.2f GiB are free", c->gpu,
+                            GIB(c->wbytes), o->max_tokens, GIB(c->abytes), GIB(reserve),
+                            GIB(need), GIB(free_b), GIB(total_b));
+            goto fail;
+        }
+        size_t fit = (free_b - need) / c->page_dev_bytes;
+        if (fit > (size_t)(INT32_MAX / 2))
+            fit = (size_t)(INT32_MAX / 2);
+        size_t n_pages = o->n_pages == 0 || (size_t)o->n_pages > fit ? fit : (size_t)o->n_pages;
+        c->pages_asked = o->n_pages;
+        if (n_pages < 1) {
+            rc = fl_err_set(e, FL_ENOMEM, "cuda: no room for a single KV page (%.2f MiB) on %s "
+                            "after weights %.2f GiB and activations %.2f GiB (%.2f GiB free)",
+                            MIB(c->page_dev_bytes), c->gpu, GIB(c->wbytes), GIB(c->abytes),
+                            GIB(free_b));
+            goto fail;
+        }
+        c->base.n_pages = (int)n_pages;
+        c->pool_bytes = n_pages * c->page_dev_bytes;
+        snprintf(w, sizeof w, "cudaMalloc of %.2f GiB for the weights", GIB(c->wbytes));
+        CK(cudaMalloc((void **)&c->wmem, c->wbytes), w);
+        snprintf(w, sizeof w, "cudaMalloc of %.2f GiB for the activations (max_tokens %d)",
+                 GIB(c->abytes), o->max_tokens);
+        CK(cudaMalloc((void **)&c->amem, c->abytes), w);
+        snprintf(w, sizeof w, "cudaMalloc of %.2f GiB for the KV pool (%zu pages)",
+                 GIB(c->pool_bytes), n_pages);
+        CK(cudaMalloc((void **)&c->pool, c->pool_bytes), w);
+        CK(cudaMemsetAsync(c->pool, 0, c->pool_bytes, c->st), "clearing the KV pool");
+        wb.base = c->wmem;
+        wb.used = 0;
+        ab.base = c->amem;
+        ab.used = 0;
+        flc_place_weights(c, m, &wb);
+        flc_place_acts(c, &ab);
+    }
+    if ((rc = flc_upload_weights(c, m, e)))
+        goto fail;
+    flc_meta_layout(c);
+    if ((rc = flc_meta_reserve(c, (size_t)o->max_tokens + 4096, e)))
+        goto fail;
+    CK(cudaMallocHost((void **)&c->tok_h, (size_t)o->max_tokens * sizeof(flc_tok)),
+       "cudaMallocHost of the output buffer");
+    CK(cudaMallocHost((void **)&c->stage_r, c->page_dev_bytes), "cudaMallocHost of a page buffer");
+    CK(cudaMallocHost((void **)&c->stage_w, c->page_dev_bytes), "cudaMallocHost of a page buffer");
+    if (!(c->page_wseq = (long long *)malloc((size_t)c->base.n_pages * sizeof(long long)))) {
+        rc = fl_err_set(e, FL_ENOMEM, "cuda backend: out of host memory");
+        goto fail;
+    }
+    for (int i = 0; i < c->base.n_pages; i++)
+        c->page_wseq[i] = -1;
+    CK(cudaStreamSynchronize(c->st), "clearing the KV pool");
+#undef CK
+    {
+        char pages[96] = "";
+        if (c->pages_asked > 0 && c->pages_asked != c->base.n_pages)
+            snprintf(pages, sizeof pages, " (of %d asked: no room for more)", c->pages_asked);
+        else if (c->pages_asked == 0)
+            snprintf(pages, sizeof pages, " (sized from free memory)");
+        snprintf(c->desc, sizeof c->desc,
+                 "%s (device %d, sm_%d%d, %d SMs, %.1f GiB); weights %.2f GiB bf16; activations "
+                 "%.2f GiB for %d tokens; KV pool %d pages x %.2f MiB = %.2f GiB%s; %.120s; graphs %s; "
+                 "streaming matmul up to %d rows",
+                 c->gpu, c->dev, c->cc_major, c->cc_minor, c->n_sm, GIB(c->mem_total),
+                 GIB(c->wbytes), GIB(c->abytes), o->max_tokens, c->base.n_pages,
+                 MIB(c->page_dev_bytes), GIB(c->pool_bytes), pages, c->blas.path,
+                 c->graphs ? "on" : "off", c->skinny_rows);
+    }
+    *out = &c->base;
+    return 0;
+fail:
+    (void)cudaGetLastError();
+    flc_destroy(&c->base);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- extras (fl_cuda.h) */
+
+extern "C" const char *fl_cuda_describe(const fl_backend *b)
+{
+    return b && b->ops == &flc_ops ? ((const flc *)b->impl)->desc : "not a CUDA backend";
+}
+
+extern "C" size_t fl_cuda_weight_stream_bytes(const fl_backend *b)
+{
+    return b && b->ops == &flc_ops ? ((const flc *)b->impl)->stream_bytes : 0;
+}
+
+extern "C" void fl_cuda_get_stats(const fl_backend *b, fl_cuda_stats *s)
+{
+    memset(s, 0, sizeof *s);
+    if (b && b->ops == &flc_ops)
+        *s = ((const flc *)b->impl)->stats;
+}
+
+extern "C" int fl_cuda_copy_bandwidth(const fl_backend *b, size_t bytes, int reps,
+                                      double *bytes_per_s, fl_err *e)
+{
+    *bytes_per_s = 0;
+    if (!b || b->ops != &flc_ops)
+        return fl_err_set(e, FL_EINVAL, "cuda: not a CUDA backend");
+    flc *c = (flc *)b->impl;
+    void *src = NULL, *dst = NULL;
+    cudaEvent_t t0 = NULL, t1 = NULL;
+    int rc = 0;
+    float best = 0;
+    cudaError_t err = cudaSetDevice(c->dev);
+    if (err == cudaSuccess)
+        err = cudaMalloc(&src, bytes);
+    if (err == cudaSuccess)
+        err = cudaMalloc(&dst, bytes);
+    if (err == cudaSuccess)
+        err = cudaMemsetAsync(src, 1, bytes, c->st);
+    if (err == cudaSuccess)
+        err = cudaEventCreate(&t0);
+    if (err == cudaSuccess)
+        err = cudaEventCreate(&t1);
+    for (int i = 0; i <= reps && err == cudaSuccess; i++) { /* the first is a warm-up */
+        float ms = 0;
+        if ((err = cudaEventRecord(t0, c->st)) == cudaSuccess &&
+            (err = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->st)) ==
+                cudaSuccess &&
+            (err = cudaEventRecord(t1, c->st)) == cudaSuccess &&
+            (err = cudaEventSynchronize(t1)) == cudaSuccess &&
+            (err = cudaEventElapsedTime(&ms, t0, t1)) == cudaSuccess && i > 0 &&
+            (best == 0 || ms < best))
+            best = ms;
+    }
+    if (err != cudaSuccess)
+        rc = flc_cuda_err(e, err, "measuring the copy bandwidth");
+    else if (best > 0)
+        *bytes_per_s = 2.0 * (double)bytes / (best * 1e-3);
+    if (t0)
+        cudaEventDestroy(t0);
+    if (t1)
+        cudaEventDestroy(t1);
+    cudaFree(src);
+    cudaFree(dst);
+    return rc;
+}

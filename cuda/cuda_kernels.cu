@@ -1,0 +1,675 @@
+/* cuda_kernels.cu: the CUDA backend's own kernels (cuda_kernels.cuh): embedding, RMSNorm,
+ * the q/k/v finish (bias, q/k norm, RoPE, KV page store), block-causal attention over the
+ * paged cache, the weight-streaming matmul for few rows, SwiGLU and the fused softmax
+ * statistics (top-1 token, its probability, entropy) of the logits.
+ *
+ * The arithmetic follows engine/kernels.c where it matters for parity: RMSNorm sums squares
+ * in double, RoPE angles are computed in double from the same inverse frequencies, softmax
+ * statistics are per chunk (max, argmax with the lower id winning a tie, sums of e^u and
+ * e^u * u in double) merged in chunk order exactly as fl_lse_merge does. Activations enter
+ * the projections as bf16 and K/V are kept as bf16, so results agree with the CPU backend to
+ * bf16 precision, not bit for bit. */
+#include <math.h>
+
+#include "cuda_kernels.cuh"
+
+#define FULL 0xffffffffu
+
+/* ---------------------------------------------------------------- helpers */
+
+__device__ __forceinline__ double flc_warp_sum_d(double v)
+{
+    for (int o = 16; o; o >>= 1)
+        v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float flc_warp_sum_f(float v)
+{
+    for (int o = 16; o; o >>= 1)
+        v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float flc_warp_max_f(float v)
+{
+    for (int o = 16; o; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
+    return v;
+}
+
+/* The sum of v over the block, returned to every thread (blockDim.x a multiple of 32, at
+ * most 1024). sh: 32 doubles of shared memory. Deterministic order. */
+__device__ double flc_block_sum_d(double v, double *sh)
+{
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    v = flc_warp_sum_d(v);
+    __syncthreads(); /* sh may still be read from a previous call */
+    if (lane == 0)
+        sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.0;
+    return flc_warp_sum_d(v);
+}
+
+/* 8 bf16 (one 16-byte load) to floats. */
+__device__ __forceinline__ void flc_unpack8(const uint4 &raw, float *f)
+{
+    const __nv_bfloat162 *h = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 p = __bfloat1622float2(h[i]);
+        f[2 * i] = p.x;
+        f[2 * i + 1] = p.y;
+    }
+}
+
+/* ---------------------------------------------------------------- embedding, norms */
+
+__global__ void k_embed(float *x, const flc_bf16 *embed, const int32_t *tokens, int H)
+{
+    int t = blockIdx.x;
+    const flc_bf16 *row = embed + (size_t)tokens[t] * H;
+    for (int i = threadIdx.x; i < H; i += blockDim.x)
+        x[(size_t)t * H + i] = __bfloat162float(row[i]);
+}
+
+cudaError_t flc_embed(float *x, const flc_bf16 *embed, flc_meta m, int T, int H, cudaStream_t s)
+{
+    k_embed<<<T, 256, 0, s>>>(x, embed, m.tokens, H);
+    return cudaGetLastError();
+}
+
+__global__ void k_rmsnorm(flc_bf16 *out, const float *x, const float *w, const int32_t *gather,
+                          int H, float eps)
+{
+    __shared__ double sh[32];
+    int r = blockIdx.x, src = gather ? gather[r] : r;
+    const float *xr = x + (size_t)src * H;
+    double ss = 0;
+    for (int i = threadIdx.x; i < H; i += blockDim.x)
+        ss += (double)xr[i] * xr[i];
+    ss = flc_block_sum_d(ss, sh);
+    float rs = (float)(1.0 / sqrt(ss / H + (double)eps));
+    for (int i = threadIdx.x; i < H; i += blockDim.x)
+        out[(size_t)r * H + i] = __float2bfloat16_rn(w[i] * (xr[i] * rs));
+}
+
+cudaError_t flc_rmsnorm(flc_bf16 *out, const float *x, const float *w, const int32_t *gather,
+                        int rows, int H, float eps, cudaStream_t s)
+{
+    if (rows <= 0)
+        return cudaSuccess;
+    k_rmsnorm<<<rows, 256, 0, s>>>(out, x, w, gather, H, eps);
+    return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- q/k/v finish */
+
+/* Block (token t, head hh): hh < nh a q head, then kvh k heads, then kvh v heads. Thread i
+ * < hd/2 holds the RoPE pair (i, i + hd/2). */
+__global__ void k_qkv_post(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const float *bias,
+                           const float *qn, const float *kn, const double *inv_freq, flc_meta m,
+                           flc_dims d, int layer)
+{
+    __shared__ double sh[32];
+    const int t = blockIdx.x, hh = blockIdx.y, i = threadIdx.x, half = d.hd / 2;
+    const int col = hh * d.hd;
+    float *v = qkv + (size_t)t * d.qkvd + col;
+    const bool on = i < half;
+    float a = 0.f, b = 0.f;
+    if (on) {
+        a = v[i];
+        b = v[i + half];
+        if (bias) {
+            a += bias[col + i];
+            b += bias[col + i + half];
+        }
+    }
+    const bool is_v = hh >= d.nh + d.kvh;
+    if (!is_v) {
+        const float *nw = hh < d.nh ? qn : kn; /* the same for the whole block */
+        if (nw) {
+            double ss = on ? (double)a * a + (double)b * b : 0.0;
+            ss = flc_block_sum_d(ss, sh);
+            float r = (float)(1.0 / sqrt(ss / d.hd + (double)d.eps));
+            if (on) {
+                a = nw[i] * (a * r);
+                b = nw[i + half] * (b * r);
+            }
+        }
+        if (on) {
+            double ang = (double)m.tok_pos[t] * inv_freq[i];
+            float c = (float)cos(ang), sn = (float)sin(ang);
+            float a2 = a * c - b * sn, b2 = b * c + a * sn;
+            a = a2;
+            b = b2;
+        }
+    }
+    if (!on)
+        return;
+    if (hh < d.nh) {
+        v[i] = a;
+        v[i + half] = b;
+        return;
+    }
+    const int kv = is_v ? 1 : 0, g = hh - d.nh - kv * d.kvh;
+    const flc_bf16 ha = __float2bfloat16_rn(a), hb = __float2bfloat16_rn(b);
+    flc_bf16 *o = kvo + (((size_t)t * 2 + kv) * d.kvh + g) * d.hd;
+    o[i] = ha;
+    o[i + half] = hb;
+    const int pg = m.tok_store[t];
+    if (pg >= 0) {
+        const int slot = m.tok_pos[t] % d.B;
+        flc_bf16 *dst = pool + (size_t)pg * d.page_elems +
+                        ((((size_t)layer * 2 + kv) * d.kvh + g) * d.B + slot) * d.hd;
+        dst[i] = ha;
+        dst[i + half] = hb;
+    }
+}
+
+cudaError_t flc_qkv_post(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const float *bias,
+                         const float *qn, const float *kn, const double *inv_freq, flc_meta m,
+                         flc_dims d, int layer, int T, cudaStream_t s)
+{
+    int threads = (d.hd / 2 + 31) / 32 * 32;
+    dim3 grid((unsigned)T, (unsigned)(d.nh + 2 * d.kvh));
+    k_qkv_post<<<grid, threads, 0, s>>>(qkv, kvo, pool, bias, qn, kn, inv_freq, m, d, layer);
+    return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- attention */
+
+/* One block: a tile of up to FLC_QROWS query rows of one segment and KV group g (row =
+ * token i * rep + r for query head g * rep + r, as the CPU backend orders them), over the
+ * keys [sp * L, (sp + 1) * L) of the tile's range, in chunks of FLC_KCHUNK keys with an
+ * online softmax. Thread j scores key j of a chunk against every row; in the product with
+ * V, thread d owns output dimension d (and d + 128) of every row. */
+template <bool DIRECT>
+__global__ void __launch_bounds__(FLC_KCHUNK)
+k_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
+            const flc_bf16 *pool, flc_meta m, flc_dims d, int layer, int n_splits)
+{
+    __shared__ __align__(16) float qs[FLC_QROWS][FLC_HD_MAX];
+    __shared__ float S[FLC_QROWS][FLC_KCHUNK];
+    __shared__ const flc_bf16 *vrow[FLC_KCHUNK];
+    __shared__ float m_s[FLC_QROWS], l_s[FLC_QROWS], a_s[FLC_QROWS];
+    __shared__ int kend_s[FLC_QROWS];
+
+    const int tile = blockIdx.x, g = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+    if (tile >= m.params[FLC_P_TILES])
+        return; /* the grid is sized for the largest batch of this shape */
+    const int L = m.params[FLC_P_SPLIT];
+    const int seg = m.tile_seg[tile], row0 = m.tile_row0[tile];
+    const int pos0 = m.seg_pos0[seg], n = m.seg_n[seg], tok0 = m.seg_tok0[seg];
+    const int32_t *pt = m.pages + m.seg_pt[seg];
+    const int rep = d.rep, hd = d.hd, B = d.B, kvh = d.kvh;
+    const int nrows = min(FLC_QROWS, n * rep - row0);
+    const int seg_end = pos0 + n;
+    const int last = pos0 + (row0 + nrows - 1) / rep;
+    const int kmax = min((last / B + 1) * B, seg_end); /* keys of the tile: [0, kmax) */
+    const int k_lo = sp * L, k_hi = min(k_lo + L, kmax);
+    const float scale = 1.0f / sqrtf((float)hd);
+
+    for (int idx = tid; idx < FLC_QROWS * hd; idx += FLC_KCHUNK) {
+        int r = idx / hd, c = idx % hd;
+        float q = 0.f;
+        if (r < nrows) {
+            int i = (row0 + r) / rep, h = g * rep + (row0 + r) % rep;
+            q = qkv[(size_t)(tok0 + i) * d.qkvd + (size_t)h * hd + c];
+        }
+        qs[r][c] = q;
+    }
+    if (tid < FLC_QROWS) {
+        m_s[tid] = -INFINITY;
+        l_s[tid] = 0.f;
+        a_s[tid] = 1.f;
+        int p = pos0 + (row0 + tid) / rep;
+        kend_s[tid] = tid < nrows ? min((p / B + 1) * B, seg_end) : 0;
+    }
+    float o0[FLC_QROWS], o1[FLC_QROWS];
+#pragma unroll
+    for (int r = 0; r < FLC_QROWS; r++)
+        o0[r] = o1[r] = 0.f;
+    const bool two = hd > FLC_KCHUNK;
+    const size_t lay = (size_t)layer * 2 * kvh;
+    __syncthreads();
+
+    for (int j0 = k_lo; j0 < k_hi; j0 += FLC_KCHUNK) {
+        const int kk = j0 + tid;
+        if (kk < k_hi) {
+            const flc_bf16 *kp, *vp;
+            if (kk < pos0) { /* cached: from the page of its block */
+                const flc_bf16 *pg = pool + (size_t)pt[kk / B] * d.page_elems;
+                kp = pg + ((lay + g) * B + kk % B) * hd;
+                vp = pg + ((lay + kvh + g) * B + kk % B) * hd;
+            } else { /* this segment's own, from this forward */
+                const flc_bf16 *ow = kvo + (size_t)(tok0 + kk - pos0) * 2 * kvh * hd;
+                kp = ow + (size_t)g * hd;
+                vp = ow + (size_t)(kvh + g) * hd;
+            }
+            vrow[tid] = vp;
+            float sc[FLC_QROWS];
+#pragma unroll
+            for (int r = 0; r < FLC_QROWS; r++)
+                sc[r] = 0.f;
+            for (int c = 0; c < hd; c += 8) {
+                float kf[8];
+                flc_unpack8(*reinterpret_cast<const uint4 *>(kp + c), kf);
+#pragma unroll
+                for (int r = 0; r < FLC_QROWS; r++) {
+                    const float4 qa = *reinterpret_cast<const float4 *>(&qs[r][c]);
+                    const float4 qb = *reinterpret_cast<const float4 *>(&qs[r][c + 4]);
+                    sc[r] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] +
+                             qb.x * kf[4] + qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < FLC_QROWS; r++)
+                S[r][tid] = (r < nrows && kk < kend_s[r]) ? sc[r] * scale : -INFINITY;
+        } else {
+            vrow[tid] = nullptr;
+#pragma unroll
+            for (int r = 0; r < FLC_QROWS; r++)
+                S[r][tid] = -INFINITY;
+        }
+        __syncthreads();
+
+        /* online softmax: warp w updates rows w, w + 4, ... */
+        const int warp = tid >> 5, lane = tid & 31;
+        for (int r = warp; r < nrows; r += FLC_KCHUNK / 32) {
+            float v[FLC_KCHUNK / 32], cm = -INFINITY;
+#pragma unroll
+            for (int q = 0; q < FLC_KCHUNK / 32; q++) {
+                v[q] = S[r][lane + 32 * q];
+                cm = fmaxf(cm, v[q]);
+            }
+            cm = flc_warp_max_f(cm);
+            const float mo = m_s[r], mn = fmaxf(mo, cm);
+            float sum = 0.f;
+#pragma unroll
+            for (int q = 0; q < FLC_KCHUNK / 32; q++) {
+                float p = mn == -INFINITY ? 0.f : expf(v[q] - mn);
+                S[r][lane + 32 * q] = p;
+                sum += p;
+            }
+            sum = flc_warp_sum_f(sum);
+            if (lane == 0) {
+                float al = mn == -INFINITY ? 1.f : expf(mo - mn);
+                a_s[r] = al;
+                l_s[r] = l_s[r] * al + sum;
+                m_s[r] = mn;
+            }
+        }
+        __syncthreads();
+
+        const int nk = min(FLC_KCHUNK, k_hi - j0);
+        if (tid < hd) {
+#pragma unroll
+            for (int r = 0; r < FLC_QROWS; r++)
+                if (r < nrows) {
+                    o0[r] *= a_s[r];
+                    o1[r] *= a_s[r];
+                }
+            for (int j = 0; j < nk; j++) {
+                const flc_bf16 *vp = vrow[j];
+                const float v0 = __bfloat162float(vp[tid]);
+                const float v1 = two ? __bfloat162float(vp[tid + FLC_KCHUNK]) : 0.f;
+#pragma unroll
+                for (int r = 0; r < FLC_QROWS; r++)
+                    if (r < nrows) {
+                        const float p = S[r][j];
+                        o0[r] += p * v0;
+                        o1[r] += p * v1;
+                    }
+            }
+        }
+        __syncthreads();
+    }
+
+    if (tid >= hd)
+        return;
+#pragma unroll
+    for (int r = 0; r < FLC_QROWS; r++) {
+        if (r >= nrows)
+            break;
+        if (DIRECT) {
+            const int i = (row0 + r) / rep, h = g * rep + (row0 + r) % rep;
+            const float l = l_s[r], inv = l > 0.f ? 1.f / l : 0.f;
+            flc_bf16 *dst = att + (size_t)(tok0 + i) * d.qd + (size_t)h * hd;
+            dst[tid] = __float2bfloat16_rn(o0[r] * inv);
+            if (two)
+                dst[tid + FLC_KCHUNK] = __float2bfloat16_rn(o1[r] * inv);
+        } else {
+            float *pp = part + ((((size_t)tile * kvh + g) * n_splits + sp) * FLC_QROWS + r) *
+                                   (size_t)(hd + 2);
+            pp[tid] = o0[r];
+            if (two)
+                pp[tid + FLC_KCHUNK] = o1[r];
+            if (tid == 0) {
+                pp[hd] = m_s[r];
+                pp[hd + 1] = l_s[r];
+            }
+        }
+    }
+}
+
+/* Merges the splits of each row: o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s. */
+__global__ void k_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc_dims d,
+                               int n_splits)
+{
+    const int tile = blockIdx.x, g = blockIdx.y;
+    if (tile >= m.params[FLC_P_TILES])
+        return;
+    const int seg = m.tile_seg[tile], row0 = m.tile_row0[tile];
+    const int n = m.seg_n[seg], tok0 = m.seg_tok0[seg];
+    const int rep = d.rep, hd = d.hd;
+    const int nrows = min(FLC_QROWS, n * rep - row0);
+    const size_t stride = (size_t)FLC_QROWS * (hd + 2);
+    for (int idx = threadIdx.x; idx < nrows * hd; idx += blockDim.x) {
+        const int r = idx / hd, c = idx % hd;
+        const float *base =
+            part + (((size_t)tile * d.kvh + g) * n_splits * FLC_QROWS + r) * (size_t)(hd + 2);
+        float M = -INFINITY;
+        for (int s = 0; s < n_splits; s++)
+            M = fmaxf(M, base[s * stride + hd]);
+        float num = 0.f, den = 0.f;
+        if (M != -INFINITY)
+            for (int s = 0; s < n_splits; s++) {
+                const float *p = base + s * stride;
+                const float w = expf(p[hd] - M);
+                num += w * p[c];
+                den += w * p[hd + 1];
+            }
+        const int i = (row0 + r) / rep, h = g * rep + (row0 + r) % rep;
+        att[(size_t)(tok0 + i) * d.qd + (size_t)h * hd + c] =
+            __float2bfloat16_rn(den > 0.f ? num / den : 0.f);
+    }
+}
+
+cudaError_t flc_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
+                          const flc_bf16 *pool, flc_meta m, flc_dims d, int layer,
+                          int tiles_bound, int n_splits, cudaStream_t s)
+{
+    dim3 grid((unsigned)tiles_bound, (unsigned)d.kvh, (unsigned)n_splits);
+    if (n_splits == 1)
+        k_attention<true><<<grid, FLC_KCHUNK, 0, s>>>(att, part, qkv, kvo, pool, m, d, layer, 1);
+    else
+        k_attention<false><<<grid, FLC_KCHUNK, 0, s>>>(att, part, qkv, kvo, pool, m, d, layer,
+                                                       n_splits);
+    return cudaGetLastError();
+}
+
+cudaError_t flc_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc_dims d,
+                             int tiles_bound, int n_splits, cudaStream_t s)
+{
+    dim3 grid((unsigned)tiles_bound, (unsigned)d.kvh);
+    k_attn_combine<<<grid, 256, 0, s>>>(att, part, m, d, n_splits);
+    return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- matmul, few rows */
+
+/* Warp w of block b computes output column j = 4b + w for every row (and, for SwiGLU, the
+ * matching up column j + n): lanes stride the 16-byte pieces of the weight row, four pieces
+ * in flight per lane, then the warp sums its lanes. The weights are read once, streaming
+ * (__ldcs: not kept in the caches); X's few rows stay in L1/L2. */
+template <int R, int MODE>
+__global__ void __launch_bounds__(128)
+k_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
+         const flc_bf16 *__restrict__ w, int n, int k)
+{
+    constexpr int NW = MODE == FLC_MM_SWIGLU ? 2 : 1;
+    constexpr int U = 4;
+    const int lane = threadIdx.x & 31;
+    const int j = blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (j >= n)
+        return;
+    const int k8 = k >> 3;
+    const uint4 *wr[NW];
+    wr[0] = reinterpret_cast<const uint4 *>(w + (size_t)j * k);
+    if (NW == 2)
+        wr[NW - 1] = reinterpret_cast<const uint4 *>(w + (size_t)(j + n) * k);
+    float acc[NW][R];
+#pragma unroll
+    for (int q = 0; q < NW; q++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[q][r] = 0.f;
+    for (int c0 = lane; c0 < k8; c0 += 32 * U) {
+        uint4 wv[U][NW];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + 32 * u;
+#pragma unroll
+            for (int q = 0; q < NW; q++)
+                wv[u][q] = c < k8 ? __ldcs(wr[q] + c) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + 32 * u;
+            if (c >= k8)
+                break;
+            float wf[NW][8];
+#pragma unroll
+            for (int q = 0; q < NW; q++)
+                flc_unpack8(wv[u][q], wf[q]);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r < m) {
+                    float xf[8];
+                    flc_unpack8(__ldg(reinterpret_cast<const uint4 *>(x + (size_t)r * ldx) + c),
+                                xf);
+#pragma unroll
+                    for (int q = 0; q < NW; q++)
+#pragma unroll
+                        for (int e = 0; e < 8; e++)
+                            acc[q][r] = fmaf(wf[q][e], xf[e], acc[q][r]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < NW; q++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[q][r] = flc_warp_sum_f(acc[q][r]);
+    if (lane != 0)
+        return;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (r >= m)
+            break;
+        if (MODE == FLC_MM_STORE) {
+            y[(size_t)r * ldy + j] = acc[0][r];
+        } else if (MODE == FLC_MM_ACC) {
+            y[(size_t)r * ldy + j] += acc[0][r];
+        } else {
+            const float gt = acc[0][r], up = acc[NW - 1][r];
+            yh[(size_t)r * ldy + j] = __float2bfloat16_rn(gt / (1.0f + expf(-gt)) * up);
+        }
+    }
+}
+
+template <int MODE>
+static void flc_skinny_launch(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
+                              const flc_bf16 *w, int n, int k, cudaStream_t s)
+{
+    unsigned blocks = (unsigned)((n + 3) / 4);
+    if (m <= 1)
+        k_skinny<1, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, w, n, k);
+    else if (m <= 2)
+        k_skinny<2, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, w, n, k);
+    else if (m <= 4)
+        k_skinny<4, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, w, n, k);
+    else
+        k_skinny<8, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, w, n, k);
+}
+
+cudaError_t flc_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
+                       const flc_bf16 *w, int n, int k, int mode, cudaStream_t s)
+{
+    if (m <= 0 || m > FLC_SKINNY_MAX || k % 8 || ldx % 8)
+        return cudaErrorInvalidValue;
+    if (mode == FLC_MM_STORE)
+        flc_skinny_launch<FLC_MM_STORE>(y, yh, ldy, x, ldx, m, w, n, k, s);
+    else if (mode == FLC_MM_ACC)
+        flc_skinny_launch<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, w, n, k, s);
+    else
+        flc_skinny_launch<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, w, n, k, s);
+    return cudaGetLastError();
+}
+
+__global__ void k_swiglu(flc_bf16 *hb, const float *gu, int NI, size_t total)
+{
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        size_t t = idx / NI, j = idx % NI;
+        const float gt = gu[t * 2 * NI + j], up = gu[t * 2 * NI + NI + j];
+        hb[idx] = __float2bfloat16_rn(gt / (1.0f + expf(-gt)) * up);
+    }
+}
+
+cudaError_t flc_swiglu(flc_bf16 *hb, const float *gu, int T, int NI, cudaStream_t s)
+{
+    size_t total = (size_t)T * NI;
+    unsigned blocks = (unsigned)((total + 255) / 256 < 65535 ? (total + 255) / 256 : 65535);
+    k_swiglu<<<blocks, 256, 0, s>>>(hb, gu, NI, total);
+    return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- softmax statistics */
+
+/* Block (row, chunk): the chunk's max, its argmax (lowest id among equal maxima), and the
+ * sums of e^u and e^u * u with u = l - max, as fl_lse_add computes them. */
+__global__ void k_top1_chunk(flc_lse *lse, const float *logits, int V, int nch)
+{
+    __shared__ float smx[32];
+    __shared__ int sarg[32];
+    __shared__ double sh[32];
+    const int row = blockIdx.x, ch = blockIdx.y, tid = threadIdx.x;
+    const int lane = tid & 31, wp = tid >> 5, nw = blockDim.x >> 5;
+    const int v0 = ch * FLC_VCHUNK, v1 = min(V, v0 + FLC_VCHUNK);
+    const float *l = logits + (size_t)row * V;
+    float mx = -INFINITY;
+    int arg = -1;
+    for (int v = v0 + tid; v < v1; v += blockDim.x) {
+        float x = l[v];
+        if (x > mx) { /* a NaN is never greater: skipped, as on the CPU */
+            mx = x;
+            arg = v;
+        }
+    }
+    for (int o = 16; o; o >>= 1) {
+        float om = __shfl_xor_sync(FULL, mx, o);
+        int oa = __shfl_xor_sync(FULL, arg, o);
+        if (oa >= 0 && (om > mx || (om == mx && (arg < 0 || oa < arg)))) {
+            mx = om;
+            arg = oa;
+        }
+    }
+    if (lane == 0) {
+        smx[wp] = mx;
+        sarg[wp] = arg;
+    }
+    __syncthreads();
+    mx = -INFINITY;
+    arg = -1;
+    for (int i = 0; i < nw; i++) /* the same order in every thread */
+        if (sarg[i] >= 0 && (smx[i] > mx || (smx[i] == mx && (arg < 0 || sarg[i] < arg)))) {
+            mx = smx[i];
+            arg = sarg[i];
+        }
+    flc_lse out;
+    out.max = mx;
+    out.arg = arg;
+    out.sum = 0;
+    out.sum_u = 0;
+    if (arg >= 0) { /* uniform across the block */
+        double s = 0, su = 0;
+        for (int v = v0 + tid; v < v1; v += blockDim.x) {
+            float u = l[v] - mx;
+            float e = expf(u);
+            s += e;
+            su += (double)e * u;
+        }
+        out.sum = flc_block_sum_d(s, sh);
+        out.sum_u = flc_block_sum_d(su, sh);
+    } else {
+        out.max = -INFINITY;
+    }
+    if (tid == 0)
+        lse[(size_t)row * nch + ch] = out;
+}
+
+__device__ void flc_lse_rebase(flc_lse &s, float mnew)
+{
+    if (s.sum > 0) {
+        double dd = (double)s.max - (double)mnew, f = exp(dd);
+        s.sum_u = f * (s.sum_u + dd * s.sum);
+        s.sum = f * s.sum;
+    }
+    s.max = mnew;
+}
+
+/* fl_lse_merge: b's ids are above a's; the lower id wins a tie. */
+__device__ void flc_lse_merge(flc_lse &a, flc_lse b)
+{
+    if (b.arg < 0)
+        return;
+    if (a.arg < 0) {
+        a = b;
+        return;
+    }
+    int32_t arg = b.max > a.max ? b.arg : b.max < a.max ? a.arg : min(a.arg, b.arg);
+    float mm = a.max > b.max ? a.max : b.max;
+    if (a.max < mm)
+        flc_lse_rebase(a, mm);
+    if (b.max < mm)
+        flc_lse_rebase(b, mm);
+    a.sum += b.sum;
+    a.sum_u += b.sum_u;
+    a.arg = arg;
+}
+
+__global__ void k_top1_merge(flc_tok *out, const flc_lse *lse, int rows, int nch)
+{
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows)
+        return;
+    flc_lse a = lse[(size_t)row * nch];
+    for (int ch = 1; ch < nch; ch++)
+        flc_lse_merge(a, lse[(size_t)row * nch + ch]);
+    flc_tok t;
+    if (a.arg < 0 || !(a.sum > 0)) { /* fl_lse_finish: no finite logit */
+        t.token = a.arg < 0 ? 0 : a.arg;
+        t.prob = 0.f;
+        t.entropy = NAN;
+    } else {
+        t.token = a.arg;
+        t.prob = (float)(1.0 / a.sum);
+        double h = log(a.sum) - a.sum_u / a.sum;
+        t.entropy = (float)(h > 0 ? h : 0);
+    }
+    out[row] = t;
+}
+
+cudaError_t flc_top1(flc_tok *out, flc_lse *lse, const float *logits, int rows, int V,
+                     cudaStream_t s)
+{
+    if (rows <= 0)
+        return cudaSuccess;
+    int nch = (V + FLC_VCHUNK - 1) / FLC_VCHUNK;
+    k_top1_chunk<<<dim3((unsigned)rows, (unsigned)nch), 256, 0, s>>>(lse, logits, V, nch);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess)
+        return err;
+    k_top1_merge<<<(rows + 63) / 64, 64, 0, s>>>(out, lse, rows, nch);
+    return cudaGetLastError();
+}
+
+cudaError_t flc_kernels_loadable(void)
+{
+    cudaFuncAttributes a;
+    return cudaFuncGetAttributes(&a, k_embed);
+}

@@ -1,0 +1,120 @@
+/* cuda_kernels.cuh: our kernels for the CUDA backend (cuda_kernels.cu), launched by
+ * cuda_backend.cu. Every launcher enqueues on the given stream and returns
+ * cudaGetLastError(), so a bad launch is reported where it happens.
+ *
+ * Everything a kernel reads that changes from one forward to the next (tokens, positions,
+ * segments, page tables, which rows are wanted, the attention split length) lives in the
+ * device metadata block described by flc_meta, never in kernel arguments: the same launches
+ * can then be captured once in a CUDA graph and replayed for every batch of the same shape.
+ *
+ * Layouts (row-major; T = tokens of the forward):
+ *   x      f32  (T, H)              residual stream
+ *   xb     bf16 (T, H)              normed input of a projection
+ *   qkv    f32  (T, qd + 2 kvd)     q | k | v; q is finished (norm, RoPE) in place
+ *   kvo    bf16 (T, 2, kvh, hd)     this forward's finished K and V, as a page would hold them
+ *   att    bf16 (T, qd)             attention output
+ *   pool   bf16 (n_pages, L, 2, kvh, B, hd)   the KV pages: the host layout of backend.h in
+ *                                   bf16 (page_read widens it to f32) */
+#ifndef FL_CUDA_KERNELS_CUH
+#define FL_CUDA_KERNELS_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef __nv_bfloat16 flc_bf16;
+
+#define FLC_QROWS 16       /* query rows (token x head of one KV group) per attention tile */
+#define FLC_KCHUNK 128     /* keys per attention chunk = threads of an attention block */
+#define FLC_HD_MAX 256     /* largest head_dim the attention kernel takes */
+#define FLC_SKINNY_MAX 8   /* most rows the weight-streaming matmul takes */
+#define FLC_VCHUNK 4096    /* vocabulary ids per softmax-statistics chunk */
+
+/* Offsets (in int32) of the metadata block; fixed for a backend (sized by max_tokens), so
+ * that device pointers into it never change. */
+enum {
+    FLC_P_TILES = 0, /* params: number of attention tiles in this batch */
+    FLC_P_SPLIT,     /* keys per attention split */
+    FLC_P_COUNT = 8
+};
+
+typedef struct flc_meta {
+    const int32_t *params;    /* (FLC_P_COUNT) */
+    const int32_t *tokens;    /* (T) */
+    const int32_t *tok_pos;   /* (T) absolute position */
+    const int32_t *tok_store; /* (T) page its K/V are stored in, or -1 */
+    const int32_t *seg_pos0;  /* (S) */
+    const int32_t *seg_n;     /* (S) */
+    const int32_t *seg_tok0;  /* (S) first token of the segment in the batch */
+    const int32_t *seg_pt;    /* (S) offset of the segment's page table in pages */
+    const int32_t *tile_seg;  /* (tiles) segment of an attention tile */
+    const int32_t *tile_row0; /* (tiles) first query row of the tile within its segment */
+    const int32_t *out_rows;  /* (n_out) tokens whose outputs are wanted */
+    const int32_t *pages;     /* page tables, concatenated */
+} flc_meta;
+
+typedef struct flc_dims {
+    int H, nh, kvh, hd, qd, kvd, qkvd, NI, V, B, rep;
+    float eps;
+    size_t page_elems; /* bf16 elements of one page */
+} flc_dims;
+
+/* Softmax statistics of one chunk of a row's logits (engine/kernels.h fl_lse, per chunk). */
+typedef struct flc_lse {
+    float max;
+    int32_t arg; /* -1: no logit above -inf in the chunk */
+    double sum, sum_u;
+} flc_lse;
+
+/* One row's result (backend.h fl_tok_out). */
+typedef struct flc_tok {
+    int32_t token;
+    float prob, entropy;
+} flc_tok;
+
+/* x[t] = embed[tokens[t]] widened, t < T. */
+cudaError_t flc_embed(float *x, const flc_bf16 *embed, flc_meta m, int T, int H, cudaStream_t s);
+
+/* out[r] = bf16(w * x[src] / rms(x[src])), src = gather ? gather[r] : r, r < rows. */
+cudaError_t flc_rmsnorm(flc_bf16 *out, const float *x, const float *w, const int32_t *gather,
+                        int rows, int H, float eps, cudaStream_t s);
+
+/* Bias, q/k norm and RoPE of every head of every token; q back into qkv (f32), K and V
+ * rounded to bf16 into kvo and, for tokens with tok_store >= 0, into their page slot of
+ * layer `layer`. bias/qn/kn may be NULL. */
+cudaError_t flc_qkv_post(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const float *bias,
+                         const float *qn, const float *kn, const double *inv_freq, flc_meta m,
+                         flc_dims d, int layer, int T, cudaStream_t s);
+
+/* Block-causal attention of every query row over its keys: pages for positions before its
+ * segment, kvo for the segment's own. Grid: (tiles_bound, kvh, n_splits); with n_splits 1
+ * the result goes straight to att, else partial results go to part (tiles_bound * kvh *
+ * n_splits * FLC_QROWS * (hd + 2) floats) and flc_attn_combine finishes them. */
+cudaError_t flc_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
+                          const flc_bf16 *pool, flc_meta m, flc_dims d, int layer,
+                          int tiles_bound, int n_splits, cudaStream_t s);
+cudaError_t flc_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc_dims d,
+                             int tiles_bound, int n_splits, cudaStream_t s);
+
+/* Weight-streaming matmul for m <= FLC_SKINNY_MAX rows: Y (m, n) = X (m, k) W^T, W (n, k)
+ * bf16, k % 8 == 0, X rows 16-byte aligned (ldx % 8 == 0). mode 0: y = ; mode 1: y += ;
+ * mode 2 (SwiGLU): W is (2n, k), gate rows then up rows, and yh (m, n) bf16 =
+ * silu(gate) * up. Each output is summed in the same order whatever m is. */
+enum { FLC_MM_STORE = 0, FLC_MM_ACC = 1, FLC_MM_SWIGLU = 2 };
+cudaError_t flc_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
+                       const flc_bf16 *w, int n, int k, int mode, cudaStream_t s);
+
+/* hb (T, NI) = bf16(silu(gu[:, :NI]) * gu[:, NI:]), gu f32 (T, 2 NI). */
+cudaError_t flc_swiglu(flc_bf16 *hb, const float *gu, int T, int NI, cudaStream_t s);
+
+/* Softmax statistics of rows logits (rows, V): per chunk of FLC_VCHUNK ids into
+ * lse (rows, nchunks), then merged in chunk order into out (rows). */
+cudaError_t flc_top1(flc_tok *out, flc_lse *lse, const float *logits, int rows, int V,
+                     cudaStream_t s);
+
+/* Whether this build's kernels can run on the current device (a device the build has no
+ * code for answers cudaErrorNoKernelImageForDevice or cudaErrorInvalidDeviceFunction). */
+cudaError_t flc_kernels_loadable(void);
+
+#endif

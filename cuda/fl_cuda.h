@@ -1,0 +1,56 @@
+/* fl_cuda.h: the CUDA backend's C interface (cuda/, built when nvcc is found; docs/cuda.md).
+ * The backend itself is fl_backend_cuda_create (backend.h); engine/backend_select.c picks it
+ * or the CPU backend. Everything here returns 0 or a negative FL_E* code with a message, and
+ * none of it crashes on a machine without a GPU or driver.
+ *
+ * Environment, read when a backend is created (tuning and diagnosis):
+ *   FL_CUDA_DEVICE=N        the GPU to use (default 0)
+ *   FL_CUDA_GRAPHS=0        run every forward eagerly (default 1: CUDA graphs, captured for
+ *                           a batch shape the second time it is seen)
+ *   FL_CUDA_SKINNY_ROWS=N   projections of at most N rows (0..8, default 8) use our
+ *                           weight-streaming kernel; more rows use cuBLAS; 0: cuBLAS always
+ *   FL_CUDA_SYNC_DEBUG=1    synchronize after every kernel and name the one that failed
+ *                           (no graphs; slow)
+ *   FL_CUDA_MEM_LIMIT=BYTES pretend the GPU has at most this much free memory (tests)
+ *   FL_CUBLAS_LIB=PATH      the cuBLAS library to load (default libcublas.so.13, found as
+ *                           the dynamic loader finds it, else in the toolkit of the build) */
+#ifndef FL_CUDA_H
+#define FL_CUDA_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "backend.h"
+
+/* Whether a GPU is usable: 1 (why: "NVIDIA H200, sm_90, 139.8 GiB"), 0 (why: the reason
+ * none is, e.g. "no NVIDIA driver (libcuda.so.1 not found)" or "no CUDA device visible").
+ * Never initializes CUDA when the driver library is absent. */
+int fl_cuda_probe(char *why, size_t cap);
+
+/* One line on what a CUDA backend holds: GPU, memory plan, pages, graphs, kernels. */
+const char *fl_cuda_describe(const fl_backend *b);
+
+/* The GPU's device-to-device copy bandwidth in bytes per second (bytes read plus bytes
+ * written over the time of cudaMemcpy of `bytes`, best of `reps`), on the backend's GPU.
+ * The benchmark's floor for a step is weight bytes over this. */
+int fl_cuda_copy_bandwidth(const fl_backend *b, size_t bytes, int reps, double *bytes_per_s,
+                           fl_err *e);
+
+/* Bytes of weights one forward streams (every layer's projections and the lm_head; the
+ * embedding rows it looks up are not counted unless they are the tied lm_head). */
+size_t fl_cuda_weight_stream_bytes(const fl_backend *b);
+
+/* Counters since create: forwards run eagerly, replayed from a graph, graphs captured. */
+typedef struct fl_cuda_stats {
+    long long eager, replayed, captured;
+    int graphs_on; /* 0 once a capture failed (graphs_note says why) or when disabled */
+    char graphs_note[160];
+} fl_cuda_stats;
+void fl_cuda_get_stats(const fl_backend *b, fl_cuda_stats *s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
