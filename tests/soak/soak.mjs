@@ -202,7 +202,40 @@ function procStats(pid) {
   const rssKb = Number(/VmRSS:\s+(\d+)/.exec(status)?.[1]);
   const fds = fs.readdirSync(`/proc/${pid}/fd`).length;
   const threads = Number(/Threads:\s+(\d+)/.exec(status)?.[1]);
-  return { rssKb, fds, threads };
+  return { rssKb, fds, threads, maps: mappings(pid) };
+}
+
+// RSS per mapping (/proc/PID/smaps), keyed by start address and name, to tell where growth is:
+// the KV pool (one anonymous mapping of --kv-pages x page size), malloc's arenas ([heap] and
+// 64 MiB anonymous regions), thread stacks, the mmapped weights.
+function mappings(pid) {
+  const out = new Map();
+  let key = null;
+  let size = 0;
+  for (const line of fs.readFileSync(`/proc/${pid}/smaps`, 'utf8').split('\n')) {
+    const h = /^([0-9a-f]+)-([0-9a-f]+) \S+ \S+ \S+ \S+\s*(.*)$/.exec(line);
+    if (h) {
+      size = (parseInt(h[2], 16) - parseInt(h[1], 16)) / 1024;
+      key = `${h[1]} ${h[3] || '[anon]'}`;
+      continue;
+    }
+    const r = /^Rss:\s+(\d+) kB/.exec(line);
+    if (r && key) out.set(key, { rssKb: Number(r[1]), sizeKb: size });
+  }
+  return out;
+}
+
+// The mappings whose RSS grew most from a to b (maps from mappings()).
+function mapGrowth(a, b, n = 6) {
+  const rows = [];
+  for (const [k, v] of b) {
+    const before = a.get(k)?.rssKb ?? 0;
+    if (v.rssKb !== before) rows.push({ k, before, after: v.rssKb, sizeKb: v.sizeKb });
+  }
+  for (const [k, v] of a) if (!b.has(k)) rows.push({ k, before: v.rssKb, after: 0, sizeKb: v.sizeKb });
+  rows.sort((x, y) => Math.abs(y.after - y.before) - Math.abs(x.after - x.before));
+  return rows.slice(0, n).map((r) => `${r.k.replace(/^[0-9a-f]+ /, '')} (${(r.sizeKb / 1024).toFixed(0)} MiB mapped): ` +
+    `${(r.before / 1024).toFixed(1)} -> ${(r.after / 1024).toFixed(1)} MiB`);
 }
 
 // ---- the clients ----
@@ -628,6 +661,10 @@ async function main() {
   console.log(`  RSS growth after warm-up: ${Number.isFinite(growth) ? growth.toFixed(1) : '?'}% ` +
     `(${base ? (base.rssKb / 1024).toFixed(1) : '?'} MiB at ${base ? base.t.toFixed(0) : '?'} s -> ` +
     `${last ? (last.rssKb / 1024).toFixed(1) : '?'} MiB at ${last ? last.t.toFixed(0) : '?'} s; peak ${(peak / 1024).toFixed(1)} MiB; limit ${opt.maxRssGrowth}%)`);
+  if (base && last) {
+    console.log('  RSS growth by mapping (warm-up sample -> last sample):');
+    for (const l of mapGrowth(base.maps, last.maps)) console.log(`    ${l}`);
+  }
   console.log(`  fds back: ${fdsBack ? 'yes' : 'NO'} (${idle0.fds} -> ${idle1?.fds ?? '?'})`);
   console.log(`  unexpected answers: ${stats.unexpected}`);
   for (const d of stats.details) console.log(`    ${d}`);
