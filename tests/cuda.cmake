@@ -1,0 +1,31 @@
+# The CUDA backend's tests (cuda/, docs/cuda.md). unit.test_cuda_select (tests/unit) runs in
+# every build. The programs of tests/gpu are built whenever the CUDA backend is: gpu.parity
+# (label gpu) exits 77, which ctest reports as skipped, where no GPU is usable (CI, this
+# machine); gpu.parity.selftest runs the same checks with a second CPU backend in place of
+# the GPU, so that the checks themselves are tested everywhere. On a GPU machine
+# tests/gpu/run.sh is the whole story (build, parity, benchmark, PyTorch baseline).
+if(FL_CUDA_BUILT)
+  add_executable(gpu_make_model ${FL_TESTS_DIR}/gpu/make_model.c)
+  target_link_libraries(gpu_make_model PRIVATE m)
+  foreach(t gpu_parity gpu_bench)
+    add_executable(${t} ${FL_TESTS_DIR}/gpu/${t}.c)
+    target_link_libraries(${t} PRIVATE fl_engine Threads::Threads)
+  endforeach()
+  set(FL_GPU_MODELS ${CMAKE_BINARY_DIR}/fixtures/gpu)
+  set(FL_GPU_MODEL_DIRS "")
+  foreach(spec "q3-tiny;--layout;qwen3;--shape;tiny;--seed;1"
+               "q2-tiny-tied;--layout;qwen2;--shape;tiny;--tie;--seed;2"
+               "q3-small-f32;--layout;qwen3;--shape;small;--dtype;f32;--seed;3")
+    list(GET spec 0 name)
+    list(SUBLIST spec 1 -1 args)
+    add_test(NAME gpu.fixture.${name} COMMAND gpu_make_model ${FL_GPU_MODELS}/${name} ${args})
+    set_tests_properties(gpu.fixture.${name} PROPERTIES FIXTURES_SETUP gpu_models LABELS gpu)
+    list(APPEND FL_GPU_MODEL_DIRS ${FL_GPU_MODELS}/${name})
+  endforeach()
+  add_test(NAME gpu.parity COMMAND gpu_parity ${FL_GPU_MODEL_DIRS})
+  set_tests_properties(gpu.parity PROPERTIES FIXTURES_REQUIRED gpu_models LABELS gpu
+                       SKIP_RETURN_CODE 77 TIMEOUT 600)
+  add_test(NAME gpu.parity.selftest COMMAND gpu_parity --self-test ${FL_GPU_MODEL_DIRS})
+  set_tests_properties(gpu.parity.selftest PROPERTIES FIXTURES_REQUIRED gpu_models LABELS gpu
+                       TIMEOUT 300)
+endif()

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh: the CUDA backend's checks on a GPU machine, as one script (docs/cuda.md).
+# Run from the repository root on the GPU machine:
+#
+#   bash tests/gpu/run.sh                    (after tests/gpu/prepare.sh here; carry .gpu-deps)
+#
+# Stages, each with a hard time limit, each printing PASS/FAIL/SKIP with its numbers:
+#   env      what the machine has (GPU, driver, nvcc, cmake, compilers, python/torch)
+#   build    a fresh build of tests/gpu/CMakeLists.txt (engine + cuda/ + test programs),
+#            sm_90, with jansson/pcre2/utf8proc from the system or .gpu-deps/root
+#   probe    the build's own view: is the GPU usable, can it run these kernels
+#   parity   random models of both layouts (tiny, small f32->bf16, head_dim 128, 6 heads per
+#            KV head), CUDA vs CPU backend in 4 variants (tests/gpu/gpu_parity.c); on failure
+#            the first failing model again with FL_CUDA_SYNC_DEBUG=1 (names the kernel) and,
+#            when compute-sanitizer is there, under memcheck
+#   big      a SDAR-1.7B-shaped random model (bf16, tied), written in C; CUDA vs CPU on it
+#   bench    step time at batch 1 and 64 over 512 cached tokens vs the bandwidth floor
+#            measured in the same run (tests/gpu/gpu_bench.c)
+#   torch    PyTorch eager on the same weights, when python3 has torch with CUDA
+#   summary  the closing table and the goals
+# The whole run stays under FL_GPU_BUDGET seconds (default 470): a stage gets what is left,
+# optional ones are skipped when too little is. Full logs go to $OUT (the device tool brings
+# them back) or build-gpu/out. Exit status: 0 when every stage that ran passed.
+# FL_GPU_SELFTEST=1 (a check of this script on a machine without a GPU): the parity stages
+# run gpu_parity --self-test (a second CPU backend in place of the GPU); probe, bench and
+# torch are skipped.
+set -u -o pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root" || exit 1
+out=${OUT:-$root/build-gpu/out}
+bd=$root/build-gpu/build
+models=${FL_GPU_MODELS:-/tmp/fogline-gpu-models}
+budget=${FL_GPU_BUDGET:-470}
+t_start=$(date +%s)
+mkdir -p "$out"
+summary=()
+fails=0
+selftest=${FL_GPU_SELFTEST:-0}
+pflag=()
+((selftest)) && pflag=(--self-test)
+
+elapsed() { echo $(($(date +%s) - t_start)); }
+left() { echo $((budget - $(elapsed))); }
+note() { printf '%s\n' "$*"; summary+=("$*"); }
+# stage NAME MAX_SECONDS LOG CMD...: runs CMD with a limit of min(MAX, time left), output to
+# LOG; sets st_rc, st_s. 124: timed out.
+stage() {
+    local name=$1 max=$2 log=$3
+    shift 3
+    local l
+    l=$(left)
+    ((l < max)) && max=$l
+    if ((max < 5)); then
+        st_rc=125
+        st_s=0
+        echo "[$name] not run: the time budget is spent" >>"$log"
+        return
+    fi
+    local t0
+    t0=$(date +%s)
+    echo "+ $* (limit ${max}s)" >>"$log"
+    timeout -k 10 "$max" "$@" >>"$log" 2>&1
+    st_rc=$?
+    st_s=$(($(date +%s) - t0))
+    ((st_rc == 124 || st_rc == 137)) && echo "[$name] TIMED OUT after ${max}s" >>"$log"
+}
+tail_of() { tail -n "${2:-15}" "$1" | sed 's/^/    | /'; }
+
+echo "== fogline CUDA checks: $(date -u +%FT%TZ), budget ${budget}s, logs in $out"
+
+# ---------------------------------------------------------------- env
+{
+    echo "uname: $(uname -a)"
+    echo "os: $(grep -m1 '^PRETTY_NAME=' /etc/os-release 2>/dev/null | cut -d= -f2-)"
+    if command -v nvidia-smi >/dev/null; then
+        nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem \
+            --format=csv,noheader 2>&1
+    else
+        echo "nvidia-smi: not on PATH"
+    fi
+    nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+    "$nvcc_bin" --version 2>&1 | tail -n 2 || echo "nvcc: not found"
+    cmake --version 2>&1 | head -n 1 || echo "cmake: not found"
+    cc --version 2>&1 | head -n 1 || echo "cc: not found"
+    c++ --version 2>&1 | head -n 1 || echo "c++: not found"
+    command -v ninja >/dev/null && echo "ninja: $(ninja --version)"
+    command -v compute-sanitizer >/dev/null && echo "compute-sanitizer: $(command -v compute-sanitizer)"
+    python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1 | tail -n 1
+    ls /usr/local/cuda/lib64/libcublas.so* /usr/local/cuda/lib64/libcudart_static.a 2>&1
+    echo "nproc: $(nproc); free: $(free -g 2>/dev/null | awk '/Mem:/ {print $2 " GiB"}'); disk /tmp: $(df -h /tmp | awk 'NR==2 {print $4}') free"
+} >"$out/env.log" 2>&1
+gpu_line=$(sed -n '3p' "$out/env.log")
+note "INFO env: $gpu_line; $(grep -m1 '^Cuda compilation\|release' "$out/env.log" | tail -n 1); $(grep -m1 '^python' "$out/env.log" || echo 'no python3/torch')"
+
+# ---------------------------------------------------------------- build
+deps_args=()
+if [ -d "$root/.gpu-deps/root" ]; then
+    deps_args=(-DFL_DEPS_ROOT="$root/.gpu-deps/root")
+fi
+gen_args=()
+command -v ninja >/dev/null && gen_args=(-G Ninja)
+rm -rf "$bd"
+log=$out/build.log
+: >"$log"
+stage build 300 "$log" cmake -S tests/gpu -B "$bd" "${gen_args[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_ARCHITECTURES=90 "${deps_args[@]}"
+if ((st_rc == 0)); then
+    stage build 300 "$log" cmake --build "$bd" -j "$(nproc)"
+fi
+if ((st_rc != 0)) || [ ! -x "$bd/gpu_parity" ]; then
+    note "FAIL build (rc $st_rc, ${st_s}s): $(grep -m1 -E 'error|Error|not found|FATAL' "$log" | cut -c1-300)"
+    tail_of "$log" 25
+    [ -d "$root/.gpu-deps/root" ] || note "HINT: run 'bash tests/gpu/prepare.sh' on the dev machine and carry .gpu-deps"
+    printf '\n== summary\n'
+    printf '%s\n' "${summary[@]}"
+    exit 1
+fi
+note "PASS build (${st_s}s): $(grep -m1 'CUDA backend built' "$log" | sed 's/^-- //')"
+
+# ---------------------------------------------------------------- probe
+log=$out/parity.log
+: >"$log"
+stage probe 60 "$log" "$bd/gpu_parity" "${pflag[@]}"
+probe=$(grep -m1 '^gpu_parity:' "$log" | cut -c1-300)
+if ((st_rc != 0)); then
+    note "FAIL probe (rc $st_rc): $probe"
+    tail_of "$log" 10
+    printf '\n== summary\n'
+    printf '%s\n' "${summary[@]}"
+    exit 1
+fi
+note "PASS probe: $probe"
+
+# ---------------------------------------------------------------- parity
+rm -rf "$models"
+mkdir -p "$models"
+for spec in "q3-tiny --layout qwen3 --shape tiny --seed 1" \
+    "q2-tiny-tied --layout qwen2 --shape tiny --tie --seed 2" \
+    "q3-small-f32 --layout qwen3 --shape small --dtype f32 --seed 3" \
+    "q2-small-tied --layout qwen2 --shape small --tie --seed 4" \
+    "q3-hd128 --layout qwen3 --shape hd128 --seed 5" \
+    "q2-rep6-tied --layout qwen2 --shape rep6 --tie --seed 6"; do
+    read -r -a a <<<"$spec"
+    stage models 30 "$log" "$bd/make_model" "$models/${a[0]}" "${a[@]:1}"
+    ((st_rc == 0)) || break
+done
+if ((st_rc != 0)); then
+    note "FAIL models (rc $st_rc)"
+    tail_of "$log" 10
+    fails=$((fails + 1))
+else
+    par_models=(q3-tiny q2-tiny-tied q3-small-f32 q2-small-tied q3-hd128 q2-rep6-tied)
+    stage parity 200 "$log" "$bd/gpu_parity" "${pflag[@]}" "${par_models[@]/#/$models/}"
+    counts=$(grep -E '^gpu_parity: [0-9]+ passed' "$log" | tail -n 1)
+    [ -n "$counts" ] || counts="no summary line (crashed or timed out)"
+    if ((st_rc == 0)); then
+        note "PASS parity (${st_s}s): $counts; worst logits rel err $(grep -o 'logits rel err [0-9.e+-]*' "$log" | awk '{print $4}' | sort -g | tail -n 1)"
+    else
+        fails=$((fails + 1))
+        note "FAIL parity (rc $st_rc, ${st_s}s): $counts"
+        grep -E '^FAIL' "$log" | head -n 25 | cut -c1-400 | sed 's/^/    /'
+        grep -E '^FAIL' "$log" | head -n 25 | cut -c1-400 >"$out/failures.txt"
+        ((st_rc == 124 || st_rc == 137)) && tail_of "$log" 5
+        ((st_rc > 128 && st_rc != 137)) && tail_of "$log" 8
+        first=$(grep -m1 -E '^FAIL' "$log" | awk '{print $2}')
+        [ -n "$first" ] && [ -d "$models/$first" ] || first=q3-tiny
+        dlog=$out/parity-debug.log
+        : >"$dlog"
+        if (($(left) > 200)); then
+            FL_CUDA_SYNC_DEBUG=1 stage debug 90 "$dlog" "$bd/gpu_parity" --variant 0 "$models/$first"
+            note "INFO parity rerun of $first with FL_CUDA_SYNC_DEBUG=1 (rc $st_rc): $(grep -m1 -E '^FAIL' "$dlog" | cut -c1-300)"
+        fi
+        if command -v compute-sanitizer >/dev/null && (($(left) > 200)); then
+            stage sanitizer 120 "$dlog" compute-sanitizer --tool memcheck --print-limit 10 \
+                "$bd/gpu_parity" --variant 0 "$models/$first"
+            note "INFO compute-sanitizer memcheck on $first (rc $st_rc): $(grep -m1 -E 'ERROR SUMMARY' "$dlog")"
+            grep -m3 -A3 -E '^=========  *(Invalid|Out of|Program hit|Race)' "$dlog" | head -n 12 | sed 's/^/    /'
+        fi
+    fi
+fi
+
+# ---------------------------------------------------------------- big model
+big=$models/sdar-1.7b
+stage bigmodel 90 "$out/bench.log" "$bd/make_model" "$big" --layout qwen3 --shape sdar-1.7b --tie --seed 7
+if ((st_rc != 0)); then
+    note "FAIL big model: make_model (rc $st_rc, ${st_s}s)"
+    tail_of "$out/bench.log" 5
+    fails=$((fails + 1))
+else
+    note "INFO big model written in ${st_s}s: $(grep -m1 '^make_model:' "$out/bench.log" | cut -c1-200)"
+    if (($(left) > 240)); then
+        blog=$out/parity.log
+        stage bigparity 150 "$blog" "$bd/gpu_parity" "${pflag[@]}" --big "$big"
+        counts=$(grep -E '^gpu_parity: [0-9]+ passed' "$blog" | tail -n 1)
+        if ((st_rc == 0)); then
+            note "PASS big parity, SDAR-1.7B shape (${st_s}s): $counts; $(grep 'sdar-1.7b' "$blog" | grep -o 'logits rel err [0-9.e+-]*' | awk '{print $4}' | sort -g | tail -n 1 | sed 's/^/worst logits rel err /')"
+        else
+            fails=$((fails + 1))
+            note "FAIL big parity, SDAR-1.7B shape (rc $st_rc, ${st_s}s): ${counts:-no summary line}"
+            grep -E '^FAIL.*sdar' "$blog" | head -n 10 | cut -c1-400 | sed 's/^/    /'
+        fi
+    else
+        note "SKIP big parity: $(left)s left"
+    fi
+
+    # ------------------------------------------------------------ bench
+    if ((selftest)); then
+        note "SKIP bench and torch: FL_GPU_SELFTEST"
+    else
+        stage bench 200 "$out/bench.log" "$bd/gpu_bench" --model "$big" --ctx 512 --batches 1,64 \
+            --steps 30 --json "$out/bench.json"
+        if ((st_rc == 0)); then
+            note "PASS bench (${st_s}s): $(grep -m1 '^bench: weights streamed' "$out/bench.log" | cut -c8-200)"
+        else
+            fails=$((fails + 1))
+            note "FAIL bench (rc $st_rc, ${st_s}s): $(grep -m1 -E '^FAIL' "$out/bench.log" | cut -c1-300)"
+            tail_of "$out/bench.log" 8
+        fi
+
+        # ------------------------------------------------------------ torch
+        if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)' >/dev/null 2>&1; then
+            if (($(left) > 60)); then
+                PYTHONUNBUFFERED=1 stage torch 150 "$out/torch.log" python3 tests/gpu/torch_bench.py \
+                    --model "$big" --ctx 512 --batches 1,64 --steps 30 --json "$out/torch.json"
+                if ((st_rc == 0)); then
+                    note "PASS torch eager baseline (${st_s}s)"
+                else
+                    note "FAIL torch eager baseline (rc $st_rc, ${st_s}s): $(tail -n 1 "$out/torch.log" | cut -c1-200)"
+                fi
+            else
+                note "SKIP torch: $(left)s left"
+            fi
+        else
+            note "SKIP torch: python3 has no torch with CUDA"
+        fi
+    fi
+fi
+
+# ---------------------------------------------------------------- summary
+goals=""
+if [ -s "$out/bench.json" ] && command -v python3 >/dev/null; then
+    goals=$(python3 tests/gpu/summary.py "$out/bench.json" "$out/torch.json" 2>&1) || fails=$((fails + 1))
+elif [ -s "$out/bench.json" ]; then
+    goals=$(sed -n '/^variant/,/^{/p' "$out/bench.log" | grep -v '^{')
+fi
+{
+    printf '\n== summary (%ss)\n' "$(elapsed)"
+    printf '%s\n' "${summary[@]}"
+    [ -n "$goals" ] && printf '\n%s\n' "$goals"
+    echo
+    if ((fails)); then
+        echo "RESULT: FAIL ($fails stage(s) failed; logs in $out)"
+    else
+        echo "RESULT: PASS"
+    fi
+} >"$out/summary.txt"
+cat "$out/summary.txt"
+exit $((fails ? 1 : 0))

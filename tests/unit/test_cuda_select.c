@@ -1,0 +1,95 @@
+/* test_cuda_select.c: fl_backend_open (engine/backend_select.c) on the built-in model: the
+ * names it takes, "cpu", and what "auto" and "cuda" do here, in whichever build this is
+ * (CUDA or not) and on whichever machine (GPU or not): without a usable GPU "auto" is the
+ * CPU with the reason, "cuda" is a clear error; with one, both are the CUDA backend. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backend_select.h"
+#include "check.h"
+#include "model.h"
+
+static bool starts(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
+
+int main(void)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/../engine/models/fogline-helpdesk", check_tests_dir());
+    fl_model *m = NULL;
+    fl_err e = {0, {0}};
+    fl_load_opts lo = {.no_tokenizer = true};
+    CHECK(fl_model_load(&m, dir, &lo, &e) == 0, "%s: %s", dir, e.msg);
+    if (!m)
+        return check_summary("test_cuda_select");
+
+    CHECK(fl_backend_device_valid("auto") && fl_backend_device_valid("cpu") &&
+              fl_backend_device_valid("cuda") && fl_backend_device_valid("") &&
+              fl_backend_device_valid(NULL),
+          "auto, cpu, cuda, empty and NULL are device names");
+    CHECK(!fl_backend_device_valid("gpu") && !fl_backend_device_valid("CUDA"),
+          "gpu and CUDA are not");
+
+    fl_backend_opts o = {.n_pages = 16, .n_threads = 1, .max_tokens = 32, .gpu_n_pages = 8};
+    fl_backend *b = NULL;
+    char chosen[700];
+    int rc = fl_backend_open(&b, m, &o, "gpu", chosen, sizeof chosen, &e);
+    CHECK(rc == FL_EINVAL && !b && strstr(e.msg, "unknown device"), "'gpu': rc %d, %s", rc, e.msg);
+
+    rc = fl_backend_open(&b, m, &o, "cpu", chosen, sizeof chosen, &e);
+    CHECK(rc == 0 && b && !strcmp(b->ops->name, "cpu") && b->n_pages == 16,
+          "cpu: rc %d (%s), %s", rc, rc ? e.msg : chosen, b ? b->ops->name : "-");
+    CHECK(starts(chosen, "cpu: asked for"), "cpu: chosen says '%s'", chosen);
+    fl_backend_destroy(b);
+    b = NULL;
+
+    rc = fl_backend_open(&b, m, &o, "auto", chosen, sizeof chosen, &e);
+    CHECK(rc == 0 && b, "auto: %s", e.msg);
+    bool gpu = b && !strcmp(b->ops->name, "cuda");
+    printf("auto -> %s\n", chosen);
+    if (gpu) {
+        CHECK(starts(chosen, "cuda: auto: ") && b->n_pages == 8,
+              "auto on a GPU: '%s', %d pages (gpu_n_pages 8)", chosen, b->n_pages);
+    } else if (b) {
+        CHECK(!strcmp(b->ops->name, "cpu") && b->n_pages == 16, "auto without a GPU: %s",
+              b->ops->name);
+        CHECK(starts(chosen, "cpu: auto: no usable GPU: ") ||
+                  starts(chosen, "cpu: auto: the CUDA backend failed"),
+              "auto without a GPU says why: '%s'", chosen);
+        if (!fl_backend_have_cuda())
+            CHECK(strstr(chosen, "no CUDA backend") != NULL, "a CPU-only build says so: '%s'",
+                  chosen);
+    }
+    fl_backend_destroy(b);
+    b = NULL;
+
+    /* the same with the name left out */
+    rc = fl_backend_open(&b, m, &o, NULL, chosen, sizeof chosen, &e);
+    CHECK(rc == 0 && b && !strcmp(b->ops->name, gpu ? "cuda" : "cpu"), "NULL device: %s",
+          rc ? e.msg : chosen);
+    fl_backend_destroy(b);
+    b = NULL;
+
+    e.msg[0] = 0;
+    rc = fl_backend_open(&b, m, &o, "cuda", chosen, sizeof chosen, &e);
+    if (gpu) {
+        CHECK(rc == 0 && b && !strcmp(b->ops->name, "cuda") && starts(chosen, "cuda: "),
+              "cuda on a GPU: rc %d, %s", rc, rc ? e.msg : chosen);
+    } else {
+        CHECK(rc == FL_EUNSUPPORTED && !b, "cuda without a GPU: rc %d", rc);
+        CHECK(fl_backend_have_cuda() ? starts(e.msg, "cuda: no usable GPU: ")
+                                     : strstr(e.msg, "built without the CUDA backend") != NULL,
+              "cuda without a GPU says why: '%s'", e.msg);
+        printf("cuda -> %s\n", e.msg);
+    }
+    fl_backend_destroy(b);
+
+    /* the CUDA constructor itself, in any build: refuses cleanly without a GPU */
+    b = NULL;
+    rc = fl_backend_cuda_create(&b, m, &o, &e);
+    if (!gpu)
+        CHECK(rc == FL_EUNSUPPORTED && !b && starts(e.msg, "cuda: "),
+              "fl_backend_cuda_create without a GPU: rc %d, %s", rc, e.msg);
+    fl_backend_destroy(b);
+    fl_model_free(m);
+    return check_summary("test_cuda_select");
+}
