@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "backend_select.h"
 #include "cli.h"
 #include "gen_opts.h"
 #include "kernels.h"
@@ -34,7 +35,7 @@
 #define FL_MAX_BLOCKS 16
 
 typedef struct fl_bench_args {
-    const char *model, *ref_script, *python;
+    const char *model, *ref_script, *python, *device;
     int threads, ctx, steps;
     int blocks[FL_MAX_BLOCKS], n_blocks;
     bool bf16, no_ref;
@@ -76,7 +77,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: fogline bench forward --model DIR [--threads N] [--ctx 512] [--blocks 4,8,32]\n"
             "                             [--steps 5] [--bf16] [--ref-script PATH] [--python PATH]\n"
-            "                             [--no-ref]\n\n"
+            "                             [--no-ref] [--device cpu|cuda|auto]\n\n"
             "Times one forward of a block of new tokens against ctx cached positions (median of\n"
             "--steps after a warm-up), next to the PyTorch reference on the same weights and\n"
             "threads, OpenBLAS sgemm at the same shapes, and the bandwidth floor.\n"
@@ -84,7 +85,9 @@ static void usage(FILE *f)
             "  --bf16            keep our weights as bf16 (default f32, as the parity tests)\n"
             "  --ref-script PATH tests/reference/bench_forward.py (default: found from the binary)\n"
             "  --python PATH     interpreter for it (default /usr/bin/python3)\n"
-            "  --no-ref          skip the reference\n");
+            "  --no-ref          skip the reference\n"
+            "  --device D        the backend timed (default cpu); the sgemm, bandwidth and floor\n"
+            "                    columns are this CPU's (tests/gpu/gpu_bench.c measures a GPU's)\n");
 }
 
 static int fl_parse_blocks(fl_bench_args *a, const char *s)
@@ -366,11 +369,14 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, double *ours
     fl_backend_opts o = {.n_pages = ctx_pages + 1, .n_threads = a->threads,
                          .max_tokens = a->ctx > maxb ? a->ctx : maxb, .bf16_weights = a->bf16};
     fl_backend *b;
-    int rc = fl_backend_cpu_create(&b, m, &o, e);
+    char chosen[700];
+    int rc = fl_backend_open(&b, m, &o, a->device, chosen, sizeof chosen, e);
     if (rc)
         return rc;
+    printf("backend: %s\n", chosen);
+    bool gpu = !strcmp(b->ops->name, "cuda"); /* bf16 weights there */
     double proj = fl_proj_flops(cf, 1) / 2; /* weights per row of the step */
-    *wbytes = (size_t)(proj * (a->bf16 ? 2 : 4));
+    *wbytes = (size_t)(proj * (a->bf16 || gpu ? 2 : 4));
     int32_t *pages = malloc((size_t)(ctx_pages + 1) * sizeof *pages);
     int32_t *tok = malloc((size_t)o.max_tokens * sizeof *tok);
     fl_tok_out *out = malloc((size_t)o.max_tokens * sizeof *out);
@@ -419,7 +425,8 @@ done:
 
 int fl_bench_forward(int argc, char **argv)
 {
-    fl_bench_args a = {.python = "/usr/bin/python3", .threads = 0, .ctx = 512, .steps = 5};
+    fl_bench_args a = {.python = "/usr/bin/python3", .threads = 0, .ctx = 512, .steps = 5,
+                       .device = "cpu"};
     fl_parse_blocks(&a, "4,8,32");
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -439,6 +446,8 @@ int fl_bench_forward(int argc, char **argv)
             a.ref_script = v, i++;
         } else if (!strcmp(k, "--python")) {
             a.python = v, i++;
+        } else if (!strcmp(k, "--device") && fl_backend_device_valid(v) && *v) {
+            a.device = v, i++;
         } else if (!strcmp(k, "--threads") && !fl_parse_int(v, 0, 1024, &a.threads)) {
             i++;
         } else if (!strcmp(k, "--ctx") && !fl_parse_int(v, 0, 1 << 20, &a.ctx)) {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend_select.h"
 #include "cli.h"
 #include "engine.h"
 #include "gen_opts.h"
@@ -117,6 +118,8 @@ static void usage(FILE *f)
                "  --prompt-ids 1,2,3   the exact prompt token ids (no tokenizer needed)\n"
                "  --json               print one JSON object: text, ids, finish, stats\n"
                "  --threads N          compute threads (default: all cores)\n"
+               "  --device D           auto (the GPU when one is usable) | cpu | cuda\n"
+               "                       (default: $FOGLINE_DEVICE or auto)\n"
                "  --chat-template K    override the template: chatml | qwen3 | fogline\n");
     fl_gen_opts_usage(f);
 }
@@ -127,16 +130,18 @@ int fl_cmd_generate(int argc, char **argv)
     const char *prompt = NULL, *system = NULL, *messages = NULL, *tmpl = NULL, *prompt_ids = NULL;
     bool raw = false, json = false;
     int threads = 0;
+    const char *device = getenv("FOGLINE_DEVICE");
     fl_gen_opts g;
     fl_gen_opts_default(&g);
     enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
-           O_IDS };
+           O_IDS, O_DEVICE };
     struct option base[] = {
         {"model", required_argument, 0, O_MODEL},     {"prompt", required_argument, 0, O_PROMPT},
         {"system", required_argument, 0, O_SYSTEM},   {"messages", required_argument, 0, O_MESSAGES},
         {"raw", no_argument, 0, O_RAW},               {"json", no_argument, 0, O_JSON},
         {"threads", required_argument, 0, O_THREADS}, {"chat-template", required_argument, 0, O_TMPL},
         {"help", no_argument, 0, O_HELP},             {"prompt-ids", required_argument, 0, O_IDS},
+        {"device", required_argument, 0, O_DEVICE},
     };
     struct option opts[64];
     int nopt = fl_gen_opts_longopts(opts, 64, base, (int)(sizeof base / sizeof base[0]));
@@ -156,6 +161,7 @@ int fl_cmd_generate(int argc, char **argv)
         case O_THREADS: threads = atoi(optarg); break;
         case O_TMPL: tmpl = optarg; break;
         case O_IDS: prompt_ids = optarg; break;
+        case O_DEVICE: device = optarg; break;
         case O_HELP: usage(stdout); return 0;
         case '?':
             fprintf(stderr, "fogline generate: unknown or incomplete option '%s' (try --help)\n",
@@ -170,6 +176,11 @@ int fl_cmd_generate(int argc, char **argv)
     }
     if (optind < argc) {
         fprintf(stderr, "fogline generate: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    if (!fl_backend_device_valid(device)) {
+        fprintf(stderr, "fogline generate: --device must be auto, cpu or cuda, got '%s'\n", device);
+        fl_gen_opts_free(&g);
         return 2;
     }
     if (!prompt && !messages && !prompt_ids) {
@@ -274,7 +285,7 @@ int fl_cmd_generate(int argc, char **argv)
     int32_t need_pages = (int32_t)(n_ids + (size_t)g.max_tokens) / B + 2 * 16 + 4;
     fl_backend_opts bo = {.n_pages = need_pages, .n_threads = threads, .max_tokens = 0};
     bo.max_tokens = (int32_t)n_ids + 17 * B; /* the whole prompt can ride in the first forward */
-    if (fl_backend_cpu_create(&b, m, &bo, &e)) {
+    if (fl_backend_open(&b, m, &bo, device, NULL, 0, &e)) {
         fprintf(stderr, "fogline generate: %s\n", e.msg);
         goto out;
     }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_select.h"
 #include "redis.h"
 #include "serve.h"
 
@@ -15,7 +16,7 @@ enum {
     O_HOST = 1000, O_PORT, O_MODEL, O_TMPL, O_WEB, O_KEY, O_ORIGINS, O_THREADS, O_MAX_CONN,
     O_MAX_CONN_REQ, O_MAX_QUEUED, O_MAX_SEQS, O_MAX_BATCH, O_MAX_MSG, O_MAX_PROMPT, O_MAX_TOK_LIMIT,
     O_KV_PAGES, O_KV_HOST_MB, O_DRAIN, O_WS_BACKLOG, O_WS_STALL, O_WS_SNDBUF, O_LOG_LEVEL, O_REDIS, O_REDIS_SES_TTL, O_REDIS_KV_TTL, O_REDIS_KV_CAP,
-    O_REDIS_TIMEOUT, O_REDIS_CONN_TIMEOUT, O_HELP
+    O_REDIS_TIMEOUT, O_REDIS_CONN_TIMEOUT, O_DEVICE, O_HELP
 };
 
 static const struct option serve_opts[] = {
@@ -27,6 +28,7 @@ static const struct option serve_opts[] = {
     {"api-key", required_argument, 0, O_KEY},
     {"allowed-origins", required_argument, 0, O_ORIGINS},
     {"threads", required_argument, 0, O_THREADS},
+    {"device", required_argument, 0, O_DEVICE},
     {"max-connections", required_argument, 0, O_MAX_CONN},
     {"max-conn-requests", required_argument, 0, O_MAX_CONN_REQ},
     {"max-queued", required_argument, 0, O_MAX_QUEUED},
@@ -68,6 +70,8 @@ void srv_config_usage(FILE *f)
             "                           {\"type\":\"auth\",\"key\":KEY}\n"
             "  --allowed-origins LIST   comma-separated Origin values allowed (any when unset)\n"
             "  --threads N              compute threads (all cores)\n"
+            "  --device D               auto (the GPU when one is usable, else the CPU) | cpu |\n"
+            "                           cuda (auto); the choice and its reason are logged\n"
             "limits:\n"
             "  --max-connections N      WebSocket connections at once (1024)\n"
             "  --max-conn-requests N    running requests per WebSocket connection (8)\n"
@@ -190,6 +194,11 @@ static int apply(srv_config *c, int code, const char *arg, const char *name, cha
         break;
     case O_ORIGINS: if (set_origins(c, arg)) BAD("out of memory"); break;
     case O_THREADS: LONG(0, 1024, c->threads); break;
+    case O_DEVICE:
+        if (!arg[0] || !fl_backend_device_valid(arg))
+            BAD("%s must be auto, cpu or cuda, got '%s'", name, arg);
+        snprintf(c->device, sizeof c->device, "%s", arg);
+        break;
     case O_MAX_CONN: LONG(1, 1000000, c->max_connections); break;
     case O_MAX_CONN_REQ: LONG(1, 1024, c->max_conn_requests); break;
     case O_MAX_QUEUED: LONG(0, 1000000, c->max_queued); break;
@@ -259,6 +268,7 @@ int srv_config_parse(srv_config *c, int argc, char **argv, char *err, size_t err
 {
     memset(c, 0, sizeof *c);
     c->port = 8080;
+    snprintf(c->device, sizeof c->device, "auto");
     c->max_connections = 1024;
     c->max_conn_requests = 8;
     c->max_queued = 256;

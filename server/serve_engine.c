@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend_select.h"
 #include "outline.h"
 #include "redis.h"
 #include "serve.h"
@@ -198,12 +199,19 @@ int srv_engine_start(srv *s, fl_err *e)
                           "--kv-pages %d cannot hold one request of --max-prompt-tokens %d and "
                           "--max-tokens-limit %d (%d pages)", c->kv_pages, c->max_prompt_tokens,
                           c->max_tokens_limit, per_req);
+    /* on a GPU the KV pool takes the free device memory unless --kv-pages says otherwise */
     fl_backend_opts bo = {.n_pages = s->n_pages, .n_threads = c->threads,
-                          .max_tokens = c->max_batch_tokens};
+                          .max_tokens = c->max_batch_tokens,
+                          .gpu_n_pages = c->kv_pages > 0 ? c->kv_pages : -1};
     fl_backend *inner = NULL;
-    rc = fl_backend_cpu_create(&inner, s->model, &bo, e);
+    char chosen[700];
+    rc = fl_backend_open(&inner, s->model, &bo, c->device, chosen, sizeof chosen, e);
     if (rc)
         return rc;
+    s->n_pages = inner->n_pages;
+    char qc[800];
+    SRV_INFO(&s->log, "event=backend device=%s pages=%d chosen=%s", c->device, inner->n_pages,
+             srv_log_q(qc, sizeof qc, chosen));
     s->backend = timed_backend_wrap(inner, &s->m.step);
     if (!s->backend) {
         fl_backend_destroy(inner);
