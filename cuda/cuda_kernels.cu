@@ -258,6 +258,8 @@ k_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
                 flc_unpack8(*reinterpret_cast<const uint4 *>(kp + c), kf);
 #pragma unroll
                 for (int r = 0; r < FLC_QROWS; r++) {
+                    if (r >= nrows)
+                        break; /* the same for the whole block */
                     const float4 qa = *reinterpret_cast<const float4 *>(&qs[r][c]);
                     const float4 qb = *reinterpret_cast<const float4 *>(&qs[r][c + 4]);
                     sc[r] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] +

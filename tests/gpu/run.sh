@@ -20,7 +20,8 @@
 #   summary  the closing table and the goals
 # The whole run stays under FL_GPU_BUDGET seconds (default 470): a stage gets what is left,
 # optional ones are skipped when too little is. Full logs go to $OUT (the device tool brings
-# them back) or build-gpu/out. Exit status: 0 when every stage that ran passed.
+# back 8 files: env.log build.log parity.log parity-debug.log bench.log bench.json torch.json
+# summary.txt) or build-gpu/out. Exit status: 0 when every stage that ran passed.
 # FL_GPU_SELFTEST=1 (a check of this script on a machine without a GPU): the parity stages
 # run gpu_parity --self-test (a second CPU backend in place of the GPU); probe, bench and
 # torch are skipped.
@@ -159,7 +160,6 @@ else
         fails=$((fails + 1))
         note "FAIL parity (rc $st_rc, ${st_s}s): $counts"
         grep -E '^FAIL' "$log" | head -n 25 | cut -c1-400 | sed 's/^/    /'
-        grep -E '^FAIL' "$log" | head -n 25 | cut -c1-400 >"$out/failures.txt"
         ((st_rc == 124 || st_rc == 137)) && tail_of "$log" 5
         ((st_rc > 128 && st_rc != 137)) && tail_of "$log" 8
         first=$(grep -m1 -E '^FAIL' "$log" | awk '{print $2}')
@@ -220,12 +220,12 @@ else
         # ------------------------------------------------------------ torch
         if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 3)' >/dev/null 2>&1; then
             if (($(left) > 60)); then
-                PYTHONUNBUFFERED=1 stage torch 150 "$out/torch.log" python3 tests/gpu/torch_bench.py \
+                PYTHONUNBUFFERED=1 stage torch 150 "$out/bench.log" python3 tests/gpu/torch_bench.py \
                     --model "$big" --ctx 512 --batches 1,64 --steps 30 --json "$out/torch.json"
                 if ((st_rc == 0)); then
                     note "PASS torch eager baseline (${st_s}s)"
                 else
-                    note "FAIL torch eager baseline (rc $st_rc, ${st_s}s): $(tail -n 1 "$out/torch.log" | cut -c1-200)"
+                    note "FAIL torch eager baseline (rc $st_rc, ${st_s}s): $(tail -n 1 "$out/bench.log" | cut -c1-200)"
                 fi
             else
                 note "SKIP torch: $(left)s left"
