@@ -109,9 +109,10 @@ class Model:
         h = x.shape[-1] // 2
         return torch.cat([-x[..., h:], x[..., :h]], -1)
 
-    def forward(self, ids, pos0, cache, mask=None):
+    def forward(self, ids, pos0, cache, mask=None, head=True):
         """ids (N, T); cache: per layer [k, v] each (N, kvh, ctx_max, hd), positions
-        [pos0, pos0 + T) written. Returns (top-1, prob, entropy) of every row."""
+        [pos0, pos0 + T) written. Returns (top-1, prob, entropy) of every row on the host
+        (None when head is False)."""
         N, T = ids.shape
         pos = torch.arange(pos0, pos0 + T, device=ids.device)
         cos, sin = self.rope(pos)
@@ -135,6 +136,8 @@ class Model:
             x = x + F.linear(o.transpose(1, 2).reshape(N, T, -1), ly["o"])
             h = self.rms(x, ly["post"])
             x = x + F.linear(F.silu(F.linear(h, ly["gate"])) * F.linear(h, ly["up"]), ly["down"])
+        if not head:  # a prefill: the cache is what it is for
+            return None
         logits = F.linear(self.rms(x, self.norm), self.lm_head).float()
         lp = torch.log_softmax(logits, -1)
         prob, tok = lp.max(-1)
@@ -173,7 +176,7 @@ def main():
                 ids = torch.randint(0, m.V, (nb, ctx), device=dev, generator=g)
                 p = torch.arange(ctx, device=dev)
                 mask = (p[None, :] // m.B) <= (p[:, None] // m.B)
-                m.forward(ids, 0, cache, mask)
+                m.forward(ids, 0, cache, mask, head=False)
             times = []
             for it in range(a.steps + 3):
                 ids = torch.randint(0, m.V, (nb, m.B), device=dev, generator=g)
