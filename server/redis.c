@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 
 /* ---- our libuv adapter: the poll callback passes errors on (Debian's drops them) ---- */
@@ -24,6 +25,7 @@ typedef struct rd_ev {
     redisAsyncContext *ac; /* NULL once hiredis cleaned up */
     uv_poll_t poll;
     int events;
+    int fd;
 } rd_ev;
 
 static void rd_poll_cb(uv_poll_t *h, int status, int events)
@@ -31,8 +33,15 @@ static void rd_poll_cb(uv_poll_t *h, int status, int events)
     rd_ev *p = h->data;
     if (status != 0)
         events = p->events; /* let hiredis's read/write see the socket error */
-    if (p->ac && (events & UV_READABLE))
+    /* hiredis reads 16 KiB per call: a multi-megabyte reply (a prefix of pages) would take a
+       loop iteration per 16 KiB. Read on while the socket has data, up to 1 MiB per wakeup so
+       the loop stays responsive. */
+    for (int i = 0; i < 64 && p->ac && (events & UV_READABLE); i++) {
         redisAsyncHandleRead(p->ac);
+        int avail = 0;
+        if (!p->ac || ioctl(p->fd, FIONREAD, &avail) || avail <= 0)
+            break;
+    }
     if (p->ac && (events & UV_WRITABLE))
         redisAsyncHandleWrite(p->ac);
 }
@@ -68,6 +77,7 @@ static int rd_attach(uv_loop_t *loop, redisAsyncContext *ac)
         return -1;
     }
     p->ac = ac;
+    p->fd = ac->c.fd;
     p->poll.data = p;
     ac->ev.addRead = rd_add_read;
     ac->ev.delRead = rd_del_read;
@@ -88,6 +98,7 @@ typedef struct rd_op {
     void *ud;
     uv_timer_t timer;
     double t0;
+    size_t bytes; /* sent; counted in the client's in-flight bytes until answered */
     bool fired, replied, timer_closed;
     struct rd_op *prev, *next;
 } rd_op;
@@ -111,6 +122,7 @@ struct srv_redis {
     double backoff_ms;
     int timeouts_in_row;
     rd_op *ops;
+    size_t inflight_bytes; /* of commands sent and not answered: a new one waits behind them */
     /* the KV tier's queue (persistence thread -> loop) */
     uv_async_t wake;
     uv_mutex_t mu;
@@ -370,6 +382,7 @@ static void op_reply(redisAsyncContext *ac, void *reply, void *pd)
     srv_redis *r = op->r;
     redisReply *rp = reply;
     op->replied = true;
+    r->inflight_bytes -= op->bytes;
     if (!op->fired) {
         op->fired = true;
         double s = (now_ms() - op->t0) / 1e3;
@@ -416,6 +429,14 @@ static void op_timeout(uv_timer_t *t)
 int srv_redis_cmd(srv_redis *r, srv_redis_cb cb, void *ud, int argc, const char **argv,
                   const size_t *argvlen)
 {
+    return srv_redis_cmd_deadline(r, cb, ud, argc, argv, argvlen, r ? r->o.timeout_ms : 0);
+}
+
+double srv_redis_timeout_ms(const srv_redis *r) { return r->o.timeout_ms; }
+
+int srv_redis_cmd_deadline(srv_redis *r, srv_redis_cb cb, void *ud, int argc, const char **argv,
+                           const size_t *argvlen, double timeout_ms)
+{
     if (!r || !r->ready || !r->ac || r->closing)
         return -1;
     rd_op *op = calloc(1, sizeof *op);
@@ -430,16 +451,21 @@ int srv_redis_cmd(srv_redis *r, srv_redis_cb cb, void *ud, int argc, const char 
         r->st.errors++;
         return -1;
     }
+    for (int i = 0; i < argc; i++)
+        op->bytes += argvlen ? argvlen[i] : strlen(argv[i]);
+    /* commands are answered in order: this one also waits for the bytes sent before it (a
+       burst of page writes must not time out just for queueing behind each other) */
+    r->inflight_bytes += op->bytes;
+    timeout_ms += (double)r->inflight_bytes / SRV_REDIS_FLOOR_BPMS;
     uv_timer_init(r->loop, &op->timer);
     op->timer.data = op;
-    uv_timer_start(&op->timer, op_timeout, (uint64_t)r->o.timeout_ms, 0);
+    uv_timer_start(&op->timer, op_timeout, (uint64_t)timeout_ms, 0);
     op->next = r->ops;
     if (r->ops)
         r->ops->prev = op;
     r->ops = op;
     r->st.commands++;
-    for (int i = 0; i < argc; i++)
-        r->st.bytes_written += argvlen ? argvlen[i] : strlen(argv[i]);
+    r->st.bytes_written += op->bytes;
     return 0;
 }
 
@@ -612,8 +638,9 @@ void srv_redis_close(srv_redis *r)
     uv_close((uv_handle_t *)&r->wake, NULL);
     if (r->ac && r->ready) {
         /* graceful: the writes just sent get their replies, then the connection closes;
-           a Redis that does not answer is dropped after a second */
-        start_timer(r, T_CLOSE, 1000);
+           a Redis that does not answer is dropped after a second plus the time the bytes in
+           flight take at the floor bandwidth */
+        start_timer(r, T_CLOSE, 1000 + (double)r->inflight_bytes / SRV_REDIS_FLOOR_BPMS);
         redisAsyncDisconnect(r->ac);
     } else {
         drop_connection(r, "closing");

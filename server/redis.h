@@ -70,6 +70,13 @@ const srv_redis_stats *srv_redis_get_stats(const srv_redis *r);
 /* Sends a command. Returns 0 (cb follows) or -1 when not ready (cb is not called). */
 int srv_redis_cmd(srv_redis *r, srv_redis_cb cb, void *ud, int argc, const char **argv,
                   const size_t *argvlen);
+/* The same with its own deadline: a bulk read (a prefix of many pages) gets the command
+ * deadline plus the time its reply takes at a floor bandwidth (SRV_REDIS_FLOOR_BPMS). Every
+ * command's deadline also grows by the bytes still in flight ahead of it, at that floor. */
+int srv_redis_cmd_deadline(srv_redis *r, srv_redis_cb cb, void *ud, int argc, const char **argv,
+                           const size_t *argvlen, double timeout_ms);
+#define SRV_REDIS_FLOOR_BPMS 20000.0 /* bytes per millisecond: 20 MB/s */
+double srv_redis_timeout_ms(const srv_redis *r);
 /* The KV tier: put() queues the blob for a capped, TTL'd write (see redis.c); get() is
  * FL_ENOTFOUND (reads go through the server's asynchronous prefix lookup). blob_size is the
  * model's page blob size (the cap counts pages of it). fl_tier_destroy frees the returned

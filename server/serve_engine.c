@@ -814,7 +814,10 @@ static void req_lookup(srv_req *r)
             parent = k;
         }
         s->m.kv_lookups++;
-        rc = srv_redis_cmd(s->redis, lookup_done, r, nb + 1, argv, lens);
+        /* a long prefix is megabytes: its deadline grows with what it reads */
+        double bytes = (double)nb * (double)fl_blob_size(&s->model->cfg);
+        rc = srv_redis_cmd_deadline(s->redis, lookup_done, r, nb + 1, argv, lens,
+                                    srv_redis_timeout_ms(s->redis) + bytes / SRV_REDIS_FLOOR_BPMS);
     }
     free(keys);
     free(argv);

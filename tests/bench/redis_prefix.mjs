@@ -62,6 +62,11 @@ for (let r = 0; r < rounds; r++) {
     const s = await startServer(['--redis', redis.url, '--threads', '2'], { model });
     await until(async () => (await metrics(s)).get('fogline_redis_connected') === 1, 10000, 'connected');
     const x = await ttfd(s, sys);
+    const m = await metrics(s);
+    x.hits = m.get('fogline_kv_cache_pages_total', { outcome: 'hit' });
+    x.rejected = m.get('fogline_kv_cache_pages_total', { outcome: 'rejected' });
+    x.lookupErrors = m.get('fogline_kv_cache_lookup_errors_total');
+    x.timeouts = m.get('fogline_redis_timeouts_total');
     await s.stop();
     return x;
   };
@@ -74,9 +79,11 @@ for (let r = 0; r < rounds; r++) {
     last = n;
     return same >= 4;
   }, 30000, 'writes');
+  console.error(`round ${r}: ${last} keys in Redis after the cold run`);
   const warm = await run(); // process 2: the same prompt, pages in Redis
   rows.push({ r, prompt: cold.prompt, cold: cold.ms, warm: warm.ms, cached: warm.cached });
-  console.error(`round ${r}: prompt ${cold.prompt} tokens, cold ${cold.ms.toFixed(0)} ms, warm ${warm.ms.toFixed(0)} ms (cached ${warm.cached})`);
+  console.error(`round ${r}: prompt ${cold.prompt} tokens, cold ${cold.ms.toFixed(0)} ms, warm ${warm.ms.toFixed(0)} ms ` +
+    `(cached ${warm.cached}; warm lookup: ${warm.hits} pages hit, ${warm.rejected} rejected, ${warm.lookupErrors} errors, ${warm.timeouts} timeouts)`);
 }
 redis.p.kill('SIGKILL');
 const med = (a) => a.slice().sort((x, y) => x - y)[Math.floor(a.length / 2)];
