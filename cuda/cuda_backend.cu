@@ -132,7 +132,7 @@ typedef struct flc {
     uint16_t *stage_r, *stage_w; /* (page elems) pinned bf16 */
     /* options */
     int skinny_rows;
-    bool graphs, sync_debug;
+    bool graphs, sync_debug, attn_tc;
     flc_graph gr[FLC_GRAPHS];
     unsigned long long gclock;
     fl_cuda_stats stats;
@@ -464,7 +464,7 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
                            c->inv_freq, m, d, l, T, st),
               "q/k/v bias, norm, RoPE and KV store", l);
         FLC_L(flc_attention(c->att, c->part, c->qkv, c->kvo, c->pool, m, d, l, p->tiles_bound,
-                            p->n_splits, st),
+                            p->n_splits, c->attn_tc, st),
               "attention", l);
         if (p->n_splits > 1)
             FLC_L(flc_attn_combine(c->att, c->part, m, d, p->tiles_bound, p->n_splits, st),
@@ -1074,6 +1074,10 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     c->skinny_rows = flc_env_int("FL_CUDA_SKINNY_ROWS", FLC_SKINNY_MAX, 0, FLC_SKINNY_MAX);
     c->sync_debug = flc_env_int("FL_CUDA_SYNC_DEBUG", 0, 0, 1) == 1;
     c->graphs = flc_env_int("FL_CUDA_GRAPHS", 1, 0, 1) == 1 && !c->sync_debug;
+    {
+        const char *at = getenv("FL_CUDA_ATTN");
+        c->attn_tc = at && !strcmp(at, "tc") && flc_attention_tc_ok(d->hd);
+    }
     c->stats.graphs_on = c->graphs;
     snprintf(c->stats.graphs_note, sizeof c->stats.graphs_note, "%s",
              c->graphs ? "on" : c->sync_debug ? "off (FL_CUDA_SYNC_DEBUG)" : "off (FL_CUDA_GRAPHS=0)");
@@ -1205,11 +1209,12 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
         snprintf(c->desc, sizeof c->desc,
                  "%s (device %d, sm_%d%d, %d SMs, %.1f GiB); weights %.2f GiB bf16; activations "
                  "%.2f GiB for %d tokens; KV pool %d pages x %.2f MiB = %.2f GiB%s; %.120s; graphs %s; "
-                 "streaming matmul up to %d rows",
+                 "streaming matmul up to %d rows; attention on %s",
                  c->gpu, c->dev, c->cc_major, c->cc_minor, c->n_sm, GIB(c->mem_total),
                  GIB(c->wbytes), GIB(c->abytes), o->max_tokens, c->base.n_pages,
                  MIB(c->page_dev_bytes), GIB(c->pool_bytes), pages, c->blas.path,
-                 c->graphs ? "on" : "off", c->skinny_rows);
+                 c->graphs ? "on" : "off", c->skinny_rows,
+                 c->attn_tc ? "tensor cores" : "CUDA cores");
     }
     *out = &c->base;
     return 0;

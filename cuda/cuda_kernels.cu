@@ -10,6 +10,7 @@
  * the projections as bf16 and K/V are kept as bf16, so results agree with the CPU backend to
  * bf16 precision, not bit for bit. */
 #include <math.h>
+#include <mma.h>
 
 #include "cuda_kernels.cuh"
 
@@ -356,6 +357,159 @@ k_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
     }
 }
 
+/* The same tile and split as k_attention, on tensor cores (wmma, bf16 in, f32 accumulate),
+ * for head_dim a multiple of 16 up to 128: per chunk of 32 keys, K and V are gathered into
+ * shared memory, S = Q K^T (two 16x16 fragments), an online softmax turns S into P (bf16)
+ * and rescales the running output O (f32, shared), and O += P V (head_dim / 16 fragments).
+ * Q and P are rounded to bf16 for the products, as flash attention does. Opt-in
+ * (FL_CUDA_ATTN=tc) until it has been measured against the CUDA-core kernel. */
+#define FLC_TC_KEYS 32
+#define FLC_TC_HD 128
+template <bool DIRECT>
+__global__ void __launch_bounds__(128)
+k_attention_tc(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
+               const flc_bf16 *pool, flc_meta m, flc_dims d, int layer, int n_splits)
+{
+    using namespace nvcuda;
+    __shared__ __align__(32) flc_bf16 Qs[FLC_QROWS][FLC_TC_HD];
+    __shared__ __align__(32) flc_bf16 Ks[FLC_TC_KEYS][FLC_TC_HD];
+    __shared__ __align__(32) flc_bf16 Vs[FLC_TC_KEYS][FLC_TC_HD];
+    __shared__ __align__(32) float Ss[FLC_QROWS][FLC_TC_KEYS];
+    __shared__ __align__(32) flc_bf16 Ps[FLC_QROWS][FLC_TC_KEYS];
+    __shared__ __align__(32) float Os[FLC_QROWS][FLC_TC_HD];
+    __shared__ float m_s[FLC_QROWS], l_s[FLC_QROWS];
+    __shared__ int kend_s[FLC_QROWS];
+
+    const int tile = blockIdx.x, g = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
+    const int warp = tid >> 5, lane = tid & 31;
+    if (tile >= m.params[FLC_P_TILES])
+        return;
+    const int L = m.params[FLC_P_SPLIT];
+    const int seg = m.tile_seg[tile], row0 = m.tile_row0[tile];
+    const int pos0 = m.seg_pos0[seg], n = m.seg_n[seg], tok0 = m.seg_tok0[seg];
+    const int32_t *pt = m.pages + m.seg_pt[seg];
+    const int rep = d.rep, hd = d.hd, B = d.B, kvh = d.kvh;
+    const int nrows = min(FLC_QROWS, n * rep - row0);
+    const int seg_end = pos0 + n;
+    const int last = pos0 + (row0 + nrows - 1) / rep;
+    const int kmax = min((last / B + 1) * B, seg_end);
+    const int k_lo = sp * L, k_hi = min(k_lo + L, kmax);
+    const float scale = 1.0f / sqrtf((float)hd);
+    const size_t lay = (size_t)layer * 2 * kvh;
+    const int pieces = hd / 8; /* 16-byte pieces of a row */
+
+    for (int idx = tid; idx < FLC_QROWS * hd; idx += blockDim.x) {
+        int r = idx / hd, c = idx % hd;
+        float q = 0.f;
+        if (r < nrows) {
+            int i = (row0 + r) / rep, h = g * rep + (row0 + r) % rep;
+            q = qkv[(size_t)(tok0 + i) * d.qkvd + (size_t)h * hd + c];
+        }
+        Qs[r][c] = __float2bfloat16_rn(q);
+        Os[r][c] = 0.f;
+    }
+    if (tid < FLC_QROWS) {
+        m_s[tid] = -INFINITY;
+        l_s[tid] = 0.f;
+        int p = pos0 + (row0 + tid) / rep;
+        kend_s[tid] = tid < nrows ? min((p / B + 1) * B, seg_end) : 0;
+    }
+    __syncthreads();
+
+    for (int j0 = k_lo; j0 < k_hi; j0 += FLC_TC_KEYS) {
+        /* gather this chunk's K and V rows (zeros past the range) */
+        for (int idx = tid; idx < FLC_TC_KEYS * pieces; idx += blockDim.x) {
+            const int j = idx / pieces, pc = idx % pieces, kk = j0 + j;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+            if (kk < k_hi) {
+                const flc_bf16 *kp, *vp;
+                if (kk < pos0) {
+                    const flc_bf16 *pg = pool + (size_t)pt[kk / B] * d.page_elems;
+                    kp = pg + ((lay + g) * B + kk % B) * hd;
+                    vp = pg + ((lay + kvh + g) * B + kk % B) * hd;
+                } else {
+                    const flc_bf16 *ow = kvo + (size_t)(tok0 + kk - pos0) * 2 * kvh * hd;
+                    kp = ow + (size_t)g * hd;
+                    vp = ow + (size_t)(kvh + g) * hd;
+                }
+                kv = reinterpret_cast<const uint4 *>(kp)[pc];
+                vv = reinterpret_cast<const uint4 *>(vp)[pc];
+            }
+            reinterpret_cast<uint4 *>(&Ks[j][0])[pc] = kv;
+            reinterpret_cast<uint4 *>(&Vs[j][0])[pc] = vv;
+        }
+        __syncthreads();
+        if (warp < FLC_TC_KEYS / 16) { /* S[:, 16w .. 16w + 16) = Q K^T */
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::fill_fragment(acc, 0.0f);
+            for (int k = 0; k < hd; k += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b;
+                wmma::load_matrix_sync(a, &Qs[0][k], FLC_TC_HD);
+                wmma::load_matrix_sync(b, &Ks[warp * 16][k], FLC_TC_HD);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(&Ss[0][warp * 16], acc, FLC_TC_KEYS, wmma::mem_row_major);
+        }
+        __syncthreads();
+        /* online softmax, one key per lane; warp w has rows w, w + 4, ... */
+        for (int r = warp; r < FLC_QROWS; r += 4) {
+            if (r >= nrows) {
+                Ps[r][lane] = __float2bfloat16_rn(0.f);
+                continue;
+            }
+            const int kk = j0 + lane;
+            const float v = kk < k_hi && kk < kend_s[r] ? Ss[r][lane] * scale : -INFINITY;
+            const float cm = flc_warp_max_f(v);
+            const float mo = m_s[r], mn = fmaxf(mo, cm);
+            const flc_bf16 pb = __float2bfloat16_rn(mn == -INFINITY ? 0.f : expf(v - mn));
+            Ps[r][lane] = pb;
+            const float sum = flc_warp_sum_f(__bfloat162float(pb));
+            const float al = mn == -INFINITY ? 1.f : expf(mo - mn);
+            if (al != 1.f)
+                for (int c = lane; c < hd; c += 32)
+                    Os[r][c] *= al;
+            __syncwarp();
+            if (lane == 0) {
+                l_s[r] = l_s[r] * al + sum;
+                m_s[r] = mn;
+            }
+        }
+        __syncthreads();
+        for (int f = warp; f < hd / 16; f += 4) { /* O[:, 16f .. 16f + 16) += P V */
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            wmma::load_matrix_sync(acc, &Os[0][f * 16], FLC_TC_HD, wmma::mem_row_major);
+            for (int k = 0; k < FLC_TC_KEYS; k += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b;
+                wmma::load_matrix_sync(a, &Ps[0][k], FLC_TC_KEYS);
+                wmma::load_matrix_sync(b, &Vs[k][f * 16], FLC_TC_HD);
+                wmma::mma_sync(acc, a, b, acc);
+            }
+            wmma::store_matrix_sync(&Os[0][f * 16], acc, FLC_TC_HD, wmma::mem_row_major);
+        }
+        __syncthreads();
+    }
+
+    for (int idx = tid; idx < nrows * hd; idx += blockDim.x) {
+        const int r = idx / hd, c = idx % hd;
+        if (DIRECT) {
+            const int i = (row0 + r) / rep, h = g * rep + (row0 + r) % rep;
+            const float l = l_s[r];
+            att[(size_t)(tok0 + i) * d.qd + (size_t)h * hd + c] =
+                __float2bfloat16_rn(l > 0.f ? Os[r][c] / l : 0.f);
+        } else {
+            float *pp = part + ((((size_t)tile * kvh + g) * n_splits + sp) * FLC_QROWS + r) *
+                                   (size_t)(hd + 2);
+            pp[c] = Os[r][c];
+            if (c == 0) {
+                pp[hd] = m_s[r];
+                pp[hd + 1] = l_s[r];
+            }
+        }
+    }
+}
+
 /* Merges the splits of each row: o = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s. */
 __global__ void k_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc_dims d,
                                int n_splits)
@@ -389,11 +543,21 @@ __global__ void k_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc
     }
 }
 
+bool flc_attention_tc_ok(int hd) { return hd % 16 == 0 && hd <= FLC_TC_HD; }
+
 cudaError_t flc_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
                           const flc_bf16 *pool, flc_meta m, flc_dims d, int layer,
-                          int tiles_bound, int n_splits, cudaStream_t s)
+                          int tiles_bound, int n_splits, bool tensor_cores, cudaStream_t s)
 {
     dim3 grid((unsigned)tiles_bound, (unsigned)d.kvh, (unsigned)n_splits);
+    if (tensor_cores && flc_attention_tc_ok(d.hd)) {
+        if (n_splits == 1)
+            k_attention_tc<true><<<grid, 128, 0, s>>>(att, part, qkv, kvo, pool, m, d, layer, 1);
+        else
+            k_attention_tc<false><<<grid, 128, 0, s>>>(att, part, qkv, kvo, pool, m, d, layer,
+                                                       n_splits);
+        return cudaGetLastError();
+    }
     if (n_splits == 1)
         k_attention<true><<<grid, FLC_KCHUNK, 0, s>>>(att, part, qkv, kvo, pool, m, d, layer, 1);
     else

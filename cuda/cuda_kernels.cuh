@@ -90,10 +90,15 @@ cudaError_t flc_qkv_post(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const float 
 /* Block-causal attention of every query row over its keys: pages for positions before its
  * segment, kvo for the segment's own. Grid: (tiles_bound, kvh, n_splits); with n_splits 1
  * the result goes straight to att, else partial results go to part (tiles_bound * kvh *
- * n_splits * FLC_QROWS * (hd + 2) floats) and flc_attn_combine finishes them. */
+ * n_splits * FLC_QROWS * (hd + 2) floats) and flc_attn_combine finishes them. With
+ * tensor_cores (FL_CUDA_ATTN=tc) and a head_dim flc_attention_tc_ok takes, the products run
+ * on tensor cores (wmma, bf16, f32 accumulate); the results agree to bf16 precision. */
 cudaError_t flc_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
                           const flc_bf16 *pool, flc_meta m, flc_dims d, int layer,
-                          int tiles_bound, int n_splits, cudaStream_t s);
+                          int tiles_bound, int n_splits, bool tensor_cores, cudaStream_t s);
+/* Whether the tensor-core attention (tensor_cores above) takes this head_dim; the CUDA-core
+ * kernel runs otherwise. */
+bool flc_attention_tc_ok(int hd);
 cudaError_t flc_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc_dims d,
                              int tiles_bound, int n_splits, cudaStream_t s);
 

@@ -9,6 +9,8 @@
  *                           a batch shape the second time it is seen)
  *   FL_CUDA_SKINNY_ROWS=N   projections of at most N rows (0..8, default 8) use our
  *                           weight-streaming kernel; more rows use cuBLAS; 0: cuBLAS always
+ *   FL_CUDA_ATTN=tc         attention products on tensor cores (wmma; head_dim a multiple
+ *                           of 16 up to 128), opt-in until measured; default CUDA cores
  *   FL_CUDA_SYNC_DEBUG=1    synchronize after every kernel and name the one that failed
  *                           (no graphs; slow)
  *   FL_CUDA_MEM_LIMIT=BYTES pretend the GPU has at most this much free memory (tests)

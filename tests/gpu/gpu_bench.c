@@ -6,8 +6,8 @@
  *
  *   gpu_bench --model DIR [--ctx 512] [--batches 1,64] [--steps 30] [--json PATH]
  *
- * Variants at batch 1 (each on a new backend): the default (graphs, streaming matmul for
- * <= 8 rows), eager, and cuBLAS only; batch 64 runs the default. Prints a table and one JSON
+ * Variants (each on a new backend): the default (graphs, streaming matmul for <= 8 rows) and
+ * tensor-core attention (FL_CUDA_ATTN=tc) at every batch; eager and cuBLAS only at batch 1. Prints a table and one JSON
  * line (also written to --json). Exit 0 when every run completed, 1 otherwise, 77 with no
  * GPU. */
 #include <math.h>
@@ -58,11 +58,12 @@ static int32_t rnd_tok(bench *k)
 
 /* Prefills nseq sequences of ctx tokens (stored), then times steps of nb segments. */
 static int run_variant(bench *k, const char *variant, const char *graphs, const char *skinny,
-                       const int *batches, int n_batches, result *res, int *n_res,
+                       const char *attn, const int *batches, int n_batches, result *res, int *n_res,
                        double *bw, size_t *stream_bytes, char *desc, size_t desc_cap)
 {
     setenv("FL_CUDA_GRAPHS", graphs, 1);
     setenv("FL_CUDA_SKINNY_ROWS", skinny, 1);
+    setenv("FL_CUDA_ATTN", attn, 1);
     int B = k->B, maxb = 1;
     for (int i = 0; i < n_batches; i++)
         maxb = batches[i] > maxb ? batches[i] : maxb;
@@ -155,6 +156,7 @@ static int run_variant(bench *k, const char *variant, const char *graphs, const 
     fl_backend_destroy(b);
     unsetenv("FL_CUDA_GRAPHS");
     unsetenv("FL_CUDA_SKINNY_ROWS");
+    unsetenv("FL_CUDA_ATTN");
     return rc;
 }
 
@@ -219,12 +221,14 @@ int main(int argc, char **argv)
     char desc[700] = "";
     char scratch[700];
     int one[1] = {1};
-    fails += run_variant(&k, "graphs, streaming matmul (default)", "1", "8", batches, n_batches,
-                         res, &n_res, &bw, &stream, desc, sizeof desc) != 0;
-    fails += run_variant(&k, "eager, streaming matmul", "0", "8", one, 1, res, &n_res, NULL,
+    fails += run_variant(&k, "graphs, streaming matmul (default)", "1", "8", "", batches,
+                         n_batches, res, &n_res, &bw, &stream, desc, sizeof desc) != 0;
+    fails += run_variant(&k, "eager, streaming matmul", "0", "8", "", one, 1, res, &n_res, NULL,
                          NULL, scratch, sizeof scratch) != 0;
-    fails += run_variant(&k, "graphs, cuBLAS only", "1", "0", one, 1, res, &n_res, NULL, NULL,
-                         scratch, sizeof scratch) != 0;
+    fails += run_variant(&k, "graphs, cuBLAS only", "1", "0", "", one, 1, res, &n_res, NULL,
+                         NULL, scratch, sizeof scratch) != 0;
+    fails += run_variant(&k, "graphs, tensor-core attention", "1", "8", "tc", batches,
+                         n_batches, res, &n_res, NULL, NULL, scratch, sizeof scratch) != 0;
     double floor_ms = bw > 0 ? stream / bw * 1e3 : NAN;
     printf("\nbench: model %s: %d layers, hidden %d, vocab %d, block %d; ctx %d cached tokens "
            "per sequence\n", model, m->cfg.n_layers, m->cfg.hidden, m->cfg.vocab, k.B, k.ctx);

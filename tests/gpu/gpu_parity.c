@@ -28,11 +28,13 @@
  *  I page_read on another thread while forwards store other pages
  *  J memory plan: a model that does not fit, a pool clamped to free memory, n_pages 0,
  *    fl_backend_open auto/cpu
- * Variants: {eager, graphs} x {streaming matmul up to 8 rows, cuBLAS only}. --big (a large
- * model): cases A, G, H in the first two variants only. --self-test (first argument): a
+ * Variants: {eager, graphs} x {streaming matmul up to 8 rows, cuBLAS only, tensor-core
+ * attention (FL_CUDA_ATTN=tc)}. --big (a large model): cases A, G, H in the default variants
+ * and eager tensor-core attention. --self-test (first argument): a
  * second CPU backend (1 thread) stands in for the GPU, to check these checks without one. */
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -606,8 +608,8 @@ typedef struct reader {
     const int32_t *pages;
     int n;
     void *snap;
-    volatile int stop;
-    long reads, mismatches, errors;
+    atomic_int stop;
+    atomic_long reads, mismatches, errors;
 } reader;
 
 static void *reader_main(void *arg)
@@ -615,15 +617,15 @@ static void *reader_main(void *arg)
     reader *rd = arg;
     void *buf = malloc(rd->b->page_bytes);
     fl_err e = {0, {0}};
-    while (!rd->stop) {
+    while (!atomic_load(&rd->stop)) {
         for (int i = 0; i < rd->n; i++) {
             if (rd->b->ops->page_read(rd->b, rd->pages[i], buf, &e)) {
-                rd->errors++;
+                atomic_fetch_add(&rd->errors, 1);
                 continue;
             }
-            rd->reads++;
             if (memcmp(buf, (char *)rd->snap + (size_t)i * rd->b->page_bytes, rd->b->page_bytes))
-                rd->mismatches++;
+                atomic_fetch_add(&rd->mismatches, 1);
+            atomic_fetch_add(&rd->reads, 1);
         }
     }
     free(buf);
@@ -636,12 +638,16 @@ static void case_i(ctx *c)
     fl_backend *b = c->gpu;
     int32_t committed[3] = {0, 1, 2}; /* case A's pages */
     int32_t *pg = pages_for(44, 4);   /* case H's sequence; it stores block 2 into page 46 */
-    reader rd = {b, committed, 3, malloc(3 * b->page_bytes), 0, 0, 0, 0};
+    reader rd = {.b = b, .pages = committed, .n = 3, .snap = malloc(3 * b->page_bytes)};
     fl_err e = {0, {0}};
     for (int i = 0; i < 3; i++)
         b->ops->page_read(b, committed[i], (char *)rd.snap + (size_t)i * b->page_bytes, &e);
     pthread_t th;
     int started = pthread_create(&th, NULL, reader_main, &rd) == 0;
+    /* the reader must be reading before the forwards start, and go on during them */
+    for (int w = 0; started && w < 5000 && atomic_load(&rd.reads) == 0; w++)
+        usleep(1000);
+    long before = atomic_load(&rd.reads);
     int rc = 0, fwd = 0;
     for (int s = 0; s < 40 && !rc; s++, fwd++) {
         run_out g = {0};
@@ -649,13 +655,16 @@ static void case_i(ctx *c)
         rc = run_batch(b, c, &st, 1, NULL, false, &g, &e);
         run_free(&g);
     }
-    rd.stop = 1;
+    long during = atomic_load(&rd.reads) - before;
+    atomic_store(&rd.stop, 1);
     if (started)
         pthread_join(th, NULL);
-    RESULT(started && !rc && rd.reads > 0 && rd.mismatches == 0 && rd.errors == 0,
-           "I page_read on another thread during %d storing forwards: %ld reads, %ld differ from "
-           "the committed bytes, %ld errors%s%s", fwd, rd.reads, rd.mismatches, rd.errors,
-           rc ? "; forward: " : "", rc ? e.msg : "");
+    long reads = atomic_load(&rd.reads), bad = atomic_load(&rd.mismatches);
+    long errs = atomic_load(&rd.errors);
+    RESULT(started && !rc && reads > 0 && bad == 0 && errs == 0,
+           "I page_read on another thread during %d storing forwards: %ld reads (%ld while they "
+           "ran), %ld differ from the committed bytes, %ld errors%s%s", fwd, reads, during, bad,
+           errs, rc ? "; forward: " : "", rc ? e.msg : "");
     free(rd.snap);
     free(pg);
 }
@@ -703,14 +712,17 @@ static void case_j(ctx *c)
 /* ---------------------------------------------------------------- driver */
 
 typedef struct variant {
-    const char *name, *graphs, *skinny;
+    const char *name, *graphs, *skinny, *attn;
 } variant;
 
+/* pairs: an odd variant is the even one before it with graphs (compared bit for bit) */
 static const variant VARIANTS[] = {
-    {"eager, streaming matmul <= 8 rows", "0", "8"},
-    {"graphs, streaming matmul <= 8 rows", "1", "8"},
-    {"eager, cuBLAS only", "0", "0"},
-    {"graphs, cuBLAS only", "1", "0"},
+    {"eager, streaming matmul <= 8 rows", "0", "8", ""},
+    {"graphs, streaming matmul <= 8 rows", "1", "8", ""},
+    {"eager, cuBLAS only", "0", "0", ""},
+    {"graphs, cuBLAS only", "1", "0", ""},
+    {"eager, tensor-core attention", "0", "8", "tc"},
+    {"graphs, tensor-core attention", "1", "8", "tc"},
 };
 #define N_VARIANTS (int)(sizeof VARIANTS / sizeof VARIANTS[0])
 
@@ -754,13 +766,14 @@ static void run_model(const char *dir, bool big)
     }
     steps_out so[N_VARIANTS];
     memset(so, 0, sizeof so);
-    int nv = big ? 2 : N_VARIANTS;
+    int nv = N_VARIANTS;
     for (int v = 0; v < nv; v++) {
-        if (g_only >= 0 && v != g_only)
+        if ((g_only >= 0 && v != g_only) || (big && v != 0 && v != 1 && v != 4))
             continue;
         g_variant = VARIANTS[v].name;
         setenv("FL_CUDA_GRAPHS", VARIANTS[v].graphs, 1);
         setenv("FL_CUDA_SKINNY_ROWS", VARIANTS[v].skinny, 1);
+        setenv("FL_CUDA_ATTN", VARIANTS[v].attn, 1);
         fl_backend_opts go = {.n_pages = N_PAGES, .max_tokens = c.max_tokens};
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -796,6 +809,7 @@ static void run_model(const char *dir, bool big)
     }
     unsetenv("FL_CUDA_GRAPHS");
     unsetenv("FL_CUDA_SKINNY_ROWS");
+    unsetenv("FL_CUDA_ATTN");
     /* graphs replay exactly what eager execution computes */
     bool debug = getenv("FL_CUDA_SYNC_DEBUG") && !strcmp(getenv("FL_CUDA_SYNC_DEBUG"), "1");
     for (int v = 1; v < nv; v += 2) {
