@@ -90,6 +90,17 @@ echo "== fogline CUDA checks: $(date -u +%FT%TZ), budget ${budget}s, logs in $ou
     ls /usr/local/cuda/lib64/libcublas.so* /usr/local/cuda/lib64/libcudart_static.a 2>&1
     echo "nproc: $(nproc); free: $(free -g 2>/dev/null | awk '/Mem:/ {print $2 " GiB"}'); disk /tmp: $(df -h /tmp | awk 'NR==2 {print $4}') free"
 } >"$out/env.log" 2>&1
+# cuBLAS is loaded at run time (cuda/cublas_dl.cu): the loader's path, the toolkit, or else a
+# copy in python's nvidia packages (PyTorch's), named through FL_CUBLAS_LIB
+if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.13' &&
+    [ ! -e /usr/local/cuda/lib64/libcublas.so.13 ] && [ -z "${FL_CUBLAS_LIB:-}" ]; then
+    lib=$(python3 -c 'import glob, site, sys
+for d in site.getsitepackages() + [site.getusersitepackages()]:
+    for f in glob.glob(d + "/nvidia/**/libcublas.so.13", recursive=True):
+        print(f); sys.exit(0)' 2>/dev/null)
+    [ -n "$lib" ] && export FL_CUBLAS_LIB=$lib
+fi
+echo "cuBLAS: ${FL_CUBLAS_LIB:-libcublas.so.13 from the loader path or the toolkit}" >>"$out/env.log"
 gpu_line=$(sed -n '3p' "$out/env.log")
 note "INFO env: $gpu_line; $(grep -m1 '^Cuda compilation\|release' "$out/env.log" | tail -n 1); $(grep -m1 '^python' "$out/env.log" || echo 'no python3/torch')"
 
