@@ -377,7 +377,7 @@ const GARBAGE = [
   ['unknown cancel', () => ({ type: 'cancel', id: 'nobody' }), 'unknown_id'],
 ];
 
-async function client(k, server, deadline) {
+async function client(k, server, run) {
   let conn = null;
   let seq = 0;
   const id = () => `c${k}-${++seq}`;
@@ -397,7 +397,7 @@ async function client(k, server, deadline) {
     if (!hello) unexpected(`client ${k}: no hello`);
     return conn;
   };
-  while (now() < deadline) {
+  while (now() < run.deadline) {
     const r = rand();
     try {
       if (r < 0.22) {
@@ -539,15 +539,22 @@ async function main() {
   const redis = await startRedis();
   const server = await startServer(redis.url);
   const pid = server.proc.pid;
-  let crashed = null;
-  let stopping = false;
-  server.exited.then((code) => { if (!stopping) crashed = code; });
   await waitFor(async () => (await scrape(server)).redis === 1, 15000, 'Redis to be connected');
   const m0 = await scrape(server);
   const totalPages = m0.used + m0.free;
   const idle0 = procStats(pid);
   const t0 = now();
-  const deadline = t0 + opt.minutes * 60000;
+  const run = { deadline: t0 + opt.minutes * 60000 };
+  let crashed = null;
+  let stopping = false;
+  server.exited.then((code) => {
+    if (stopping) return;
+    crashed = code;
+    run.deadline = 0; // the clients stop at once: the run is over
+    const why = /event=draining reason=(\S+)/.exec(server.tail());
+    console.log(`soak: the server exited during the run (${code})` +
+      `${why ? `: it logged event=draining reason=${why[1]}, a signal from outside the soak` : ''}`);
+  });
   console.log(`soak: ${opt.clients} clients for ${opt.minutes} min against pid ${pid} (${opt.bin}), ` +
     `Redis on ${redis.port}, ${totalPages} KV pages, seed ${opt.seed}`);
   console.log(row(HEAD, W));
@@ -575,7 +582,7 @@ async function main() {
 
   // clients start spread over the first 5 s
   const clients = Array.from({ length: opt.clients }, (_, k) =>
-    sleep((k * 5000) / opt.clients).then(() => client(k, server, deadline)));
+    sleep((k * 5000) / opt.clients).then(() => client(k, server, run)));
   await Promise.all(clients);
   sampling = false;
   await sampler;
