@@ -44,6 +44,17 @@ static void sink(const fl_event *ev, void *ctx)
 static const fl_model *M;
 static fl_backend *BK;
 
+/* One scheduler step; when it had nothing to run (a queued request waits for pages the
+   persistence thread still holds), wait for that thread as the engine thread does, instead of
+   spinning through the step budget (a slow persister under ASan made the spin win). */
+static int step(fl_sched *s, fl_err *e)
+{
+    int rc = fl_sched_step(s, e);
+    if (rc == 0)
+        fl_sched_flush(s);
+    return rc;
+}
+
 /* Runs prompts through one scheduler; returns 0 when all finished. */
 static int run(const fl_decode_opts *d, bool async, fl_kv_tier *tier, int32_t max_seqs,
                int nprompts, int32_t prompts[][40], const int32_t *plen, int32_t max_tokens,
@@ -69,7 +80,7 @@ static int run(const fl_decode_opts *d, bool async, fl_kv_tier *tier, int32_t ma
     }
     int guard = 0, done = 0;
     while (done < nprompts && guard++ < 100000) {
-        if (fl_sched_step(s, &e) < 0) {
+        if (step(s, &e) < 0) {
             fprintf(stderr, "step: %s\n", e.msg);
             break;
         }
@@ -252,7 +263,7 @@ int main(int argc, char **argv)
                              .prefix = pre, .n_prefix = nb + 1};
             CHECK(fl_sched_add(s, &rq, sink, &r1, 1, &e) == 0, "add with prefix: %s", e.msg);
             for (int g = 0; g < 10000 && !r1.done; g++)
-                fl_sched_step(s, &e);
+                step(s, &e);
             fl_sched_stats st;
             fl_sched_get_stats(s, &st);
             CHECK(r1.done && same_ids(&lalone[cases[c].prompt], &r1), "prefix case %d: the lone output", c);
@@ -283,7 +294,7 @@ int main(int argc, char **argv)
                 CHECK(fl_sched_add(s, &rq, sink, &r3[i], (uint64_t)i + 1, &e) == 0, "add: %s", e.msg);
             }
             for (int g = 0; g < 10000 && !(r3[0].done && r3[1].done); g++)
-                fl_sched_step(s, &e);
+                step(s, &e);
             fl_sched_stats st;
             fl_sched_get_stats(s, &st);
             CHECK(same_ids(&lalone[0], &r3[0]) && same_ids(&lalone[0], &r3[1]), "shared prefix: the lone outputs");
@@ -300,7 +311,7 @@ int main(int argc, char **argv)
             fl_request rq = {.prompt = lp[0], .n_prompt = llen, .max_tokens = MT, .dec = ov};
             CHECK(fl_sched_add(s, &rq, sink, &r3[2], 3, &e) == 0, "add: %s", e.msg);
             for (int g = 0; g < 10000 && !r3[2].done; g++)
-                fl_sched_step(s, &e);
+                step(s, &e);
             CHECK(same_ids(&lalone[0], &r3[2]) && r3[2].st.shared_tokens == nb * B,
                   "from the cache after both ended: %d shared", r3[2].st.shared_tokens);
             /* a different prompt in a pool full of cached pages evicts them and runs */
@@ -321,7 +332,7 @@ int main(int argc, char **argv)
                 fl_request rq = {.prompt = lp[i], .n_prompt = llen, .max_tokens = MT, .dec = ov};
                 CHECK(fl_sched_add(s, &rq, sink, &r4[i], (uint64_t)i + 1, &e) == 0, "add: %s", e.msg);
                 for (int g = 0; g < 10000 && !r4[i].done; g++)
-                    fl_sched_step(s, &e);
+                    step(s, &e);
                 fl_sched_flush(s);
             }
             fl_sched_stats st;
@@ -396,7 +407,7 @@ int main(int argc, char **argv)
             CHECK(fl_sched_add(s, &rq, sink, &r[i], (uint64_t)i + 1, &e) == 0, "add %s", e.msg);
         }
         for (int k = 0; k < 2 * B + 1; k++)
-            fl_sched_step(s, &e);
+            step(s, &e);
         CHECK(fl_kvpool_used(fl_sched_pool(s)) > 0, "pages in use mid-run");
         for (int i = 0; i < 3; i++)
             CHECK(fl_sched_cancel(s, (uint64_t)i + 1) == 0, "cancel %d", i);
