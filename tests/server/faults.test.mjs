@@ -10,7 +10,9 @@
 //   - abrupt disconnects mid-stream (WebSocket and SSE), garbage frames (bad JSON, binary,
 //     unknown types, oversized, bad UTF-8, broken WebSocket framing, non-HTTP bytes) on the same
 //     server as valid chats: the server stays up, later chats give the same text, every request
-//     is accounted for and every page is free once idle.
+//     is accounted for and every page is free once idle;
+//   - HTTP/1.1 pipelining (two requests in one write on a keep-alive connection): each answered
+//     in order, or the connection closed; never a stuck server.
 // Redis's own faults (SIGSTOP, kill, full) are in redis.test.mjs.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -533,4 +535,54 @@ test('abrupt disconnects and garbage between valid chats: the server stays up, s
   assert.ok(s.proc.exitCode === null, 'still running');
   assert.equal(await s.stop(), 0);
   t.diagnostic(`abandoned mid-stream ${abandoned}, cancelled ${cancelledN}`);
+});
+
+// ---- 4. HTTP/1.1 pipelining ----
+
+test('pipelined HTTP requests on one keep-alive connection: answered in order or closed, the server stays responsive', async (t) => {
+  const s = await startServer([]);
+  const body = JSON.stringify({ messages: user(PROMPTS[0]), max_tokens: 8 });
+  const post = `POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\n\r\n${body}`;
+  const get = 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n';
+  // /health on a fresh connection, with a deadline: a server whose loop is stuck never answers
+  const healthy = async () => {
+    try {
+      const r = await fetch(`${s.url}/health`, { signal: AbortSignal.timeout(5000) });
+      return r.status === 200;
+    } catch {
+      return false;
+    }
+  };
+  try {
+    for (const [name, bytes, n] of [['GET+GET', get + get, 2], ['GET+POST', get + post, 2], ['POST+POST', post + post, 2],
+      ['POST+GET', post + get, 2]]) {
+      const sock = net.connect(s.port, '127.0.0.1');
+      sock.on('error', () => {});
+      let rx = '';
+      sock.on('data', (d) => (rx += d));
+      const closed = new Promise((res) => sock.once('close', res));
+      await new Promise((res) => sock.once('connect', res));
+      sock.write(bytes); // both requests in one write: the second waits in the server's buffer
+      const statuses = () => rx.match(/^HTTP\/1\.1 \d+/gm) || [];
+      await Promise.race([until(() => statuses().length >= n, 10000, 'answers').catch(() => {}), closed]);
+      sock.destroy();
+      const got = statuses();
+      const ok = await healthy();
+      assert.ok(ok, `${name}: the server stopped answering after two pipelined requests on one connection ` +
+        `(answers on it: ${got.join(', ') || 'none'}; last log line: ${s.lines.at(-1)})`);
+      // pipelined requests are answered in order; a server that will not pipeline may close the
+      // connection after the first answer instead (the client then retries), but never drop one
+      assert.ok(got.length >= 1 && got.every((x) => /200/.test(x)), `${name}: answers ${got.join(', ')}`);
+      t.diagnostic(`${name}: ${got.length} answers`);
+    }
+    const c = await connect(s);
+    c.send({ type: 'chat', id: 'after', messages: user(PROMPTS[0]), max_tokens: 16 });
+    assert.equal((await c.collect('after')).at(-1).type, 'done');
+    c.close();
+  } finally {
+    // a stuck loop cannot handle SIGTERM: kill it at once so the failure reports fast
+    if (!(await healthy())) s.proc.kill('SIGKILL');
+  }
+  assert.equal(await s.stop(), 0);
 });

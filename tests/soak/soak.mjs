@@ -11,11 +11,13 @@
 //   node tests/soak/soak.mjs [--clients 50] [--minutes 30] [--bin build/server/fogline]
 //        [--model DIR] [--sample-s 10] [--seed 1] [--max-rss-growth 10] [--log FILE]
 //        [--redis-server redis-server] [--redis-cli redis-cli] [--server-args "..."]
+//        [--http-close]
 //
 // Exit status 0 when the verdict passes: no crash (the server ran to the end and exited 0 on
-// SIGTERM), every KV page back, no unexpected answer (see `unexpected` below), Redis values
-// whole, and RSS growth after the warm-up (the first 20% of the samples) at most
-// --max-rss-growth percent. tests/soak/README.md has the details.
+// SIGTERM), no hang (it never stopped answering /metrics), every KV page back, no unexpected
+// answer (see `unexpected` below), Redis values whole, and RSS growth after the warm-up (the
+// first 20% of the samples) at most --max-rss-growth percent. tests/soak/README.md has the
+// details.
 import { spawn, execFile } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
@@ -35,7 +37,7 @@ function parseArgs(argv) {
   const o = {
     clients: 50, minutes: 30, bin: path.join(root, 'build/server/fogline'), model: '',
     sampleS: 10, seed: 1, maxRssGrowth: 10, log: '', redisServer: 'redis-server',
-    redisCli: 'redis-cli', serverArgs: '',
+    redisCli: 'redis-cli', serverArgs: '', httpClose: false,
   };
   const names = {
     '--clients': ['clients', Number], '--minutes': ['minutes', Number], '--bin': ['bin', String],
@@ -47,9 +49,11 @@ function parseArgs(argv) {
   for (let i = 0; i < argv.length; i++) {
     if (argv[i] === '--help' || argv[i] === '-h') {
       process.stdout.write(fs.readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n')
-        .slice(1, 19).map((l) => l.replace(/^\/\/ ?/, '')).join('\n') + '\n');
+        .slice(1).filter((l, i, a) => a.slice(0, i + 1).every((x) => x.startsWith('//')))
+        .map((l) => l.replace(/^\/\/ ?/, '')).join('\n') + '\n');
       process.exit(0);
     }
+    if (argv[i] === '--http-close') { o.httpClose = true; continue; }
     const n = names[argv[i]];
     if (!n || i + 1 >= argv.length) {
       process.stderr.write(`soak: unknown or incomplete option '${argv[i]}' (--help)\n`);
@@ -160,8 +164,11 @@ async function startServer(redisUrl) {
 
 // ---- measurements ----
 
+// HTTP requests reuse keep-alive connections, as real clients do, unless --http-close
+const HTTP_HEADERS = opt.httpClose ? { connection: 'close' } : {};
+
 async function scrape(server) {
-  const res = await fetch(`${server.url}/metrics`);
+  const res = await fetch(`${server.url}/metrics`, { headers: HTTP_HEADERS, signal: AbortSignal.timeout(20000) });
   if (res.status !== 200) throw new Error(`/metrics: HTTP ${res.status}`);
   const fam = parsePrometheus(await res.text());
   const get = (name, labels = {}) => {
@@ -195,6 +202,20 @@ async function scrape(server) {
     cacheHit: get('fogline_kv_cache_pages_total', { outcome: 'hit' }),
     rejectedPages: get('fogline_kv_cache_pages_total', { outcome: 'rejected' }),
   };
+}
+
+// CPU use of the main (loop) thread over one second, e.g. "99% CPU": a stuck loop spins or sleeps
+function procCpu(pid) {
+  try {
+    const ticks = () => fs.readFileSync(`/proc/${pid}/task/${pid}/stat`, 'utf8').split(') ')[1].split(' ')
+      .slice(11, 13).reduce((a, x) => a + Number(x), 0);
+    const a = ticks();
+    const end = Date.now() + 1000;
+    while (Date.now() < end); // a busy second: this runs once, when the run is already over
+    return `${ticks() - a}% CPU`;
+  } catch {
+    return 'gone';
+  }
 }
 
 function procStats(pid) {
@@ -477,7 +498,7 @@ async function client(k, server, run) {
         if (rand() < 0.3) body.session = `soak-oa-${k}`;
         const ac = new AbortController();
         const res = await fetch(`${server.url}/v1/chat/completions`, {
-          method: 'POST', headers: { 'content-type': 'application/json' }, signal: ac.signal,
+          method: 'POST', headers: { 'content-type': 'application/json', ...HTTP_HEADERS }, signal: ac.signal,
           body: JSON.stringify({ ...body, stream }),
         });
         if (res.status === 429) { stats.busy++; await res.text(); continue; }
@@ -571,12 +592,27 @@ async function main() {
     console.log(row([s.t.toFixed(0), (s.rssKb / 1024).toFixed(1), s.fds, s.threads, m.ws, m.active, m.queued, m.used,
       s.d.stop, s.d.length, s.d.cancelled, s.d.error, s.d.rejected, s.d.errors, m.redis], W));
   };
+  // a server that stops answering /metrics (twice in a row, 20 s each) is hung: the run ends
+  let hung = null;
+  let misses = 0;
   let sampling = true;
   const sampler = (async () => {
     while (sampling) {
       await sleep(opt.sampleS * 1000);
       if (!sampling || crashed !== null) break;
-      try { await sample(); } catch (e) { unexpected(`sample: ${e.message}`); }
+      try {
+        await sample();
+        misses = 0;
+      } catch (e) {
+        unexpected(`sample: ${e.message}`);
+        if (++misses >= 2) {
+          hung = { t: (now() - t0) / 1000, cpu: procCpu(pid) };
+          console.log(`soak: the server stopped answering /metrics at ${hung.t.toFixed(0)} s ` +
+            `(loop thread ${hung.cpu}); the run ends here`);
+          run.deadline = 0;
+          break;
+        }
+      }
     }
   })();
 
@@ -591,20 +627,24 @@ async function main() {
   // idle: every request over, every connection closed, every page back
   let idle = null;
   let pagesBack = false;
-  try {
+  if (hung) {
+    unexpected(`the server hung at ${hung.t.toFixed(0)} s; no idle check`);
+  } else try {
     idle = await waitFor(async () => {
       const m = await scrape(server);
       return m.used === 0 && m.active === 0 && m.tokenizing === 0 && m.running === 0 && m.queued === 0 &&
         m.ws === 0 && m.http === 0 ? m : null;
     }, 60000, 'the server to be idle');
-    pagesBack = idle.free === totalPages;
+    // used = 0: no page held by a sequence or the persistence thread; the rest is free or kept
+    // in the engine's prefix cache (free for any request, but in neither gauge)
+    pagesBack = idle.used === 0 && idle.free <= totalPages;
   } catch (e) {
     const m = await scrape(server).catch(() => null);
     unexpected(`${e.message}: ${JSON.stringify(m)}`);
   }
   // fds: the clients' keep-alive HTTP sockets close on their own (undici: 4 s idle)
   let idle1 = null;
-  if (crashed === null) {
+  if (crashed === null && !hung) {
     await waitFor(async () => { await scrape(server); return procStats(pid).fds <= idle0.fds; }, 30000, 'fds')
       .catch(() => {});
     idle1 = procStats(pid);
@@ -659,12 +699,14 @@ async function main() {
   console.log(`idle before: RSS ${(idle0.rssKb / 1024).toFixed(1)} MiB, ${idle0.fds} fds, ${idle0.threads} threads; ` +
     `idle after: ${idle1 ? `RSS ${(idle1.rssKb / 1024).toFixed(1)} MiB, ${idle1.fds} fds, ${idle1.threads} threads` : 'n/a'}`);
   const fdsBack = idle1 && idle1.fds === idle0.fds;
-  const pass = crashed === null && exitCode === 0 && pagesBack && stats.unexpected === 0 && redisCheck.ok &&
+  const pass = crashed === null && !hung && exitCode === 0 && pagesBack && stats.unexpected === 0 && redisCheck.ok &&
     Number.isFinite(growth) && growth <= opt.maxRssGrowth && fdsBack;
   console.log('');
   console.log('verdict');
-  console.log(`  crashes: ${crashed === null ? 0 : `1 (exit ${crashed})`}; exit on SIGTERM: ${exitCode}`);
-  console.log(`  pages back: ${pagesBack ? 'yes' : 'NO'} (${idle ? idle.free : '?'} of ${totalPages} free when idle)`);
+  console.log(`  crashes: ${crashed === null ? 0 : `1 (exit ${crashed})`}; hangs: ${hung ? `1 (at ${hung.t.toFixed(0)} s, loop thread ${hung.cpu})` : 0}; ` +
+    `exit on SIGTERM: ${exitCode}`);
+  console.log(`  pages back: ${pagesBack ? 'yes' : 'NO'} (idle: ${idle ? idle.used : '?'} used, ${idle ? idle.free : '?'} free, ` +
+    `${idle ? totalPages - idle.used - idle.free : '?'} in the prefix cache, of ${totalPages})`);
   console.log(`  RSS growth after warm-up: ${Number.isFinite(growth) ? growth.toFixed(1) : '?'}% ` +
     `(${base ? (base.rssKb / 1024).toFixed(1) : '?'} MiB at ${base ? base.t.toFixed(0) : '?'} s -> ` +
     `${last ? (last.rssKb / 1024).toFixed(1) : '?'} MiB at ${last ? last.t.toFixed(0) : '?'} s; peak ${(peak / 1024).toFixed(1)} MiB; limit ${opt.maxRssGrowth}%)`);
@@ -677,7 +719,7 @@ async function main() {
   for (const d of stats.details) console.log(`    ${d}`);
   console.log(`  Redis values whole: ${redisCheck.ok ? 'yes' : 'NO'}`);
   console.log(`  ${pass ? 'PASS' : 'FAIL'}`);
-  if (crashed !== null) console.log(`server log tail:\n${server.tail()}`);
+  if (crashed !== null || hung) console.log(`server log tail:\n${server.tail().split('\n').slice(-15).join('\n')}`);
   process.exit(pass ? 0 : 1);
 }
 
