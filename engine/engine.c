@@ -131,6 +131,8 @@ int fl_engine_start(fl_engine **out, const fl_model *m, fl_backend *b, const fl_
     en->next_id = 1;
     pthread_mutex_init(&en->mu, NULL);
     pthread_cond_init(&en->cv, NULL);
+    fl_sched_get_stats(en->s, &en->stats); /* a snapshot before the thread's first loop: the
+                                              pool's size is right from the start */
     if (pthread_create(&en->th, NULL, engine_main, en) != 0) {
         fl_sched_destroy(en->s);
         pthread_mutex_destroy(&en->mu);

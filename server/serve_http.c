@@ -152,6 +152,12 @@ static int write_headers(srv_http *h, struct lws *wsi)
     if (h->sse && lws_add_http_header_by_name(wsi, (const unsigned char *)"cache-control:",
                                               (const unsigned char *)"no-cache", 8, &p, end))
         return -1;
+    /* one exchange per connection: libwebsockets 4.1 re-reads a pipelined request that is
+       already buffered when a transaction completes (its head arrives again as the next
+       request's body, and the loop spins): say so and close after the answer */
+    if (lws_add_http_header_by_name(wsi, (const unsigned char *)"connection:",
+                                    (const unsigned char *)"close", 5, &p, end))
+        return -1;
     /* extra: "name: value\r\n" lines */
     for (char *line = h->extra; *line;) {
         char *colon = strchr(line, ':'), *eol = strstr(line, "\r\n");
@@ -219,12 +225,15 @@ static int on_writeable(srv_http *h, struct lws *wsi)
     if (!h->final_sent && !h->sse) { /* an empty body */
         h->final_sent = true;
     }
-    /* everything is out: end the exchange (frees h when the connection is kept alive) */
+    /* everything is out: end the exchange. Connection: close (see write_headers); an
+       oversized body still arriving is drained first by lws_http_transaction_completed, so
+       the client finishes its upload and reads the 413 instead of a reset, and then the
+       connection closes */
     if (h->sse)
-        return -1; /* a stream is Connection: close */
-    /* an oversized body still arriving is read and discarded by lws before the connection is
-       reused, so the client finishes its upload and reads the 413 instead of a reset */
-    return lws_http_transaction_completed(wsi) ? -1 : 0;
+        return -1;
+    if (h->body_too_big)
+        return lws_http_transaction_completed(wsi) ? -1 : 0;
+    return -1;
 }
 
 /* ---- routes ---- */

@@ -134,6 +134,16 @@ test('SIGKILL of the replica mid-reply: the client reconnects through nginx and 
   const t1 = await turn(c1, { id: `${k}-t1`, session: s, messages: user(M1) });
   const x = await servedBy(topo, `${k}-t1`);
   const y = x === 'a' ? 'b' : 'a';
+  // keep replica x busy (a steady stream of one-token-per-step requests on a direct
+  // connection): turn 2 then takes many slow steps and is surely still streaming at the kill
+  // (alone it can end within a few milliseconds of its first update)
+  const bg = await open(topo[x].wsUrl);
+  let bgN = 0;
+  const more = () => bg.send({ type: 'chat', id: `${k}-bg${bgN++}`, messages: user(M2), max_tokens: 256,
+                               decoding: { policy: 'sequential', pipeline: false } });
+  bg.ws.on('message', (d) => { if (JSON.parse(d.toString()).type === 'done' && bgN < 400) more(); });
+  for (let i = 0; i < 8; i++) more();
+  await bg.next((f) => f.type === 'draft', 30000);
   // turn 2 on the same connection (so on replica x): long, one token per step; kill x at its
   // first update
   const id2 = `${k}-t2`;
