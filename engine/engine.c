@@ -102,11 +102,7 @@ static void *engine_main(void *arg)
         if (stop)
             break;
         fl_err e = {0};
-        /* failures are reported to the sequences involved; a step with nothing to run while
-           requests wait means they wait for pages the persistence thread still holds: wait
-           for it rather than spin (the spin took the CPU that thread needed) */
-        if (fl_sched_step(en->s, &e) == 0 && !fl_sched_idle(en->s))
-            fl_sched_flush(en->s);
+        fl_sched_step(en->s, &e); /* failures are reported to the sequences involved */
         pthread_mutex_lock(&en->mu);
         fl_sched_get_stats(en->s, &en->stats);
         pthread_mutex_unlock(&en->mu);
