@@ -561,11 +561,13 @@ test('pipelined HTTP requests on one keep-alive connection: answered in order or
       sock.on('error', () => {});
       let rx = '';
       sock.on('data', (d) => (rx += d));
-      const closed = new Promise((res) => sock.once('close', res));
+      let isClosed = false;
+      const closed = new Promise((res) => sock.once('close', () => { isClosed = true; res(); }));
       await new Promise((res) => sock.once('connect', res));
       sock.write(bytes); // both requests in one write: the second waits in the server's buffer
       const statuses = () => rx.match(/^HTTP\/1\.1 \d+/gm) || [];
       await Promise.race([until(() => statuses().length >= n, 10000, 'answers').catch(() => {}), closed]);
+      const closedByServer = isClosed; // before our own destroy closes it
       sock.destroy();
       const got = statuses();
       const ok = await healthy();
@@ -574,7 +576,8 @@ test('pipelined HTTP requests on one keep-alive connection: answered in order or
       // pipelined requests are answered in order; a server that will not pipeline may close the
       // connection after the first answer instead (the client then retries), but never drop one
       assert.ok(got.length >= 1 && got.every((x) => /200/.test(x)), `${name}: answers ${got.join(', ')}`);
-      t.diagnostic(`${name}: ${got.length} answers`);
+      assert.ok(got.length >= n || closedByServer, `${name}: ${got.length} of ${n} answered and the connection left open`);
+      t.diagnostic(`${name}: ${got.length} answers${closedByServer ? ', then closed by the server' : ''}`);
     }
     const c = await connect(s);
     c.send({ type: 'chat', id: 'after', messages: user(PROMPTS[0]), max_tokens: 16 });
