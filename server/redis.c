@@ -414,6 +414,19 @@ static void op_timeout(uv_timer_t *t)
 {
     rd_op *op = t->data;
     srv_redis *r = op->r;
+    /* libuv runs timers before polling sockets: on a loop that was busy, the reply may be
+       waiting unread. Read what is there before calling it a timeout. */
+    if (r->ac && r->ac->ev.data) {
+        rd_ev *p = r->ac->ev.data;
+        for (int i = 0; i < 64 && p->ac && !op->replied; i++) {
+            int avail = 0;
+            if (ioctl(p->fd, FIONREAD, &avail) || avail <= 0)
+                break;
+            redisAsyncHandleRead(p->ac);
+        }
+    }
+    if (op->fired)
+        return; /* answered just now (op_reply closed this timer) */
     op->fired = true;
     r->st.timeouts++;
     r->timeouts_in_row++;
@@ -453,6 +466,11 @@ int srv_redis_cmd_deadline(srv_redis *r, srv_redis_cb cb, void *ud, int argc, co
     }
     for (int i = 0; i < argc; i++)
         op->bytes += argvlen ? argvlen[i] : strlen(argv[i]);
+    /* a caller's longer deadline stands for the reply it expects (a prefix read): count
+       those bytes as in flight too, so later commands wait for them */
+    size_t sent = op->bytes;
+    if (timeout_ms > r->o.timeout_ms)
+        op->bytes += (size_t)((timeout_ms - r->o.timeout_ms) * SRV_REDIS_FLOOR_BPMS);
     /* commands are answered in order: this one also waits for the bytes sent before it (a
        burst of page writes must not time out just for queueing behind each other) */
     r->inflight_bytes += op->bytes;
@@ -465,7 +483,7 @@ int srv_redis_cmd_deadline(srv_redis *r, srv_redis_cb cb, void *ud, int argc, co
         r->ops->prev = op;
     r->ops = op;
     r->st.commands++;
-    r->st.bytes_written += op->bytes;
+    r->st.bytes_written += sent;
     return 0;
 }
 
