@@ -77,6 +77,11 @@ struct fl_backend {
     void *impl;
 };
 
+/* The checks every backend's forward runs first (sizes, segments, positions against cf's
+ * max_pos, page ids against b->n_pages, token ids against cf's vocab): FL_EINVAL with a
+ * message naming the first bad field. */
+int fl_batch_check(const fl_backend *b, const fl_config *cf, const fl_batch *bt, fl_err *e);
+
 int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_opts *o, fl_err *e);
 /* The CUDA backend (cuda/, docs/cuda.md): weights as bf16 on the GPU, KV pages as bf16 there
  * (page_read/page_write convert to and from the f32 host layout). n_pages 0, or more than
