@@ -88,14 +88,32 @@ def init_weights(m, n_layers):
 
 
 def build_example(tok, msgs, bs):
-    """-> (ids list, P): P = prompt length; target region is [P, len(ids))."""
+    """-> (ids list, P, spans): P = prompt length; the final reply's target region is
+    [P, len(ids)). spans: (start, end) of every EARLIER assistant reply inside the prompt, end
+    just past its <|im_end|> (--noise dual trains those turns too; the other modes ignore them)."""
     prompt = datagen.render(msgs[:-1], add_generation_prompt=True)
     p_ids = tok.encode(prompt)
     r_ids = tok.encode(msgs[-1]["content"]) + [tok.im_end]
     ids = p_ids + r_ids
     L = -(-len(ids) // bs) * bs + bs  # end of im_end's block, plus one all-pad block
     ids = ids + [tok.eot] * (L - len(ids))
-    return ids, len(p_ids)
+    spans = []
+    for k in range(len(msgs) - 1):
+        if msgs[k]["role"] != "assistant":
+            continue
+        pre = tok.encode(datagen.render(msgs[:k], add_generation_prompt=True))
+        rs = len(pre)
+        body = tok.encode(msgs[k]["content"])
+        re_ = rs + len(body)
+        # the turn's tokens must be exactly those the prompt holds (same pre-token boundaries)
+        if (p_ids[:rs] == pre and p_ids[rs:re_] == body and re_ < len(p_ids)
+                and p_ids[re_] == tok.im_end):
+            if spans and (spans[-1][1] - 1) // bs >= rs // bs:
+                continue  # shares a block with the previous target turn
+            if re_ // bs >= len(p_ids) // bs:
+                continue  # shares a block with the final reply
+            spans.append((rs, re_ + 1))
+    return ids, len(p_ids), spans
 
 
 def make_batches(examples, batch_tokens, bs, rng, length=None):
@@ -125,7 +143,7 @@ def slot_token_set(tok, examples, top_common=300):
         t = tok.decode([i]).strip()
         digits[i] = bool(t) and t.isdigit()
     cnt = np.zeros(tok.size, dtype=np.int64)
-    for ids, P in examples:
+    for ids, P, _ in examples:
         np.add.at(cnt, np.asarray(ids[P:]), 1)
     common = np.zeros(tok.size, dtype=bool)
     common[np.argsort(-cnt)[:top_common]] = True
@@ -146,7 +164,7 @@ def noisy_batch(examples, idx, tok, bs, rng, noise="active", p_next=0.3, slot_w=
     B = len(idx)
     rows = []
     for i in idx:
-        ids, P = examples[i]
+        ids, P, _ = examples[i]
         L = len(ids)
         b0, b1 = P // bs, L // bs  # target blocks b0 .. b1-1 (b0 may hold prompt tokens)
         nb = b1 - b0
@@ -195,24 +213,41 @@ def noisy_batch(examples, idx, tok, bs, rng, noise="active", p_next=0.3, slot_w=
             torch.from_numpy(weight))
 
 
-def dual_len(ids, P, bs):
+def dual_segments(ids, P, spans, bs, all_turns):
+    """The noisy copies of an example in --noise dual: [(s, e, rs, re)]: blocks [s, e) copied,
+    targets from rs (earlier positions of the first block are the prompt, shown clean), tokens
+    from re on are <|endoftext|> (what the decoder writes after <|im_end|>)."""
+    L = len(ids)
+    segs = []
+    if all_turns:
+        for rs, re_ in spans:
+            segs.append(((rs // bs) * bs, -(-re_ // bs) * bs, rs, re_))
+    segs.append(((P // bs) * bs, L, P, L))
+    return segs
+
+
+def dual_len(ids, P, spans, bs, all_turns=False):
     """Length of an example in --noise dual: the clean sequence plus a noisy copy of its target
-    blocks (from the block holding the prompt's end)."""
-    return len(ids) + len(ids) - (P // bs) * bs
+    blocks (from the block holding the prompt's end; with all_turns, every assistant turn's)."""
+    return len(ids) + sum(e - s for s, e, _, _ in dual_segments(ids, P, spans, bs, all_turns))
 
 
-def dual_batch(examples, idx, tok, bs, rng, p_pipe=0.4, slot_w=1.0, slot_sets=None):
+def dual_batch(examples, idx, tok, bs, rng, p_pipe=0.4, slot_w=1.0, slot_sets=None,
+               all_turns=False):
     """--noise dual (third run): BD3-LM-style vectorised block diffusion. Each row is the clean
     sequence (block-causal) followed by a noisy copy of its target blocks at the same positions.
     A noisy block sees the clean blocks before it and itself, i.e. exactly what a decoder sees
     when it denoises that block after its predecessor committed, so every target block gets a
     loss in one forward (the --noise active mix trains one block per example).
-    With probability p_pipe the row is "pipelined" (D2F diffusion forcing): ratios are sorted
-    non-decreasing and noisy block b sees the noisy blocks before it instead of the clean ones,
-    as when the decoder adds blocks while their predecessors still have masks.
+    With probability p_pipe a turn is "pipelined" (D2F diffusion forcing): ratios are sorted
+    non-decreasing and noisy block b sees the noisy blocks of its turn before it instead of the
+    clean ones, as when the decoder adds blocks while their predecessors still have masks.
+    all_turns (fourth run): every assistant turn of a multi-turn dialogue is a target, not only
+    the last (earlier replies sit in the clean sequence as the prompt; their noisy copies end in
+    <|endoftext|> after <|im_end|>, as the decoder's blocks do).
     -> ids (B,T), pos (B,T), mask (B,T,T) bool, target (B,T), masked (B,T) bool, weight (B,T)."""
     B = len(idx)
-    T = max(dual_len(*examples[i], bs) for i in idx)
+    T = max(dual_len(*examples[i], bs, all_turns) for i in idx)
     ids_b = np.full((B, T), tok.eot, dtype=np.int64)
     tgt_b = np.full((B, T), tok.eot, dtype=np.int64)
     pos_b = np.zeros((B, T), dtype=np.int64)
@@ -220,50 +255,66 @@ def dual_batch(examples, idx, tok, bs, rng, p_pipe=0.4, slot_w=1.0, slot_sets=No
     masked_b = np.zeros((B, T), dtype=bool)
     weight_b = np.ones((B, T), dtype=np.float32)
     for b, i in enumerate(idx):
-        ids, P = examples[i]
+        ids, P, spans = examples[i]
         ids = np.asarray(ids)
         L = len(ids)
-        s = (P // bs) * bs
-        b0, nb = s // bs, (L - s) // bs
-        pipe = rng.random() < p_pipe
-        ratios = 1.0 - rng.random(nb)  # U(0, 1] per target block
-        if pipe:
-            ratios = np.sort(ratios)
-        npos = np.arange(s, L)
-        m = (rng.random(L - s) < ratios[npos // bs - b0]) & (npos >= P)
-        if not m.any():
-            m[rng.integers(P - s, L - s)] = True
-        n = L + (L - s)
-        pos = np.concatenate([np.arange(L), npos])
+        segs = dual_segments(ids, P, spans, bs, all_turns)
+        pos_l, tok_l, tgt_l, m_l, turn_l, b0_l, pipe_l = [np.arange(L)], [ids], [ids], \
+            [np.zeros(L, bool)], [np.full(L, -1)], [np.zeros(L, np.int64)], [np.zeros(L, bool)]
+        for t, (s, e, rs, re_) in enumerate(segs):
+            npos = np.arange(s, e)
+            nb = (e - s) // bs
+            pipe = rng.random() < p_pipe
+            ratios = 1.0 - rng.random(nb)  # U(0, 1] per target block
+            if pipe:
+                ratios = np.sort(ratios)
+            tgt = np.where(npos < re_, ids[s:e], tok.eot)
+            m = (rng.random(e - s) < ratios[(npos - s) // bs]) & (npos >= rs)
+            if not m.any():
+                m[rng.integers(rs - s, e - s)] = True
+            pos_l.append(npos)
+            tgt_l.append(tgt)
+            tok_l.append(np.where(m, tok.mask, tgt))
+            m_l.append(m)
+            turn_l.append(np.full(e - s, t))
+            b0_l.append(np.full(e - s, s // bs))
+            pipe_l.append(np.full(e - s, pipe))
+        pos = np.concatenate(pos_l)
+        n = len(pos)
+        turn = np.concatenate(turn_l)
+        b0 = np.concatenate(b0_l)
+        pipe = np.concatenate(pipe_l)
         blk = pos // bs
-        noisy = np.arange(n) >= L
+        noisy = turn >= 0
         bq, bk = blk[:, None], blk[None, :]
         nq, nk = noisy[:, None], noisy[None, :]
+        pq = pipe[:, None]
+        same = turn[:, None] == turn[None, :]
         clean_clean = ~nq & ~nk & (bk <= bq)
-        if pipe:
-            # noisy b sees the prompt's clean blocks and every noisy block up to b (a D2F
-            # decoder with all blocks in flight; sorted ratios keep early blocks nearly clean)
-            noisy_clean = nq & ~nk & (bk < b0)
-            noisy_noisy = nq & nk & (bk <= bq)
-        else:
-            noisy_clean = nq & ~nk & (bk < bq)
-            noisy_noisy = nq & nk & (bk == bq)
+        # noisy block b sees the clean blocks before it (pipelined: before its turn's first
+        # block, and every noisy block of its turn up to b: a D2F decoder with all blocks in
+        # flight; sorted ratios keep early blocks nearly clean)
+        noisy_clean = nq & ~nk & np.where(pq, bk < b0[:, None], bk < bq)
+        noisy_noisy = nq & nk & same & np.where(pq, bk <= bq, bk == bq)
         mask_b[b, :n, :n] = clean_clean | noisy_clean | noisy_noisy
-        ids_b[b, :L] = ids
-        ids_b[b, L:n] = np.where(m, tok.mask, ids[s:])
-        tgt_b[b, L:n] = ids[s:]
-        masked_b[b, L:n] = m
+        ids_b[b, :n] = np.concatenate(tok_l)
+        tgt_b[b, :n] = np.concatenate(tgt_l)
+        masked_b[b, :n] = np.concatenate(m_l)
         pos_b[b, :n] = pos
         if n < T:
             pos_b[b, n:] = L  # padding: sees only itself, seen by nobody
             mask_b[b, np.arange(n, T), np.arange(n, T)] = True
         if slot_w != 1.0 and slot_sets is not None:
             digits, common = slot_sets
-            t = ids[s:]
             in_prompt = np.zeros(tok.size, dtype=bool)
-            in_prompt[ids[:P]] = True
-            slot = digits[t] | (in_prompt[t] & ~common[t])
-            weight_b[b, L:n][slot] = slot_w
+            t_all = tgt_b[b, :n]
+            for t, (s, e, rs, re_) in enumerate(segs):
+                in_prompt[:] = False
+                in_prompt[ids[:rs]] = True
+                sel = np.nonzero(turn == t)[0]
+                tt = t_all[sel]
+                slot = digits[tt] | (in_prompt[tt] & ~common[tt])
+                weight_b[b, sel[slot]] = slot_w
     return tuple(torch.from_numpy(x) for x in (ids_b, pos_b, mask_b, tgt_b, masked_b, weight_b))
 
 
@@ -307,7 +358,9 @@ def main():
                     help="d2f: the first run's mix; active: clean prefix + active block + "
                     "(p-next) the next block, sequence cut after them; dual: clean sequence + "
                     "noisy copy of every target block (see dual_batch)")
-    ap.add_argument("--p-pipe", type=float, default=0.4, help="dual: share of pipelined rows")
+    ap.add_argument("--p-pipe", type=float, default=0.4, help="dual: share of pipelined turns")
+    ap.add_argument("--all-turns", action="store_true", help="dual: every assistant turn of a "
+                    "dialogue is a target, not only the last")
     ap.add_argument("--multi", action="store_true", help="add multi-intent dialogues and outline "
                     "examples (datagen.generate_mixed: skeleton decoding); the tokenizer's data "
                     "is unchanged")
@@ -340,6 +393,7 @@ def main():
     examples = [build_example(tok, d, a.block) for d in dl]
     ntok = sum(len(e[0]) for e in examples)
     nrep = sum(len(e[0]) - e[1] for e in examples)
+    log("earlier assistant turns usable as targets: %d" % sum(len(e[2]) for e in examples))
     log("data: %d examples, %d tokens (%.1f per example, %.1f target incl. padding)" % (
         len(examples), ntok, ntok / len(examples), nrep / len(examples)))
 
@@ -384,7 +438,7 @@ def main():
     while step < total:
         if bi >= len(batches):
             batches = make_batches(examples, a.batch_tokens, a.block, prng,
-                                   (lambda e: dual_len(e[0], e[1], a.block))
+                                   (lambda e: dual_len(*e, a.block, a.all_turns))
                                    if a.noise == "dual" else None)
             bi = 0
             epoch += 1
@@ -393,7 +447,7 @@ def main():
         bi += 1
         if a.noise == "dual":
             noisy, pos, amask, clean, masked, weight = dual_batch(
-                examples, idx, tok, a.block, rng, a.p_pipe, a.slot_w, slot_sets)
+                examples, idx, tok, a.block, rng, a.p_pipe, a.slot_w, slot_sets, a.all_turns)
         else:
             clean, noisy, masked, weight = noisy_batch(examples, idx, tok, a.block, rng, a.noise,
                                                        a.p_next, a.slot_w, slot_sets)
