@@ -42,18 +42,13 @@ int fl_bench_load(const fl_model *m, const char *file, int n, const char *system
             if (role && content)
                 msgs[nm++] = (fl_chat_msg){role, content};
         }
-        fl_buf text = {0};
-        fl_chat_opts co = {.add_generation_prompt = true};
-        if (nm == (system ? 1u : 0u) || fl_chat_render(m->tok, msgs, nm, &co, &text, &e) ||
-            fl_tokenizer_encode(m->tok, text.data, text.len, true, &items[i].ids, &items[i].n, &e)) {
+        if (nm == (system ? 1u : 0u) || fl_bench_encode(m, msgs, nm, &items[i].ids, &items[i].n, &e)) {
             fprintf(stderr, "fogline bench %s: %s: item %d: %s\n", who, file, i,
                     nm == (system ? 1u : 0u) ? "no messages" : e.msg);
-            fl_buf_free(&text);
             fl_bench_items_free(items, n);
             json_decref(arr);
             return -1;
         }
-        fl_buf_free(&text);
         const char *want = json_string_value(json_object_get(o, "reply"));
         items[i].want = want ? strdup(want) : NULL;
         if (items[i].n > *max_prompt)
@@ -62,6 +57,17 @@ int fl_bench_load(const fl_model *m, const char *file, int n, const char *system
     json_decref(arr);
     *out = items;
     return n;
+}
+
+int fl_bench_encode(const fl_model *m, const fl_chat_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,
+                    fl_err *e)
+{
+    fl_buf text = {0};
+    fl_chat_opts co = {.add_generation_prompt = true};
+    int rc = fl_chat_render(m->tok, msgs, n, &co, &text, e) ||
+             fl_tokenizer_encode(m->tok, text.data, text.len, true, ids, n_ids, e);
+    fl_buf_free(&text);
+    return rc ? -1 : 0;
 }
 
 void fl_bench_items_free(fl_bench_item *items, int n)

@@ -4,6 +4,7 @@
 #define FL_BENCH_COMMON_H
 
 #include "model.h"
+#include "tokenizer.h"
 
 typedef struct fl_bench_item {
     int32_t *ids;
@@ -16,5 +17,9 @@ typedef struct fl_bench_item {
 int fl_bench_load(const fl_model *m, const char *file, int n, const char *system, const char *who,
                   fl_bench_item **out, size_t *max_prompt);
 void fl_bench_items_free(fl_bench_item *items, int n);
+
+/* Renders msgs with the model's chat template (generation prompt added) and tokenizes them. */
+int fl_bench_encode(const fl_model *m, const fl_chat_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,
+                    fl_err *e);
 
 #endif

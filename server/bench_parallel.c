@@ -5,7 +5,13 @@
  *   set B: the same, each behind a shared ~300-token system prompt (the common prefix that
  *          fan-out computes once).
  * Columns: wall time to every group's complete answer, the speedup, outputs identical between
- * the two modes (they must be), exact match against the references (set A). */
+ * the two modes (they must be), exact match against the references (set A).
+ * Then skeleton against plain decoding on held-out multi-question messages (--multi FILE):
+ * plain decodes the message as one reply; skeleton asks the model for an outline (the
+ * server's SRV_OUTLINE_PROMPT), parses it (server/outline.c) and expands every point as a
+ * branch in the same forwards, joined in order (fewer than two points: decoded plainly, the
+ * outline's time counted). Messages one after another; wall time to each complete answer,
+ * exact match of the whole reply and of each part (a reference part found verbatim). */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -17,6 +23,7 @@
 #include "cli.h"
 #include "engine.h"
 #include "gen_opts.h"
+#include "outline.h"
 #include "tokenizer.h"
 
 typedef struct seg {
@@ -94,13 +101,205 @@ fail:
     return -1;
 }
 
+/* ---- skeleton vs plain ---- */
+
+typedef struct job {
+    char *text;
+    int done;
+} job;
+
+static void job_sink(const fl_event *ev, void *ctx)
+{
+    job *j = ctx;
+    if (ev->type != FL_EV_DONE)
+        return;
+    j->done = 1;
+    free(j->text);
+    j->text = strndup(ev->text, ev->text_len);
+}
+
+/* Decodes the n prompts (msgs[i], nm[i] messages) at once; texts into out[i] (caller frees). */
+static int decode_all(const fl_model *m, fl_sched *s, fl_chat_msg *const *msgs, const size_t *nm, int n,
+                      int max_tokens, char **out, uint64_t *serial)
+{
+    fl_err e = {0};
+    fl_decode_opts d;
+    fl_decode_opts_default(&d);
+    job jobs[SRV_OUTLINE_MAX] = {{0}};
+    int rc = 0, added = 0;
+    for (int i = 0; i < n && !rc; i++) {
+        int32_t *ids = NULL;
+        size_t n_ids = 0;
+        if (fl_bench_encode(m, msgs[i], nm[i], &ids, &n_ids, &e)) {
+            rc = -1;
+            break;
+        }
+        fl_request rq = {.prompt = ids, .n_prompt = (int32_t)n_ids, .max_tokens = max_tokens, .dec = d};
+        rc = fl_sched_add(s, &rq, job_sink, &jobs[i], ++*serial, &e) ? -1 : 0;
+        free(ids);
+        added += !rc;
+    }
+    for (;;) {
+        int left = 0;
+        for (int i = 0; i < added; i++)
+            left += !jobs[i].done;
+        if (!left || rc)
+            break;
+        if (fl_sched_step(s, &e) < 0)
+            rc = -1;
+    }
+    if (rc)
+        fprintf(stderr, "fogline bench parallel: %s\n", e.msg);
+    for (int i = 0; i < n; i++)
+        out[i] = jobs[i].text ? jobs[i].text : strdup("");
+    return rc;
+}
+
+/* Share of the reference parts found verbatim, in order, in text. */
+static int parts_found(const char *text, json_t *parts)
+{
+    int found = 0;
+    const char *at = text;
+    for (size_t k = 0; k < json_array_size(parts); k++) {
+        const char *want = json_string_value(json_array_get(parts, k));
+        const char *hit = want ? strstr(at, want) : NULL;
+        if (hit) {
+            found++;
+            at = hit + strlen(want);
+        }
+    }
+    return found;
+}
+
+static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, long n, int max_tokens)
+{
+    json_error_t je;
+    json_t *arr = json_load_file(file, 0, &je);
+    if (!arr || !json_is_array(arr) || json_array_size(arr) == 0) {
+        fprintf(stderr, "fogline bench parallel: %s: %s\n", file, arr ? "not a non-empty JSON array" : je.text);
+        json_decref(arr);
+        return 1;
+    }
+    if ((size_t)n > json_array_size(arr))
+        n = (long)json_array_size(arr);
+    fl_err e = {0};
+    fl_sched_opts so = {.max_batch_tokens = b->max_tokens, .max_seqs = SRV_OUTLINE_MAX, .async_persist = true,
+                        .model_id = 0x736b656cull};
+    fl_sched *s = NULL;
+    if (fl_sched_create(&s, m, b, &so, &e)) {
+        fprintf(stderr, "fogline bench parallel: %s\n", e.msg);
+        json_decref(arr);
+        return 1;
+    }
+    uint64_t serial = 0;
+    double t_plain = 0, t_skel = 0;
+    int ex_plain = 0, ex_skel = 0, parts = 0, pp_plain = 0, pp_skel = 0, outlined = 0, rc = 0;
+    for (long i = 0; i < n && !rc; i++) {
+        json_t *o = json_array_get(arr, (size_t)i), *ms = json_object_get(o, "messages");
+        json_t *pt = json_object_get(o, "parts");
+        const char *want = json_string_value(json_object_get(o, "reply"));
+        size_t nm = json_array_size(ms);
+        if (!want || nm == 0 || nm > 32 || !json_is_array(pt)) {
+            fprintf(stderr, "fogline bench parallel: %s: item %ld: needs messages, reply and parts\n", file, i);
+            rc = 1;
+            break;
+        }
+        fl_chat_msg msgs[33];
+        for (size_t k = 0; k < nm; k++) {
+            json_t *mm = json_array_get(ms, k);
+            msgs[k] = (fl_chat_msg){json_string_value(json_object_get(mm, "role")),
+                                    json_string_value(json_object_get(mm, "content"))};
+            if (!msgs[k].role || !msgs[k].content) {
+                fprintf(stderr, "fogline bench parallel: %s: item %ld: a message lacks role or content\n", file, i);
+                rc = 1;
+            }
+        }
+        if (rc)
+            break;
+        /* plain */
+        fl_chat_msg *one[1] = {msgs};
+        char *plain = NULL;
+        double t0 = now_s();
+        rc = decode_all(m, s, one, &nm, 1, max_tokens, &plain, &serial);
+        t_plain += now_s() - t0;
+        /* skeleton: the outline, then a branch per point */
+        t0 = now_s();
+        fl_chat_msg om[2] = {{"system", SRV_OUTLINE_PROMPT}, msgs[nm - 1]};
+        fl_chat_msg *oo[1] = {om};
+        size_t n_om = 2;
+        char *outline = NULL, *joined = NULL;
+        if (!rc)
+            rc = decode_all(m, s, oo, &n_om, 1, 160, &outline, &serial);
+        char *points[SRV_OUTLINE_MAX];
+        const char *why = NULL;
+        int np = rc ? 0 : srv_outline_parse(outline, strlen(outline), points, &why);
+        if (!rc && np) {
+            outlined++;
+            fl_chat_msg bm[SRV_OUTLINE_MAX][33];
+            fl_chat_msg *bp[SRV_OUTLINE_MAX];
+            size_t bn[SRV_OUTLINE_MAX];
+            char *texts[SRV_OUTLINE_MAX] = {0};
+            for (int k = 0; k < np; k++) {
+                memcpy(bm[k], msgs, (nm - 1) * sizeof *msgs);
+                bm[k][nm - 1] = (fl_chat_msg){"user", points[k]};
+                bp[k] = bm[k];
+                bn[k] = nm;
+            }
+            rc = decode_all(m, s, bp, bn, np, max_tokens, texts, &serial);
+            size_t len = 1;
+            for (int k = 0; k < np; k++)
+                len += strlen(texts[k]) + 1;
+            joined = calloc(1, len);
+            for (int k = 0; k < np; k++) {
+                if (k && joined)
+                    strcat(joined, " ");
+                if (joined)
+                    strcat(joined, texts[k]);
+                free(texts[k]);
+            }
+            srv_outline_free(points, np);
+        } else if (!rc) {
+            rc = decode_all(m, s, one, &nm, 1, max_tokens, &joined, &serial); /* fallback */
+        }
+        t_skel += now_s() - t0;
+        if (!rc && joined) {
+            ex_plain += !strcmp(plain, want);
+            ex_skel += !strcmp(joined, want);
+            parts += (int)json_array_size(pt);
+            pp_plain += parts_found(plain, pt);
+            pp_skel += parts_found(joined, pt);
+        }
+        free(plain);
+        free(outline);
+        free(joined);
+    }
+    fl_sched_flush(s);
+    fl_sched_destroy(s);
+    json_decref(arr);
+    if (rc)
+        return 1;
+    printf("\nSkeleton vs plain decoding: %ld held-out multi-question messages (%s), one after another\n\n", n,
+           file);
+    printf("| mode | wall (s) | speedup | exact (whole reply) | parts exact | outlined |\n");
+    printf("|---|---|---|---|---|---|\n");
+    printf("| plain | %.2f | 1.00x | %.1f%% | %.1f%% | - |\n", t_plain, 100.0 * ex_plain / (double)n,
+           parts ? 100.0 * pp_plain / parts : 0.0);
+    printf("| skeleton | %.2f | %.2fx | %.1f%% | %.1f%% | %d/%ld |\n", t_skel, t_plain / t_skel,
+           100.0 * ex_skel / (double)n, parts ? 100.0 * pp_skel / parts : 0.0, outlined, n);
+    fflush(stdout);
+    return 0;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: fogline bench parallel [--model DIR] [--prompts FILE] [--n N] [--group G]\n"
-               "                              [--max-tokens N] [--threads N]\n\n"
-               "FILE: a JSON array of {\"messages\": [...], \"reply\": \"reference reply\"}\n"
+               "                              [--multi FILE] [--multi-n N] [--max-tokens N] [--threads N]\n\n"
+               "--prompts: a JSON array of {\"messages\": [...], \"reply\": \"reference reply\"}\n"
                "(default: tests/data/helpdesk_heldout.json). Groups of G conversations are the\n"
-               "segments of one multi-question request.\n");
+               "segments of one multi-question request (fan-out vs one after another).\n"
+               "--multi: {\"messages\", \"reply\", \"parts\": [...]} multi-question messages for\n"
+               "skeleton vs plain decoding (default: tests/data/helpdesk_multi_heldout.json;\n"
+               "--multi-n 0 skips it).\n");
 }
 
 static const char *const POLICY =
@@ -116,22 +315,32 @@ static const char *const POLICY =
 int fl_bench_parallel(int argc, char **argv)
 {
     const char *model_dir = getenv("FOGLINE_MODEL");
-    const char *prompts = FL_DEFAULT_BENCH_PROMPTS;
-    long n = 32, G = 4, max_tokens = 64, threads = 0;
+    const char *prompts = FL_DEFAULT_BENCH_PROMPTS, *multi = FL_DEFAULT_BENCH_MULTI;
+    long n = 32, G = 4, max_tokens = 64, threads = 0, multi_n = 48;
     struct option opts[] = {{"model", required_argument, 0, 'm'}, {"prompts", required_argument, 0, 'p'},
                             {"n", required_argument, 0, 'n'},     {"group", required_argument, 0, 'g'},
                             {"max-tokens", required_argument, 0, 't'},
                             {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
+                            {"multi", required_argument, 0, 'u'}, {"multi-n", required_argument, 0, 'k'},
                             {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        long *dst = c == 'n' ? &n : c == 'g' ? &G : c == 't' ? &max_tokens : c == 'j' ? &threads : NULL;
+        long *dst = c == 'n'   ? &n
+                    : c == 'g' ? &G
+                    : c == 't' ? &max_tokens
+                    : c == 'j' ? &threads
+                    : c == 'k' ? &multi_n
+                               : NULL;
         if (dst) {
-            if (fl_parse_long(optarg, c == 'j' ? 0 : 1, c == 'g' ? 16 : 100000, dst)) {
+            if (fl_parse_long(optarg, c == 'j' || c == 'k' ? 0 : 1, c == 'g' ? 16 : 100000, dst)) {
                 fprintf(stderr, "fogline bench parallel: --%s: bad value '%s'\n",
-                        c == 'n' ? "n" : c == 'g' ? "group (1..16)" : c == 't' ? "max-tokens" : "threads",
+                        c == 'n'   ? "n"
+                        : c == 'g' ? "group (1..16)"
+                        : c == 't' ? "max-tokens"
+                        : c == 'k' ? "multi-n"
+                                   : "threads",
                         optarg);
                 return 2;
             }
@@ -140,6 +349,7 @@ int fl_bench_parallel(int argc, char **argv)
         switch (c) {
         case 'm': model_dir = optarg; break;
         case 'p': prompts = optarg; break;
+        case 'u': multi = optarg; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "fogline bench parallel: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -176,8 +386,9 @@ int fl_bench_parallel(int argc, char **argv)
     int32_t B = m->cfg.block_size;
     int32_t per_seq = (int32_t)(max_prompt + (size_t)max_tokens) / B + 8;
     fl_backend *b = NULL;
-    fl_backend_opts bo = {.n_pages = per_seq * (int32_t)G * 2 + 16, .n_threads = (int)threads,
-                          .max_tokens = (int32_t)G * (int32_t)(max_prompt + 8 * (size_t)B)};
+    int32_t W = multi_n > 0 && G < SRV_OUTLINE_MAX ? SRV_OUTLINE_MAX : (int32_t)G; /* widest batch */
+    fl_backend_opts bo = {.n_pages = per_seq * W * 2 + 16, .n_threads = (int)threads,
+                          .max_tokens = W * (int32_t)(max_prompt + 8 * (size_t)B)};
     if (fl_backend_cpu_create(&b, m, &bo, &e)) {
         fprintf(stderr, "fogline bench parallel: %s\n", e.msg);
         return 1;
@@ -218,6 +429,8 @@ int fl_bench_parallel(int argc, char **argv)
                same, n, exact);
         fflush(stdout);
     }
+    if (!rc && multi_n > 0)
+        rc = skeleton_bench(m, b, multi, multi_n, (int)max_tokens);
     for (int set = 0; set < 2; set++) {
         for (long i = 0; i < n; i++) {
             free(sets[set][i].it.ids);

@@ -594,16 +594,17 @@ def _parts(split, r, k):
     return out
 
 
-def multi_dialogue(split, r, k=None):
+def multi_dialogue(split, r, k=None, with_parts=False):
     """A customer message with 2-3 independent questions; the reply answers each in order (the
     single-intent replies joined by a space): what plain decoding must produce, and what a
-    skeleton reply joins from its branches."""
+    skeleton reply joins from its branches. with_parts: also returns the single replies."""
     k = k or r.choice([2, 2, 3])
     parts = _parts(split, r, k)
     greets = GREET + (GREET_TEST if split == "test" else [])
     user = r.choice(greets) + " ".join(u for u, _ in parts)
-    return [{"role": "user", "content": user},
+    msgs = [{"role": "user", "content": user},
             {"role": "assistant", "content": " ".join(a for _, a in parts)}]
+    return (msgs, [a for _, a in parts]) if with_parts else msgs
 
 
 def outline_dialogue(split, r):
@@ -652,8 +653,17 @@ def main():
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kind", default="plain", choices=["plain", "multi", "outline", "mixed"])
+    ap.add_argument("--bench", action="store_true", help="multi: one JSON array of {messages, "
+                    "reply, parts} (fogline bench parallel --multi)")
     a = ap.parse_args()
     r = random.Random("%s-%s-%d" % (a.split, a.kind, a.seed))
+    if a.bench:
+        items = []
+        for _ in range(a.n):
+            msgs, parts = multi_dialogue(a.split, r, with_parts=True)
+            items.append({"messages": msgs[:-1], "reply": msgs[-1]["content"], "parts": parts})
+        print(json.dumps(items, indent=1))
+        return
     if a.kind == "multi":
         ds = [multi_dialogue(a.split, r) for _ in range(a.n)]
     elif a.kind == "outline":
