@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "tokenizer.h"
 
@@ -57,6 +58,24 @@ int fl_bench_load(const fl_model *m, const char *file, int n, const char *system
     json_decref(arr);
     *out = items;
     return n;
+}
+
+void fl_bench_sink(const fl_event *ev, void *ctx)
+{
+    fl_bench_out *o = ctx;
+    if (ev->type != FL_EV_DONE)
+        return;
+    free(o->text);
+    o->text = strndup(ev->text, ev->text_len);
+    o->st = *ev->stats;
+    o->done = 1;
+}
+
+double fl_bench_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 int fl_bench_encode(const fl_model *m, const fl_chat_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,

@@ -3,6 +3,7 @@
 #ifndef FL_BENCH_COMMON_H
 #define FL_BENCH_COMMON_H
 
+#include "engine.h"
 #include "model.h"
 #include "tokenizer.h"
 
@@ -17,6 +18,19 @@ typedef struct fl_bench_item {
 int fl_bench_load(const fl_model *m, const char *file, int n, const char *system, const char *who,
                   fl_bench_item **out, size_t *max_prompt);
 void fl_bench_items_free(fl_bench_item *items, int n);
+
+/* One request's outcome, filled by fl_bench_sink (pass the fl_bench_out as its ctx): at the
+ * done event, text (malloc'd; an earlier text is freed) and stats, then done = 1. */
+typedef struct fl_bench_out {
+    char *text;
+    int done;
+    fl_seq_stats st;
+} fl_bench_out;
+
+void fl_bench_sink(const fl_event *ev, void *ctx);
+
+/* Monotonic seconds. */
+double fl_bench_now(void);
 
 /* Renders msgs with the model's chat template (generation prompt added) and tokenizes them. */
 int fl_bench_encode(const fl_model *m, const fl_chat_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,

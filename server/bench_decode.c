@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "bench_common.h"
@@ -19,29 +18,6 @@
 #include "tokenizer.h"
 
 typedef fl_bench_item item;
-
-typedef struct result {
-    char *text;
-    int done;
-    fl_seq_stats st;
-} result;
-
-static void sink(const fl_event *ev, void *ctx)
-{
-    result *r = ctx;
-    if (ev->type != FL_EV_DONE)
-        return;
-    r->done = 1;
-    r->st = *ev->stats;
-    r->text = strndup(ev->text, ev->text_len);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 typedef struct row {
     const char *name;
@@ -67,14 +43,14 @@ static int run_row(const fl_model *m, fl_backend *b, const row *rw, const item *
         fl_tier_destroy(tier);
         return 1;
     }
-    result *res = calloc((size_t)n, sizeof *res);
+    fl_bench_out *res = calloc((size_t)n, sizeof *res);
     fl_decode_opts d;
     fl_decode_opts_default(&d);
     d.policy = FL_POLICY_THRESHOLD;
     d.threshold = 0.9f;
     d.store_overlap = rw->overlap;
     d.pipeline = rw->pipeline;
-    double t0 = now_s();
+    double t0 = fl_bench_now();
     int next = 0, finished = 0;
     int64_t fw0;
     fl_sched_stats st;
@@ -86,7 +62,7 @@ static int run_row(const fl_model *m, fl_backend *b, const row *rw, const item *
         while (next < n && inflight < rw->conc) {
             fl_request rq = {.prompt = items[next].ids, .n_prompt = (int32_t)items[next].n,
                              .max_tokens = max_tokens, .dec = d};
-            if (fl_sched_add(s, &rq, sink, &res[next], (uint64_t)next + 1, &e)) {
+            if (fl_sched_add(s, &rq, fl_bench_sink, &res[next], (uint64_t)next + 1, &e)) {
                 fprintf(stderr, "fogline bench decode: %s\n", e.msg);
                 return 1;
             }
@@ -102,7 +78,7 @@ static int run_row(const fl_model *m, fl_backend *b, const row *rw, const item *
             finished += res[i].done;
     }
     fl_sched_flush(s);
-    double wall = now_s() - t0;
+    double wall = fl_bench_now() - t0;
     fl_sched_get_stats(s, &st);
     int64_t tokens = 0, fw_seq = 0, blocks = 0;
     int exact = 0, graded = 0;

@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "bench_common.h"
 #include "cli.h"
@@ -28,26 +27,9 @@
 
 typedef struct seg {
     fl_bench_item it;
-    char *text[2]; /* sequential, fan-out */
-    int done;
+    char *seq_text;  /* the sequential run's reply */
+    fl_bench_out o; /* the run in progress */
 } seg;
-
-static void sink(const fl_event *ev, void *ctx)
-{
-    seg *g = ctx;
-    if (ev->type != FL_EV_DONE)
-        return;
-    g->done = 1;
-    free(g->text[1]);
-    g->text[1] = strndup(ev->text, ev->text_len); /* moved to [0] by the sequential row */
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 /* Runs every group; fanout: a group's segments all at once, else one after another. Returns
    the wall seconds, or < 0 on an engine error. */
@@ -64,34 +46,34 @@ static double run(const fl_model *m, fl_backend *b, seg *segs, int n, int G, boo
     }
     fl_decode_opts d;
     fl_decode_opts_default(&d);
-    double t0 = now_s();
+    double t0 = fl_bench_now();
     for (int g0 = 0; g0 < n; g0 += G) {
         int g1 = g0 + G < n ? g0 + G : n;
         for (int i = g0; i < g1; i++)
-            segs[i].done = 0;
+            segs[i].o.done = 0;
         for (int i = g0; i < g1; i++) {
             fl_request rq = {.prompt = segs[i].it.ids, .n_prompt = (int32_t)segs[i].it.n,
                              .max_tokens = max_tokens, .dec = d};
-            if (fl_sched_add(s, &rq, sink, &segs[i], (uint64_t)i + 1, &e)) {
+            if (fl_sched_add(s, &rq, fl_bench_sink, &segs[i].o, (uint64_t)i + 1, &e)) {
                 fprintf(stderr, "fogline bench parallel: %s\n", e.msg);
                 fl_sched_destroy(s);
                 return -1;
             }
-            while (!fanout && !segs[i].done)
+            while (!fanout && !segs[i].o.done)
                 if (fl_sched_step(s, &e) < 0)
                     goto fail;
         }
         for (;;) {
             int left = 0;
             for (int i = g0; i < g1; i++)
-                left += !segs[i].done;
+                left += !segs[i].o.done;
             if (!left)
                 break;
             if (fl_sched_step(s, &e) < 0)
                 goto fail;
         }
     }
-    double wall = now_s() - t0;
+    double wall = fl_bench_now() - t0;
     fl_sched_flush(s);
     fl_sched_destroy(s);
     return wall;
@@ -103,21 +85,6 @@ fail:
 
 /* ---- skeleton vs plain ---- */
 
-typedef struct job {
-    char *text;
-    int done;
-} job;
-
-static void job_sink(const fl_event *ev, void *ctx)
-{
-    job *j = ctx;
-    if (ev->type != FL_EV_DONE)
-        return;
-    j->done = 1;
-    free(j->text);
-    j->text = strndup(ev->text, ev->text_len);
-}
-
 /* Decodes the n prompts (msgs[i], nm[i] messages) at once; texts into out[i] (caller frees). */
 static int decode_all(const fl_model *m, fl_sched *s, fl_chat_msg *const *msgs, const size_t *nm, int n,
                       int max_tokens, char **out, uint64_t *serial)
@@ -125,7 +92,7 @@ static int decode_all(const fl_model *m, fl_sched *s, fl_chat_msg *const *msgs, 
     fl_err e = {0};
     fl_decode_opts d;
     fl_decode_opts_default(&d);
-    job jobs[SRV_OUTLINE_MAX] = {{0}};
+    fl_bench_out jobs[SRV_OUTLINE_MAX] = {{0}};
     int rc = 0, added = 0;
     for (int i = 0; i < n && !rc; i++) {
         int32_t *ids = NULL;
@@ -135,7 +102,7 @@ static int decode_all(const fl_model *m, fl_sched *s, fl_chat_msg *const *msgs, 
             break;
         }
         fl_request rq = {.prompt = ids, .n_prompt = (int32_t)n_ids, .max_tokens = max_tokens, .dec = d};
-        rc = fl_sched_add(s, &rq, job_sink, &jobs[i], ++*serial, &e) ? -1 : 0;
+        rc = fl_sched_add(s, &rq, fl_bench_sink, &jobs[i], ++*serial, &e) ? -1 : 0;
         free(ids);
         added += !rc;
     }
@@ -219,11 +186,11 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
         /* plain */
         fl_chat_msg *one[1] = {msgs};
         char *plain = NULL;
-        double t0 = now_s();
+        double t0 = fl_bench_now();
         rc = decode_all(m, s, one, &nm, 1, max_tokens, &plain, &serial);
-        t_plain += now_s() - t0;
+        t_plain += fl_bench_now() - t0;
         /* skeleton: the outline, then a branch per point */
-        t0 = now_s();
+        t0 = fl_bench_now();
         fl_chat_msg om[2] = {{"system", SRV_OUTLINE_PROMPT}, msgs[nm - 1]};
         fl_chat_msg *oo[1] = {om};
         size_t n_om = 2;
@@ -261,7 +228,7 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
         } else if (!rc) {
             rc = decode_all(m, s, one, &nm, 1, max_tokens, &joined, &serial); /* fallback */
         }
-        t_skel += now_s() - t0;
+        t_skel += fl_bench_now() - t0;
         if (!rc && joined) {
             ex_plain += !strcmp(plain, want);
             ex_skel += !strcmp(joined, want);
@@ -403,9 +370,9 @@ int fl_bench_parallel(int argc, char **argv)
         seg *sg = sets[set];
         double ts = run(m, b, sg, (int)n, (int)G, false, (int)max_tokens);
         for (long i = 0; i < n; i++) { /* the sequential texts move to [0] */
-            free(sg[i].text[0]);
-            sg[i].text[0] = sg[i].text[1];
-            sg[i].text[1] = NULL;
+            free(sg[i].seq_text);
+            sg[i].seq_text = sg[i].o.text;
+            sg[i].o.text = NULL;
         }
         double tf = ts < 0 ? -1 : run(m, b, sg, (int)n, (int)G, true, (int)max_tokens);
         if (ts < 0 || tf < 0) {
@@ -414,7 +381,7 @@ int fl_bench_parallel(int argc, char **argv)
         }
         int same = 0, ex0 = 0, ex1 = 0, graded = 0;
         for (long i = 0; i < n; i++) {
-            const char *a = sg[i].text[0] ? sg[i].text[0] : "", *f = sg[i].text[1] ? sg[i].text[1] : "";
+            const char *a = sg[i].seq_text ? sg[i].seq_text : "", *f = sg[i].o.text ? sg[i].o.text : "";
             same += !strcmp(a, f);
             if (sg[i].it.want) {
                 graded++;
@@ -435,8 +402,8 @@ int fl_bench_parallel(int argc, char **argv)
         for (long i = 0; i < n; i++) {
             free(sets[set][i].it.ids);
             free(sets[set][i].it.want);
-            free(sets[set][i].text[0]);
-            free(sets[set][i].text[1]);
+            free(sets[set][i].seq_text);
+            free(sets[set][i].o.text);
         }
         free(sets[set]);
     }
