@@ -23,3 +23,9 @@ add_test(NAME decode.generate_cli
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/test_generate_cli.py $<TARGET_FILE:fogline>
           ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
 set_tests_properties(decode.generate_cli PROPERTIES LABELS "integration")
+# The training objective's batched block diffusion (--noise dual, --all-turns) equals plain
+# block-causal forwards of what the decoder sees, block by block.
+add_test(NAME train.dual_batches
+  COMMAND ${FL_PYTHON} ${CMAKE_SOURCE_DIR}/engine/train/test_dual.py
+          ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
+set_tests_properties(train.dual_batches PROPERTIES LABELS "unit" TIMEOUT 300)
