@@ -22,6 +22,8 @@
 
 enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER };
 
+#define SRV_JOIN_MAX 16 /* segments of a joined answer (outlines have at most 10 points) */
+
 struct srv_http {
     srv *s;
     struct lws *wsi;
@@ -46,6 +48,13 @@ struct srv_http {
     char cmpl_id[48];
     long long created;
     int prompt_tokens;
+    /* skeleton/auto: the branches' texts joined in order (a space between) as one choice;
+       streamed: the live segment's commits go out as they come, a later segment's wait in
+       pend until every segment before it has ended */
+    bool joined, sep_due, any_text, hit_length;
+    int live;
+    bool ended[SRV_JOIN_MAX];
+    fl_buf pend[SRV_JOIN_MAX];
     struct srv_http *prev, *next;
 };
 
@@ -408,6 +417,7 @@ static void chat_start(srv_http *h)
     }
     h->stream = chat.stream;
     h->include_usage = chat.include_usage;
+    h->joined = chat.parallel >= SRV_PAR_SKELETON;
     h->created = (long long)time(NULL);
     snprintf(h->cmpl_id, sizeof h->cmpl_id, "chatcmpl-%llx%04llx", (unsigned long long)h->created,
              (unsigned long long)(s->next_serial + 1));
@@ -571,10 +581,75 @@ static void on_done(srv_http *h, const srv_ev *ev)
     respond_json(h, 200, o);
 }
 
+/* Joined streaming: text of the live segment goes out now, with a space before a segment's
+   first text when something came before it. */
+static void joined_send(srv_http *h, const char *t, size_t n)
+{
+    if (!n)
+        return;
+    fl_buf b = {0};
+    if (h->sep_due && h->any_text)
+        fl_buf_puts(&b, " ");
+    h->sep_due = false;
+    fl_buf_append(&b, t, n);
+    json_t *d = json_object();
+    json_object_set_new(d, "content", json_stringn(b.data, b.len));
+    fl_buf_free(&b);
+    h->any_text = true;
+    h->s->m.commits_sent++;
+    sse_send(h, chunk(h, d, NULL));
+}
+
+/* The live segment ended: the next one becomes live (its waiting text goes out), and so on
+   while they have ended too. */
+static void joined_advance(srv_http *h)
+{
+    while (h->live < SRV_JOIN_MAX && h->ended[h->live]) {
+        h->live++;
+        h->sep_due = true;
+        if (h->live < SRV_JOIN_MAX) {
+            joined_send(h, h->pend[h->live].data, h->pend[h->live].len);
+            fl_buf_free(&h->pend[h->live]);
+        }
+    }
+}
+
+static void on_joined_event(srv_http *h, srv_req *r, const srv_ev *ev)
+{
+    int k = r->segment;
+    if (k < 0 || k >= SRV_JOIN_MAX)
+        return;
+    if (ev->type == FL_EV_DONE) {
+        h->hit_length |= ev->finish == FL_FINISH_LENGTH;
+        if (!h->stream) {
+            free(r->group_text);
+            r->group_text = strndup(ev->text, ev->text_len);
+            return;
+        }
+        if (ev->finish != FL_FINISH_STOP && ev->finish != FL_FINISH_LENGTH)
+            return; /* the group's end reports the failure */
+        sse_begin(h);
+        h->ended[k] = true;
+        joined_advance(h);
+        return;
+    }
+    if (!h->stream || ev->type != FL_EV_COMMIT || !ev->text_len)
+        return;
+    sse_begin(h);
+    if (k == h->live)
+        joined_send(h, ev->text, ev->text_len);
+    else
+        fl_buf_append(&h->pend[k], ev->text, ev->text_len);
+}
+
 /* A fan-out branch (choice r->segment): streamed as that choice's chunks; the answer (or the
    stream's end) comes with the group. */
 static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
 {
+    if (h->joined) {
+        on_joined_event(h, r, ev);
+        return;
+    }
     if (ev->type == FL_EV_DONE) {
         if (!h->stream) {
             free(r->group_text);
@@ -624,6 +699,12 @@ void srv_http_on_group_done(srv_http *h, srv_req *g)
     }
     if (h->stream) {
         sse_begin(h);
+        if (h->joined) { /* every branch has ended: what still waits goes out, then the end */
+            for (int k = 0; k < SRV_JOIN_MAX; k++)
+                h->ended[k] = true;
+            joined_advance(h);
+            sse_send(h, chunk(h, json_object(), h->hit_length ? "length" : "stop"));
+        }
         if (h->include_usage) {
             json_t *o = chunk(h, json_object(), NULL);
             json_object_set_new(o, "choices", json_array());
@@ -640,8 +721,35 @@ void srv_http_on_group_done(srv_http *h, srv_req *g)
     json_object_set_new(o, "object", json_string("chat.completion"));
     json_object_set_new(o, "created", json_integer(h->created));
     json_object_set_new(o, "model", json_string(h->s->model_id));
+    if (h->joined) { /* one choice: the points' answers in order */
+        fl_buf b = {0};
+        json_array_foreach(g->seg_results, i, v)
+        {
+            const char *t = json_string_value(json_object_get(v, "text"));
+            if (t && *t) {
+                if (b.len)
+                    fl_buf_puts(&b, " ");
+                fl_buf_puts(&b, t);
+            }
+        }
+        json_t *ch = json_object(), *msg = json_object();
+        json_object_set_new(msg, "role", json_string("assistant"));
+        json_object_set_new(msg, "content", b.len ? json_stringn(b.data, b.len) : json_string(""));
+        fl_buf_free(&b);
+        json_object_set_new(ch, "index", json_integer(0));
+        json_object_set_new(ch, "message", msg);
+        json_object_set_new(ch, "logprobs", json_null());
+        json_object_set_new(ch, "finish_reason", json_string(h->hit_length ? "length" : "stop"));
+        json_array_append_new(choices, ch);
+        json_t *x = json_object();
+        json_object_set_new(x, "outline_points", json_integer(g->n_outline));
+        json_object_set_new(x, "segments", json_integer((json_int_t)json_array_size(g->seg_results)));
+        json_object_set_new(o, "fogline", x);
+    }
     json_array_foreach(g->seg_results, i, v)
     {
+        if (h->joined)
+            break;
         json_t *ch = json_object(), *msg = json_object();
         const char *t = json_string_value(json_object_get(v, "text"));
         json_object_set_new(msg, "role", json_string("assistant"));
@@ -710,6 +818,8 @@ static void http_free(srv_pss *pss)
     }
     fl_buf_free(&h->body);
     fl_buf_free(&h->resp);
+    for (int k = 0; k < SRV_JOIN_MAX; k++)
+        fl_buf_free(&h->pend[k]);
     free(h);
 }
 

@@ -455,10 +455,6 @@ static int parse_conversation(pctx *P, const json_t *o, bool openai, srv_chat *c
     bool no_msgs = c->segments && (!msgs || (json_is_array(msgs) && !json_array_size(msgs)));
     if (!no_msgs && parse_messages(P, msgs, openai, c))
         return -1;
-    if (c->parallel >= SRV_PAR_SKELETON && openai)
-        return bad(P, SRV_E_BAD_REQUEST, "parallel", "parallel modes skeleton and auto are "
-                   "WebSocket-only for now (the answer is one text built from branches); use "
-                   "fanout here");
     if (c->parallel >= SRV_PAR_SKELETON && strcmp(c->msgs[c->n_msgs - 1].role, "user"))
         return bad(P, SRV_E_BAD_REQUEST, "parallel", "skeleton and auto split the last message, "
                    "which must be the user's");

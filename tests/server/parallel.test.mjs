@@ -139,12 +139,12 @@ test('bad "parallel" values are refused with a message naming the field', async 
   // the OpenAI endpoint checks the same field
   const res = await fetch(`${server.url}/v1/chat/completions`, {
     method: 'POST', headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], parallel: { mode: 'skeleton' } }),
+    body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }, { role: 'assistant', content: 'b' }], parallel: { mode: 'auto' } }),
   });
   assert.equal(res.status, 400);
   const e = (await res.json()).error;
   assert.equal(e.param, 'parallel');
-  assert.match(e.message, /WebSocket-only/);
+  assert.match(e.message, /must be the user's/);
   c.close();
 });
 
@@ -230,5 +230,43 @@ test('skeleton and auto: the model is asked for an outline; without a usable one
     const m = await metrics(server);
     return m.get('fogline_requests_active') === 0 && m.get('fogline_kv_pages', { state: 'used' }) === 0;
   }, 20000, 'nothing left after a cancelled skeleton');
+  c.close();
+});
+
+test('skeleton and auto on the OpenAI endpoint: one choice, the segments joined in order, streamed in order', async () => {
+  const OpenAI = require('openai').default ?? require('openai');
+  const client = new OpenAI({ apiKey: 'none', baseURL: `${server.url}/v1`, maxRetries: 0 });
+  const msgs = [{ role: 'user', content: 'Where is my order 48213? Also, what are your store hours on Sunday?' }];
+  const c = await connect(server);
+  for (const mode of ['skeleton', 'auto']) {
+    // the same request over the WebSocket: its segments, joined with a space, are the answer
+    const frames = await run(c, `ws-${mode}`, { messages: msgs, max_tokens: 48, parallel: { mode } });
+    const outline = frames.find((f) => f.type === 'outline');
+    const segs = bySegment(frames);
+    const n = frames[frames.length - 1].segments.length;
+    const want = Array.from({ length: n }, (_, i) => segs[i] ?? '').filter((t) => t).join(' ');
+    const r = await client.chat.completions.create({ model: 'fogline', messages: msgs, max_tokens: 48, parallel: { mode } });
+    assert.equal(r.choices.length, 1);
+    assert.equal(r.choices[0].message.content, want);
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.equal(r.fogline.outline_points, outline.points.length);
+    assert.equal(r.fogline.segments, n);
+    const stream = await client.chat.completions.create({ model: 'fogline', messages: msgs, max_tokens: 48,
+      parallel: { mode }, stream: true, stream_options: { include_usage: true } });
+    let text = '';
+    let finish = null;
+    let usage = null;
+    for await (const ch of stream) {
+      if (ch.usage) usage = ch.usage;
+      for (const x of ch.choices) {
+        assert.equal(x.index, 0);
+        text += x.delta?.content ?? '';
+        if (x.finish_reason) finish = x.finish_reason;
+      }
+    }
+    assert.equal(text, want, `streamed ${mode}`);
+    assert.equal(finish, 'stop');
+    assert.equal(usage.completion_tokens, r.usage.completion_tokens);
+  }
   c.close();
 });
