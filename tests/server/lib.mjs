@@ -59,9 +59,8 @@ after(() => {
   }, 30000).unref();
 });
 
-function makeHandle(proc, port) {
-  live.add(proc);
-  proc.on('exit', () => live.delete(proc));
+// Output of a child process, line by line, with waiting for a line.
+export function lineLog(proc, name) {
   const lines = [];
   const waiters = [];
   let buf = '';
@@ -72,13 +71,47 @@ function makeHandle(proc, port) {
       const line = buf.slice(0, i);
       buf = buf.slice(i + 1);
       lines.push(line);
-      if (process.env.FL_TEST_VERBOSE) process.stderr.write(`[server] ${line}\n`);
-      for (const w of [...waiters]) if (w.re.test(line)) w.resolve(line);
+      if (process.env.FL_TEST_VERBOSE) process.stderr.write(`[${name}] ${line}\n`);
+      for (const w of [...waiters]) if (w.re.test(line)) w.done(line);
     }
   };
-  proc.stderr.on('data', onData);
-  proc.stdout.on('data', onData);
+  proc.stdout?.on('data', onData);
+  proc.stderr?.on('data', onData);
   const exited = new Promise((resolve) => proc.on('exit', (code, sig) => resolve(code ?? sig)));
+  return {
+    lines,
+    exited,
+    text: () => lines.join('\n'),
+    wait(re, ms) {
+      const hit = lines.find((l) => re.test(l));
+      if (hit) return Promise.resolve(hit);
+      return new Promise((resolve, reject) => {
+        const w = {
+          re,
+          done: (l) => { clearTimeout(timer); waiters.splice(waiters.indexOf(w), 1); resolve(l); },
+        };
+        const timer = setTimeout(() => {
+          waiters.splice(waiters.indexOf(w), 1);
+          reject(new Error(`${name}: timed out waiting for ${re}`));
+        }, ms);
+        waiters.push(w);
+        // 'exit' can come before the last output is read: give it a moment
+        exited.then((code) => setTimeout(() => {
+          if (!waiters.includes(w)) return;
+          waiters.splice(waiters.indexOf(w), 1);
+          clearTimeout(timer);
+          reject(new Error(`${name} exited (${code}) before ${re}`));
+        }, 50));
+      });
+    },
+  };
+}
+
+function makeHandle(proc, port) {
+  live.add(proc);
+  proc.on('exit', () => live.delete(proc));
+  const out = lineLog(proc, 'server');
+  const { lines, exited } = out;
   const h = {
     proc,
     port,
@@ -86,22 +119,8 @@ function makeHandle(proc, port) {
     wsUrl: `ws://127.0.0.1:${port}/ws`,
     exited,
     lines,
-    log: () => lines.join('\n'),
-    waitLog(re, ms = 10000) {
-      const hit = lines.find((l) => re.test(l));
-      if (hit) return Promise.resolve(hit);
-      return new Promise((resolve, reject) => {
-        const w = { re, resolve: (l) => { clearTimeout(timer); waiters.splice(waiters.indexOf(w), 1); resolve(l); } };
-        const timer = setTimeout(() => {
-          waiters.splice(waiters.indexOf(w), 1);
-          reject(new Error(`timed out waiting for ${re} in the server log`));
-        }, ms);
-        waiters.push(w);
-        exited.then(() => setTimeout(() => {
-          if (waiters.includes(w)) { waiters.splice(waiters.indexOf(w), 1); clearTimeout(timer); reject(new Error('server exited')); }
-        }, 50));
-      });
-    },
+    log: out.text,
+    waitLog: (re, ms = 10000) => out.wait(re, ms),
     // SIGTERM and the exit code; fails the caller if the server does not stop in time.
     async stop(ms = 30000) {
       if (proc.exitCode !== null || proc.signalCode !== null) return exited;

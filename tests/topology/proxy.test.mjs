@@ -6,18 +6,15 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { wsClient, require, user, metrics } from '../server/lib.mjs';
-import { startTopology, stopTopology, serverHasRedis, NO_REDIS_MESSAGE, servedBy, tag } from './topology.mjs';
+import { startTopology, stopTopology, servedBy, tag } from './topology.mjs';
 
 const OpenAI = require('openai').default;
 
 let topo;
 
 before(async () => {
-  // The proxy does not need Redis; the Compose topology has it, so it runs here when the
-  // server can use it.
-  const redis = serverHasRedis();
-  if (!redis) process.stderr.write(`topology.proxy: note: ${NO_REDIS_MESSAGE}; replicas run without Redis\n`);
-  topo = await startTopology({ redis });
+  // The proxy does not need Redis; the Compose topology has it, so it runs here too.
+  topo = await startTopology({ redis: true });
 });
 
 after(async () => {

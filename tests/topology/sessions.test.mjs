@@ -14,7 +14,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { wsClient, user, metrics } from '../server/lib.mjs';
-import { startTopology, stopTopology, serverHasRedis, NO_REDIS_MESSAGE, servedBy, tag } from './topology.mjs';
+import { startTopology, stopTopology, servedBy, tag } from './topology.mjs';
 
 let topo;
 const killed = new Set(); // replicas a test killed on purpose
@@ -24,7 +24,6 @@ const M2 = 'It still has not arrived. Can you check again?';
 const M3 = 'Thanks. Can I change the delivery address?';
 
 before(async () => {
-  if (!serverHasRedis()) throw new Error(`topology.sessions cannot run: ${NO_REDIS_MESSAGE}`);
   topo = await startTopology({ redis: true });
   await Promise.all([waitRedis(topo.a, 'A'), waitRedis(topo.b, 'B')]);
 });

@@ -9,13 +9,13 @@
 //
 // Environment: FL_BIN (the fogline binary), FL_SERVE_MODEL (model directory; the built-in
 // model by default), FL_NGINX (nginx binary; /usr/sbin/nginx), FL_REDIS_SERVER (redis-server).
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { after } from 'node:test';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startServer, freePort } from '../server/lib.mjs';
+import { startServer, freePort, lineLog } from '../server/lib.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const NGINX_TEMPLATE = path.resolve(here, '../../docker/nginx/fogline.conf');
@@ -68,64 +68,6 @@ after(() => {
   // the files' own after hooks stop everything and check exit codes first; this is the net
   setTimeout(killAll, 20000).unref();
 });
-
-// Does this fogline know --redis? (the Redis session store; docs/configuration.md)
-export function serverHasRedis() {
-  const r = spawnSync(process.env.FL_BIN, ['serve', '--help'], { encoding: 'utf8' });
-  return /--redis\b/.test(r.stdout || '');
-}
-
-export const NO_REDIS_MESSAGE =
-  'this fogline has no --redis flag (`fogline serve --help` does not list it): the Redis ' +
-  'session store (server/redis.c, `--redis URL` / FOGLINE_REDIS) has not landed, so sessions ' +
-  'cannot be shared between replicas yet';
-
-// Output of a child process, line by line, with waiting for a line.
-function lineLog(proc, name) {
-  const lines = [];
-  const waiters = [];
-  let buf = '';
-  const onData = (d) => {
-    buf += d.toString();
-    let i;
-    while ((i = buf.indexOf('\n')) >= 0) {
-      const line = buf.slice(0, i);
-      buf = buf.slice(i + 1);
-      lines.push(line);
-      if (process.env.FL_TEST_VERBOSE) process.stderr.write(`[${name}] ${line}\n`);
-      for (const w of [...waiters]) if (w.re.test(line)) w.done(line);
-    }
-  };
-  proc.stdout?.on('data', onData);
-  proc.stderr?.on('data', onData);
-  const exited = new Promise((resolve) => proc.on('exit', (code, sig) => resolve(code ?? sig)));
-  return {
-    lines,
-    exited,
-    text: () => lines.join('\n'),
-    wait(re, ms) {
-      const hit = lines.find((l) => re.test(l));
-      if (hit) return Promise.resolve(hit);
-      return new Promise((resolve, reject) => {
-        const w = {
-          re,
-          done: (l) => { clearTimeout(timer); waiters.splice(waiters.indexOf(w), 1); resolve(l); },
-        };
-        const timer = setTimeout(() => {
-          waiters.splice(waiters.indexOf(w), 1);
-          reject(new Error(`${name}: timed out waiting for ${re}`));
-        }, ms);
-        waiters.push(w);
-        exited.then((code) => {
-          if (!waiters.includes(w)) return;
-          waiters.splice(waiters.indexOf(w), 1);
-          clearTimeout(timer);
-          reject(new Error(`${name} exited (${code}) before ${re}`));
-        });
-      });
-    },
-  };
-}
 
 async function stopProc(proc, exited, ms = 30000) {
   if (proc.exitCode !== null || proc.signalCode !== null) return exited;
