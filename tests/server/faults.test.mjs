@@ -16,57 +16,18 @@
 //   - HTTP/1.1 pipelining (two requests in one write on a keep-alive connection): each answered
 //     in order, or the connection closed; never a stuck server.
 // Redis's own faults (SIGSTOP, kill, full) are in redis.test.mjs.
-import { test, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFile } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import net from 'node:net';
 import crypto from 'node:crypto';
 import { BIN, MODEL, startServer, connect, user, freePort, metrics, until } from './lib.mjs';
+import { startRedis, cli, scan, settled } from './redis_lib.mjs';
 
-const REDIS = process.env.FL_REDIS_SERVER || 'redis-server';
-const CLI = process.env.FL_REDIS_CLI || 'redis-cli';
 const model = MODEL ? ['--model', MODEL] : [];
 const B = 8; // the built-in model's block size (checked against hello below)
 
 // ---- helpers ----
-
-const redises = new Set();
-after(() => { for (const p of redises) p.kill('SIGKILL'); });
-
-async function startRedis() {
-  const port = await freePort();
-  const p = spawn(REDIS, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'],
-    { stdio: ['ignore', 'pipe', 'pipe'] });
-  redises.add(p);
-  p.on('exit', () => redises.delete(p));
-  let out = '';
-  p.stdout.on('data', (d) => (out += d));
-  await until(() => /Ready to accept connections/.test(out) || p.exitCode !== null, 10000, 'redis-server to start');
-  if (p.exitCode !== null) throw new Error(`redis-server failed: ${out}`);
-  return { proc: p, port, url: `redis://127.0.0.1:${port}` };
-}
-
-function cli(port, args) {
-  return new Promise((resolve, reject) => {
-    execFile(CLI, ['-p', String(port), ...args], { maxBuffer: 64 << 20 }, (err, out) =>
-      err ? reject(err) : resolve(out));
-  });
-}
-const scan = async (port, pattern) =>
-  (await cli(port, ['--scan', '--pattern', pattern])).split('\n').filter((k) => k && k !== 'fogline:kv:lru');
-
-// Waits until the key count stops moving (the server's page writes have landed).
-async function settled(port) {
-  let last = -1;
-  let same = 0;
-  await until(async () => {
-    const n = Number((await cli(port, ['DBSIZE'])).trim());
-    same = n === last ? same + 1 : 0;
-    last = n;
-    return same >= 4;
-  }, 20000, 'page writes to settle');
-  return last;
-}
 
 const text = (frames) => frames.filter((f) => f.type === 'commit').map((f) => f.text).join('');
 

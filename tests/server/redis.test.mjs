@@ -5,54 +5,16 @@
 //   - faults: Redis killed mid-stream and restarted, damaged pages, a "Redis" that accepts and
 //     never answers, a stopped (SIGSTOP) Redis, a full Redis, Redis absent at start: every chat
 //     completes, the loop never blocks, metrics say what happened.
-import { test, after } from 'node:test';
+import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn, execFile } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import net from 'node:net';
 import { BIN, MODEL, startServer, connect, user, freePort, metrics, until } from './lib.mjs';
+import { startRedis, cli, scan, settled } from './redis_lib.mjs';
 
-const REDIS = process.env.FL_REDIS_SERVER || 'redis-server';
-const CLI = process.env.FL_REDIS_CLI || 'redis-cli';
-const redises = new Set();
-
-async function startRedis(port, extra = []) {
-  port = port || (await freePort());
-  const p = spawn(REDIS, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no',
-    ...extra], { stdio: ['ignore', 'pipe', 'pipe'] });
-  redises.add(p);
-  p.on('exit', () => redises.delete(p));
-  let out = '';
-  p.stdout.on('data', (d) => (out += d));
-  await until(() => /Ready to accept connections/.test(out) || p.exitCode !== null, 10000, 'redis-server to start');
-  if (p.exitCode !== null) throw new Error(`redis-server failed: ${out}`);
-  return { proc: p, port, url: `redis://127.0.0.1:${port}` };
-}
-after(() => { for (const p of redises) p.kill('SIGKILL'); });
-
-function cli(port, args, encoding = 'utf8') {
-  return new Promise((resolve, reject) => {
-    execFile(CLI, ['-p', String(port), ...args], { encoding, maxBuffer: 64 << 20 }, (err, out) =>
-      err ? reject(err) : resolve(out));
-  });
-}
-
-async function kvKeys(port) {
-  const out = await cli(port, ['--scan', '--pattern', 'fogline:kv:*']);
-  return out.split('\n').filter((k) => k && k !== 'fogline:kv:lru');
-}
+const kvKeys = (port) => scan(port, 'fogline:kv:*');
 
 // Waits until the server has written its pages (the count stops moving).
-async function settled(port) {
-  let last = -1;
-  let same = 0;
-  await until(async () => {
-    const n = Number((await cli(port, ['DBSIZE'])).trim());
-    same = n === last ? same + 1 : 0;
-    last = n;
-    return same >= 4;
-  }, 15000, 'page writes to settle');
-  return last;
-}
 
 async function chat(server, messages, extra = {}) {
   const c = await connect(server);
