@@ -45,6 +45,7 @@
 #include "backend_select.h"
 #include "fl_cuda.h"
 #include "model.h"
+#include "../unit/logit_ref.h"
 
 #define TOL_LOGITS 5e-2
 #define TOL_PROB 5e-3
@@ -191,22 +192,10 @@ static void compare(const ctx *c, const seg_spec *ss, int ns, const run_out *g, 
             wprob = fmax(wprob, fabs((double)go->prob - ro->prob));
             went = fmax(went, fabs((double)go->entropy - ro->entropy) / fmax(1.0, ro->entropy));
             /* the fused statistics vs the GPU's own logits */
-            double mx = -INFINITY, z = 0, zu = 0;
-            int arg = 0;
-            for (int v = 0; v < V; v++)
-                if (gl[v] > mx) {
-                    mx = gl[v];
-                    arg = v;
-                }
-            for (int v = 0; v < V; v++) {
-                double u = gl[v] - mx, ex = exp(u);
-                z += ex;
-                zu += ex * u;
-            }
-            double h = log(z) - zu / z;
-            if (go->token != arg)
+            double p1, h;
+            if (go->token != fl_ref_top1(gl, V, &p1, &h))
                 wself = INFINITY;
-            wself = fmax(wself, fabs(go->prob - 1 / z));
+            wself = fmax(wself, fabs(go->prob - p1));
             wself = fmax(wself, fabs(go->entropy - h) / fmax(1.0, h));
         }
     bool ok = worst <= TOL_LOGITS && bad_tok == 0 && wprob <= TOL_PROB && went <= TOL_ENT &&

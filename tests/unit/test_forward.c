@@ -35,6 +35,7 @@
 
 #include "backend.h"
 #include "check.h"
+#include "logit_ref.h"
 #include "model.h"
 
 #define MAX_SEQ 8
@@ -245,22 +246,10 @@ static double compare(const ref_model *rm, const seg_spec *ss, int ns, const run
             worst_top = fmax(worst_top, fabs((double)o->prob - tp[1]));
             worst_top = fmax(worst_top, fabs((double)o->entropy - tp[2]) / fmax(1.0, tp[2]));
             /* the fused statistics vs our own logits, in double */
-            double mx = -INFINITY, z = 0, zu = 0;
-            int arg = 0;
-            for (int v = 0; v < V; v++)
-                if (got[v] > mx) {
-                    mx = got[v];
-                    arg = v;
-                }
-            for (int v = 0; v < V; v++) {
-                double u = got[v] - mx, ex = exp(u);
-                z += ex;
-                zu += ex * u;
-            }
-            double h = log(z) - zu / z;
-            if (o->token != arg)
+            double p1, h;
+            if (o->token != fl_ref_top1(got, V, &p1, &h))
                 bad_tok++;
-            worst_self = fmax(worst_self, fabs(o->prob - 1 / z));
+            worst_self = fmax(worst_self, fabs(o->prob - p1));
             worst_self = fmax(worst_self, fabs(o->entropy - h) / fmax(1.0, h));
         }
     }
