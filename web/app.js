@@ -38,8 +38,17 @@ function randomId(prefix) {
   return prefix + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
 }
 
-const DEFAULTS = { temperature: 0, policy: 'threshold', threshold: 0.9, pipeline: true, fanout: false, max_tokens: 256, api_key: '' };
-let settings = { ...DEFAULTS, ...store.get('fogline.settings', {}) };
+const DEFAULTS = { temperature: 0, policy: 'threshold', threshold: 0.9, pipeline: true, parallel: 'off', max_tokens: 256, api_key: '' };
+let settings = loadSettings();
+function loadSettings() {
+  const s = { ...DEFAULTS, ...store.get('fogline.settings', {}) };
+  if ('fanout' in s) { // an older page's checkbox
+    if (s.fanout && s.parallel === 'off') s.parallel = 'fanout';
+    delete s.fanout;
+  }
+  if (!['off', 'fanout', 'auto'].includes(s.parallel)) s.parallel = 'off';
+  return s;
+}
 
 let chat = null; // the open chat
 function loadChat(id) {
@@ -167,6 +176,7 @@ function onFrame(f) {
     case 'draft': if (active && f.id === active.id) onDraft(f); return;
     case 'commit': if (active && f.id === active.id) onCommit(f); return;
     case 'segment_done': if (active && f.id === active.id) onSegmentDone(f); return;
+    case 'outline': if (active && f.id === active.id) onOutline(f); return;
     case 'done': if (active && f.id === active.id) onDone(f); return;
     case 'error':
       if (active && f.id === active.id && f.segment != null && active.segs) { onSegmentDone(f); return; }
@@ -182,7 +192,7 @@ function onFrame(f) {
 
 let active = null; // {id, msg, el, blocks: Map(block -> {el, tokens}), committed, nextBlock, t0, tFirst, decided}
 
-function buildRequest(history, segments) {
+function buildRequest(history, segments, auto) {
   const decoding = { policy: settings.policy, pipeline: !!settings.pipeline };
   if (settings.policy === 'threshold' || settings.policy === 'dynamic') decoding.threshold = Number(settings.threshold);
   const req = {
@@ -200,6 +210,10 @@ function buildRequest(history, segments) {
     delete req.session;
     req.messages = history.slice(0, -1).slice(-255);
     req.parallel = { mode: 'fanout', segments };
+  } else if (auto) {
+    // the server asks the model for an outline of the last message and branches per point
+    delete req.session;
+    req.parallel = { mode: 'auto' };
   }
   return req;
 }
@@ -232,8 +246,8 @@ function send(text) {
   }
   if (!chat.messages.length) chat.title = text.replace(/\s+/g, ' ').slice(0, 60);
   chat.messages.push({ role: 'user', content: text });
-  const segments = settings.fanout ? splitQuestions(text) : null;
-  const req = buildRequest(historyForServer(), segments);
+  const segments = settings.parallel === 'fanout' ? splitQuestions(text) : null;
+  const req = buildRequest(historyForServer(), segments, settings.parallel === 'auto');
   const msg = { role: 'assistant', content: '' };
   chat.messages.push(msg);
   saveChat();
@@ -246,28 +260,7 @@ function send(text) {
     id: req.id, msg, el, blocks: new Map(), committed: '', nextBlock: 0,
     t0: performance.now(), tFirst: null, decided: 0, timer: null,
   };
-  if (segments) {
-    // one mini reply per question, all growing at once
-    const host = document.createElement('div');
-    host.className = 'segments';
-    active.segs = segments.map((q, i) => {
-      const d = document.createElement('section');
-      d.className = 'segment';
-      d.dataset.segment = i;
-      d.dataset.state = 'streaming';
-      d.innerHTML = '<h4 class="q"></h4><div class="md"></div>';
-      d.querySelector('.q').textContent = q;
-      const live = document.createElement('span');
-      live.className = 'live';
-      live.setAttribute('aria-hidden', 'true');
-      d._live = live;
-      host.append(d);
-      const g = { el: d, question: q, blocks: new Map(), committed: '', nextBlock: 0 };
-      renderReply(d, '', { streaming: true });
-      return g;
-    });
-    el.querySelector('.reply').append(host);
-  }
+  if (segments) addSegments(active, segments);
   el.dataset.state = 'streaming';
   el.setAttribute('aria-busy', 'true');
   active.timer = setInterval(renderLiveStats, 200);
@@ -275,6 +268,35 @@ function send(text) {
   ws.send(JSON.stringify(req));
   updateComposer();
   scrollToEnd(true);
+}
+
+// One mini reply per question, all growing at once.
+function addSegments(a, questions) {
+  const host = document.createElement('div');
+  host.className = 'segments';
+  a.segs = questions.map((q, i) => {
+    const d = document.createElement('section');
+    d.className = 'segment';
+    d.dataset.segment = i;
+    d.dataset.state = 'streaming';
+    d.innerHTML = '<h4 class="q"></h4><div class="md"></div>';
+    d.querySelector('.q').textContent = q;
+    const live = document.createElement('span');
+    live.className = 'live';
+    live.setAttribute('aria-hidden', 'true');
+    d._live = live;
+    host.append(d);
+    const g = { el: d, question: q, blocks: new Map(), committed: '', nextBlock: 0 };
+    renderReply(d, '', { streaming: true });
+    return g;
+  });
+  a.el.querySelector('.reply').append(host);
+}
+
+// The model's outline (parallel auto): two or more points become segments; none means the
+// reply comes as one plain answer.
+function onOutline(f) {
+  if (f.points?.length >= 2 && !active.segs) addSegments(active, f.points);
 }
 
 // Where a frame goes: the reply, or one segment of a fanned-out reply.
@@ -638,7 +660,7 @@ function fillSettings() {
   form.policy.value = settings.policy;
   form.threshold.value = settings.threshold;
   form.pipeline.checked = !!settings.pipeline;
-  form.fanout.checked = !!settings.fanout;
+  form.parallel.value = settings.parallel;
   form.max_tokens.value = settings.max_tokens;
   form.api_key.value = settings.api_key || '';
   syncSettingsView();
@@ -657,7 +679,7 @@ function readSettings() {
     policy: form.policy.value,
     threshold: Number(form.threshold.value),
     pipeline: form.pipeline.checked,
-    fanout: form.fanout.checked,
+    parallel: form.parallel.value,
     max_tokens: Math.max(1, Math.round(Number(form.max_tokens.value) || DEFAULTS.max_tokens)),
     api_key: form.api_key.value,
   };

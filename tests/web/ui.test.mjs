@@ -97,7 +97,7 @@ async function setSettings(values, screenshot) {
   await page.waitForSelector('#settings[open]');
   if ('policy' in values) await page.selectOption('#set-policy', values.policy);
   if ('pipeline' in values) await page.setChecked('#set-pipeline', values.pipeline);
-  if ('fanout' in values) await page.setChecked('#set-fanout', values.fanout);
+  if ('parallel' in values) await page.selectOption('#set-parallel', values.parallel);
   if ('max_tokens' in values) await page.fill('#set-max-tokens', String(values.max_tokens));
   if (screenshot) await shot(screenshot);
   await page.keyboard.press('Escape'); // the dialog closes on Esc, keyboard only
@@ -381,7 +381,7 @@ test('stored replies render as Markdown (lists, code, emphasis) and model HTML s
 });
 
 test('parallel questions: the answers grow side by side, one section per question', async () => {
-  await setSettings({ fanout: true, policy: 'sequential', pipeline: false });
+  await setSettings({ parallel: 'fanout', policy: 'sequential', pipeline: false });
   // (no busy() here: after the disconnect test the server handle's port is not the page's)
   try {
     await page.evaluate(() => {
@@ -414,7 +414,41 @@ test('parallel questions: the answers grow side by side, one section per questio
     assert.match(stored.messages.at(-1).content, /\*\*Where is my order 48213\?\*\*/);
     await shot('parallel-questions');
   } finally {
-    await setSettings({ fanout: false, policy: 'threshold', pipeline: true });
+    await setSettings({ parallel: 'off', policy: 'threshold', pipeline: true });
+  }
+});
+
+test('parallel questions found by the model (auto): the outline\'s points become the sections', async () => {
+  await setSettings({ parallel: 'auto' });
+  try {
+    const chat = await sendMessage('Where is my order 48213? What are your store hours on Sunday?');
+    assert.deepEqual(chat.parallel, { mode: 'auto' });
+    assert.equal(chat.session, undefined);
+    assert.equal(chat.messages.at(-1).content, 'Where is my order 48213? What are your store hours on Sunday?');
+    await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 60000 });
+    const mine = framesOf(chat.id);
+    assert.equal(mine.at(-1).type, 'done');
+    const outline = mine.find((f) => f.type === 'outline');
+    assert.ok(outline, 'an outline frame');
+    const secs = lastAssistant().locator('.segment');
+    if (outline.points.length >= 2) {
+      assert.equal(await secs.count(), outline.points.length);
+      for (let i = 0; i < outline.points.length; i++) {
+        assert.equal(await secs.nth(i).locator('.q').textContent(), outline.points[i]);
+        const text = mine.filter((f) => f.type === 'commit' && f.segment === i).map((f) => f.text).join('');
+        const shown = await secs.nth(i).locator('.md').evaluate((el) => el.textContent);
+        assert.equal(shown.replace(/\s+/g, ' ').trim(), text.replace(/\s+/g, ' ').trim());
+      }
+      await shot('parallel-auto');
+    } else {
+      // no usable outline: one plain reply
+      assert.equal(await secs.count(), 0);
+      const text = mine.filter((f) => f.type === 'commit').map((f) => f.text).join('');
+      const shown = await lastAssistant().locator('.reply').evaluate((el) => el.textContent);
+      assert.equal(shown.replace(/\s+/g, ' ').trim(), text.replace(/\s+/g, ' ').trim());
+    }
+  } finally {
+    await setSettings({ parallel: 'off' });
   }
 });
 
