@@ -218,6 +218,12 @@ test('skeleton and auto: the model is asked for an outline; without a usable one
     } else {
       assert.ok(outline.points.length >= 2 && outline.points.length <= 10);
       assert.equal(done.segments.length, outline.points.length);
+      // each point is a branch: the earlier turns (none here) plus the point as the user message
+      const segs = bySegment(frames);
+      for (let i = 0; i < outline.points.length; i++) {
+        const alone = await run(c, `pt-${mode}-${i}`, { messages: [{ role: 'user', content: outline.points[i] }], max_tokens: 48 });
+        assert.equal(segs[i] ?? '', alone.filter((f) => f.type === 'commit').map((f) => f.text).join(''), `point ${i}`);
+      }
     }
   }
   // cancelled while the outline is being written: done(cancelled), nothing left running
