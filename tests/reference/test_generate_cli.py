@@ -46,7 +46,10 @@ def main():
     s1 = gen(fogline, model, prompt, "--temperature", "1.0", "--seed", "5")
     s2 = gen(fogline, model, prompt, "--temperature", "1.0", "--seed", "5")
     check(s1["ids"] == s2["ids"], "same seed, same sample")
-    outs = {tuple(gen(fogline, model, prompt, "--temperature", "1.5", "--seed", str(k))["ids"])
+    # (on a prompt outside the model's training data, where it is unsure: on a help-desk
+    # question the trained model is confident enough that every seed may give the same reply)
+    odd = "Tell me about zebras and pianos."
+    outs = {tuple(gen(fogline, model, odd, "--temperature", "1.5", "--seed", str(k))["ids"])
             for k in range(1, 7)}
     check(len(outs) >= 2, "different seeds give different samples (%d distinct of 6)" % len(outs))
     # top_k 1 leaves one candidate per position: the seed no longer matters
