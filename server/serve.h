@@ -133,6 +133,8 @@ typedef struct srv_req {
     int segment;            /* a branch: its index; -1 otherwise */
     struct srv_req **kids;  /* a group: (n_kids) branches, NULL once freed */
     int n_kids, n_started, n_ended;
+    struct srv_req *g_prev, *g_next; /* a group: in the server's list of groups */
+    bool topping;           /* a group: starting branches (a branch that ends at once waits) */
     struct srv_req *outline; /* a skeleton/auto group: its outline stage while it runs */
     int n_outline;          /* points the outline gave (0: decoded plainly) */
     json_t *seg_results;    /* a group: one object per segment, filled as branches end */
@@ -182,6 +184,9 @@ struct srv {
     srv_ev *ev_head, *ev_tail;
     srv_req *reqs;           /* live requests */
     int n_reqs;              /* live (tokenizing or in the engine) */
+    srv_req *groups;         /* live fan-out groups (their branches are in reqs) */
+    int n_groups;
+    bool rebalance;          /* a request ended: groups may start more branches */
     uint64_t next_serial;
     struct srv_conn *conns;  /* open WebSocket connections */
     int n_conns;

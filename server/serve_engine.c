@@ -339,6 +339,8 @@ static void req_unlink(srv_req *r)
     if (r->s_next)
         r->s_next->s_prev = r->s_prev;
     s->n_reqs--;
+    if (!r->parent)
+        s->rebalance = true; /* one client request fewer: groups' shares grow */
 }
 
 static void req_free(srv_req *r)
@@ -372,8 +374,28 @@ static void req_init(srv_req *r, srv *s, srv_owner_kind kind, void *owner, srv_c
 static int req_queue_tokenize(srv_req *r);
 static void req_reject(srv_req *r, const char *code, const char *msg);
 
+static void group_link(srv_req *g)
+{
+    srv *s = g->s;
+    g->g_prev = NULL;
+    g->g_next = s->groups;
+    if (s->groups)
+        s->groups->g_prev = g;
+    s->groups = g;
+    s->n_groups++;
+}
+
 static void group_free(srv_req *g)
 {
+    srv *s = g->s;
+    if (g->g_prev)
+        g->g_prev->g_next = g->g_next;
+    else if (s->groups == g)
+        s->groups = g->g_next;
+    if (g->g_next)
+        g->g_next->g_prev = g->g_prev;
+    s->n_groups--;
+    s->rebalance = true;
     free(g->kids);
     json_decref(g->seg_results);
     srv_chat_free(&g->chat);
@@ -397,6 +419,59 @@ static void group_start_next(srv_req *g)
     s->n_reqs++;
     if (req_queue_tokenize(k))
         req_reject(k, SRV_E_INTERNAL, "cannot queue the request");
+}
+
+/* After its last branch: the group's result goes to its owner and the group is freed. */
+static void group_finish(srv_req *g)
+{
+    if (g->owner && g->kind == SRV_OWNER_WS)
+        srv_ws_on_group_done(g->owner, g);
+    else if (g->owner)
+        srv_http_on_group_done(g->owner, g);
+    group_free(g);
+}
+
+/* How many branches group g may run at once: its max_branches, and no more than its fair share
+   of the engine's sequences (--max-seqs) among the client requests now live (plain requests and
+   groups: each gets an equal share, at least one), so that a wide fan-out does not queue other
+   sessions behind all of its branches. A group over its share (another request arrived after its
+   branches started) runs them on and starts no new one until it is under it again. */
+static int group_limit(const srv_req *g)
+{
+    const srv *s = g->s;
+    int clients = s->n_groups;
+    for (const srv_req *r = s->reqs; r; r = r->s_next)
+        clients += r->parent == NULL;
+    int share = s->cfg->max_seqs / (clients > 0 ? clients : 1);
+    if (share < 1)
+        share = 1;
+    int lim = g->chat.max_branches > 0 && g->chat.max_branches < g->n_kids ? g->chat.max_branches : g->n_kids;
+    return lim < share ? lim : share;
+}
+
+/* Starts g's waiting branches while it is under its limit. A branch that ends while starting
+   (rejected) is counted; if every branch has ended, the group ends here. */
+static void group_top_up(srv_req *g)
+{
+    if (g->topping)
+        return;
+    g->topping = true;
+    while (g->n_started < g->n_kids && g->n_started - g->n_ended < group_limit(g))
+        group_start_next(g);
+    g->topping = false;
+    if (g->n_ended == g->n_kids)
+        group_finish(g);
+}
+
+/* A request ended: every group may now have a larger share. */
+static void groups_rebalance(srv *s)
+{
+    s->rebalance = false;
+    for (srv_req *g = s->groups, *next; g; g = next) {
+        next = g->g_next;
+        if (g->kids && g->n_started < g->n_kids && !g->topping)
+            group_top_up(g);
+    }
 }
 
 /* A branch ended (done, rejected or cancelled before the engine): note its result, start the
@@ -425,16 +500,13 @@ static void group_branch_ended(srv_req *k, const char *finish, const fl_seq_stat
     g->n_ended++;
     if (k->t_first && (!g->t_first || k->t_first < g->t_first))
         g->t_first = k->t_first;
+    if (g->topping) /* ended as it started: group_top_up goes on, and ends the group */
+        return;
     if (g->n_ended == g->n_kids) {
-        if (g->owner && g->kind == SRV_OWNER_WS)
-            srv_ws_on_group_done(g->owner, g);
-        else if (g->owner)
-            srv_http_on_group_done(g->owner, g);
-        group_free(g);
+        group_finish(g);
         return;
     }
-    if (g->n_started < g->n_kids)
-        group_start_next(g);
+    group_top_up(g);
 }
 
 void srv_group_totals(const srv_req *g, long long *prompt, long long *completion, long long *cached)
@@ -517,9 +589,7 @@ static bool group_add_branches(srv_req *g, const fl_chat_msg *base, size_t n_bas
     g->n_kids = n;
     for (int i = 0; i < n; i++)
         json_array_append_new(g->seg_results, json_null());
-    int first = g->chat.max_branches > 0 && g->chat.max_branches < n ? g->chat.max_branches : n;
-    for (int i = 0; i < first; i++)
-        group_start_next(g);
+    group_top_up(g);
     return true;
 }
 
@@ -572,6 +642,7 @@ static srv_req *group_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *
         return NULL;
     }
     req_init(g, s, kind, owner, chat);
+    group_link(g); /* every group_free from here on unlinks it */
     g->state = SRV_REQ_RUNNING;
     if (g->chat.parallel == SRV_PAR_FANOUT) {
         if (!group_add_branches(g, g->chat.msgs, g->chat.n_msgs, g->chat.segments, g->chat.n_segments)) {
@@ -1187,6 +1258,8 @@ void srv_drain_events(srv *s)
             handle(s, ev);
             free(ev);
         }
+        if (s->rebalance)
+            groups_rebalance(s);
     }
 }
 

@@ -3,7 +3,8 @@
 // forwards and share the prompt's KV pages through the engine's prefix cache.
 //   - every branch's output equals the same prompt run alone, token for token;
 //   - the shared prefix is taken from the cache, not computed again (cached_tokens, metrics);
-//   - max_branches bounds the branches running at once; cancel and disconnect end them all and
+//   - max_branches bounds the branches running at once, and a fan-out runs no more than its
+//     share of --max-seqs when other chats are live; cancel and disconnect end them all and
 //     every page comes back; bad "parallel" values are refused with a message.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -81,6 +82,37 @@ test('max_branches bounds the branches at once; without messages each segment is
   const alone = await run(c, 'mb-alone', { messages: [{ role: 'user', content: SEGMENTS[1] }], max_tokens: 24 });
   assert.equal(alone.filter((f) => f.type === 'commit').map((f) => f.text).join(''), bySegment(frames)[1] ?? '');
   c.close();
+});
+
+test('a wide fan-out leaves other sessions their share of the engine (--max-seqs)', async () => {
+  // 2 sequences at once: a fan-out of 8 alone runs 2 branches; once another chat arrives each
+  // gets one, so that chat does not wait behind the 6 queued branches.
+  const small = await startServer(['--max-seqs', '2']);
+  try {
+    const a = await connect(small);
+    const b = await connect(small);
+    const slow = { max_tokens: 48, decoding: { policy: 'sequential', pipeline: false } };
+    const segs = Array.from({ length: 8 }, (_, i) => SEGMENTS[i % SEGMENTS.length]);
+    a.send({ type: 'chat', id: 'wide', messages: [{ role: 'system', content: SYSTEM }], ...slow,
+      parallel: { mode: 'fanout', segments: segs } });
+    await a.next((f) => f.id === 'wide' && f.type === 'draft', 30000);
+    const ended = () => a.frames.filter((f) => f.id === 'wide' && f.type === 'segment_done').length;
+    const before = ended();
+    const other = await run(b, 'other', { messages: [{ role: 'user', content: 'Where is my order 48213?' }], ...slow });
+    assert.equal(other[other.length - 1].type, 'done');
+    const during = ended() - before;
+    // without a share it would start after 6 branches ended; with one, after the first
+    assert.ok(during <= 3, `the other chat waited for ${during} branches to end`);
+    const frames = await a.collect('wide', 60000);
+    const done = frames[frames.length - 1];
+    assert.equal(done.type, 'done');
+    assert.equal(done.segments.length, 8);
+    assert.ok(done.segments.every((x) => x && x.finish !== 'error'), JSON.stringify(done.segments));
+    a.close();
+    b.close();
+  } finally {
+    assert.equal(await small.stop(), 0);
+  }
 });
 
 test('cancel and disconnect end every branch; pages come back', async () => {
