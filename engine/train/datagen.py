@@ -5,8 +5,9 @@ The user side varies freely (phrasings, greetings, slot formats); the assistant 
 deterministic function of the conversation: one canonical reply per (intent, slots, context),
 so exact match is a meaningful metric.
 
-Held-out split: slot values (order numbers, names, products, streets, dates, amounts) and user
-phrasing templates are partitioned; the "test" split draws only from the held-out halves, the
+Held-out split: slot values (order numbers, names, products, street names, dates, amounts) and
+user phrasing templates are partitioned (products and streets by the whole value: "blue yoga mat"
+and "Cedar Lane" are values; their words also occur in training in other values); the "test" split draws only from the held-out halves, the
 "train" split only from the training halves, so no held-out value or phrasing occurs in training.
 
 Conversation state carried across turns: the current order number, the current product, the
@@ -48,7 +49,40 @@ STREETS = ["Oak", "Maple", "Pine", "Cedar", "Elm", "Birch", "Willow", "Lake", "H
 SUFFIX = ["Street", "Avenue", "Road", "Lane", "Drive", "Way", "Court", "Place"]
 CITIES = ["Springfield", "Riverton", "Lakewood", "Fairview", "Greenville", "Madison", "Clayton",
           "Ashford", "Bristol", "Dover", "Milton", "Salem", "Franklin", "Georgetown", "Oxford"]
-DOMAINS = ["example.com", "mail.com", "inbox.net", "post.org", "webmail.io"]
+# v2: more values, and products with an optional modifier ("blue yoga mat"), so that the model
+# has to copy a value rather than recall it from a short list.
+FIRST += ["Aaron", "Beatriz", "Cyrus", "Delia", "Emil", "Freya", "Gustav", "Hiro", "Ingrid",
+          "Jorge", "Kamala", "Lars", "Malik", "Naomi", "Orla", "Pavel", "Rania", "Stefan",
+          "Talia", "Ulrich", "Valentina", "Wanda", "Yusuf", "Zeynep", "Anton", "Bruno", "Celia",
+          "Dmitri", "Esther", "Fiona", "Gemma", "Hector", "Irene", "Joel", "Kofi", "Lydia",
+          "Miriam", "Nathan", "Odile", "Pedro", "Rafael", "Selma", "Theo", "Ursula", "Vince",
+          "Willa", "Ximena", "Yosef", "Zainab", "Agnes", "Boris", "Carmen", "Dario", "Edith",
+          "Filip", "Greta", "Hassan", "Ida", "Jasper", "Kasia", "Lionel", "Marta", "Nils",
+          "Olga", "Rupert", "Sven", "Tobias", "Viola", "Wendy", "Yvonne"]
+LAST += ["Andersen", "Baker", "Castro", "Dixon", "Evans", "Ferreira", "Gomez", "Hughes",
+         "Ito", "Jensen", "Kowalski", "Larsen", "Martin", "Nguyen", "Okafor", "Perez", "Quinn",
+         "Romero", "Schmidt", "Torres", "Usman", "Vargas", "Weber", "Xu", "Yilmaz", "Zhang",
+         "Bauer", "Cruz", "Diaz", "Engel"]
+PRODUCTS += ["toothbrush", "tent", "sleeping bag", "picnic basket", "shower curtain",
+             "flower vase", "ceiling light", "paint set", "puzzle", "board game", "dog bed",
+             "bike helmet", "bike lock", "tennis racket", "football", "dumbbells", "jump rope",
+             "notebook", "printer", "router", "power bank", "charging cable", "hard drive",
+             "memory card", "microphone", "projector", "teapot", "wine glasses", "dinner plates",
+             "salad bowl", "knife set", "baking tray", "oven mitts", "lunch box", "umbrella",
+             "duvet", "floor lamp", "bookshelf", "mirror", "doormat"]
+MODS = ["black", "white", "red", "blue", "green", "grey", "silver", "pink", "yellow", "small",
+        "large", "mini", "classic", "compact", "portable", "wooden", "steel", "leather",
+        "cotton", "glass", "bamboo", "travel", "kids", "deluxe", "cordless", "waterproof",
+        "vintage", "folding", "family size", "extra large"]
+STREETS += ["Sycamore", "Poplar", "Magnolia", "Juniper", "Hawthorn", "Linden", "Beacon",
+            "Canal", "Market", "Kings", "Queens", "Mountain", "Prospect", "Franklin", "Lincoln",
+            "Washington", "Jefferson", "Madison", "Clinton", "Union", "Broad", "Front", "High",
+            "Water", "Bay", "Ocean", "Summit", "Fairway", "Greenwood", "Rosewood", "Brookside",
+            "Hillcrest", "Lakeview", "Riverside", "Woodland", "Cottage", "Meadowbrook", "Pinecrest",
+            "Foxglove", "Heather"]
+SUFFIX += ["Boulevard", "Terrace", "Crescent", "Row"]
+DOMAINS = ["example.com", "mail.com", "inbox.net", "post.org", "webmail.io", "letters.net",
+           "home.org", "fastmail.co"]
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August",
           "September", "October", "November", "December"]
 SHIP = ["standard", "express", "overnight"]
@@ -77,8 +111,6 @@ class Slots:
         self.split = split
         self.first = _part(FIRST, split)
         self.last = _part(LAST, split)
-        self.products = _part(PRODUCTS, split)
-        self.streets = _part(STREETS, split)
         self.cities = _part(CITIES, split)
 
     def _ok(self, v):
@@ -102,8 +134,20 @@ class Slots:
             if self._ok("d%s%d" % d):
                 return d
 
+    def product(self, r):
+        """A product, bare or with a modifier; the split is by the whole value."""
+        while True:
+            p = r.choice(PRODUCTS)
+            if r.random() < 0.6:
+                p = r.choice(MODS) + " " + p
+            if self._ok("p" + p):
+                return p
+
     def address(self, r):
-        return "%d %s %s" % (r.randint(2, 999), r.choice(self.streets), r.choice(SUFFIX))
+        while True:
+            st = "%s %s" % (r.choice(STREETS), r.choice(SUFFIX))
+            if self._ok("s" + st):
+                return "%d %s" % (r.randint(2, 999), st)
 
     def email(self, r, first):
         last = r.choice(self.last).lower()
@@ -269,10 +313,110 @@ U = {
 }
 TEST_N = 2
 
+# v2: more training paraphrases (inserted before each list's held-out tail, so the held-out
+# templates stay the same ones).
+EXTRA = {
+    "status_o": ["What happened to order {o}?", "Is order {o} on its way?",
+                 "Please check on order {o}.", "I haven't received order {o} yet.",
+                 "Status of order {o}?", "Can you tell me where {o} is?",
+                 "Did order {o} ship?", "Tracking for order {o} please."],
+    "status": ["Has my package shipped yet?", "Where is my package?", "Is my order on the way?",
+               "I haven't got my order yet.", "Can you tell me where my order is?",
+               "What's happening with my order?"],
+    "ship_s": ["How quick is {s} shipping?", "When does {s} shipping arrive?",
+               "{s} shipping, how many days?", "What does {s} delivery take?"],
+    "ship": ["How long will delivery take?", "How quickly do orders arrive?",
+             "What are the shipping times?", "How long do deliveries take?"],
+    "return_p": ["I don't like the {p}, can I return it?", "Return the {p} please.",
+                 "How can I return my {p}?", "I'd like to send the {p} back.",
+                 "The {p} doesn't fit, I want to return it."],
+    "return": ["How do I return an item?", "What's your return policy?",
+               "Can I send something back?", "I'd like to return an item."],
+    "refund_oa": ["I want {a} back for order {o}.", "Order {o} was {a}, please refund it.",
+                  "Refund my {a} on order {o}.", "Please give back the {a} I paid for order {o}."],
+    "refund_o": ["Refund my order {o}.", "I'd like a refund for {o}.",
+                 "Money back for order {o} please.", "Could you refund order {o}?",
+                 "I want my money back for order {o}."],
+    "refund": ["Refund please.", "I'd like my money back.", "Can I have a refund?",
+               "How can I get my money back?", "I want to be refunded."],
+    "damaged_op": ["Order {o} arrived and the {p} is broken.", "The {p} in {o} came cracked.",
+                   "My {p} from order {o} is damaged.", "Order {o}, the {p} arrived smashed.",
+                   "The {p} from order {o} came in pieces."],
+    "damaged_p": ["The {p} is damaged.", "My {p} came cracked.", "I got a broken {p}.",
+                  "The {p} was smashed in the box.", "The {p} arrived broken."],
+    "wrong_po": ["Order {o} contains a {q}, but I ordered a {p}.",
+                 "I got the wrong item in order {o}, a {q} instead of the {p}.",
+                 "Order {o}: I ordered the {p} and you sent a {q}.",
+                 "The {p} I ordered in {o} is actually a {q}."],
+    "wrong_p": ["I got the wrong item, a {q} instead of the {p}.",
+                "You sent me the wrong thing: a {q}, not the {p}.",
+                "I ordered the {p} and received a {q}.", "Wrong item, I got a {q}, I wanted a {p}."],
+    "cancel_o": ["Cancel order {o} please.", "Please stop order {o}.",
+                 "Can order {o} be cancelled?", "I'd like to cancel {o}.",
+                 "I no longer need order {o}, cancel it.", "Drop order {o} please."],
+    "cancel": ["Can you cancel my order?", "I'd like to cancel my order.",
+               "I don't need my order anymore, please cancel.", "Please stop my order."],
+    "cancel_it": ["Cancel it then.", "Cancel the order please.", "Could you cancel it?",
+                  "Please cancel that."],
+    "addr_oa": ["Send order {o} to {ad} please.", "Order {o} needs to go to {ad}.",
+                "Change order {o}'s address to {ad}.", "Ship {o} to {ad}.",
+                "The address for order {o} is now {ad}."],
+    "addr_a": ["Change the address to {ad}.", "Ship to {ad} instead.",
+               "The address should be {ad}.", "Please send it to {ad}.",
+               "Use {ad} for the delivery."],
+    "addr": ["I want to update my shipping address.", "Can I update the address on my order?",
+             "I need a different delivery address.", "Please change my address."],
+    "pw_e": ["Password reset please, my email is {e}.", "I can't get into {e}.",
+             "Forgot the password for {e}.", "Reset the password on {e}.",
+             "My account {e} is locked, I forgot my password."],
+    "pw": ["I can't remember my password.", "Reset my password please.",
+           "I'm unable to log in.", "I lost my password."],
+    "hours_d": ["Do you open on {day}?", "What are your opening hours on {day}?",
+                "Are you closed on {day}?", "When are you open on {day}?"],
+    "hours": ["When do you close?", "What are your hours?", "When can I visit the store?",
+              "What time does the shop open?"],
+    "warranty_p": ["Is there a warranty on the {p}?", "How long is the warranty for the {p}?",
+                   "Does the {p} come with a warranty?", "What warranty does the {p} have?"],
+    "stock_p": ["Do you have the {p}?", "Is the {p} in stock right now?",
+                "Can I still order the {p}?", "Are there any {p} in stock?",
+                "How many {p} do you have?", "Is the {p} still available?"],
+    "human_n": ["I want a real person.", "Can I talk to an agent?",
+                "Please connect me to a human.", "Let me speak to a person.",
+                "I'd like to talk to a human agent."],
+    "date_od": ["Deliver order {o} on {d}.", "Can {o} arrive on {d}?",
+                "Please move order {o} to {d}.", "Schedule order {o} for {d}."],
+    "date_d": ["Deliver it on {d}.", "Can it arrive on {d}?", "Please move it to {d}.",
+               "Change the delivery to {d}."],
+    "thanks": ["Thanks so much.", "Thank you very much!", "Many thanks.", "Thanks, that's all."],
+    "give_o": ["{o} is the number.", "Order number {o}.", "The number is {o}.", "It's order {o}."],
+    "give_e": ["{e} is my email.", "My email address is {e}.", "Email is {e}."],
+    "give_a": ["{ad} please.", "The address is {ad}.", "Ship it to {ad}."],
+    "status_it": ["Where is it?", "Is it on its way?", "Did it ship?", "What's its status?"],
+    "refund_it": ["Refund it instead.", "I want a refund for it.", "Can you refund it?",
+                  "Actually, refund me."],
+}
+for _k, _v in EXTRA.items():
+    U[_k] = U[_k][:-TEST_N] + _v + U[_k][-TEST_N:]
+
 GREET = ["", "", "", "Hi, ", "Hello, ", "Hey, ", "Hi there. ", "Good morning. ", "Hello! ",
          "Hi! ", "Excuse me, ", "Hey there, "]
 GREET_TEST = ["Good evening. ", "Hiya, ", "Greetings. "]
-NAME_INTRO = ["This is {n}. ", "I'm {n}. ", "My name is {n}. ", "{n} here. "]
+GREET += ["Good afternoon. ", "Hello there. ", "Hey! ", "Morning. ", "Dear support, ",
+          "Hi team, ", "Hello support. ", "Hi again. "]
+NAME_INTRO = ["This is {n}. ", "I'm {n}. ", "My name is {n}. ", "{n} here. ", "I am {n}. ",
+              "Name's {n}. ", "This is {n} again. ", "{n} writing. ", "Hello, I'm {n}. ",
+              "My name's {n}. "]
+# Sentences that are not questions (train | test): they must not get an answer of their own.
+FILLER = ["Quick question. ", "Sorry to bother you. ", "I need some help. ",
+          "Hope you're well. ", "Long-time customer here. ", "I have a question. ",
+          "I hope you can help. ", "Sorry for the trouble. ", "I'm a bit confused. ",
+          "I just have one thing. "]
+FILLER_TEST = ["Hope your day is going well. ", "One small thing. "]
+TAIL = [" Thanks.", " Thank you!", " Please help.", " Thanks in advance.", " It's urgent.",
+        " Thanks a lot."]
+TAIL_TEST = [" Cheers.", " Much appreciated."]
+FOLLOW = ["OK. ", "Alright. ", "Also, ", "One more thing: ", "Great. ", "Another question: "]
+FOLLOW_TEST = ["Right. ", "Fine. "]
 NAME_INTRO_TEST = ["Hi, {n} speaking. ", "It's {n}. "]
 ORDER_FMT = ["{n}", "{n}", "#{n}", "no. {n}"]
 
@@ -371,7 +515,8 @@ ORDER_INTENTS = ("status", "refund", "damaged", "wrong", "cancel", "addr")
 class Dialogue:
     """Generates one conversation turn by turn, keeping the state that replies depend on."""
 
-    def __init__(self, slots, r):
+    def __init__(self, slots, r, plain=False):
+        self.plain = plain     # no follow-up words, fillers or tails (outline points)
         self.sl = slots
         self.r = r
         self.split = slots.split
@@ -398,23 +543,34 @@ class Dialogue:
         return "the %d%s of %s" % (day, sfx, m)
 
     def _product_pair(self):
-        p = self.r.choice(self.sl.products)
-        q = self.r.choice([x for x in self.sl.products if x != p])
-        return p, q
+        p = self.sl.product(self.r)
+        while True:
+            q = self.sl.product(self.r)
+            if q.split()[-1] != p.split()[-1]:
+                return p, q
 
     def _user(self, text, first):
         r = self.r
+        test = self.split == "test"
         pre = ""
         if first:
-            greets = GREET + (GREET_TEST if self.split == "test" else [])
+            greets = GREET + (GREET_TEST if test else [])
             pre = r.choice(greets)
             if self.name is None and r.random() < 0.25:
                 self.name = r.choice(self.sl.first)
-                intros = NAME_INTRO_TEST if self.split == "test" else NAME_INTRO
+                intros = NAME_INTRO_TEST if test else NAME_INTRO
                 pre += r.choice(intros).format(n=self.name)
+        elif not self.plain and r.random() < 0.15:
+            pre = r.choice(FOLLOW + (FOLLOW_TEST if test else []))
+        if not self.plain and r.random() < 0.12:
+            if pre.endswith(", "):
+                pre = pre[:-2] + ". "
+            pre += r.choice(FILLER + (FILLER_TEST if test else []))
         if pre.endswith(", ") and not text.startswith(("I ", "I'")):
             text = text[0].lower() + text[1:]
         t = pre + text
+        if not self.plain and r.random() < 0.08 and t.endswith((".", "?", "!")):
+            t += r.choice(TAIL + (TAIL_TEST if test else []))
         if r.random() < 0.15:
             t = t[0].lower() + t[1:]
         if r.random() < 0.1 and t.endswith((".", "?", "!")):
@@ -482,7 +638,7 @@ class Dialogue:
             return self._user(T("ship"), first), reply_for("ship", {})
         if intent == "return":
             if r.random() < 0.7:
-                p = r.choice(self.sl.products)
+                p = self.sl.product(r)
                 self.product = p
                 return self._user(T("return_p").format(p=p), first), reply_for("return", {"p": p})
             return self._user(T("return"), first), reply_for("return", {})
@@ -497,7 +653,7 @@ class Dialogue:
             self.pending = ("refund", {})
             return self._user(T("refund"), first), ASK_ORDER["refund"]
         if intent == "damaged":
-            p = r.choice(self.sl.products)
+            p = self.sl.product(r)
             self.product = p
             if with_o:
                 self.order = o
@@ -545,7 +701,7 @@ class Dialogue:
                 return self._user(T("hours_d").format(day=day), first), reply_for("hours", {"day": day})
             return self._user(T("hours"), first), reply_for("hours", {})
         if intent in ("warranty", "stock"):
-            p = r.choice(self.sl.products)
+            p = self.sl.product(r)
             self.product = p
             return (self._user(T(intent + "_p").format(p=p), first),
                     reply_for(intent, {"p": p}))
@@ -582,7 +738,7 @@ def _parts(split, r, k):
     for _ in range(50 * k):
         if len(out) == k:
             break
-        d = Dialogue(_SLOTS[split], r)
+        d = Dialogue(_SLOTS[split], r, plain=True)
         u, a = d.turn(first=False)
         key = " ".join(a.split()[:2])
         if key in seen:
@@ -594,14 +750,25 @@ def _parts(split, r, k):
     return out
 
 
+def _lead(split, r):
+    """What may precede a multi-question message: a greeting and a sentence that is not a
+    question (neither is answered nor listed in an outline)."""
+    test = split == "test"
+    t = r.choice(GREET + (GREET_TEST if test else []))
+    if r.random() < 0.3:
+        t += r.choice(FILLER + (FILLER_TEST if test else []))
+    if t.endswith(", "):
+        t = t[:-2] + ". "
+    return t
+
+
 def multi_dialogue(split, r, k=None, with_parts=False):
     """A customer message with 2-3 independent questions; the reply answers each in order (the
     single-intent replies joined by a space): what plain decoding must produce, and what a
     skeleton reply joins from its branches. with_parts: also returns the single replies."""
     k = k or r.choice([2, 2, 3])
     parts = _parts(split, r, k)
-    greets = GREET + (GREET_TEST if split == "test" else [])
-    user = r.choice(greets) + " ".join(u for u, _ in parts)
+    user = _lead(split, r) + " ".join(u for u, _ in parts)
     msgs = [{"role": "user", "content": user},
             {"role": "assistant", "content": " ".join(a for _, a in parts)}]
     return (msgs, [a for _, a in parts]) if with_parts else msgs
@@ -612,7 +779,7 @@ def outline_dialogue(split, r):
     list of its questions verbatim (one question: a one-point outline, i.e. decode plainly)."""
     k = r.choice([1, 2, 2, 3])
     parts = _parts(split, r, k)
-    user = " ".join(u for u, _ in parts)
+    user = _lead(split, r) + " ".join(u for u, _ in parts)
     outline = "\n".join("%d. %s" % (i + 1, u) for i, (u, _) in enumerate(parts))
     return [{"role": "system", "content": OUTLINE_SYSTEM}, {"role": "user", "content": user},
             {"role": "assistant", "content": outline}]

@@ -32,7 +32,7 @@ _SLOT_RES = [
     ("amount", re.compile(r"\$\d+\.\d\d")),
     ("email", re.compile(r"[\w.]+@[\w.-]+\.\w+")),
     ("address", re.compile(r"\b\d+ [A-Z]\w* (?:%s)\b" % "|".join(datagen.SUFFIX))),
-    ("product", re.compile(r"\b(?:%s)\b" % _PRODUCTS)),
+    ("product", re.compile(r"\b(?:(?:%s) )?(?:%s)\b" % ("|".join(datagen.MODS), _PRODUCTS))),
     ("date", re.compile(r"\b(?:%s) \d+\b" % "|".join(datagen.MONTHS))),
     ("day", re.compile(r"\b(?:%s)\b" % "|".join(datagen.DAYS))),
     ("name", re.compile(r"\b(?:%s)\b" % "|".join(datagen.FIRST))),
