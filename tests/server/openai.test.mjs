@@ -10,7 +10,7 @@ let server;
 let client;
 
 before(async () => {
-  server = await startServer(['--api-key', 'sk-test-123', '--max-prompt-tokens', '96',
+  server = await startServer(['--api-key', 'sk-test-123', '--max-prompt-tokens', '160',
     '--max-tokens-limit', '256']);
   client = new OpenAI({ apiKey: 'sk-test-123', baseURL: `${server.url}/v1`, maxRetries: 0 });
 });
@@ -131,10 +131,17 @@ test('raw HTTP: bad JSON, wrong method, unknown endpoint', async () => {
   assert.equal((await r.json()).error.code, 'message_too_large');
 });
 
+const TEN_QUESTIONS = 'Where is my order 48213? What are your store hours on Sunday? Can I return the blender? ' +
+  'My kettle arrived damaged, order 12345. Cancel order 55555. Is the desk lamp in stock? Does the toaster ' +
+  'have a warranty? How long does express shipping take? I forgot my password, my email is ann@example.com. ' +
+  'I want to talk to a human.';
+
 test('a client that disconnects mid-stream cancels its request', async () => {
   const ctl = new AbortController();
   const stream = await client.chat.completions.create({
-    model: 'fogline', messages: user('explain refunds in detail'), max_tokens: 256, stream: true,
+    // ten questions at once: far more than the model was trained to answer in one reply, so it
+    // runs to max_tokens (a short reply could end before the server sees the disconnect)
+    model: 'fogline', messages: user(TEN_QUESTIONS), max_tokens: 256, stream: true,
     decoding: { policy: 'sequential', pipeline: false },
   }, { signal: ctl.signal });
   let n = 0;
