@@ -390,7 +390,7 @@ static void group_free(srv_req *g)
     srv *s = g->s;
     if (g->g_prev)
         g->g_prev->g_next = g->g_next;
-    else if (s->groups == g)
+    else
         s->groups = g->g_next;
     if (g->g_next)
         g->g_next->g_prev = g->g_prev;
@@ -456,7 +456,8 @@ static void group_top_up(srv_req *g)
     if (g->topping)
         return;
     g->topping = true;
-    while (g->n_started < g->n_kids && g->n_started - g->n_ended < group_limit(g))
+    int lim = group_limit(g); /* starting branches does not change it: they are not clients */
+    while (g->n_started < g->n_kids && g->n_started - g->n_ended < lim)
         group_start_next(g);
     g->topping = false;
     if (g->n_ended == g->n_kids)
