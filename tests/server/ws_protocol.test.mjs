@@ -40,8 +40,11 @@ test('hello describes the server on connect', async () => {
 
 test('a chat streams drafts, commits in block order, then done with usage and stats', async () => {
   const c = await connect(server);
+  // sequential unmasking: eight steps per block, so drafts come before each commit. With the
+  // threshold policy a confident model fills a block in one or two steps, and a draft still
+  // queued when its block commits is dropped by design (the commit supersedes it).
   c.send({ type: 'chat', id: 'r1', session: 's-42', messages: user('my printer says offline'),
-           max_tokens: 40, temperature: 0, decoding: { threshold: 0.9, pipeline: true } });
+           max_tokens: 40, temperature: 0, decoding: { policy: 'sequential', pipeline: true } });
   const frames = await c.collect('r1');
   const drafts = frames.filter((f) => f.type === 'draft');
   const commits = frames.filter((f) => f.type === 'commit');
