@@ -9,6 +9,10 @@ Held-out split: slot values (order numbers, names, products, street names, dates
 user phrasing templates are partitioned (products and streets by the whole value: "blue yoga mat"
 and "Cedar Lane" are values; their words also occur in training in other values); the "test" split draws only from the held-out halves, the
 "train" split only from the training halves, so no held-out value or phrasing occurs in training.
+v3: the held-out phrasings ("test") are new sentences made of words that the training phrasings
+of the same request use; v2's held-out phrasings, whose key words never occur in training, stay
+out of training as the "lex" split (TEMPLATES). Training slot values are 30% invented words
+(_pseudo), so that copying, not recall, is what the model learns.
 
 Conversation state carried across turns: the current order number, the current product, the
 customer's name and an intent waiting for an order number. Later turns depend on earlier ones:
@@ -20,6 +24,7 @@ Usage: python3 datagen.py --split test --n 5 --seed 1   (prints dialogues as JSO
 import argparse
 import json
 import random
+import re
 
 # ---------------------------------------------------------------- slot values (train | test)
 
@@ -89,6 +94,36 @@ SHIP = ["standard", "express", "overnight"]
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 
 
+# v3: invented words as slot values in training (names, surnames, street names, 15% of product
+# nouns), so that the model learns to copy whatever the customer wrote instead of recalling a
+# known value; held-out values stay the real held-out names, streets and products.
+P_PSEUDO = 0.3
+_ONSET = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr",
+          "kl", "st", "tr", "sh", "ch", "j", "h", "w"]
+_NUC = ["a", "e", "i", "o", "u", "ai", "ou", "ea", "y"]
+_CODA = ["", "", "", "n", "r", "l", "s", "m", "k", "x", "t"]
+
+
+def _real_words():
+    ws = set()
+    for lst in (FIRST, LAST, PRODUCTS, MODS, STREETS, SUFFIX, MONTHS, DAYS):
+        for v in lst:
+            ws.update(v.lower().split())
+    return ws
+
+
+def _pseudo(r):
+    """An invented lower-case word (2-3 syllables) that is none of the real slot words."""
+    while True:
+        w = "".join(r.choice(_ONSET) + r.choice(_NUC) + r.choice(_CODA)
+                    for _ in range(r.choice([2, 2, 3])))
+        if w not in _REAL and 3 <= len(w) <= 11:
+            return w
+
+
+_REAL = _real_words()
+
+
 def _h(x):
     """Stable integer hash (Python's hash() is salted per process)."""
     v = 2166136261
@@ -99,7 +134,7 @@ def _h(x):
 
 def _part(lst, split):
     """Every 5th value is held out."""
-    return [v for i, v in enumerate(lst) if (i % 5 == 4) == (split == "test")]
+    return [v for i, v in enumerate(lst) if (i % 5 == 4) == (split != "train")]
 
 
 def _held(x):
@@ -114,7 +149,18 @@ class Slots:
         self.cities = _part(CITIES, split)
 
     def _ok(self, v):
-        return _held(v) == (self.split == "test")
+        return _held(v) == (self.split != "train")
+
+    def name(self, r):
+        """A first name; in training, 30% invented (see _pseudo)."""
+        if self.split == "train" and r.random() < P_PSEUDO:
+            return _pseudo(r).capitalize()
+        return r.choice(self.first)
+
+    def surname(self, r):
+        if self.split == "train" and r.random() < P_PSEUDO:
+            return _pseudo(r).capitalize()
+        return r.choice(self.last)
 
     def order(self, r):
         while True:
@@ -138,19 +184,27 @@ class Slots:
         """A product, bare or with a modifier; the split is by the whole value."""
         while True:
             p = r.choice(PRODUCTS)
+            if self.split == "train" and r.random() < P_PSEUDO * 0.5:
+                p = _pseudo(r)
             if r.random() < 0.6:
-                p = r.choice(MODS) + " " + p
+                m = r.choice(MODS)
+                if m == p.split()[0]:
+                    continue  # not "travel travel mug"
+                p = m + " " + p
             if self._ok("p" + p):
                 return p
 
     def address(self, r):
         while True:
-            st = "%s %s" % (r.choice(STREETS), r.choice(SUFFIX))
+            name = r.choice(STREETS)
+            if self.split == "train" and r.random() < P_PSEUDO:
+                name = _pseudo(r).capitalize()
+            st = "%s %s" % (name, r.choice(SUFFIX))
             if self._ok("s" + st):
                 return "%d %s" % (r.randint(2, 999), st)
 
     def email(self, r, first):
-        last = r.choice(self.last).lower()
+        last = self.surname(r).lower()
         return r.choice(["%s.%s@%s", "%s%s@%s"]) % (first.lower(), last, r.choice(DOMAINS))
 
 
@@ -326,7 +380,8 @@ EXTRA = {
     "ship_s": ["How quick is {s} shipping?", "When does {s} shipping arrive?",
                "{s} shipping, how many days?", "What does {s} delivery take?"],
     "ship": ["How long will delivery take?", "How quickly do orders arrive?",
-             "What are the shipping times?", "How long do deliveries take?"],
+             "What are the shipping times?", "How long do deliveries take?",
+             "How long does delivery usually take?", "What are your shipping options?"],
     "return_p": ["I don't like the {p}, can I return it?", "Return the {p} please.",
                  "How can I return my {p}?", "I'd like to send the {p} back.",
                  "The {p} doesn't fit, I want to return it."],
@@ -370,7 +425,7 @@ EXTRA = {
              "Forgot the password for {e}.", "Reset the password on {e}.",
              "My account {e} is locked, I forgot my password."],
     "pw": ["I can't remember my password.", "Reset my password please.",
-           "I'm unable to log in.", "I lost my password."],
+           "I'm unable to log in.", "I lost my password.", "I forgot my password, can you reset it?"],
     "hours_d": ["Do you open on {day}?", "What are your opening hours on {day}?",
                 "Are you closed on {day}?", "When are you open on {day}?"],
     "hours": ["When do you close?", "What are your hours?", "When can I visit the store?",
@@ -387,10 +442,12 @@ EXTRA = {
                 "Please move order {o} to {d}.", "Schedule order {o} for {d}."],
     "date_d": ["Deliver it on {d}.", "Can it arrive on {d}?", "Please move it to {d}.",
                "Change the delivery to {d}."],
-    "thanks": ["Thanks so much.", "Thank you very much!", "Many thanks.", "Thanks, that's all."],
+    "thanks": ["Thanks so much.", "Thank you very much!", "Many thanks.", "Thanks, that's all.",
+               "Great, thank you so much.", "OK, thanks a lot!"],
     "give_o": ["{o} is the number.", "Order number {o}.", "The number is {o}.", "It's order {o}."],
     "give_e": ["{e} is my email.", "My email address is {e}.", "Email is {e}."],
-    "give_a": ["{ad} please.", "The address is {ad}.", "Ship it to {ad}."],
+    "give_a": ["{ad} please.", "The address is {ad}.", "Ship it to {ad}.",
+               "Please send it to {ad}.", "The address should be {ad}."],
     "status_it": ["Where is it?", "Is it on its way?", "Did it ship?", "What's its status?"],
     "refund_it": ["Refund it instead.", "I want a refund for it.", "Can you refund it?",
                   "Actually, refund me."],
@@ -421,10 +478,41 @@ NAME_INTRO_TEST = ["Hi, {n} speaking. ", "It's {n}. "]
 ORDER_FMT = ["{n}", "{n}", "#{n}", "no. {n}"]
 
 
+# v3: two held-out phrasing sets per list.
+#  - "lex" (v2's held-out set, the last TEST_N of each list): phrasings whose key words never
+#    occur in training in that sense ("Any {p} left?", "I'd like to speak with a
+#    representative."); a model trained from scratch on this data cannot know those words.
+#  - "test" (the held-out split from v3 on): TEST_N other phrasings of each list, chosen so that
+#    each of their words occurs in the list's training phrasings: new sentences made of words the
+#    model has seen used for that request. Neither set occurs in training.
+_WORD = re.compile(r"[a-z]+")
+
+
+def _words(t):
+    return set(_WORD.findall(re.sub(r"\{\w+\}", " ", t).lower()))
+
+
+def _split_templates(lst):
+    lex = lst[-TEST_N:]
+    cand = lst[:-TEST_N]
+    comp = []
+    for t in reversed(cand):
+        if len(comp) == TEST_N:
+            break
+        rest = [x for x in cand if x != t and x not in comp]
+        known = set().union(*(_words(x) for x in rest))
+        if len(_words(t)) >= 2 and _words(t) <= known and all(_words(c) <= known for c in comp):
+            comp.append(t)
+    assert len(comp) == TEST_N, lst
+    train = [x for x in cand if x not in comp]
+    return train, comp[::-1], lex
+
+
+TEMPLATES = {k: dict(zip(("train", "test", "lex"), _split_templates(v))) for k, v in U.items()}
+
+
 def _tmpl(key, split, r):
-    lst = U[key]
-    part = lst[-TEST_N:] if split == "test" else lst[:-TEST_N]
-    return r.choice(part)
+    return r.choice(TEMPLATES[key][split])
 
 
 # ---------------------------------------------------------------- canonical replies
@@ -551,13 +639,13 @@ class Dialogue:
 
     def _user(self, text, first):
         r = self.r
-        test = self.split == "test"
+        test = self.split != "train"
         pre = ""
         if first:
             greets = GREET + (GREET_TEST if test else [])
             pre = r.choice(greets)
             if self.name is None and r.random() < 0.25:
-                self.name = r.choice(self.sl.first)
+                self.name = self.sl.name(r)
                 intros = NAME_INTRO_TEST if test else NAME_INTRO
                 pre += r.choice(intros).format(n=self.name)
         elif not self.plain and r.random() < 0.15:
@@ -586,7 +674,7 @@ class Dialogue:
             intent, s = self.pending
             self.pending = None
             if s.get("_need") == "e":
-                e = self.sl.email(r, self.name or r.choice(self.sl.first))
+                e = self.sl.email(r, self.name or self.sl.name(r))
                 return self._user(T("give_e").format(e=e), first), reply_for("pw", {"e": e})
             if s.get("_need") == "ad":
                 ad = self.sl.address(r)
@@ -691,7 +779,7 @@ class Dialogue:
                     reply_for("date", {"o": o, "d": d}))
         if intent == "pw":
             if r.random() < 0.6:
-                e = self.sl.email(r, self.name or r.choice(self.sl.first))
+                e = self.sl.email(r, self.name or self.sl.name(r))
                 return self._user(T("pw_e").format(e=e), first), reply_for("pw", {"e": e})
             self.pending = ("pw", {"_need": "e"})
             return self._user(T("pw"), first), reply_for("ask_email", {})
@@ -723,7 +811,7 @@ def dialogue(split, r, n_turns=None):
     return msgs
 
 
-_SLOTS = {"train": Slots("train"), "test": Slots("test")}
+_SLOTS = {"train": Slots("train"), "test": Slots("test"), "lex": Slots("lex")}
 
 # ---- multi-intent messages and outlines (parallel segments: skeleton decoding) ----
 
@@ -753,7 +841,7 @@ def _parts(split, r, k):
 def _lead(split, r):
     """What may precede a multi-question message: a greeting and a sentence that is not a
     question (neither is answered nor listed in an outline)."""
-    test = split == "test"
+    test = split != "train"
     t = r.choice(GREET + (GREET_TEST if test else []))
     if r.random() < 0.3:
         t += r.choice(FILLER + (FILLER_TEST if test else []))
@@ -816,7 +904,7 @@ def render(msgs, add_generation_prompt=False):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--split", default="train", choices=["train", "test"])
+    ap.add_argument("--split", default="train", choices=["train", "test", "lex"])
     ap.add_argument("--n", type=int, default=5)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kind", default="plain", choices=["plain", "multi", "outline", "mixed"])

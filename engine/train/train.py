@@ -459,13 +459,13 @@ def main():
             lr = a.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * prog)))
         for g in opt.param_groups:
             g["lr"] = lr
-        logits, _ = model(noisy, mask=amask, pos=pos)
+        logits, _ = model(noisy, mask=amask, pos=pos, head_at=masked)  # (N, vocab)
         if a.slot_w != 1.0:
-            ce = F.cross_entropy(logits[masked], clean[masked], reduction="none")
+            ce = F.cross_entropy(logits, clean[masked], reduction="none")
             w = weight[masked]
             loss = (ce * w).sum() / w.sum()
         else:
-            loss = F.cross_entropy(logits[masked], clean[masked])
+            loss = F.cross_entropy(logits, clean[masked])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)

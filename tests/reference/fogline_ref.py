@@ -174,11 +174,14 @@ class Model(nn.Module):
         w = self.model.embed_tokens.weight if self.c.tie else self.lm_head.weight
         return h @ w.float().t()
 
-    def forward(self, ids, pos0=0, past=None, block_size=None, mask=None, pos=None):
+    def forward(self, ids, pos0=0, past=None, block_size=None, mask=None, pos=None,
+                head_at=None):
         """ids: (B, T). Positions are pos0..pos0+T-1; past: per-layer (k, v) for positions
         [0, pos0). Returns logits (B, T, vocab) and this segment's per-layer (k, v).
         Training may pass explicit per-row positions pos (B, T) with a mask (B, T, T) (a
-        sequence followed by a noisy copy of some of its blocks, as in BD3-LM training)."""
+        sequence followed by a noisy copy of some of its blocks, as in BD3-LM training).
+        head_at: a (B, T) bool mask; logits only at those positions, (N, vocab) (training:
+        the loss needs the masked positions only, and the head is the widest matmul)."""
         c = self.c
         bs = block_size or c.block_size
         B, T = ids.shape
@@ -196,7 +199,10 @@ class Model(nn.Module):
         for i, layer in enumerate(self.model.layers):
             x, kv = layer(x, cos, sin, mask, past[i] if past is not None else None)
             kvs.append(kv)
-        return self.head(self.model.norm(x)), kvs
+        h = self.model.norm(x)
+        if head_at is not None:
+            h = h[head_at]
+        return self.head(h), kvs
 
 
 def load_model(path, dtype=torch.float32):
