@@ -245,7 +245,9 @@ test('SIGTERM under load with Redis: every request ends within the grace period,
   const warm = await chatAlone(s0, [{ role: 'system', content: SYSTEM }, ...user(`${PROMPTS[1]} (ticket 99)`)], slow);
   assert.ok(warm.done.usage.cached_tokens > 0, 'the shared prefix comes from Redis');
   assert.equal(await s0.stop(), 0);
-  assert.equal(ref.done.finish, 'stop');
+  // the reference run completed (the built-in model has no system prompts in its training data
+  // and may run to max_tokens after this one: 'length' completes a run as well as 'stop')
+  assert.ok(['stop', 'length'].includes(ref.done.finish), ref.done.finish);
   await settled(r.port);
   const refKeys = await scan(r.port, 'fogline:kv:*');
   assert.ok(refKeys.length >= Math.floor((ref.done.usage.prompt_tokens - 1) / B), `${refKeys.length} pages after one chat`);
