@@ -58,6 +58,8 @@ def main():
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--split", default="test", choices=["test", "lex"])
+    ap.add_argument("--threshold", type=float, default=0.9,
+                    help="the confidence to unmask of the threshold and pipeline policies (0.9 in the model card's table)")
     ap.add_argument("--policies", default="top1,threshold,pipeline")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=96)
@@ -72,7 +74,7 @@ def main():
     rows = []
     results = {}
     for pname in a.policies.split(","):
-        pol = decode.Policy(pname)
+        pol = decode.Policy(pname, threshold=a.threshold)
         em = 0
         s_ok = s_all = 0
         outs = fw = 0
