@@ -59,7 +59,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--split", default="test", choices=["test", "lex"])
     ap.add_argument("--threshold", type=float, default=0.9,
-                    help="the confidence to unmask of the threshold and pipeline policies (0.9 in the model card's table)")
+                    help="the confidence to unmask of the threshold and pipeline policies "
+                    "(0.9 in the model card's table)")
     ap.add_argument("--policies", default="top1,threshold,pipeline")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-new-tokens", type=int, default=96)
