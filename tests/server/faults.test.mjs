@@ -230,8 +230,18 @@ test('KV pool exhausted: requests wait in FIFO, none fails, same outputs as alon
 
 // ---- 2. SIGTERM under load with Redis ----
 
-const SYSTEM = 'You are the help desk of an online shop. ' +
-  Array.from({ length: 6 }, (_, i) => `Rule ${i + 1}: answer politely and copy order numbers exactly.`).join(' ');
+// The shared prefix: an earlier exchange (about 60 tokens), which the built-in model handles with
+// confidence. (It has no system prompts in its training data: after one its replies are noise
+// whose near-ties may flip between forwards of different shapes, and "same reply from cached
+// pages" would test float noise instead of the cache.)
+const CONTEXT = [
+  { role: 'user', content: 'Hi, where is my order 48213?' },
+  { role: 'assistant', content: 'Order 48213 has shipped and is on its way. The tracking link is in your confirmation email.' },
+  { role: 'user', content: 'What are your store hours?' },
+  { role: 'assistant', content: 'We are open 9 am to 9 pm on weekdays, 10 am to 8 pm on Saturday and 11 am to 5 pm on Sunday.' },
+];
+// a distinct question per request (its own pages after the shared prefix)
+const ask = (i) => `Can you check the status of order ${40000 + i}?`;
 
 test('SIGTERM under load with Redis: every request ends within the grace period, exit 0, Redis holds only whole values', async (t) => {
   const r = await startRedis();
@@ -240,9 +250,9 @@ test('SIGTERM under load with Redis: every request ends within the grace period,
   await until(async () => (await metrics(s0)).get('fogline_redis_connected') === 1, 10000, 'Redis connected');
 
   // what a completed run writes: the size of a page blob; and how long one request takes here
-  const ref = await chatAlone(s0, [{ role: 'system', content: SYSTEM }, ...user('Hello')], { session: 'ref', ...slow });
+  const ref = await chatAlone(s0, [...CONTEXT, ...user('Thanks!')], { session: 'ref', ...slow });
   // a request like the load's: its system prompt's pages come from Redis
-  const warm = await chatAlone(s0, [{ role: 'system', content: SYSTEM }, ...user(`${PROMPTS[1]} (ticket 99)`)], slow);
+  const warm = await chatAlone(s0, [...CONTEXT, ...user(ask(99))], slow);
   assert.ok(warm.done.usage.cached_tokens > 0, 'the shared prefix comes from Redis');
   assert.equal(await s0.stop(), 0);
   // the reference run completed (the built-in model has no system prompts in its training data
@@ -266,7 +276,7 @@ test('SIGTERM under load with Redis: every request ends within the grace period,
   const jobs = [];
   for (let i = 0; i < N; i++) {
     const c = conns[Math.floor(i / 8)];
-    const msgs = [{ role: 'system', content: SYSTEM }, ...user(`${PROMPTS[i % PROMPTS.length]} (ticket ${i})`)];
+    const msgs = [...CONTEXT, ...user(ask(i))];
     jobs.push({ c, id: `t${i}`, session: `term-${i}`, msgs });
     c.send({ type: 'chat', id: `t${i}`, session: `term-${i}`, messages: msgs, ...slow });
   }
@@ -359,7 +369,7 @@ test('a burst of chats sharing a cached prefix on a healthy Redis: no command ti
   // the shared prefix is written by another process; this one starts cold
   const s0 = await startServer(['--redis', r.url]);
   await until(async () => (await metrics(s0)).get('fogline_redis_connected') === 1, 10000, 'Redis connected');
-  await chatAlone(s0, [{ role: 'system', content: SYSTEM }, ...user('Hello')], { max_tokens: 16 });
+  await chatAlone(s0, [...CONTEXT, ...user('Thanks!')], { max_tokens: 16 });
   assert.equal(await s0.stop(), 0);
   await settled(r.port);
   const s = await startServer(['--redis', r.url, '--max-seqs', '1']);
@@ -371,7 +381,7 @@ test('a burst of chats sharing a cached prefix on a healthy Redis: no command ti
       const i = ci * 8 + k;
       ids.push([c, `b${i}`]);
       c.send({ type: 'chat', id: `b${i}`, session: `burst-${i}`, max_tokens: 8,
-               messages: [{ role: 'system', content: SYSTEM }, ...user(`${PROMPTS[i % PROMPTS.length]} (ticket ${i})`)] });
+               messages: [...CONTEXT, ...user(ask(i))] });
     }
   });
   const ends = await Promise.all(ids.map(([c, id]) => c.collect(id, 60000)));
