@@ -97,7 +97,7 @@ DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sun
 # v3: invented words as slot values in training (names, surnames, street names, 15% of product
 # nouns), so that the model learns to copy whatever the customer wrote instead of recalling a
 # known value; held-out values stay the real held-out names, streets and products.
-P_PSEUDO = 0.3
+P_PSEUDO = 0.45  # v4 (v3: 0.3): e-mail local parts and hand-off names were v3's copy errors
 _ONSET = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr",
           "kl", "st", "tr", "sh", "ch", "j", "h", "w"]
 _NUC = ["a", "e", "i", "o", "u", "ai", "ou", "ea", "y"]
@@ -184,7 +184,7 @@ class Slots:
         """A product, bare or with a modifier; the split is by the whole value."""
         while True:
             p = r.choice(PRODUCTS)
-            if self.split == "train" and r.random() < P_PSEUDO * 0.5:
+            if self.split == "train" and r.random() < P_PSEUDO * 0.4:
                 p = _pseudo(r)
             if r.random() < 0.6:
                 m = r.choice(MODS)
@@ -874,7 +874,64 @@ def outline_dialogue(split, r):
             {"role": "assistant", "content": outline}]
 
 
-def generate_mixed(split, n, seed, p_multi=0.15, p_outline=0.15):
+# ---- system prompts (v4) ----
+# Operators put a system prompt before the conversation. The model cannot follow free-form
+# instructions; what it must learn is that a shop's system prompt does not change the help-desk
+# reply (v3, trained without them, wrote noise after one). The outline instruction is the one
+# system prompt that changes the task. Every 5th opening and rule is held out (split != train).
+SYS_OPEN = ["You are the help desk of {shop}.", "You are a customer service assistant for {shop}.",
+            "You are a helpful assistant.", "You work for {shop}, an online store.",
+            "You are the support agent of {shop}.", "You are a help desk.",
+            "Act as the customer support team of {shop}.", "You answer customer questions.",
+            "You are a friendly support bot for {shop}.", "You are the online shop's assistant.",
+            "You are a support assistant.", "This is the support chat of {shop}."]
+SYS_RULES = ["Be polite.", "Keep answers short.", "Copy order numbers exactly.",
+             "Answer in English.", "Never share personal data of other customers.",
+             "Do not make up order details.", "Use the customer's name when you know it.",
+             "Refunds take 5 to 7 business days.", "Be friendly and professional.",
+             "Answer politely and copy order numbers exactly.", "Do not use emojis.",
+             "Ask for the order number when it is missing.", "Keep a calm tone.",
+             "Offer a human agent when the customer asks for one.",
+             "Do not discuss topics unrelated to the shop.", "Reply in one or two sentences.",
+             "Never ask for a password.", "Returns are free within 30 days.",
+             "Confirm every change to an order.", "Thank the customer when appropriate.",
+             "The store is open from 9 am to 6 pm.", "Standard shipping takes 3 to 5 days.",
+             "Do not promise delivery dates you cannot confirm.", "Be concise.",
+             "Today is a normal business day.", "Stay on topic.",
+             "Write plain text without markdown.", "Apologise when something went wrong.",
+             "Check the conversation for an order number before asking for it.",
+             "Treat every customer with respect."]
+SYS_SHOPS = ["Northwind", "Acme Shop", "Bluebird Store", "Cornerstone", "Hilltop Market",
+             "Lumen Goods", "Maple & Co", "Riverbend", "Sunny Home", "Urban Nest"]
+
+
+def system_prompt(split, r):
+    """A shop's system prompt: an opening and 0-6 rules (sometimes 10-24: long shared prefixes),
+    as sentences, numbered rules ("Rule 3: ..."), bullets or numbered lines."""
+    opens, rules = _part(SYS_OPEN, split), _part(SYS_RULES, split)
+    shop = r.choice(SYS_SHOPS) if r.random() < 0.5 or split != "train" else \
+        _pseudo(r).capitalize() + r.choice(["", " Shop", " Store", " Outlet"])
+    head = r.choice(opens).format(shop=shop)
+    k = r.randint(10, 24) if r.random() < 0.1 else r.choice([0, 1, 2, 2, 3, 4, 5, 6])
+    rs = [r.choice(rules) for _ in range(k)]
+    style = r.choice(["sent", "sent", "rule", "dash", "num"])
+    if not rs:
+        return head
+    if style == "sent":
+        return head + " " + " ".join(rs)
+    if style == "rule":
+        return head + " " + " ".join("Rule %d: %s" % (i + 1, x[0].lower() + x[1:])
+                                     for i, x in enumerate(rs))
+    if style == "dash":
+        return head + "\n" + "\n".join("- " + x for x in rs)
+    return head + "\n" + "\n".join("%d. %s" % (i + 1, x) for i, x in enumerate(rs))
+
+
+def with_system(split, r, msgs):
+    return [{"role": "system", "content": system_prompt(split, r)}] + msgs
+
+
+def generate_mixed(split, n, seed, p_multi=0.15, p_outline=0.15, p_system=0.0):
     """generate() plus multi-intent dialogues and outline examples (train.py --multi)."""
     r = random.Random("%s-mixed-%d" % (split, seed))
     out = []
@@ -886,6 +943,8 @@ def generate_mixed(split, n, seed, p_multi=0.15, p_outline=0.15):
             out.append(outline_dialogue(split, r))
         else:
             out.append(dialogue(split, r))
+        if p_system and (x < p_multi or x >= p_multi + p_outline) and r.random() < p_system:
+            out[-1] = with_system(split, r, out[-1])
     return out
 
 

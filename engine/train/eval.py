@@ -13,12 +13,16 @@ slots.
 Also writes the reference's greedy one-token-per-step outputs for a few dozen held-out prompts
 (--greedy-out), for the C engine's token-for-token test.
 
-Usage: python3 eval.py [MODEL_DIR] [--n 300] [--greedy-out tests/data/helpdesk_greedy.json]
+--system: the same dialogues after a held-out shop system prompt (v4 trains with them; the
+reply must not change).
+
+Usage: python3 eval.py [MODEL_DIR] [--n 300] [--system] [--greedy-out tests/data/helpdesk_greedy.json]
 """
 import argparse
 import collections
 import json
 import os
+import random
 import re
 import sys
 import time
@@ -68,10 +72,16 @@ def main():
     ap.add_argument("--greedy-n", type=int, default=32)
     ap.add_argument("--json-out", default="")
     ap.add_argument("--show-errors", type=int, default=8)
+    ap.add_argument("--system", action="store_true", help="put a held-out shop system prompt "
+                    "(datagen.system_prompt: openings and rules never in training) before each "
+                    "of the same dialogues")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     chat = decode.Chat(a.model_dir)
     data = datagen.generate(a.split, a.n, a.seed)
+    if a.system:
+        sr = random.Random("system-eval-%d" % a.seed)
+        data = [datagen.with_system(a.split, sr, d) for d in data]
     rows = []
     results = {}
     for pname in a.policies.split(","):
@@ -141,8 +151,8 @@ def main():
     for r in rows:
         print("| %s | %.1f%% | %.1f%% | %.2f |" % (r["policy"], 100 * r["exact_match"],
                                                  100 * r["slot_acc"], r["tpf"]))
-    print("(%d held-out dialogues, split %s, %d reference slots)" % (len(data), a.split,
-                                                                  rows[0]["slots"]))
+    print("(%d held-out dialogues, split %s%s, %d reference slots)" % (
+        len(data), a.split, ", held-out system prompts" if a.system else "", rows[0]["slots"]))
     if a.json_out:
         with open(a.json_out, "w") as f:
             json.dump(results, f, indent=2)

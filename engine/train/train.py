@@ -233,7 +233,7 @@ def dual_len(ids, P, spans, bs, all_turns=False):
 
 
 def dual_batch(examples, idx, tok, bs, rng, p_pipe=0.4, slot_w=1.0, slot_sets=None,
-               all_turns=False):
+               all_turns=False, end_w=1.0):
     """--noise dual (third run): BD3-LM-style vectorised block diffusion. Each row is the clean
     sequence (block-causal) followed by a noisy copy of its target blocks at the same positions.
     A noisy block sees the clean blocks before it and itself, i.e. exactly what a decoder sees
@@ -245,6 +245,8 @@ def dual_batch(examples, idx, tok, bs, rng, p_pipe=0.4, slot_w=1.0, slot_sets=No
     all_turns (fourth run): every assistant turn of a multi-turn dialogue is a target, not only
     the last (earlier replies sit in the clean sequence as the prompt; their noisy copies end in
     <|endoftext|> after <|im_end|>, as the decoder's blocks do).
+    end_w (sixth run): loss weight of the <|im_end|> targets that end a reply (v3 appended a
+    second answer after a right one in 4 of its 38 held-out errors).
     -> ids (B,T), pos (B,T), mask (B,T,T) bool, target (B,T), masked (B,T) bool, weight (B,T)."""
     B = len(idx)
     T = max(dual_len(*examples[i], bs, all_turns) for i in idx)
@@ -315,6 +317,8 @@ def dual_batch(examples, idx, tok, bs, rng, p_pipe=0.4, slot_w=1.0, slot_sets=No
                 tt = t_all[sel]
                 slot = digits[tt] | (in_prompt[tt] & ~common[tt])
                 weight_b[b, sel[slot]] = slot_w
+    if end_w != 1.0:
+        weight_b[(tgt_b == tok.im_end) & masked_b] = end_w
     return tuple(torch.from_numpy(x) for x in (ids_b, pos_b, mask_b, tgt_b, masked_b, weight_b))
 
 
@@ -367,6 +371,9 @@ def main():
     ap.add_argument("--p-multi", type=float, default=0.15)
     ap.add_argument("--p-outline", type=float, default=0.15)
     ap.add_argument("--p-next", type=float, default=0.3)
+    ap.add_argument("--p-system", type=float, default=0.0, help="--multi: share of plain and "
+                    "multi-question dialogues that start with a shop's system prompt")
+    ap.add_argument("--end-w", type=float, default=1.0, help="dual: loss weight of <|im_end|>")
     ap.add_argument("--slot-w", type=float, default=1.0,
                     help="loss weight of slot tokens (digits; rare tokens also in the prompt)")
     ap.add_argument("--export", default=os.path.join(HERE, "..", "models", "fogline-helpdesk"))
@@ -382,13 +389,18 @@ def main():
 
     # tokenizer
     texts = [datagen.render(d) for d in datagen.generate("train", a.tok_dialogues, a.tok_seed)]
+    if a.p_system:
+        sr = random.Random("system-%d" % a.tok_seed)
+        texts += [datagen.render([{"role": "system", "content": datagen.system_prompt("train", sr)}])
+                  for _ in range(int(a.tok_dialogues * a.p_system))]
     vocab, merges = bpe.train(texts, a.vocab)
     tok = bpe.Tokenizer(vocab, merges)
     tok.save(a.work)
     log("tokenizer: %d tokens (%d merges)" % (tok.size, len(merges)))
 
     # data: one example per dialogue (its final assistant turn is the target)
-    dl = (datagen.generate_mixed("train", a.dialogues, a.seed + 1000, a.p_multi, a.p_outline)
+    dl = (datagen.generate_mixed("train", a.dialogues, a.seed + 1000, a.p_multi, a.p_outline,
+                                 a.p_system)
           if a.multi else datagen.generate("train", a.dialogues, a.seed + 1000))
     examples = [build_example(tok, d, a.block) for d in dl]
     ntok = sum(len(e[0]) for e in examples)
@@ -447,7 +459,8 @@ def main():
         bi += 1
         if a.noise == "dual":
             noisy, pos, amask, clean, masked, weight = dual_batch(
-                examples, idx, tok, a.block, rng, a.p_pipe, a.slot_w, slot_sets, a.all_turns)
+                examples, idx, tok, a.block, rng, a.p_pipe, a.slot_w, slot_sets, a.all_turns,
+                a.end_w)
         else:
             clean, noisy, masked, weight = noisy_batch(examples, idx, tok, a.block, rng, a.noise,
                                                        a.p_next, a.slot_w, slot_sets)
@@ -460,7 +473,7 @@ def main():
         for g in opt.param_groups:
             g["lr"] = lr
         logits, _ = model(noisy, mask=amask, pos=pos, head_at=masked)  # (N, vocab)
-        if a.slot_w != 1.0:
+        if a.slot_w != 1.0 or a.end_w != 1.0:
             ce = F.cross_entropy(logits, clean[masked], reduction="none")
             w = weight[masked]
             loss = (ce * w).sum() / w.sum()
