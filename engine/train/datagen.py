@@ -11,8 +11,10 @@ and "Cedar Lane" are values; their words also occur in training in other values)
 "train" split only from the training halves, so no held-out value or phrasing occurs in training.
 v3: the held-out phrasings ("test") are new sentences made of words that the training phrasings
 of the same request use; v2's held-out phrasings, whose key words never occur in training, stay
-out of training as the "lex" split (TEMPLATES). Training slot values are 30% invented words
-(_pseudo), so that copying, not recall, is what the model learns.
+out of training as the "lex" split (TEMPLATES). Training slot values are partly invented words
+(_pseudo; v3 30%, v4 45% of names), so that copying, not recall, is what the model learns.
+v4: generate_mixed(p_system=...) puts a shop's system prompt (system_prompt) before some
+dialogues; the reply does not change.
 
 Conversation state carried across turns: the current order number, the current product, the
 customer's name and an intent waiting for an order number. Later turns depend on earlier ones:
@@ -94,8 +96,8 @@ SHIP = ["standard", "express", "overnight"]
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 
 
-# v3: invented words as slot values in training (names, surnames, street names, 15% of product
-# nouns), so that the model learns to copy whatever the customer wrote instead of recalling a
+# v3: invented words as slot values in training (names, surnames, street names, and 40% as many
+# product nouns), so that the model learns to copy whatever the customer wrote instead of recalling a
 # known value; held-out values stay the real held-out names, streets and products.
 P_PSEUDO = 0.45  # v4 (v3: 0.3): e-mail local parts and hand-off names were v3's copy errors
 _ONSET = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr",
@@ -151,14 +153,18 @@ class Slots:
     def _ok(self, v):
         return _held(v) == (self.split != "train")
 
+    def _invent(self, r, p=P_PSEUDO):
+        """Whether this training value is an invented word (never in the held-out splits)."""
+        return self.split == "train" and r.random() < p
+
     def name(self, r):
         """A first name; in training, 30% invented (see _pseudo)."""
-        if self.split == "train" and r.random() < P_PSEUDO:
+        if self._invent(r):
             return _pseudo(r).capitalize()
         return r.choice(self.first)
 
     def surname(self, r):
-        if self.split == "train" and r.random() < P_PSEUDO:
+        if self._invent(r):
             return _pseudo(r).capitalize()
         return r.choice(self.last)
 
@@ -184,7 +190,7 @@ class Slots:
         """A product, bare or with a modifier; the split is by the whole value."""
         while True:
             p = r.choice(PRODUCTS)
-            if self.split == "train" and r.random() < P_PSEUDO * 0.4:
+            if self._invent(r, P_PSEUDO * 0.4):
                 p = _pseudo(r)
             if r.random() < 0.6:
                 m = r.choice(MODS)
@@ -197,7 +203,7 @@ class Slots:
     def address(self, r):
         while True:
             name = r.choice(STREETS)
-            if self.split == "train" and r.random() < P_PSEUDO:
+            if self._invent(r):
                 name = _pseudo(r).capitalize()
             st = "%s %s" % (name, r.choice(SUFFIX))
             if self._ok("s" + st):
