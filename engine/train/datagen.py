@@ -97,8 +97,8 @@ DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sun
 
 
 # v3: invented words as slot values in training (names, surnames, street names, and 40% as many
-# product nouns), so that the model learns to copy whatever the customer wrote instead of recalling a
-# known value; held-out values stay the real held-out names, streets and products.
+# product nouns), so that the model learns to copy whatever the customer wrote instead of
+# recalling a known value; held-out values stay the real held-out names, streets and products.
 P_PSEUDO = 0.45  # v4 (v3: 0.3): e-mail local parts and hand-off names were v3's copy errors
 _ONSET = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr",
           "kl", "st", "tr", "sh", "ch", "j", "h", "w"]

@@ -16,7 +16,8 @@ Also writes the reference's greedy one-token-per-step outputs for a few dozen he
 --system: the same dialogues after a held-out shop system prompt (v4 trains with them; the
 reply must not change).
 
-Usage: python3 eval.py [MODEL_DIR] [--n 300] [--system] [--greedy-out tests/data/helpdesk_greedy.json]
+Usage: python3 eval.py [MODEL_DIR] [--n 300] [--system]
+                      [--greedy-out tests/data/helpdesk_greedy.json]
 """
 import argparse
 import collections

@@ -391,7 +391,8 @@ def main():
     texts = [datagen.render(d) for d in datagen.generate("train", a.tok_dialogues, a.tok_seed)]
     if a.p_system:
         sr = random.Random("system-%d" % a.tok_seed)
-        texts += [datagen.render([{"role": "system", "content": datagen.system_prompt("train", sr)}])
+        texts += [datagen.render([{"role": "system",
+                                   "content": datagen.system_prompt("train", sr)}])
                   for _ in range(int(a.tok_dialogues * a.p_system))]
     vocab, merges = bpe.train(texts, a.vocab)
     tok = bpe.Tokenizer(vocab, merges)
