@@ -13,6 +13,7 @@ import { startServer, connect, metrics, until, require } from './lib.mjs';
 const server = await startServer(['--max-seqs', '8']);
 after(async () => assert.equal(await server.stop(), 0));
 
+const SEQ = { policy: 'sequential', pipeline: true };
 const SYSTEM = 'You are the help desk of an online shop. Keep answers short and copy order numbers exactly.';
 const SEGMENTS = ['Where is my order 48213?', 'What are your store hours on Sunday?',
   'Can I return a blender?', 'My kettle arrived damaged.'];
@@ -34,8 +35,10 @@ test('fan-out: every branch equals its prompt run alone; the shared prefix is co
   const c = await connect(server);
   const m0 = await metrics(server);
   const shared0 = m0.get('fogline_prefix_cache_tokens_total');
+  // sequential unmasking: several steps per block, so every segment sends drafts before its
+  // commits (with the threshold policy the built-in model often fills a block in one step)
   const frames = await run(c, 'f1', { messages: [{ role: 'system', content: SYSTEM }], max_tokens: 40,
-    parallel: { mode: 'fanout', segments: SEGMENTS } });
+    decoding: SEQ, parallel: { mode: 'fanout', segments: SEGMENTS } });
   const done = frames[frames.length - 1];
   assert.equal(done.type, 'done', JSON.stringify(done));
   assert.equal(done.finish, 'stop');
@@ -58,7 +61,7 @@ test('fan-out: every branch equals its prompt run alone; the shared prefix is co
   // each branch alone, on another connection, one after another
   const c2 = await connect(server);
   for (let i = 0; i < SEGMENTS.length; i++) {
-    const alone = await run(c2, `a${i}`, { messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: SEGMENTS[i] }], max_tokens: 40 });
+    const alone = await run(c2, `a${i}`, { messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: SEGMENTS[i] }], max_tokens: 40, decoding: SEQ });
     const d = alone[alone.length - 1];
     assert.equal(d.type, 'done');
     assert.equal(alone.filter((f) => f.type === 'commit').map((f) => f.text).join(''), texts[i] ?? '', `segment ${i}`);
