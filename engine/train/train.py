@@ -245,7 +245,7 @@ def dual_batch(examples, idx, tok, bs, rng, p_pipe=0.4, slot_w=1.0, slot_sets=No
     all_turns (fourth run): every assistant turn of a multi-turn dialogue is a target, not only
     the last (earlier replies sit in the clean sequence as the prompt; their noisy copies end in
     <|endoftext|> after <|im_end|>, as the decoder's blocks do).
-    end_w (sixth run): loss weight of the <|im_end|> targets that end a reply (v3 appended a
+    end_w (seventh run): loss weight of the <|im_end|> targets that end a reply (v3 appended a
     second answer after a right one in 4 of its 38 held-out errors).
     -> ids (B,T), pos (B,T), mask (B,T,T) bool, target (B,T), masked (B,T) bool, weight (B,T)."""
     B = len(idx)
