@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend_select.h"
 #include "bench_common.h"
 #include "cli.h"
 #include "engine.h"
@@ -109,23 +110,25 @@ static int run_row(const fl_model *m, fl_backend *b, const row *rw, const item *
 static void usage(FILE *f)
 {
     fprintf(f, "usage: fogline bench decode [--model DIR] [--prompts FILE] [--n N] [--max-tokens N]\n"
-               "                            [--threads N] [--tier-dir DIR] [--no-fsync]\n\n"
+               "                            [--threads N] [--tier-dir DIR] [--no-fsync]\n"
+               "                            [--device cpu|cuda|auto]\n\n"
                "FILE: a JSON array of {\"messages\": [...], \"reply\": \"reference reply\"}\n"
-               "(default: tests/data/helpdesk_heldout.json of the default model).\n");
+               "(default: tests/data/helpdesk_heldout.json of the default model).\n"
+               "--device: the backend (default cpu; auto: the GPU when one is usable).\n");
 }
 
 int fl_bench_decode(int argc, char **argv)
 {
     const char *model_dir = getenv("FOGLINE_MODEL");
     const char *prompts = FL_DEFAULT_BENCH_PROMPTS;
-    const char *tier_dir = NULL;
+    const char *tier_dir = NULL, *device = "cpu";
     int n = 32, max_tokens = 96, threads = 0;
     bool fsync_tier = true;
     struct option opts[] = {{"model", required_argument, 0, 'm'}, {"prompts", required_argument, 0, 'p'},
                             {"n", required_argument, 0, 'n'},     {"max-tokens", required_argument, 0, 't'},
                             {"threads", required_argument, 0, 'j'}, {"tier-dir", required_argument, 0, 'd'},
                             {"no-fsync", no_argument, 0, 'F'},    {"help", no_argument, 0, 'h'},
-                            {0, 0, 0, 0}};
+                            {"device", required_argument, 0, 'D'}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
@@ -138,6 +141,14 @@ int fl_bench_decode(int argc, char **argv)
         case 'j': threads = atoi(optarg); break;
         case 'd': tier_dir = optarg; break;
         case 'F': fsync_tier = false; break;
+        case 'D':
+            if (!fl_backend_device_valid(optarg) || !*optarg) {
+                fprintf(stderr, "fogline bench decode: --device must be auto, cpu or cuda, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            device = optarg;
+            break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "fogline bench decode: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -168,8 +179,11 @@ int fl_bench_decode(int argc, char **argv)
     fl_backend *b = NULL;
     fl_backend_opts bo = {.n_pages = per_seq * 16 + 16, .n_threads = threads,
                           .max_tokens = 16 * (int32_t)(max_prompt + 8 * (size_t)B)};
-    if (fl_backend_cpu_create(&b, m, &bo, &e)) {
+    char chosen[512] = "";
+    if (fl_backend_open(&b, m, &bo, device, chosen, sizeof chosen, &e)) {
         fprintf(stderr, "fogline bench decode: %s\n", e.msg);
+        fl_bench_items_free(items, n);
+        fl_model_free(m);
         return 1;
     }
     char tmpdir[] = "/tmp/fogline-bench-tier-XXXXXX";
@@ -180,8 +194,9 @@ int fl_bench_decode(int argc, char **argv)
         }
         tier_dir = tmpdir;
     }
-    printf("fogline bench decode: %s, %d prompts, max_tokens %d, block %d, tier %s (%s)\n\n",
-           model_dir, n, max_tokens, B, tier_dir, fsync_tier ? "fsync per page" : "no fsync");
+    printf("fogline bench decode: %s, %d prompts, max_tokens %d, block %d, tier %s (%s)\n"
+           "backend: %s\n\n",
+           model_dir, n, max_tokens, B, tier_dir, fsync_tier ? "fsync per page" : "no fsync", chosen);
     printf("| %-34s | conc |    TPF | fwd/blk | tokens/s | forwards | wait (ms) | exact  |\n", "configuration");
     printf("|------------------------------------|------|--------|---------|----------|----------|-----------|--------|\n");
     row rows[] = {

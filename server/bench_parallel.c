@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend_select.h"
 #include "bench_common.h"
 #include "cli.h"
 #include "engine.h"
@@ -260,13 +261,15 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
 static void usage(FILE *f)
 {
     fprintf(f, "usage: fogline bench parallel [--model DIR] [--prompts FILE] [--n N] [--group G]\n"
-               "                              [--multi FILE] [--multi-n N] [--max-tokens N] [--threads N]\n\n"
+               "                              [--multi FILE] [--multi-n N] [--max-tokens N] [--threads N]\n"
+               "                              [--device cpu|cuda|auto]\n\n"
                "--prompts: a JSON array of {\"messages\": [...], \"reply\": \"reference reply\"}\n"
                "(default: tests/data/helpdesk_heldout.json). Groups of G conversations are the\n"
                "segments of one multi-question request (fan-out vs one after another).\n"
                "--multi: {\"messages\", \"reply\", \"parts\": [...]} multi-question messages for\n"
                "skeleton vs plain decoding (default: tests/data/helpdesk_multi_heldout.json;\n"
-               "--multi-n 0 skips it).\n");
+               "--multi-n 0 skips it).\n"
+               "--device: the backend (default cpu; auto: the GPU when one is usable).\n");
 }
 
 static const char *const POLICY =
@@ -283,13 +286,14 @@ int fl_bench_parallel(int argc, char **argv)
 {
     const char *model_dir = getenv("FOGLINE_MODEL");
     const char *prompts = FL_DEFAULT_BENCH_PROMPTS, *multi = FL_DEFAULT_BENCH_MULTI;
+    const char *device = "cpu";
     long n = 32, G = 4, max_tokens = 64, threads = 0, multi_n = 48;
     struct option opts[] = {{"model", required_argument, 0, 'm'}, {"prompts", required_argument, 0, 'p'},
                             {"n", required_argument, 0, 'n'},     {"group", required_argument, 0, 'g'},
                             {"max-tokens", required_argument, 0, 't'},
                             {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
                             {"multi", required_argument, 0, 'u'}, {"multi-n", required_argument, 0, 'k'},
-                            {0, 0, 0, 0}};
+                            {"device", required_argument, 0, 'D'}, {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
@@ -317,6 +321,14 @@ int fl_bench_parallel(int argc, char **argv)
         case 'm': model_dir = optarg; break;
         case 'p': prompts = optarg; break;
         case 'u': multi = optarg; break;
+        case 'D':
+            if (!fl_backend_device_valid(optarg) || !*optarg) {
+                fprintf(stderr, "fogline bench parallel: --device must be auto, cpu or cuda, got '%s'\n",
+                        optarg);
+                return 2;
+            }
+            device = optarg;
+            break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "fogline bench parallel: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -356,12 +368,14 @@ int fl_bench_parallel(int argc, char **argv)
     int32_t W = multi_n > 0 && G < SRV_OUTLINE_MAX ? SRV_OUTLINE_MAX : (int32_t)G; /* widest batch */
     fl_backend_opts bo = {.n_pages = per_seq * W * 2 + 16, .n_threads = (int)threads,
                           .max_tokens = W * (int32_t)(max_prompt + 8 * (size_t)B)};
-    if (fl_backend_cpu_create(&b, m, &bo, &e)) {
+    char chosen[512] = "";
+    if (fl_backend_open(&b, m, &bo, device, chosen, sizeof chosen, &e)) {
         fprintf(stderr, "fogline bench parallel: %s\n", e.msg);
         return 1;
     }
     printf("fogline bench parallel: %s, %ld conversations in groups of %ld, max_tokens %ld, "
-           "block %d, threshold 0.9 + overlap + pipelining\n\n", model_dir, n, G, max_tokens, B);
+           "block %d, threshold 0.9 + overlap + pipelining\nbackend: %s\n\n", model_dir, n, G,
+           max_tokens, B, chosen);
     printf("| set | segments per request | sequential (s) | fan-out (s) | speedup | identical | exact (seq / fan-out) |\n");
     printf("|---|---|---|---|---|---|---|\n");
     static const char *const names[2] = {"A: conversations", "B: + shared 300-token system prompt"};

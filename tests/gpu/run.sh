@@ -13,6 +13,8 @@
 #            KV head), CUDA vs CPU backend in 4 variants (tests/gpu/gpu_parity.c); on failure
 #            the first failing model again with FL_CUDA_SYNC_DEBUG=1 (names the kernel) and,
 #            when compute-sanitizer is there, under memcheck
+#   parallel `fogline bench parallel` (groups of 4, 8, 16; skeleton at 4) and `fogline bench
+#            decode` on the built-in default model, on the GPU (tests/gpu/bench_main.c)
 #   big      a SDAR-1.7B-shaped random model (bf16, tied), written in C; CUDA vs CPU on it
 #   bench    step time at batch 1 and 64 over 512 cached tokens vs the bandwidth floor
 #            measured in the same run (tests/gpu/gpu_bench.c)
@@ -188,6 +190,51 @@ else
             grep -m3 -A3 -E '^=========  *(Invalid|Out of|Program hit|Race)' "$dlog" | head -n 12 | sed 's/^/    /'
         fi
     fi
+fi
+
+# ---------------------------------------------------------------- default model: parallel, decode
+# `fogline bench parallel` (fan-out vs one after another, skeleton vs plain) and `fogline bench
+# decode` on the built-in model, on the GPU (tests/gpu/bench_main.c: the server's sources).
+# Output appended to bench.log (the device tool brings back 8 files).
+dev=cuda
+pn=64
+pm=48
+if ((selftest)); then
+    dev=cpu
+    pn=16
+    pm=8
+fi
+if [ -x "$bd/fogline_bench" ]; then
+    blog=$out/bench.log
+    for g in 4 8 16; do
+        mn=0
+        ((g == 4)) && mn=$pm
+        stage parallel 75 "$blog" "$bd/fogline_bench" parallel --device "$dev" --n "$pn" --group "$g" \
+            --multi-n "$mn"
+        if ((st_rc == 0)); then
+            rows=$(awk '/^\| set \|/ {t=1} t && /^\| [AB]:/' "$blog" | tail -n 2 |
+                awk -F'|' '{printf "%s %s %s; ", substr($2, 2, 1), $6, $7}')
+            note "PASS bench parallel, group $g (${st_s}s): fan-out speedup, identical: ${rows}"
+        else
+            fails=$((fails + 1))
+            note "FAIL bench parallel, group $g (rc $st_rc, ${st_s}s): $(tail -n 1 "$blog" | cut -c1-200)"
+            break
+        fi
+        if ((g == 4 && mn > 0)); then
+            sk=$(grep -E '^\| (plain|skeleton) \|' "$blog" | tail -n 2 | tr '\n' ' ')
+            note "INFO skeleton vs plain: ${sk:-no table}"
+        fi
+    done
+    stage decode 60 "$blog" "$bd/fogline_bench" decode --device "$dev" --n 32 --no-fsync
+    if ((st_rc == 0)); then
+        note "PASS bench decode (${st_s}s): $(grep -E '^\| (1 baseline|4 \+ async|5 row 4, 16)' "$blog" | tail -n 3 |
+            awk -F'|' '{printf "%s: TPF%s tok/s%s; ", $2, $4, $6}' | tr -s ' ')"
+    else
+        fails=$((fails + 1))
+        note "FAIL bench decode (rc $st_rc, ${st_s}s): $(tail -n 1 "$blog" | cut -c1-200)"
+    fi
+else
+    note "SKIP bench parallel/decode: fogline_bench was not built"
 fi
 
 # ---------------------------------------------------------------- big model
