@@ -9,10 +9,15 @@
  *                           a batch shape the second time it is seen)
  *   FL_CUDA_SKINNY_ROWS=N   projections of at most N rows (0..8, default 8) use our
  *                           weight-streaming kernel; more rows use cuBLAS; 0: cuBLAS always
+ *   FL_CUDA_GEMM_PAD=0      call cuBLAS with the exact row count (default 1: rows padded to
+ *                           16, 32, 64, then multiples of 64, so that cuBLAS sees few shapes)
  *   FL_CUDA_ATTN=tc         attention products on tensor cores (wmma; head_dim a multiple
  *                           of 16 up to 128), opt-in until measured; default CUDA cores
  *   FL_CUDA_SYNC_DEBUG=1    synchronize after every kernel and name the one that failed
  *                           (no graphs; slow)
+ *   FL_CUDA_KTIME=1         time every launch of every forward with events (no graphs) and
+ *                           print the time per kernel label to stderr when the backend is
+ *                           destroyed (diagnosis: where a step's time goes)
  *   FL_CUDA_MEM_LIMIT=BYTES pretend the GPU has at most this much free memory (tests)
  *   FL_CUBLAS_LIB=PATH      the cuBLAS library to load (default libcublas.so.13, found as
  *                           the dynamic loader finds it, else in the toolkit of the build) */
@@ -48,6 +53,11 @@ typedef struct fl_cuda_stats {
     long long eager, replayed, captured;
     int graphs_on; /* 0 once a capture failed (graphs_note says why) or when disabled */
     char graphs_note[160];
+    /* host seconds spent in forwards: planning the batch (metadata), enqueueing it (eager
+     * launches, or capture + instantiate + launch; capture_s is the part spent capturing and
+     * instantiating), and waiting for the stream; forwards and rows (tokens) counted */
+    double plan_s, run_s, capture_s, wait_s;
+    long long forwards, rows;
 } fl_cuda_stats;
 void fl_cuda_get_stats(const fl_backend *b, fl_cuda_stats *s);
 

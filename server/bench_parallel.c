@@ -26,6 +26,8 @@
 #include "outline.h"
 #include "tokenizer.h"
 
+#define FL_BENCH_MAX_REPEAT 15
+
 typedef struct seg {
     fl_bench_item it;
     char *seq_text;  /* the sequential run's reply */
@@ -84,6 +86,40 @@ fail:
     return -1;
 }
 
+static double median(double *v, int n)
+{
+    for (int i = 1; i < n; i++) /* insertion sort: n <= FL_BENCH_MAX_REPEAT */
+        for (int j = i; j > 0 && v[j] < v[j - 1]; j--) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Replaces *s (flushed and destroyed) with a new scheduler. */
+static int renew(fl_sched **s, const fl_model *m, fl_backend *b, const fl_sched_opts *so)
+{
+    fl_err e = {0};
+    if (*s) {
+        fl_sched_flush(*s);
+        fl_sched_destroy(*s);
+        *s = NULL;
+    }
+    if (fl_sched_create(s, m, b, so, &e)) {
+        fprintf(stderr, "fogline bench parallel: %s\n", e.msg);
+        return 1;
+    }
+    return 0;
+}
+
+static int64_t sched_forwards(const fl_sched *s)
+{
+    fl_sched_stats st;
+    fl_sched_get_stats(s, &st);
+    return st.forwards;
+}
+
 /* ---- skeleton vs plain ---- */
 
 /* Decodes the n prompts (msgs[i], nm[i] messages) at once; texts into out[i] (caller frees). */
@@ -139,7 +175,57 @@ static int parts_found(const char *text, json_t *parts)
     return found;
 }
 
-static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, long n, int max_tokens)
+/* One skeleton answer: the outline, then a branch per point, joined in order; fewer than
+ * two points: the message decoded plainly. *joined: malloc'd text; *was_outlined: whether
+ * the outline parsed. */
+static int skeleton_once(const fl_model *m, fl_sched *s, fl_chat_msg *msgs, size_t nm, int max_tokens,
+                         char **joined, int *was_outlined, uint64_t *serial)
+{
+    fl_chat_msg om[2] = {{"system", SRV_OUTLINE_PROMPT}, msgs[nm - 1]};
+    fl_chat_msg *oo[1] = {om};
+    size_t n_om = 2;
+    char *outline = NULL;
+    *joined = NULL;
+    *was_outlined = 0;
+    int rc = decode_all(m, s, oo, &n_om, 1, 160, &outline, serial);
+    char *points[SRV_OUTLINE_MAX];
+    const char *why = NULL;
+    int np = rc ? 0 : srv_outline_parse(outline, strlen(outline), points, &why);
+    free(outline);
+    if (!rc && np) {
+        *was_outlined = 1;
+        fl_chat_msg bm[SRV_OUTLINE_MAX][33];
+        fl_chat_msg *bp[SRV_OUTLINE_MAX];
+        size_t bn[SRV_OUTLINE_MAX];
+        char *texts[SRV_OUTLINE_MAX] = {0};
+        for (int k = 0; k < np; k++) {
+            memcpy(bm[k], msgs, (nm - 1) * sizeof *msgs);
+            bm[k][nm - 1] = (fl_chat_msg){"user", points[k]};
+            bp[k] = bm[k];
+            bn[k] = nm;
+        }
+        rc = decode_all(m, s, bp, bn, np, max_tokens, texts, serial);
+        size_t len = 1;
+        for (int k = 0; k < np; k++)
+            len += strlen(texts[k]) + 1;
+        *joined = calloc(1, len);
+        for (int k = 0; k < np; k++) {
+            if (k && *joined)
+                strcat(*joined, " ");
+            if (*joined)
+                strcat(*joined, texts[k]);
+            free(texts[k]);
+        }
+        srv_outline_free(points, np);
+    } else if (!rc) {
+        fl_chat_msg *one[1] = {msgs};
+        rc = decode_all(m, s, one, &nm, 1, max_tokens, joined, serial); /* fallback */
+    }
+    return rc;
+}
+
+static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, long n, int max_tokens,
+                          int repeat)
 {
     json_error_t je;
     json_t *arr = json_load_file(file, 0, &je);
@@ -150,18 +236,14 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
     }
     if ((size_t)n > json_array_size(arr))
         n = (long)json_array_size(arr);
-    fl_err e = {0};
     fl_sched_opts so = {.max_batch_tokens = b->max_tokens, .max_seqs = SRV_OUTLINE_MAX, .async_persist = true,
                         .model_id = 0x736b656cull};
     fl_sched *s = NULL;
-    if (fl_sched_create(&s, m, b, &so, &e)) {
-        fprintf(stderr, "fogline bench parallel: %s\n", e.msg);
-        json_decref(arr);
-        return 1;
-    }
     uint64_t serial = 0;
     double t_plain = 0, t_skel = 0;
+    int64_t fw_plain = 0, fw_skel = 0;
     int ex_plain = 0, ex_skel = 0, parts = 0, pp_plain = 0, pp_skel = 0, outlined = 0, rc = 0;
+    int unstable = 0;
     for (long i = 0; i < n && !rc; i++) {
         json_t *o = json_array_get(arr, (size_t)i), *ms = json_object_get(o, "messages");
         json_t *pt = json_object_get(o, "parts");
@@ -184,52 +266,46 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
         }
         if (rc)
             break;
-        /* plain */
+        /* plain, then skeleton, each `repeat` times on a new scheduler (no pages cached from
+         * an earlier run): the median time counts, the first run's text is graded (the runs
+         * must agree: decoding is deterministic) */
         fl_chat_msg *one[1] = {msgs};
-        char *plain = NULL;
-        double t0 = fl_bench_now();
-        rc = decode_all(m, s, one, &nm, 1, max_tokens, &plain, &serial);
-        t_plain += fl_bench_now() - t0;
-        /* skeleton: the outline, then a branch per point */
-        t0 = fl_bench_now();
-        fl_chat_msg om[2] = {{"system", SRV_OUTLINE_PROMPT}, msgs[nm - 1]};
-        fl_chat_msg *oo[1] = {om};
-        size_t n_om = 2;
-        char *outline = NULL, *joined = NULL;
-        if (!rc)
-            rc = decode_all(m, s, oo, &n_om, 1, 160, &outline, &serial);
-        char *points[SRV_OUTLINE_MAX];
-        const char *why = NULL;
-        int np = rc ? 0 : srv_outline_parse(outline, strlen(outline), points, &why);
-        if (!rc && np) {
-            outlined++;
-            fl_chat_msg bm[SRV_OUTLINE_MAX][33];
-            fl_chat_msg *bp[SRV_OUTLINE_MAX];
-            size_t bn[SRV_OUTLINE_MAX];
-            char *texts[SRV_OUTLINE_MAX] = {0};
-            for (int k = 0; k < np; k++) {
-                memcpy(bm[k], msgs, (nm - 1) * sizeof *msgs);
-                bm[k][nm - 1] = (fl_chat_msg){"user", points[k]};
-                bp[k] = bm[k];
-                bn[k] = nm;
+        char *plain = NULL, *joined = NULL;
+        double tp[FL_BENCH_MAX_REPEAT], tk[FL_BENCH_MAX_REPEAT];
+        for (int r = 0; r < repeat && !rc; r++) {
+            char *txt = NULL;
+            if ((rc = renew(&s, m, b, &so)))
+                break;
+            double t0 = fl_bench_now();
+            rc = decode_all(m, s, one, &nm, 1, max_tokens, &txt, &serial);
+            tp[r] = fl_bench_now() - t0;
+            fw_plain += sched_forwards(s);
+            if (r == 0)
+                plain = txt;
+            else {
+                unstable += txt && plain && strcmp(txt, plain);
+                free(txt);
             }
-            rc = decode_all(m, s, bp, bn, np, max_tokens, texts, &serial);
-            size_t len = 1;
-            for (int k = 0; k < np; k++)
-                len += strlen(texts[k]) + 1;
-            joined = calloc(1, len);
-            for (int k = 0; k < np; k++) {
-                if (k && joined)
-                    strcat(joined, " ");
-                if (joined)
-                    strcat(joined, texts[k]);
-                free(texts[k]);
-            }
-            srv_outline_free(points, np);
-        } else if (!rc) {
-            rc = decode_all(m, s, one, &nm, 1, max_tokens, &joined, &serial); /* fallback */
         }
-        t_skel += fl_bench_now() - t0;
+        for (int r = 0; r < repeat && !rc; r++) {
+            char *txt = NULL;
+            int was_outlined = 0;
+            if ((rc = renew(&s, m, b, &so)))
+                break;
+            double t0 = fl_bench_now();
+            rc = skeleton_once(m, s, msgs, nm, max_tokens, &txt, &was_outlined, &serial);
+            tk[r] = fl_bench_now() - t0;
+            fw_skel += sched_forwards(s);
+            if (r == 0) {
+                joined = txt;
+                outlined += was_outlined;
+            } else {
+                unstable += txt && joined && strcmp(txt, joined);
+                free(txt);
+            }
+        }
+        t_plain += median(tp, repeat);
+        t_skel += median(tk, repeat);
         if (!rc && joined) {
             ex_plain += !strcmp(plain, want);
             ex_skel += !strcmp(joined, want);
@@ -238,38 +314,44 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
             pp_skel += parts_found(joined, pt);
         }
         free(plain);
-        free(outline);
         free(joined);
     }
-    fl_sched_flush(s);
+    if (s)
+        fl_sched_flush(s);
     fl_sched_destroy(s);
     json_decref(arr);
     if (rc)
         return 1;
     printf("\nSkeleton vs plain decoding: %ld held-out multi-question messages (%s), one after another\n\n", n,
            file);
-    printf("| mode | wall (s) | speedup | exact (whole reply) | parts exact | outlined |\n");
-    printf("|---|---|---|---|---|---|\n");
-    printf("| plain | %.2f | 1.00x | %.1f%% | %.1f%% | - |\n", t_plain, 100.0 * ex_plain / (double)n,
-           parts ? 100.0 * pp_plain / parts : 0.0);
-    printf("| skeleton | %.2f | %.2fx | %.1f%% | %.1f%% | %d/%ld |\n", t_skel, t_plain / t_skel,
-           100.0 * ex_skel / (double)n, parts ? 100.0 * pp_skel / parts : 0.0, outlined, n);
+    printf("| mode | wall (s) | speedup | forwards | exact (whole reply) | parts exact | outlined |\n");
+    printf("|---|---|---|---|---|---|---|\n");
+    printf("| plain | %.2f | 1.00x | %lld | %.1f%% | %.1f%% | - |\n", t_plain, (long long)fw_plain / repeat,
+           100.0 * ex_plain / (double)n, parts ? 100.0 * pp_plain / parts : 0.0);
+    printf("| skeleton | %.2f | %.2fx | %lld | %.1f%% | %.1f%% | %d/%ld |\n", t_skel, t_plain / t_skel,
+           (long long)fw_skel / repeat, 100.0 * ex_skel / (double)n, parts ? 100.0 * pp_skel / parts : 0.0,
+           outlined, n);
+    if (unstable)
+        printf("\nWARNING: %d repeated runs gave a different text (decoding should be deterministic)\n",
+               unstable);
     fflush(stdout);
-    return 0;
+    return unstable ? 1 : 0;
 }
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: fogline bench parallel [--model DIR] [--prompts FILE] [--n N] [--group G]\n"
                "                              [--multi FILE] [--multi-n N] [--max-tokens N] [--threads N]\n"
-               "                              [--device cpu|cuda|auto]\n\n"
+               "                              [--device cpu|cuda|auto] [--repeat R]\n\n"
                "--prompts: a JSON array of {\"messages\": [...], \"reply\": \"reference reply\"}\n"
                "(default: tests/data/helpdesk_heldout.json). Groups of G conversations are the\n"
                "segments of one multi-question request (fan-out vs one after another).\n"
                "--multi: {\"messages\", \"reply\", \"parts\": [...]} multi-question messages for\n"
                "skeleton vs plain decoding (default: tests/data/helpdesk_multi_heldout.json;\n"
                "--multi-n 0 skips it).\n"
-               "--device: the backend (default cpu; auto: the GPU when one is usable).\n");
+               "--device: the backend (default cpu; auto: the GPU when one is usable).\n"
+               "--repeat: time every mode R times (1..15, each on a new scheduler) and report the\n"
+               "median; outputs must agree between runs.\n");
 }
 
 static const char *const POLICY =
@@ -287,13 +369,14 @@ int fl_bench_parallel(int argc, char **argv)
     const char *model_dir = getenv("FOGLINE_MODEL");
     const char *prompts = FL_DEFAULT_BENCH_PROMPTS, *multi = FL_DEFAULT_BENCH_MULTI;
     const char *device = "cpu";
-    long n = 32, G = 4, max_tokens = 64, threads = 0, multi_n = 48;
+    long n = 32, G = 4, max_tokens = 64, threads = 0, multi_n = 48, repeat = 1;
     struct option opts[] = {{"model", required_argument, 0, 'm'}, {"prompts", required_argument, 0, 'p'},
                             {"n", required_argument, 0, 'n'},     {"group", required_argument, 0, 'g'},
                             {"max-tokens", required_argument, 0, 't'},
                             {"threads", required_argument, 0, 'j'}, {"help", no_argument, 0, 'h'},
                             {"multi", required_argument, 0, 'u'}, {"multi-n", required_argument, 0, 'k'},
-                            {"device", required_argument, 0, 'D'}, {0, 0, 0, 0}};
+                            {"device", required_argument, 0, 'D'}, {"repeat", required_argument, 0, 'r'},
+                            {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
@@ -303,14 +386,17 @@ int fl_bench_parallel(int argc, char **argv)
                     : c == 't' ? &max_tokens
                     : c == 'j' ? &threads
                     : c == 'k' ? &multi_n
+                    : c == 'r' ? &repeat
                                : NULL;
         if (dst) {
-            if (fl_parse_long(optarg, c == 'j' || c == 'k' ? 0 : 1, c == 'g' ? 16 : 100000, dst)) {
+            if (fl_parse_long(optarg, c == 'j' || c == 'k' ? 0 : 1,
+                              c == 'g' ? 16 : c == 'r' ? FL_BENCH_MAX_REPEAT : 100000, dst)) {
                 fprintf(stderr, "fogline bench parallel: --%s: bad value '%s'\n",
                         c == 'n'   ? "n"
                         : c == 'g' ? "group (1..16)"
                         : c == 't' ? "max-tokens"
                         : c == 'k' ? "multi-n"
+                        : c == 'r' ? "repeat (1..15)"
                                    : "threads",
                         optarg);
                 return 2;
@@ -374,29 +460,45 @@ int fl_bench_parallel(int argc, char **argv)
         return 1;
     }
     printf("fogline bench parallel: %s, %ld conversations in groups of %ld, max_tokens %ld, "
-           "block %d, threshold 0.9 + overlap + pipelining\nbackend: %s\n\n", model_dir, n, G,
-           max_tokens, B, chosen);
+           "block %d, threshold 0.9 + overlap + pipelining; times: median of %ld runs\nbackend: %s\n\n",
+           model_dir, n, G, max_tokens, B, repeat, chosen);
     printf("| set | segments per request | sequential (s) | fan-out (s) | speedup | identical | exact (seq / fan-out) |\n");
     printf("|---|---|---|---|---|---|---|\n");
     static const char *const names[2] = {"A: conversations", "B: + shared 300-token system prompt"};
     int rc = 0;
     for (int set = 0; set < 2 && !rc; set++) {
         seg *sg = sets[set];
-        double ts = run(m, b, sg, (int)n, (int)G, false, (int)max_tokens);
-        for (long i = 0; i < n; i++) { /* the sequential texts move to [0] */
-            free(sg[i].seq_text);
-            sg[i].seq_text = sg[i].o.text;
-            sg[i].o.text = NULL;
+        /* sequential, then fan-out, `repeat` times (each on a new scheduler): median times;
+         * a segment counts as identical when every fan-out run gave the first sequential
+         * run's text, and every sequential run gave that text too */
+        double tsv[FL_BENCH_MAX_REPEAT], tfv[FL_BENCH_MAX_REPEAT];
+        bool *differs = calloc((size_t)n, sizeof(bool));
+        for (int r = 0; r < repeat && !rc; r++) {
+            tsv[r] = run(m, b, sg, (int)n, (int)G, false, (int)max_tokens);
+            for (long i = 0; i < n && tsv[r] >= 0; i++) {
+                if (r == 0) { /* the sequential texts move to seq_text */
+                    free(sg[i].seq_text);
+                    sg[i].seq_text = sg[i].o.text;
+                    sg[i].o.text = NULL;
+                } else {
+                    differs[i] |= strcmp(sg[i].seq_text ? sg[i].seq_text : "", sg[i].o.text ? sg[i].o.text : "") != 0;
+                }
+            }
+            tfv[r] = tsv[r] < 0 ? -1 : run(m, b, sg, (int)n, (int)G, true, (int)max_tokens);
+            if (tsv[r] < 0 || tfv[r] < 0)
+                rc = 1;
+            for (long i = 0; i < n && !rc; i++)
+                differs[i] |= strcmp(sg[i].seq_text ? sg[i].seq_text : "", sg[i].o.text ? sg[i].o.text : "") != 0;
         }
-        double tf = ts < 0 ? -1 : run(m, b, sg, (int)n, (int)G, true, (int)max_tokens);
-        if (ts < 0 || tf < 0) {
-            rc = 1;
+        if (rc) {
+            free(differs);
             break;
         }
+        double ts = median(tsv, repeat), tf = median(tfv, repeat);
         int same = 0, ex0 = 0, ex1 = 0, graded = 0;
         for (long i = 0; i < n; i++) {
             const char *a = sg[i].seq_text ? sg[i].seq_text : "", *f = sg[i].o.text ? sg[i].o.text : "";
-            same += !strcmp(a, f);
+            same += !differs[i];
             if (sg[i].it.want) {
                 graded++;
                 ex0 += !strcmp(sg[i].it.want, a);
@@ -406,12 +508,13 @@ int fl_bench_parallel(int argc, char **argv)
         char exact[64] = "-";
         if (set == 0 && graded)
             snprintf(exact, sizeof exact, "%.1f%% / %.1f%%", 100.0 * ex0 / graded, 100.0 * ex1 / graded);
-        printf("| %s | %ld | %.2f | %.2f | %.2fx | %d/%ld | %s |\n", names[set], G, ts, tf, ts / tf,
+        printf("| %s | %ld | %.3f | %.3f | %.2fx | %d/%ld | %s |\n", names[set], G, ts, tf, ts / tf,
                same, n, exact);
         fflush(stdout);
+        free(differs);
     }
     if (!rc && multi_n > 0)
-        rc = skeleton_bench(m, b, multi, multi_n, (int)max_tokens);
+        rc = skeleton_bench(m, b, multi, multi_n, (int)max_tokens, (int)repeat);
     for (int set = 0; set < 2; set++) {
         for (long i = 0; i < n; i++) {
             free(sets[set][i].it.ids);

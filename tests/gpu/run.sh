@@ -13,8 +13,10 @@
 #            KV head), CUDA vs CPU backend in 4 variants (tests/gpu/gpu_parity.c); on failure
 #            the first failing model again with FL_CUDA_SYNC_DEBUG=1 (names the kernel) and,
 #            when compute-sanitizer is there, under memcheck
-#   parallel `fogline bench parallel` (groups of 4, 8, 16; skeleton at 4) and `fogline bench
-#            decode` on the built-in default model, on the GPU (tests/gpu/bench_main.c)
+#   parallel `fogline bench parallel --repeat 5` (groups of 4, 8, 16; skeleton at 4), gpu_sched
+#            (host time per forward under the scheduler, with and without cuBLAS row padding)
+#            and `fogline bench decode` on the built-in default model, on the GPU
+#            (tests/gpu/bench_main.c, tests/gpu/gpu_sched.c)
 #   big      a SDAR-1.7B-shaped random model (bf16, tied), written in C; CUDA vs CPU on it
 #   bench    step time at batch 1 and 64 over 512 cached tokens vs the bandwidth floor
 #            measured in the same run (tests/gpu/gpu_bench.c)
@@ -199,10 +201,12 @@ fi
 dev=cuda
 pn=64
 pm=48
+rep=5
 if ((selftest)); then
     dev=cpu
     pn=16
     pm=8
+    rep=1
 fi
 if [ -x "$bd/fogline_bench" ]; then
     blog=$out/bench.log
@@ -210,7 +214,7 @@ if [ -x "$bd/fogline_bench" ]; then
         mn=0
         ((g == 4)) && mn=$pm
         stage parallel 75 "$blog" "$bd/fogline_bench" parallel --device "$dev" --n "$pn" --group "$g" \
-            --multi-n "$mn"
+            --multi-n "$mn" --repeat "$rep"
         if ((st_rc == 0)); then
             rows=$(awk '/^\| set \|/ {t=1} t && /^\| [AB]:/' "$blog" | tail -n 2 |
                 awk -F'|' '{printf "%s %s %s; ", substr($2, 2, 1), $6, $7}')
@@ -225,6 +229,23 @@ if [ -x "$bd/fogline_bench" ]; then
             note "INFO skeleton vs plain: ${sk:-no table}"
         fi
     done
+    if [ -x "$bd/gpu_sched" ]; then
+        for gp in 1 0; do # with and without cuBLAS row padding (FL_CUDA_GEMM_PAD)
+            echo "+ FL_CUDA_GEMM_PAD=$gp" >>"$blog"
+            FL_CUDA_GEMM_PAD=$gp stage sched 40 "$blog" "$bd/gpu_sched" --device "$dev" \
+                --model engine/models/fogline-helpdesk --prompts tests/data/helpdesk_heldout.json
+            if ((st_rc == 0)); then
+                note "PASS sched profile, cuBLAS row padding $gp (${st_s}s): $(awk '/^\| conc \|/ {t=1} t && /^\| [0-9]/' "$blog" |
+                    tail -n 4 | awk -F'|' '{printf "conc%s: %s ms, fwd%s, rows%s, plan%s enq%s cap%s wait%s sched%s us; ", $2, $3, $4, $5, $7, $8, $9, $10, $11}' | tr -s ' ')"
+            elif ((st_rc == 77)); then
+                note "SKIP sched profile: no GPU"
+                break
+            else
+                fails=$((fails + 1))
+                note "FAIL sched profile (rc $st_rc, ${st_s}s): $(tail -n 1 "$blog" | cut -c1-200)"
+            fi
+        done
+    fi
     stage decode 60 "$blog" "$bd/fogline_bench" decode --device "$dev" --n 32 --no-fsync
     if ((st_rc == 0)); then
         note "PASS bench decode (${st_s}s): $(grep -E '^\| (1 baseline|4 \+ async|5 row 4, 16)' "$blog" | tail -n 3 |
@@ -273,6 +294,24 @@ else
             fails=$((fails + 1))
             note "FAIL bench (rc $st_rc, ${st_s}s): $(grep -m1 -E '^FAIL' "$out/bench.log" | cut -c1-300)"
             tail_of "$out/bench.log" 8
+        fi
+
+        # ------------------------------------------------------------ kernel times
+        # where a batch-1 step goes: FL_CUDA_KTIME=1 (eager, an event after every launch);
+        # the first table is the default variant's
+        klog=$out/bench.log
+        echo "+ FL_CUDA_KTIME=1" >>"$klog"
+        FL_CUDA_KTIME=1 stage ktime 60 "$klog" "$bd/gpu_bench" --model "$big" --ctx 512 --batches 1 \
+            --steps 10
+        if ((st_rc == 0)); then
+            first=$(awk '/^cuda kernel times/ {n++; if (n == 1) {sub(/.*forwards, /, ""); sub(/:$/, ""); print}}' "$klog")
+            kern=$(awk '/^cuda kernel times/ {n++; next}
+                n == 1 && /^  / {lab = substr($0, 3, 52); sub(/ +$/, "", lab); split(substr($0, 56), a, " ");
+                    printf "%s\t%s\t%s\n", a[5], lab, a[1]}' "$klog" | sort -g -r | head -n 6 |
+                awk -F'\t' '{printf "%s %s ms (%s); ", $2, $3, $1}')
+            note "INFO batch-1 kernel times, eager (${st_s}s): ${first}; ${kern}"
+        else
+            note "INFO kernel times not taken (rc $st_rc)"
         fi
 
         # ------------------------------------------------------------ torch

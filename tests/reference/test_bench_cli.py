@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""`fogline bench parallel` and `fogline bench decode` on the built-in model: a short
+parallel run with --repeat (fan-out texts identical to the sequential ones in every run, the
+skeleton table with its forwards column), and bad flags as one-line errors with exit 2;
+--device cuda where no GPU is usable is a one-line error with exit 1.
+
+  test_bench_cli.py FOGLINE_BIN MODEL_DIR"""
+import re
+import subprocess
+import sys
+
+FAILS = []
+
+
+def check(cond, msg):
+    print(("ok   " if cond else "FAIL ") + msg)
+    if not cond:
+        FAILS.append(msg)
+
+
+def bench(fogline, *args):
+    return subprocess.run([fogline, "bench", *args], capture_output=True, text=True, timeout=300)
+
+
+def main():
+    fogline, model = sys.argv[1:3]
+    r = bench(fogline, "parallel", "--model", model, "--n", "8", "--group", "4", "--multi-n", "2",
+              "--repeat", "2", "--threads", "2")
+    check(r.returncode == 0, "bench parallel --repeat 2 exits 0 (%d: %s)" % (r.returncode,
+                                                                          r.stderr.strip()))
+    out = r.stdout
+    check("median of 2 runs" in out, "the header names the repeat count")
+    rows = re.findall(r"^\| [AB]: [^|]*\| 4 \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \| (\d+)/(\d+) \|",
+                      out, re.M)
+    check(len(rows) == 2 and all(a == b == "8" for a, b in rows),
+          "fan-out identical to sequential in both sets, every run: %s" % rows)
+    sk = re.findall(r"^\| (plain|skeleton) \| [0-9.]+ \| [0-9.]+x \| (\d+) \|", out, re.M)
+    check([k for k, _ in sk] == ["plain", "skeleton"] and all(int(f) > 0 for _, f in sk),
+          "skeleton table with forwards per mode: %s" % sk)
+    check("backend: cpu" in out, "the backend line says cpu")
+
+    for args, want in [
+        (["parallel", "--device", "gpu"], "--device must be auto, cpu or cuda, got 'gpu'"),
+        (["parallel", "--device", ""], "--device must be auto, cpu or cuda, got ''"),
+        (["parallel", "--repeat", "0"], "--repeat (1..15): bad value '0'"),
+        (["parallel", "--repeat", "16"], "--repeat (1..15): bad value '16'"),
+        (["parallel", "--repeat", "x"], "--repeat (1..15): bad value 'x'"),
+        (["decode", "--device", "tpu"], "--device must be auto, cpu or cuda, got 'tpu'"),
+    ]:
+        r = bench(fogline, *args, "--model", model)
+        err = r.stderr.strip()
+        check(r.returncode == 2 and want in err and err.count("\n") == 0,
+              "%s: exit 2 with %r (%d: %r)" % (" ".join(args), want, r.returncode, err))
+
+    r = bench(fogline, "decode", "--model", model, "--n", "1", "--device", "cuda")
+    if r.returncode == 1:
+        err = r.stderr.strip()
+        check(err.startswith("fogline bench decode: cuda") and err.count("\n") == 0,
+              "--device cuda without a usable GPU: one line, exit 1 (%r)" % err)
+    else:
+        check(r.returncode == 0 and "backend: cuda" in r.stdout,
+              "--device cuda on a GPU runs there (%d)" % r.returncode)
+    print("%d failed" % len(FAILS))
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
