@@ -142,7 +142,7 @@ typedef struct flc {
     int kt_n, kt_labels;
     cudaEvent_t kt_ev[FLC_KT_EVENTS];
     int kt_of[FLC_KT_EVENTS];             /* label index of the launch ending at event i */
-    char kt_name[FLC_KT_LABELS][48];
+    char kt_name[FLC_KT_LABELS][64];
     double kt_ms[FLC_KT_LABELS];
     long long kt_calls[FLC_KT_LABELS], kt_forwards;
     flc_graph gr[FLC_GRAPHS];
@@ -212,7 +212,7 @@ static int flc_launched(flc *c, cudaError_t err, const char *what, int layer, fl
     }
     if (c->ktime && c->kt_n > 0 && c->kt_n < FLC_KT_EVENTS) {
         int k = 0; /* the label, without its layer */
-        while (k < c->kt_labels && strcmp(c->kt_name[k], what))
+        while (k < c->kt_labels && strncmp(c->kt_name[k], what, sizeof c->kt_name[0] - 1))
             k++;
         if (k == c->kt_labels && k < FLC_KT_LABELS)
             snprintf(c->kt_name[c->kt_labels++], sizeof c->kt_name[0], "%s", what);

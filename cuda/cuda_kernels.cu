@@ -254,17 +254,31 @@ k_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
 #pragma unroll
             for (int r = 0; r < FLC_QROWS; r++)
                 sc[r] = 0.f;
-            for (int c = 0; c < hd; c += 8) {
-                float kf[8];
-                flc_unpack8(*reinterpret_cast<const uint4 *>(kp + c), kf);
+            /* the key's row in groups of four 16-byte loads issued together: one at a
+             * time, each waited for, was most of this kernel's time at batch 1 (H200,
+             * FL_CUDA_KTIME); the sums keep their order */
+            for (int c0 = 0; c0 < hd; c0 += 32) {
+                uint4 raw[4];
 #pragma unroll
-                for (int r = 0; r < FLC_QROWS; r++) {
-                    if (r >= nrows)
-                        break; /* the same for the whole block */
-                    const float4 qa = *reinterpret_cast<const float4 *>(&qs[r][c]);
-                    const float4 qb = *reinterpret_cast<const float4 *>(&qs[r][c + 4]);
-                    sc[r] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] +
-                             qb.x * kf[4] + qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
+                for (int u = 0; u < 4; u++)
+                    if (c0 + 8 * u < hd)
+                        raw[u] = *reinterpret_cast<const uint4 *>(kp + c0 + 8 * u);
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const int c = c0 + 8 * u;
+                    if (c >= hd)
+                        break;
+                    float kf[8];
+                    flc_unpack8(raw[u], kf);
+#pragma unroll
+                    for (int r = 0; r < FLC_QROWS; r++) {
+                        if (r >= nrows)
+                            break; /* the same for the whole block */
+                        const float4 qa = *reinterpret_cast<const float4 *>(&qs[r][c]);
+                        const float4 qb = *reinterpret_cast<const float4 *>(&qs[r][c + 4]);
+                        sc[r] += qa.x * kf[0] + qa.y * kf[1] + qa.z * kf[2] + qa.w * kf[3] +
+                                 qb.x * kf[4] + qb.y * kf[5] + qb.z * kf[6] + qb.w * kf[7];
+                    }
                 }
             }
 #pragma unroll
@@ -314,17 +328,28 @@ k_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
                     o0[r] *= a_s[r];
                     o1[r] *= a_s[r];
                 }
-            for (int j = 0; j < nk; j++) {
-                const flc_bf16 *vp = vrow[j];
-                const float v0 = __bfloat162float(vp[tid]);
-                const float v1 = two ? __bfloat162float(vp[tid + FLC_KCHUNK]) : 0.f;
+            /* V rows eight at a time: their loads are issued together (see above) */
+            for (int jb = 0; jb < nk; jb += 8) {
+                float v0[8], v1[8];
 #pragma unroll
-                for (int r = 0; r < FLC_QROWS; r++)
-                    if (r < nrows) {
-                        const float p = S[r][j];
-                        o0[r] += p * v0;
-                        o1[r] += p * v1;
+                for (int u = 0; u < 8; u++)
+                    if (jb + u < nk) {
+                        const flc_bf16 *vp = vrow[jb + u];
+                        v0[u] = __bfloat162float(vp[tid]);
+                        v1[u] = two ? __bfloat162float(vp[tid + FLC_KCHUNK]) : 0.f;
                     }
+#pragma unroll
+                for (int u = 0; u < 8; u++) {
+                    if (jb + u >= nk)
+                        break;
+#pragma unroll
+                    for (int r = 0; r < FLC_QROWS; r++)
+                        if (r < nrows) {
+                            const float p = S[r][jb + u];
+                            o0[r] += p * v0[u];
+                            o1[r] += p * v1[u];
+                        }
+                }
             }
         }
         __syncthreads();
