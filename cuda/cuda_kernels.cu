@@ -88,10 +88,12 @@ __global__ void k_rmsnorm(flc_bf16 *out, const float *x, const float *w, const i
     int r = blockIdx.x, src = gather ? gather[r] : r;
     const float *xr = x + (size_t)src * H;
     double ss = 0;
+#pragma unroll 8 /* loads in flight together; the sum keeps its order */
     for (int i = threadIdx.x; i < H; i += blockDim.x)
         ss += (double)xr[i] * xr[i];
     ss = flc_block_sum_d(ss, sh);
     float rs = (float)(1.0 / sqrt(ss / H + (double)eps));
+#pragma unroll 8
     for (int i = threadIdx.x; i < H; i += blockDim.x)
         out[(size_t)r * H + i] = __float2bfloat16_rn(w[i] * (xr[i] * rs));
 }
@@ -212,14 +214,24 @@ k_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
     const int k_lo = sp * L, k_hi = min(k_lo + L, kmax);
     const float scale = 1.0f / sqrtf((float)hd);
 
-    for (int idx = tid; idx < FLC_QROWS * hd; idx += FLC_KCHUNK) {
-        int r = idx / hd, c = idx % hd;
-        float q = 0.f;
-        if (r < nrows) {
-            int i = (row0 + r) / rep, h = g * rep + (row0 + r) % rep;
-            q = qkv[(size_t)(tok0 + i) * d.qkvd + (size_t)h * hd + c];
+    /* the tile's query rows, eight loads per thread in flight at a time */
+    for (int base = 0; base < FLC_QROWS * hd; base += 8 * FLC_KCHUNK) {
+        float q[8];
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int idx = base + u * FLC_KCHUNK + tid, r = idx / hd, c = idx % hd;
+            q[u] = 0.f;
+            if (idx < FLC_QROWS * hd && r < nrows) {
+                const int i = (row0 + r) / rep, h = g * rep + (row0 + r) % rep;
+                q[u] = qkv[(size_t)(tok0 + i) * d.qkvd + (size_t)h * hd + c];
+            }
         }
-        qs[r][c] = q;
+#pragma unroll
+        for (int u = 0; u < 8; u++) {
+            const int idx = base + u * FLC_KCHUNK + tid;
+            if (idx < FLC_QROWS * hd)
+                qs[idx / hd][idx % hd] = q[u];
+        }
     }
     if (tid < FLC_QROWS) {
         m_s[tid] = -INFINITY;
@@ -552,10 +564,12 @@ __global__ void k_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc
         const float *base =
             part + (((size_t)tile * d.kvh + g) * n_splits * FLC_QROWS + r) * (size_t)(hd + 2);
         float M = -INFINITY;
+#pragma unroll 8
         for (int s = 0; s < n_splits; s++)
             M = fmaxf(M, base[s * stride + hd]);
         float num = 0.f, den = 0.f;
         if (M != -INFINITY)
+#pragma unroll 8
             for (int s = 0; s < n_splits; s++) {
                 const float *p = base + s * stride;
                 const float w = expf(p[hd] - M);
