@@ -135,7 +135,7 @@ typedef struct flc {
     uint16_t *stage_r, *stage_w; /* (page elems) pinned bf16 */
     /* options */
     int skinny_rows;
-    bool graphs, sync_debug, attn_tc, gemm_pad;
+    bool graphs, sync_debug, attn_tc, gemm_pad, shape_pad;
     /* FL_CUDA_KTIME: an event after every launch of an eager forward; the time between two
      * events is the work launched between them, summed per label and printed at destroy */
     bool ktime;
@@ -400,12 +400,14 @@ static int flc_meta_reserve(flc *c, size_t pages, fl_err *e)
 
 typedef struct flc_plan {
     int T, S, n_out, tiles, tiles_bound, n_splits, split_len;
+    int n_out_real; /* n_out before padding: the rows whose outputs go back */
     size_t meta_bytes;
     bool stores;
 } flc_plan;
 
 /* Fills the pinned metadata block for the batch and decides the attention split. */
-static int flc_plan_batch(flc *c, const fl_batch *bt, bool want_out, flc_plan *p, fl_err *e)
+static int flc_plan_batch(flc *c, const fl_batch *bt, bool want_out, bool pad_out, flc_plan *p,
+                          fl_err *e)
 {
     const flc_dims *d = &c->d;
     const int B = d->B, rep = d->rep;
@@ -449,7 +451,34 @@ static int flc_plan_batch(flc *c, const fl_batch *bt, bool want_out, flc_plan *p
     }
     p->T = bt->n_tokens;
     p->S = bt->n_segs;
-    p->n_out = want_out ? n_out : 0;
+    p->n_out = p->n_out_real = want_out ? n_out : 0;
+    /* Shape padding (FL_CUDA_SHAPE_PAD): a scheduler's batches rarely repeat their exact
+     * (tokens, segments, outputs), so graphs would seldom replay. Above the streaming
+     * matmul's rows, tokens and outputs go up to the bucket cuBLAS is called with anyway
+     * (flc_pad_rows: the same products, so the same numbers for the real rows) and the
+     * segments' bound to a power of two. Extra tokens are token 0 at position 0, stored
+     * nowhere and in no attention tile; extra outputs repeat row 0 and are not copied back. */
+    if (c->shape_pad && p->T > c->skinny_rows && p->T <= 1024) {
+        int Tp = flc_pad_rows(p->T);
+        if (Tp <= c->base.max_tokens) {
+            for (int x = p->T; x < Tp; x++) {
+                h[o->tokens + x] = 0;
+                h[o->tok_pos + x] = 0;
+                h[o->tok_store + x] = -1;
+            }
+            int Sp = 1;
+            while (Sp < p->S)
+                Sp *= 2;
+            p->S = Sp < Tp ? Sp : Tp;
+            p->T = Tp;
+            if (pad_out && p->n_out > c->skinny_rows) {
+                int no = flc_pad_rows(p->n_out);
+                for (int x = p->n_out; x < no; x++)
+                    h[o->out_rows + x] = 0;
+                p->n_out = no;
+            }
+        }
+    }
     p->tiles = tiles;
     /* a bound on the tiles of any batch with these T and S (ceil(x + y) <= ceil(x) + ceil(y)
      * <= ceil(x + y) + 1 over the segments), so the grid, and a graph, serve all of them */
@@ -646,7 +675,7 @@ static int flc_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float
     flc_plan p;
     memset(&p, 0, sizeof p);
     double t0 = flc_now();
-    if ((rc = flc_plan_batch(c, bt, out || logits, &p, e)))
+    if ((rc = flc_plan_batch(c, bt, out || logits, logits == NULL, &p, e)))
         return rc;
     err = cudaMemcpyAsync(c->meta_d, c->meta_h, p.meta_bytes, cudaMemcpyHostToDevice, c->st);
     if (err != cudaSuccess)
@@ -709,7 +738,7 @@ static int flc_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float
     if (rc)
         return rc;
     if (out)
-        for (int i = 0; i < p.n_out; i++) {
+        for (int i = 0; i < p.n_out_real; i++) {
             const flc_tok *tk = &c->tok_h[i];
             fl_tok_out *o = &out[c->meta_h[c->off.out_rows + i]];
             o->token = tk->token;
@@ -1148,6 +1177,7 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     c->page_dev_bytes = d->page_elems * 2;
     c->skinny_rows = flc_env_int("FL_CUDA_SKINNY_ROWS", FLC_SKINNY_MAX, 0, FLC_SKINNY_MAX);
     c->gemm_pad = flc_env_int("FL_CUDA_GEMM_PAD", 1, 0, 1) == 1;
+    c->shape_pad = c->gemm_pad && flc_env_int("FL_CUDA_SHAPE_PAD", 1, 0, 1) == 1;
     c->sync_debug = flc_env_int("FL_CUDA_SYNC_DEBUG", 0, 0, 1) == 1;
     c->ktime = flc_env_int("FL_CUDA_KTIME", 0, 0, 1) == 1;
     c->graphs = flc_env_int("FL_CUDA_GRAPHS", 1, 0, 1) == 1 && !c->sync_debug && !c->ktime;

@@ -1,6 +1,7 @@
 /* gpu_sched.c: where a forward's time goes when the scheduler drives the CUDA backend on a
  * small model (the built-in default model in tests/gpu/run.sh): held-out prompts decoded with
- * threshold 0.9, overlap and pipelining, 1, 4 and 16 sequences in flight. For each: wall time,
+ * threshold 0.9, overlap, pipelining and asynchronous persistence (as the server runs), 1, 4
+ * and 16 sequences in flight. For each: wall time,
  * forwards, rows per forward, tokens/s, and per forward the host time spent planning the
  * batch, enqueueing it (launches, or capture + instantiate + launch), waiting for the GPU,
  * and in the scheduler outside the backend; graphs replayed / captured / run eagerly.
@@ -68,7 +69,7 @@ int main(int argc, char **argv)
     for (size_t ci = 0; ci < sizeof concs / sizeof concs[0] && !rc; ci++) {
         int conc = concs[ci];
         fl_sched_opts so = {.max_batch_tokens = b->max_tokens, .max_seqs = conc,
-                            .model_id = 0x70726f66ull};
+                            .async_persist = true, .model_id = 0x70726f66ull};
         fl_sched *s = NULL;
         if (fl_sched_create(&s, m, b, &so, &e)) {
             fprintf(stderr, "gpu_sched: %s\n", e.msg);

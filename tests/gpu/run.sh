@@ -14,7 +14,7 @@
 #            the first failing model again with FL_CUDA_SYNC_DEBUG=1 (names the kernel) and,
 #            when compute-sanitizer is there, under memcheck
 #   parallel `fogline bench parallel --repeat 5` (groups of 4, 8, 16; skeleton at 4), gpu_sched
-#            (host time per forward under the scheduler, with and without cuBLAS row padding)
+#            (host time per forward under the scheduler; shapes padded, cuBLAS rows only, none)
 #            and `fogline bench decode` on the built-in default model, on the GPU
 #            (tests/gpu/bench_main.c, tests/gpu/gpu_sched.c)
 #   big      a SDAR-1.7B-shaped random model (bf16, tied), written in C; CUDA vs CPU on it
@@ -230,12 +230,14 @@ if [ -x "$bd/fogline_bench" ]; then
         fi
     done
     if [ -x "$bd/gpu_sched" ]; then
-        for gp in 1 0; do # with and without cuBLAS row padding (FL_CUDA_GEMM_PAD)
-            echo "+ FL_CUDA_GEMM_PAD=$gp" >>"$blog"
-            FL_CUDA_GEMM_PAD=$gp stage sched 40 "$blog" "$bd/gpu_sched" --device "$dev" \
+        # padded shapes (default), cuBLAS rows padded only, nothing padded
+        for pad in "1 1" "1 0" "0 0"; do
+            read -r gp sp <<<"$pad"
+            echo "+ FL_CUDA_GEMM_PAD=$gp FL_CUDA_SHAPE_PAD=$sp" >>"$blog"
+            FL_CUDA_GEMM_PAD=$gp FL_CUDA_SHAPE_PAD=$sp stage sched 40 "$blog" "$bd/gpu_sched" --device "$dev" \
                 --model engine/models/fogline-helpdesk --prompts tests/data/helpdesk_heldout.json
             if ((st_rc == 0)); then
-                note "PASS sched profile, cuBLAS row padding $gp (${st_s}s): $(awk '/^\| conc \|/ {t=1} t && /^\| [0-9]/' "$blog" |
+                note "PASS sched profile, padding rows $gp shapes $sp (${st_s}s): $(awk '/^\| conc \|/ {t=1} t && /^\| [0-9]/' "$blog" |
                     tail -n 4 | awk -F'|' '{printf "conc%s: %s ms, fwd%s, rows%s, plan%s enq%s cap%s wait%s sched%s us; ", $2, $3, $4, $5, $7, $8, $9, $10, $11}' | tr -s ' ')"
             elif ((st_rc == 77)); then
                 note "SKIP sched profile: no GPU"
