@@ -11,9 +11,9 @@
  *                           weight-streaming kernel; more rows use cuBLAS; 0: cuBLAS always
  *   FL_CUDA_GEMM_PAD=0      call cuBLAS with the exact row count (default 1: rows padded to
  *                           16, 32, 64, then multiples of 64, so that cuBLAS sees few shapes)
- *   FL_CUDA_SHAPE_PAD=0     graph keys on the exact batch shape (default 1: above 8 rows,
- *                           tokens and outputs padded as the cuBLAS rows are, segments to a
- *                           power of two, so that graphs replay; needs FL_CUDA_GEMM_PAD)
+ *   FL_CUDA_SHAPE_PAD=1     above 8 rows, pad tokens and outputs as the cuBLAS rows are and
+ *                           segments to a power of two, so that graphs replay more often
+ *                           (default 0: measured slower on an H200; needs FL_CUDA_GEMM_PAD)
  *   FL_CUDA_ATTN=tc         attention products on tensor cores (wmma; head_dim a multiple
  *                           of 16 up to 128), opt-in until measured; default CUDA cores
  *   FL_CUDA_SYNC_DEBUG=1    synchronize after every kernel and name the one that failed

@@ -230,7 +230,7 @@ if [ -x "$bd/fogline_bench" ]; then
         fi
     done
     if [ -x "$bd/gpu_sched" ]; then
-        # padded shapes (default), cuBLAS rows padded only, nothing padded
+        # shapes padded (FL_CUDA_SHAPE_PAD, opt-in), cuBLAS rows padded (the default), nothing
         for pad in "1 1" "1 0" "0 0"; do
             read -r gp sp <<<"$pad"
             echo "+ FL_CUDA_GEMM_PAD=$gp FL_CUDA_SHAPE_PAD=$sp" >>"$blog"
