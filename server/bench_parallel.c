@@ -179,7 +179,7 @@ static int parts_found(const char *text, json_t *parts)
  * two points: the message decoded plainly. *joined: malloc'd text; *was_outlined: whether
  * the outline parsed. */
 static int skeleton_once(const fl_model *m, fl_sched *s, fl_chat_msg *msgs, size_t nm, int max_tokens,
-                         char **joined, int *was_outlined, uint64_t *serial)
+                         char **joined, int *was_outlined, int64_t *fw_outline, uint64_t *serial)
 {
     fl_chat_msg om[2] = {{"system", SRV_OUTLINE_PROMPT}, msgs[nm - 1]};
     fl_chat_msg *oo[1] = {om};
@@ -188,6 +188,7 @@ static int skeleton_once(const fl_model *m, fl_sched *s, fl_chat_msg *msgs, size
     *joined = NULL;
     *was_outlined = 0;
     int rc = decode_all(m, s, oo, &n_om, 1, 160, &outline, serial);
+    *fw_outline = sched_forwards(s);
     char *points[SRV_OUTLINE_MAX];
     const char *why = NULL;
     int np = rc ? 0 : srv_outline_parse(outline, strlen(outline), points, &why);
@@ -241,7 +242,10 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
     fl_sched *s = NULL;
     uint64_t serial = 0;
     double t_plain = 0, t_skel = 0;
-    int64_t fw_plain = 0, fw_skel = 0;
+    int64_t fw_plain = 0, fw_skel = 0, fw_outline = 0;
+    /* forwards per message by its number of parts (2, 3, 4+): plain, skeleton, outline */
+    int64_t by_k[3][3] = {{0}};
+    int n_k[3] = {0};
     int ex_plain = 0, ex_skel = 0, parts = 0, pp_plain = 0, pp_skel = 0, outlined = 0, rc = 0;
     int unstable = 0;
     for (long i = 0; i < n && !rc; i++) {
@@ -280,6 +284,11 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
             rc = decode_all(m, s, one, &nm, 1, max_tokens, &txt, &serial);
             tp[r] = fl_bench_now() - t0;
             fw_plain += sched_forwards(s);
+            if (r == 0) {
+                int k = json_array_size(pt) >= 4 ? 2 : json_array_size(pt) == 3 ? 1 : 0;
+                by_k[k][0] += sched_forwards(s);
+                n_k[k]++;
+            }
             if (r == 0)
                 plain = txt;
             else {
@@ -290,12 +299,19 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
         for (int r = 0; r < repeat && !rc; r++) {
             char *txt = NULL;
             int was_outlined = 0;
+            int64_t fo = 0;
             if ((rc = renew(&s, m, b, &so)))
                 break;
             double t0 = fl_bench_now();
-            rc = skeleton_once(m, s, msgs, nm, max_tokens, &txt, &was_outlined, &serial);
+            rc = skeleton_once(m, s, msgs, nm, max_tokens, &txt, &was_outlined, &fo, &serial);
             tk[r] = fl_bench_now() - t0;
             fw_skel += sched_forwards(s);
+            fw_outline += fo;
+            if (r == 0) {
+                int k = json_array_size(pt) >= 4 ? 2 : json_array_size(pt) == 3 ? 1 : 0;
+                by_k[k][1] += sched_forwards(s);
+                by_k[k][2] += fo;
+            }
             if (r == 0) {
                 joined = txt;
                 outlined += was_outlined;
@@ -331,6 +347,15 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
     printf("| skeleton | %.2f | %.2fx | %lld | %.1f%% | %.1f%% | %d/%ld |\n", t_skel, t_plain / t_skel,
            (long long)fw_skel / repeat, 100.0 * ex_skel / (double)n, parts ? 100.0 * pp_skel / parts : 0.0,
            outlined, n);
+    printf("\nForwards per message (hardware-independent: on a GPU a forward costs about the same whatever its rows):\n\n");
+    printf("| parts | messages | plain | skeleton | of which the outline |\n|---|---|---|---|---|\n");
+    static const char *const kname[3] = {"2", "3", "4+"};
+    for (int k = 0; k < 3; k++)
+        if (n_k[k])
+            printf("| %s | %d | %.1f | %.1f | %.1f |\n", kname[k], n_k[k], (double)by_k[k][0] / n_k[k],
+                   (double)by_k[k][1] / n_k[k], (double)by_k[k][2] / n_k[k]);
+    printf("| all | %ld | %.1f | %.1f | %.1f |\n", n, (double)fw_plain / repeat / (double)n,
+           (double)fw_skel / repeat / (double)n, (double)fw_outline / repeat / (double)n);
     if (unstable)
         printf("\nWARNING: %d repeated runs gave a different text (decoding should be deterministic)\n",
                unstable);

@@ -38,6 +38,11 @@ def main():
     check([k for k, _ in sk] == ["plain", "skeleton"] and all(int(f) > 0 for _, f in sk),
           "skeleton table with forwards per mode: %s" % sk)
     check("backend: cpu" in out, "the backend line says cpu")
+    al = re.findall(r"^\| all \| 2 \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|", out, re.M)
+    check(len(al) == 1 and 0 < float(al[0][2]) < float(al[0][1])
+          and sk and abs(float(al[0][1]) * 2 - int(sk[1][1])) < 0.11,
+          "forwards per message: the outline's are part of the skeleton's, which match its "
+          "table: %s" % al)
 
     for args, want in [
         (["parallel", "--device", "gpu"], "--device must be auto, cpu or cuda, got 'gpu'"),
