@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend_select.h"
 #include "tokenizer.h"
 
 int fl_bench_load(const fl_model *m, const char *file, int n, const char *system, const char *who,
@@ -96,4 +97,39 @@ void fl_bench_items_free(fl_bench_item *items, int n)
         free(items[i].want);
     }
     free(items);
+}
+
+int fl_bench_env_open(fl_bench_env *env, const char *who, const char *model_dir, const char *file,
+                      int n, int conc, int max_tokens, int threads, const char *device)
+{
+    memset(env, 0, sizeof *env);
+    fl_err e = {0};
+    if (fl_model_load(&env->m, model_dir, NULL, &e)) {
+        fprintf(stderr, "fogline bench %s: %s\n", who, e.msg);
+        return 1;
+    }
+    env->n = fl_bench_load(env->m, file, n, NULL, who, &env->items, &env->max_prompt);
+    if (env->n < 0) {
+        env->n = 0;
+        fl_bench_env_close(env);
+        return 1;
+    }
+    int32_t B = env->m->cfg.block_size;
+    int32_t per_seq = (int32_t)(env->max_prompt + (size_t)max_tokens) / B + 8;
+    fl_backend_opts bo = {.n_pages = per_seq * conc + 16, .n_threads = threads,
+                          .max_tokens = conc * (int32_t)(env->max_prompt + 8 * (size_t)B)};
+    if (fl_backend_open(&env->b, env->m, &bo, device, env->chosen, sizeof env->chosen, &e)) {
+        fprintf(stderr, "fogline bench %s: %s\n", who, e.msg);
+        fl_bench_env_close(env);
+        return 1;
+    }
+    return 0;
+}
+
+void fl_bench_env_close(fl_bench_env *env)
+{
+    fl_bench_items_free(env->items, env->n);
+    fl_backend_destroy(env->b);
+    fl_model_free(env->m);
+    memset(env, 0, sizeof *env);
 }

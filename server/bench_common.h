@@ -29,6 +29,23 @@ typedef struct fl_bench_out {
 
 void fl_bench_sink(const fl_event *ev, void *ctx);
 
+/* A model, its prompts and a backend with KV pages and rows for `conc` sequences of the
+ * longest prompt + max_tokens (fl_bench_env_open; fl_bench_env_close frees what is set). */
+typedef struct fl_bench_env {
+    fl_model *m;
+    fl_bench_item *items;
+    int n;
+    size_t max_prompt;
+    fl_backend *b;
+    char chosen[512]; /* the backend and why (fl_backend_open) */
+} fl_bench_env;
+
+/* Loads model_dir and at most n items of file, and opens `device`. 0, or 1 after printing
+ * "fogline bench WHO: <why>" to stderr (nothing left open). */
+int fl_bench_env_open(fl_bench_env *env, const char *who, const char *model_dir, const char *file,
+                      int n, int conc, int max_tokens, int threads, const char *device);
+void fl_bench_env_close(fl_bench_env *env);
+
 /* Monotonic seconds. */
 double fl_bench_now(void);
 

@@ -161,42 +161,26 @@ int fl_bench_decode(int argc, char **argv)
     }
     if (!model_dir)
         model_dir = FL_DEFAULT_MODEL_DIR;
-    fl_err e = {0};
-    fl_model *m = NULL;
-    if (fl_model_load(&m, model_dir, NULL, &e)) {
-        fprintf(stderr, "fogline bench decode: %s\n", e.msg);
+    fl_bench_env env;
+    if (fl_bench_env_open(&env, "decode", model_dir, prompts, n, 16, max_tokens, threads, device))
         return 1;
-    }
-    item *items = NULL;
-    size_t max_prompt = 0;
-    n = fl_bench_load(m, prompts, n, NULL, "decode", &items, &max_prompt);
-    if (n < 0) {
-        fl_model_free(m);
-        return 1;
-    }
+    const fl_model *m = env.m;
+    fl_backend *b = env.b;
+    const item *items = env.items;
+    n = env.n;
     int32_t B = m->cfg.block_size;
-    int32_t per_seq = (int32_t)(max_prompt + (size_t)max_tokens) / B + 8;
-    fl_backend *b = NULL;
-    fl_backend_opts bo = {.n_pages = per_seq * 16 + 16, .n_threads = threads,
-                          .max_tokens = 16 * (int32_t)(max_prompt + 8 * (size_t)B)};
-    char chosen[512] = "";
-    if (fl_backend_open(&b, m, &bo, device, chosen, sizeof chosen, &e)) {
-        fprintf(stderr, "fogline bench decode: %s\n", e.msg);
-        fl_bench_items_free(items, n);
-        fl_model_free(m);
-        return 1;
-    }
     char tmpdir[] = "/tmp/fogline-bench-tier-XXXXXX";
     if (!tier_dir) {
         if (!mkdtemp(tmpdir)) {
             fprintf(stderr, "fogline bench decode: cannot make a temporary tier directory\n");
+            fl_bench_env_close(&env);
             return 1;
         }
         tier_dir = tmpdir;
     }
     printf("fogline bench decode: %s, %d prompts, max_tokens %d, block %d, tier %s (%s)\n"
            "backend: %s\n\n",
-           model_dir, n, max_tokens, B, tier_dir, fsync_tier ? "fsync per page" : "no fsync", chosen);
+           model_dir, n, max_tokens, B, tier_dir, fsync_tier ? "fsync per page" : "no fsync", env.chosen);
     printf("| %-34s | conc |    TPF | fwd/blk | tokens/s | forwards | wait (ms) | exact  |\n", "configuration");
     printf("|------------------------------------|------|--------|---------|----------|----------|-----------|--------|\n");
     row rows[] = {
@@ -210,8 +194,6 @@ int fl_bench_decode(int argc, char **argv)
     int rc = 0;
     for (size_t r = 0; r < sizeof rows / sizeof rows[0] && !rc; r++)
         rc = run_row(m, b, &rows[r], items, n, max_tokens, tier_dir, threads, fsync_tier);
-    fl_bench_items_free(items, n);
-    fl_backend_destroy(b);
-    fl_model_free(m);
+    fl_bench_env_close(&env);
     return rc;
 }

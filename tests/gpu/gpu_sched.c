@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend_select.h"
 #include "bench_common.h"
 #include "engine.h"
 #include "fl_cuda.h"
@@ -40,28 +39,20 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: gpu_sched --model DIR --prompts FILE [--n N] [--device cuda|cpu]\n");
         return 2;
     }
+    char why[512];
+    if (!strcmp(device, "cuda") && !fl_cuda_probe(why, sizeof why)) {
+        printf("gpu_sched: skipped: no GPU (%s)\n", why);
+        return 77;
+    }
+    fl_bench_env env;
+    if (fl_bench_env_open(&env, "sched", model, prompts, n, 16, max_tokens, 0, device))
+        return 1;
+    const fl_model *m = env.m;
+    fl_backend *b = env.b;
+    const fl_bench_item *items = env.items;
+    n = env.n;
     fl_err e = {0};
-    fl_model *m = NULL;
-    if (fl_model_load(&m, model, NULL, &e)) {
-        fprintf(stderr, "gpu_sched: %s\n", e.msg);
-        return 1;
-    }
-    fl_bench_item *items = NULL;
-    size_t max_prompt = 0;
-    n = fl_bench_load(m, prompts, n, NULL, "sched", &items, &max_prompt);
-    if (n < 0)
-        return 1;
-    int32_t B = m->cfg.block_size;
-    int32_t per_seq = (int32_t)(max_prompt + (size_t)max_tokens) / B + 8;
-    fl_backend_opts bo = {.n_pages = per_seq * 16 + 16,
-                          .max_tokens = 16 * (int32_t)(max_prompt + 8 * (size_t)B)};
-    fl_backend *b = NULL;
-    char chosen[512] = "";
-    if (fl_backend_open(&b, m, &bo, device, chosen, sizeof chosen, &e)) {
-        fprintf(stderr, "gpu_sched: %s\n", e.msg);
-        return strcmp(device, "cuda") ? 1 : 77;
-    }
-    printf("gpu_sched: %s, %d prompts, max_tokens %d\nbackend: %s\n\n", model, n, max_tokens, chosen);
+    printf("gpu_sched: %s, %d prompts, max_tokens %d\nbackend: %s\n\n", model, n, max_tokens, env.chosen);
     printf("| conc | wall ms | forwards | rows/fwd | tokens/s | plan us | enqueue us | capture us | "
            "wait us | sched us | replayed/captured/eager |\n|---|---|---|---|---|---|---|---|---|---|---|\n");
     static const int concs[] = {1, 4, 16, 1};
@@ -127,8 +118,6 @@ int main(int argc, char **argv)
                c1.eager - c0.eager);
         fflush(stdout);
     }
-    fl_bench_items_free(items, n);
-    fl_backend_destroy(b);
-    fl_model_free(m);
+    fl_bench_env_close(&env);
     return rc;
 }
