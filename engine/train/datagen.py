@@ -15,8 +15,8 @@ out of training as the "lex" split (TEMPLATES). Training slot values are partly 
 (_pseudo; v3 30%, v4 45% of names), so that copying, not recall, is what the model learns.
 v4: generate_mixed(p_system=...) puts a shop's system prompt (system_prompt) before some
 dialogues; the reply does not change.
-v5: random letters in a quarter of training e-mail local parts, training e-mails take more
-shapes, and more introductions ("{n} calling."); the held-out sets are byte-identical to v4's.
+v5: a third of the invented words are random letters, training e-mails take more shapes, and
+more introductions ("{n} calling."); the held-out sets are byte-identical to v4's.
 
 Conversation state carried across turns: the current order number, the current product, the
 customer's name and an intent waiting for an order number. Later turns depend on earlier ones:
@@ -116,21 +116,20 @@ def _real_words():
     return ws
 
 
-# v5: strings of random letters in e-mail local parts (Slots.email). The syllable words share
-# a small set of BPE merges; held-out surnames ("okafor", "ivanova") split into pieces that the
+# v5: a third of the invented words are strings of random letters. The syllable words share a
+# small set of BPE merges; held-out surnames ("okafor", "ivanova") split into pieces that the
 # syllable words never use, and v4 garbled them (10 of its 26 errors were e-mail local parts).
 # Random letters split into every kind of piece, so the model has to copy tokens it cannot
-# predict from the word itself. (A first try with a third of ALL invented words as random
-# letters learned to copy far later: 5.6% slot accuracy after 2,548 steps, v4 51.9%.)
-P_LETTERS_EMAIL = 0.25
+# predict from the word itself.
+P_LETTERS = 1 / 3
 _LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
-def _pseudo(r, letters=0.0):
-    """An invented lower-case word that is none of the real slot words: 2-3 syllables, or (with
-    probability `letters`) 3-9 random letters."""
+def _pseudo(r):
+    """An invented lower-case word that is none of the real slot words: 2-3 syllables, or (v5,
+    P_LETTERS of them) 3-9 random letters."""
     while True:
-        if letters and r.random() < letters:
+        if r.random() < P_LETTERS:
             w = "".join(r.choice(_LETTERS) for _ in range(r.randint(3, 9)))
         else:
             w = "".join(r.choice(_ONSET) + r.choice(_NUC) + r.choice(_CODA)
@@ -226,10 +225,7 @@ class Slots:
                 return "%d %s" % (r.randint(2, 999), st)
 
     def email(self, r, first):
-        if self._invent(r, P_LETTERS_EMAIL):
-            last = _pseudo(r, letters=1.0)
-        else:
-            last = self.surname(r).lower()
+        last = self.surname(r).lower()
         if self.split == "train" and r.random() < 0.3:
             # v5: other local-part shapes in training only (held-out e-mails keep the two
             # shapes above): the reply copies whatever the customer wrote.
