@@ -15,8 +15,6 @@ out of training as the "lex" split (TEMPLATES). Training slot values are partly 
 (_pseudo; v3 30%, v4 45% of names), so that copying, not recall, is what the model learns.
 v4: generate_mixed(p_system=...) puts a shop's system prompt (system_prompt) before some
 dialogues; the reply does not change.
-v5: a third of the invented words are random letters, training e-mails take more shapes, and
-more introductions ("{n} calling."); the held-out sets are byte-identical to v4's.
 
 Conversation state carried across turns: the current order number, the current product, the
 customer's name and an intent waiting for an order number. Later turns depend on earlier ones:
@@ -116,24 +114,11 @@ def _real_words():
     return ws
 
 
-# v5: a third of the invented words are strings of random letters. The syllable words share a
-# small set of BPE merges; held-out surnames ("okafor", "ivanova") split into pieces that the
-# syllable words never use, and v4 garbled them (10 of its 26 errors were e-mail local parts).
-# Random letters split into every kind of piece, so the model has to copy tokens it cannot
-# predict from the word itself.
-P_LETTERS = 1 / 3
-_LETTERS = "abcdefghijklmnopqrstuvwxyz"
-
-
 def _pseudo(r):
-    """An invented lower-case word that is none of the real slot words: 2-3 syllables, or (v5,
-    P_LETTERS of them) 3-9 random letters."""
+    """An invented lower-case word (2-3 syllables) that is none of the real slot words."""
     while True:
-        if r.random() < P_LETTERS:
-            w = "".join(r.choice(_LETTERS) for _ in range(r.randint(3, 9)))
-        else:
-            w = "".join(r.choice(_ONSET) + r.choice(_NUC) + r.choice(_CODA)
-                        for _ in range(r.choice([2, 2, 3])))
+        w = "".join(r.choice(_ONSET) + r.choice(_NUC) + r.choice(_CODA)
+                    for _ in range(r.choice([2, 2, 3])))
         if w not in _REAL and 3 <= len(w) <= 11:
             return w
 
@@ -226,15 +211,6 @@ class Slots:
 
     def email(self, r, first):
         last = self.surname(r).lower()
-        if self.split == "train" and r.random() < 0.3:
-            # v5: other local-part shapes in training only (held-out e-mails keep the two
-            # shapes above): the reply copies whatever the customer wrote.
-            first, last = first.lower(), last
-            local = r.choice(["%s_%s" % (first, last), "%s.%s" % (first[0], last),
-                              "%s%d" % (first + last, r.randint(1, 99)),
-                              "%s.%s" % (last, first), "%s-%s" % (first, last),
-                              "%s.%s%d" % (first, last, r.randint(1, 9999))])
-            return "%s@%s" % (local, r.choice(DOMAINS))
         return r.choice(["%s.%s@%s", "%s%s@%s"]) % (first.lower(), last, r.choice(DOMAINS))
 
 
@@ -493,13 +469,7 @@ GREET += ["Good afternoon. ", "Hello there. ", "Hey! ", "Morning. ", "Dear suppo
           "Hi team, ", "Hello support. ", "Hi again. "]
 NAME_INTRO = ["This is {n}. ", "I'm {n}. ", "My name is {n}. ", "{n} here. ", "I am {n}. ",
               "Name's {n}. ", "This is {n} again. ", "{n} writing. ", "Hello, I'm {n}. ",
-              "My name's {n}. ",
-              # v5: more ways to introduce oneself (v4 took names after the held-out "Hi, {n}
-              # speaking." for a greeting or a question of their own)
-              "{n} calling. ", "{n} on the line. ", "You are speaking with {n}. ",
-              "Hi, this is {n}. ", "Hello, {n} again. ", "{n} from the order desk. ",
-              "My name is {n}, hello. ", "Hey, {n} here. ", "This is {n} writing. ",
-              "I'm {n}, a customer. "]
+              "My name's {n}. "]
 # Sentences that are not questions (train | test): they must not get an answer of their own.
 FILLER = ["Quick question. ", "Sorry to bother you. ", "I need some help. ",
           "Hope you're well. ", "Long-time customer here. ", "I have a question. ",
