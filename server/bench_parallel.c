@@ -276,6 +276,7 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
         fl_chat_msg *one[1] = {msgs};
         char *plain = NULL, *joined = NULL;
         double tp[FL_BENCH_MAX_REPEAT], tk[FL_BENCH_MAX_REPEAT];
+        const int k = json_array_size(pt) >= 4 ? 2 : json_array_size(pt) == 3 ? 1 : 0;
         for (int r = 0; r < repeat && !rc; r++) {
             char *txt = NULL;
             if ((rc = renew(&s, m, b, &so)))
@@ -285,13 +286,10 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
             tp[r] = fl_bench_now() - t0;
             fw_plain += sched_forwards(s);
             if (r == 0) {
-                int k = json_array_size(pt) >= 4 ? 2 : json_array_size(pt) == 3 ? 1 : 0;
                 by_k[k][0] += sched_forwards(s);
                 n_k[k]++;
-            }
-            if (r == 0)
                 plain = txt;
-            else {
+            } else {
                 unstable += txt && plain && strcmp(txt, plain);
                 free(txt);
             }
@@ -308,11 +306,8 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
             fw_skel += sched_forwards(s);
             fw_outline += fo;
             if (r == 0) {
-                int k = json_array_size(pt) >= 4 ? 2 : json_array_size(pt) == 3 ? 1 : 0;
                 by_k[k][1] += sched_forwards(s);
                 by_k[k][2] += fo;
-            }
-            if (r == 0) {
                 joined = txt;
                 outlined += was_outlined;
             } else {
@@ -498,6 +493,11 @@ int fl_bench_parallel(int argc, char **argv)
          * run's text, and every sequential run gave that text too */
         double tsv[FL_BENCH_MAX_REPEAT], tfv[FL_BENCH_MAX_REPEAT];
         bool *differs = calloc((size_t)n, sizeof(bool));
+        if (!differs) {
+            fprintf(stderr, "fogline bench parallel: out of memory\n");
+            rc = 1;
+            break;
+        }
         for (int r = 0; r < repeat && !rc; r++) {
             tsv[r] = run(m, b, sg, (int)n, (int)G, false, (int)max_tokens);
             for (long i = 0; i < n && tsv[r] >= 0; i++) {
