@@ -376,6 +376,12 @@ def main():
     ap.add_argument("--end-w", type=float, default=1.0, help="dual: loss weight of <|im_end|>")
     ap.add_argument("--slot-w", type=float, default=1.0,
                     help="loss weight of slot tokens (digits; rare tokens also in the prompt)")
+    ap.add_argument("--avg-from", type=float, default=0.0, help="also keep a uniform average "
+                    "of the weights over the steps after this fraction of the run (0: off) and "
+                    "export it to WORK/export-avg")
+    ap.add_argument("--ema", type=float, default=0.0, help="also keep an exponential moving "
+                    "average of the weights with this decay per step (0: off; from --avg-from "
+                    "on) and export it to WORK/export-ema")
     ap.add_argument("--export", default=os.path.join(HERE, "..", "models", "fogline-helpdesk"))
     a = ap.parse_args()
     t_start = time.time()
@@ -445,6 +451,12 @@ def main():
     t_loop = time.time()
     t_ckpt = time.time()
     ema = None
+    # weight averages (--avg-from, --ema): float32 copies of the parameters, updated after
+    # every optimizer step once the run is past --avg-from of its (re-planned) total
+    params = list(model.parameters())
+    w_avg = w_ema = None
+    n_avg = 0
+    avg_start = 0
     batches = []
     bi = 0
     model.train()
@@ -485,6 +497,21 @@ def main():
         gn = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         step += 1
+        if (a.avg_from > 0 or a.ema > 0) and total < 10 ** 9 and step >= a.avg_from * total:
+            with torch.no_grad():
+                if w_avg is None:
+                    w_avg = [p.detach().clone() for p in params]
+                    w_ema = [p.detach().clone() for p in params]
+                    n_avg = 1
+                    avg_start = step
+                    log("weight averages start at step %d" % step)
+                else:
+                    n_avg += 1
+                    for q, p in zip(w_avg, params):
+                        q.add_(p.detach() - q, alpha=1.0 / n_avg)
+                    if a.ema > 0:
+                        for q, p in zip(w_ema, params):
+                            q.mul_(a.ema).add_(p.detach(), alpha=1.0 - a.ema)
         seen_tok += clean.numel()
         ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
         now = time.time()
@@ -519,6 +546,21 @@ def main():
     torch.save({"model": model.state_dict(), "step": step}, os.path.join(a.work, "ckpt.pt"))
     export(model, cfg, tok, os.path.join(a.work, "latest"), meta)
     export(model, cfg, tok, a.export, meta)
+    if w_avg is not None:
+        raw = [p.detach().clone() for p in params]
+        for name, ws, on in (("avg", w_avg, a.avg_from > 0), ("ema", w_ema, a.ema > 0)):
+            if not on:
+                continue
+            with torch.no_grad():
+                for p, q in zip(params, ws):
+                    p.copy_(q)
+            m2 = dict(meta, weights=name, avg_from_step=avg_start, avg_steps=n_avg)
+            export(model, cfg, tok, os.path.join(a.work, "export-" + name), m2)
+            log("exported the %s weights (steps %d-%d) to %s/export-%s" % (
+                name, avg_start, step, a.work, name))
+        with torch.no_grad():
+            for p, q in zip(params, raw):
+                p.copy_(q)
     log("done: %d steps, %.1f min total; exported to %s" % (step, (time.time() - t_start) / 60,
                                                            a.export))
 

@@ -450,23 +450,30 @@ test('abrupt disconnects and garbage between valid chats: the server stays up, s
 
     // b. garbage on a connection that also runs valid chats
     const g = await connect(s);
+    // 'hold' decodes one token per forward and has streamed its first draft, so it is still
+    // running when its duplicate arrives (a short chat could finish first on a fast machine and
+    // the duplicate would then be a valid new chat)
+    g.send({ type: 'chat', id: 'hold', messages: user(PROMPTS[1]), ...slow });
+    await g.next((f) => f.id === 'hold' && f.type === 'draft', 60000);
     g.send({ type: 'chat', id: 'v1', messages: user(PROMPTS[0]), max_tokens: 48 });
     g.send('{"type":"chat","id":');
     g.send('[1,2,3]');
     g.send(Buffer.from([0, 1, 2, 0xff, 0xfe]));
     g.send({ type: 'frobnicate', id: 'z' });
-    g.send({ type: 'chat', id: 'v1', messages: user('dup'), max_tokens: 8 });
+    g.send({ type: 'chat', id: 'hold', messages: user('dup'), max_tokens: 8 });
     g.send({ type: 'cancel', id: 'nobody' });
     g.send({ type: 'chat', id: 'bad', messages: user('x'), max_tokens: 1e9 });
     g.send({ type: 'chat', id: 'bad2', messages: [{ role: 'wizard', content: 'x' }] });
     g.send('\u0000'.repeat(100));
     g.send({ type: 'chat', id: 'v2', messages: user(PROMPTS[0]), max_tokens: 48 });
-    // (collect() would stop at the duplicate_id error, which carries v1's id)
+    // (collect() would stop at the duplicate_id error, which carries hold's id)
     for (const id of ['v1', 'v2']) {
       const done = await g.next((f) => f.id === id && f.type === 'done', 60000);
       assert.notEqual(done.finish, 'cancelled', id);
       assert.equal(text(g.frames.filter((f) => f.id === id)), base.text, `${id} amid garbage`);
     }
+    const held = await g.next((f) => f.id === 'hold' && f.type === 'done', 60000);
+    assert.notEqual(held.finish, 'cancelled', 'hold');
     const errs = g.frames.filter((f) => f.type === 'error').map((f) => f.code).sort();
     assert.deepEqual(errs, ['bad_json', 'bad_json', 'bad_json', 'bad_request', 'binary_not_supported',
       'duplicate_id', 'out_of_range', 'unknown_id', 'unknown_type'].sort(), JSON.stringify(errs));
@@ -552,8 +559,8 @@ test('abrupt disconnects and garbage between valid chats: the server stays up, s
   assert.equal(m.get('fogline_requests_total', { outcome: 'error' }), 0, 'no engine error');
   const cancelledN = m.get('fogline_requests_total', { outcome: 'cancelled' });
   const finished = m.get('fogline_requests_total', { outcome: 'stop' }) + m.get('fogline_requests_total', { outcome: 'length' });
-  // every started chat is accounted for: base + 3 x (6 gone + v1 + v2 + v3 + sse + after1)
-  assert.equal(cancelledN + finished, 1 + 3 * 11, `cancelled ${cancelledN} + finished ${finished}`);
+  // every started chat is accounted for: base + 3 x (6 gone + hold + v1 + v2 + v3 + sse + after1)
+  assert.equal(cancelledN + finished, 1 + 3 * 12, `cancelled ${cancelledN} + finished ${finished}`);
   assert.ok(cancelledN >= 1 && cancelledN <= abandoned, `cancelled ${cancelledN}, abandoned ${abandoned}`);
   assert.ok(s.proc.exitCode === null, 'still running');
   assert.equal(await s.stop(), 0);
