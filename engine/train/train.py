@@ -116,6 +116,63 @@ def build_example(tok, msgs, bs):
     return ids, len(p_ids), spans
 
 
+COPY_FRAMES = [
+    # (user, reply): a generic copying drill (--p-copy), phrased unlike any help-desk turn
+    ("{x}", "{x}"),
+    ("Please repeat: {x}", "{x}"),
+    ("Copy this exactly: {x}", "{x}"),
+    ("Say it back: {x}", "You said: {x}"),
+    ("The code is {x}.", "The code is {x}."),
+    ("Reference {x}, thanks.", "Reference {x}."),
+    ("Label: {x}", "Label {x} noted."),
+    ("My code is {x} and my reference is {y}.", "Code {x}, reference {y}."),
+    ("My code is {x} and my reference is {y}.", "Reference {y}, code {x}."),
+    ("First {x}, then {y}. Repeat the second.", "{y}"),
+    ("First {x}, then {y}. Repeat the first.", "{x}"),
+]
+
+
+def copy_string(tok, pieces, r):
+    """A random string to copy: sub-word pieces of the vocabulary strung together (half), digit
+    runs (a quarter), or e-mail-like strings of invented syllable words (a quarter)."""
+    u = r.random()
+    if u < 0.5:
+        return "".join(r.choice(pieces) for _ in range(r.randint(1, 8))).strip()
+    if u < 0.75:
+        d = "".join(r.choice("0123456789") for _ in range(r.randint(3, 10)))
+        if len(d) > 5 and r.random() < 0.3:
+            k = r.randint(2, len(d) - 2)
+            d = d[:k] + "-" + d[k:]
+        return d
+    w = r.choice([".", "_", ""]).join(datagen._pseudo(r) for _ in range(r.randint(1, 2)))
+    if r.random() < 0.5:
+        w += "@" + datagen._pseudo(r) + r.choice([".com", ".net", ".org"])
+    return w
+
+
+def copy_examples(tok, n, seed, bs):
+    """n single-turn copying dialogues (--p-copy): the reply repeats one or two random strings
+    from the user's message. Copying whatever the customer wrote (e-mail local parts, invented
+    names) is the skill the held-out errors lack and the one that appears last in a run; this
+    drill is meant to make it appear in the first few hundred steps."""
+    r = random.Random("copy-%d" % seed)
+    pieces = []
+    for i in range(tok.eot):
+        t = tok.decode([i])
+        if t.strip() and t.isascii() and t.isprintable() and "<" not in t:
+            pieces.append(t)
+    out = []
+    for _ in range(n):
+        user, reply = r.choice(COPY_FRAMES)
+        x, y = copy_string(tok, pieces, r), copy_string(tok, pieces, r)
+        if not x or not y or x == y:
+            continue
+        msgs = [{"role": "user", "content": user.format(x=x, y=y)},
+                {"role": "assistant", "content": reply.format(x=x, y=y)}]
+        out.append(build_example(tok, msgs, bs))
+    return out
+
+
 def make_batches(examples, batch_tokens, bs, rng, length=None):
     """Groups examples of similar length; each batch is padded to its longest member."""
     length = length or (lambda e: len(e[0]))
@@ -382,6 +439,12 @@ def main():
     ap.add_argument("--ema", type=float, default=0.0, help="also keep an exponential moving "
                     "average of the weights with this decay per step (0: off; from --avg-from "
                     "on) and export it to WORK/export-ema")
+    ap.add_argument("--p-copy", type=float, default=0.0, help="share of batches drawn from a "
+                    "copying drill at step 0 (copy_examples); falls linearly to --p-copy-end "
+                    "at step --copy-until and stays there")
+    ap.add_argument("--p-copy-end", type=float, default=0.0)
+    ap.add_argument("--copy-until", type=int, default=1500)
+    ap.add_argument("--copy-dialogues", type=int, default=60000)
     ap.add_argument("--export", default=os.path.join(HERE, "..", "models", "fogline-helpdesk"))
     a = ap.parse_args()
     t_start = time.time()
@@ -416,6 +479,12 @@ def main():
     log("data: %d examples, %d tokens (%.1f per example, %.1f target incl. padding)" % (
         len(examples), ntok, ntok / len(examples), nrep / len(examples)))
 
+    cex = []
+    if a.p_copy > 0 or a.p_copy_end > 0:
+        cex = copy_examples(tok, a.copy_dialogues, a.seed, a.block)
+        log("copying drill: %d examples, %.1f tokens each; e.g. %r" % (
+            len(cex), sum(len(e[0]) for e in cex) / len(cex),
+            tok.decode(cex[0][0], skip_special=False)))
     slot_sets = slot_token_set(tok, examples) if a.slot_w != 1.0 else None
     if slot_sets is not None:
         log("slot weighting x%.1f: %d digit tokens" % (a.slot_w, int(slot_sets[0].sum())))
@@ -459,6 +528,10 @@ def main():
     avg_start = 0
     batches = []
     bi = 0
+    cbatches = []
+    cbi = 0
+    n_copy = 0
+    copy_ema = None
     model.train()
     while step < total:
         if bi >= len(batches):
@@ -468,14 +541,28 @@ def main():
             bi = 0
             epoch += 1
             log("epoch %d: %d batches" % (epoch, len(batches)))
-        idx = batches[bi]
-        bi += 1
+        p_copy = a.p_copy_end + (a.p_copy - a.p_copy_end) * max(0.0, 1.0 - step / a.copy_until)
+        is_copy = bool(cex) and rng.random() < p_copy
+        if is_copy:
+            if cbi >= len(cbatches):
+                cbatches = make_batches(cex, a.batch_tokens, a.block, prng,
+                                        (lambda e: dual_len(*e, a.block, a.all_turns))
+                                        if a.noise == "dual" else None)
+                cbi = 0
+            idx = cbatches[cbi]
+            cbi += 1
+            n_copy += 1
+            src = cex
+        else:
+            idx = batches[bi]
+            bi += 1
+            src = examples
         if a.noise == "dual":
             noisy, pos, amask, clean, masked, weight = dual_batch(
-                examples, idx, tok, a.block, rng, a.p_pipe, a.slot_w, slot_sets, a.all_turns,
+                src, idx, tok, a.block, rng, a.p_pipe, a.slot_w, slot_sets, a.all_turns,
                 a.end_w)
         else:
-            clean, noisy, masked, weight = noisy_batch(examples, idx, tok, a.block, rng, a.noise,
+            clean, noisy, masked, weight = noisy_batch(src, idx, tok, a.block, rng, a.noise,
                                                        a.p_next, a.slot_w, slot_sets)
             pos = amask = None
         if step < a.warmup:
@@ -513,7 +600,10 @@ def main():
                         for q, p in zip(w_ema, params):
                             q.mul_(a.ema).add_(p.detach(), alpha=1.0 - a.ema)
         seen_tok += clean.numel()
-        ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
+        if is_copy:
+            copy_ema = loss.item() if copy_ema is None else 0.9 * copy_ema + 0.1 * loss.item()
+        else:
+            ema = loss.item() if ema is None else 0.98 * ema + 0.02 * loss.item()
         now = time.time()
         if auto and (total == 10 ** 9 and now - t_loop >= a.calib_s or
                      total < 10 ** 9 and step % 200 == 0):
@@ -531,9 +621,10 @@ def main():
                 total = want
         if step % 50 == 0:
             el = now - t_loop
-            log("step %d/%s loss %.4f ema %.4f lr %.2e gn %.2f | %.0f tok/s, %.1f min" % (
-                step, total if total < 10 ** 9 else "?", loss.item(), ema, lr, float(gn),
-                seen_tok / el, el / 60))
+            log("step %d/%s loss %.4f ema %.4f lr %.2e gn %.2f | %.0f tok/s, %.1f min%s" % (
+                step, total if total < 10 ** 9 else "?", loss.item(), ema or 0.0, lr, float(gn),
+                seen_tok / el, el / 60,
+                " | copy batches %d, copy ema %.3f" % (n_copy, copy_ema) if n_copy else ""))
         if now - t_ckpt >= a.ckpt_every_s:
             t_ckpt = now
             torch.save({"model": model.state_dict(), "step": step},
@@ -541,7 +632,7 @@ def main():
             export(model, cfg, tok, os.path.join(a.work, "latest"))
             log("checkpoint at step %d -> %s/latest" % (step, a.work))
     wall = time.time() - t_start
-    meta = {"steps": step, "train_wall_s": round(wall, 1), "params": nparam,
+    meta = {"steps": step, "train_wall_s": round(wall, 1), "params": nparam, "copy_batches": n_copy,
             "tokens_seen": seen_tok, "final_loss_ema": round(ema, 4), "args": vars(a)}
     torch.save({"model": model.state_dict(), "step": step}, os.path.join(a.work, "ckpt.pt"))
     export(model, cfg, tok, os.path.join(a.work, "latest"), meta)
