@@ -183,7 +183,9 @@ export function wsClient(url, opts = {}) {
           done: (f) => { clearTimeout(timer); waiters.splice(waiters.indexOf(w), 1); taken.add(f); resolve(f); },
           fail: (e) => { clearTimeout(timer); waiters.splice(waiters.indexOf(w), 1); reject(e); },
         };
-        const timer = setTimeout(() => w.fail(new Error('timed out waiting for a frame')), ms);
+        // the message says what did come, so that a timeout on CI can be read from its log
+        const timer = setTimeout(() => w.fail(new Error(`timed out waiting for a frame (${ms} ms; ${frames.length} frames came, the last: ${
+          frames.slice(-6).map((f) => `${f.type}${f.id !== undefined ? `/${f.id}` : ''}${f.finish ? `:${f.finish}` : ''}${f.code ? `:${f.code}` : ''}`).join(' ') || 'none'})`)), ms);
         waiters.push(w);
       });
     },
