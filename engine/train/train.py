@@ -76,11 +76,18 @@ def make_config(a, tok):
     }
 
 
-def init_weights(m, n_layers):
-    """Qwen-style init: N(0, 0.02) everywhere, residual outputs scaled by 1/sqrt(2 * layers)."""
+def init_weights(m, n_layers, qk_gain=1.0):
+    """Qwen-style init: N(0, 0.02) everywhere, residual outputs scaled by 1/sqrt(2 * layers).
+    qk_gain (eleventh run): the q_norm/k_norm weights start at this value instead of 1. With
+    QK-norm a logit q.k/sqrt(head_dim) is at most sqrt(head_dim) x gain^2 (8 at head_dim 64 and
+    gain 1), less than copying one of ~200 prompt positions sharply needs (v4 grew its later
+    layers' gains to 1.2-1.9)."""
     for name, p in m.named_parameters():
         if p.dim() == 1:
-            continue  # norms stay 1
+            if name.endswith("q_norm.weight") or name.endswith("k_norm.weight"):
+                with torch.no_grad():
+                    p.fill_(qk_gain)
+            continue  # the other norms stay 1
         std = 0.02
         if name.endswith("o_proj.weight") or name.endswith("down_proj.weight"):
             std = 0.02 / math.sqrt(2 * n_layers)
@@ -413,6 +420,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", default="/tmp/fogline-train")
     ap.add_argument("--ckpt-every-s", type=float, default=600.0)
+    ap.add_argument("--qk-gain", type=float, default=1.0, help="initial q_norm/k_norm weight "
+                    "(attention logits up to sqrt(head_dim) x gain^2; see init_weights)")
     ap.add_argument("--init", default="", help="start from this ckpt.pt's weights (a second "
                     "run continuing a first one; the tokenizer and data seed must match)")
     ap.add_argument("--noise", default="d2f", choices=["d2f", "active", "dual"],
@@ -493,7 +502,7 @@ def main():
     with open(os.path.join(a.work, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     model = fogline_ref.Model(fogline_ref.Config(cfg))
-    init_weights(model, a.layers)
+    init_weights(model, a.layers, a.qk_gain)
     if a.init and os.path.isdir(a.init):
         # an exported model directory (its tokenizer must equal this run's)
         with open(os.path.join(a.init, "tokenizer.json")) as f1, \
