@@ -78,7 +78,7 @@ def make_config(a, tok):
 
 def init_weights(m, n_layers, qk_gain=1.0):
     """Qwen-style init: N(0, 0.02) everywhere, residual outputs scaled by 1/sqrt(2 * layers).
-    qk_gain (eleventh run): the q_norm/k_norm weights start at this value instead of 1. With
+    qk_gain (twelfth run): the q_norm/k_norm weights start at this value instead of 1. With
     QK-norm a logit q.k/sqrt(head_dim) is at most sqrt(head_dim) x gain^2 (8 at head_dim 64 and
     gain 1), less than copying one of ~200 prompt positions sharply needs (v4 grew its later
     layers' gains to 1.2-1.9)."""
