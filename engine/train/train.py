@@ -139,7 +139,7 @@ COPY_FRAMES = [
 ]
 
 
-def copy_string(tok, pieces, r):
+def copy_string(pieces, r):
     """A random string to copy: sub-word pieces of the vocabulary strung together (half), digit
     runs (a quarter), or e-mail-like strings of invented syllable words (a quarter)."""
     u = r.random()
@@ -171,7 +171,7 @@ def copy_examples(tok, n, seed, bs):
     out = []
     for _ in range(n):
         user, reply = r.choice(COPY_FRAMES)
-        x, y = copy_string(tok, pieces, r), copy_string(tok, pieces, r)
+        x, y = copy_string(pieces, r), copy_string(pieces, r)
         if not x or not y or x == y:
             continue
         msgs = [{"role": "user", "content": user.format(x=x, y=y)},
