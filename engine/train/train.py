@@ -413,6 +413,9 @@ def main():
     ap.add_argument("--wd", type=float, default=0.01)
     ap.add_argument("--warmup", type=int, default=150)
     ap.add_argument("--steps", type=int, default=0, help="0: pick from measured speed")
+    ap.add_argument("--bf16", action="store_true", help="run forward and backward under CPU "
+                    "autocast to bfloat16 (weights, optimizer state and loss stay float32); "
+                    "2.2x the tokens/s of float32 on this machine's AVX512-BF16 cores")
     ap.add_argument("--budget-min", type=float, default=66.0,
                     help="the loop ends this long after the process started")
     ap.add_argument("--calib-s", type=float, default=60.0)
@@ -581,7 +584,9 @@ def main():
             lr = a.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * prog)))
         for g in opt.param_groups:
             g["lr"] = lr
-        logits, _ = model(noisy, mask=amask, pos=pos, head_at=masked)  # (N, vocab)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.bf16):
+            logits, _ = model(noisy, mask=amask, pos=pos, head_at=masked)  # (N, vocab)
+        logits = logits.float()
         if a.slot_w != 1.0 or a.end_w != 1.0:
             ce = F.cross_entropy(logits, clean[masked], reduction="none")
             w = weight[masked]
