@@ -416,7 +416,11 @@ def main():
     ap.add_argument("--bf16", action="store_true", help="run forward and backward under CPU "
                     "autocast to bfloat16 (weights, optimizer state and loss stay float32); "
                     "a step of v4's shape takes 0.42 s against 0.83 s in float32 on this machine's "
-                    "AVX512-BF16 cores (the fourteenth run's rate fell to 1.6x by its end)")
+                    "AVX512-BF16 cores. Run it with jemalloc and page purging off "
+                    "(LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2 "
+                    "MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1): under glibc's malloc the "
+                    "fourteenth run fell from 8,100 to 6,200 tokens/s, under jemalloc with its "
+                    "default purging it ran 3,100 (a quarter of the time in the kernel)")
     ap.add_argument("--budget-min", type=float, default=66.0,
                     help="the loop ends this long after the process started")
     ap.add_argument("--calib-s", type=float, default=60.0)
@@ -468,6 +472,10 @@ def main():
     prng = random.Random(a.seed)
     os.makedirs(a.work, exist_ok=True)
     log("args", json.dumps(vars(a)))
+    if a.bf16 and ("jemalloc" not in open("/proc/self/maps").read()
+                   or "dirty_decay_ms:-1" not in os.environ.get("MALLOC_CONF", "")):
+        log("warning: --bf16 without jemalloc and MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 "
+            "loses up to a quarter of its tokens/s as the run goes on (see --help)")
 
     # tokenizer
     texts = [datagen.render(d) for d in datagen.generate("train", a.tok_dialogues, a.tok_seed)]
