@@ -251,8 +251,13 @@ test('an abrupt disconnect cancels its requests and frees their pages; others go
   const cancelled0 = before.get('fogline_requests_total', { outcome: 'cancelled' });
   const c = await connect(server);
   const other = await connect(server);
-  c.send({ type: 'chat', id: 'gone', messages: user('what is my balance'), max_tokens: 512,
-           decoding: { policy: 'sequential', pipeline: false } });
+  // the reply must outlast the disconnect: four questions get a four-part answer (v5: 83 tokens,
+  // 88 one-token forwards, ~130 ms in a release build); "what is my balance" got 13 tokens from
+  // v5 and was done before the server saw the close
+  c.send({ type: 'chat', id: 'gone', max_tokens: 512,
+           messages: user('Where is my order 48213? How long does express shipping take? ' +
+                          'What are your store hours? Can I return the grey air fryer?'),
+           decoding: { policy: 'sequential', pipeline: false, max_blocks: 1 } });
   await c.next((f) => f.type === 'draft');
   c.ws.terminate(); // TCP close, no close frame
   other.send({ type: 'chat', id: 'alive', messages: user('hi'), max_tokens: 16 });
