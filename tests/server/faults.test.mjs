@@ -137,6 +137,9 @@ function within(p, ms, what) {
   return Promise.race([p, t]).finally(() => clearTimeout(timer));
 }
 
+// a prompt whose reply runs to many blocks (v5: 83 tokens, four answers)
+const FOUR_QUESTIONS = 'Where is my order 48213? How long does express shipping take? ' +
+  'What are your store hours? Can I return the grey air fryer?';
 const PROMPTS = [
   'Where is my order 48213?',
   'Can you cancel my order 55120?',
@@ -452,8 +455,10 @@ test('abrupt disconnects and garbage between valid chats: the server stays up, s
     const g = await connect(s);
     // 'hold' decodes one token per forward and has streamed its first draft, so it is still
     // running when its duplicate arrives (a short chat could finish first on a fast machine and
-    // the duplicate would then be a valid new chat)
-    g.send({ type: 'chat', id: 'hold', messages: user(PROMPTS[1]), ...slow });
+    // the duplicate would then be a valid new chat). Four questions make a reply of about 11
+    // blocks: a 3-block one could commit every block before the loop flushed any of its drafts
+    // (a committed block's queued draft is dropped), so no draft came and the wait timed out.
+    g.send({ type: 'chat', id: 'hold', messages: user(FOUR_QUESTIONS), ...slow });
     await g.next((f) => f.id === 'hold' && f.type === 'draft', 60000);
     g.send({ type: 'chat', id: 'v1', messages: user(PROMPTS[0]), max_tokens: 48 });
     g.send('{"type":"chat","id":');
