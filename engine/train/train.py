@@ -472,8 +472,9 @@ def main():
     prng = random.Random(a.seed)
     os.makedirs(a.work, exist_ok=True)
     log("args", json.dumps(vars(a)))
-    if a.bf16 and ("jemalloc" not in open("/proc/self/maps").read()
-                   or "dirty_decay_ms:-1" not in os.environ.get("MALLOC_CONF", "")):
+    with open("/proc/self/maps") as f:
+        jemalloc = "jemalloc" in f.read()
+    if a.bf16 and (not jemalloc or "dirty_decay_ms:-1" not in os.environ.get("MALLOC_CONF", "")):
         log("warning: --bf16 without jemalloc and MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 "
             "loses up to a quarter of its tokens/s as the run goes on (see --help)")
 

@@ -21,7 +21,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import net from 'node:net';
 import crypto from 'node:crypto';
-import { BIN, MODEL, startServer, connect, user, freePort, metrics, until } from './lib.mjs';
+import { BIN, MODEL, startServer, connect, user, FOUR_QUESTIONS, freePort, metrics, until } from './lib.mjs';
 import { startRedis, cli, scan, settled } from './redis_lib.mjs';
 
 const model = MODEL ? ['--model', MODEL] : [];
@@ -137,9 +137,6 @@ function within(p, ms, what) {
   return Promise.race([p, t]).finally(() => clearTimeout(timer));
 }
 
-// a prompt whose reply runs to many blocks (v5: 83 tokens, four answers)
-const FOUR_QUESTIONS = 'Where is my order 48213? How long does express shipping take? ' +
-  'What are your store hours? Can I return the grey air fryer?';
 const PROMPTS = [
   'Where is my order 48213?',
   'Can you cancel my order 55120?',

@@ -212,6 +212,10 @@ export async function connect(server, opts) {
 }
 
 export const user = (content) => [{ role: 'user', content }];
+// a message whose reply runs to many blocks (v5: 83 tokens, four answers, 88 one-token
+// forwards): for tests that need a request still running after its first draft
+export const FOUR_QUESTIONS = 'Where is my order 48213? How long does express shipping take? ' +
+  'What are your store hours? Can I return the grey air fryer?';
 
 export async function metrics(server) {
   const res = await fetch(`${server.url}/metrics`);

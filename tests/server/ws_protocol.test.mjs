@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { startServer, connect, wsClient, user, metrics, until } from './lib.mjs';
+import { startServer, connect, wsClient, user, FOUR_QUESTIONS, metrics, until } from './lib.mjs';
 
 let server;
 
@@ -254,9 +254,7 @@ test('an abrupt disconnect cancels its requests and frees their pages; others go
   // the reply must outlast the disconnect: four questions get a four-part answer (v5: 83 tokens,
   // 88 one-token forwards, ~130 ms in a release build); "what is my balance" got 13 tokens from
   // v5 and was done before the server saw the close
-  c.send({ type: 'chat', id: 'gone', max_tokens: 512,
-           messages: user('Where is my order 48213? How long does express shipping take? ' +
-                          'What are your store hours? Can I return the grey air fryer?'),
+  c.send({ type: 'chat', id: 'gone', max_tokens: 512, messages: user(FOUR_QUESTIONS),
            decoding: { policy: 'sequential', pipeline: false, max_blocks: 1 } });
   await c.next((f) => f.type === 'draft');
   c.ws.terminate(); // TCP close, no close frame
