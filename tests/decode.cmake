@@ -29,6 +29,12 @@ add_test(NAME train.dual_batches
   COMMAND ${FL_PYTHON} ${CMAKE_SOURCE_DIR}/engine/train/test_dual.py
           ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
 set_tests_properties(train.dual_batches PROPERTIES LABELS "unit" TIMEOUT 300)
+# train.py --procs: two processes' shares of a batch give the one-process gradient of the whole
+# batch, and the same weights after the step
+add_test(NAME train.procs
+  COMMAND ${FL_PYTHON} ${CMAKE_SOURCE_DIR}/engine/train/test_procs.py
+          ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
+set_tests_properties(train.procs PROPERTIES LABELS "unit" TIMEOUT 300)
 # bench parallel / bench decode: a short --repeat run and their bad flags
 add_test(NAME decode.bench_cli
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/test_bench_cli.py $<TARGET_FILE:fogline>
