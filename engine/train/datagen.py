@@ -100,6 +100,9 @@ DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sun
 # product nouns), so that the model learns to copy whatever the customer wrote instead of
 # recalling a known value; held-out values stay the real held-out names, streets and products.
 P_PSEUDO = 0.45  # v4 (v3: 0.3): e-mail local parts and hand-off names were v3's copy errors
+# sixteenth run on (v3-v5: 0.4 x P_PSEUDO = 18%): v5 recalled a known product for 8 of its 32
+# seed-1 errors
+P_PSEUDO_PRODUCT = 0.3
 _ONSET = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr",
           "kl", "st", "tr", "sh", "ch", "j", "h", "w"]
 _NUC = ["a", "e", "i", "o", "u", "ai", "ou", "ea", "y"]
@@ -190,7 +193,7 @@ class Slots:
         """A product, bare or with a modifier; the split is by the whole value."""
         while True:
             p = r.choice(PRODUCTS)
-            if self._invent(r, P_PSEUDO * 0.4):
+            if self._invent(r, P_PSEUDO_PRODUCT):
                 p = _pseudo(r)
             if r.random() < 0.6:
                 m = r.choice(MODS)
@@ -396,6 +399,11 @@ EXTRA = {
     "refund_oa": ["I want {a} back for order {o}.", "Order {o} was {a}, please refund it.",
                   "Refund my {a} on order {o}.", "Please give back the {a} I paid for order {o}."],
     "refund_o": ["Refund my order {o}.", "I'd like a refund for {o}.",
+                 # sixteenth/seventeenth runs: refunds in the "... for order {o} please" frame
+                 # and one that starts with "Money back" (the held-out test phrasing below had
+                 # only status requests in its frame: v5 read 6 of 17 as one)
+                 "Refund for order {o} please.", "A refund for order {o} please.",
+                 "Money back on order {o}, please.",
                  "Money back for order {o} please.", "Could you refund order {o}?",
                  "I want my money back for order {o}."],
     "refund": ["Refund please.", "I'd like my money back.", "Can I have a refund?",
