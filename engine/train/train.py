@@ -59,9 +59,9 @@ def log(*a):
 
 class Procs:
     """--procs N (eighteenth run): data parallelism over N single-threaded processes. On the
-    2-core machine two 1-thread processes train 1.6x the tokens per second of one 2-thread
-    process (PyTorch's intra-op threads idle through the many small elementwise ops of this
-    model). Every step splits the batch's examples between the ranks, sums the loss weights
+    2-core machine two 1-thread processes train 1.3x the tokens per second of one 2-thread
+    process, all-reduce included (PyTorch's intra-op threads gain little on the many small
+    elementwise ops of this model). Every step splits the batch's examples between the ranks, sums the loss weights
     and the gradients over them (gloo all-reduce), and every rank then takes the same clipped
     AdamW step from the same gradients, so the weights stay identical; the loss is the one
     the single-process run computes for the whole batch (sum of weighted cross-entropies over
@@ -560,7 +560,7 @@ def main():
     ap.add_argument("--export", default=os.path.join(HERE, "..", "models", "fogline-helpdesk"))
     ap.add_argument("--procs", type=int, default=1, help="data-parallel processes (gloo on "
                     "127.0.0.1:--port); with --threads 1, 2 processes on the 2-core machine "
-                    "train ~1.6x the tokens/s of 1 process with 2 threads (see Procs)")
+                    "train ~1.3x the tokens/s of 1 process with 2 threads (see Procs)")
     ap.add_argument("--port", type=int, default=29531)
     a = ap.parse_args()
     if a.procs > 1:
