@@ -35,6 +35,11 @@ add_test(NAME train.procs
   COMMAND ${FL_PYTHON} ${CMAKE_SOURCE_DIR}/engine/train/test_procs.py
           ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
 set_tests_properties(train.procs PROPERTIES LABELS "unit" TIMEOUT 300)
+# train.py --resume: a run stopped at a checkpoint and resumed ends bit-identical to the run in
+# one go (one process and two); bad resumes stop with a one-line message
+add_test(NAME train.resume
+  COMMAND ${FL_PYTHON} ${CMAKE_SOURCE_DIR}/engine/train/test_resume.py)
+set_tests_properties(train.resume PROPERTIES LABELS "unit" TIMEOUT 600)
 # bench parallel / bench decode: a short --repeat run and their bad flags
 add_test(NAME decode.bench_cli
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/test_bench_cli.py $<TARGET_FILE:fogline>

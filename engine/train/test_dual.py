@@ -22,7 +22,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "reference"))
 
 import bpe  # noqa: E402
 import datagen  # noqa: E402
-import fogline_ref  # noqa: E402
 import train  # noqa: E402
 
 
@@ -33,11 +32,7 @@ def main():
     torch.manual_seed(3)
     tok = bpe.Tokenizer.load(tok_dir)
     bs = 8
-
-    class A:
-        hidden, layers, heads, kv_heads, head_dim, inter, block = 64, 2, 4, 2, 16, 128, bs
-    model = fogline_ref.Model(fogline_ref.Config(train.make_config(A, tok)))
-    train.init_weights(model, 2)
+    model = train.small_model(tok, bs)
     for p in model.parameters():  # larger weights: differences would show
         p.data.mul_(8.0)
     model.eval()

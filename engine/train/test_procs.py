@@ -25,7 +25,6 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "reference"))
 
 import bpe  # noqa: E402
 import datagen  # noqa: E402
-import fogline_ref  # noqa: E402
 import train  # noqa: E402
 
 
@@ -35,11 +34,7 @@ def setup(tok_dir):
     torch.manual_seed(5)
     tok = bpe.Tokenizer.load(tok_dir)
     bs = 8
-
-    class A:
-        hidden, layers, heads, kv_heads, head_dim, inter, block = 64, 2, 4, 2, 16, 128, bs
-    model = fogline_ref.Model(fogline_ref.Config(train.make_config(A, tok)))
-    train.init_weights(model, 2)
+    model = train.small_model(tok, bs)
     dl = datagen.generate_mixed("train", 40, 9, 0.2, 0.1, 0.2)[:9]
     ex = [train.build_example(tok, d, bs) for d in dl]
     slot_sets = train.slot_token_set(tok, ex)

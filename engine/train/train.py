@@ -29,6 +29,7 @@ Usage (see README.md):
       --export engine/models/fogline-helpdesk > /tmp/fogline-train.log 2>&1 &
 """
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -55,6 +56,28 @@ RANK = 0  # --procs: this process's rank; only rank 0 logs and writes files
 def log(*a):
     if RANK == 0:
         print(time.strftime("%H:%M:%S"), *a, flush=True)
+
+
+def rss_mib():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def jemalloc_purge():
+    """Returns the dirty pages of every jemalloc arena to the kernel (mallctl arena.<all>.purge);
+    False when jemalloc is not the process's malloc (LD_PRELOAD). With page purging off
+    (dirty_decay_ms:-1, which --bf16 needs for speed) jemalloc never returns a freed page, and
+    the attention tensors' sizes change with every batch: the nineteenth run's rank 1 grew to
+    12.4 GB of resident memory in 26 minutes and was killed by the kernel (out of memory). A
+    purge every --purge-every steps bounds it at the cost of refaulting one step's pages."""
+    try:
+        mallctl = ctypes.CDLL(None).mallctl
+    except AttributeError:
+        return False
+    return mallctl(b"arena.4096.purge", None, None, None, ctypes.c_size_t(0)) == 0  # ALL = 4096
 
 
 class Procs:
@@ -100,6 +123,23 @@ class Procs:
                 p.grad.copy_(g)
             o += p.numel()
         return flat[o:].tolist()
+
+    def gather_ints(self, v):
+        """[v of rank 0, v of rank 1, ...] on every rank."""
+        if self.n == 1:
+            return [v]
+        t = torch.zeros(self.n, dtype=torch.int64)
+        t[self.rank] = v
+        self.dist.all_reduce(t)
+        return t.tolist()
+
+    def gather_obj(self, o):
+        """[o of rank 0, o of rank 1, ...] (any picklable object) on every rank."""
+        if self.n == 1:
+            return [o]
+        out = [None] * self.n
+        self.dist.all_gather_object(out, o)
+        return out
 
     def broadcast_int(self, v):
         if self.n == 1:
@@ -163,6 +203,15 @@ def init_weights(m, n_layers, qk_gain=1.0):
             std = 0.02 / math.sqrt(2 * n_layers)
         torch.nn.init.normal_(p, 0.0, std)
 
+
+def small_model(tok, bs):
+    """A 2-layer float32 model with init_weights' random weights, for the tests (test_dual.py,
+    test_procs.py): hidden 64, 4 query heads / 2 KV heads of 16, block size bs."""
+    class A:
+        hidden, layers, heads, kv_heads, head_dim, inter, block = 64, 2, 4, 2, 16, 128, bs
+    model = fogline_ref.Model(fogline_ref.Config(make_config(A, tok)))
+    init_weights(model, 2)
+    return model
 
 def build_example(tok, msgs, bs):
     """-> (ids list, P, spans): P = prompt length; the final reply's target region is
@@ -523,6 +572,9 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--work", default="/tmp/fogline-train")
     ap.add_argument("--ckpt-every-s", type=float, default=600.0)
+    ap.add_argument("--purge-every", type=int, default=500,
+                    help="return jemalloc's freed pages to the kernel every this many steps "
+                    "(0: never; see jemalloc_purge)")
     ap.add_argument("--qk-gain", type=float, default=1.0, help="initial q_norm/k_norm weight "
                     "(attention logits up to sqrt(head_dim) x gain^2; see init_weights)")
     ap.add_argument("--init", default="", help="start from this ckpt.pt's weights (a second "
@@ -562,6 +614,13 @@ def main():
                     "127.0.0.1:--port); with --threads 1, 2 processes on the 2-core machine "
                     "train ~1.3x the tokens/s of 1 process with 2 threads (see Procs)")
     ap.add_argument("--port", type=int, default=29531)
+    ap.add_argument("--resume", action="store_true",
+                    help="continue the run in --work from its ckpt.pt (same command otherwise): "
+                    "weights, AdamW state, step plan, batch order and every random stream, so "
+                    "the steps after it are those the first process would have taken; "
+                    "--budget-min still counts from the first process's start")
+    ap.add_argument("--stop-at", type=int, default=0,
+                    help="write a checkpoint at this step and exit (tests --resume)")
     a = ap.parse_args()
     if a.procs > 1:
         import torch.multiprocessing as mp
@@ -670,6 +729,58 @@ def run(rank, a):
     cbi = 0
     n_copy = 0
     copy_ema = None
+    elapsed0 = 0.0  # --resume: seconds the earlier processes ran
+    step0 = 0  # the step this process's loop starts at
+    tok0 = 0
+
+    def save_ckpt(nstates):
+        """The whole loop state: --resume continues from it (written atomically, rank 0)."""
+        ck = {"model": model.state_dict(), "step": step, "opt": opt.state_dict(),
+              "total": total, "epoch": epoch, "batches": batches, "bi": bi,
+              "cbatches": cbatches, "cbi": cbi, "n_copy": n_copy, "copy_ema": copy_ema,
+              "ema": ema, "seen_tok": seen_tok, "w_avg": w_avg, "w_ema": w_ema, "n_avg": n_avg,
+              "avg_start": avg_start, "rng": rng.bit_generator.state, "prng": prng.getstate(),
+              "nrng": nstates, "torch_rng": torch.get_rng_state(), "procs": a.procs,
+              "elapsed_s": elapsed0 + time.time() - t_start, "args": vars(a)}
+        path = os.path.join(a.work, "ckpt.pt")
+        torch.save(ck, path + ".tmp")
+        os.replace(path + ".tmp", path)
+
+    if a.resume:
+        path = os.path.join(a.work, "ckpt.pt")
+        if not os.path.exists(path):
+            raise SystemExit("--resume: no checkpoint %s" % path)
+        ck = torch.load(path)
+        if "opt" not in ck:
+            raise SystemExit("--resume: %s holds weights only (written before --resume "
+                             "existed); start a new run or use --init" % path)
+        free = {"resume", "budget_min", "ckpt_every_s", "purge_every", "port", "stop_at",
+                "export", "calib_s"}
+        diff = sorted(k for k in set(ck["args"]) | set(vars(a)) if k not in free and
+                      ck["args"].get(k) != vars(a).get(k))
+        if diff:
+            raise SystemExit("--resume: the command differs from the checkpoint's in " +
+                             ", ".join("--%s (%r, now %r)" % (k.replace("_", "-"),
+                                                             ck["args"].get(k), vars(a).get(k))
+                                       for k in diff))
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        step = step0 = ck["step"]
+        total, epoch, batches, bi = ck["total"], ck["epoch"], ck["batches"], ck["bi"]
+        cbatches, cbi, n_copy, copy_ema = ck["cbatches"], ck["cbi"], ck["n_copy"], ck["copy_ema"]
+        ema, seen_tok = ck["ema"], ck["seen_tok"]
+        tok0 = seen_tok
+        w_avg, w_ema, n_avg, avg_start = ck["w_avg"], ck["w_ema"], ck["n_avg"], ck["avg_start"]
+        rng.bit_generator.state = ck["rng"]
+        prng.setstate(ck["prng"])
+        if a.procs > 1:
+            nrng.bit_generator.state = ck["nrng"][rank]
+        torch.set_rng_state(ck["torch_rng"])
+        elapsed0 = ck["elapsed_s"]
+        deadline -= elapsed0
+        log("resumed at step %d of %d (epoch %d, batch %d) after %.1f min" % (
+            step, total, epoch, bi, elapsed0 / 60))
+        del ck
     model.train()
     while step < total:
         if bi >= len(batches):
@@ -743,13 +854,13 @@ def run(rank, a):
         now = time.time()
         if auto and rank == 0 and (total == 10 ** 9 and now - t_loop >= a.calib_s or
                      total < 10 ** 9 and step % 200 == 0):
-            rate = step / (now - t_loop)
+            rate = (step - step0) / (now - t_loop)
             left = deadline - now
             want = step + int(rate * left)
             if total == 10 ** 9:
                 total = want
                 log("calibrated: %.2f steps/s, %.0f tok/s -> total %d steps" % (
-                    rate, seen_tok / (now - t_loop), total))
+                    rate, (seen_tok - tok0) / (now - t_loop), total))
             elif want < total * 0.99 or (want > total * 1.02 and step < 0.8 * total):
                 # the machine is shared: follow its speed both ways (the first run only shrank
                 # and ended 10 minutes early when the other jobs stopped)
@@ -757,28 +868,47 @@ def run(rank, a):
                 total = want
         if auto and a.procs > 1:
             total = procs.broadcast_int(total)  # rank 0's clock decides
+        if a.purge_every and step % a.purge_every == 0 and jemalloc:
+            before = rss_mib()
+            ok = jemalloc_purge()
+            if step == a.purge_every:
+                log("jemalloc purge %s: rank 0 rss %d -> %d MiB" % (
+                    "done" if ok else "FAILED", before, rss_mib()))
         if step % 50 == 0:
             el = now - t_loop
-            log("step %d/%s loss %.4f ema %.4f lr %.2e gn %.2f | %.0f tok/s, %.1f min%s" % (
-                step, total if total < 10 ** 9 else "?", loss_v, ema or 0.0, lr, float(gn),
-                seen_tok / el, el / 60,
-                " | copy batches %d, copy ema %.3f" % (n_copy, copy_ema) if n_copy else ""))
+            rss = procs.gather_ints(rss_mib())
+            log("step %d/%s loss %.4f ema %.4f lr %.2e gn %.2f | %.0f tok/s, %.1f min | "
+                "rss %s MiB%s" % (
+                    step, total if total < 10 ** 9 else "?", loss_v, ema or 0.0, lr, float(gn),
+                    (seen_tok - tok0) / el, el / 60, "/".join(map(str, rss)),
+                    " | copy batches %d, copy ema %.3f" % (n_copy, copy_ema) if n_copy else ""))
         if a.procs > 1 and step % 2000 == 0 and not procs.same_weights(params):
             raise SystemExit("--procs: the processes' weights differ at step %d" % step)
-        if now - t_ckpt >= a.ckpt_every_s and rank == 0:
-            t_ckpt = now
-            torch.save({"model": model.state_dict(), "step": step},
-                       os.path.join(a.work, "ckpt.pt"))
-            export(model, cfg, tok, os.path.join(a.work, "latest"))
-            log("checkpoint at step %d -> %s/latest" % (step, a.work))
+        # every rank takes part (its noise stream goes into the checkpoint); rank 0's clock
+        # decides when
+        if step % 50 == 0 or step == a.stop_at:
+            due = procs.broadcast_int(int(now - t_ckpt >= a.ckpt_every_s or step == a.stop_at))
+            if due:
+                t_ckpt = now
+                nstates = procs.gather_obj(nrng.bit_generator.state)
+                if rank == 0:
+                    save_ckpt(nstates)
+                    export(model, cfg, tok, os.path.join(a.work, "latest"))
+                    log("checkpoint at step %d -> %s/ckpt.pt, %s/latest" % (step, a.work,
+                                                                          a.work))
+                procs.sum_(torch.zeros(1))
+                if step == a.stop_at:
+                    log("stopped at step %d (--stop-at)" % step)
+                    return
     if not procs.same_weights(params):
         raise SystemExit("--procs: the processes' weights differ at the end")
+    nstates = procs.gather_obj(nrng.bit_generator.state)
     if rank != 0:
         return
-    wall = time.time() - t_start
+    wall = elapsed0 + time.time() - t_start
     meta = {"steps": step, "train_wall_s": round(wall, 1), "params": nparam, "copy_batches": n_copy,
             "tokens_seen": seen_tok, "final_loss_ema": round(ema, 4), "args": vars(a)}
-    torch.save({"model": model.state_dict(), "step": step}, os.path.join(a.work, "ckpt.pt"))
+    save_ckpt(nstates)
     export(model, cfg, tok, os.path.join(a.work, "latest"), meta)
     export(model, cfg, tok, a.export, meta)
     if w_avg is not None:
