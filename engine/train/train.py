@@ -24,6 +24,9 @@ steps, both ways, until 80% of the run). The chosen step count is logged; pass -
 --procs 2 --threads 1 (eighteenth run on): two data-parallel processes share every batch (Procs,
 batch_grads); same gradients as one process, 1.3x its tokens/s on the 2-core machine.
 
+Checkpoints (WORK/ckpt.pt, every --ckpt-every-s) hold the whole loop state; the same command with
+--resume continues a run that died or was stopped, bit-identically (test_resume.py).
+
 Usage (see README.md):
   OMP_WAIT_POLICY=PASSIVE nice -n 10 python3 engine/train/train.py --budget-min 66 \\
       --export engine/models/fogline-helpdesk > /tmp/fogline-train.log 2>&1 &
