@@ -4,7 +4,8 @@
 same run taken in one go, in one process and in two (--procs 2: every rank's noise stream is in
 the checkpoint). A resume whose command differs in a training setting, a resume without a
 checkpoint and a resume from a weights-only checkpoint (written before --resume existed) must
-each stop with a one-line message naming the cause.
+each stop with a one-line message naming the cause. A file WORK/STOP must stop a two-process
+run at its next 50th step after a checkpoint, and --resume must finish it.
 Tiny runs (a 400-token tokenizer, 1 layer, 24 steps); exits 1 on a mismatch.
 
   test_resume.py"""
@@ -88,6 +89,24 @@ def main():
                   "procs %d: weights, AdamW state, averages and random streams equal the "
                   "one-go run's at step 24" % procs, ", ".join(diff[:8]))
             check(a["n_avg"] > 1, "procs %d: the averages ran over %d steps" % (procs, a["n_avg"]))
+
+        # a file WORK/STOP: both ranks checkpoint and stop at the next 50th step; --resume
+        # finishes the run
+        stop = os.path.join(tmp, "stop")
+        os.makedirs(stop)
+        open(os.path.join(stop, "STOP"), "w").close()
+        rc, out = train(stop, "--procs", "2", "--steps", "60")
+        ck = torch.load(os.path.join(stop, "ckpt.pt")) if rc == 0 else {}
+        check(rc == 0 and "stopped at step 50" in out and ck.get("step") == 50 and
+              not os.path.exists(os.path.join(stop, "STOP")) and
+              not os.path.exists(os.path.join(stop, "export")),
+              "WORK/STOP stops the run at step 50 after a checkpoint and is removed",
+              "" if rc == 0 else out[-400:])
+        rc, out = train(stop, "--procs", "2", "--steps", "60", "--resume")
+        ck = torch.load(os.path.join(stop, "ckpt.pt")) if rc == 0 else {}
+        check(rc == 0 and "resumed at step 50 of 60" in out and ck.get("step") == 60 and
+              os.path.exists(os.path.join(stop, "export", "model.safetensors")),
+              "--resume after WORK/STOP finishes the run", "" if rc == 0 else out[-400:])
 
         work = os.path.join(tmp, "two1")
         rc, out = train(work, "--lr", "1e-3", "--resume")

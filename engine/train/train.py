@@ -621,7 +621,8 @@ def main():
                     help="continue the run in --work from its ckpt.pt (same command otherwise): "
                     "weights, AdamW state, step plan, batch order and every random stream, so "
                     "the steps after it are those the first process would have taken; "
-                    "--budget-min still counts from the first process's start")
+                    "--budget-min still counts from the first process's start. A file "
+                    "WORK/STOP stops a run within 50 steps, after a checkpoint")
     ap.add_argument("--stop-at", type=int, default=0,
                     help="write a checkpoint at this step and exit (tests --resume)")
     a = ap.parse_args()
@@ -888,9 +889,14 @@ def run(rank, a):
         if a.procs > 1 and step % 2000 == 0 and not procs.same_weights(params):
             raise SystemExit("--procs: the processes' weights differ at step %d" % step)
         # every rank takes part (its noise stream goes into the checkpoint); rank 0's clock
-        # decides when
+        # decides when. A file WORK/STOP stops the run after a checkpoint (--resume goes on).
         if step % 50 == 0 or step == a.stop_at:
-            due = procs.broadcast_int(int(now - t_ckpt >= a.ckpt_every_s or step == a.stop_at))
+            stop_file = os.path.join(a.work, "STOP")
+            want = 0  # 1: checkpoint, 2: checkpoint and stop
+            if rank == 0:
+                want = (2 if step == a.stop_at or os.path.exists(stop_file)
+                        else int(now - t_ckpt >= a.ckpt_every_s))
+            due = procs.broadcast_int(want)
             if due:
                 t_ckpt = now
                 nstates = procs.gather_obj(nrng.bit_generator.state)
@@ -900,8 +906,11 @@ def run(rank, a):
                     log("checkpoint at step %d -> %s/ckpt.pt, %s/latest" % (step, a.work,
                                                                           a.work))
                 procs.sum_(torch.zeros(1))
-                if step == a.stop_at:
-                    log("stopped at step %d (--stop-at)" % step)
+                if due == 2:
+                    if rank == 0 and os.path.exists(stop_file):
+                        os.remove(stop_file)
+                    log("stopped at step %d (%s); the same command with --resume goes on" % (
+                        step, "--stop-at" if step == a.stop_at else stop_file))
                     return
     if not procs.same_weights(params):
         raise SystemExit("--procs: the processes' weights differ at the end")
