@@ -633,9 +633,31 @@ def main():
         run(0, a)
 
 
+def load_resume(a):
+    """--resume: WORK/ckpt.pt, checked against this command before the data is built."""
+    path = os.path.join(a.work, "ckpt.pt")
+    if not os.path.exists(path):
+        raise SystemExit("--resume: no checkpoint %s" % path)
+    ck = torch.load(path)
+    if "opt" not in ck:
+        raise SystemExit("--resume: %s holds weights only (written before --resume "
+                         "existed); start a new run or use --init" % path)
+    free = {"resume", "budget_min", "ckpt_every_s", "purge_every", "port", "stop_at", "work",
+            "export", "calib_s"}
+    diff = sorted(k for k in set(ck["args"]) | set(vars(a)) if k not in free and
+                  ck["args"].get(k) != vars(a).get(k))
+    if diff:
+        raise SystemExit("--resume: the command differs from the checkpoint's in " +
+                         ", ".join("--%s (%r, now %r)" % (k.replace("_", "-"),
+                                                         ck["args"].get(k), vars(a).get(k))
+                                   for k in diff))
+    return ck
+
+
 def run(rank, a):
     global RANK
     RANK = rank
+    ck = load_resume(a) if a.resume else None
     procs = Procs(a.procs, rank, a.port)
     t_start = time.time()
     deadline = t_start + a.budget_min * 60
@@ -750,23 +772,7 @@ def run(rank, a):
         torch.save(ck, path + ".tmp")
         os.replace(path + ".tmp", path)
 
-    if a.resume:
-        path = os.path.join(a.work, "ckpt.pt")
-        if not os.path.exists(path):
-            raise SystemExit("--resume: no checkpoint %s" % path)
-        ck = torch.load(path)
-        if "opt" not in ck:
-            raise SystemExit("--resume: %s holds weights only (written before --resume "
-                             "existed); start a new run or use --init" % path)
-        free = {"resume", "budget_min", "ckpt_every_s", "purge_every", "port", "stop_at",
-                "export", "calib_s"}
-        diff = sorted(k for k in set(ck["args"]) | set(vars(a)) if k not in free and
-                      ck["args"].get(k) != vars(a).get(k))
-        if diff:
-            raise SystemExit("--resume: the command differs from the checkpoint's in " +
-                             ", ".join("--%s (%r, now %r)" % (k.replace("_", "-"),
-                                                             ck["args"].get(k), vars(a).get(k))
-                                       for k in diff))
+    if ck is not None:
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         step = step0 = ck["step"]
