@@ -69,15 +69,15 @@ def main():
             one, two = os.path.join(tmp, "one%d" % procs), os.path.join(tmp, "two%d" % procs)
             extra = ["--procs", str(procs)]
             rc, out = train(one, *extra)
-            check(rc == 0, "procs %d: the run in one go" % procs, out[-400:] if rc else "")
+            check(rc == 0, "procs %d: the run in one go" % procs, out[-1500:] if rc else "")
             rc, out = train(two, *extra, "--stop-at", "11")
             check(rc == 0 and "stopped at step 11" in out and
                   not os.path.exists(os.path.join(two, "export")),
                   "procs %d: --stop-at 11 stops with a checkpoint and no export" % procs,
-                  "" if rc == 0 else out[-400:])
+                  "" if rc == 0 else out[-1500:])
             rc, out = train(two, *extra, "--resume")
             check(rc == 0 and "resumed at step 11 of 24" in out, "procs %d: --resume" % procs,
-                  out[-400:] if rc else "")
+                  out[-1500:] if rc else "")
             if rc:
                 continue
             a = torch.load(os.path.join(one, "ckpt.pt"))
@@ -101,12 +101,12 @@ def main():
               not os.path.exists(os.path.join(stop, "STOP")) and
               not os.path.exists(os.path.join(stop, "export")),
               "WORK/STOP stops the run at step 50 after a checkpoint and is removed",
-              "" if rc == 0 else out[-400:])
+              "" if rc == 0 else out[-1500:])
         rc, out = train(stop, "--procs", "2", "--steps", "60", "--resume")
         ck = torch.load(os.path.join(stop, "ckpt.pt")) if rc == 0 else {}
         check(rc == 0 and "resumed at step 50 of 60" in out and ck.get("step") == 60 and
               os.path.exists(os.path.join(stop, "export", "model.safetensors")),
-              "--resume after WORK/STOP finishes the run", "" if rc == 0 else out[-400:])
+              "--resume after WORK/STOP finishes the run", "" if rc == 0 else out[-1500:])
 
         work = os.path.join(tmp, "two1")
         rc, out = train(work, "--lr", "1e-3", "--resume")

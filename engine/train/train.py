@@ -144,6 +144,13 @@ class Procs:
         self.dist.all_gather_object(out, o)
         return out
 
+    def close(self):
+        """Leaves the group together: a rank that exits while its peer still holds the
+        connection can be aborted by gloo (SIGABRT seen under load when --stop-at returned)."""
+        if self.n > 1:
+            self.dist.barrier()
+            self.dist.destroy_process_group()
+
     def broadcast_int(self, v):
         if self.n == 1:
             return v
@@ -911,16 +918,18 @@ def run(rank, a):
                     export(model, cfg, tok, os.path.join(a.work, "latest"))
                     log("checkpoint at step %d -> %s/ckpt.pt, %s/latest" % (step, a.work,
                                                                           a.work))
-                procs.sum_(torch.zeros(1))
                 if due == 2:
+                    procs.close()
                     if rank == 0 and os.path.exists(stop_file):
                         os.remove(stop_file)
                     log("stopped at step %d (%s); the same command with --resume goes on" % (
                         step, "--stop-at" if step == a.stop_at else stop_file))
                     return
+                procs.sum_(torch.zeros(1))
     if not procs.same_weights(params):
         raise SystemExit("--procs: the processes' weights differ at the end")
     nstates = procs.gather_obj(nrng.bit_generator.state)
+    procs.close()
     if rank != 0:
         return
     wall = elapsed0 + time.time() - t_start
