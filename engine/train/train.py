@@ -223,6 +223,7 @@ def small_model(tok, bs):
     init_weights(model, 2)
     return model
 
+
 def build_example(tok, msgs, bs):
     """-> (ids list, P, spans): P = prompt length; the final reply's target region is
     [P, len(ids)). spans: (start, end) of every EARLIER assistant reply inside the prompt, end
