@@ -40,6 +40,12 @@ set_tests_properties(train.procs PROPERTIES LABELS "unit" TIMEOUT 300)
 add_test(NAME train.resume
   COMMAND ${FL_PYTHON} ${CMAKE_SOURCE_DIR}/engine/train/test_resume.py)
 set_tests_properties(train.resume PROPERTIES LABELS "unit" TIMEOUT 600)
+# eval.py --json-out's per-dialogue results, gap.py (where threshold decoding loses to top-1)
+# and pool_eval.py (samples pooled, paired interval): consistent with each other; bad inputs
+add_test(NAME train.eval_tools
+  COMMAND ${FL_PYTHON} ${CMAKE_SOURCE_DIR}/engine/train/test_eval_tools.py
+          ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
+set_tests_properties(train.eval_tools PROPERTIES LABELS "unit" TIMEOUT 300)
 # bench parallel / bench decode: a short --repeat run and their bad flags
 add_test(NAME decode.bench_cli
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/test_bench_cli.py $<TARGET_FILE:fogline>

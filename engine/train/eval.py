@@ -92,6 +92,7 @@ def main():
         outs = fw = 0
         by_turns = collections.defaultdict(lambda: [0, 0])
         errors = []
+        exact = []  # per dialogue, for paired comparisons (pool_eval.py)
         t0 = time.time()
         gens = []
         for d in data:
@@ -101,6 +102,7 @@ def main():
             hyp = r["text"]
             ok = hyp == ref
             em += ok
+            exact.append(int(ok))
             nt = len(d) // 2
             by_turns[nt][0] += ok
             by_turns[nt][1] += 1
@@ -119,7 +121,8 @@ def main():
         res = {"policy": pname, "exact_match": em / len(data), "slot_acc": s_ok / max(1, s_all),
                "tpf": outs / max(1, fw), "forwards": fw, "tokens": outs, "n": len(data),
                "slots": s_all, "seconds": round(dt, 1),
-               "em_by_turns": {k: v[0] / v[1] for k, v in sorted(by_turns.items())}}
+               "em_by_turns": {k: v[0] / v[1] for k, v in sorted(by_turns.items())},
+               "exact": exact}
         results[pname] = res
         rows.append(res)
         print("%-10s EM %.1f%%  slot %.1f%%  TPF %.2f  (%d forwards, %.0f s)  EM by turns %s" % (
@@ -156,7 +159,8 @@ def main():
         len(data), a.split, ", held-out system prompts" if a.system else "", rows[0]["slots"]))
     if a.json_out:
         with open(a.json_out, "w") as f:
-            json.dump(results, f, indent=2)
+            json.dump(results, f, separators=(",", ":"))
+            f.write("\n")
 
 
 if __name__ == "__main__":
