@@ -72,7 +72,8 @@ def main():
     thr = decode.Policy("threshold", threshold=a.threshold)
     lost = []
     bands = collections.defaultdict(lambda: [0, 0])
-    edges = [a.threshold, 0.95, 0.99, 0.999, 1.01]
+    # the first band holds the forced commits (no mask above the threshold: the top one)
+    edges = [0.0, a.threshold, 0.95, 0.99, 0.999, 1.01]
     n_top = n_thr = 0
     for d in datagen.generate("test", a.n, a.seed):
         msgs, ref = d[:-1], d[-1]["content"]
@@ -82,7 +83,7 @@ def main():
         n_thr += text == ref
         for c, ok in calib:
             for lo, hi in zip(edges, edges[1:]):
-                if lo < c <= hi or (lo == edges[0] and c <= lo):
+                if lo < c <= hi:
                     bands[(lo, hi)][0] += ok
                     bands[(lo, hi)][1] += 1
                     break
