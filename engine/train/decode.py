@@ -164,7 +164,7 @@ def generate(model, prompt_ids, policy, mask_id, end_ids, max_new_tokens=128, tr
             seq[p] = int(tok[p - s0])
         if trace is not None:
             trace.append({"span": [s0, len(seq)], "commits": sorted(commits),
-                          "conf": [round(conf[p - s0].item(), 4) for p in sorted(commits)],
+                          "conf": [conf[p - s0].item() for p in sorted(commits)],
                           "cached_blocks": running[:ncache]})
         if ncache:
             n = ncache * bs

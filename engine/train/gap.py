@@ -23,7 +23,9 @@ import decode  # noqa: E402
 def first_error(chat, msgs, ref, pol, max_new):
     """-> (reply text, the first wrong commit in time or None, [(confidence, right?)] for every
     commit up to and including the forward that made it). Before that forward every committed
-    token agrees with the reference reply, so the reference still says what is right."""
+    token agrees with the reference reply, so the reference still says what is right. The
+    reference is compared token for token as bpe.py encodes it: a reply spelled with other
+    tokens than the encoder's would count as wrong here, though eval.py compares text."""
     tr = []
     r = chat.reply(msgs, pol, max_new, tr)
     P = len(chat.prompt_ids(msgs))
