@@ -278,6 +278,26 @@ static int parse_root(fl_config *c, const json_t *root, fl_err *e)
         }
     }
 
+    /* fogline's own keys: {"fogline": {"decoding": {...}}}, the model's decoding defaults */
+    json_t *fl = json_object_get(root, "fogline");
+    if (fl && !json_is_null(fl)) {
+        if (!json_is_object(fl))
+            return fl_err_set(e, FL_EFORMAT, "config.json: fogline must be an object");
+        const char *key;
+        json_t *v;
+        json_object_foreach(fl, key, v)
+        {
+            if (strcmp(key, "decoding"))
+                return fl_err_set(e, FL_EFORMAT, "config.json: fogline.%.64s is not a known key "
+                                                 "(decoding)", key);
+        }
+        json_t *dec = json_object_get(fl, "decoding");
+        fl_decode_opts_default(&c->dec);
+        if (dec && (rc = fl_decode_opts_parse_json(dec, "config.json: fogline.decoding", &c->dec,
+                                                   &c->dec_set, e)))
+            return rc;
+    }
+
     /* transformers >= 4.56 writes "dtype"; older ones "torch_dtype" */
     json_t *dt = json_object_get(root, "torch_dtype");
     if (!dt || json_is_null(dt))
@@ -290,6 +310,33 @@ static int parse_root(fl_config *c, const json_t *root, fl_err *e)
             return rc;
     }
     return 0;
+}
+
+/* The authors' defaults of each family (ANCHORS.md, their generate code): SDAR's
+ * low_confidence_dynamic at one token per step (the threshold rule), Fast-dLLM v2's threshold
+ * with its sub-blocks, both one block at a time; our own models were trained with, and are
+ * evaluated with, multi-block pipelining at the training-side decoder's settings
+ * (engine/train/decode.py). Decode-store overlap never changes outputs and is on for all. */
+static void family_defaults(fl_family f, fl_decode_opts *o)
+{
+    fl_decode_opts_default(o);
+    o->policy = FL_POLICY_THRESHOLD;
+    o->threshold = 0.9f;
+    o->pipeline = f == FL_FAMILY_FOGLINE;
+    if (f == FL_FAMILY_FOGLINE) {
+        o->tau_add = 0.5f;
+        o->tau_act = 0.75f;
+        o->tau_conf = 0.9f;
+        o->max_blocks = 3;
+    }
+}
+
+void fl_config_decode_defaults(const fl_config *c, fl_decode_opts *out, uint8_t src[FL_DF_COUNT])
+{
+    family_defaults(c->family, out);
+    if (src)
+        memset(src, FL_DS_FAMILY, FL_DF_COUNT);
+    fl_decode_opts_overlay(out, src, &c->dec, c->dec_set, FL_DS_MODEL);
 }
 
 int fl_config_parse(fl_config *c, const char *json_text, fl_err *e)

@@ -3,6 +3,7 @@
 #ifndef FL_CONFIG_H
 #define FL_CONFIG_H
 
+#include "decode_opts.h"
 #include "fl.h"
 
 typedef enum fl_family {
@@ -37,6 +38,8 @@ typedef struct fl_config {
     int n_eos;
     int bos_id;          /* -1 when absent */
     char torch_dtype[16];
+    fl_decode_opts dec;  /* the model's own decoding defaults ("fogline": {"decoding": ...}) */
+    uint32_t dec_set;    /* which of dec's fields it sets (FL_DF_BIT) */
 } fl_config;
 
 /* Parses dir/config.json. The mask token may be left at -1 when the family resolves it
@@ -45,6 +48,10 @@ typedef struct fl_config {
 int fl_config_load(fl_config *c, const char *dir, fl_err *e);
 int fl_config_parse(fl_config *c, const char *json_text, fl_err *e);
 const char *fl_family_name(fl_family f);
+/* The effective decoding defaults of a model before flags and requests: its family's
+ * authors' defaults, overridden by the model directory's own. src (may be NULL) gets each
+ * field's source (FL_DS_FAMILY or FL_DS_MODEL). */
+void fl_config_decode_defaults(const fl_config *c, fl_decode_opts *out, uint8_t src[FL_DF_COUNT]);
 /* The mask token's string for the family ("<|MASK|>", "|<MASK>|"), or NULL. */
 const char *fl_family_mask_string(fl_family f);
 

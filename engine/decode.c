@@ -1,7 +1,9 @@
 /* decode.c: unmasking policies and sampling. */
 #include "decode.h"
 
+#include <jansson.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,6 +65,144 @@ int fl_decode_opts_check(const fl_decode_opts *o, fl_err *e)
         return fl_err_set(e, FL_ERANGE, "top_k must be >= 0, got %d", o->top_k);
     if (o->max_blocks < 1 || o->max_blocks > 16)
         return fl_err_set(e, FL_ERANGE, "max_blocks must be in [1, 16], got %d", o->max_blocks);
+    return 0;
+}
+
+static const char *fnames[FL_DF_COUNT] = {
+    [FL_DF_POLICY] = "policy",       [FL_DF_THRESHOLD] = "threshold", [FL_DF_K] = "k",
+    [FL_DF_ENTROPY_BOUND] = "entropy_bound", [FL_DF_OVERLAP] = "overlap",
+    [FL_DF_PIPELINE] = "pipeline",   [FL_DF_TAU_ADD] = "tau_add",     [FL_DF_TAU_ACT] = "tau_act",
+    [FL_DF_TAU_CONF] = "tau_conf",   [FL_DF_MAX_BLOCKS] = "max_blocks",
+    [FL_DF_TEMPERATURE] = "temperature", [FL_DF_TOP_K] = "top_k", [FL_DF_TOP_P] = "top_p",
+};
+
+const char *fl_dec_field_name(fl_dec_field f)
+{
+    return (unsigned)f < FL_DF_COUNT ? fnames[f] : "?";
+}
+
+const char *fl_dec_source_name(fl_dec_source s)
+{
+    static const char *n[FL_DS_COUNT] = {"family", "model", "flag", "request"};
+    return (unsigned)s < FL_DS_COUNT ? n[s] : "?";
+}
+
+static void copy_field(fl_decode_opts *d, const fl_decode_opts *s, fl_dec_field f)
+{
+    switch (f) {
+    case FL_DF_POLICY: d->policy = s->policy; break;
+    case FL_DF_THRESHOLD: d->threshold = s->threshold; break;
+    case FL_DF_K: d->k = s->k; break;
+    case FL_DF_ENTROPY_BOUND: d->entropy_bound = s->entropy_bound; break;
+    case FL_DF_OVERLAP: d->store_overlap = s->store_overlap; break;
+    case FL_DF_PIPELINE: d->pipeline = s->pipeline; break;
+    case FL_DF_TAU_ADD: d->tau_add = s->tau_add; break;
+    case FL_DF_TAU_ACT: d->tau_act = s->tau_act; break;
+    case FL_DF_TAU_CONF: d->tau_conf = s->tau_conf; break;
+    case FL_DF_MAX_BLOCKS: d->max_blocks = s->max_blocks; break;
+    case FL_DF_TEMPERATURE: d->temperature = s->temperature; break;
+    case FL_DF_TOP_K: d->top_k = s->top_k; break;
+    case FL_DF_TOP_P: d->top_p = s->top_p; break;
+    default: break;
+    }
+}
+
+void fl_decode_opts_overlay(fl_decode_opts *dst, uint8_t src_of[FL_DF_COUNT],
+                            const fl_decode_opts *src, uint32_t mask, fl_dec_source s)
+{
+    for (int f = 0; f < FL_DF_COUNT; f++)
+        if (mask & FL_DF_BIT(f)) {
+            copy_field(dst, src, (fl_dec_field)f);
+            if (src_of)
+                src_of[f] = (uint8_t)s;
+        }
+}
+
+void fl_dec_field_json(const fl_decode_opts *o, fl_dec_field f, char *buf, size_t cap)
+{
+    switch (f) {
+    case FL_DF_POLICY: snprintf(buf, cap, "\"%s\"", fl_policy_name(o->policy)); break;
+    case FL_DF_OVERLAP: snprintf(buf, cap, "%s", o->store_overlap ? "true" : "false"); break;
+    case FL_DF_PIPELINE: snprintf(buf, cap, "%s", o->pipeline ? "true" : "false"); break;
+    case FL_DF_K: snprintf(buf, cap, "%d", o->k); break;
+    case FL_DF_MAX_BLOCKS: snprintf(buf, cap, "%d", o->max_blocks); break;
+    case FL_DF_TOP_K: snprintf(buf, cap, "%d", o->top_k); break;
+    case FL_DF_THRESHOLD: snprintf(buf, cap, "%g", (double)o->threshold); break;
+    case FL_DF_ENTROPY_BOUND: snprintf(buf, cap, "%g", (double)o->entropy_bound); break;
+    case FL_DF_TAU_ADD: snprintf(buf, cap, "%g", (double)o->tau_add); break;
+    case FL_DF_TAU_ACT: snprintf(buf, cap, "%g", (double)o->tau_act); break;
+    case FL_DF_TAU_CONF: snprintf(buf, cap, "%g", (double)o->tau_conf); break;
+    case FL_DF_TEMPERATURE: snprintf(buf, cap, "%g", (double)o->temperature); break;
+    case FL_DF_TOP_P: snprintf(buf, cap, "%g", (double)o->top_p); break;
+    default: snprintf(buf, cap, "null"); break;
+    }
+}
+
+int fl_decode_opts_parse_json(const struct json_t *obj, const char *where, fl_decode_opts *o,
+                              uint32_t *set, fl_err *e)
+{
+    const json_t *d = (const json_t *)obj;
+    if (!json_is_object(d))
+        return fl_err_set(e, FL_EFORMAT, "%s must be an object", where);
+    fl_decode_opts t = *o;
+    uint32_t mask = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)d, key, v)
+    {
+        int f = 0;
+        while (f < FL_DF_COUNT && strcmp(key, fnames[f]))
+            f++;
+        if (f == FL_DF_COUNT)
+            return fl_err_set(e, FL_EFORMAT, "%s: unknown decoding option '%.64s'", where, key);
+        switch ((fl_dec_field)f) {
+        case FL_DF_POLICY:
+            if (!json_is_string(v) || fl_policy_parse(json_string_value(v), &t.policy))
+                return fl_err_set(e, FL_EFORMAT,
+                                  "%s.policy must be one of sequential, static, threshold, "
+                                  "dynamic, entropy", where);
+            break;
+        case FL_DF_OVERLAP:
+        case FL_DF_PIPELINE:
+            if (!json_is_boolean(v))
+                return fl_err_set(e, FL_EFORMAT, "%s.%s must be true or false", where, key);
+            *(f == FL_DF_OVERLAP ? &t.store_overlap : &t.pipeline) = json_is_true(v);
+            break;
+        case FL_DF_K:
+        case FL_DF_MAX_BLOCKS:
+        case FL_DF_TOP_K: {
+            if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                json_integer_value(v) > (1 << 24))
+                return fl_err_set(e, FL_EFORMAT, "%s.%s must be a non-negative integer", where,
+                                  key);
+            int x = (int)json_integer_value(v);
+            *(f == FL_DF_K ? &t.k : f == FL_DF_MAX_BLOCKS ? &t.max_blocks : &t.top_k) = x;
+            break;
+        }
+        default: {
+            if (!json_is_number(v))
+                return fl_err_set(e, FL_EFORMAT, "%s.%s must be a number", where, key);
+            float x = (float)json_number_value(v);
+            float *dst = f == FL_DF_THRESHOLD       ? &t.threshold
+                       : f == FL_DF_ENTROPY_BOUND   ? &t.entropy_bound
+                       : f == FL_DF_TAU_ADD         ? &t.tau_add
+                       : f == FL_DF_TAU_ACT         ? &t.tau_act
+                       : f == FL_DF_TAU_CONF        ? &t.tau_conf
+                       : f == FL_DF_TEMPERATURE     ? &t.temperature
+                                                    : &t.top_p;
+            *dst = x;
+            break;
+        }
+        }
+        mask |= FL_DF_BIT(f);
+    }
+    int rc = fl_decode_opts_check(&t, e);
+    if (rc) {
+        fl_err_prefix(e, "%s", where);
+        return rc;
+    }
+    *o = t;
+    *set |= mask;
     return 0;
 }
 

@@ -5,41 +5,7 @@
 #define FL_DECODE_H
 
 #include "backend.h"
-
-typedef enum fl_policy {
-    FL_POLICY_SEQUENTIAL = 0, /* one token per step, the most confident */
-    FL_POLICY_STATIC,         /* k per step, the most confident */
-    FL_POLICY_THRESHOLD,      /* all with p > threshold, at least the most confident */
-    FL_POLICY_DYNAMIC,        /* SDAR low_confidence_dynamic: p > threshold if that meets the
-                                 per-step quota k, else the top k */
-    FL_POLICY_ENTROPY,        /* SDAR entropy_bounded: lowest-entropy prefix whose summed
-                                 entropy stays within entropy_bound, at least one */
-    FL_POLICY_COUNT
-} fl_policy;
-
-typedef struct fl_decode_opts {
-    fl_policy policy;
-    float threshold;     /* threshold, dynamic (0.9) */
-    int k;               /* static: tokens per step; dynamic: quota per step */
-    float entropy_bound; /* entropy (0.35 nats) */
-    bool store_overlap;  /* store a finished block in the next block's first forward */
-    bool pipeline;       /* multi-block (D2F / MBD-LMs) */
-    float tau_add;       /* add the next block when the last one is this unmasked */
-    float tau_act;       /* a block is fully active once its predecessor is this unmasked */
-    float tau_conf;      /* a semi-active block commits only tokens above this */
-    int max_blocks;      /* running blocks per sequence when pipelining */
-    float temperature;   /* 0: greedy */
-    int top_k;           /* 0: off */
-    float top_p;         /* 1: off */
-    uint64_t seed;
-} fl_decode_opts;
-
-/* The defaults: threshold 0.9 with decode-store overlap and pipelining on. */
-void fl_decode_opts_default(fl_decode_opts *o);
-/* Checks ranges; the message names the option. */
-int fl_decode_opts_check(const fl_decode_opts *o, fl_err *e);
-const char *fl_policy_name(fl_policy p);
-int fl_policy_parse(const char *s, fl_policy *out); /* 0 or FL_EINVAL */
+#include "decode_opts.h"
 
 /* Picks positions of one block to unmask. pred: (n) predictions; eligible: (n) 1 for masked
  * positions the policy may take; semi: the block is semi-active (only p > tau_conf, possibly

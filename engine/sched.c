@@ -43,6 +43,8 @@ typedef struct seq {
     fl_tok_out carry; /* shifted logits: prediction for position n_cached made when the block
                          before it was stored */
     int32_t carry_pos;
+    int32_t ar_pos;   /* shifted logits: a block's first position that takes the argmax of the
+                         store forward's last row (Fast-dLLM v2's autoregressive step); -1 */
     uint64_t rng;
     fl_detok detok;
     fl_buf text;   /* committed reply text */
@@ -243,6 +245,7 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     for (int32_t i = 0; i < nb; i++)
         q->pages[i] = -1;
     q->carry_pos = -1;
+    q->ar_pos = -1;
     q->rng = r->dec.seed * 0x9e3779b97f4a7c15ull + 0x2545f4914f6cdd1dull;
     if (s->m->tok)
         fl_detok_init(&q->detok, s->m->tok, true);
@@ -437,6 +440,9 @@ static void admit(fl_sched *s)
         /* the first running block is the one holding the prompt's last partial block */
         q->run_start = (q->L / s->B) * s->B;
         q->n_run = 1;
+        /* a prompt ending on a block boundary: the prefill's last row gives the first token */
+        if (s->m->cfg.logits_shift && q->L % s->B == 0)
+            q->ar_pos = q->L;
         if (q->prefix)
             load_prefix(s, q);
         q->next = NULL;
@@ -463,11 +469,18 @@ static float block_ratio(const fl_sched *s, const seq *q, int32_t start)
     return tot ? (float)done / (float)tot : 1.0f;
 }
 
-static bool block_full(const seq *q, int32_t start, int32_t B)
+/* True when the block at start can be committed: every reply position before the limit is
+ * decided, or an end token is decided with nothing undecided before it (the reply ends there:
+ * what follows it is never read, so decoding it would only cost forwards). */
+static bool block_ready(const fl_sched *s, const seq *q, int32_t start)
 {
-    for (int32_t p = start; p < start + B; p++)
+    int32_t end = start + s->B < q->limit ? start + s->B : q->limit;
+    for (int32_t p = start; p < end; p++) {
         if (!q->fixed[p])
             return false;
+        if (p >= q->L && is_eos(s, q->x[p]))
+            return true;
+    }
     return true;
 }
 
@@ -479,7 +492,10 @@ static int32_t plan(fl_sched *s, seq *q, int32_t budget, fl_segment *sg)
     int32_t run = q->n_run * B;
     int32_t shift = s->m->cfg.logits_shift;
     int32_t n = 0, n_store = 0, out_from;
-    if (q->dec.store_overlap && clean + run <= budget) {
+    /* a pending autoregressive first token needs the store forward's last row before the
+       block's first denoise step can see it: no overlap for that store */
+    bool overlap = q->dec.store_overlap && q->ar_pos < 0;
+    if (overlap && clean + run <= budget) {
         n = clean + run;
         n_store = clean;
         out_from = clean - (shift && clean > 0 ? 1 : 0);
@@ -493,7 +509,7 @@ static int32_t plan(fl_sched *s, seq *q, int32_t budget, fl_segment *sg)
         /* a store pass that reaches the running blocks yields the shifted prediction for the
            first running position */
         out_from = (shift && q->n_cached + n_store == q->run_start) ? n - 1 : n;
-    } else if (run > 0 && run <= budget) {
+    } else if (run > 0 && run <= budget && q->ar_pos < 0) {
         n = run;
         out_from = 0;
     } else {
@@ -617,6 +633,37 @@ static bool commit_block(fl_sched *s, seq *q)
     return end;
 }
 
+/* After a step's commits: finished blocks are committed in order, new blocks start. Returns
+ * true when the sequence finished. */
+static bool advance(fl_sched *s, seq *q)
+{
+    int32_t B = s->B;
+    while (q->n_run > 0 && block_ready(s, q, q->run_start)) {
+        if (commit_block(s, q)) {
+            q->ended = true;
+            return true;
+        }
+    }
+    int32_t max_run = q->dec.pipeline ? q->dec.max_blocks : 1;
+    for (;;) {
+        int32_t next = q->run_start + q->n_run * B;
+        if (q->n_run >= max_run || next >= q->limit || next + B > q->cap)
+            break;
+        if (q->n_run > 0 && !(q->dec.pipeline && block_ratio(s, q, next - B) >= q->dec.tau_add))
+            break;
+        /* a block started after its predecessor is final takes its first token from the
+           predecessor's store forward (shifted logits); a pipelined one predicts it */
+        if (q->n_run == 0 && s->m->cfg.logits_shift)
+            q->ar_pos = next;
+        q->n_run++;
+    }
+    if (q->n_run == 0) {
+        q->finish = FL_FINISH_LENGTH;
+        return true;
+    }
+    return false;
+}
+
 /* Applies one forward's outputs to a sequence. Returns true when it finished. */
 static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *out,
                   const float *logits)
@@ -649,10 +696,26 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
                           &q->rng, s->sample_tmp, &q->carry);
         }
     }
+    bool ar = false;
+    if (q->ar_pos >= 0 && q->ar_pos == q->run_start && q->n_cached == q->run_start &&
+        sg->n_store && sg->out_from <= sg->n_store - 1) {
+        /* Fast-dLLM v2: the argmax of the store forward's last row is the block's first token,
+           committed at once (greedy even when sampling, as upstream does) */
+        int32_t p = q->ar_pos;
+        memset(q->fresh + q->run_start, 0, (size_t)B);
+        q->x[p] = out[p - 1 - sg->pos0].token;
+        q->fixed[p] = 1;
+        q->fresh[p] = 1;
+        if (p < q->limit)
+            q->produced++;
+        q->ar_pos = -1;
+        emit_draft(s, q, q->run_start);
+        ar = true;
+    }
     bool denoised = sg->n > sg->n_store;
     if (!denoised) {
         q->st.store_forwards++;
-        return false;
+        return ar ? advance(s, q) : false;
     }
     q->st.decode_forwards++;
     if (q->t_first_decode == 0)
@@ -714,28 +777,7 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
         if (nsel)
             emit_draft(s, q, start);
     }
-    /* blocks finish in order */
-    while (q->n_run > 0 && block_full(q, q->run_start, B)) {
-        if (commit_block(s, q)) {
-            q->ended = true;
-            return true;
-        }
-    }
-    /* start new blocks */
-    int32_t max_run = q->dec.pipeline ? q->dec.max_blocks : 1;
-    for (;;) {
-        int32_t next = q->run_start + q->n_run * B;
-        if (q->n_run >= max_run || next >= q->limit || next + B > q->cap)
-            break;
-        if (q->n_run > 0 && !(q->dec.pipeline && block_ratio(s, q, next - B) >= q->dec.tau_add))
-            break;
-        q->n_run++;
-    }
-    if (q->n_run == 0) {
-        q->finish = FL_FINISH_LENGTH;
-        return true;
-    }
-    return false;
+    return advance(s, q);
 }
 
 static void reap(fl_sched *s)

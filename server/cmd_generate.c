@@ -227,6 +227,16 @@ int fl_cmd_generate(int argc, char **argv)
         free(given);
         return 1;
     }
+    {
+        char de[300];
+        if (fl_gen_opts_resolve(&g, &m->cfg, NULL, de, sizeof de)) {
+            fprintf(stderr, "fogline generate: %s\n", de);
+            fl_model_free(m);
+            free(given);
+            fl_gen_opts_free(&g);
+            return 1;
+        }
+    }
     int rc = 1;
     fl_backend *b = NULL;
     fl_sched *s = NULL;

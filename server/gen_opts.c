@@ -170,6 +170,18 @@ int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size
         snprintf(err, errlen, "unknown option");
         return -1;
     }
+    static const int field_of[] = {
+        [G_POLICY - G_MAX_TOKENS] = FL_DF_POLICY + 1, [G_THRESHOLD - G_MAX_TOKENS] = FL_DF_THRESHOLD + 1,
+        [G_K - G_MAX_TOKENS] = FL_DF_K + 1, [G_ENTROPY - G_MAX_TOKENS] = FL_DF_ENTROPY_BOUND + 1,
+        [G_OVERLAP - G_MAX_TOKENS] = FL_DF_OVERLAP + 1, [G_NO_OVERLAP - G_MAX_TOKENS] = FL_DF_OVERLAP + 1,
+        [G_PIPELINE - G_MAX_TOKENS] = FL_DF_PIPELINE + 1, [G_NO_PIPELINE - G_MAX_TOKENS] = FL_DF_PIPELINE + 1,
+        [G_TAU_ADD - G_MAX_TOKENS] = FL_DF_TAU_ADD + 1, [G_TAU_ACT - G_MAX_TOKENS] = FL_DF_TAU_ACT + 1,
+        [G_TAU_CONF - G_MAX_TOKENS] = FL_DF_TAU_CONF + 1, [G_MAX_BLOCKS - G_MAX_TOKENS] = FL_DF_MAX_BLOCKS + 1,
+        [G_TEMP - G_MAX_TOKENS] = FL_DF_TEMPERATURE + 1, [G_TOP_K - G_MAX_TOKENS] = FL_DF_TOP_K + 1,
+        [G_TOP_P - G_MAX_TOKENS] = FL_DF_TOP_P + 1, [G_STOP - G_MAX_TOKENS] = 0,
+    };
+    if (field_of[code - G_MAX_TOKENS])
+        g->set |= FL_DF_BIT(field_of[code - G_MAX_TOKENS] - 1);
     fl_err e = {0};
     if (fl_decode_opts_check(d, &e)) {
         snprintf(err, errlen, "%s", e.msg);
@@ -177,4 +189,20 @@ int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size
     }
     return 0;
 #undef BADF
+}
+
+int fl_gen_opts_resolve(fl_gen_opts *g, const fl_config *c, uint8_t src[FL_DF_COUNT], char *err,
+                        size_t errlen)
+{
+    fl_decode_opts d;
+    fl_config_decode_defaults(c, &d, src);
+    fl_decode_opts_overlay(&d, src, &g->dec, g->set, FL_DS_FLAG);
+    d.seed = g->dec.seed;
+    fl_err e = {0};
+    if (fl_decode_opts_check(&d, &e)) {
+        snprintf(err, errlen, "%s", e.msg);
+        return -1;
+    }
+    g->dec = d;
+    return 0;
 }

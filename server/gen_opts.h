@@ -5,10 +5,12 @@
 #include <getopt.h>
 #include <stdio.h>
 
+#include "config.h"
 #include "decode.h"
 
 typedef struct fl_gen_opts {
-    fl_decode_opts dec;
+    fl_decode_opts dec; /* the flags' values over the generic defaults until resolved */
+    uint32_t set;       /* the fields a flag set (FL_DF_BIT) */
     int max_tokens;
     char **stop;
     int n_stop;
@@ -24,5 +26,10 @@ int fl_gen_opts_longopts(struct option *opts, int cap, const struct option *base
 int fl_parse_long(const char *s, long lo, long hi, long *out);
 /* Applies one parsed option. Returns 0, or -1 with a message in err. */
 int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size_t errlen);
+/* Once the model is known: g->dec becomes the model's defaults (family, then the model
+ * directory's) with the flags that were given on top; src (may be NULL) gets each field's
+ * source. Fails (message in err) when the result is inconsistent. */
+int fl_gen_opts_resolve(fl_gen_opts *g, const fl_config *c, uint8_t src[FL_DF_COUNT], char *err,
+                        size_t errlen);
 
 #endif

@@ -1,63 +1,159 @@
 """Reference block-diffusion decoding for parity tests: plain, slow and obvious.
 
-Every step recomputes the whole sequence (prompt + every block so far) with the block-causal
-mask, so no KV cache, page or scheduler logic is shared with the C engine. One block at a
-time; the prompt's last partial block is the first generation block. Policies: sequential
-(the most confident masked position per step) and threshold (all above t, at least one).
-Fast-dLLM v2 layouts read position p's prediction from p-1 (shifted logits) and denoise
-sub-blocks left to right. The reply ends at the first end token of a finished block, or at
-max_tokens; positions past max_tokens inside the last block are still denoised (as the engine
-does) but not returned."""
+Every forward recomputes the whole sequence (prompt + every block so far) with the block-causal
+mask, so no KV cache, page or scheduler logic is shared with the C engine. One block at a time.
+Each family follows its authors' published loop, re-derived from their code (not from fogline's):
+
+SDAR (JetAstra/SDAR generate.py, `block_diffusion_generate`): the prompt's whole blocks are
+prefilled; the prompt's last partial block is the first generation block, its prompt positions
+kept. Per step one forward over the block; `low_confidence_dynamic` with steps == block length
+(quota one per step): commit every masked position with p > threshold, or the single most
+confident when none is (policy "threshold"); "sequential" commits the most confident one. When
+the block has no mask, one more forward stores its KV. Generation stops after a block that
+holds an end token; the reply ends before the first end token, and at max_tokens (positions
+past max_tokens inside the last block are denoised with the rest of the block: they take part
+in its decisions).
+
+Fast-dLLM v2 (its Hugging Face modeling.py `generate`, the loop of NVlabs/Fast-dLLM v2/):
+- The prompt's whole blocks are prefilled. When the prompt ends exactly on a block boundary,
+  the argmax of the prefill's last row is appended at once as the next block's first token (an
+  autoregressive step) and only the remaining B-1 positions start masked.
+  (Upstream prefills only when the prompt is longer than one block, so a prompt of exactly one
+  block is decoded there without seeing itself: a defect fogline does not reproduce. Here and
+  in fogline such a prompt is prefilled like any other boundary prompt.)
+- Logits are shifted: position p is predicted from row p-1 of a forward over the block.
+- The block's sub-blocks (8) are finished strictly left to right: a sub-block is denoised until
+  it has no mask; each step commits {p > threshold} plus the most confident masked position
+  (strict '>', the forced top-1; "sequential" commits only the top-1).
+- Before each step: if the first end token after the block's start has no mask before it, the
+  block (and the reply) ends there; positions after it are never decoded.
+- A block with no mask left is run once more to store its KV; the argmax of that forward's last
+  row is appended as the next block's first token, committed unconditionally (argmax even when
+  sampling). A reply stops before the next block when an end token is among its tokens.
+- max_tokens: upstream counts whole blocks (max_new_tokens // 32); fogline's max_tokens is the
+  OpenAI limit on reply tokens. Blocks are causal, so the reply truncated to max_tokens is a
+  prefix of the untruncated one: this reference decodes block by block until max_tokens reply
+  positions exist, then truncates. Positions past max_tokens in the last block are decoded as
+  upstream would (they take part in their sub-block's decisions).
+"""
 import torch
 
 
+def _logits(model, x):
+    logits, _ = model(torch.tensor([x]))
+    return torch.softmax(logits[0].double(), dim=-1)
+
+
+def _pick(policy, cand, pred, threshold):
+    order = sorted(cand, key=lambda p: (-pred[p][0], p))
+    if policy == "sequential":
+        return order[:1]
+    if policy == "threshold":
+        return [p for p in order if pred[p][0] > threshold] or order[:1]
+    raise ValueError(policy)
+
+
+def _commit(tok, mask_id):
+    # upstream tells masks by their id: a committed mask token would stay "masked" there and
+    # be predicted again, where fogline keeps it decided; a test model must not produce one
+    if tok == mask_id:
+        raise RuntimeError("the model predicted the mask token itself; pick another seed")
+    return tok
+
+
+def _reply(x, L, max_tokens, mask_id, eos_ids):
+    reply = []
+    for t in x[L:L + max_tokens]:
+        if t in eos_ids:
+            break
+        assert t != mask_id, "a masked position inside the reply"
+        reply.append(t)
+    return reply
+
+
 @torch.no_grad()
-def generate(model, prompt, max_tokens, mask_id, eos_ids, policy="sequential", threshold=0.9,
-             shift=0, sub_block=None):
+def generate_sdar(model, prompt, max_tokens, mask_id, eos_ids, policy="sequential",
+                  threshold=0.9):
     B = model.c.block_size
-    sub = sub_block or B
     L = len(prompt)
     limit = L + max_tokens
     x = list(prompt)
     start = (L // B) * B
-    reply = []
     forwards = 0
     while start < limit:
-        x = x[:start + B] + [mask_id] * (start + B - len(x))
+        x = x + [mask_id] * (start + B - len(x))
         while True:
-            masked = [p for p in range(start, start + B) if x[p] == mask_id and p >= L]
-            if not masked:
+            cand = [p for p in range(start, start + B) if x[p] == mask_id]
+            if not cand:
                 break
-            # the first sub-block with masks
-            lo = start + ((masked[0] - start) // sub) * sub
-            cand = [p for p in masked if lo <= p < lo + sub]
-            logits, _ = model(torch.tensor([x]))
+            probs = _logits(model, x)
             forwards += 1
-            probs = torch.softmax(logits[0].double(), dim=-1)
             pred = {}
             for p in cand:
-                pr = probs[p - shift]
-                conf, tok = pr.max(dim=-1)
+                conf, tok = probs[p].max(dim=-1)
                 pred[p] = (float(conf), int(tok))
-            order = sorted(cand, key=lambda p: (-pred[p][0], p))
-            if policy == "sequential":
-                pick = order[:1]
-            elif policy == "threshold":
-                pick = [p for p in order if pred[p][0] > threshold] or order[:1]
-            else:
-                raise ValueError(policy)
-            for p in pick:
-                x[p] = pred[p][1]
-        ended = False
-        for p in range(max(start, L), start + B):
-            if p >= limit:
-                ended = True
-                break
-            if x[p] in eos_ids:
-                ended = True
-                break
-            reply.append(x[p])
-        if ended:
+            for p in _pick(policy, cand, pred, threshold):
+                x[p] = _commit(pred[p][1], mask_id)
+        forwards += 1  # the store forward
+        if any(t in eos_ids for t in x[max(start, L):start + B]):
             break
         start += B
-    return reply, forwards
+    return _reply(x, L, max_tokens, mask_id, eos_ids), forwards
+
+
+def _first_stop_clear(x, lo, hi, mask_id, eos_ids):
+    """True when the first end token in x[lo:hi] has no mask before it (from lo)."""
+    for p in range(lo, hi):
+        if x[p] in eos_ids:
+            return True
+        if x[p] == mask_id:
+            return False
+    return False
+
+
+@torch.no_grad()
+def generate_fastdllm(model, prompt, max_tokens, mask_id, eos_ids, policy="threshold",
+                      threshold=0.9, sub_block=8):
+    B = model.c.block_size
+    L = len(prompt)
+    x = list(prompt)
+    forwards = 0
+    if L % B == 0:
+        probs = _logits(model, x)  # the prefill
+        forwards += 1
+        x.append(int(probs[L - 1].argmax()))
+    elif L > B:
+        forwards += 1  # upstream's prefill of the whole blocks (recomputed here every forward)
+    while len(x) - L < max_tokens and not any(t in eos_ids for t in x[L:]):
+        lo = len(x)  # the block's first masked position ("prompt_length" upstream)
+        start = (lo // B) * B
+        end = start + B
+        x = x + [mask_id] * (end - lo)
+        while True:
+            if _first_stop_clear(x, lo, end, mask_id, eos_ids):
+                break
+            masked = [p for p in range(start, end) if x[p] == mask_id]
+            if not masked:
+                probs = _logits(model, x)  # the store forward
+                forwards += 1
+                x.append(int(probs[end - 1].argmax()))
+                break
+            s0 = start + ((masked[0] - start) // sub_block) * sub_block
+            cand = [p for p in masked if p < s0 + sub_block]
+            probs = _logits(model, x)
+            forwards += 1
+            pred = {}
+            for p in cand:
+                conf, tok = probs[p - 1].max(dim=-1)
+                pred[p] = (float(conf), int(tok))
+            for p in _pick(policy, cand, pred, threshold):
+                x[p] = _commit(pred[p][1], mask_id)
+    return _reply(x, L, max_tokens, mask_id, eos_ids), forwards
+
+
+def generate(model, prompt, max_tokens, mask_id, eos_ids, policy="sequential", threshold=0.9,
+             fastdllm=False, sub_block=8):
+    if fastdllm:
+        return generate_fastdllm(model, prompt, max_tokens, mask_id, eos_ids, policy, threshold,
+                                 sub_block)
+    return generate_sdar(model, prompt, max_tokens, mask_id, eos_ids, policy, threshold)
