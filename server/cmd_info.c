@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "gen_opts.h"
 #include "model.h"
 #include "tokenizer.h"
 
@@ -157,6 +158,12 @@ static void print_text(const fl_model *m, const info_sum *s, const info_tok *it)
         printf("chat template    %s\n", it->chat);
     else
         printf("chat template    unavailable: %s\n", it->why);
+    fl_decode_opts d;
+    uint8_t src[FL_DF_COUNT];
+    fl_config_decode_defaults(c, &d, src);
+    printf("decoding defaults (family: the %s authors' settings; model: config.json fogline.decoding;\n"
+           "                   flags and requests override them)\n", fl_family_name(c->family));
+    fl_gen_opts_print(stdout, &d, src);
 }
 
 static int print_json(const fl_model *m, const info_sum *s, const info_tok *it)
@@ -212,6 +219,13 @@ static int print_json(const fl_model *m, const info_sum *s, const info_tok *it)
     char chat[FL_ERR_MSG + 64];
     snprintf(chat, sizeof chat, it->ok ? "%s" : "unavailable: %s", it->ok ? it->chat : it->why);
     json_object_set_new(o, "chat_template", json_string(chat));
+    fl_decode_opts d;
+    uint8_t src[FL_DF_COUNT];
+    fl_config_decode_defaults(c, &d, src);
+    if (fl_gen_opts_json(o, &d, src)) {
+        json_decref(o);
+        return fail("out of memory");
+    }
     char *text = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(7));
     json_decref(o);
     if (!text)

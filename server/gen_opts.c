@@ -2,6 +2,7 @@
 #include "gen_opts.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,19 +42,22 @@ void fl_gen_opts_free(fl_gen_opts *g)
 
 void fl_gen_opts_usage(FILE *f)
 {
-    fprintf(f, "decoding:\n"
+    fprintf(f, "decoding (defaults: the model's, as `fogline info` shows them: its family's authors'\n"
+               "settings, then the directory's config.json fogline.decoding; a flag overrides them):\n"
                "  --max-tokens N       reply tokens at most (256)\n"
-               "  --policy P           sequential | static | threshold | dynamic | entropy (threshold)\n"
-               "  --threshold T        confidence to unmask (threshold, dynamic) (0.9)\n"
-               "  --k N                tokens per step (static) / per-step quota (dynamic) (1)\n"
-               "  --entropy-bound E    summed entropy per step (entropy) (0.35)\n"
-               "  --no-overlap         store finished blocks in a forward of their own\n"
-               "  --no-pipeline        one block at a time (no multi-block pipelining)\n"
-               "  --tau-add X          start the next block when the last is X unmasked (0.25)\n"
-               "  --tau-act X          a block is fully active once its predecessor is X unmasked (0.5)\n"
-               "  --tau-conf X         a semi-active block commits only above X (0.9)\n"
-               "  --max-blocks N       running blocks per sequence (3)\n"
-               "  --temperature T      0 = greedy (0)\n"
+               "  --policy P           sequential | static | threshold | dynamic | entropy\n"
+               "  --threshold T        confidence to unmask (threshold, dynamic)\n"
+               "  --k N                tokens per step (static) / per-step quota (dynamic)\n"
+               "  --entropy-bound E    summed entropy per step (entropy)\n"
+               "  --overlap, --no-overlap    store a finished block in the next block's first forward\n"
+               "                       (never changes outputs; on)\n"
+               "  --pipeline, --no-pipeline  multi-block pipelining: a speed mode that changes outputs\n"
+               "                       unless the model was trained for it (on for fogline's models)\n"
+               "  --tau-add X          start the next block when the last is X unmasked\n"
+               "  --tau-act X          a block is fully active once its predecessor is X unmasked\n"
+               "  --tau-conf X         a semi-active block commits only above X\n"
+               "  --max-blocks N       running blocks per sequence when pipelining\n"
+               "  --temperature T      0 = greedy\n"
                "  --top-k N, --top-p P, --seed N\n"
                "  --stop STR           stop string (repeatable)\n");
 }
@@ -205,4 +209,38 @@ int fl_gen_opts_resolve(fl_gen_opts *g, const fl_config *c, uint8_t src[FL_DF_CO
     }
     g->dec = d;
     return 0;
+}
+
+int fl_gen_opts_json(struct json_t *obj, const fl_decode_opts *d, const uint8_t src[FL_DF_COUNT])
+{
+    json_t *vals = json_object(), *srcs = json_object();
+    int rc = vals && srcs ? 0 : -1;
+    for (int f = 0; f < FL_DF_COUNT && !rc; f++) {
+        char v[64];
+        fl_dec_field_json(d, (fl_dec_field)f, v, sizeof v);
+        json_t *jv = json_loads(v, JSON_DECODE_ANY, NULL);
+        const char *name = fl_dec_field_name((fl_dec_field)f);
+        if (!jv || json_object_set_new(vals, name, jv) ||
+            json_object_set_new(srcs, name, json_string(fl_dec_source_name((fl_dec_source)src[f]))))
+            rc = -1;
+    }
+    if (!rc && !json_object_set_new(obj, "decoding", vals)) {
+        vals = NULL;
+        if (!json_object_set_new(obj, "decoding_source", srcs))
+            return 0;
+        return -1;
+    }
+    json_decref(vals);
+    json_decref(srcs);
+    return -1;
+}
+
+void fl_gen_opts_print(FILE *f, const fl_decode_opts *d, const uint8_t src[FL_DF_COUNT])
+{
+    for (int i = 0; i < FL_DF_COUNT; i++) {
+        char v[64];
+        fl_dec_field_json(d, (fl_dec_field)i, v, sizeof v);
+        fprintf(f, "  %-15s %-12s (%s)\n", fl_dec_field_name((fl_dec_field)i), v,
+                fl_dec_source_name((fl_dec_source)src[i]));
+    }
 }

@@ -29,6 +29,12 @@ int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size
 /* Once the model is known: g->dec becomes the model's defaults (family, then the model
  * directory's) with the flags that were given on top; src (may be NULL) gets each field's
  * source. Fails (message in err) when the result is inconsistent. */
+/* {"decoding": {field: value}, "decoding_source": {field: "family"|"model"|"flag"}} members
+ * set into obj (info --json, /v1/models). Returns 0, or -1 when out of memory. */
+struct json_t;
+int fl_gen_opts_json(struct json_t *obj, const fl_decode_opts *d, const uint8_t src[FL_DF_COUNT]);
+/* One line per field for people: "  threshold      0.9          (family)". */
+void fl_gen_opts_print(FILE *f, const fl_decode_opts *d, const uint8_t src[FL_DF_COUNT]);
 int fl_gen_opts_resolve(fl_gen_opts *g, const fl_config *c, uint8_t src[FL_DF_COUNT], char *err,
                         size_t errlen);
 

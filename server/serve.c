@@ -220,6 +220,16 @@ int fl_cmd_serve(int argc, char **argv)
              "kv_pages=%d max_seqs=%d api_key=%s", cfg.host, lws_get_vhost_listen_port(s->vh),
              cfg.host, lws_get_vhost_listen_port(s->vh), s->model_id, s->model->cfg.block_size,
              s->n_pages, cfg.max_seqs, cfg.api_key ? "on" : "off");
+    {
+        const fl_decode_opts *d = &cfg.gen.dec;
+        SRV_ALWAYS(&s->log, "event=decoding policy=%s threshold=%g pipeline=%s overlap=%s "
+                 "max_blocks=%d temperature=%g sources=policy:%s,threshold:%s,pipeline:%s",
+                 fl_policy_name(d->policy), (double)d->threshold, d->pipeline ? "on" : "off",
+                 d->store_overlap ? "on" : "off", d->max_blocks, (double)d->temperature,
+                 fl_dec_source_name(s->dec_src[FL_DF_POLICY]),
+                 fl_dec_source_name(s->dec_src[FL_DF_THRESHOLD]),
+                 fl_dec_source_name(s->dec_src[FL_DF_PIPELINE]));
+    }
     uv_run(&s->loop, UV_RUN_DEFAULT);
     exit_code = 0;
 

@@ -173,6 +173,7 @@ struct srv {
     uint64_t model_fp;       /* fingerprint of the weights: chains KV page keys */
     fl_engine *engine;       /* NULL once stopped */
     char model_id[128];      /* the name /v1/models shows */
+    uint8_t dec_src[FL_DF_COUNT]; /* where each default in cfg->gen.dec came from */
     int32_t n_pages;
     uv_loop_t loop;
     uv_async_t wake;         /* the engine has events */

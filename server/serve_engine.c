@@ -169,6 +169,10 @@ int srv_engine_start(srv *s, fl_err *e)
     const fl_config *mc = &s->model->cfg;
     if (!s->model->tok)
         return fl_err_set(e, FL_EINVAL, "%s has no tokenizer; serve needs one", c->model_dir);
+    /* the request defaults: the model's (family, then its directory's), flags on top */
+    char de[300];
+    if (fl_gen_opts_resolve(&c->gen, mc, s->dec_src, de, sizeof de))
+        return fl_err_set(e, FL_EINVAL, "decoding defaults: %s", de);
     int32_t B = mc->block_size;
     int32_t max_pos = mc->max_pos > 0 ? mc->max_pos : 1 << 20;
     if (c->max_prompt_tokens <= 0 || c->max_prompt_tokens > max_pos - 2 * B)

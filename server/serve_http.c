@@ -95,7 +95,8 @@ static void respond(srv_http *h, int status, const char *ctype, char *body)
 
 static void respond_json(srv_http *h, int status, json_t *o)
 {
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    /* 15 digits: a decimal setting such as 0.9 reads back as written, not 0.90000000000000002 */
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
     json_decref(o);
     if (!s) {
         respond(h, 500, "application/json", strdup("{\"error\":\"out of memory\"}"));
@@ -267,6 +268,13 @@ static void route_models(srv_http *h)
     json_object_set_new(m, "owned_by", json_string("fogline"));
     json_object_set_new(m, "block_size", json_integer(s->model->cfg.block_size));
     json_object_set_new(m, "family", json_string(fl_family_name(s->model->cfg.family)));
+    if (fl_gen_opts_json(m, &s->cfg->gen.dec, s->dec_src)) {
+        json_decref(o);
+        json_decref(data);
+        json_decref(m);
+        respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
+        return;
+    }
     json_array_append_new(data, m);
     json_object_set_new(o, "object", json_string("list"));
     json_object_set_new(o, "data", data);

@@ -102,7 +102,15 @@ test('API key: HTTP bearer, WebSocket header or first message', async () => {
   assert.equal((await r.json()).error.code, 'invalid_api_key');
   r = await fetch(`${server.url}/v1/models`, { headers: { authorization: 'Bearer k3y' } });
   assert.equal(r.status, 200);
-  await r.arrayBuffer();
+  // the request defaults and where each comes from: the built-in model's config.json states
+  // its pipelining; what it does not state is the family's
+  const model = (await r.json()).data[0];
+  assert.equal(model.decoding.pipeline, true);
+  assert.equal(model.decoding.tau_add, 0.5);
+  assert.equal(model.decoding_source.pipeline, 'model');
+  assert.equal(model.decoding_source.tau_add, 'model');
+  assert.equal(model.decoding_source.k, 'family');
+  assert.equal(model.decoding_source.temperature, 'family');
 
   const wrong = wsClient(server.wsUrl, { headers: { authorization: 'Bearer nope' } });
   await assert.rejects(wrong.opened, (e) => e.status === 401);
@@ -167,4 +175,19 @@ test('/metrics parses as Prometheus text and its values move', async () => {
   assert.equal(m1.get('fogline_sequences_running'), 0);
   assert.ok(m1.get('fogline_kv_pages', { state: 'free' }) > 0);
   c.close();
+});
+
+test('decoding defaults: a flag overrides the model, and says so', async () => {
+  const s2 = await startServer(['--no-pipeline', '--threshold', '0.8'],
+    { env: { FOGLINE_TAU_ADD: '0.3' } });
+  try {
+    const model = (await (await fetch(`${s2.url}/v1/models`)).json()).data[0];
+    assert.equal(model.decoding.pipeline, false);
+    assert.equal(model.decoding.threshold, 0.8);
+    assert.equal(model.decoding.tau_add, 0.3);
+    assert.deepEqual([model.decoding_source.pipeline, model.decoding_source.threshold,
+      model.decoding_source.tau_add, model.decoding_source.tau_act], ['flag', 'flag', 'flag', 'model']);
+  } finally {
+    assert.equal(await s2.stop(), 0, s2.log());
+  }
 });

@@ -271,8 +271,57 @@ static void test_load(void)
     tk_rmrf(dir);
 }
 
+/* Decoding defaults: the family's, then config.json's fogline.decoding, each with its source. */
+static void test_decoding_defaults(void)
+{
+    fl_config c;
+    fl_err e = {0};
+    fl_decode_opts d;
+    uint8_t src[FL_DF_COUNT];
+    CHECK(fl_config_parse(&c, sdar_cfg, &e) == 0, "sdar: %s", e.msg);
+    fl_config_decode_defaults(&c, &d, src);
+    CHECK(!d.pipeline && d.store_overlap && d.policy == FL_POLICY_THRESHOLD && d.threshold == 0.9f &&
+              d.temperature == 0.0f && src[FL_DF_PIPELINE] == FL_DS_FAMILY,
+          "SDAR: threshold 0.9, one block at a time, greedy");
+    CHECK(fl_config_parse(&c, fast_cfg, &e) == 0, "fast: %s", e.msg);
+    fl_config_decode_defaults(&c, &d, src);
+    CHECK(!d.pipeline && d.threshold == 0.9f && c.sub_block == 8, "Fast-dLLM v2: threshold 0.9, sub-block 8");
+    const char *fog = tk_tiny_config(false, true);
+    CHECK(fl_config_parse(&c, fog, &e) == 0, "fogline: %s", e.msg);
+    fl_config_decode_defaults(&c, &d, src);
+    CHECK(d.pipeline && d.tau_add == 0.5f && d.tau_act == 0.75f && d.max_blocks == 3,
+          "fogline: the training-side pipeline");
+    /* a model's own defaults override its family's, field by field */
+    CHECK(parse_with(&c, sdar_cfg, "fogline",
+                     "{\"decoding\": {\"pipeline\": true, \"threshold\": 0.8, \"policy\": \"dynamic\", "
+                     "\"k\": 2, \"temperature\": 0.5}}", &e) == 0, "model defaults: %s", e.msg);
+    fl_config_decode_defaults(&c, &d, src);
+    CHECK(d.pipeline && d.threshold == 0.8f && d.policy == FL_POLICY_DYNAMIC && d.k == 2 &&
+              d.temperature == 0.5f && src[FL_DF_PIPELINE] == FL_DS_MODEL &&
+              src[FL_DF_K] == FL_DS_MODEL && src[FL_DF_TAU_ADD] == FL_DS_FAMILY,
+          "model over family");
+    /* and a flag over the model */
+    fl_decode_opts flag = d;
+    flag.threshold = 0.7f;
+    fl_decode_opts_overlay(&d, src, &flag, FL_DF_BIT(FL_DF_THRESHOLD), FL_DS_FLAG);
+    CHECK(d.threshold == 0.7f && src[FL_DF_THRESHOLD] == FL_DS_FLAG && d.k == 2, "flag over model");
+    /* bad sections: each names the key */
+    bad(sdar_cfg, "fogline", "[1]", FL_EFORMAT, "fogline");
+    bad(sdar_cfg, "fogline", "{\"decode\": {}}", FL_EFORMAT, "fogline.decode");
+    bad(sdar_cfg, "fogline", "{\"decoding\": 3}", FL_EFORMAT, "fogline.decoding");
+    bad(sdar_cfg, "fogline", "{\"decoding\": {\"treshold\": 0.9}}", FL_EFORMAT, "treshold");
+    bad(sdar_cfg, "fogline", "{\"decoding\": {\"threshold\": \"high\"}}", FL_EFORMAT, "threshold");
+    bad(sdar_cfg, "fogline", "{\"decoding\": {\"threshold\": 1.5}}", FL_ERANGE, "threshold");
+    bad(sdar_cfg, "fogline", "{\"decoding\": {\"pipeline\": 1}}", FL_EFORMAT, "pipeline");
+    bad(sdar_cfg, "fogline", "{\"decoding\": {\"policy\": \"greedy\"}}", FL_EFORMAT, "policy");
+    bad(sdar_cfg, "fogline", "{\"decoding\": {\"max_blocks\": 40}}", FL_ERANGE, "max_blocks");
+    bad(sdar_cfg, "fogline", "{\"decoding\": {\"max_blocks\": 2.5}}", FL_EFORMAT, "max_blocks");
+    bad(sdar_cfg, "fogline", "{\"decoding\": {\"top_p\": 0}}", FL_ERANGE, "top_p");
+}
+
 int main(void)
 {
+    test_decoding_defaults();
     test_sdar();
     test_fast();
     test_fogline();
