@@ -124,6 +124,18 @@ void srv_generate_fail(srv_gen_fail *f, srv_req *g, int k, const char *code, con
         srv_req_cancel(g);
 }
 
+/* A branch result's error code as the static string it was made from (the result's copy goes
+   with the group, and metrics keep the pointer). */
+static const char *static_code(const char *c)
+{
+    static const char *const codes[] = {SRV_E_PROMPT_TOO_LONG, SRV_E_BUSY, SRV_E_SHUTTING_DOWN,
+                                        SRV_E_ENGINE, SRV_E_BAD_REQUEST, SRV_E_OUT_OF_RANGE};
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        if (!strcmp(c, codes[i]))
+            return codes[i];
+    return SRV_E_INTERNAL;
+}
+
 int srv_generate_answer(const srv_gen_fail *f, const srv_req *g, json_t **body, const char **code,
                         const char **param, char *msg, size_t msglen)
 {
@@ -137,7 +149,8 @@ int srv_generate_answer(const srv_gen_fail *f, const srv_req *g, json_t **body, 
     {
         const char *err = json_string_value(json_object_get(v, "error"));
         if (err) /* failed without a message reaching the exchange */
-            return bad(code, param, msg, msglen, err, "segments", "segments[%zu] failed (%s)", i, err);
+            return bad(code, param, msg, msglen, static_code(err), "segments",
+                       "segments[%zu] failed (%s)", i, static_code(err));
         const char *fin = json_string_value(json_object_get(v, "finish"));
         if (!fin || (strcmp(fin, "stop") && strcmp(fin, "length")))
             /* cancelled while the owner is still here: only the end of a drain does that */

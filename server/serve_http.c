@@ -678,8 +678,8 @@ static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
     }
 }
 
-/* /generate's answer: {"output": [...]}, or the first failing segment's error (already counted
-   when the branch was rejected). */
+/* /generate's answer: {"output": [...]}, or the first failing segment's error (counted when the
+   branch was rejected or failed; a cancellation by the drain is counted here). */
 static void generate_done(srv_http *h, srv_req *g)
 {
     json_t *body;
@@ -689,6 +689,8 @@ static void generate_done(srv_http *h, srv_req *g)
         respond_json(h, 200, body);
         return;
     }
+    if (h->gen.segment < 0)
+        srv_metrics_error(&h->s->m, code);
     int status = status_of(code);
     const char *oc = !strcmp(code, SRV_E_PROMPT_TOO_LONG) ? "context_length_exceeded" : code;
     respond(h, status, "application/json", srv_openai_error(openai_type(status), oc, param, m));
