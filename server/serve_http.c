@@ -1,6 +1,6 @@
 /* serve_http.c: HTTP on the WebSocket port: static files from the web root, /health, /ready,
- * /metrics, and the OpenAI-compatible /v1/models and /v1/chat/completions (SSE when
- * stream is true).
+ * /metrics, the OpenAI-compatible /v1/models and /v1/chat/completions (SSE when
+ * stream is true), and /generate (serve_generate.c).
  *
  * Every response goes through one path: the handler fills status, type and body (or starts
  * an SSE stream) and asks for WRITEABLE; the headers go out in one callback and the body in
@@ -19,8 +19,9 @@
 
 #include "redis.h"
 #include "serve.h"
+#include "serve_generate.h"
 
-enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER };
+enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER, R_GENERATE };
 
 #define SRV_JOIN_MAX 16 /* segments of a joined answer (outlines have at most 10 points) */
 
@@ -55,6 +56,7 @@ struct srv_http {
     int live;
     bool ended[SRV_JOIN_MAX];
     fl_buf pend[SRV_JOIN_MAX];
+    srv_gen_fail gen;    /* /generate: its first failing segment */
     struct srv_http *prev, *next;
 };
 
@@ -406,7 +408,8 @@ static void chat_start(srv_http *h)
     srv_chat chat;
     const char *code = NULL, *param = NULL;
     char m[FL_ERR_MSG];
-    int rc = srv_parse_chat_openai(o, &L, &chat, &code, &param, m, sizeof m);
+    int rc = h->route == R_GENERATE ? srv_generate_parse(o, &L, &chat, &code, &param, m, sizeof m)
+                                    : srv_parse_chat_openai(o, &L, &chat, &code, &param, m, sizeof m);
     json_decref(o);
     if (rc) {
         srv_chat_free(&chat);
@@ -427,7 +430,8 @@ static void chat_start(srv_http *h)
     h->include_usage = chat.include_usage;
     h->joined = chat.parallel >= SRV_PAR_SKELETON;
     h->created = (long long)time(NULL);
-    snprintf(h->cmpl_id, sizeof h->cmpl_id, "chatcmpl-%llx%04llx", (unsigned long long)h->created,
+    snprintf(h->cmpl_id, sizeof h->cmpl_id, "%s-%llx%04llx",
+             h->route == R_GENERATE ? "gen" : "chatcmpl", (unsigned long long)h->created,
              (unsigned long long)(s->next_serial + 1));
     if (!(chat.id = strdup(h->cmpl_id))) {
         srv_chat_free(&chat);
@@ -682,10 +686,32 @@ static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
     }
 }
 
+/* /generate's answer: {"output": [...]}, or the first failing segment's error (counted when the
+   branch was rejected or failed; a cancellation by the drain is counted here). */
+static void generate_done(srv_http *h, srv_req *g)
+{
+    json_t *body;
+    const char *code, *param;
+    char m[sizeof h->gen.msg];
+    if (!srv_generate_answer(&h->gen, g, &body, &code, &param, m, sizeof m)) {
+        respond_json(h, 200, body);
+        return;
+    }
+    if (h->gen.segment < 0)
+        srv_metrics_error(&h->s->m, code);
+    int status = status_of(code);
+    const char *oc = !strcmp(code, SRV_E_PROMPT_TOO_LONG) ? "context_length_exceeded" : code;
+    respond(h, status, "application/json", srv_openai_error(openai_type(status), oc, param, m));
+}
+
 void srv_http_on_group_done(srv_http *h, srv_req *g)
 {
     h->req = NULL;
     list_del(h->s, h);
+    if (h->route == R_GENERATE) {
+        generate_done(h, g);
+        return;
+    }
     long long pt, ct, cached;
     srv_group_totals(g, &pt, &ct, &cached);
     const char *err = NULL;
@@ -776,6 +802,8 @@ void srv_http_on_group_done(srv_http *h, srv_req *g)
 void srv_http_on_event(srv_http *h, srv_req *r, const srv_ev *ev)
 {
     if (r->parent) {
+        if (h->route == R_GENERATE && ev->type == FL_EV_DONE && ev->finish == FL_FINISH_ERROR)
+            srv_generate_fail(&h->gen, r->parent, r->segment, SRV_E_ENGINE, ev->error);
         on_branch_event(h, r, ev);
         return;
     }
@@ -798,8 +826,11 @@ void srv_http_on_event(srv_http *h, srv_req *r, const srv_ev *ev)
 
 void srv_http_on_reject(srv_http *h, srv_req *r, const char *code, const char *msg)
 {
-    if (r->parent)
-        return; /* a branch: the group's answer reports it */
+    if (r->parent) { /* a branch: the group's answer reports it */
+        if (h->route == R_GENERATE)
+            srv_generate_fail(&h->gen, r->parent, r->segment, code, msg);
+        return;
+    }
     h->req = NULL;
     list_del(h->s, h);
     /* srv_req's reject already counted the error */
@@ -881,19 +912,25 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
         return 0;
     }
     bool v1 = !strncmp(uri, "/v1/", 4);
-    if (v1 && !authorized(h, wsi)) {
+    bool gen = !strcmp(uri, "/generate");
+    if ((v1 || gen) && !authorized(h, wsi)) {
         size_t el = strlen(h->extra);
         snprintf(h->extra + el, sizeof h->extra - el, "www-authenticate: Bearer\r\n");
         respond_error(h, 401, "invalid_api_key", NULL,
                       "missing or wrong API key (Authorization: Bearer KEY)");
         return 0;
     }
-    if (!strcmp(uri, "/v1/chat/completions")) {
+    if (!strcmp(uri, "/v1/chat/completions") || gen) {
         if (meth != LWSHUMETH_POST) {
+            if (gen) {
+                size_t el = strlen(h->extra);
+                snprintf(h->extra + el, sizeof h->extra - el, "allow: POST\r\n");
+            }
             respond_error(h, 405, "method_not_allowed", NULL, "use POST");
             return 0;
         }
-        h->route = R_CHAT;
+        h->route = gen ? R_GENERATE : R_CHAT;
+        srv_generate_init(&h->gen);
         char cl[32];
         if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 &&
             strtoull(cl, NULL, 10) > s->cfg->max_message) {
@@ -944,7 +981,8 @@ int srv_http_callback(struct lws *wsi, int reason, void *user, void *in, size_t 
     case LWS_CALLBACK_HTTP:
         return pss ? on_http(s, wsi, pss) : -1;
     case LWS_CALLBACK_HTTP_BODY:
-        if (h && h->route == R_CHAT && !h->responding && !h->body_too_big) {
+        if (h && (h->route == R_CHAT || h->route == R_GENERATE) && !h->responding &&
+            !h->body_too_big) {
             if (h->body.len + len > s->cfg->max_message) {
                 h->body_too_big = true;
                 fl_buf_free(&h->body);
@@ -954,7 +992,7 @@ int srv_http_callback(struct lws *wsi, int reason, void *user, void *in, size_t 
         }
         return 0;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (h && h->route == R_CHAT && !h->responding && !h->req)
+        if (h && (h->route == R_CHAT || h->route == R_GENERATE) && !h->responding && !h->req)
             chat_start(h);
         return 0;
     case LWS_CALLBACK_HTTP_WRITEABLE:
