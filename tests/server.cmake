@@ -9,6 +9,8 @@
 #   server.backpressure  a client that never reads
 #   server.redis         sessions and KV pages in a real redis-server; its faults
 #   server.parallel      fan-out: branches equal their lone runs, share the prefix, cancel
+#   server.reasoning     enable_thinking defaults and chat_template_kwargs (prompt tokens against
+#                        @huggingface/jinja), the reasoning split over HTTP/SSE/WebSocket, bad kwargs
 # The model: FL_SERVE_MODEL (cache variable or environment), the built-in model by default.
 find_program(FL_NODE NAMES node nodejs)
 if(NOT FL_NODE)
