@@ -18,6 +18,7 @@
 
 #include "engine.h"
 #include "gen_opts.h"
+#include "reasoning.h"
 #include "serve_log.h"
 #include "serve_metrics.h"
 #include "serve_proto.h"
@@ -33,6 +34,7 @@ typedef struct srv_config {
     int port;
     char *model_dir;
     char *chat_template;
+    bool enable_thinking;   /* --chat-template-kwargs: the default of requests' */
     char *web_root;
     char *api_key;          /* NULL: no key needed */
     char **origins;         /* allowed Origin values; NULL or "*": any */
@@ -127,6 +129,7 @@ typedef struct srv_req {
     double t_first;       /* loop ms of the first draft or commit, 0 before */
     double t_last;        /* loop ms of the last update */
     srv_out *draft_slot[SRV_DRAFT_SLOTS]; /* queued, unsent drafts by block % SLOTS */
+    srv_reason reason;    /* the reply's reasoning/answer split (set up with the prompt) */
     /* fan-out ("parallel"): a group owns branch requests and has no engine work of its own;
        the group is in its owner's list, the branches in the server's */
     struct srv_req *parent; /* a branch: its group */

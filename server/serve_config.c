@@ -16,7 +16,7 @@ enum {
     O_HOST = 1000, O_PORT, O_MODEL, O_TMPL, O_WEB, O_KEY, O_ORIGINS, O_THREADS, O_MAX_CONN,
     O_MAX_CONN_REQ, O_MAX_QUEUED, O_MAX_SEQS, O_MAX_BATCH, O_MAX_MSG, O_MAX_PROMPT, O_MAX_TOK_LIMIT,
     O_KV_PAGES, O_KV_HOST_MB, O_DRAIN, O_WS_BACKLOG, O_WS_STALL, O_WS_SNDBUF, O_LOG_LEVEL, O_REDIS, O_REDIS_SES_TTL, O_REDIS_KV_TTL, O_REDIS_KV_CAP,
-    O_REDIS_TIMEOUT, O_REDIS_CONN_TIMEOUT, O_DEVICE, O_HELP
+    O_REDIS_TIMEOUT, O_REDIS_CONN_TIMEOUT, O_DEVICE, O_TMPL_KWARGS, O_HELP
 };
 
 static const struct option serve_opts[] = {
@@ -24,6 +24,7 @@ static const struct option serve_opts[] = {
     {"port", required_argument, 0, O_PORT},
     {"model", required_argument, 0, O_MODEL},
     {"chat-template", required_argument, 0, O_TMPL},
+    {"chat-template-kwargs", required_argument, 0, O_TMPL_KWARGS},
     {"web-root", required_argument, 0, O_WEB},
     {"api-key", required_argument, 0, O_KEY},
     {"allowed-origins", required_argument, 0, O_ORIGINS},
@@ -64,6 +65,9 @@ void srv_config_usage(FILE *f)
             "  --port N                 port (8080)\n"
             "  --model DIR              model directory (the built-in model)\n"
             "  --chat-template K        override the template: chatml | qwen3 | fogline\n"
+            "  --chat-template-kwargs J the template variables requests get unless they set\n"
+            "                           chat_template_kwargs: a JSON object, e.g.\n"
+            "                           '{\"enable_thinking\": false}' (default: the template's own)\n"
             "  --web-root DIR           static files served at / (the repository's web/)\n"
             "  --api-key KEY            require this key: HTTP 'Authorization: Bearer KEY' on /v1/*;\n"
             "                           WebSocket: that header, or a first message\n"
@@ -185,6 +189,20 @@ static int apply(srv_config *c, int code, const char *arg, const char *name, cha
     case O_PORT: LONG(1, 65535, c->port); break;
     case O_MODEL: if (set_str(&c->model_dir, arg)) BAD("out of memory"); break;
     case O_TMPL: if (set_str(&c->chat_template, arg)) BAD("out of memory"); break;
+    case O_TMPL_KWARGS: {
+        json_error_t je;
+        json_t *j = json_loads(arg, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
+        if (!j)
+            BAD("%s is not valid JSON (%s): '%.80s'", name, je.text, arg);
+        char e2[300];
+        bool think = true; /* each setting starts from the template's own default */
+        int rc = srv_template_kwargs_parse(j, name, &think, e2, sizeof e2);
+        json_decref(j);
+        if (rc)
+            BAD("%s", e2);
+        c->enable_thinking = think;
+        break;
+    }
     case O_WEB: if (set_str(&c->web_root, arg)) BAD("out of memory"); break;
     case O_KEY:
         if (!arg[0])
@@ -268,6 +286,7 @@ int srv_config_parse(srv_config *c, int argc, char **argv, char *err, size_t err
 {
     memset(c, 0, sizeof *c);
     c->port = 8080;
+    c->enable_thinking = true; /* Qwen3's template with enable_thinking undefined */
     snprintf(c->device, sizeof c->device, "auto");
     c->max_connections = 1024;
     c->max_conn_requests = 8;

@@ -550,6 +550,7 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
     c->msgs = calloc(c->n_msgs ? c->n_msgs : 1, sizeof *c->msgs);
     c->max_tokens = g->chat.max_tokens;
     c->dec = g->chat.dec;
+    c->enable_thinking = g->chat.enable_thinking;
     c->stop = g->chat.n_stop ? calloc((size_t)g->chat.n_stop, sizeof(char *)) : NULL;
     bool oom = !c->id || !c->msgs || (g->chat.n_stop && !c->stop);
     for (size_t j = 0; !oom && j < c->n_msgs; j++) {
@@ -669,6 +670,7 @@ static srv_req *group_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *
     k->owner = NULL; /* the outline is the server's, not the client's */
     k->chat.max_tokens = 160;
     k->chat.dec.temperature = 0;
+    k->chat.enable_thinking = false; /* the outline parser reads numbered lines, not a think block */
     g->outline = k;
     k->t_start = srv_now_ms(s);
     k->s_next = s->reqs;
@@ -720,7 +722,7 @@ static void tokenize_work(uv_work_t *w)
 {
     srv_req *r = w->data;
     const fl_tokenizer *tok = r->s->model->tok;
-    fl_chat_opts co = {.add_generation_prompt = true, .enable_thinking = false};
+    fl_chat_opts co = {.add_generation_prompt = true, .enable_thinking = r->chat.enable_thinking};
     size_t n = r->chat.n_msgs;
     bool sys = r->n_history > 0 && !strcmp(r->chat.msgs[0].role, "system");
     size_t droppable = r->n_history - (sys ? 1 : 0);
@@ -742,6 +744,9 @@ static void tokenize_work(uv_work_t *w)
         r->ids = NULL;
         r->n_ids = 0;
         r->work_rc = fl_chat_render(tok, view, k, &co, &text, &r->work_err);
+        if (!r->work_rc) /* Qwen3's is the template with think blocks */
+            srv_reason_init(&r->reason, fl_tokenizer_chat_kind(tok) == FL_CHAT_QWEN3, text.data,
+                            text.len);
         if (!r->work_rc)
             r->work_rc = fl_tokenizer_encode(tok, text.data ? text.data : "", text.len, true,
                                              &r->ids, &r->n_ids, &r->work_err);

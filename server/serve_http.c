@@ -404,7 +404,8 @@ static void chat_start(srv_http *h)
         respond_error(h, 400, SRV_E_BAD_JSON, NULL, m);
         return;
     }
-    srv_limits L = {s->cfg->max_tokens_limit, s->cfg->gen.max_tokens, s->cfg->gen.dec};
+    srv_limits L = {s->cfg->max_tokens_limit, s->cfg->gen.max_tokens, s->cfg->gen.dec,
+                     s->cfg->enable_thinking};
     srv_chat chat;
     const char *code = NULL, *param = NULL;
     char m[FL_ERR_MSG];
@@ -549,7 +550,46 @@ static void fail_exchange(srv_http *h, int status, const char *code, const char 
     arm(h);
 }
 
-static void on_done(srv_http *h, const srv_ev *ev)
+/* The reasoning/answer split as OpenAI-style fields (as vLLM's reasoning parsers write them):
+   "reasoning_content" and "content" of a message or a delta. A whole reply (end) or one commit
+   of a stream; with whole, the split starts from the request's initial state. Sets *any when a
+   field with text was added. Out of memory: -1, nothing added. */
+static int reason_json(json_t *d, srv_reason *rs, const char *text, size_t n, bool whole, bool *any)
+{
+    fl_buf a = {0}, b = {0};
+    int rc = srv_reason_push(rs, text, n, &a, &b);
+    if (!rc && whole)
+        rc = srv_reason_finish(rs, &a, &b);
+    if (!rc) {
+        if (a.len)
+            json_object_set_new(d, "reasoning_content", json_stringn(a.data, a.len));
+        if (b.len || whole)
+            json_object_set_new(d, "content", json_stringn(b.data ? b.data : "", b.len));
+        *any = a.len || b.len;
+    }
+    fl_buf_free(&a);
+    fl_buf_free(&b);
+    return rc ? -1 : 0;
+}
+
+/* A stream's end: what the split held back (a tag cut off by the reply's end), as one delta. */
+static void reason_tail(srv_http *h, srv_req *r)
+{
+    fl_buf a = {0}, b = {0};
+    if (!srv_reason_finish(&r->reason, &a, &b) && (a.len || b.len)) {
+        json_t *d = json_object();
+        if (a.len)
+            json_object_set_new(d, "reasoning_content", json_stringn(a.data, a.len));
+        if (b.len)
+            json_object_set_new(d, "content", json_stringn(b.data, b.len));
+        sse_begin(h);
+        sse_send(h, chunk(h, d, NULL));
+    }
+    fl_buf_free(&a);
+    fl_buf_free(&b);
+}
+
+static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
 {
     const char *finish = ev->finish == FL_FINISH_LENGTH ? "length" : "stop";
     if (ev->finish == FL_FINISH_ERROR || ev->finish == FL_FINISH_CANCELLED) {
@@ -581,7 +621,9 @@ static void on_done(srv_http *h, const srv_ev *ev)
     json_object_set_new(o, "created", json_integer(h->created));
     json_object_set_new(o, "model", json_string(h->s->model_id));
     json_object_set_new(msg, "role", json_string("assistant"));
-    json_object_set_new(msg, "content", json_stringn(ev->text, ev->text_len));
+    bool any;
+    if (!r->reason.on || reason_json(msg, &r->reason, ev->text, ev->text_len, true, &any))
+        json_object_set_new(msg, "content", json_stringn(ev->text, ev->text_len));
     json_object_set_new(ch, "index", json_integer(0));
     json_object_set_new(ch, "message", msg);
     json_object_set_new(ch, "logprobs", json_null());
@@ -810,7 +852,10 @@ void srv_http_on_event(srv_http *h, srv_req *r, const srv_ev *ev)
     if (ev->type == FL_EV_DONE) {
         h->req = NULL;
         list_del(h->s, h);
-        on_done(h, ev);
+        if (h->stream && r->reason.on &&
+            (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH))
+            reason_tail(h, r);
+        on_done(h, r, ev);
         return;
     }
     if (!h->stream)
@@ -818,9 +863,14 @@ void srv_http_on_event(srv_http *h, srv_req *r, const srv_ev *ev)
     sse_begin(h);
     if (ev->type == FL_EV_COMMIT && ev->text_len) {
         json_t *d = json_object();
-        json_object_set_new(d, "content", json_stringn(ev->text, ev->text_len));
+        bool any = true;
+        if (!r->reason.on || reason_json(d, &r->reason, ev->text, ev->text_len, false, &any))
+            json_object_set_new(d, "content", json_stringn(ev->text, ev->text_len));
         h->s->m.commits_sent++;
-        sse_send(h, chunk(h, d, NULL));
+        if (any) /* a commit that is all tag or held back: nothing to say yet */
+            sse_send(h, chunk(h, d, NULL));
+        else
+            json_decref(d);
     }
 }
 

@@ -461,6 +461,45 @@ static int parse_conversation(pctx *P, const json_t *o, bool openai, srv_chat *c
     return 0;
 }
 
+int srv_template_kwargs_parse(const json_t *v, const char *what, bool *enable_thinking, char *msg,
+                              size_t msglen)
+{
+    if (!json_is_object(v)) {
+        snprintf(msg, msglen, "%s must be a JSON object such as {\"enable_thinking\": false}", what);
+        return -1;
+    }
+    const char *key;
+    const json_t *x;
+    json_object_foreach((json_t *)v, key, x)
+    {
+        /* the renderers are C, not Jinja: a variable they do not know would be silently
+           ignored where the real template would use it */
+        if (strcmp(key, "enable_thinking")) {
+            snprintf(msg, msglen, "%s: unknown key '%.64s' (the built-in chat templates take "
+                     "enable_thinking only)", what, key);
+            srv_utf8_clip(msg);
+            return -1;
+        }
+        if (!json_is_boolean(x)) {
+            snprintf(msg, msglen, "%s: 'enable_thinking' must be true or false", what);
+            return -1;
+        }
+        *enable_thinking = json_is_true(x);
+    }
+    return 0;
+}
+
+static int parse_template_kwargs(pctx *P, const json_t *o, srv_chat *c)
+{
+    const json_t *v = json_object_get(o, "chat_template_kwargs");
+    if (!v || json_is_null(v))
+        return 0;
+    char m[FL_ERR_MSG];
+    if (srv_template_kwargs_parse(v, "'chat_template_kwargs'", &c->enable_thinking, m, sizeof m))
+        return bad(P, SRV_E_BAD_REQUEST, "chat_template_kwargs", "%s", m);
+    return 0;
+}
+
 static int check_decoding(pctx *P, srv_chat *c)
 {
     fl_err e = {0};
@@ -477,7 +516,7 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     c->dec = L->dec_default;
     static const char *const known[] = {"type", "id", "session", "messages", "max_tokens",
                                         "temperature", "top_p", "top_k", "seed", "stop", "decoding",
-                                        "parallel"};
+                                        "parallel", "chat_template_kwargs"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)o, key, v)
@@ -493,7 +532,8 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
         return bad(&P, SRV_E_BAD_REQUEST, "id", "'id' must be a string of 1..%d bytes", SRV_ID_MAX);
     if (!(c->id = strdup(json_string_value(id))))
         return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
-    if (parse_conversation(&P, o, false, c) ||
+    c->enable_thinking = L->enable_thinking;
+    if (parse_conversation(&P, o, false, c) || parse_template_kwargs(&P, o, c) ||
         parse_sampling(&P, o, L, c, "max_tokens") ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
         return -1;
@@ -530,7 +570,8 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
             return -1;
     }
     /* fogline extensions, as on the WebSocket: session (continued from Redis), parallel */
-    if (parse_conversation(&P, o, true, c))
+    c->enable_thinking = L->enable_thinking;
+    if (parse_conversation(&P, o, true, c) || parse_template_kwargs(&P, o, c))
         return -1;
     /* max_completion_tokens is the newer name; either is accepted, the newer wins */
     const char *max_key = json_object_get(o, "max_completion_tokens") &&

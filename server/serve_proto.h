@@ -51,6 +51,9 @@ typedef struct srv_chat {
     char **segments;     /* (n_segments) owned; fanout only */
     int n_segments;
     int max_branches;    /* branches running at once */
+    bool enable_thinking; /* the template's enable_thinking: chat_template_kwargs, else the
+                             server's default (--chat-template-kwargs), else true as the
+                             template's own default (the variable undefined) */
     /* OpenAI only */
     bool stream;
     bool include_usage;
@@ -61,6 +64,7 @@ typedef struct srv_limits {
     int max_tokens_limit;
     int max_tokens_default;
     fl_decode_opts dec_default;
+    bool enable_thinking; /* the default of chat_template_kwargs.enable_thinking */
 } srv_limits;
 
 void srv_chat_free(srv_chat *c);
@@ -71,6 +75,12 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *out, const
                       char *msg, size_t msglen);
 int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *out, const char **code,
                           const char **param, char *msg, size_t msglen);
+
+/* vLLM's chat_template_kwargs, a JSON object of the template's variables: the built-in
+ * renderers know enable_thinking (true or false). Sets *enable_thinking when the object has it;
+ * -1 with a message naming the key for anything else. what names the value in messages. */
+int srv_template_kwargs_parse(const json_t *v, const char *what, bool *enable_thinking, char *msg,
+                              size_t msglen);
 
 /* A request id as the protocol accepts it: a string of 1..SRV_ID_MAX bytes. */
 bool srv_id_ok(const json_t *v);

@@ -325,6 +325,27 @@ static void kill_draft(srv_conn *c, srv_req *r, int32_t block)
     }
 }
 
+/* The reasoning/answer split of a reply (reasoning.h): a commit carries its block's parts as
+   "reasoning" and "content"; done carries, as "reasoning_tail"/"content_tail", what the split
+   held back at the end (a tag cut off by the reply's end). Out of memory: the parts are left
+   out rather than sent wrong. */
+static void reason_fields(json_t *o, srv_reason *rs, const char *text, size_t n, bool end)
+{
+    fl_buf a = {0}, b = {0};
+    int rc = end ? srv_reason_finish(rs, &a, &b) : srv_reason_push(rs, text, n, &a, &b);
+    if (!rc && !end) {
+        json_object_set_new(o, "reasoning", json_stringn(a.data ? a.data : "", a.len));
+        json_object_set_new(o, "content", json_stringn(b.data ? b.data : "", b.len));
+    } else if (!rc) {
+        if (a.len)
+            json_object_set_new(o, "reasoning_tail", json_stringn(a.data, a.len));
+        if (b.len)
+            json_object_set_new(o, "content_tail", json_stringn(b.data, b.len));
+    }
+    fl_buf_free(&a);
+    fl_buf_free(&b);
+}
+
 static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
 {
     if (r->parent) {
@@ -349,6 +370,8 @@ static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
     if (r->chat.session)
         json_object_set_new(o, "session", json_string(r->chat.session));
     json_object_set_new(o, "finish", json_string(srv_finish_name(ev->finish)));
+    if (r->reason.on)
+        reason_fields(o, &r->reason, NULL, 0, true);
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(st->prompt_tokens));
     json_object_set_new(u, "completion_tokens", json_integer(ev->n_ids));
@@ -392,6 +415,8 @@ void srv_ws_on_event(srv_conn *c, srv_req *r, const srv_ev *ev)
             json_object_set_new(o, "segment", json_integer(r->segment));
         json_object_set_new(o, "block", json_integer(ev->block));
         json_object_set_new(o, "text", json_stringn(ev->text, ev->text_len));
+        if (r->reason.on)
+            reason_fields(o, &r->reason, ev->text, ev->text_len, false);
         c->s->m.commits_sent++;
         send_str(c, dumps(o));
         break;
@@ -423,7 +448,8 @@ static void handle_chat(srv_conn *c, const json_t *msg, const char *id)
         send_error(c, id, SRV_E_TOO_MANY, m);
         return;
     }
-    srv_limits L = {s->cfg->max_tokens_limit, s->cfg->gen.max_tokens, s->cfg->gen.dec};
+    srv_limits L = {s->cfg->max_tokens_limit, s->cfg->gen.max_tokens, s->cfg->gen.dec,
+                     s->cfg->enable_thinking};
     srv_chat chat;
     const char *code = NULL;
     char m[FL_ERR_MSG];

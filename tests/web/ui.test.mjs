@@ -501,6 +501,40 @@ test('a server with an API key: the page asks for it, and chats once it is set i
   }
 });
 
+// A server with a model that thinks (tests/server/make_think_model.py: its one output token is
+// "<think>\nThe user says hi.\n</think>\n\nHello! How can I help?"): the reasoning is shown
+// collapsed above the answer, also after a reload.
+test('a thinking model: the reasoning is in a collapsed <details> above the answer', async () => {
+  const thinker = await startServer([...SERVER_ARGS], { model: process.env.FL_THINK_MODEL });
+  try {
+    await page.goto(thinker.url);
+    await connected();
+    await setSettings({ max_tokens: 1 });
+    const sent = await sendMessage('hi');
+    const reply = lastAssistant();
+    await reply.and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
+    assert.ok(framesOf(sent.id).some((f) => f.type === 'commit' && f.reasoning === 'The user says hi.'));
+    for (const when of ['live', 'reloaded']) {
+      const d = reply.locator('.reply > details.reasoning');
+      assert.equal(await d.count(), 1, when);
+      assert.equal(await d.evaluate((el) => el.open), false, `${when}: collapsed`);
+      assert.equal(await d.locator('summary').textContent(), 'Reasoning');
+      assert.equal(await d.locator('.think').textContent(), 'The user says hi.');
+      assert.equal(await d.locator('.think').isVisible(), false, `${when}: hidden until opened`);
+      assert.equal((await reply.locator('.reply > .md').textContent()).trim(), 'Hello! How can I help?', when);
+      assert.ok(await d.evaluate((el) => el.nextElementSibling.classList.contains('md')), 'above the answer');
+      if (when === 'live') {
+        await d.locator('summary').click();
+        assert.equal(await d.locator('.think').isVisible(), true, 'opens on a click');
+        await page.reload();
+        await connected();
+      }
+    }
+  } finally {
+    assert.equal(await thinker.stop(), 0);
+  }
+});
+
 test('the page made no script errors; the server exits 0 on SIGTERM', async () => {
   assert.deepEqual(pageErrors, []);
   await ctx.close();
