@@ -120,7 +120,9 @@ static void usage(FILE *f)
                "  --threads N          compute threads (default: all cores)\n"
                "  --device D           auto (the GPU when one is usable) | cpu | cuda\n"
                "                       (default: $FOGLINE_DEVICE or auto)\n"
-               "  --chat-template K    override the template: chatml | qwen3 | fogline\n");
+               "  --chat-template K    override the template: chatml | qwen3 | fogline\n"
+               "  --no-thinking        Qwen3 templates: enable_thinking=false (the empty think block)\n"
+               "  --enable-thinking    Qwen3 templates: enable_thinking=true (the template's default)\n");
     fl_gen_opts_usage(f);
 }
 
@@ -128,20 +130,21 @@ int fl_cmd_generate(int argc, char **argv)
 {
     const char *model_dir = getenv("FOGLINE_MODEL");
     const char *prompt = NULL, *system = NULL, *messages = NULL, *tmpl = NULL, *prompt_ids = NULL;
-    bool raw = false, json = false;
+    bool raw = false, json = false, thinking = true; /* the template's own default */
     int threads = 0;
     const char *device = getenv("FOGLINE_DEVICE");
     fl_gen_opts g;
     fl_gen_opts_default(&g);
     enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
-           O_IDS, O_DEVICE };
+           O_IDS, O_DEVICE, O_NO_THINK, O_THINK };
     struct option base[] = {
         {"model", required_argument, 0, O_MODEL},     {"prompt", required_argument, 0, O_PROMPT},
         {"system", required_argument, 0, O_SYSTEM},   {"messages", required_argument, 0, O_MESSAGES},
         {"raw", no_argument, 0, O_RAW},               {"json", no_argument, 0, O_JSON},
         {"threads", required_argument, 0, O_THREADS}, {"chat-template", required_argument, 0, O_TMPL},
         {"help", no_argument, 0, O_HELP},             {"prompt-ids", required_argument, 0, O_IDS},
-        {"device", required_argument, 0, O_DEVICE},
+        {"device", required_argument, 0, O_DEVICE},   {"no-thinking", no_argument, 0, O_NO_THINK},
+        {"enable-thinking", no_argument, 0, O_THINK},
     };
     struct option opts[64];
     int nopt = fl_gen_opts_longopts(opts, 64, base, (int)(sizeof base / sizeof base[0]));
@@ -162,6 +165,8 @@ int fl_cmd_generate(int argc, char **argv)
         case O_TMPL: tmpl = optarg; break;
         case O_IDS: prompt_ids = optarg; break;
         case O_DEVICE: device = optarg; break;
+        case O_NO_THINK: thinking = false; break;
+        case O_THINK: thinking = true; break;
         case O_HELP: usage(stdout); return 0;
         case '?':
             fprintf(stderr, "fogline generate: unknown or incomplete option '%s' (try --help)\n",
@@ -281,7 +286,7 @@ int fl_cmd_generate(int argc, char **argv)
                 msgs[nm++] = (fl_chat_msg){"system", system};
             msgs[nm++] = (fl_chat_msg){"user", prompt};
         }
-        fl_chat_opts co = {.add_generation_prompt = true, .enable_thinking = false};
+        fl_chat_opts co = {.add_generation_prompt = true, .enable_thinking = thinking};
         if (fl_chat_render(m->tok, msgs, nm, &co, &text, &e)) {
             fprintf(stderr, "fogline generate: %s\n", e.msg);
             goto out;
