@@ -684,6 +684,16 @@ static void on_established(srv *s, struct lws *wsi, srv_pss *pss)
     json_object_set_new(l, "max_prompt_tokens", json_integer(s->cfg->max_prompt_tokens));
     json_object_set_new(l, "max_requests", json_integer(s->cfg->max_conn_requests));
     json_object_set_new(o, "limits", l);
+    /* what a chat gets for each decoding field it leaves out: clients (the web UI) show these
+       and send only what the user changed, so the model's own decoding applies by default */
+    if (fl_gen_opts_json(o, &s->cfg->gen.dec, s->dec_src)) {
+        /* a hello without the defaults would have clients guess them: close instead */
+        json_decref(o);
+        SRV_ERROR(&s->log, "event=ws_hello_failed conn=%llu reason=\"out of memory\"",
+                  (unsigned long long)c->id);
+        lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, LWS_TO_KILL_ASYNC);
+        return;
+    }
     send_str(c, dumps(o));
 }
 

@@ -35,7 +35,31 @@ test('hello describes the server on connect', async () => {
   assert.equal(c.hello.auth_required, false);
   assert.equal(c.hello.limits.max_message_bytes, 4096);
   assert.equal(c.hello.limits.max_requests, 3);
+  // the decoding defaults a chat gets, exactly as /v1/models states them: the built-in model's
+  // config.json sets pipelining (tau_add 0.5); what it leaves out is the family's
+  assert.equal(c.hello.decoding.pipeline, true);
+  assert.equal(c.hello.decoding.tau_add, 0.5);
+  assert.equal(c.hello.decoding_source.pipeline, 'model');
+  assert.equal(c.hello.decoding_source.temperature, 'family');
+  const model = (await (await fetch(`${server.url}/v1/models`)).json()).data[0];
+  assert.deepEqual(c.hello.decoding, model.decoding);
+  assert.deepEqual(c.hello.decoding_source, model.decoding_source);
   c.close();
+});
+
+test('hello carries the decoding defaults the server\'s flags set', async () => {
+  const s2 = await startServer(['--no-pipeline', '--threshold', '0.8']);
+  try {
+    const c = await connect(s2);
+    assert.equal(c.hello.decoding.pipeline, false);
+    assert.equal(c.hello.decoding.threshold, 0.8);
+    assert.equal(c.hello.decoding.policy, 'threshold');
+    assert.deepEqual([c.hello.decoding_source.pipeline, c.hello.decoding_source.threshold,
+      c.hello.decoding_source.policy], ['flag', 'flag', 'model']);
+    c.close();
+  } finally {
+    assert.equal(await s2.stop(), 0, s2.log());
+  }
 });
 
 test('a chat streams drafts, commits in block order, then done with usage and stats', async () => {
