@@ -4,7 +4,8 @@
 # runs it too. Screenshots go to tests/artifacts/web/ (git-ignored).
 #   web.ui   masked placeholders resolve into the committed reply, stop, reload/resume,
 #            server errors and disconnects shown, reconnect keeps the session; a thinking
-#            model's reasoning collapsed (server.cmake's think_model fixture)
+#            model's reasoning collapsed (server.cmake's think_model fixture); decoding settings
+#            start at the server's (hello) and a chat carries only the user's changes
 if(NOT FL_NODE)
   find_program(FL_NODE NAMES node nodejs)
   if(NOT FL_NODE)

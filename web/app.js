@@ -4,7 +4,8 @@
 //   fogline.chats          [{id, title, updated}]  the chat list, newest first
 //   fogline.chat.<id>      {id, title, messages: [{role, content, finish?, usage?, stats?, error?}]}
 //   fogline.current        the open chat's id (also its protocol `session`)
-//   fogline.settings       the settings panel
+//   fogline.settings       the settings panel: {parallel, max_tokens, api_key, overrides}, where
+//                          overrides holds only the decoding fields the user changed
 // A reply is drawn from draft frames (masked positions resolve in place) and settles into
 // Markdown when its blocks are committed; only commits become the stored reply.
 import { renderMarkdown, escapeHtml } from './markdown.js';
@@ -38,16 +39,40 @@ function randomId(prefix) {
   return prefix + Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
 }
 
-const DEFAULTS = { temperature: 0, policy: 'threshold', threshold: 0.9, pipeline: true, parallel: 'off', max_tokens: 256, api_key: '' };
+// The decoding and sampling fields of the settings panel. Their defaults are the server's (the
+// model's own; `decoding` in the hello frame), and a chat carries only the ones the user changed:
+// a value sent by the page would override the model's, and pipelining, say, changes the outputs
+// of models not trained for it.
+const DECODING = ['temperature', 'policy', 'threshold', 'pipeline'];
+// Shown until a hello says the server's values (a server whose hello has none keeps them). An
+// older page had these hard-coded and stored every field with any change in the panel, so a
+// stored value equal to one of them is no choice of the user's and is dropped.
+const OLD_DEFAULTS = { temperature: 0, policy: 'threshold', threshold: 0.9, pipeline: true };
+const DEFAULTS = { parallel: 'off', max_tokens: 256, api_key: '' };
+let serverDecoding = null; // the latest hello's `decoding`
 let settings = loadSettings();
 function loadSettings() {
-  const s = { ...DEFAULTS, ...store.get('fogline.settings', {}) };
+  const stored = store.get('fogline.settings', {});
+  const s = { ...DEFAULTS, ...stored, overrides: {} };
+  const from = stored && typeof stored.overrides === 'object' && stored.overrides ? stored.overrides : {};
+  for (const k of DECODING) {
+    if (k in from && typeof from[k] === typeof OLD_DEFAULTS[k]) s.overrides[k] = from[k];
+    if (!(k in s)) continue; // an older page's settings: every field, defaults included
+    if (typeof s[k] === typeof OLD_DEFAULTS[k] && s[k] !== OLD_DEFAULTS[k]) s.overrides[k] = s[k];
+    delete s[k];
+  }
   if ('fanout' in s) { // an older page's checkbox
     if (s.fanout && s.parallel === 'off') s.parallel = 'fanout';
     delete s.fanout;
   }
   if (!['off', 'fanout', 'auto'].includes(s.parallel)) s.parallel = 'off';
   return s;
+}
+function decodingDefault(k) {
+  return serverDecoding && k in serverDecoding ? serverDecoding[k] : OLD_DEFAULTS[k];
+}
+function decodingValue(k) {
+  return k in settings.overrides ? settings.overrides[k] : decodingDefault(k);
 }
 
 let chat = null; // the open chat
@@ -155,6 +180,8 @@ function onFrame(f) {
     case 'hello':
       hello = f;
       retries = 0;
+      if (f.decoding && typeof f.decoding === 'object') serverDecoding = f.decoding;
+      if (els.settings.open) fillDecoding();
       if (f.auth_required) {
         if (settings.api_key) ws.send(JSON.stringify({ type: 'auth', key: settings.api_key }));
         else showBanner('This server needs an API key: enter it in Settings.', { kind: 'error', action: 'Settings', onAction: openSettings, sticky: true });
@@ -193,17 +220,21 @@ function onFrame(f) {
 let active = null; // {id, msg, el, blocks: Map(block -> {el, tokens}), committed, nextBlock, t0, tFirst, decided}
 
 function buildRequest(history, segments, auto) {
-  const decoding = { policy: settings.policy, pipeline: !!settings.pipeline };
-  if (settings.policy === 'threshold' || settings.policy === 'dynamic') decoding.threshold = Number(settings.threshold);
+  const o = settings.overrides; // the rest is the server's defaults
+  const decoding = {};
+  if ('policy' in o) decoding.policy = o.policy;
+  if ('pipeline' in o) decoding.pipeline = o.pipeline;
+  const policy = decodingValue('policy');
+  if ('threshold' in o && (policy === 'threshold' || policy === 'dynamic')) decoding.threshold = o.threshold;
   const req = {
     type: 'chat',
     id: randomId('r-'),
     session: chat.id,
     messages: history.slice(-256),
     max_tokens: Math.round(Number(settings.max_tokens)) || DEFAULTS.max_tokens,
-    temperature: Number(settings.temperature),
-    decoding,
   };
+  if ('temperature' in o) req.temperature = o.temperature;
+  if (Object.keys(decoding).length) req.decoding = decoding;
   if (segments) {
     // fan-out: the earlier turns are the shared context, each question a branch (no session:
     // branches have no single conversation to store)
@@ -694,33 +725,49 @@ function autosize() {
 
 const form = els.settingsForm;
 function fillSettings() {
-  form.temperature.value = settings.temperature;
-  form.policy.value = settings.policy;
-  form.threshold.value = settings.threshold;
-  form.pipeline.checked = !!settings.pipeline;
+  fillDecoding();
   form.parallel.value = settings.parallel;
   form.max_tokens.value = settings.max_tokens;
   form.api_key.value = settings.api_key || '';
+}
+function fillDecoding() {
+  form.temperature.value = decodingValue('temperature');
+  form.policy.value = decodingValue('policy');
+  form.threshold.value = decodingValue('threshold');
+  form.pipeline.checked = !!decodingValue('pipeline');
   syncSettingsView();
 }
 function syncSettingsView() {
-  $('out-temperature').textContent = Number(form.temperature.value).toFixed(2);
-  $('out-threshold').textContent = Number(form.threshold.value).toFixed(2);
-  const usesThreshold = form.policy.value === 'threshold' || form.policy.value === 'dynamic';
+  // the values, not the sliders' positions: a server default between two steps shows as it is
+  $('out-temperature').textContent = Number(decodingValue('temperature')).toFixed(2);
+  $('out-threshold').textContent = Number(decodingValue('threshold')).toFixed(2);
+  const policy = decodingValue('policy');
+  const usesThreshold = policy === 'threshold' || policy === 'dynamic';
   form.threshold.disabled = !usesThreshold;
   const f = form.threshold.closest('.field');
   if (usesThreshold) f.removeAttribute('data-disabled'); else f.dataset.disabled = '';
+  const changed = DECODING.filter((k) => k in settings.overrides).map((k) => (k === 'pipeline' ? 'pipelining' : k));
+  $('decoding-defaults').textContent = !serverDecoding
+    ? 'Until the server answers these are the usual defaults; a message carries only what you change.'
+    : changed.length ? `Changed from the server's defaults for ${hello?.model ?? 'its model'}: ${changed.join(', ')}. “Reset to defaults” goes back to them.`
+      : `The server's defaults for ${hello?.model ?? 'its model'}.`;
 }
-function readSettings() {
-  settings = {
-    temperature: Number(form.temperature.value),
-    policy: form.policy.value,
-    threshold: Number(form.threshold.value),
-    pipeline: form.pipeline.checked,
-    parallel: form.parallel.value,
-    max_tokens: Math.max(1, Math.round(Number(form.max_tokens.value) || DEFAULTS.max_tokens)),
-    api_key: form.api_key.value,
-  };
+function sameValue(a, b) {
+  return typeof a === 'number' && typeof b === 'number' ? Math.abs(a - b) < 1e-9 : a === b;
+}
+// Only the control the user touched becomes an override (or stops being one when it is back at
+// the server's default): the other decoding fields keep following the server. Before any hello
+// the server's defaults are unknown, so every change counts.
+function readSettings(e) {
+  const k = e?.target?.name;
+  if (DECODING.includes(k)) {
+    const v = k === 'pipeline' ? form.pipeline.checked : k === 'policy' ? form.policy.value : Number(form[k].value);
+    if (serverDecoding && sameValue(v, decodingDefault(k))) delete settings.overrides[k];
+    else settings.overrides[k] = v;
+  }
+  settings.parallel = form.parallel.value;
+  settings.max_tokens = Math.max(1, Math.round(Number(form.max_tokens.value) || DEFAULTS.max_tokens));
+  settings.api_key = form.api_key.value;
   store.set('fogline.settings', settings);
   syncSettingsView();
 }
@@ -733,7 +780,7 @@ function openSettings() {
 form.addEventListener('input', readSettings);
 form.addEventListener('change', readSettings);
 $('settings-reset').addEventListener('click', () => {
-  settings = { ...DEFAULTS, api_key: settings.api_key };
+  settings = { ...DEFAULTS, overrides: {}, api_key: settings.api_key };
   store.set('fogline.settings', settings);
   fillSettings();
 });

@@ -535,6 +535,101 @@ test('a thinking model: the reasoning is in a collapsed <details> above the answ
   }
 });
 
+// The decoding settings' defaults are the server's (the model's, docs/protocol.md hello
+// `decoding`): a chat carries only what the user changed, so that a model is not decoded in a
+// way it was not trained for (pipelining an SDAR model) because the page had its own defaults.
+test('decoding settings show the server\'s defaults, and a chat carries only what the user changed', async () => {
+  const panel = async () => {
+    await page.click('#open-settings');
+    await page.waitForSelector('#settings[open]');
+    const v = { pipeline: await page.isChecked('#set-pipeline'), policy: await page.inputValue('#set-policy'),
+                threshold: await page.textContent('#out-threshold'), note: await page.textContent('#decoding-defaults') };
+    await page.keyboard.press('Escape');
+    await page.waitForSelector('#settings:not([open])', { state: 'attached' });
+    return v;
+  };
+  const chatOnce = async (text) => {
+    const sent = await sendMessage(text);
+    await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
+    assert.equal(framesOf(sent.id).at(-1).type, 'done');
+    return sent;
+  };
+  const stored = () => page.evaluate(() => JSON.parse(localStorage.getItem('fogline.settings')));
+  // what an older page stored: every field, its hard-coded defaults included
+  const OLD_PAGE = { temperature: 0, policy: 'threshold', threshold: 0.9, pipeline: true, parallel: 'off', max_tokens: 256, api_key: '' };
+
+  // the built-in model pipelines (its config.json says so): the panel shows it, a chat does not send it
+  const plain = await startServer([...SERVER_ARGS]);
+  try {
+    await page.goto(plain.url); // a new origin: no stored settings
+    await connected();
+    let p = await panel();
+    assert.equal(p.pipeline, true);
+    assert.equal(p.policy, 'threshold');
+    assert.equal(p.threshold, '0.90');
+    assert.match(p.note, /^The server's defaults for fogline-helpdesk/);
+    let sent = await chatOnce('hello');
+    assert.equal(sent.decoding, undefined, JSON.stringify(sent.decoding));
+    assert.equal(sent.temperature, undefined);
+    // the user turns pipelining off: sent, and stored as the user's own; on again (the
+    // server's default): not sent
+    await setSettings({ pipeline: false });
+    sent = await chatOnce('hello');
+    assert.deepEqual(sent.decoding, { pipeline: false });
+    assert.deepEqual((await stored()).overrides, { pipeline: false });
+    p = await panel();
+    assert.equal(p.pipeline, false);
+    assert.match(p.note, /Changed from the server's defaults for fogline-helpdesk: pipelining\./);
+    await setSettings({ pipeline: true });
+    sent = await chatOnce('hello');
+    assert.equal(sent.decoding, undefined, JSON.stringify(sent.decoding));
+    // Reset to defaults: the server's again
+    await setSettings({ pipeline: false, policy: 'sequential' });
+    assert.deepEqual((await stored()).overrides, { pipeline: false, policy: 'sequential' });
+    await page.click('#open-settings');
+    await page.click('#settings-reset');
+    assert.equal(await page.isChecked('#set-pipeline'), true);
+    assert.equal(await page.inputValue('#set-policy'), 'threshold');
+    await page.keyboard.press('Escape');
+    await page.waitForSelector('#settings:not([open])', { state: 'attached' });
+    sent = await chatOnce('hello');
+    assert.equal(sent.decoding, undefined, JSON.stringify(sent.decoding));
+    assert.deepEqual((await stored()).overrides, {});
+    // an older page's stored settings: what it stored beyond its defaults was the user's choice
+    await page.evaluate((s) => localStorage.setItem('fogline.settings', JSON.stringify(s)),
+      { ...OLD_PAGE, pipeline: false, threshold: 0.8, max_tokens: 64 });
+    await page.reload();
+    await connected();
+    sent = await chatOnce('hello');
+    assert.deepEqual(sent.decoding, { pipeline: false, threshold: 0.8 });
+    assert.equal(sent.temperature, undefined);
+    assert.equal(sent.max_tokens, 64);
+  } finally {
+    assert.equal(await plain.stop(), 0);
+  }
+
+  // a server that does not pipeline (as for SDAR and Fast-dLLM v2): the panel says so, and an
+  // older page's stored "pipeline: true", its own hard-coded default, does not turn it on
+  const flat = await startServer([...SERVER_ARGS, '--no-pipeline']);
+  try {
+    await page.goto(flat.url);
+    await page.evaluate((s) => localStorage.setItem('fogline.settings', JSON.stringify(s)), OLD_PAGE);
+    await page.reload();
+    await connected();
+    const p = await panel();
+    assert.equal(p.pipeline, false);
+    assert.equal(p.policy, 'threshold');
+    assert.match(p.note, /^The server's defaults/);
+    const sent = await chatOnce('hello');
+    assert.equal(sent.decoding, undefined, JSON.stringify(sent.decoding));
+    assert.equal(sent.temperature, undefined);
+    await setSettings({ pipeline: true }, 'desktop-light-settings-changed');
+    assert.deepEqual((await chatOnce('hello')).decoding, { pipeline: true });
+  } finally {
+    assert.equal(await flat.stop(), 0);
+  }
+});
+
 test('the page made no script errors; the server exits 0 on SIGTERM', async () => {
   assert.deepEqual(pageErrors, []);
   await ctx.close();
