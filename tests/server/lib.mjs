@@ -244,6 +244,16 @@ export async function connect(server, opts) {
   return c;
 }
 
+// With the engine held: one forward at a time until pred() holds for the frames client c has
+// received, each forward's frames in before the next (c.sync()). Fails after max forwards.
+export async function stepUntil(server, c, pred, max = 2000) {
+  for (let i = 0; !pred(); i++) {
+    if (i >= max) throw new Error(`stepUntil: not there after ${max} forwards`);
+    await server.step();
+    await c.sync();
+  }
+}
+
 export const user = (content) => [{ role: 'user', content }];
 // a message whose reply runs to many blocks (v5: 83 tokens, four answers, 88 one-token
 // forwards): for tests that need a request still running after its first draft
