@@ -28,7 +28,17 @@ struct fl_engine {
     uint64_t next_id;
     bool stopping;
     fl_sched_stats stats; /* snapshot, under mu */
+    /* test control (fl_engine_hold): while held, only `budget` more forwards may start */
+    bool held;
+    int32_t budget;
+    bool stepping;            /* a forward was allowed to start and has not ended */
+    pthread_cond_t cv_parked; /* stepping went false, or the budget was dropped */
 };
+
+static bool may_step(const fl_engine *en)
+{
+    return !en->held || en->budget > 0;
+}
 
 static void cmd_free(cmd *c)
 {
@@ -47,8 +57,12 @@ static void *engine_main(void *arg)
     fl_engine *en = arg;
     for (;;) {
         pthread_mutex_lock(&en->mu);
-        while (!en->head && !en->stopping && fl_sched_idle(en->s)) {
-            /* idle: give back the pages the persister has finished with, so the page counts
+        while (!en->head && !en->stopping && (!may_step(en) || fl_sched_idle(en->s))) {
+            if (en->budget > 0) { /* a step asked for with nothing to run: it is done */
+                en->budget = 0;
+                pthread_cond_broadcast(&en->cv_parked);
+            }
+            /* idle (or held): give back the pages the persister has finished with, so the page counts
                read as "all free" as soon as the last write lands, not at the next step */
             pthread_mutex_unlock(&en->mu);
             int pending = fl_sched_reap(en->s);
@@ -73,6 +87,11 @@ static void *engine_main(void *arg)
         en->head = en->tail = NULL;
         en->n_pending = 0;
         bool stop = en->stopping;
+        /* decided under mu, so that fl_engine_hold can wait for this forward to end */
+        bool step = !stop && may_step(en);
+        if (step && en->held)
+            en->budget--;
+        en->stepping = step;
         pthread_mutex_unlock(&en->mu);
         while (list) {
             cmd *c = list;
@@ -101,10 +120,15 @@ static void *engine_main(void *arg)
         }
         if (stop)
             break;
+        if (!step)
+            continue;
         fl_err e = {0};
         fl_sched_step(en->s, &e); /* failures are reported to the sequences involved */
         pthread_mutex_lock(&en->mu);
         fl_sched_get_stats(en->s, &en->stats);
+        en->stepping = false;
+        if (en->held)
+            pthread_cond_broadcast(&en->cv_parked);
         pthread_mutex_unlock(&en->mu);
     }
     return NULL;
@@ -127,12 +151,14 @@ int fl_engine_start(fl_engine **out, const fl_model *m, fl_backend *b, const fl_
     en->next_id = 1;
     pthread_mutex_init(&en->mu, NULL);
     pthread_cond_init(&en->cv, NULL);
+    pthread_cond_init(&en->cv_parked, NULL);
     fl_sched_get_stats(en->s, &en->stats); /* a snapshot before the thread's first loop: the
                                               pool's size is right from the start */
     if (pthread_create(&en->th, NULL, engine_main, en) != 0) {
         fl_sched_destroy(en->s);
         pthread_mutex_destroy(&en->mu);
         pthread_cond_destroy(&en->cv);
+        pthread_cond_destroy(&en->cv_parked);
         free(en);
         return fl_err_set(e, FL_ENOMEM, "cannot start the engine thread");
     }
@@ -229,6 +255,29 @@ void fl_engine_get_stats(fl_engine *en, fl_sched_stats *st)
     pthread_mutex_unlock(&en->mu);
 }
 
+void fl_engine_hold(fl_engine *en, bool hold)
+{
+    pthread_mutex_lock(&en->mu);
+    en->held = hold;
+    en->budget = 0;
+    pthread_cond_signal(&en->cv);
+    while (en->stepping)
+        pthread_cond_wait(&en->cv_parked, &en->mu);
+    pthread_mutex_unlock(&en->mu);
+}
+
+void fl_engine_step(fl_engine *en)
+{
+    pthread_mutex_lock(&en->mu);
+    if (en->held && !en->stopping) {
+        en->budget++;
+        pthread_cond_signal(&en->cv);
+        while (en->budget > 0 || en->stepping)
+            pthread_cond_wait(&en->cv_parked, &en->mu);
+    }
+    pthread_mutex_unlock(&en->mu);
+}
+
 void fl_engine_stop(fl_engine *en)
 {
     if (!en)
@@ -246,5 +295,6 @@ void fl_engine_stop(fl_engine *en)
     fl_sched_destroy(en->s); /* cancels what still runs: done events go out */
     pthread_mutex_destroy(&en->mu);
     pthread_cond_destroy(&en->cv);
+    pthread_cond_destroy(&en->cv_parked);
     free(en);
 }

@@ -146,6 +146,13 @@ int fl_engine_submit(fl_engine *en, const fl_request *r, fl_sink sink, void *ctx
 /* Thread-safe, queued. FL_ESTATE once fl_engine_stop has begun. */
 int fl_engine_cancel(fl_engine *en, uint64_t id);
 void fl_engine_get_stats(fl_engine *en, fl_sched_stats *st); /* thread-safe snapshot */
+/* Test control (FOGLINE_TEST_HOLD, docs/robustness.md), so that a test can say what the
+ * engine has done instead of racing it. hold=true: no forward starts until released or
+ * stepped; submissions and cancels are still taken (a cancel still ends its sequence). Both
+ * return once no forward runs. Thread-safe; inert unless called. */
+void fl_engine_hold(fl_engine *en, bool hold);
+/* While held: runs one forward if there is work, and returns once it ended. */
+void fl_engine_step(fl_engine *en);
 /* Stops the thread: running sequences are cancelled (done events sent), everything freed. */
 void fl_engine_stop(fl_engine *en);
 

@@ -124,6 +124,28 @@ static void on_tick(uv_timer_t *t)
         uv_stop(&s->loop);
 }
 
+/* The engine hold (FOGLINE_TEST_HOLD=1, docs/robustness.md): SIGUSR2 holds or releases the
+ * engine, SIGUSR1 runs one forward while it is held. Each is acknowledged by one numbered log
+ * line once no forward runs and that forward's events have been handed to their clients, so
+ * a test waits on that line instead of on the clock. */
+static void on_test_signal(uv_signal_t *h, int sig)
+{
+    srv *s = h->data;
+    if (!s->engine)
+        return;
+    if (sig == SIGUSR2) {
+        s->test_held = !s->test_held;
+        fl_engine_hold(s->engine, s->test_held);
+    } else if (s->test_held) {
+        fl_engine_step(s->engine);
+    }
+    srv_drain_events(s);
+    fl_sched_stats st;
+    fl_engine_get_stats(s->engine, &st);
+    SRV_ALWAYS(&s->log, "event=test_hold n=%d held=%d forwards=%lld running=%d queued=%d",
+               ++s->test_acks, s->test_held, (long long)st.forwards, st.running, st.queued);
+}
+
 static void close_handle(uv_handle_t *h)
 {
     if (!uv_is_closing(h))
@@ -176,6 +198,9 @@ int fl_cmd_serve(int argc, char **argv)
     uv_signal_init(&s->loop, &s->sigint);
     uv_signal_init(&s->loop, &s->sigterm);
     s->sigint.data = s->sigterm.data = s;
+    uv_signal_init(&s->loop, &s->sighold);
+    uv_signal_init(&s->loop, &s->sigstep);
+    s->sighold.data = s->sigstep.data = s;
 
     struct lws_context_creation_info info;
     memset(&info, 0, sizeof info);
@@ -216,6 +241,13 @@ int fl_cmd_serve(int argc, char **argv)
     uv_timer_start(&s->tick, on_tick, 250, 250);
     uv_signal_start(&s->sigint, on_signal, SIGINT);
     uv_signal_start(&s->sigterm, on_signal, SIGTERM);
+    const char *hold = getenv("FOGLINE_TEST_HOLD");
+    if (hold && !strcmp(hold, "1")) {
+        uv_signal_start(&s->sighold, on_test_signal, SIGUSR2);
+        uv_signal_start(&s->sigstep, on_test_signal, SIGUSR1);
+        SRV_WARN(&s->log, "event=test_hold_enabled note=\"SIGUSR2 holds the engine, SIGUSR1 steps it: "
+                 "for tests only\"");
+    }
     SRV_ALWAYS(&s->log, "event=listening url=http://%s:%d/ ws=ws://%s:%d/ws model=%s block_size=%d "
              "kv_pages=%d max_seqs=%d api_key=%s", cfg.host, lws_get_vhost_listen_port(s->vh),
              cfg.host, lws_get_vhost_listen_port(s->vh), s->model_id, s->model->cfg.block_size,
@@ -242,6 +274,8 @@ teardown:
     close_handle((uv_handle_t *)&s->tick);
     close_handle((uv_handle_t *)&s->sigint);
     close_handle((uv_handle_t *)&s->sigterm);
+    close_handle((uv_handle_t *)&s->sighold);
+    close_handle((uv_handle_t *)&s->sigstep);
     uv_run(&s->loop, UV_RUN_DEFAULT); /* lws's handles close; pending tokenizations finish */
     if (s->ctx)
         lws_context_destroy(s->ctx);

@@ -182,6 +182,9 @@ struct srv {
     uv_async_t wake;         /* the engine has events */
     uv_timer_t tick;         /* housekeeping: slow clients, drain, gauges */
     uv_signal_t sigint, sigterm;
+    uv_signal_t sighold, sigstep; /* FOGLINE_TEST_HOLD: SIGUSR2, SIGUSR1 (docs/robustness.md) */
+    bool test_held;
+    int test_acks;
     struct lws_context *ctx;
     struct lws_vhost *vh;
     uv_mutex_t ev_mu;

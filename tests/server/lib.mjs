@@ -29,22 +29,26 @@ export function freePort() {
 
 // Starts `fogline serve` and resolves once it logs event=listening. Retries on a port taken
 // between freePort() and the bind. The returned object collects stderr lines.
-export async function startServer(args = [], { env = {}, model = MODEL, tries = 3 } = {}) {
+// hold: true enables the engine hold (FOGLINE_TEST_HOLD=1) and starts the server held: no
+// forward runs until the test calls step() or release().
+export async function startServer(args = [], { env = {}, model = MODEL, tries = 3, hold = false } = {}) {
   const bin = process.env.FL_BIN;
   if (!bin) throw new Error('FL_BIN is not set');
   for (let t = 0; ; t++) {
     const port = await freePort();
     const argv = ['serve', '--port', String(port), ...(model ? ['--model', model] : []), ...args];
-    const proc = spawn(bin, argv, { env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(bin, argv, { env: { ...process.env, ...(hold ? { FOGLINE_TEST_HOLD: '1' } : {}), ...env },
+                                    stdio: ['ignore', 'pipe', 'pipe'] });
     const server = makeHandle(proc, port);
     try {
       await server.waitLog(/event=listening/, 60000);
-      return server;
     } catch (e) {
       const code = await server.exited;
       if (t + 1 < tries && /port in use/.test(server.log())) continue;
       throw new Error(`fogline serve did not start (exit ${code}): ${server.log()}`);
     }
+    if (hold) await server.hold();
+    return server;
   }
 }
 
@@ -112,6 +116,7 @@ function makeHandle(proc, port) {
   proc.on('exit', () => live.delete(proc));
   const out = lineLog(proc, 'server');
   const { lines, exited } = out;
+  let acks = 0; // test_hold acknowledgements asked for
   const h = {
     proc,
     port,
@@ -121,6 +126,26 @@ function makeHandle(proc, port) {
     lines,
     log: out.text,
     waitLog: (re, ms = 10000) => out.wait(re, ms),
+    // The engine hold (a server started with { hold: true }; docs/robustness.md): hold() and
+    // release() stop and restart the engine's forwards, step() runs exactly one while held.
+    // Each resolves with the server's acknowledgement, logged once no forward runs and the
+    // events of the last one have been handed to their clients: { held, forwards, running,
+    // queued } (the engine's counters at that point).
+    held: false,
+    hold: () => h.testControl('SIGUSR2', true),
+    release: () => h.testControl('SIGUSR2', false),
+    step: () => h.testControl('SIGUSR1', true),
+    async testControl(sig, want) {
+      if (sig === 'SIGUSR2' && h.held === want) throw new Error(`the engine is already ${want ? 'held' : 'released'}`);
+      if (sig === 'SIGUSR1' && !h.held) throw new Error('step() needs a held engine');
+      const n = ++acks;
+      proc.kill(sig);
+      const line = await out.wait(new RegExp(`event=test_hold n=${n} `), 30000);
+      const num = (k) => Number(new RegExp(` ${k}=(\\d+)`).exec(line)[1]);
+      h.held = num('held') === 1;
+      if (h.held !== want) throw new Error(`test_hold: wanted held=${want}: ${line}`);
+      return { held: h.held, forwards: num('forwards'), running: num('running'), queued: num('queued') };
+    },
     // SIGTERM and the exit code; fails the caller if the server does not stop in time.
     async stop(ms = 30000) {
       if (proc.exitCode !== null || proc.signalCode !== null) return exited;
@@ -164,6 +189,7 @@ export function wsClient(url, opts = {}) {
     ws.once('error', reject);
   });
   const taken = new Set(); // frames already handed out by next()
+  let syncs = 0;
   const c = {
     ws,
     frames,
@@ -199,6 +225,13 @@ export function wsClient(url, opts = {}) {
       }
     },
     close: () => ws.close(),
+    // A barrier: resolves once every frame the server queued for this connection before it
+    // read our ping has arrived (frames go out in order; a pong is never dropped).
+    async sync() {
+      const id = `sync-${++syncs}`;
+      c.send({ type: 'ping', id });
+      await c.next((f) => f.type === 'pong' && f.id === id);
+    },
   };
   return c;
 }
@@ -209,6 +242,16 @@ export async function connect(server, opts) {
   const hello = await c.next((f) => f.type === 'hello');
   c.hello = hello;
   return c;
+}
+
+// With the engine held: one forward at a time until pred() holds for the frames client c has
+// received, each forward's frames in before the next (c.sync()). Fails after max forwards.
+export async function stepUntil(server, c, pred, max = 2000) {
+  for (let i = 0; !pred(); i++) {
+    if (i >= max) throw new Error(`stepUntil: not there after ${max} forwards`);
+    await server.step();
+    await c.sync();
+  }
 }
 
 export const user = (content) => [{ role: 'user', content }];

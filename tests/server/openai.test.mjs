@@ -2,7 +2,7 @@
 // streaming (SSE) and not, plus OpenAI-shaped errors with the right HTTP status.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, require, user } from './lib.mjs';
+import { startServer, require, user, until } from './lib.mjs';
 
 const OpenAI = require('openai').default;
 
@@ -11,7 +11,8 @@ let client;
 
 before(async () => {
   server = await startServer(['--api-key', 'sk-test-123', '--max-prompt-tokens', '160',
-    '--max-tokens-limit', '256']);
+    '--max-tokens-limit', '256'], { hold: true });
+  await server.release(); // the disconnect test holds it
   client = new OpenAI({ apiKey: 'sk-test-123', baseURL: `${server.url}/v1`, maxRetries: 0 });
 });
 
@@ -137,21 +138,37 @@ const TEN_QUESTIONS = 'Where is my order 48213? What are your store hours on Sun
   'I want to talk to a human.';
 
 test('a client that disconnects mid-stream cancels its request', async () => {
+  // The engine is held and stepped 25 forwards (the prompt, then three blocks of eight
+  // one-token steps), so the stream has content and the reply cannot end before the server
+  // sees the disconnect, however the client and the engine are scheduled.
+  await server.hold();
+  const submitted = () => server.lines.filter((l) => /event=submitted /.test(l)).length;
+  const before = submitted();
   const ctl = new AbortController();
-  const stream = await client.chat.completions.create({
+  // (not awaited yet: the response head waits for the engine's first event)
+  const streaming = client.chat.completions.create({
     // ten questions at once: far more than the model was trained to answer in one reply, so it
     // runs to max_tokens (a short reply could end before the server sees the disconnect)
     model: 'fogline', messages: user(TEN_QUESTIONS), max_tokens: 256, stream: true,
     decoding: { policy: 'sequential', pipeline: false },
   }, { signal: ctl.signal });
+  await until(() => submitted() > before, 10000, 'the request in the engine');
+  for (let i = 0; i < 25; i++) await server.step();
+  const stream = await streaming;
+  // (the frames of those forwards are buffered here already: stop reading at the abort)
   let n = 0;
   try {
     for await (const ch of stream) {
-      if (ch.choices[0]?.delta?.content && ++n === 2) ctl.abort();
+      if (ch.choices[0]?.delta?.content && ++n === 2) {
+        ctl.abort();
+        break;
+      }
+      assert.equal(ch.choices[0]?.finish_reason ?? null, null, 'the reply did not end before the abort');
     }
   } catch (e) {
     assert.ok(ctl.signal.aborted, `only the abort ends the stream early: ${e}`);
   }
-  assert.equal(n, 2, 'the stream stopped at the abort');
+  assert.equal(n, 2, 'two content chunks came before the abort');
   await server.waitLog(/event=done .*finish=cancelled.*orphaned=1/, 10000);
+  await server.release();
 });

@@ -8,9 +8,10 @@
 //     every page comes back; bad "parallel" values are refused with a message.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, connect, metrics, until, require } from './lib.mjs';
+import { startServer, connect, metrics, until, require, stepUntil } from './lib.mjs';
 
-const server = await startServer(['--max-seqs', '8']);
+const server = await startServer(['--max-seqs', '8'], { hold: true });
+await server.release(); // the first test steps it
 after(async () => assert.equal(await server.stop(), 0));
 
 const SEQ = { policy: 'sequential', pipeline: true };
@@ -36,9 +37,16 @@ test('fan-out: every branch equals its prompt run alone; the shared prefix is co
   const m0 = await metrics(server);
   const shared0 = m0.get('fogline_prefix_cache_tokens_total');
   // sequential unmasking: several steps per block, so every segment sends drafts before its
-  // commits (with the threshold policy the built-in model often fills a block in one step)
-  const frames = await run(c, 'f1', { messages: [{ role: 'system', content: SYSTEM }], max_tokens: 40,
+  // commits (with the threshold policy the built-in model often fills a block in one step);
+  // one forward at a time, each forward's frames in before the next, so that no draft is
+  // superseded by its commit because the loop ran late
+  await server.hold();
+  c.send({ type: 'chat', id: 'f1', messages: [{ role: 'system', content: SYSTEM }], max_tokens: 40,
     decoding: SEQ, parallel: { mode: 'fanout', segments: SEGMENTS } });
+  await server.waitLog(/event=submitted req="f1"/);
+  await stepUntil(server, c, () => c.frames.some((f) => f.id === 'f1' && (f.type === 'done' || f.type === 'error')));
+  await server.release();
+  const frames = await c.collect('f1', 60000);
   const done = frames[frames.length - 1];
   assert.equal(done.type, 'done', JSON.stringify(done));
   assert.equal(done.finish, 'stop');
@@ -122,10 +130,15 @@ test('cancel and disconnect end every branch; pages come back', async () => {
   const c = await connect(server);
   const long = { messages: [{ role: 'system', content: SYSTEM }], max_tokens: 200,
     decoding: { policy: 'sequential', pipeline: false }, parallel: { mode: 'fanout', segments: SEGMENTS, max_branches: 2 } };
+  // held (one forward run: branches admitted) until the cancel has ended them: they cannot
+  // finish first
+  await server.hold();
   c.send({ type: 'chat', id: 'x', ...long });
-  await c.next((f) => f.id === 'x' && f.type === 'draft', 30000);
+  await server.waitLog(/event=submitted req="x"/);
+  await server.step();
   c.send({ type: 'cancel', id: 'x' });
   const frames = await c.collect('x', 30000);
+  await server.release();
   const done = frames[frames.length - 1];
   assert.equal(done.type, 'done');
   assert.equal(done.finish, 'cancelled');
@@ -136,13 +149,16 @@ test('cancel and disconnect end every branch; pages come back', async () => {
   assert.equal(again[again.length - 1].type, 'done');
   // a client that goes away mid fan-out
   const d = await connect(server);
+  await server.hold();
   d.send({ type: 'chat', id: 'y', ...long });
-  await d.next((f) => f.id === 'y' && f.type === 'draft', 30000);
+  await server.waitLog(/event=submitted req="y"/);
+  await server.step();
   d.ws.terminate();
   await until(async () => {
     const m = await metrics(server);
     return m.get('fogline_requests_active') === 0 && m.get('fogline_kv_pages', { state: 'used' }) === 0;
   }, 20000, 'branches of a gone client to end');
+  await server.release();
   c.close();
 });
 

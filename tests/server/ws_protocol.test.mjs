@@ -5,13 +5,14 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { startServer, connect, wsClient, user, FOUR_QUESTIONS, metrics, until } from './lib.mjs';
+import { startServer, connect, wsClient, user, FOUR_QUESTIONS, metrics, until, stepUntil } from './lib.mjs';
 
 let server;
 
 before(async () => {
   server = await startServer(['--max-message-bytes', '4096', '--max-prompt-tokens', '96',
-    '--max-conn-requests', '3', '--max-tokens-limit', '512']);
+    '--max-conn-requests', '3', '--max-tokens-limit', '512'], { hold: true });
+  await server.release(); // the tests that must not race the engine hold it themselves
 });
 
 after(async () => {
@@ -66,9 +67,15 @@ test('a chat streams drafts, commits in block order, then done with usage and st
   const c = await connect(server);
   // sequential unmasking: eight steps per block, so drafts come before each commit. With the
   // threshold policy a confident model fills a block in one or two steps, and a draft still
-  // queued when its block commits is dropped by design (the commit supersedes it).
+  // queued when its block commits is dropped by design (the commit supersedes it). So that no
+  // draft is dropped because the loop ran late, the engine runs one forward at a time and each
+  // forward's frames are in before the next.
+  await server.hold();
   c.send({ type: 'chat', id: 'r1', session: 's-42', messages: user('my printer says offline'),
            max_tokens: 40, temperature: 0, decoding: { policy: 'sequential', pipeline: true } });
+  await server.waitLog(/event=submitted req="r1"/);
+  await stepUntil(server, c, () => c.frames.some((f) => f.id === 'r1' && (f.type === 'done' || f.type === 'error')));
+  await server.release();
   const frames = await c.collect('r1');
   const drafts = frames.filter((f) => f.type === 'draft');
   const commits = frames.filter((f) => f.type === 'commit');
@@ -113,12 +120,17 @@ test('several requests run on one connection, each ends with its own done', asyn
 
 test('cancel ends a request with done(cancelled) and frees its KV pages', async () => {
   const c = await connect(server);
+  // held: the reply cannot end before the cancel comes, however short it is
+  await server.hold();
   c.send({ type: 'chat', id: 'long', messages: user('tell me everything about refunds'), max_tokens: 512,
            decoding: { policy: 'sequential', pipeline: false } });
-  await c.next((f) => f.id === 'long' && f.type === 'draft');
+  await server.waitLog(/event=submitted req="long"/);
+  await stepUntil(server, c, () => c.frames.some((f) => f.id === 'long' && f.type === 'draft'));
+  assert.ok((await metrics(server)).get('fogline_kv_pages', { state: 'used' }) > 0, 'it holds pages');
   c.send({ type: 'cancel', id: 'long' });
   const done = await c.next((f) => f.id === 'long' && f.type === 'done');
   assert.equal(done.finish, 'cancelled');
+  await server.release();
   // a cancelled sequence frees its pages at once (the persistence thread may hold the last
   // stored few until the engine's next step)
   await until(async () => {
@@ -254,6 +266,8 @@ test('a prompt over --max-prompt-tokens is refused with prompt_too_long', async 
 
 test('too many concurrent requests on a connection, and duplicate ids, are refused', async () => {
   const c = await connect(server);
+  // held: q1..q3 are all still running when the duplicate and the fourth come
+  await server.hold();
   const slow = { max_tokens: 256, decoding: { policy: 'sequential', pipeline: false } };
   for (const id of ['q1', 'q2', 'q3']) c.send({ type: 'chat', id, messages: user('hello'), ...slow });
   c.send({ type: 'chat', id: 'q1', messages: user('hello') });
@@ -267,6 +281,7 @@ test('too many concurrent requests on a connection, and duplicate ids, are refus
     const d = await c.next((f) => f.id === id && f.type === 'done');
     assert.equal(d.finish, 'cancelled');
   }
+  await server.release();
   c.close();
 });
 
@@ -275,13 +290,17 @@ test('an abrupt disconnect cancels its requests and frees their pages; others go
   const cancelled0 = before.get('fogline_requests_total', { outcome: 'cancelled' });
   const c = await connect(server);
   const other = await connect(server);
-  // the reply must outlast the disconnect: four questions get a four-part answer (v5: 83 tokens,
-  // 88 one-token forwards, ~130 ms in a release build); "what is my balance" got 13 tokens from
-  // v5 and was done before the server saw the close
+  // the reply must outlast the disconnect: the engine is held from its first draft until the
+  // server has cancelled it (a free-running reply raced the close, and a short one won)
+  await server.hold();
   c.send({ type: 'chat', id: 'gone', max_tokens: 512, messages: user(FOUR_QUESTIONS),
            decoding: { policy: 'sequential', pipeline: false, max_blocks: 1 } });
-  await c.next((f) => f.type === 'draft');
+  await server.waitLog(/event=submitted req="gone"/);
+  await stepUntil(server, c, () => c.frames.some((f) => f.id === 'gone' && f.type === 'draft'));
   c.ws.terminate(); // TCP close, no close frame
+  await until(async () => (await metrics(server)).get('fogline_requests_total', { outcome: 'cancelled' }) > cancelled0,
+              10000, 'the dropped request to be cancelled');
+  await server.release();
   other.send({ type: 'chat', id: 'alive', messages: user('hi'), max_tokens: 16 });
   const fr = await other.collect('alive');
   assert.equal(fr.at(-1).type, 'done');

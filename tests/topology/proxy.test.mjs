@@ -14,7 +14,7 @@ let topo;
 
 before(async () => {
   // The proxy does not need Redis; the Compose topology has it, so it runs here too.
-  topo = await startTopology({ redis: true });
+  topo = await startTopology({ redis: true, hold: true });
 });
 
 after(async () => {
@@ -56,14 +56,29 @@ test('WebSocket chats stream drafts, commits and done through nginx, over both r
   // All connections open at once, so least_conn must put them on both replicas.
   const clients = await Promise.all(prompts.map(() => open(topo.nginx.wsUrl)));
   const t = tag();
+  const ids = prompts.map((_, i) => `proxy-${t}-${i}`);
   try {
+    // sequential unmasking: one token per step, so every block is drafted before it commits.
+    // Both engines held and stepped one forward at a time, every client's frames in (a ping
+    // through nginx) before the next: no draft is superseded by its commit because a loop ran
+    // late, and a reply cannot end before its first draft is through.
+    await topo.a.hold();
+    await topo.b.hold();
+    clients.forEach((c, i) => c.send({ type: 'chat', id: ids[i], messages: user(prompts[i]), max_tokens: 48,
+                                      decoding: { policy: 'sequential' } }));
+    await Promise.all(ids.map((id) => servedBy(topo, id, 30000)));
+    const over = (c, i) => c.frames.some((f) => f.id === ids[i] && (f.type === 'done' || f.type === 'error'));
+    for (let n = 0; !clients.every(over); n++) {
+      assert.ok(n < 2000, 'the replies did not end in 2000 forwards');
+      await Promise.all([topo.a.step(), topo.b.step()]);
+      await Promise.all(clients.map((c) => c.sync()));
+    }
+    await topo.a.release();
+    await topo.b.release();
     const results = await Promise.all(clients.map(async (c, i) => {
       assert.equal(c.hello.type, 'hello');
       assert.equal(typeof c.hello.model, 'string');
-      const id = `proxy-${t}-${i}`;
-      // sequential unmasking: one token per step, so every block is drafted before it commits
-      c.send({ type: 'chat', id, messages: user(prompts[i]), max_tokens: 48,
-               decoding: { policy: 'sequential' } });
+      const id = ids[i];
       const frames = [];
       for (;;) {
         const f = await c.next((x) => x.id === id, 60000);

@@ -13,7 +13,7 @@
 // nginx, and the other replica continues the conversation.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { wsClient, user, metrics } from '../server/lib.mjs';
+import { wsClient, user, metrics, stepUntil } from '../server/lib.mjs';
 import { startTopology, stopTopology, servedBy, tag } from './topology.mjs';
 
 let topo;
@@ -24,7 +24,7 @@ const M2 = 'It still has not arrived. Can you check again?';
 const M3 = 'Thanks. Can I change the delivery address?';
 
 before(async () => {
-  topo = await startTopology({ redis: true });
+  topo = await startTopology({ redis: true, hold: true });
   await Promise.all([waitRedis(topo.a, 'A'), waitRedis(topo.b, 'B')]);
 });
 
@@ -133,22 +133,16 @@ test('SIGKILL of the replica mid-reply: the client reconnects through nginx and 
   const t1 = await turn(c1, { id: `${k}-t1`, session: s, messages: user(M1) });
   const x = await servedBy(topo, `${k}-t1`);
   const y = x === 'a' ? 'b' : 'a';
-  // keep replica x busy (a steady stream of one-token-per-step requests on a direct
-  // connection): turn 2 then takes many slow steps and is surely still streaming at the kill
-  // (alone it can end within a few milliseconds of its first update)
-  const bg = await open(topo[x].wsUrl);
-  let bgN = 0;
-  const more = () => bg.send({ type: 'chat', id: `${k}-bg${bgN++}`, messages: user(M2), max_tokens: 256,
-                               decoding: { policy: 'sequential', pipeline: false } });
-  bg.ws.on('message', (d) => { if (JSON.parse(d.toString()).type === 'done' && bgN < 400) more(); });
-  for (let i = 0; i < 8; i++) more();
-  await bg.next((f) => f.type === 'draft', 30000);
-  // turn 2 on the same connection (so on replica x): long, one token per step; kill x at its
-  // first update
+  // turn 2 on the same connection (so on replica x), its engine held and stepped to turn 2's
+  // first update: it is certainly still streaming at the kill (free-running, it can end within
+  // a few milliseconds of its first update)
   const id2 = `${k}-t2`;
+  await topo[x].hold();
   c1.send({ type: 'chat', id: id2, session: s, messages: user(M2), max_tokens: 256,
             decoding: { policy: 'sequential', pipeline: false } });
-  const first = await c1.next((f) => f.id === id2, 60000);
+  await topo[x].waitLog(new RegExp(`event=submitted req="${id2}"`), 30000);
+  await stepUntil(topo[x], c1, () => c1.frames.some((f) => f.id === id2));
+  const first = c1.frames.find((f) => f.id === id2);
   assert.ok(first.type === 'draft' || first.type === 'commit', `turn 2 began with ${JSON.stringify(first)}`);
   killed.add(x);
   topo[x].proc.kill('SIGKILL');

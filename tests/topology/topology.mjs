@@ -167,7 +167,8 @@ export async function startNginx(dir, upstreams) {
 }
 
 // redis + two replicas (A, B) + nginx. With redis: false the replicas run without --redis.
-export async function startTopology({ redis = true, serverArgs = [] } = {}) {
+// hold: the replicas have the engine hold enabled (docs/robustness.md), released at the start.
+export async function startTopology({ redis = true, serverArgs = [], hold = false } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fogline-topology-'));
   dirs.add(dir);
   const topo = { dir, redis: null, a: null, b: null, nginx: null };
@@ -178,8 +179,9 @@ export async function startTopology({ redis = true, serverArgs = [] } = {}) {
       args.push('--redis', topo.redis.url);
     }
     // one at a time: both load the model, and the machine may have two cores
-    topo.a = await startServer(args);
-    topo.b = await startServer(args);
+    topo.a = await startServer(args, { hold });
+    topo.b = await startServer(args, { hold });
+    if (hold) for (const s of [topo.a, topo.b]) await s.release();
     for (const s of [topo.a, topo.b]) track(s.proc);
     topo.nginx = await startNginx(dir, [`127.0.0.1:${topo.a.port}`, `127.0.0.1:${topo.b.port}`]);
   } catch (e) {
