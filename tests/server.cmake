@@ -9,6 +9,7 @@
 #   server.backpressure  a client that never reads
 #   server.redis         sessions and KV pages in a real redis-server; its faults
 #   server.parallel      fan-out: branches equal their lone runs, share the prefix, cancel
+#   server.alloc         allocation failures on demand (FOGLINE_TEST_FAIL_ALLOC)
 # The model: FL_SERVE_MODEL (cache variable or environment), the built-in model by default.
 find_program(FL_NODE NAMES node nodejs)
 if(NOT FL_NODE)
@@ -16,7 +17,7 @@ if(NOT FL_NODE)
 endif()
 set(FL_SERVE_MODEL "${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk" CACHE PATH
     "model directory the server tests load")
-foreach(suite ws_protocol openai http ops backpressure redis parallel faults)
+foreach(suite ws_protocol openai http ops backpressure redis parallel faults alloc)
   add_test(NAME server.${suite}
     COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/${suite}.test.mjs)
   set_tests_properties(server.${suite} PROPERTIES LABELS integration TIMEOUT 300
