@@ -65,14 +65,27 @@ float fl_f16_to_f32(uint16_t h);
  * dtype that is not a float type. */
 int fl_to_f32(float *dst, const void *src, fl_dtype t, size_t n);
 
-/* A growable byte buffer, always NUL-terminated when len > 0 or after fl_buf_cstr. */
+/* A growable byte buffer, always NUL-terminated when len > 0.
+ *
+ * Its error is sticky (SQLite's StrAccum): the first append that fails records its code in
+ * err, and from then on every append is a no-op that returns it. A caller that builds a frame
+ * or a body in several appends checks err once, where the frame is finished, and never sends
+ * what a failed buffer holds (it is whatever came before the failure: a truncated frame). */
 typedef struct fl_buf {
     char *data;
     size_t len, cap;
+    int err; /* 0, or the FL_E* code of the first failure */
 } fl_buf;
+/* Each returns 0, or b->err (FL_ENOMEM; FL_EINVAL for a bad format) and appends nothing. */
 int fl_buf_append(fl_buf *b, const void *p, size_t n);
 int fl_buf_puts(fl_buf *b, const char *s);
 int fl_buf_printf(fl_buf *b, const char *fmt, ...) FL_PRINTF(2, 3);
+/* Records a failure of the caller's own (a piece of the frame it could not produce) so that
+ * the one check at the end sees it too; the first error stays. */
+void fl_buf_fail(fl_buf *b, int err);
+/* Cuts b back to its first len bytes (len <= b->len) and clears the error: the caller drops
+ * what the failed appends were building and keeps what came before. */
+void fl_buf_rewind(fl_buf *b, size_t len);
 void fl_buf_free(fl_buf *b);
 
 /* dir + "/" + name (no doubled slash), malloc'd; NULL when out of memory. */

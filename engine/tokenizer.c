@@ -1017,7 +1017,7 @@ static int pretok(const fl_tokenizer *t, fl__slot *s, int k, const char *p, size
     const fl__stage *st = &t->stages[k];
     if (st->kind == FL_ST_BYTELEVEL && st->add_prefix_space && p[0] != ' ') {
         fl_buf *b = &s->pfx[k];
-        b->len = 0;
+        fl_buf_rewind(b, 0); /* the slot's scratch: an earlier encode's failure is not ours */
         if (fl_buf_append(b, " ", 1) || fl_buf_append(b, p, n))
             return FL_ENOMEM;
         p = b->data;
@@ -1126,7 +1126,7 @@ static int encode_normalized(const fl_tokenizer *t, fl__slot *s, const char *p, 
         if (fl__nf_quick_yes(&t->nft, t->forms[f], p, n))
             continue;
         fl_buf *b = &s->norm[f];
-        b->len = 0;
+        fl_buf_rewind(b, 0);
         int rc = fl__nf_apply(&t->nft, t->forms[f], p, n, b, &s->nf);
         if (rc)
             return rc;
@@ -1151,7 +1151,7 @@ int fl_tokenizer_encode(const fl_tokenizer *t, const char *text, size_t len, boo
     size_t good = fl__utf8_valid_prefix((const unsigned char *)p, len);
     int rc = 0;
     if (good < len) { /* the documented rule: each maximal invalid subpart -> U+FFFD */
-        s->clean.len = 0;
+        fl_buf_rewind(&s->clean, 0);
         if (fl_buf_append(&s->clean, p, good) ||
             fl__utf8_append_lossy(&s->clean, (const unsigned char *)p + good, len - good))
             rc = FL_ENOMEM;

@@ -142,13 +142,23 @@ int fl_to_f32(float *dst, const void *src, fl_dtype t, size_t n)
 
 int fl_buf_append(fl_buf *b, const void *p, size_t n)
 {
+    if (b->err)
+        return b->err;
+    /* the size doubles: a request beyond half the address space can never be met (and
+       would overflow the sum or the doubling) */
+    if (n > SIZE_MAX / 2 - b->len - 1) {
+        b->err = FL_ENOMEM;
+        return b->err;
+    }
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->len + n + 1)
             cap *= 2;
         char *d = realloc(b->data, cap);
-        if (!d)
-            return FL_ENOMEM;
+        if (!d) {
+            b->err = FL_ENOMEM;
+            return b->err;
+        }
         b->data = d;
         b->cap = cap;
     }
@@ -163,18 +173,24 @@ int fl_buf_puts(fl_buf *b, const char *s) { return fl_buf_append(b, s, strlen(s)
 
 int fl_buf_printf(fl_buf *b, const char *fmt, ...)
 {
+    if (b->err)
+        return b->err;
     char tmp[256];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
     va_end(ap);
-    if (n < 0)
-        return FL_EINVAL;
+    if (n < 0) {
+        fl_buf_fail(b, FL_EINVAL);
+        return b->err;
+    }
     if ((size_t)n < sizeof tmp)
         return fl_buf_append(b, tmp, (size_t)n);
     char *big = malloc((size_t)n + 1);
-    if (!big)
-        return FL_ENOMEM;
+    if (!big) {
+        fl_buf_fail(b, FL_ENOMEM);
+        return b->err;
+    }
     va_start(ap, fmt);
     vsnprintf(big, (size_t)n + 1, fmt, ap);
     va_end(ap);
@@ -183,11 +199,27 @@ int fl_buf_printf(fl_buf *b, const char *fmt, ...)
     return rc;
 }
 
+void fl_buf_fail(fl_buf *b, int err)
+{
+    if (!b->err)
+        b->err = err ? err : FL_ENOMEM;
+}
+
+void fl_buf_rewind(fl_buf *b, size_t len)
+{
+    if (len < b->len) {
+        b->len = len;
+        b->data[len] = 0;
+    }
+    b->err = 0;
+}
+
 void fl_buf_free(fl_buf *b)
 {
     free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
+    b->err = 0;
 }
 
 int fl_read_file(const char *path, char **out, size_t *len, fl_err *e)

@@ -166,6 +166,12 @@ static void fl_run_reference(const fl_bench_args *a, double *ref_ms, char *note,
     fl_buf_printf(&cmd, "OMP_WAIT_POLICY=PASSIVE '%s' '%s' --model '%s' --threads %d --ctx %d "
                   "--blocks %s --steps %d", a->python, path, a->model, a->threads, a->ctx,
                   blocks.data, a->steps);
+    if (blocks.err || cmd.err) { /* never run a cut command line */
+        snprintf(note, note_cap, "reference: out of memory; not run");
+        fl_buf_free(&cmd);
+        fl_buf_free(&blocks);
+        return;
+    }
     fflush(stdout);
     FILE *p = popen(cmd.data, "r");
     fl_buf outb = {0};
@@ -181,7 +187,7 @@ static void fl_run_reference(const fl_bench_args *a, double *ref_ms, char *note,
         snprintf(note, note_cap, "reference: cannot start %s", a->python);
     }
     json_error_t je;
-    json_t *j = outb.data ? json_loads(outb.data, 0, &je) : NULL;
+    json_t *j = outb.data && !outb.err ? json_loads(outb.data, 0, &je) : NULL;
     if (j) {
         json_t *bl = json_object_get(j, "blocks");
         for (int i = 0; i < a->n_blocks; i++) {

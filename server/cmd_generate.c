@@ -292,6 +292,10 @@ int fl_cmd_generate(int argc, char **argv)
             goto out;
         }
     }
+    if (text.err) { /* the raw prompt did not fit: never a cut one */
+        fprintf(stderr, "fogline generate: out of memory\n");
+        goto out;
+    }
     if (!ids && fl_tokenizer_encode(m->tok, text.data ? text.data : "", text.len, true, &ids, &n_ids, &e)) {
         fprintf(stderr, "fogline generate: %s\n", e.msg);
         goto out;
@@ -339,6 +343,10 @@ int fl_cmd_generate(int argc, char **argv)
     fl_sched_flush(s);
     if (L.error) {
         fprintf(stderr, "fogline generate: %s\n", L.error);
+        goto out;
+    }
+    if (L.text.err) { /* the reply did not fit: never print a cut one */
+        fprintf(stderr, "fogline generate: out of memory\n");
         goto out;
     }
     if (json) {

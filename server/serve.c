@@ -177,6 +177,12 @@ int fl_cmd_serve(int argc, char **argv)
         return 1;
     }
     s->cfg = &cfg;
+    if (srv_faults_parse(&s->faults, getenv("FOGLINE_TEST_FAIL_ALLOC"), err, sizeof err)) {
+        fprintf(stderr, "fogline serve: %s\n", err);
+        free(s);
+        srv_config_free(&cfg);
+        return 2;
+    }
     s->log.level = cfg.log_level;
     s->log.f = stderr;
     srv_metrics_init(&s->m);

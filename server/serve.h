@@ -13,6 +13,7 @@
 #define FL_SERVE_H
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <uv.h>
 
@@ -107,6 +108,31 @@ typedef enum srv_req_state {
 
 #define SRV_DRAFT_SLOTS 16 /* running blocks per sequence at most (decode.h: max_blocks) */
 
+/* An event copied off the engine thread. */
+typedef struct srv_ev {
+    struct srv_ev *next;
+    struct srv_req *req;
+    fl_event_type type;
+    int32_t block, step, n; /* draft/commit */
+    int32_t *tokens;        /* (n) -1 where masked */
+    uint8_t *fresh;         /* (n) */
+    char *text;             /* commit: the block's text; done: the whole reply */
+    size_t text_len;
+    fl_finish finish;
+    char *error;
+    const char *code;       /* FL_FINISH_ERROR: the SRV_E_* for the client; NULL: engine_error */
+    bool spare;             /* the request's own ev_spare (freed with it, not on its own) */
+    fl_seq_stats stats;
+    int32_t n_ids;
+    int32_t *ids;           /* done: (n_ids) the reply's ids */
+} srv_ev;
+
+/* The code a failed done (FL_FINISH_ERROR) reports to the client. */
+static inline const char *srv_ev_code(const srv_ev *ev)
+{
+    return ev->code ? ev->code : SRV_E_ENGINE;
+}
+
 typedef struct srv srv;
 
 typedef struct srv_req {
@@ -143,30 +169,45 @@ typedef struct srv_req {
     json_t *seg_results;    /* a group: one object per segment, filled as branches end */
     char *group_text;       /* a branch with an HTTP owner: its whole text, kept for the answer */
     bool any_error;
+    /* the sink's (engine thread, from submit until done): a done that cannot be copied, or
+       that follows a commit that could not be, goes out as this error instead, so that no
+       allocation failure leaves a request without its end */
+    fl_engine *en;          /* the engine it was submitted to */
+    bool ev_lost;           /* a commit was lost: the reply cannot be whole */
+    srv_ev ev_spare;
     struct srv_req *o_prev, *o_next;      /* the owner's list */
     struct srv_req *s_prev, *s_next;      /* the server's list of live requests */
 } srv_req;
 
-/* An event copied off the engine thread. */
-typedef struct srv_ev {
-    struct srv_ev *next;
-    srv_req *req;
-    fl_event_type type;
-    int32_t block, step, n; /* draft/commit */
-    int32_t *tokens;        /* (n) -1 where masked */
-    uint8_t *fresh;         /* (n) */
-    char *text;             /* commit: the block's text; done: the whole reply */
-    size_t text_len;
-    fl_finish finish;
-    char *error;
-    fl_seq_stats stats;
-    int32_t n_ids;
-    int32_t *ids;           /* done: (n_ids) the reply's ids */
-} srv_ev;
+/* ---- allocation failures on demand, for tests (serve_faults.c) ---- */
+typedef enum srv_fault_site {
+    SRV_FAULT_DRAFT_EVENT,  /* "draft_event": the copy of a draft event (sink) */
+    SRV_FAULT_COMMIT_EVENT, /* "commit_event": the copy of a commit event (sink) */
+    SRV_FAULT_DONE_EVENT,   /* "done_event": the copy of a done event (sink) */
+    SRV_FAULT_BRANCHES,     /* "branches": a fan-out group's branch requests */
+    SRV_FAULT_SSE,          /* "sse": an SSE event in an HTTP response */
+    SRV_FAULT_SITES
+} srv_fault_site;
+
+#define SRV_FAULTS_MAX 8
+
+typedef struct srv_faults {
+    int n; /* entries; 0: inert */
+    srv_fault_site site[SRV_FAULTS_MAX];
+    long nth[SRV_FAULTS_MAX];
+    atomic_long calls[SRV_FAULT_SITES];
+} srv_faults;
+
+/* Parses FOGLINE_TEST_FAIL_ALLOC ("<site>:<nth>[,...]"; NULL or empty: none). Returns 0, or
+ * -1 with one line in err. */
+int srv_faults_parse(srv_faults *f, const char *spec, char *err, size_t errlen);
+/* Counts an allocation at site; true when this one is to fail. */
+bool srv_fault(srv_faults *f, srv_fault_site site);
 
 /* ---- the server ---- */
 struct srv {
     srv_config *cfg;
+    srv_faults faults;       /* FOGLINE_TEST_FAIL_ALLOC */
     srv_log log;
     srv_metrics m;
     fl_model *model;

@@ -276,18 +276,69 @@ int srv_engine_start(srv *s, fl_err *e)
 
 /* ---- the sink (engine thread) ---- */
 
+static void ev_push(srv *s, srv_ev *x)
+{
+    uv_mutex_lock(&s->ev_mu);
+    if (s->ev_tail)
+        s->ev_tail->next = x;
+    else
+        s->ev_head = x;
+    s->ev_tail = x;
+    uv_mutex_unlock(&s->ev_mu);
+    uv_async_send(&s->wake);
+}
+
+/* The done that stands in for one that cannot be delivered as it came: an error, from the
+   request's own preallocated record, so it needs no memory. */
+static srv_ev *ev_spare_done(srv_req *r, const fl_event *ev)
+{
+    srv_ev *x = &r->ev_spare;
+    memset(x, 0, sizeof *x);
+    x->spare = true;
+    x->req = r;
+    x->type = FL_EV_DONE;
+    x->block = x->step = -1;
+    x->text = "";
+    x->finish = FL_FINISH_ERROR;
+    x->code = SRV_E_INTERNAL;
+    x->error = r->ev_lost ? "out of memory: part of the reply could not be delivered"
+                          : "out of memory: the end of the reply could not be delivered";
+    if (ev->stats)
+        x->stats = *ev->stats;
+    return x;
+}
+
+/* Copies the event for the loop. Out of memory, a draft is dropped (a later draft or the
+   block's commit supersedes it); a lost commit would leave a hole in the reply, so nothing
+   more of the request is delivered, the engine is asked to stop it, and its done becomes an
+   error; a done that cannot be copied becomes one too. So every request gets its end. */
 static void sink(const fl_event *ev, void *ctx)
 {
     srv_req *r = ctx;
     srv *s = r->s;
+    if (r->ev_lost && ev->type != FL_EV_DONE)
+        return;
     size_t ntok = ev->type == FL_EV_DRAFT ? (size_t)ev->n : 0;
     size_t ntext = ev->type == FL_EV_DRAFT ? 0 : ev->text_len;
     size_t nerr = ev->error ? strlen(ev->error) + 1 : 0;
     size_t nids = ev->type == FL_EV_DONE && ev->ids && ev->n_ids > 0 ? (size_t)ev->n_ids : 0;
     size_t sz = sizeof(srv_ev) + (ntok + nids) * sizeof(int32_t) + ntok + ntext + 1 + nerr;
-    srv_ev *x = malloc(sz);
-    if (!x)
-        return; /* a lost draft or commit only; done is small and retried below */
+    srv_fault_site site = ev->type == FL_EV_DRAFT    ? SRV_FAULT_DRAFT_EVENT
+                          : ev->type == FL_EV_COMMIT ? SRV_FAULT_COMMIT_EVENT
+                                                     : SRV_FAULT_DONE_EVENT;
+    srv_ev *x = srv_fault(&s->faults, site) ? NULL : malloc(sz);
+    if (ev->type == FL_EV_DONE && (!x || r->ev_lost)) {
+        free(x);
+        ev_push(s, ev_spare_done(r, ev));
+        return;
+    }
+    if (!x) {
+        if (ev->type == FL_EV_COMMIT) {
+            r->ev_lost = true;
+            fl_engine_cancel(r->en, ev->id); /* best effort: the done comes either way */
+        }
+        return;
+    }
     memset(x, 0, sizeof *x);
     x->req = r;
     x->type = ev->type;
@@ -321,14 +372,7 @@ static void sink(const fl_event *ev, void *ctx)
     if (ev->stats)
         x->stats = *ev->stats;
     x->n_ids = ev->n_ids;
-    uv_mutex_lock(&s->ev_mu);
-    if (s->ev_tail)
-        s->ev_tail->next = x;
-    else
-        s->ev_head = x;
-    s->ev_tail = x;
-    uv_mutex_unlock(&s->ev_mu);
-    uv_async_send(&s->wake);
+    ev_push(s, x);
 }
 
 /* ---- requests ---- */
@@ -576,7 +620,7 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
    added). */
 static bool group_add_branches(srv_req *g, const fl_chat_msg *base, size_t n_base, char **extra, int n)
 {
-    srv_req **kids = calloc((size_t)n, sizeof *kids);
+    srv_req **kids = srv_fault(&g->s->faults, SRV_FAULT_BRANCHES) ? NULL : calloc((size_t)n, sizeof *kids);
     if (!kids)
         return false;
     for (int i = 0; i < n; i++) {
@@ -599,6 +643,27 @@ static bool group_add_branches(srv_req *g, const fl_chat_msg *base, size_t n_bas
     return true;
 }
 
+/* A group that cannot go on before any branch ran: its owner, whichever kind, hears the error
+   as for a request refused before the engine took it (and forgets the group), then the group
+   is freed. */
+static void group_fail(srv_req *g, const char *code, const char *msg)
+{
+    srv *s = g->s;
+    s->m.requests[SRV_OUT_REJECTED]++;
+    srv_metrics_error(&s->m, code);
+    if (g->owner) {
+        if (g->kind == SRV_OWNER_WS)
+            srv_ws_on_reject(g->owner, g, code, msg);
+        else
+            srv_http_on_reject(g->owner, g, code, msg);
+    }
+    char q[160];
+    SRV_WARN(&s->log, "event=group_failed req=%s serial=%llu code=%s message=%s",
+             srv_log_q(q, sizeof q, g->chat.id), (unsigned long long)g->serial, code,
+             srv_log_q(q + 80, 80, msg));
+    group_free(g);
+}
+
 /* The outline stage of a skeleton/auto request ended: text is what the model wrote (NULL when
    the stage failed or was cancelled). Two or more points: one branch per point (the earlier
    turns plus the point); otherwise the request is decoded plainly, as one branch. */
@@ -619,15 +684,9 @@ static void group_outline_done(srv_req *k, const char *text, size_t len)
     bool ok = n ? group_add_branches(g, g->chat.msgs, g->chat.n_msgs - 1, points, n)
                 : group_add_branches(g, g->chat.msgs, g->chat.n_msgs, NULL, 1);
     srv_outline_free(points, n);
-    if (!ok || g->cancelled) {
-        /* no branch will end the group: end it now (cancelled, or out of memory) */
-        if (ok) /* branches were started cancelled; they end the group themselves */
-            return;
-        g->any_error = true;
-        if (g->owner && g->kind == SRV_OWNER_WS)
-            srv_ws_on_group_done(g->owner, g);
-        group_free(g);
-    }
+    if (!ok) /* no branch will end the group: it fails now */
+        group_fail(g, SRV_E_INTERNAL, "out of memory: the request's branches could not be started");
+    /* cancelled with its branches: they start cancelled and end the group themselves */
 }
 
 /* A request with "parallel": fanout gets one branch per segment (the shared messages plus its
@@ -816,6 +875,7 @@ static void req_submit(srv_req *r, void *prefix, int32_t n_prefix)
         q.n_stop = s->cfg->gen.n_stop;
     }
     fl_err e = {0};
+    r->en = s->engine;
     int rc = fl_engine_submit(s->engine, &q, sink, r, &r->eid, &e);
     if (rc) {
         free(prefix);
@@ -1218,7 +1278,7 @@ static void handle(srv *s, srv_ev *ev)
         s->m.requests[out]++;
         s->m.reply_tokens += (uint64_t)(ev->n_ids > 0 ? ev->n_ids : 0);
         if (ev->finish == FL_FINISH_ERROR)
-            srv_metrics_error(&s->m, SRV_E_ENGINE);
+            srv_metrics_error(&s->m, srv_ev_code(ev));
         if (ev->stats.forwards > 0 && (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH))
             srv_hist_observe(&s->m.tpf, ev->stats.tpf);
         int32_t redis_tokens = ev->stats.cached_tokens - ev->stats.shared_tokens;
@@ -1248,7 +1308,7 @@ static void handle(srv *s, srv_ev *ev)
         else if (r->parent)
             group_branch_ended(r, ev->finish == FL_FINISH_ERROR ? "error" : srv_finish_name(ev->finish),
                                &ev->stats, ev->n_ids,
-                               ev->finish == FL_FINISH_ERROR ? SRV_E_ENGINE : NULL);
+                               ev->finish == FL_FINISH_ERROR ? srv_ev_code(ev) : NULL);
         req_free(r);
     }
 }
@@ -1265,8 +1325,10 @@ void srv_drain_events(srv *s)
         while (list) {
             srv_ev *ev = list;
             list = ev->next;
+            bool spare = ev->spare; /* handling its done frees the request, and the spare */
             handle(s, ev);
-            free(ev);
+            if (!spare)
+                free(ev);
         }
         if (s->rebalance)
             groups_rebalance(s);
@@ -1307,6 +1369,10 @@ json_t *srv_draft_tokens(const fl_tokenizer *t, const int32_t *tokens, int32_t n
             json_object_set_new(item, "t", json_stringn(piece.data ? piece.data : "", piece.len));
         }
         json_array_append_new(a, item);
+    }
+    if (piece.err) { /* a draft with a token's text missing: none (the next one replaces it) */
+        json_decref(a);
+        a = NULL;
     }
     fl_buf_free(&piece);
     return a;

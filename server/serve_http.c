@@ -80,16 +80,31 @@ static void arm(srv_http *h)
         lws_callback_on_writable(h->wsi);
 }
 
-/* Sets the whole response (takes body, a malloc'd string, or NULL for empty). */
+/* What an answer that could not be built says instead (fixed: it needs no allocation beyond the
+   response buffer's growth). */
+#define OOM_BODY "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null," \
+                 "\"code\":\"" SRV_E_INTERNAL "\"}}\n"
+
+/* Sets the whole response (takes body, a malloc'd string, or NULL for empty). A body that does
+   not fit in memory is never sent cut: a 500 with OOM_BODY goes instead, or with no body when
+   even that does not fit. */
 static void respond(srv_http *h, int status, const char *ctype, char *body)
 {
     h->responding = true;
     h->status = status;
     h->ctype = ctype;
-    h->resp.len = 0;
+    fl_buf_rewind(&h->resp, 0);
     if (body)
         fl_buf_puts(&h->resp, body);
     free(body);
+    if (h->resp.err) {
+        srv_metrics_error(&h->s->m, SRV_E_INTERNAL);
+        h->status = status = 500;
+        h->ctype = "application/json";
+        fl_buf_rewind(&h->resp, 0);
+        if (fl_buf_puts(&h->resp, OOM_BODY))
+            fl_buf_rewind(&h->resp, 0);
+    }
     h->complete = true;
     srv_metrics_http(&h->s->m, status);
     arm(h);
@@ -225,7 +240,7 @@ static int on_writeable(srv_http *h, struct lws *wsi)
         h->off += n;
         h->final_sent = last;
         if (h->off == h->resp.len && h->sse) { /* keep the buffer small on long streams */
-            h->resp.len = 0;
+            fl_buf_rewind(&h->resp, 0);
             h->off = 0;
         }
         if (h->off < h->resp.len || h->complete)
@@ -348,12 +363,16 @@ static void route_static(srv_http *h, const char *uri)
         respond_error(h, 404, "not_found", NULL, "not found");
         return;
     }
+    fl_buf_rewind(&h->resp, 0);
+    fl_buf_append(&h->resp, data, len);
+    free(data);
+    if (h->resp.err) {
+        respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
+        return;
+    }
     h->responding = true;
     h->status = 200;
     h->ctype = type;
-    h->resp.len = 0;
-    fl_buf_append(&h->resp, data, len);
-    free(data);
     h->complete = true;
     size_t el = strlen(h->extra);
     snprintf(h->extra + el, sizeof h->extra - el, "x-content-type-options: nosniff\r\n");
@@ -481,16 +500,65 @@ static json_t *chunk(srv_http *h, json_t *delta, const char *finish)
     return chunk_at(h, 0, delta, finish);
 }
 
+/* The stream cannot go on whole (memory ran out building an event): the events before it
+   stay, the failed one is cut off at mark, a fixed error event ends the stream (when even that
+   does not fit, the connection closes after the events before it, without [DONE]), and the
+   request is cancelled. Sending the cut event, or skipping it and going on, would hand the
+   client a damaged reply as if it were whole. */
+static void sse_broken(srv_http *h, size_t mark)
+{
+    srv *s = h->s;
+    if (h->complete)
+        return;
+    fl_buf_rewind(&h->resp, mark);
+    if (fl_buf_puts(&h->resp, "data: " OOM_BODY "\n"))
+        fl_buf_rewind(&h->resp, mark);
+    h->complete = true;
+    srv_metrics_error(&s->m, SRV_E_INTERNAL);
+    SRV_WARN(&s->log, "event=sse_failed req=%s message=\"out of memory\"", h->cmpl_id);
+    if (h->req) {
+        srv_req *r = h->req;
+        h->req = NULL;
+        list_del(s, h);
+        srv_req_orphan(r);
+    }
+    arm(h);
+}
+
+/* Appends one SSE event, "data: <payload>\n\n", whole or not at all (payload NULL: it could
+   not be made). Nothing is appended after the stream's end. */
+static void sse_put(srv_http *h, const char *payload)
+{
+    if (h->complete)
+        return;
+    size_t mark = h->resp.len;
+    fl_buf_puts(&h->resp, "data: ");
+    if (!payload || srv_fault(&h->s->faults, SRV_FAULT_SSE))
+        fl_buf_fail(&h->resp, FL_ENOMEM);
+    fl_buf_puts(&h->resp, payload ? payload : "");
+    fl_buf_puts(&h->resp, "\n\n");
+    if (h->resp.err) {
+        sse_broken(h, mark);
+        return;
+    }
+    arm(h);
+}
+
 static void sse_send(srv_http *h, json_t *o)
 {
     char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
-    if (!s)
-        return;
-    fl_buf_puts(&h->resp, "data: ");
-    fl_buf_puts(&h->resp, s);
-    fl_buf_puts(&h->resp, "\n\n");
+    sse_put(h, s);
     free(s);
+}
+
+/* Ends the stream with an error event (the request failed after the stream began). */
+static void sse_error(srv_http *h, int status, const char *code, const char *msg)
+{
+    char *e = srv_openai_error(openai_type(status), code, NULL, msg);
+    sse_put(h, e);
+    free(e);
+    h->complete = true;
     arm(h);
 }
 
@@ -541,13 +609,7 @@ static void fail_exchange(srv_http *h, int status, const char *code, const char 
         return;
     }
     srv_metrics_error(&h->s->m, code);
-    char *e = srv_openai_error(openai_type(status), code, NULL, msg);
-    if (e) {
-        fl_buf_printf(&h->resp, "data: %s\n\n", e);
-        free(e);
-    }
-    h->complete = true;
-    arm(h);
+    sse_error(h, status, code, msg);
 }
 
 /* The reasoning/answer split as OpenAI-style fields (as vLLM's reasoning parsers write them):
@@ -593,7 +655,7 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
 {
     const char *finish = ev->finish == FL_FINISH_LENGTH ? "length" : "stop";
     if (ev->finish == FL_FINISH_ERROR || ev->finish == FL_FINISH_CANCELLED) {
-        const char *code = ev->finish == FL_FINISH_ERROR ? SRV_E_ENGINE : SRV_E_SHUTTING_DOWN;
+        const char *code = ev->finish == FL_FINISH_ERROR ? srv_ev_code(ev) : SRV_E_SHUTTING_DOWN;
         const char *msg = ev->finish == FL_FINISH_ERROR ? (ev->error ? ev->error : "the engine failed")
                                                         : "the request was cancelled (the server "
                                                           "is shutting down)";
@@ -610,7 +672,7 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
             json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids, ev->stats.cached_tokens));
             sse_send(h, o);
         }
-        fl_buf_puts(&h->resp, "data: [DONE]\n\n");
+        sse_put(h, "[DONE]");
         h->complete = true;
         arm(h);
         return;
@@ -646,6 +708,11 @@ static void joined_send(srv_http *h, const char *t, size_t n)
         fl_buf_puts(&b, " ");
     h->sep_due = false;
     fl_buf_append(&b, t, n);
+    if (b.err) {
+        fl_buf_free(&b);
+        sse_broken(h, h->resp.len);
+        return;
+    }
     json_t *d = json_object();
     json_object_set_new(d, "content", json_stringn(b.data, b.len));
     fl_buf_free(&b);
@@ -692,8 +759,8 @@ static void on_joined_event(srv_http *h, srv_req *r, const srv_ev *ev)
     sse_begin(h);
     if (k == h->live)
         joined_send(h, ev->text, ev->text_len);
-    else
-        fl_buf_append(&h->pend[k], ev->text, ev->text_len);
+    else if (fl_buf_append(&h->pend[k], ev->text, ev->text_len))
+        sse_broken(h, h->resp.len); /* a later segment's text is lost: the answer cannot be whole */
 }
 
 /* A fan-out branch (choice r->segment): streamed as that choice's chunks; the answer (or the
@@ -787,7 +854,7 @@ void srv_http_on_group_done(srv_http *h, srv_req *g)
             json_object_set_new(o, "usage", usage_json((int)pt, (int)ct, (int)cached));
             sse_send(h, o);
         }
-        fl_buf_puts(&h->resp, "data: [DONE]\n\n");
+        sse_put(h, "[DONE]");
         h->complete = true;
         arm(h);
         return;
@@ -807,6 +874,13 @@ void srv_http_on_group_done(srv_http *h, srv_req *g)
                     fl_buf_puts(&b, " ");
                 fl_buf_puts(&b, t);
             }
+        }
+        if (b.err) {
+            fl_buf_free(&b);
+            json_decref(choices);
+            json_decref(o);
+            respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
+            return;
         }
         json_t *ch = json_object(), *msg = json_object();
         json_object_set_new(msg, "role", json_string("assistant"));
@@ -886,6 +960,10 @@ void srv_http_on_reject(srv_http *h, srv_req *r, const char *code, const char *m
     /* srv_req's reject already counted the error */
     int status = status_of(code);
     const char *oc = !strcmp(code, SRV_E_PROMPT_TOO_LONG) ? "context_length_exceeded" : code;
+    if (h->sse) { /* the stream has begun (a group's parts went out): its end says it */
+        sse_error(h, status, oc, msg);
+        return;
+    }
     char *body = srv_openai_error(openai_type(status), oc, NULL, msg);
     respond(h, status, "application/json", body);
 }

@@ -255,5 +255,5 @@ int srv_metrics_render(const srv_metrics *m, const srv_gauges *g, fl_buf *b)
     for (int i = 0; i < SRV_ERR_CODES && m->errors[i].code; i++)
         fl_buf_printf(b, "fogline_errors_total{code=\"%s\"} %llu\n", m->errors[i].code,
                       (unsigned long long)m->errors[i].n);
-    return b->data ? 0 : FL_ENOMEM;
+    return b->err ? b->err : b->data ? 0 : FL_ENOMEM; /* the buffer's error is sticky */
 }

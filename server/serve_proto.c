@@ -309,6 +309,10 @@ static int message_text(pctx *P, const json_t *content, size_t i, bool openai, c
             fl_buf_append(&b, json_string_value(text), json_string_length(text));
         }
         fl_buf_append(&b, "", 0);
+        if (b.err) { /* never a message cut short: the model would answer what was not asked */
+            fl_buf_free(&b);
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        }
         *out = b.data ? b.data : strdup("");
         return *out ? 0 : bad(P, SRV_E_INTERNAL, NULL, "out of memory");
     }

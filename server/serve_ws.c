@@ -271,6 +271,9 @@ void srv_ws_on_group_done(srv_conn *c, srv_req *g)
 static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
 {
     srv *s = c->s;
+    json_t *toks = srv_draft_tokens(s->model->tok, ev->tokens, ev->n);
+    if (!toks)
+        return; /* out of memory: a draft may be dropped (a later one or the commit follows) */
     json_t *o = json_object();
     json_object_set_new(o, "type", json_string("draft"));
     json_object_set_new(o, "id", json_string(r->chat.id));
@@ -278,7 +281,7 @@ static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
         json_object_set_new(o, "segment", json_integer(r->segment));
     json_object_set_new(o, "block", json_integer(ev->block));
     json_object_set_new(o, "step", json_integer(ev->step));
-    json_object_set_new(o, "tokens", srv_draft_tokens(s->model->tok, ev->tokens, ev->n));
+    json_object_set_new(o, "tokens", toks);
     json_t *fresh = json_array();
     for (int32_t i = 0; i < ev->n; i++)
         if (ev->fresh[i])
@@ -350,14 +353,14 @@ static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
 {
     if (r->parent) {
         if (ev->finish == FL_FINISH_ERROR) {
-            srv_ws_on_reject(c, r, SRV_E_ENGINE, ev->error ? ev->error : "the engine failed");
+            srv_ws_on_reject(c, r, srv_ev_code(ev), ev->error ? ev->error : "the engine failed");
             return;
         }
     } else {
         conn_drop_req(c, r);
     }
     if (ev->finish == FL_FINISH_ERROR) {
-        send_error(c, r->chat.id, SRV_E_ENGINE, ev->error ? ev->error : "the engine failed");
+        send_error(c, r->chat.id, srv_ev_code(ev), ev->error ? ev->error : "the engine failed");
         return;
     }
     const fl_seq_stats *st = &ev->stats;

@@ -28,6 +28,26 @@ int main(void)
     CHECK(b.len == 3890, "buf len %zu", b.len);
     CHECK(!strncmp(b.data, "0,1,2,", 6), "buf start");
     fl_buf_free(&b);
+    /* a failed append is sticky: what follows is a no-op, the one check at the end sees it,
+       and what came before stays as it was (a request that can never be met stands for an
+       allocation that fails) */
+    CHECK(fl_buf_puts(&b, "data: ") == 0 && b.err == 0, "buf ok");
+    CHECK(fl_buf_append(&b, "x", SIZE_MAX - 3) == FL_ENOMEM, "huge append fails");
+    CHECK(b.err == FL_ENOMEM && b.len == 6, "error recorded, nothing appended: err %d len %zu",
+          b.err, b.len);
+    CHECK(fl_buf_puts(&b, "{}\n\n") == FL_ENOMEM, "append after a failure fails");
+    CHECK(fl_buf_printf(&b, "%d", 7) == FL_ENOMEM, "printf after a failure fails");
+    CHECK(b.len == 6 && !strcmp(b.data, "data: "), "nothing appended after the failure: %s", b.data);
+    fl_buf_fail(&b, FL_EINVAL);
+    CHECK(b.err == FL_ENOMEM, "the first error stays");
+    fl_buf_rewind(&b, 0);
+    CHECK(b.err == 0 && b.len == 0, "rewind clears the error");
+    CHECK(fl_buf_puts(&b, "ok") == 0 && !strcmp(b.data, "ok"), "appends work after a rewind");
+    fl_buf_fail(&b, FL_ENOMEM);
+    CHECK(fl_buf_puts(&b, "more") == FL_ENOMEM && b.len == 2, "a caller's failure is sticky too");
+    fl_buf_free(&b);
+    CHECK(b.err == 0 && fl_buf_puts(&b, "fresh") == 0, "free resets the buffer");
+    fl_buf_free(&b);
     fl_err e = {0};
     CHECK(fl_err_set(&e, FL_EFORMAT, "bad %s", "thing") == FL_EFORMAT, "err code");
     fl_err_prefix(&e, "file %d", 3);
