@@ -40,6 +40,7 @@ typedef struct seq {
     int32_t reserve;      /* pages it may still allocate (reserved at admission) */
     bool ended;           /* an end was committed: no new blocks */
     fl_finish finish;
+    const char *fail; /* with FL_FINISH_ERROR: why (a static string) */
     fl_tok_out carry; /* shifted logits: prediction for position n_cached made when the block
                          before it was stored */
     int32_t carry_pos;
@@ -597,6 +598,11 @@ static bool commit_block(fl_sched *s, seq *q)
         if (s->m->tok)
             fl_detok_push(&q->detok, t, &q->text);
     }
+    if (q->text.err) { /* no commit with a hole in its text: the reply fails instead */
+        q->finish = FL_FINISH_ERROR;
+        q->fail = "out of memory for the reply text";
+        return true;
+    }
     if (!end && q->limit <= start + B) {
         end = true;
         q->finish = FL_FINISH_LENGTH;
@@ -845,7 +851,7 @@ int fl_sched_step(fl_sched *s, fl_err *e)
         s->st.reply_tokens += q->n_ids - before;
         off += sg->n;
         if (fin)
-            seq_retire(s, q, q->finish, NULL);
+            seq_retire(s, q, q->finish, q->fail);
     }
     return 1;
 }
