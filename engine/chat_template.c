@@ -236,15 +236,6 @@ static void rstrip_nl(const char *s, size_t *n)
         (*n)--;
 }
 
-static const char *find_last(const char *s, size_t n, const char *needle)
-{
-    size_t k = strlen(needle);
-    for (size_t i = n >= k ? n - k + 1 : 0; i-- > 0;)
-        if (!memcmp(s + i, needle, k))
-            return s + i;
-    return NULL;
-}
-
 static const char *find_first(const char *s, size_t n, const char *needle)
 {
     size_t k = strlen(needle);
@@ -338,13 +329,13 @@ static int render_qwen3(const fl_chat_msg *m, size_t n, const fl_chat_opts *op, 
         if (close) {
             /* content = c.split('</think>')[-1].lstrip('\n')
              * reasoning = c.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
-            const char *last = find_last(c, cn, "</think>");
+            const char *last = fl_memrstr(c, cn, "</think>");
             const char *after = last + 8;
             size_t an = cn - (size_t)(after - c);
             rs = c;
             rn = (size_t)(close - c);
             rstrip_nl(rs, &rn);
-            const char *open = find_last(rs, rn, "<think>");
+            const char *open = fl_memrstr(rs, rn, "<think>");
             if (open) {
                 rn -= (size_t)(open + 7 - rs);
                 rs = open + 7;

@@ -88,6 +88,9 @@ void fl_buf_fail(fl_buf *b, int err);
 void fl_buf_rewind(fl_buf *b, size_t len);
 void fl_buf_free(fl_buf *b);
 
+/* The last occurrence of needle in s[0..n), or NULL. */
+const char *fl_memrstr(const char *s, size_t n, const char *needle);
+
 /* dir + "/" + name (no doubled slash), malloc'd; NULL when out of memory. */
 char *fl_path_join(const char *dir, const char *name);
 

@@ -267,3 +267,12 @@ char *fl_path_join(const char *dir, const char *name)
     memcpy(p + at, name, b + 1);
     return p;
 }
+
+const char *fl_memrstr(const char *s, size_t n, const char *needle)
+{
+    size_t k = strlen(needle);
+    for (size_t i = n >= k ? n - k + 1 : 0; i-- > 0;)
+        if (!memcmp(s + i, needle, k))
+            return s + i;
+    return NULL;
+}

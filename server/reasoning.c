@@ -9,15 +9,6 @@ static const char OPEN[] = "<think>", CLOSE[] = "</think>";
 #define OPEN_LEN (sizeof OPEN - 1)
 #define CLOSE_LEN (sizeof CLOSE - 1)
 
-static const char *find_last(const char *s, size_t n, const char *needle)
-{
-    size_t k = strlen(needle);
-    for (size_t i = n >= k ? n - k + 1 : 0; i-- > 0;)
-        if (!memcmp(s + i, needle, k))
-            return s + i;
-    return NULL;
-}
-
 void srv_reason_init(srv_reason *r, bool on, const char *prompt, size_t n)
 {
     memset(r, 0, sizeof *r);
@@ -26,11 +17,11 @@ void srv_reason_init(srv_reason *r, bool on, const char *prompt, size_t n)
         return;
     /* the last <think> of the prompt, with no </think> and no end of turn after it: the
        template opened the block the reply is to write */
-    const char *o = find_last(prompt, n, OPEN);
+    const char *o = fl_memrstr(prompt, n, OPEN);
     if (!o)
         return;
     size_t rest = n - (size_t)(o - prompt);
-    if (!find_last(o, rest, CLOSE) && !find_last(o, rest, "<|im_end|>")) {
+    if (!fl_memrstr(o, rest, CLOSE) && !fl_memrstr(o, rest, "<|im_end|>")) {
         r->state = SRV_REASON_THINK;
         r->lead = true;
     }
