@@ -78,6 +78,9 @@ def worker(rank, tok_dir, port, out):
         opt.step()
         res[case + "_same"] = procs.same_weights(params)
     torch.save(res, os.path.join(out, "rank%d.pt" % rank))
+    # leave the group together: a rank exiting while its peer still holds the connection can
+    # be aborted by gloo, depending on which one the machine happens to run first
+    procs.close()
 
 
 def main():
