@@ -50,7 +50,7 @@ before(async () => {
   });
   // Test-only instrumentation: the page's frames as its own code received them (window.__rx:
   // type, id, finish, in order), and window.__sync(), a ping on the page's WebSocket that
-  // resolves once the page has handled its pong, so every frame the server queued before it
+  // resolves once the page has handled its pong, and so every frame the server queued before it
   await ctx.addInitScript(() => {
     const waiting = new Map();
     let syncs = 0;
