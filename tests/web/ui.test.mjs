@@ -4,24 +4,28 @@
 // conversation, server errors and disconnects are shown, reconnect keeps the session.
 // Screenshots (light/dark, desktop/phone) go to tests/artifacts/web/ (FL_ARTIFACTS overrides).
 //
-// The default model answers in ~15 tokens within ~100 ms. To have a reply that lasts long enough
-// to screenshot and stop it, the server runs one compute thread and small batches, and a
-// background client keeps the engine busy (`busy()`): the reply then takes a second or more.
+// A reply of the default model takes ~100 ms, too fast to see its fog or stop it by chance. The
+// tests that need a reply in flight (the fog, stop, a new chat mid-reply, the streaming
+// screenshots, parallel sections) hold the engine (docs/robustness.md, "The hold") and step it
+// one forward at a time, each forward's frames handled by the page before the next
+// (`stepPage()`, with a ping/pong on the page's own WebSocket as the barrier): what they see
+// does not depend on how fast the machine is.
 import test, { before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startServer, connect, require, until } from '../server/lib.mjs';
+import { startServer, require, until } from '../server/lib.mjs';
 
 const { chromium } = require('playwright-core');
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const ARTIFACTS = process.env.FL_ARTIFACTS || path.join(here, '..', 'artifacts', 'web');
 const CHROMIUM = process.env.FL_CHROMIUM || '/usr/bin/chromium';
-const SERVER_ARGS = ['--threads', '1', '--max-batch-tokens', '16', '--max-conn-requests', '64', '--max-seqs', '128',
-                     '--max-tokens-limit', '512', '--drain-timeout', '1'];
+const SERVER_ARGS = ['--threads', '1', '--max-tokens-limit', '512', '--drain-timeout', '1'];
+// the page's server can be held (the hold stays off until a test asks for it)
+const HOLDABLE = { env: { FOGLINE_TEST_HOLD: '1' } };
 const DESKTOP = { width: 1280, height: 820 };
 const PHONE = { width: 390, height: 844 };
 
@@ -33,7 +37,7 @@ const frames = { sent: [], received: [] };
 
 before(async () => {
   fs.mkdirSync(ARTIFACTS, { recursive: true });
-  server = await startServer(SERVER_ARGS);
+  server = await startServer(SERVER_ARGS, HOLDABLE);
   profile = fs.mkdtempSync(path.join(os.tmpdir(), 'fogline-chromium-'));
   ctx = await chromium.launchPersistentContext(profile, {
     executablePath: CHROMIUM,
@@ -44,28 +48,33 @@ before(async () => {
     colorScheme: 'light',
     reducedMotion: 'no-preference',
   });
-  // Test-only instrumentation: while window.__hold is set, the page's WebSocket messages wait,
-  // so that a screenshot shows a draft exactly as it was when the test saw it.
+  // Test-only instrumentation: the page's frames as its own code received them (window.__rx:
+  // type, id, finish, in order), and window.__sync(), a ping on the page's WebSocket that
+  // resolves once the page has handled its pong, and so every frame the server queued before it
   await ctx.addInitScript(() => {
-    const held = [];
+    const waiting = new Map();
+    let syncs = 0;
+    window.__rx = [];
     const d = Object.getOwnPropertyDescriptor(WebSocket.prototype, 'onmessage');
     Object.defineProperty(WebSocket.prototype, 'onmessage', {
       configurable: true,
       get() { return d.get.call(this); },
       set(fn) {
+        window.__ws = this; // the page's current connection
         d.set.call(this, (ev) => {
-          if (window.__hold || held.length) { held.push([fn, this, ev]); return; }
           fn.call(this, ev);
-          if (window.__holdWhen?.()) { window.__holdWhen = null; window.__hold = true; }
+          let f;
+          try { f = JSON.parse(ev.data); } catch { return; }
+          if (f.id !== undefined) window.__rx.push({ type: f.type, id: f.id, finish: f.finish });
+          if (f.type === 'pong' && waiting.has(f.id)) { waiting.get(f.id)(); waiting.delete(f.id); }
         });
       },
     });
-    // hold the messages after the first one that leaves the page in a state where when() is true
-    window.__holdAt = (when) => { window.__holdWhen = when; };
-    window.__release = () => {
-      window.__hold = false;
-      while (held.length) { const [fn, self, ev] = held.shift(); fn.call(self, ev); }
-    };
+    window.__sync = () => new Promise((resolve) => {
+      const id = `page-sync-${++syncs}`;
+      waiting.set(id, resolve);
+      window.__ws.send(JSON.stringify({ type: 'ping', id }));
+    });
   });
   page = ctx.pages()[0] || await ctx.newPage();
   page.on('pageerror', (e) => { process.stderr.write(`[page error] ${e.stack || e}\n`); pageErrors.push(e); });
@@ -114,35 +123,25 @@ async function sendMessage(text) {
 
 const framesOf = (id) => frames.received.filter((f) => f.id === id);
 
-// A background client that keeps `n` one-token-per-step requests running: the engine is busy,
-// so the UI's reply advances a step at a time over a second or more.
-async function busy(n = 48) {
-  const conns = [];
-  let i = 0;
-  let on = true;
-  for (let left = n; left > 0; left -= 60) {
-    const c = await connect(server);
-    conns.push(c);
-    const one = () => c.send({ type: 'chat', id: `bg${i++}`, messages: [{ role: 'user', content: 'what is my balance' }],
-                               max_tokens: 256, decoding: { policy: 'sequential', pipeline: false } });
-    c.ws.on('message', (d) => { if (on && JSON.parse(d.toString()).type === 'done') one(); });
-    for (let k = 0; k < Math.min(left, 60); k++) one();
+// The page's frames for chat `id`, as its code handled them (window.__rx).
+const pageFrames = (id) => page.evaluate((x) => window.__rx.filter((f) => f.id === x), id);
+
+// A barrier: resolves once the page has handled every frame the server queued for it before
+// reading the page's ping.
+const pageSync = () => page.evaluate(() => window.__sync());
+
+// With the engine held (server.hold()): one forward at a time until pred() holds for the page,
+// each forward's frames handled by the page before the next. Fails after max forwards.
+async function stepPage(pred, max = 2000) {
+  for (let i = 0; !(await pred()); i++) {
+    if (i >= max) throw new Error(`stepPage: not there after ${max} forwards`);
+    await server.step();
+    await pageSync();
   }
-  await conns[0].next((f) => f.type === 'draft');
-  return () => { on = false; for (const c of conns) c.close(); };
 }
 
-// 'fog' once the streaming reply shows a masked placeholder, 'ended' if chat `id` got its done
-// or error frame first, 'timeout' after `ms`
-async function fogOrEnd(id, ms) {
-  const t0 = Date.now();
-  while (Date.now() - t0 < ms) {
-    if (await page.locator('.msg[data-state="streaming"] .live .fog').count() > 0) return 'fog';
-    if (framesOf(id).some((f) => f.type === 'done' || f.type === 'error')) return 'ended';
-    await page.waitForTimeout(5);
-  }
-  return 'timeout';
-}
+// the state of the newest reply: 'streaming' until its done (or error) frame was handled
+const replyState = () => lastAssistant().getAttribute('data-state');
 
 const FIRST_MESSAGE = 'How do I reset my password? How long does express shipping take? ' +
   'What are your store hours?';
@@ -177,13 +176,23 @@ test('a reply comes out of the fog: masked placeholders resolve in place into th
       window.__fog.heights.push(live.closest('.reply').getBoundingClientRect().height);
     }).observe(document.getElementById('thread'), { childList: true, subtree: true, characterData: true, attributes: true });
   });
-  // three questions: a reply of many blocks, so that some of its drafts (and their fog) reach
-  // the page; a one-question reply of 3 blocks could commit each block before its draft was sent
-  const chat = await sendMessage(FIRST_MESSAGE);
-  assert.equal(chat.decoding.policy, 'sequential');
-  assert.equal(chat.decoding.pipeline, false);
-  assert.equal(chat.messages.at(-1).content, FIRST_MESSAGE);
-  await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
+  // the engine held and stepped: every forward's draft reaches the page before the next
+  // forward can commit its block (free-running, a block's queued draft is dropped when its
+  // commit comes first, and a fast machine could show no fog at all)
+  await server.hold();
+  let chat;
+  try {
+    chat = await sendMessage(FIRST_MESSAGE);
+    assert.equal(chat.decoding.policy, 'sequential');
+    assert.equal(chat.decoding.pipeline, false);
+    assert.equal(chat.messages.at(-1).content, FIRST_MESSAGE);
+    await stepPage(async () => (await replyState()) !== 'streaming');
+  } finally {
+    await server.release();
+  }
+  assert.equal(await replyState(), 'done');
+  // (playwright's frame events may come after the page's own handling)
+  await until(() => framesOf(chat.id).some((f) => f.type === 'done'), 10000, 'the done frame event');
 
   const fog = await page.evaluate(() => window.__fog);
   assert.ok(fog.maxMasked > 0, 'masked placeholders were seen while streaming');
@@ -227,56 +236,59 @@ test('a reply comes out of the fog: masked placeholders resolve in place into th
 });
 
 test('stop cancels mid-reply and keeps what was committed', async () => {
-  const quiet = await busy();
+  // held and stepped until the page shows the reply's fog; the stop comes while no forward can
+  // run, so it lands mid-reply on any machine, and nothing but its done can follow it
+  await server.hold();
+  let chat;
+  let seen;
   try {
-    // the stop must land mid-reply: if a reply ends before its fog was seen (a fast machine, or
-    // the busy clients between requests), send another; anything else fails with what came
-    let chat;
-    for (let attempt = 1; ; attempt++) {
-      chat = await sendMessage('My invoice shows the wrong amount.');
-      const seen = await fogOrEnd(chat.id, 20000);
-      if (seen === 'fog') break;
-      const got = framesOf(chat.id).map((f) => f.type + (f.finish ? `:${f.finish}` : '')).join(' ');
-      assert.ok(seen === 'ended' && attempt < 3, `no streaming fog within 20 s (${seen}; attempt ${attempt}; frames: ${got || 'none'})`);
-      process.stderr.write(`# attempt ${attempt}: the reply ended before its fog was seen (${got}); again\n`);
-      await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
-    }
+    chat = await sendMessage('My invoice shows the wrong amount.');
+    const fog = () => page.locator('.msg[data-state="streaming"] .live .fog').count();
+    await stepPage(async () => (await fog()) > 0 || (await replyState()) !== 'streaming');
+    seen = await pageFrames(chat.id);
+    assert.ok(await fog() > 0, `the reply ended before its fog was shown: ${seen.map((f) => f.type).join(' ')}`);
     assert.equal(await page.locator('#stop').isVisible(), true);
     await page.click('#stop');
     await lastAssistant().and(page.locator('[data-state="cancelled"]')).waitFor({ timeout: 20000 });
-    const mine = framesOf(chat.id);
-    assert.ok(frames.sent.some((f) => f.type === 'cancel' && f.id === chat.id), 'a cancel frame was sent');
-    const done = mine.at(-1);
-    assert.equal(done.type, 'done');
-    assert.equal(done.finish, 'cancelled');
-    const kept = mine.filter((f) => f.type === 'commit').map((f) => f.text).join('');
-    const stored = await page.evaluate((s) => JSON.parse(localStorage.getItem(`fogline.chat.${s}`)), chat.session);
-    assert.equal(stored.messages.at(-1).content, kept);
-    assert.equal(stored.messages.at(-1).finish, 'cancelled');
-    assert.match(await lastAssistant().locator('.stats').textContent(), /stopped/);
-    assert.equal(await page.locator('.fog').count(), 0);
-    assert.equal(await page.locator('#stop').isVisible(), false);
   } finally {
-    quiet();
+    await server.release();
   }
+  // the server answered the cancel at once, with the engine held: the done is all that came
+  // after what the page had when it stopped
+  const mine = await pageFrames(chat.id);
+  assert.deepEqual(mine.slice(seen.length), [{ type: 'done', id: chat.id, finish: 'cancelled' }]);
+  assert.ok(!seen.some((f) => f.type === 'done'), 'no done before the stop');
+  await until(() => frames.sent.some((f) => f.type === 'cancel' && f.id === chat.id), 5000, 'the cancel frame event');
+  await until(() => framesOf(chat.id).some((f) => f.type === 'done'), 10000, 'the done frame event');
+  const kept = framesOf(chat.id).filter((f) => f.type === 'commit').map((f) => f.text).join('');
+  const stored = await page.evaluate((s) => JSON.parse(localStorage.getItem(`fogline.chat.${s}`)), chat.session);
+  assert.equal(stored.messages.at(-1).content, kept);
+  assert.equal(stored.messages.at(-1).finish, 'cancelled');
+  assert.match(await lastAssistant().locator('.stats').textContent(), /stopped/);
+  assert.equal(await page.locator('.fog').count(), 0);
+  assert.equal(await page.locator('#stop').isVisible(), false);
 });
 
 test('screenshots: streaming in light and dark, desktop and phone width', async () => {
   await setSettings({ pipeline: true }); // several blocks in the fog at once
   for (const scheme of ['light', 'dark']) {
     await page.emulateMedia({ colorScheme: scheme });
-    // freeze the page at the first draft with tokens out of the fog and positions still in it
-    await page.evaluate(() => window.__holdAt(() => {
-      const live = document.querySelector('.msg[data-state="streaming"] .live');
-      return live && live.querySelectorAll('.tok').length >= 2 && live.querySelectorAll('.fog').length >= 2;
-    }));
-    await sendMessage(scheme === 'light' ? 'Can I change the email on my account?' : 'How long does a refund take?');
-    const caught = await page.waitForFunction(() => window.__hold || document.querySelector('.msg[data-state="done"]:last-child'),
-      null, { timeout: 20000 }).then(() => page.evaluate(() => !!window.__hold));
-    if (caught) await page.waitForTimeout(450); // the newest tokens' defog animation
-    else process.stderr.write(`# ${scheme}: the reply had no draft with 2 tokens and 2 masks\n`);
-    await shot(`desktop-${scheme}-streaming`);
-    await page.evaluate(() => { window.__holdWhen = null; window.__release(); });
+    // held and stepped to the first draft with tokens out of the fog and positions still in it:
+    // the page keeps that draft while the screenshot is taken
+    await server.hold();
+    try {
+      await sendMessage(scheme === 'light' ? 'Can I change the email on my account?' : 'How long does a refund take?');
+      const live = () => page.evaluate(() => {
+        const l = document.querySelector('.msg[data-state="streaming"] .live');
+        return l && l.querySelectorAll('.tok').length >= 2 && l.querySelectorAll('.fog').length >= 2;
+      });
+      await stepPage(async () => (await live()) || (await replyState()) !== 'streaming');
+      if (await live()) await page.waitForTimeout(450); // the newest tokens' defog animation
+      else process.stderr.write(`# ${scheme}: the reply had no draft with 2 tokens and 2 masks\n`);
+      await shot(`desktop-${scheme}-streaming`);
+    } finally {
+      await server.release();
+    }
     await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 30000 });
   }
   await page.setViewportSize(PHONE);
@@ -349,6 +361,14 @@ test('reload restores the conversation and continues the same session', async ()
 
 test('a disconnect is shown; the UI reconnects and keeps the session', async () => {
   const session = await page.evaluate(() => JSON.parse(localStorage.getItem('fogline.current')));
+  // every text the banner shows (the "Reconnected" one goes after 3 s: the test records it
+  // rather than racing its timer)
+  await page.evaluate(() => {
+    const b = document.getElementById('banner');
+    window.__banners = [];
+    new MutationObserver(() => { if (!b.hidden) window.__banners.push(b.textContent); })
+      .observe(b, { childList: true, subtree: true, characterData: true, attributes: true });
+  });
   const { port } = server;
   assert.equal(await server.stop(), 0);
   await page.waitForSelector('#conn[data-state="closed"]', { timeout: 10000 });
@@ -358,20 +378,27 @@ test('a disconnect is shown; the UI reconnects and keeps the session', async () 
   assert.equal(await page.locator('#send').isDisabled(), true);
   await shot('desktop-light-disconnected');
   // the same port again: the page reconnects by itself
-  server = await startServer([...SERVER_ARGS, '--port', String(port)]);
+  server = await startServer([...SERVER_ARGS, '--port', String(port)], HOLDABLE);
   await connected();
-  await until(async () => /Reconnected/.test(await banner.textContent()), 15000, 'the reconnected banner');
+  await until(() => page.evaluate(() => window.__banners.some((t) => /Reconnected/.test(t))), 15000, 'the reconnected banner');
   const chat = await sendMessage('are you back?');
   assert.equal(chat.session, session);
   await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
-  // a new chat mid-reply cancels that reply and keeps the old chat; a new session starts
-  await page.fill('#composer-input', 'one more question');
-  await page.press('#composer-input', 'Enter');
-  await page.click('#new-chat');
-  await until(async () => {
+  // a new chat mid-reply cancels that reply and keeps the old chat; a new session starts (the
+  // engine held, so that the reply is surely still running when the new chat is opened)
+  await server.hold();
+  try {
+    await sendMessage('one more question');
+    await page.click('#new-chat');
+    await until(async () => {
+      const old = await page.evaluate((s) => JSON.parse(localStorage.getItem(`fogline.chat.${s}`)), session);
+      return old.messages.at(-1).role === 'assistant' && old.messages.at(-1).finish;
+    }, 5000, 'the old chat saved');
     const old = await page.evaluate((s) => JSON.parse(localStorage.getItem(`fogline.chat.${s}`)), session);
-    return old.messages.at(-1).role === 'assistant' && old.messages.at(-1).finish;
-  }, 5000, 'the old chat saved');
+    assert.equal(old.messages.at(-1).finish, 'cancelled');
+  } finally {
+    await server.release();
+  }
   assert.equal(await page.locator('.msg').count(), 0);
   const fresh = await sendMessage('hello again');
   assert.notEqual(fresh.session, session);
@@ -409,7 +436,8 @@ test('stored replies render as Markdown (lists, code, emphasis) and model HTML s
 
 test('parallel questions: the answers grow side by side, one section per question', async () => {
   await setSettings({ parallel: 'fanout', policy: 'sequential', pipeline: false });
-  // (no busy() here: after the disconnect test the server handle's port is not the page's)
+  // held and stepped: both sections' drafts reach the page before their blocks commit
+  await server.hold();
   try {
     await page.evaluate(() => {
       window.__seg = { both: 0 };
@@ -421,7 +449,10 @@ test('parallel questions: the answers grow side by side, one section per questio
     const chat = await sendMessage('Where is my order 48213?\nWhat are your store hours on Sunday?');
     assert.deepEqual(chat.parallel, { mode: 'fanout', segments: ['Where is my order 48213?', 'What are your store hours on Sunday?'] });
     assert.equal(chat.session, undefined);
-    await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 60000 });
+    await stepPage(async () => (await replyState()) !== 'streaming');
+    await server.release();
+    assert.equal(await replyState(), 'done');
+    await until(() => framesOf(chat.id).some((f) => f.type === 'done'), 10000, 'the done frame event');
     assert.ok((await page.evaluate(() => window.__seg.both)) > 0, 'both segments were in the fog at the same time');
     const mine = framesOf(chat.id);
     assert.equal(mine.at(-1).type, 'done');
@@ -441,6 +472,7 @@ test('parallel questions: the answers grow side by side, one section per questio
     assert.match(stored.messages.at(-1).content, /\*\*Where is my order 48213\?\*\*/);
     await shot('parallel-questions');
   } finally {
+    if (server.held) await server.release();
     await setSettings({ parallel: 'off', policy: 'threshold', pipeline: true });
   }
 });
