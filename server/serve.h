@@ -186,6 +186,7 @@ typedef enum srv_fault_site {
     SRV_FAULT_DONE_EVENT,   /* "done_event": the copy of a done event (sink) */
     SRV_FAULT_BRANCHES,     /* "branches": a fan-out group's branch requests */
     SRV_FAULT_SSE,          /* "sse": an SSE event in an HTTP response */
+    SRV_FAULT_WS_FRAME,     /* "ws_frame": a WebSocket frame queued for a client */
     SRV_FAULT_SITES
 } srv_fault_site;
 

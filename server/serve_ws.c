@@ -105,17 +105,37 @@ static void arm(srv_conn *c)
         lws_callback_on_writable(c->wsi);
 }
 
-/* Queues a frame (takes the malloc'd string). Returns the item or NULL. */
+static void close_after(srv_conn *c, int code, const char *reason);
+
+/* A frame that could not be made (out of memory) is a hole in the stream: the client would
+   wait for a commit or a done that never comes. The connection is closed (1011) after the
+   frames already queued, and its requests are cancelled, rather than going on without it. */
+static void lost_frame(srv_conn *c)
+{
+    if (c->closing)
+        return;
+    SRV_WARN(&c->s->log, "event=ws_frame_lost conn=%llu reason=out_of_memory",
+             (unsigned long long)c->id);
+    for (srv_req *r = c->reqs; r; r = r->o_next)
+        srv_req_cancel(r);
+    close_after(c, LWS_CLOSE_STATUS_UNEXPECTED_CONDITION, "internal error: out of memory");
+}
+
+/* Queues a frame (takes the malloc'd string; NULL: it could not be made). Returns the item or
+ * NULL. */
 static srv_out *send_str(srv_conn *c, char *s)
 {
-    if (!s)
+    if (c->closing && c->close_code == LWS_CLOSE_STATUS_POLICY_VIOLATION) {
+        free(s); /* evicted: nothing more is queued */
         return NULL;
-    srv_out *o = c->closing && c->close_code == LWS_CLOSE_STATUS_POLICY_VIOLATION
-                     ? NULL /* evicted: nothing more is queued */
-                     : srv_out_new(s, strlen(s));
+    }
+    srv_out *o = s && !srv_fault(&c->s->faults, SRV_FAULT_WS_FRAME) ? srv_out_new(s, strlen(s))
+                                                                    : NULL;
     free(s);
-    if (!o)
+    if (!o) {
+        lost_frame(c);
         return NULL;
+    }
     o->t_queued = srv_now_ms(c->s);
     srv_outq_push(&c->out, o);
     arm(c);

@@ -7,7 +7,8 @@
 //   - branches: a skeleton request whose branches cannot be made, over HTTP (plain and
 //     streamed) and over the WebSocket;
 //   - done_event / commit_event / draft_event: an engine event that cannot be copied;
-//   - sse: an SSE event that cannot be appended to the response.
+//   - sse: an SSE event that cannot be appended to the response;
+//   - ws_frame: a WebSocket frame that cannot be queued.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, connect, metrics, until, user, FOUR_QUESTIONS, require } from './lib.mjs';
@@ -184,5 +185,25 @@ test('an SSE event that cannot be appended is not sent cut: an error event ends 
     const whole = sseEvents(await (await post(server, body)).text());
     assert.equal(whole.at(-1), '[DONE]');
     assert.ok(whole.slice(1, -1).map((e) => e.choices[0].delta.content ?? '').join('').startsWith(got));
+  });
+});
+
+test('a WebSocket frame that cannot be made closes the connection (1011) instead of leaving a hole; the server goes on', async () => {
+  // frame 1 is the hello; frame 3 is the chat's second frame (a draft or a commit)
+  await withServer('ws_frame:3', async (server) => {
+    const c = await connect(server);
+    c.send({ type: 'chat', id: 'h', messages: QUESTION, temperature: 0, max_tokens: 48, decoding: SEQ });
+    const info = await Promise.race([c.closed, new Promise((resolve, reject) => setTimeout(() =>
+      reject(new Error('no close: the client is left waiting for a frame that never comes')), 30000).unref())]);
+    assert.equal(info.code, 1011, JSON.stringify(info));
+    assert.match(info.reason, /out of memory/);
+    assert.match(server.log(), /event=ws_frame_lost/);
+    // its request was cancelled (idle() in withServer checks nothing is left running), and a
+    // new connection is served in full
+    const c2 = await connect(server);
+    const frames = await wsChat(c2, 'ok');
+    assert.equal(frames.at(-1).type, 'done', JSON.stringify(frames.at(-1)));
+    assert.equal(frames.at(-1).finish, 'stop');
+    c2.close();
   });
 });
