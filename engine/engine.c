@@ -68,8 +68,11 @@ static void *engine_main(void *arg)
             int pending = fl_sched_reap(en->s);
             pthread_mutex_lock(&en->mu);
             fl_sched_get_stats(en->s, &en->stats);
-            if (en->head || en->stopping)
-                break;
+            /* what arrived while mu was released (a command, a stop, a step or a release from
+               fl_engine_step/hold, whose signal had no waiter) is seen before waiting again */
+            if (en->head || en->stopping || en->budget > 0 ||
+                (may_step(en) && !fl_sched_idle(en->s)))
+                continue;
             if (pending) {
                 struct timespec ts;
                 clock_gettime(CLOCK_REALTIME, &ts);
