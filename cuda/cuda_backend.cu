@@ -154,13 +154,6 @@ typedef struct flc {
 
 /* ---------------------------------------------------------------- errors */
 
-static double flc_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int flc_cuda_err(fl_err *e, cudaError_t err, const char *what)
 {
     return fl_err_set(e, err == cudaErrorMemoryAllocation ? FL_ENOMEM : FL_EIO, "cuda: %s: %s",
@@ -619,7 +612,7 @@ static int flc_run(flc *c, const flc_plan *p, float *logits, fl_err *e)
     }
     g->last = ++c->gclock;
     if (!g->exec) {
-        double tc0 = flc_now();
+        double tc0 = fl_now();
         cudaError_t err = cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal);
         if (err != cudaSuccess) {
             flc_graphs_off(c, "cudaStreamBeginCapture failed", err);
@@ -650,7 +643,7 @@ static int flc_run(flc *c, const flc_plan *p, float *logits, fl_err *e)
             return flc_enqueue(c, p, NULL, e);
         }
         c->stats.captured++;
-        c->stats.capture_s += flc_now() - tc0;
+        c->stats.capture_s += fl_now() - tc0;
     }
     cudaError_t err = cudaGraphLaunch(g->exec, c->st);
     if (err != cudaSuccess)
@@ -674,13 +667,13 @@ static int flc_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float
         return flc_cuda_err(e, err, "cudaSetDevice");
     flc_plan p;
     memset(&p, 0, sizeof p);
-    double t0 = flc_now();
+    double t0 = fl_now();
     if ((rc = flc_plan_batch(c, bt, out || logits, logits == NULL, &p, e)))
         return rc;
     err = cudaMemcpyAsync(c->meta_d, c->meta_h, p.meta_bytes, cudaMemcpyHostToDevice, c->st);
     if (err != cudaSuccess)
         return flc_fail(c, e, err, "copying the batch metadata to the GPU");
-    double t1 = flc_now();
+    double t1 = fl_now();
     if (c->ktime)
         c->kt_n = cudaEventRecord(c->kt_ev[0], c->st) == cudaSuccess ? 1 : 0;
     rc = flc_run(c, &p, logits, e);
@@ -709,11 +702,11 @@ static int flc_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float
             rc = flc_fail(c, e, err, "cudaEventRecord after the forward");
     }
     /* always wait: a failed enqueue may have left work on the stream */
-    double t2 = flc_now();
+    double t2 = fl_now();
     cudaError_t serr = cudaStreamSynchronize(c->st);
     c->stats.plan_s += t1 - t0;
     c->stats.run_s += t2 - t1;
-    c->stats.wait_s += flc_now() - t2;
+    c->stats.wait_s += fl_now() - t2;
     c->stats.forwards++;
     c->stats.rows += bt->n_tokens;
     if (c->ktime && serr == cudaSuccess && !rc) {
@@ -1108,6 +1101,8 @@ static int flc_pick_device(int *dev, cudaDeviceProp *prop, char *why, size_t cap
     }
     return 1;
 }
+
+extern "C" bool fl_cuda_built(void) { return true; }
 
 extern "C" int fl_cuda_probe(char *why, size_t cap)
 {

@@ -1,7 +1,10 @@
 /* fl_cuda.h: the CUDA backend's C interface (cuda/, built when nvcc is found; docs/cuda.md).
- * The backend itself is fl_backend_cuda_create (backend.h); engine/backend_select.c picks it
- * or the CPU backend. Everything here returns 0 or a negative FL_E* code with a message, and
- * none of it crashes on a machine without a GPU or driver.
+ * It implements engine/backend.h; server/backend_select.c picks it or the CPU backend, and
+ * nothing in engine/ includes this file. A build without nvcc (or with -DWITH_CUDA=OFF) links
+ * cuda/absent.c instead, whose every call says that the build has no CUDA backend. Everything
+ * here returns 0 or a negative FL_E* code with a message, and none of it crashes on a machine
+ * without a GPU or driver. All of it may be called from any thread; a backend's forward and
+ * page calls follow backend.h.
  *
  * Environment, read when a backend is created (tuning and diagnosis):
  *   FL_CUDA_DEVICE=N        the GPU to use (default 0)
@@ -32,6 +35,17 @@ extern "C" {
 #endif
 
 #include "backend.h"
+
+/* Whether this build has the CUDA backend (false: cuda/absent.c). */
+bool fl_cuda_built(void);
+
+/* The CUDA backend: weights as bf16 on the GPU, KV pages as bf16 there (page_read/page_write
+ * convert to and from the f32 host layout). n_pages 0, or more than fits, sizes the pool from
+ * the free device memory (read the result from (*out)->n_pages). The caller owns *out
+ * (fl_backend_destroy); m must outlive it. FL_EUNSUPPORTED when the build has no CUDA or no
+ * GPU is usable; *out is NULL on failure. */
+int fl_backend_cuda_create(fl_backend **out, const fl_model *m, const fl_backend_opts *o,
+                           fl_err *e);
 
 /* Whether a GPU is usable: 1 (why: "NVIDIA H200, sm_90, 139.8 GiB"), 0 (why: the reason
  * none is, e.g. "no NVIDIA driver (libcuda.so.1 not found)" or "no CUDA device visible").

@@ -1,4 +1,4 @@
-/* backend.h: the operations a compute backend (CPU here, CUDA in cuda/) provides to the
+/* backend.h: the operations a compute backend (engine/cpu/, cuda/) provides to the
  * engine. A backend owns the weights in its own format and a pool of KV pages; the engine
  * owns everything else (which page belongs to which sequence, refcounts, scheduling).
  *
@@ -49,7 +49,7 @@ typedef struct fl_backend_opts {
     bool bf16_weights; /* CPU: keep the projection weights as bf16 (half the bytes to stream;
                           exact for bf16 files, rounded for f32 ones); false: f32 */
     int gpu_n_pages;   /* CUDA, when non-zero: replaces n_pages (-1: as many pages as the free
-                          device memory holds); see backend_select.h */
+                          device memory holds); see server/backend_select.h */
 } fl_backend_opts;
 
 typedef struct fl_backend fl_backend;
@@ -82,13 +82,8 @@ struct fl_backend {
  * message naming the first bad field. */
 int fl_batch_check(const fl_backend *b, const fl_config *cf, const fl_batch *bt, fl_err *e);
 
-int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_opts *o, fl_err *e);
-/* The CUDA backend (cuda/, docs/cuda.md): weights as bf16 on the GPU, KV pages as bf16 there
- * (page_read/page_write convert to and from the f32 host layout). n_pages 0, or more than
- * fits, sizes the pool from the free device memory. FL_EUNSUPPORTED when the build has no
- * CUDA or no GPU is usable. Pick a backend with fl_backend_open (backend_select.h). */
-int fl_backend_cuda_create(fl_backend **out, const fl_model *m, const fl_backend_opts *o,
-                           fl_err *e);
+/* The backends: the CPU's in engine/cpu/cpu.h, CUDA's in cuda/fl_cuda.h; the application
+ * picks one (server/backend_select.h). */
 
 static inline int fl_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float *logits,
                              fl_err *e)

@@ -88,6 +88,12 @@ void fl_buf_fail(fl_buf *b, int err);
 void fl_buf_rewind(fl_buf *b, size_t len);
 void fl_buf_free(fl_buf *b);
 
+/* The monotonic clock (CLOCK_MONOTONIC), the one every part of fogline times with: in
+ * nanoseconds, seconds and milliseconds since an arbitrary start. */
+int64_t fl_now_ns(void);
+static inline double fl_now(void) { return (double)fl_now_ns() * 1e-9; }
+static inline double fl_now_ms(void) { return (double)fl_now_ns() * 1e-6; }
+
 /* The last occurrence of needle in s[0..n), or NULL. */
 const char *fl_memrstr(const char *s, size_t n, const char *needle);
 

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static bool is_float(fl_dtype t) { return t == FL_DT_F32 || t == FL_DT_F16 || t == FL_DT_BF16; }
 

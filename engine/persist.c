@@ -381,13 +381,6 @@ struct fl_persist {
     int64_t n_done, n_fail;
 };
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* Copies one page out of the backend, encodes it and puts it in the tier. */
 static int persist_one(fl_persist *p, const fl_persist_job *j)
 {
@@ -479,13 +472,13 @@ int fl_persist_create(fl_persist **out, fl_backend *b, uint64_t model_id, fl_kv_
 
 double fl_persist_submit(fl_persist *p, const fl_persist_job *job)
 {
-    double t0 = now_ms();
+    double t0 = fl_now_ms();
     if (!p->async) {
         int rc = persist_one(p, job);
         pthread_mutex_lock(&p->mu);
         finish_job(p, job->page, rc);
         pthread_mutex_unlock(&p->mu);
-        return now_ms() - t0;
+        return fl_now_ms() - t0;
     }
     pthread_mutex_lock(&p->mu);
     while (p->qn == p->qcap) /* a full queue is the only way async blocks the compute thread */
@@ -494,7 +487,7 @@ double fl_persist_submit(fl_persist *p, const fl_persist_job *job)
     p->qn++;
     pthread_cond_signal(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
-    return now_ms() - t0;
+    return fl_now_ms() - t0;
 }
 
 int fl_persist_reap(fl_persist *p, int32_t *pages, int cap)

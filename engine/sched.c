@@ -10,7 +10,7 @@
  * exact). Without it, clean blocks get a forward of their own (the "store pass" bubble).
  * With pipelining, the next block starts when the last running one is tau_add unmasked. */
 #include "engine.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -81,13 +81,6 @@ struct fl_sched {
     int32_t *reap;      /* (n_pages) */
     fl_sched_stats st;
 };
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
 
 static bool is_eos(const fl_sched *s, int32_t tok)
 {
@@ -262,7 +255,7 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
         q->prefix = r->prefix;
         q->n_prefix = r->n_prefix;
     }
-    q->t_add = now_ms();
+    q->t_add = fl_now_ms();
     /* append to the FIFO */
     seq **pp = &s->queued;
     while (*pp)
@@ -274,7 +267,7 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
 
 static void emit_done(fl_sched *s, seq *q, fl_finish fin, const char *err)
 {
-    double t = now_ms();
+    double t = fl_now_ms();
     q->st.reply_tokens = q->n_ids;
     q->st.ms_total = t - q->t_add;
     if (q->t_admit > 0) {
@@ -436,7 +429,7 @@ static void admit(fl_sched *s)
         q->reserve = need;
         s->reserved += need;
         q->state = FL_SEQ_PREFILL;
-        q->t_admit = now_ms();
+        q->t_admit = fl_now_ms();
         q->st.ms_queued = q->t_admit - q->t_add;
         /* the first running block is the one holding the prompt's last partial block */
         q->run_start = (q->L / s->B) * s->B;
@@ -725,7 +718,7 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
     }
     q->st.decode_forwards++;
     if (q->t_first_decode == 0)
-        q->t_first_decode = now_ms();
+        q->t_first_decode = fl_now_ms();
     q->state = FL_SEQ_DECODING;
     /* activity of each running block, from the state before this step */
     bool semi[16] = {0};

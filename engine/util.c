@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int fl_err_set(fl_err *e, int code, const char *fmt, ...)
 {
@@ -275,4 +276,11 @@ const char *fl_memrstr(const char *s, size_t n, const char *needle)
         if (!memcmp(s + i, needle, k))
             return s + i;
     return NULL;
+}
+
+int64_t fl_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }

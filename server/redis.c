@@ -133,13 +133,6 @@ struct srv_redis {
     size_t blob_size;
 };
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static void start_timer(srv_redis *r, timer_mode m, double ms);
 static void connect_now(srv_redis *r);
 
@@ -385,7 +378,7 @@ static void op_reply(redisAsyncContext *ac, void *reply, void *pd)
     r->inflight_bytes -= op->bytes;
     if (!op->fired) {
         op->fired = true;
-        double s = (now_ms() - op->t0) / 1e3;
+        double s = (fl_now_ms() - op->t0) / 1e3;
         if (rp) {
             r->timeouts_in_row = 0;
             r->st.bytes_read += reply_bytes(rp);
@@ -458,7 +451,7 @@ int srv_redis_cmd_deadline(srv_redis *r, srv_redis_cb cb, void *ud, int argc, co
     op->r = r;
     op->cb = cb;
     op->ud = ud;
-    op->t0 = now_ms();
+    op->t0 = fl_now_ms();
     if (redisAsyncCommandArgv(r->ac, op_reply, op, argc, argv, argvlen) != REDIS_OK) {
         free(op);
         r->st.errors++;

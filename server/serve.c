@@ -15,7 +15,7 @@
 
 #include <libwebsockets.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "redis.h"
 #include "serve.h"
 

@@ -23,7 +23,7 @@
 #include "serve_log.h"
 #include "serve_metrics.h"
 #include "serve_proto.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 struct lws;
 struct lws_context;

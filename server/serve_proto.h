@@ -8,7 +8,7 @@
 #include <jansson.h>
 
 #include "decode.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* Error codes (the `code` of an error frame; OpenAI errors carry them too). */
 #define SRV_E_BAD_JSON "bad_json"

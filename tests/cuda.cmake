@@ -9,12 +9,13 @@ if(FL_CUDA_BUILT)
   target_link_libraries(gpu_make_model PRIVATE m)
   foreach(t gpu_parity gpu_bench)
     add_executable(${t} ${FL_TESTS_DIR}/gpu/${t}.c)
-    target_link_libraries(${t} PRIVATE fl_engine Threads::Threads)
+    target_link_libraries(${t} PRIVATE fl_backends Threads::Threads)
   endforeach()
   # built here so that warnings are errors for it too; run by tests/gpu/run.sh
-  add_executable(gpu_sched ${FL_TESTS_DIR}/gpu/gpu_sched.c ${CMAKE_SOURCE_DIR}/server/bench_common.c)
-  target_include_directories(gpu_sched PRIVATE ${CMAKE_SOURCE_DIR}/server)
-  target_link_libraries(gpu_sched PRIVATE fl_engine Threads::Threads)
+  add_executable(gpu_sched ${FL_TESTS_DIR}/gpu/gpu_sched.c
+                 ${CMAKE_SOURCE_DIR}/server/bench/bench_common.c)
+  target_include_directories(gpu_sched PRIVATE ${CMAKE_SOURCE_DIR}/server/bench)
+  target_link_libraries(gpu_sched PRIVATE fl_backends Threads::Threads)
   set(FL_GPU_MODELS ${CMAKE_BINARY_DIR}/fixtures/gpu)
   set(FL_GPU_MODEL_DIRS "")
   foreach(spec "q3-tiny;--layout;qwen3;--shape;tiny;--seed;1"

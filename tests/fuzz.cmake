@@ -45,11 +45,9 @@ if(FL_FUZZ)
   set(FL_FUZZ_CFLAGS -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
                      -fno-omit-frame-pointer -g)
   # just what the targets call: tokenizer, loader, blob codec, request parsing
-  file(GLOB FL_FUZZ_TOK_SRC CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/engine/tok*.c)
+  file(GLOB FL_FUZZ_TOK_SRC CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/engine/tokenizer/*.c)
   add_library(fl_fuzz_engine STATIC ${FL_FUZZ_TOK_SRC}
-    ${PROJECT_SOURCE_DIR}/engine/util.c ${PROJECT_SOURCE_DIR}/engine/bpe.c
-    ${PROJECT_SOURCE_DIR}/engine/detok.c ${PROJECT_SOURCE_DIR}/engine/chat_template.c
-    ${PROJECT_SOURCE_DIR}/engine/safetensors.c ${PROJECT_SOURCE_DIR}/engine/config.c
+    ${PROJECT_SOURCE_DIR}/engine/util.c ${PROJECT_SOURCE_DIR}/engine/safetensors.c ${PROJECT_SOURCE_DIR}/engine/config.c
     ${PROJECT_SOURCE_DIR}/engine/persist.c ${PROJECT_SOURCE_DIR}/engine/decode.c
     ${PROJECT_SOURCE_DIR}/server/serve_proto.c
     ${FL_FUZZ_DIR}/fuzz_common.c ${FL_FUZZ_DIR}/fuzz_chat_common.c)

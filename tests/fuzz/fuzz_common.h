@@ -10,7 +10,7 @@
 #include <stdint.h>
 
 #include "fl.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* libFuzzer's entry points, declared here so -Wmissing-prototypes style checks stay quiet. */
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

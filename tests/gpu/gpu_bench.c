@@ -22,13 +22,6 @@
 
 #define MAX_BATCHES 8
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int cmp_d(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -72,12 +65,12 @@ static int run_variant(bench *k, const char *variant, const char *graphs, const 
     fl_backend_opts o = {.n_pages = maxb * per_seq + 8, .max_tokens = max_tokens};
     fl_backend *b = NULL;
     fl_err e = {0, {0}};
-    double t0 = now_s();
+    double t0 = fl_now();
     if (fl_backend_cuda_create(&b, k->m, &o, &e)) {
         printf("FAIL bench [%s]: create: %s\n", variant, e.msg);
         return -1;
     }
-    printf("bench [%s]: backend created in %.1f s: %s\n", variant, now_s() - t0,
+    printf("bench [%s]: backend created in %.1f s: %s\n", variant, fl_now() - t0,
            fl_cuda_describe(b));
     snprintf(desc, desc_cap, "%s", fl_cuda_describe(b));
     if (bw && *bw == 0) {
@@ -93,7 +86,7 @@ static int run_variant(bench *k, const char *variant, const char *graphs, const 
     for (int i = 0; i < maxb * per_seq; i++)
         pages[i] = i;
     int rc = 0;
-    t0 = now_s();
+    t0 = fl_now();
     for (int s = 0; s < maxb && !rc; s++)
         for (int p = 0; p < k->ctx && !rc; p += max_tokens) {
             int n = k->ctx - p < max_tokens ? k->ctx - p : max_tokens;
@@ -103,7 +96,7 @@ static int run_variant(bench *k, const char *variant, const char *graphs, const 
             fl_batch bt = {tok, n, &sg, 1};
             rc = fl_forward(b, &bt, NULL, NULL, &e);
         }
-    double pre_s = now_s() - t0;
+    double pre_s = fl_now() - t0;
     if (rc)
         printf("FAIL bench [%s]: prefill: %s\n", variant, e.msg);
     else
@@ -120,9 +113,9 @@ static int run_variant(bench *k, const char *variant, const char *graphs, const 
             for (int i = 0; i < n; i++)
                 tok[i] = rnd_tok(k);
             fl_batch bt = {tok, n, segs, nb};
-            double a = now_s();
+            double a = fl_now();
             rc = fl_forward(b, &bt, out, NULL, &e);
-            double z = now_s();
+            double z = fl_now();
             if (it >= 0)
                 ms[it] = (z - a) * 1e3;
         }

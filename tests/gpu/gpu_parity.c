@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "cpu/cpu.h"
 #include "backend_select.h"
 #include "fl_cuda.h"
 #include "model.h"

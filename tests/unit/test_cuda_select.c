@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend_select.h"
+#include "fl_cuda.h"
 #include "check.h"
 #include "model.h"
 

@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu/cpu.h"
 #include "check.h"
 #include "logit_ref.h"
 #include "model.h"

@@ -11,7 +11,7 @@
 
 #include "check.h"
 #include "fl.h"
-#include "kernels.h"
+#include "cpu/kernels.h"
 #include "logit_ref.h"
 
 static uint32_t rng = 1;

@@ -9,7 +9,7 @@
 #include "check.h"
 #include "model.h"
 #include "test_loader_kit.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static char root[TK_PATH];
 

@@ -2,6 +2,7 @@
  * exactness of decode-store overlap and batching, pipelined output validity, persistence
  * modes, cancellation and page accounting, a full pool queueing requests. */
 #include "check.h"
+#include "cpu/cpu.h"
 #include "engine.h"
 
 #include <unistd.h>

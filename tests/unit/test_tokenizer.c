@@ -7,8 +7,8 @@
 
 #include "check.h"
 #include "test_tokenizer_fixture.h"
-#include "tok_internal.h"
-#include "tokenizer.h"
+#include "tokenizer/tok_internal.h"
+#include "tokenizer/tokenizer.h"
 
 static int enc(const fl_tokenizer *t, const char *s, size_t n, bool special, int32_t *out, size_t cap)
 {

@@ -6,7 +6,7 @@
  * worked out by hand from the templates. */
 #include "check.h"
 #include "test_tokenizer_fixture.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static const char FOGLINE[] =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "

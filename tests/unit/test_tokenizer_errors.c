@@ -5,8 +5,8 @@
  * template, when there is none. */
 #include "check.h"
 #include "test_tokenizer_fixture.h"
-#include "tok_internal.h"
-#include "tokenizer.h"
+#include "tokenizer/tok_internal.h"
+#include "tokenizer/tokenizer.h"
 
 /* The JSON reader behind the loader (tok_json.c). */
 static void test_json(void)

@@ -5,7 +5,7 @@
 #include <utf8proc.h>
 
 #include "check.h"
-#include "tok_internal.h"
+#include "tokenizer/tok_internal.h"
 
 static void test_classify(void)
 {

@@ -20,11 +20,11 @@
 
 #include "backend_select.h"
 #include "bench_common.h"
-#include "cli.h"
+#include "cli/cli.h"
 #include "engine.h"
 #include "gen_opts.h"
 #include "outline.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 #define FL_BENCH_MAX_REPEAT 15
 
@@ -49,7 +49,7 @@ static double run(const fl_model *m, fl_backend *b, seg *segs, int n, int G, boo
     }
     fl_decode_opts d;
     fl_decode_opts_default(&d);
-    double t0 = fl_bench_now();
+    double t0 = fl_now();
     for (int g0 = 0; g0 < n; g0 += G) {
         int g1 = g0 + G < n ? g0 + G : n;
         for (int i = g0; i < g1; i++)
@@ -76,7 +76,7 @@ static double run(const fl_model *m, fl_backend *b, seg *segs, int n, int G, boo
                 goto fail;
         }
     }
-    double wall = fl_bench_now() - t0;
+    double wall = fl_now() - t0;
     fl_sched_flush(s);
     fl_sched_destroy(s);
     return wall;
@@ -281,9 +281,9 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
             char *txt = NULL;
             if ((rc = renew(&s, m, b, &so)))
                 break;
-            double t0 = fl_bench_now();
+            double t0 = fl_now();
             rc = decode_all(m, s, one, &nm, 1, max_tokens, &txt, &serial);
-            tp[r] = fl_bench_now() - t0;
+            tp[r] = fl_now() - t0;
             fw_plain += sched_forwards(s);
             if (r == 0) {
                 by_k[k][0] += sched_forwards(s);
@@ -300,9 +300,9 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
             int64_t fo = 0;
             if ((rc = renew(&s, m, b, &so)))
                 break;
-            double t0 = fl_bench_now();
+            double t0 = fl_now();
             rc = skeleton_once(m, s, msgs, nm, max_tokens, &txt, &was_outlined, &fo, &serial);
-            tk[r] = fl_bench_now() - t0;
+            tk[r] = fl_now() - t0;
             fw_skel += sched_forwards(s);
             fw_outline += fo;
             if (r == 0) {

@@ -1,5 +1,6 @@
 /* threadpool.c: spin-then-sleep fork/join pool (see threadpool.h). */
 #include "threadpool.h"
+#include "cpu.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -39,24 +40,17 @@ typedef struct fl_worker_arg {
     int tid;
 } fl_worker_arg;
 
-static long fl_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000000000L + ts.tv_nsec;
-}
-
 /* Waits until p->gen differs from seen; returns the new value. */
 static unsigned fl_wait_gen(fl_pool *p, unsigned seen)
 {
-    long t0 = 0;
+    int64_t t0 = 0;
     for (unsigned i = 0;; i++) {
         unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
         if (g != seen)
             return g;
         FL_CPU_RELAX();
         if ((i & 63) == 0) {
-            long t = fl_now_ns();
+            int64_t t = fl_now_ns();
             if (!t0)
                 t0 = t;
             else if (t - t0 > FL_SPIN_NS)

@@ -8,7 +8,7 @@
 #include <time.h>
 
 #include "backend_select.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 int fl_bench_load(const fl_model *m, const char *file, int n, const char *system, const char *who,
                   fl_bench_item **out, size_t *max_prompt)
@@ -70,13 +70,6 @@ void fl_bench_sink(const fl_event *ev, void *ctx)
     o->text = strndup(ev->text, ev->text_len);
     o->st = *ev->stats;
     o->done = 1;
-}
-
-double fl_bench_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 int fl_bench_encode(const fl_model *m, const fl_chat_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 typedef enum { MODE_ENCODE = 0, MODE_DECODE, MODE_CHAT } mode_t_;
 

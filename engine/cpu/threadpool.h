@@ -28,7 +28,5 @@ void fl_pool_destroy(fl_pool *p);
 /* A shared work counter for dynamic splitting: returns the next index, >= n when done. */
 static inline int fl_pool_next(atomic_int *counter) { return atomic_fetch_add(counter, 1); }
 
-/* The number of online CPUs (>= 1). */
-int fl_ncpus(void);
 
 #endif

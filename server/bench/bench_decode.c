@@ -14,9 +14,9 @@
 
 #include "backend_select.h"
 #include "bench_common.h"
-#include "cli.h"
+#include "cli/cli.h"
 #include "engine.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 typedef fl_bench_item item;
 
@@ -51,7 +51,7 @@ static int run_row(const fl_model *m, fl_backend *b, const row *rw, const item *
     d.threshold = 0.9f;
     d.store_overlap = rw->overlap;
     d.pipeline = rw->pipeline;
-    double t0 = fl_bench_now();
+    double t0 = fl_now();
     int next = 0, finished = 0;
     int64_t fw0;
     fl_sched_stats st;
@@ -79,7 +79,7 @@ static int run_row(const fl_model *m, fl_backend *b, const row *rw, const item *
             finished += res[i].done;
     }
     fl_sched_flush(s);
-    double wall = fl_bench_now() - t0;
+    double wall = fl_now() - t0;
     fl_sched_get_stats(s, &st);
     int64_t tokens = 0, fw_seq = 0, blocks = 0;
     int exact = 0, graded = 0;

@@ -5,7 +5,7 @@
 
 #include "engine.h"
 #include "model.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct fl_bench_item {
     int32_t *ids;
@@ -45,9 +45,6 @@ typedef struct fl_bench_env {
 int fl_bench_env_open(fl_bench_env *env, const char *who, const char *model_dir, const char *file,
                       int n, int conc, int max_tokens, int threads, const char *device);
 void fl_bench_env_close(fl_bench_env *env);
-
-/* Monotonic seconds. */
-double fl_bench_now(void);
 
 /* Renders msgs with the model's chat template (generation prompt added) and tokenizes them. */
 int fl_bench_encode(const fl_model *m, const fl_chat_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,

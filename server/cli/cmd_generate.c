@@ -12,7 +12,7 @@
 #include "cli.h"
 #include "engine.h"
 #include "gen_opts.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct live {
     const fl_tokenizer *tok;

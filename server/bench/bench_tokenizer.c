@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "tokenizer.h"
+#include "cli/cli.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct bopts {
     const char *model;
@@ -123,13 +123,6 @@ static int build_text(fl_buf *b, size_t want, unsigned long long seed)
 }
 
 /* ---- helpers ---- */
-
-static double now_s(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static bool readable(const char *p) { return p && access(p, R_OK) == 0; }
 
@@ -253,12 +246,12 @@ int fl_bench_tokenizer(int argc, char **argv)
         return rc == 1 ? 0 : rc;
     fl_err e = {0};
     fl_tokenizer *t;
-    double t0 = now_s();
+    double t0 = fl_now();
     if (fl_tokenizer_load(&t, o.model, NULL, &e)) {
         fprintf(stderr, "fogline bench tokenizer: %s\n", e.msg);
         return 1;
     }
-    double load_s = now_s() - t0;
+    double load_s = fl_now() - t0;
     fl_buf text = {0};
     size_t want = (size_t)(o.mb * 1024 * 1024);
     if (build_text(&text, want, o.seed)) {
@@ -271,14 +264,14 @@ int fl_bench_tokenizer(int argc, char **argv)
     /* ours: a cold run (empty word cache), then the best of N */
     int32_t *ids = NULL;
     size_t n = 0;
-    t0 = now_s();
+    t0 = fl_now();
     rc = fl_tokenizer_encode(t, text.data, text.len, true, &ids, &n, &e);
-    double cold = now_s() - t0, best = 1e30;
+    double cold = fl_now() - t0, best = 1e30;
     for (int r = 0; r < o.runs && !rc; r++) {
         free(ids);
-        t0 = now_s();
+        t0 = fl_now();
         rc = fl_tokenizer_encode(t, text.data, text.len, true, &ids, &n, &e);
-        double d = now_s() - t0;
+        double d = fl_now() - t0;
         if (d < best)
             best = d;
     }

@@ -22,15 +22,10 @@
 
 #include "backend.h"
 #include "backend_select.h"
-#include "cli.h"
+#include "cpu/cpu.h"
+#include "cli/cli.h"
 #include "gen_opts.h"
-#include "kernels.h"
 #include "model.h"
-#include "threadpool.h"
-
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
 
 #define FL_MAX_BLOCKS 16
 
@@ -40,13 +35,6 @@ typedef struct fl_bench_args {
     int blocks[FL_MAX_BLOCKS], n_blocks;
     bool bf16, no_ref;
 } fl_bench_args;
-
-static double fl_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int fl_cmp_double(const void *a, const void *b)
 {
@@ -212,74 +200,6 @@ static void fl_run_reference(const fl_bench_args *a, double *ref_ms, char *note,
 }
 
 /* ---------------------------------------------------------------- machine probes */
-
-typedef struct fl_bw_job {
-    const float *buf;
-    size_t n;
-    double sink[64];
-} fl_bw_job;
-
-#if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2"))) static double fl_read_avx2(const float *p, size_t n)
-{
-    /* 4 streams, as the streaming matmul reads 4 weight rows at once */
-    size_t q = n / 4 & ~(size_t)7;
-    const float *s0 = p, *s1 = p + q, *s2 = p + 2 * q, *s3 = p + 3 * q;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i < q; i += 8) {
-        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(s0 + i));
-        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(s1 + i));
-        a2 = _mm256_add_ps(a2, _mm256_loadu_ps(s2 + i));
-        a3 = _mm256_add_ps(a3, _mm256_loadu_ps(s3 + i));
-    }
-    float t[8];
-    _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-}
-#endif
-
-static double fl_read_plain(const float *p, size_t n)
-{
-    float s[8] = {0};
-    for (size_t i = 0; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; j++)
-            s[j] += p[i + j];
-    return s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
-}
-
-static void fl_bw_run(void *ctx, int tid, int nt)
-{
-    fl_bw_job *j = ctx;
-    size_t lo = j->n * (size_t)tid / (size_t)nt, hi = j->n * (size_t)(tid + 1) / (size_t)nt;
-#if defined(__x86_64__) && defined(__GNUC__)
-    if (__builtin_cpu_supports("avx2")) {
-        j->sink[tid & 63] = fl_read_avx2(j->buf + lo, hi - lo);
-        return;
-    }
-#endif
-    j->sink[tid & 63] = fl_read_plain(j->buf + lo, hi - lo);
-}
-
-/* Read bandwidth in GB/s with nt threads over a buffer far larger than the caches. */
-static double fl_measure_bw(fl_pool *pool)
-{
-    size_t n = (size_t)256 << 20; /* 1 GiB of floats */
-    float *buf = malloc(n * sizeof *buf);
-    if (!buf)
-        return NAN;
-    for (size_t i = 0; i < n; i++)
-        buf[i] = (float)(i & 1023);
-    fl_bw_job j = {buf, n, {0}};
-    double best = 0;
-    for (int r = 0; r < 4; r++) {
-        double t0 = fl_now();
-        fl_pool_run(pool, fl_bw_run, &j);
-        double gbs = (double)n * sizeof *buf / (fl_now() - t0) / 1e9;
-        best = gbs > best ? gbs : best;
-    }
-    free(buf);
-    return best;
-}
 
 typedef struct fl_shape {
     int n, k;
@@ -517,27 +437,23 @@ int fl_bench_forward(int argc, char **argv)
     fl_model_free(m);
 
     fprintf(stderr, "measuring sgemm and bandwidth...\n");
-    fl_pool *pool;
-    if (fl_pool_create(&pool, a.threads, &e)) {
+    double bw;
+    if (fl_cpu_read_bandwidth(a.threads, &bw, &e)) {
         fprintf(stderr, "fogline bench forward: %s\n", e.msg);
         return 1;
     }
-    double bw = fl_measure_bw(pool);
-    fl_pool_destroy(pool);
     double sgemm_s[FL_MAX_BLOCKS];
     for (int i = 0; i < a.n_blocks; i++)
         sgemm_s[i] = fl_measure_sgemm(&cf, a.blocks[i], a.threads, 3);
     double load1 = fl_loadavg();
 
-    fl_kernels kk; /* the same choice the backend made */
-    fl_kernels_init(&kk, getenv("FL_SIMD"));
     printf("fogline bench forward: %s\n", a.model);
     printf("model: %s, %d layers, hidden %d, heads %d/%d, vocab %d, %.2f B params, block %d\n",
            fl_family_name(cf.family), cf.n_layers, cf.hidden, cf.n_heads, cf.n_kv_heads,
            cf.vocab, n_params / 1e9, cf.block_size);
     printf("ours: %s weights (%.2f GB streamed per step), %d threads, %s kernels, ctx %d "
            "(prefill %.0f ms), median of %d steps\n", a.bf16 ? "bf16" : "f32", wbytes / 1e9,
-           a.threads, kk.name, a.ctx, prefill_ms, a.steps);
+           a.threads, fl_cpu_kernels_name(), a.ctx, prefill_ms, a.steps);
     printf("%s\n", ref_note);
     printf("machine: OpenBLAS sgemm (%s kernels) with %d threads at the same shapes (M = block "
            "rows, weights from DRAM); read bandwidth %.1f GB/s; load average %.2f -> %.2f\n",

@@ -10,7 +10,7 @@
 #include "cli.h"
 #include "gen_opts.h"
 #include "model.h"
-#include "tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 static void usage(FILE *f)
 {

@@ -12,7 +12,7 @@
  * projection uses sgemm instead of the streaming kernel (default: fl_kernels.sgemm_rows of
  * the kernel level); FL_SIMD=avx2 or FL_SIMD=plain, a cap on the kernels' instruction set
  * (kernels.h). */
-#include "backend.h"
+#include "cpu.h"
 
 #include <cblas.h>
 #include <limits.h>

@@ -1,0 +1,53 @@
+/* backend.c: what every backend shares (backend.h). */
+#include "backend.h"
+
+/* The checks every backend runs before a forward (backend.h). */
+int fl_batch_check(const fl_backend *b, const fl_config *cf, const fl_batch *bt, fl_err *e)
+{
+    if (!bt)
+        return fl_err_set(e, FL_EINVAL, "forward: no batch");
+    if (bt->n_tokens <= 0 || bt->n_tokens > b->max_tokens)
+        return fl_err_set(e, FL_EINVAL, "forward: %d tokens (allowed 1..%d, the backend's "
+                          "max_tokens)", bt->n_tokens, b->max_tokens);
+    if (!bt->tokens)
+        return fl_err_set(e, FL_EINVAL, "forward: no token array");
+    if (bt->n_segs <= 0 || !bt->segs)
+        return fl_err_set(e, FL_EINVAL, "forward: %d segments (need at least 1)", bt->n_segs);
+    int64_t total = 0;
+    int B = cf->block_size;
+    for (int s = 0; s < bt->n_segs; s++) {
+        const fl_segment *sg = &bt->segs[s];
+        if (sg->n <= 0 || sg->n > bt->n_tokens)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d has %d tokens", s, sg->n);
+        total += sg->n;
+        if (total > bt->n_tokens)
+            return fl_err_set(e, FL_EINVAL, "forward: segments hold more tokens than n_tokens "
+                              "(%d)", bt->n_tokens);
+        if (sg->pos0 < 0 || (int64_t)sg->pos0 + sg->n > cf->max_pos)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d spans positions %d..%lld, "
+                              "past the model's %d", s, sg->pos0,
+                              (long long)sg->pos0 + sg->n - 1, cf->max_pos);
+        if (sg->n_store < 0 || sg->n_store > sg->n)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d: n_store %d not in 0..%d", s,
+                              sg->n_store, sg->n);
+        if (sg->out_from < 0 || sg->out_from > sg->n)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d: out_from %d not in 0..%d", s,
+                              sg->out_from, sg->n);
+        int np = (int)(((int64_t)sg->pos0 + sg->n_store + B - 1) / B);
+        if (np > 0 && !sg->pages)
+            return fl_err_set(e, FL_EINVAL, "forward: segment %d needs %d pages and has no "
+                              "page table", s, np);
+        for (int p = 0; p < np; p++)
+            if (sg->pages[p] < 0 || sg->pages[p] >= b->n_pages)
+                return fl_err_set(e, FL_EINVAL, "forward: segment %d: page %d (block %d) is "
+                                  "not in 0..%d", s, sg->pages[p], p, b->n_pages - 1);
+    }
+    if (total != bt->n_tokens)
+        return fl_err_set(e, FL_EINVAL, "forward: segments hold %lld tokens, n_tokens is %d",
+                          (long long)total, bt->n_tokens);
+    for (int t = 0; t < bt->n_tokens; t++)
+        if (bt->tokens[t] < 0 || bt->tokens[t] >= cf->vocab)
+            return fl_err_set(e, FL_EINVAL, "forward: token %d at %d is not in 0..%d",
+                              bt->tokens[t], t, cf->vocab - 1);
+    return 0;
+}

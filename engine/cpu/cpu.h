@@ -1,0 +1,29 @@
+/* cpu.h: the CPU backend's public interface (engine/cpu/). The backend itself implements
+ * backend.h; its kernels (kernels.h) and thread pool (threadpool.h) are private to this
+ * folder. Everything here may be called from any thread. */
+#ifndef FL_CPU_H
+#define FL_CPU_H
+
+#include "backend.h"
+
+/* Creates the CPU backend for m (which must outlive it): weights converted to the backend's
+ * layout (o->bf16_weights: bf16, else f32), o->n_pages KV pages, a pool of o->n_threads
+ * threads (0: every core). The caller owns *out (fl_backend_destroy). FL_ENOMEM or FL_EINVAL
+ * (with a message) on failure; *out is NULL then. */
+int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_opts *o,
+                          fl_err *e);
+
+/* The number of online CPUs (>= 1): the backend's thread count when n_threads is 0. */
+int fl_ncpus(void);
+
+/* The name of the kernels the CPU backend picks on this machine ("AVX-512", "AVX2+FMA" or "plain C"),
+ * capped as the backend caps them by the environment's FL_SIMD. */
+const char *fl_cpu_kernels_name(void);
+
+/* The machine's read bandwidth in GB/s (*gbs), as n_threads threads of the backend's pool
+ * read a 1 GiB buffer (4 streams each, as the streaming matmul reads weights), best of 4
+ * passes: the floor of a step that streams its weights once is weight bytes over this.
+ * FL_ENOMEM or FL_EINVAL with a message. Takes about a second. */
+int fl_cpu_read_bandwidth(int n_threads, double *gbs, fl_err *e);
+
+#endif

@@ -1,0 +1,89 @@
+/* backend_select.c: chooses and creates the compute backend (backend_select.h). This is the
+ * one place that knows both backends, so engine/ depends on neither of them being chosen.
+ *
+ * "auto" asks fl_cuda_probe whether a GPU is usable: it looks for the driver library before
+ * it starts the CUDA runtime at all, so a machine without a GPU pays a failed dlopen, and
+ * "driver version is insufficient" (the runtime's answer when there is no driver) is
+ * reported as "no NVIDIA driver". A build without the CUDA backend links cuda/absent.c,
+ * whose every call says so. */
+#include "backend_select.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cpu/cpu.h"
+#include "fl_cuda.h"
+
+bool fl_backend_have_cuda(void) { return fl_cuda_built(); }
+
+bool fl_backend_device_valid(const char *device)
+{
+    return !device || !*device || !strcmp(device, "auto") || !strcmp(device, "cpu") ||
+           !strcmp(device, "cuda");
+}
+
+static void fl_say(char *chosen, size_t cap, const char *fmt, ...) FL_PRINTF(3, 4);
+static void fl_say(char *chosen, size_t cap, const char *fmt, ...)
+{
+    if (!chosen || !cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(chosen, cap, fmt, ap);
+    va_end(ap);
+}
+
+/* Whether a GPU is usable; why says which, or why not. */
+static bool fl_gpu_usable(char *why, size_t cap) { return fl_cuda_probe(why, cap) == 1; }
+
+int fl_backend_open(fl_backend **out, const fl_model *m, const fl_backend_opts *o,
+                    const char *device, char *chosen, size_t cap, fl_err *e)
+{
+    *out = NULL;
+    fl_say(chosen, cap, "none");
+    if (!o)
+        return fl_err_set(e, FL_EINVAL, "backend: no options");
+    if (!device || !*device)
+        device = "auto";
+    if (!fl_backend_device_valid(device))
+        return fl_err_set(e, FL_EINVAL, "unknown device '%.40s' (use auto, cpu or cuda)", device);
+    if (!strcmp(device, "cpu")) {
+        int rc = fl_backend_cpu_create(out, m, o, e);
+        if (!rc)
+            fl_say(chosen, cap, "cpu: asked for");
+        return rc;
+    }
+    fl_backend_opts go = *o;
+    if (o->gpu_n_pages)
+        go.n_pages = o->gpu_n_pages < 0 ? 0 : o->gpu_n_pages;
+    char why[400] = "";
+    bool gpu = fl_gpu_usable(why, sizeof why);
+    if (!strcmp(device, "cuda")) {
+        if (!gpu)
+            return fl_backend_have_cuda()
+                       ? fl_err_set(e, FL_EUNSUPPORTED, "cuda: no usable GPU: %s", why)
+                       : fl_backend_cuda_create(out, m, &go, e);
+        int rc = fl_backend_cuda_create(out, m, &go, e);
+        if (!rc)
+            fl_say(chosen, cap, "cuda: %s", fl_cuda_describe(*out));
+        return rc;
+    }
+    /* auto */
+    char fallback[640];
+    if (gpu) {
+        fl_err ce = {0, {0}};
+        int rc = fl_backend_cuda_create(out, m, &go, &ce);
+        if (!rc) {
+            fl_say(chosen, cap, "cuda: auto: %s", fl_cuda_describe(*out));
+            return 0;
+        }
+        snprintf(fallback, sizeof fallback, "the CUDA backend failed on %.150s: %.400s", why, ce.msg);
+    } else {
+        snprintf(fallback, sizeof fallback, "no usable GPU: %s", why);
+    }
+    int rc = fl_backend_cpu_create(out, m, o, e);
+    if (!rc)
+        fl_say(chosen, cap, "cpu: auto: %s", fallback);
+    return rc;
+}
