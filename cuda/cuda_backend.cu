@@ -1167,7 +1167,7 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     d->B = cf->block_size;
     d->rep = cf->n_heads / cf->n_kv_heads;
     d->eps = cf->rms_eps;
-    d->page_elems = (size_t)cf->n_layers * 2 * d->kvh * d->B * d->hd;
+    d->page_elems = fl_kv_page_floats(cf);
     c->base.page_bytes = d->page_elems * 4;
     c->page_dev_bytes = d->page_elems * 2;
     c->skinny_rows = flc_env_int("FL_CUDA_SKINNY_ROWS", FLC_SKINNY_MAX, 0, FLC_SKINNY_MAX);

@@ -22,7 +22,6 @@
 #define FL_CFG_MAX_LAYERS 4096
 #define FL_CFG_MAX_HEADS 4096
 #define FL_CFG_MAX_HEAD_DIM 4096
-#define FL_CFG_MAX_BLOCK 256
 
 static const struct {
     const char *arch, *model_type, *name, *mask;
@@ -229,7 +228,7 @@ static int parse_root(fl_config *c, const json_t *root, fl_err *e)
         c->qkv_bias = true;
         c->qk_norm = false;
         c->logits_shift = 1;
-        if ((rc = get_size(root, "bd_size", false, 32, FL_CFG_MAX_BLOCK, &c->block_size, e)))
+        if ((rc = get_size(root, "bd_size", false, 32, FL_MAX_BLOCK, &c->block_size, e)))
             return rc;
         c->sub_block = c->block_size < 8 ? c->block_size : 8;
     } else {
@@ -237,7 +236,7 @@ static int parse_root(fl_config *c, const json_t *root, fl_err *e)
         c->qk_norm = true;
         c->logits_shift = 0;
         bool need = c->family == FL_FAMILY_FOGLINE;
-        if ((rc = get_size(root, "block_size", need, 4, FL_CFG_MAX_BLOCK, &c->block_size, e)))
+        if ((rc = get_size(root, "block_size", need, 4, FL_MAX_BLOCK, &c->block_size, e)))
             return rc;
         c->sub_block = c->block_size;
     }
@@ -381,4 +380,10 @@ int fl_config_load(fl_config *c, const char *dir, fl_err *e)
     if (rc)
         fl_err_prefix(e, "%s", dir);
     return rc;
+}
+
+size_t fl_kv_page_floats(const fl_config *c)
+{
+    return (size_t)c->n_layers * 2u * (size_t)c->n_kv_heads * (size_t)c->block_size *
+           (size_t)c->head_dim;
 }

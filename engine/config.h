@@ -52,6 +52,9 @@ const char *fl_family_name(fl_family f);
  * authors' defaults, overridden by the model directory's own. src (may be NULL) gets each
  * field's source (FL_DS_FAMILY or FL_DS_MODEL). */
 void fl_config_decode_defaults(const fl_config *c, fl_decode_opts *out, uint8_t src[FL_DF_COUNT]);
+/* Floats in one KV page, the host layout of backend.h: n_layers x {K, V} x n_kv_heads x
+ * block_size x head_dim. Every size of a page (backends, blobs, pool budgets) derives from it. */
+size_t fl_kv_page_floats(const fl_config *c);
 /* The mask token's string for the family ("<|MASK|>", "|<MASK>|"), or NULL. */
 const char *fl_family_mask_string(fl_family f);
 

@@ -59,12 +59,14 @@ int fl_decode_opts_check(const fl_decode_opts *o, fl_err *e)
 #undef RANGE
     if (o->top_p <= 0.0f)
         return fl_err_set(e, FL_ERANGE, "top_p must be > 0");
-    if (o->k < 1 || o->k > 256)
-        return fl_err_set(e, FL_ERANGE, "k (tokens per step) must be in [1, 256], got %d", o->k);
+    if (o->k < 1 || o->k > FL_MAX_BLOCK)
+        return fl_err_set(e, FL_ERANGE, "k (tokens per step) must be in [1, %d], got %d",
+                          FL_MAX_BLOCK, o->k);
     if (o->top_k < 0)
         return fl_err_set(e, FL_ERANGE, "top_k must be >= 0, got %d", o->top_k);
-    if (o->max_blocks < 1 || o->max_blocks > 16)
-        return fl_err_set(e, FL_ERANGE, "max_blocks must be in [1, 16], got %d", o->max_blocks);
+    if (o->max_blocks < 1 || o->max_blocks > FL_MAX_RUN_BLOCKS)
+        return fl_err_set(e, FL_ERANGE, "max_blocks must be in [1, %d], got %d",
+                          FL_MAX_RUN_BLOCKS, o->max_blocks);
     return 0;
 }
 
@@ -214,7 +216,7 @@ static int ranked(const fl_tok_out *pred, const uint8_t *eligible, int n, int *i
     for (int i = 0; i < n; i++)
         if (eligible[i])
             idx[m++] = i;
-    /* insertion sort: blocks are small (<= 256) */
+    /* insertion sort: blocks are small (<= FL_MAX_BLOCK) */
     for (int i = 1; i < m; i++) {
         int v = idx[i], j = i - 1;
         while (j >= 0) {
@@ -233,10 +235,10 @@ static int ranked(const fl_tok_out *pred, const uint8_t *eligible, int n, int *i
 int fl_policy_select(const fl_decode_opts *o, const fl_tok_out *pred, const uint8_t *eligible,
                      int n, bool semi, uint8_t *sel)
 {
-    int idx[256];
+    int idx[FL_MAX_BLOCK];
     memset(sel, 0, (size_t)n);
-    if (n > 256)
-        n = 256;
+    if (n > FL_MAX_BLOCK)
+        n = FL_MAX_BLOCK;
     int m = ranked(pred, eligible, n, idx, o->policy == FL_POLICY_ENTROPY && !semi);
     if (m == 0)
         return 0;

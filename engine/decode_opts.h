@@ -5,6 +5,7 @@
 #define FL_DECODE_OPTS_H
 
 #include "fl.h"
+#include "fl_limits.h"
 
 typedef enum fl_policy {
     FL_POLICY_SEQUENTIAL = 0, /* one token per step, the most confident */

@@ -1,10 +1,16 @@
 /* engine.h: block-diffusion generation for many sequences at once.
  *
- * The scheduler (fl_sched) owns the backend, the KV page pool and every sequence; each call
- * to fl_sched_step() runs one forward over a packed batch of all sequences' work (prefill
- * chunks, blocks to store, running blocks) and applies the unmasking policies. fl_engine
- * wraps a scheduler in one engine thread with bounded request and cancel queues; events are
- * delivered by calling the sink on the engine thread (copy what you keep, do not block). */
+ * The scheduler (fl_sched) owns the KV page pool, the persister and every sequence; it uses
+ * a backend and a model that the caller owns and keeps alive until the scheduler is
+ * destroyed (as it does the tier in fl_sched_opts). Each call to fl_sched_step() runs one
+ * forward over a packed batch of all sequences' work (prefill chunks, blocks to store,
+ * running blocks) and applies the unmasking policies. A scheduler is used by one thread at a
+ * time. fl_engine wraps a scheduler in one engine thread with bounded request and cancel
+ * queues; events are delivered by calling the sink on the engine thread (copy what you keep,
+ * do not block).
+ *
+ * Errors: 0 or a negative FL_E* code with a message in the fl_err; where a function returns
+ * a count or a flag instead, its comment says so. */
 #ifndef FL_ENGINE_H
 #define FL_ENGINE_H
 
@@ -109,6 +115,18 @@ typedef struct fl_sched_stats {
     int64_t prefix_pages_rejected;
 } fl_sched_stats;
 
+/* The KV pages a request holds from admission to its end: every block that can hold one of
+ * its prompt or reply positions, plus the running blocks' look-ahead (d->max_blocks when
+ * pipelined, else 1). Admission reserves exactly this many, so a request needs a pool of at
+ * least this size and never runs out of pages mid-reply. */
+int32_t fl_pages_needed(const fl_config *cf, int32_t n_prompt, int32_t max_tokens,
+                        const fl_decode_opts *d);
+
+/* Creates a scheduler over b's page pool (all b->n_pages) for model m. o->max_batch_tokens
+ * 0 or above the backend's max_tokens means the backend's; max_seqs 0 means 64. m, b and
+ * o->tier are borrowed: the caller frees them after fl_sched_destroy. FL_EINVAL (no mask
+ * token, a batch limit below two blocks), FL_ENOMEM, or the persister's error; *out is NULL
+ * on failure. */
 int fl_sched_create(fl_sched **out, const fl_model *m, fl_backend *b, const fl_sched_opts *o,
                     fl_err *e);
 /* Adds a request; the sink gets its events. Returns FL_EINVAL with a message for a bad
@@ -128,6 +146,8 @@ const fl_kvpool *fl_sched_pool(const fl_sched *s);
 int fl_sched_reap(fl_sched *s);
 /* Waits for the persistence thread to drain. */
 void fl_sched_flush(fl_sched *s);
+/* Cancels what is left (done events sent), waits for the persister, frees everything the
+ * scheduler owns; not the backend, the model or the tier. NULL is a no-op. */
 void fl_sched_destroy(fl_sched *s);
 
 /* The engine thread. */
@@ -137,6 +157,8 @@ typedef struct fl_engine_opts {
     int32_t queue_cap; /* pending submissions at most; beyond: FL_EBUSY */
 } fl_engine_opts;
 
+/* Creates a scheduler (fl_sched_create: the same ownership of m, b and the tier) and starts
+ * the engine thread that runs it. queue_cap 0 means 256. */
 int fl_engine_start(fl_engine **out, const fl_model *m, fl_backend *b, const fl_engine_opts *o,
                     fl_err *e);
 /* Thread-safe. Copies the request. FL_EBUSY when the queue is full (the caller answers
@@ -153,7 +175,8 @@ void fl_engine_get_stats(fl_engine *en, fl_sched_stats *st); /* thread-safe snap
 void fl_engine_hold(fl_engine *en, bool hold);
 /* While held: runs one forward if there is work, and returns once it ended. */
 void fl_engine_step(fl_engine *en);
-/* Stops the thread: running sequences are cancelled (done events sent), everything freed. */
+/* Stops the thread: running sequences are cancelled (done events sent), the scheduler is
+ * destroyed and en freed; the backend, model and tier are the caller's to free after. */
 void fl_engine_stop(fl_engine *en);
 
 #endif

@@ -94,6 +94,20 @@ int64_t fl_now_ns(void);
 static inline double fl_now(void) { return (double)fl_now_ns() * 1e-9; }
 static inline double fl_now_ms(void) { return (double)fl_now_ns() * 1e-6; }
 
+/* A 64-bit hash of n bytes (8 at a time; not cryptographic: it catches damage and tells
+ * contents apart, it does not resist forgery), and the step it is built from. Page keys, blob
+ * checksums and the model fingerprint all use these. */
+static inline uint64_t fl_mix64(uint64_t h, uint64_t v)
+{
+    h ^= v;
+    h *= 0x100000001b3ull;
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return h;
+}
+uint64_t fl_hash64(const void *data, size_t n);
+
 /* The last occurrence of needle in s[0..n), or NULL. */
 const char *fl_memrstr(const char *s, size_t n, const char *needle);
 

@@ -219,3 +219,40 @@ void fl_model_free(fl_model *m)
     free(m->dir);
     free(m);
 }
+
+/* (model.h) A full hash of gigabytes of weights at every start would cost seconds; the
+ * sampled bytes change with any retraining. */
+uint64_t fl_model_fingerprint(const fl_model *m)
+{
+    const fl_config *c = &m->cfg;
+    int64_t shape[8] = {c->vocab, c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
+                        c->block_size, c->max_pos};
+    uint64_t h = fl_hash64(shape, sizeof shape);
+    const fl_tensor *ts[16];
+    for (int l = -1; l < c->n_layers; l++) {
+        int n = 0;
+        if (l < 0) {
+            ts[n++] = m->embed;
+            ts[n++] = m->final_norm;
+            ts[n++] = m->lm_head;
+        } else {
+            const fl_layer_w *w = &m->layers[l];
+            const fl_tensor *lt[] = {w->attn_norm, w->wq, w->wk, w->wv, w->wo, w->bq, w->bk, w->bv,
+                                     w->q_norm, w->k_norm, w->mlp_norm, w->w_gate, w->w_up, w->w_down};
+            for (size_t i = 0; i < sizeof lt / sizeof lt[0]; i++)
+                ts[n++] = lt[i];
+        }
+        for (int i = 0; i < n; i++) {
+            const fl_tensor *t = ts[i];
+            if (!t)
+                continue;
+            h ^= fl_hash64(t->name, strlen(t->name)) + (uint64_t)t->dtype * 31u;
+            h = fl_hash64(&h, sizeof h) ^ fl_hash64(t->shape, sizeof t->shape);
+            size_t k = t->nbytes < 256 ? t->nbytes : 256;
+            size_t offs[3] = {0, t->nbytes / 2 - k / 2, t->nbytes - k};
+            for (int j = 0; j < 3; j++)
+                h = h * 0x100000001b3ull ^ fl_hash64((const char *)t->data + offs[j], k);
+        }
+    }
+    return h;
+}

@@ -42,4 +42,10 @@ typedef struct fl_load_opts {
 int fl_model_load(fl_model **out, const char *dir, const fl_load_opts *opts, fl_err *e);
 void fl_model_free(fl_model *m);
 
+/* The model's identity for its KV pages: a hash of its shape and, for every weight tensor,
+ * its name, dtype, shape and 3 x 256 bytes sampled from its data. Page keys chain from it
+ * (persist.h), so two models that share a cache tier (Redis) never read each other's pages.
+ * Needs the weights (not a no_weights load); pure, any thread. */
+uint64_t fl_model_fingerprint(const fl_model *m);
+
 #endif

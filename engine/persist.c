@@ -13,31 +13,21 @@
 
 /* ---- keys: two independent 64-bit FNV-1a style mixes over the same bytes ---- */
 
-static uint64_t mix64(uint64_t h, uint64_t v)
-{
-    h ^= v;
-    h *= 0x100000001b3ull;
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
-    return h;
-}
-
 fl_page_key fl_page_key_chain(uint64_t model_id, fl_page_key parent, const int32_t *tokens, int n)
 {
     uint64_t a = 0xcbf29ce484222325ull, b = 0x84222325cbf29ce4ull;
-    a = mix64(a, model_id);
-    b = mix64(b, ~model_id);
-    a = mix64(a, parent.hi);
-    b = mix64(b, parent.lo);
-    a = mix64(a, parent.lo);
-    b = mix64(b, parent.hi);
+    a = fl_mix64(a, model_id);
+    b = fl_mix64(b, ~model_id);
+    a = fl_mix64(a, parent.hi);
+    b = fl_mix64(b, parent.lo);
+    a = fl_mix64(a, parent.lo);
+    b = fl_mix64(b, parent.hi);
     for (int i = 0; i < n; i++) {
-        a = mix64(a, (uint64_t)(uint32_t)tokens[i]);
-        b = mix64(b, (uint64_t)(uint32_t)tokens[i] ^ 0x5bd1e995u);
+        a = fl_mix64(a, (uint64_t)(uint32_t)tokens[i]);
+        b = fl_mix64(b, (uint64_t)(uint32_t)tokens[i] ^ 0x5bd1e995u);
     }
-    a = mix64(a, (uint64_t)n);
-    b = mix64(b, (uint64_t)n * 31u);
+    a = fl_mix64(a, (uint64_t)n);
+    b = fl_mix64(b, (uint64_t)n * 31u);
     return (fl_page_key){a, b};
 }
 
@@ -48,31 +38,10 @@ void fl_page_key_hex(fl_page_key k, char out[33])
 
 /* ---- blobs ---- */
 
-uint64_t fl_blob_checksum(const void *data, size_t n)
-{
-    const unsigned char *p = data;
-    uint64_t h = 0x9ae16a3b2f90404full ^ (uint64_t)n;
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        uint64_t v;
-        memcpy(&v, p + i, 8);
-        h = mix64(h, v);
-    }
-    uint64_t t = 0;
-    for (size_t k = 0; i < n; i++, k++)
-        t |= (uint64_t)p[i] << (8 * k);
-    return mix64(h, t);
-}
-
-static size_t page_floats(const fl_config *c)
-{
-    return (size_t)c->block_size * (size_t)c->n_layers * 2u * (size_t)c->n_kv_heads *
-           (size_t)c->head_dim;
-}
-
 size_t fl_blob_size(const fl_config *c)
 {
-    return sizeof(fl_blob_header) + sizeof(int32_t) * (size_t)c->block_size + 2u * page_floats(c);
+    return sizeof(fl_blob_header) + sizeof(int32_t) * (size_t)c->block_size +
+           2u * fl_kv_page_floats(c);
 }
 
 int fl_blob_encode(const fl_config *c, uint64_t model_id, fl_page_key key, const int32_t *tokens,
@@ -92,19 +61,19 @@ int fl_blob_encode(const fl_config *c, uint64_t model_id, fl_page_key key, const
     h.head_dim = c->head_dim;
     h.dtype = FL_DT_BF16;
     h.n_tokens = c->block_size;
-    h.payload_bytes = 2u * page_floats(c);
+    h.payload_bytes = 2u * fl_kv_page_floats(c);
     unsigned char *p = blob;
     memcpy(p, &h, sizeof h);
     p += sizeof h;
     memcpy(p, tokens, sizeof(int32_t) * (size_t)c->block_size);
     p += sizeof(int32_t) * (size_t)c->block_size;
-    size_t nf = page_floats(c);
+    size_t nf = fl_kv_page_floats(c);
     for (size_t i = 0; i < nf; i++) {
         uint16_t v = fl_f32_to_bf16(page[i]);
         memcpy(p + 2 * i, &v, 2);
     }
     /* the checksum covers everything after the header */
-    h.checksum = fl_blob_checksum((unsigned char *)blob + sizeof h, need - sizeof h);
+    h.checksum = fl_hash64((unsigned char *)blob + sizeof h, need - sizeof h);
     memcpy(blob, &h, sizeof h);
     return 0;
 }
@@ -122,17 +91,17 @@ int fl_blob_decode(const fl_config *c, uint64_t model_id, fl_page_key key, const
         return fl_err_set(e, FL_EFORMAT, "page blob: model or key mismatch");
     if (h.block_size != c->block_size || h.n_layers != c->n_layers ||
         h.n_kv_heads != c->n_kv_heads || h.head_dim != c->head_dim || h.dtype != FL_DT_BF16 ||
-        h.n_tokens != c->block_size || h.payload_bytes != 2u * page_floats(c))
+        h.n_tokens != c->block_size || h.payload_bytes != 2u * fl_kv_page_floats(c))
         return fl_err_set(e, FL_EFORMAT, "page blob: shape does not match the model");
     if (blob_len != fl_blob_size(c))
         return fl_err_set(e, FL_EFORMAT, "page blob: %zu bytes, expected %zu", blob_len,
                           fl_blob_size(c));
     const unsigned char *p = (const unsigned char *)blob + sizeof h;
-    if (fl_blob_checksum(p, blob_len - sizeof h) != h.checksum)
+    if (fl_hash64(p, blob_len - sizeof h) != h.checksum)
         return fl_err_set(e, FL_EFORMAT, "page blob: checksum mismatch (damaged data)");
     memcpy(tokens, p, sizeof(int32_t) * (size_t)c->block_size);
     p += sizeof(int32_t) * (size_t)c->block_size;
-    size_t nf = page_floats(c);
+    size_t nf = fl_kv_page_floats(c);
     for (size_t i = 0; i < nf; i++) {
         uint16_t v;
         memcpy(&v, p + 2 * i, 2);

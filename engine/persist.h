@@ -28,7 +28,7 @@ typedef struct fl_blob_header {
     int32_t dtype;        /* FL_DT_BF16 */
     int32_t n_tokens;     /* == block_size */
     uint64_t payload_bytes;
-    uint64_t checksum;    /* fl_blob_checksum of the tokens and the payload */
+    uint64_t checksum;    /* fl_hash64 of the tokens and the payload */
     int32_t tokens[];     /* (n_tokens) then the payload */
 } fl_blob_header;
 
@@ -40,9 +40,6 @@ int fl_blob_encode(const fl_config *c, uint64_t model_id, fl_page_key key, const
  * tokens. Anything that does not match is FL_EFORMAT with a message, nothing is trusted. */
 int fl_blob_decode(const fl_config *c, uint64_t model_id, fl_page_key key, const void *blob,
                    size_t blob_len, int32_t *tokens, float *page, fl_err *e);
-
-/* 64-bit hash of n bytes (8 at a time; not cryptographic: it catches damage, not forgery). */
-uint64_t fl_blob_checksum(const void *data, size_t n);
 
 typedef struct fl_kv_tier {
     const char *name;

@@ -90,6 +90,14 @@ static bool is_eos(const fl_sched *s, int32_t tok)
     return false;
 }
 
+int32_t fl_pages_needed(const fl_config *cf, int32_t n_prompt, int32_t max_tokens,
+                        const fl_decode_opts *d)
+{
+    int32_t B = cf->block_size;
+    int32_t run = d->pipeline ? d->max_blocks : 1;
+    return (n_prompt + max_tokens + B - 1) / B + run;
+}
+
 int fl_sched_create(fl_sched **out, const fl_model *m, fl_backend *b, const fl_sched_opts *o,
                     fl_err *e)
 {
@@ -199,8 +207,7 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     q->max_tokens = max_tokens;
     q->L = r->n_prompt;
     q->limit = q->L + max_tokens;
-    /* every block that can hold a reply position, plus the pipeline's look-ahead */
-    q->cap = ((q->limit + B - 1) / B + run_blocks) * B;
+    q->cap = fl_pages_needed(c, q->L, max_tokens, &r->dec) * B;
     int32_t nb = q->cap / B;
     q->x = malloc(sizeof(int32_t) * (size_t)q->cap);
     q->fixed = calloc((size_t)q->cap, 1);
@@ -549,8 +556,8 @@ static void emit_draft(fl_sched *s, seq *q, int32_t start)
         n = q->limit - from;
     if (n <= 0 || !q->sink)
         return;
-    int32_t toks[256];
-    uint8_t fr[256];
+    int32_t toks[FL_MAX_BLOCK];
+    uint8_t fr[FL_MAX_BLOCK];
     for (int32_t i = 0; i < n; i++) {
         toks[i] = q->fixed[from + i] ? q->x[from + i] : -1;
         fr[i] = q->fresh[from + i];
@@ -721,11 +728,11 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
         q->t_first_decode = fl_now_ms();
     q->state = FL_SEQ_DECODING;
     /* activity of each running block, from the state before this step */
-    bool semi[16] = {0};
-    for (int32_t i = 1; i < q->n_run && i < 16; i++)
+    bool semi[FL_MAX_RUN_BLOCKS] = {0};
+    for (int32_t i = 1; i < q->n_run && i < FL_MAX_RUN_BLOCKS; i++)
         semi[i] = block_ratio(s, q, q->run_start + (i - 1) * B) < q->dec.tau_act;
-    fl_tok_out pred[256];
-    uint8_t elig[256], sel[256];
+    fl_tok_out pred[FL_MAX_BLOCK];
+    uint8_t elig[FL_MAX_BLOCK], sel[FL_MAX_BLOCK];
     memset(q->fresh + q->run_start, 0, (size_t)(q->n_run * B));
     for (int32_t i = 0; i < q->n_run; i++) {
         int32_t start = q->run_start + i * B;
@@ -764,7 +771,7 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
         if (!any)
             continue;
         q->block_steps[start / B]++;
-        int nsel = fl_policy_select(&q->dec, pred, elig, B, i < 16 && semi[i], sel);
+        int nsel = fl_policy_select(&q->dec, pred, elig, B, i < FL_MAX_RUN_BLOCKS && semi[i], sel);
         for (int32_t j = 0; j < B && nsel; j++)
             if (sel[j]) {
                 q->x[start + j] = pred[j].token;

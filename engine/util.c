@@ -284,3 +284,19 @@ int64_t fl_now_ns(void)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
+
+uint64_t fl_hash64(const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    uint64_t h = 0x9ae16a3b2f90404full ^ (uint64_t)n;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, p + i, 8);
+        h = fl_mix64(h, v);
+    }
+    uint64_t t = 0;
+    for (size_t k = 0; i < n; i++, k++)
+        t |= (uint64_t)p[i] << (8 * k);
+    return fl_mix64(h, t);
+}

@@ -127,15 +127,16 @@ int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size
     case G_TEMP: if (parse_f(arg, &d->temperature)) BADF("temperature"); break;
     case G_TOP_P: if (parse_f(arg, &d->top_p)) BADF("top-p"); break;
     case G_K:
-        if (fl_parse_long(arg, 1, 256, &v)) {
-            snprintf(err, errlen, "--k needs an integer in [1, 256], got '%s'", arg);
+        if (fl_parse_long(arg, 1, FL_MAX_BLOCK, &v)) {
+            snprintf(err, errlen, "--k needs an integer in [1, %d], got '%s'", FL_MAX_BLOCK, arg);
             return -1;
         }
         d->k = (int)v;
         break;
     case G_MAX_BLOCKS:
-        if (fl_parse_long(arg, 1, 16, &v)) {
-            snprintf(err, errlen, "--max-blocks needs an integer in [1, 16], got '%s'", arg);
+        if (fl_parse_long(arg, 1, FL_MAX_RUN_BLOCKS, &v)) {
+            snprintf(err, errlen, "--max-blocks needs an integer in [1, %d], got '%s'",
+                     FL_MAX_RUN_BLOCKS, arg);
             return -1;
         }
         d->max_blocks = (int)v;

@@ -106,7 +106,7 @@ typedef enum srv_req_state {
     SRV_REQ_RUNNING,     /* inside the engine */
 } srv_req_state;
 
-#define SRV_DRAFT_SLOTS 16 /* running blocks per sequence at most (decode.h: max_blocks) */
+#define SRV_DRAFT_SLOTS FL_MAX_RUN_BLOCKS /* running blocks per sequence at most */
 
 /* An event copied off the engine thread. */
 typedef struct srv_ev {
@@ -264,7 +264,6 @@ void srv_req_orphan(srv_req *r);        /* the owner is gone: cancel, forget the
 void srv_drain_events(srv *s);          /* loop thread: handle queued engine events */
 /* A fan-out group's summed usage over its segments' results. */
 void srv_group_totals(const srv_req *g, long long *prompt, long long *completion, long long *cached);
-int srv_pages_needed(const srv *s, int32_t n_prompt, int32_t max_tokens, const fl_decode_opts *d);
 
 /* Renders a draft's tokens into {"t": text} / {"mask": true} items (loop thread). */
 json_t *srv_draft_tokens(const fl_tokenizer *t, const int32_t *tokens, int32_t n);

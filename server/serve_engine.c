@@ -112,52 +112,6 @@ static void tt_destroy(void *ctx)
 
 /* ---- start and stop ---- */
 
-/* A fingerprint of the model: its shape, and for every weight tensor its name, dtype, shape
- * and 3 x 256 bytes sampled from its data. KV page keys chain from it, so two models that
- * share a Redis never read each other's pages (a full hash of gigabytes of weights at every
- * start would cost seconds; any retraining changes the sampled bytes). */
-static uint64_t model_fingerprint(const fl_model *m)
-{
-    const fl_config *c = &m->cfg;
-    int64_t shape[8] = {c->vocab, c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
-                        c->block_size, c->max_pos};
-    uint64_t h = fl_blob_checksum(shape, sizeof shape);
-    const fl_tensor *ts[16];
-    for (int l = -1; l < c->n_layers; l++) {
-        int n = 0;
-        if (l < 0) {
-            ts[n++] = m->embed;
-            ts[n++] = m->final_norm;
-            ts[n++] = m->lm_head;
-        } else {
-            const fl_layer_w *w = &m->layers[l];
-            const fl_tensor *lt[] = {w->attn_norm, w->wq, w->wk, w->wv, w->wo, w->bq, w->bk, w->bv,
-                                     w->q_norm, w->k_norm, w->mlp_norm, w->w_gate, w->w_up, w->w_down};
-            for (size_t i = 0; i < sizeof lt / sizeof lt[0]; i++)
-                ts[n++] = lt[i];
-        }
-        for (int i = 0; i < n; i++) {
-            const fl_tensor *t = ts[i];
-            if (!t)
-                continue;
-            h ^= fl_blob_checksum(t->name, strlen(t->name)) + (uint64_t)t->dtype * 31u;
-            h = fl_blob_checksum(&h, sizeof h) ^ fl_blob_checksum(t->shape, sizeof t->shape);
-            size_t k = t->nbytes < 256 ? t->nbytes : 256;
-            size_t offs[3] = {0, t->nbytes / 2 - k / 2, t->nbytes - k};
-            for (int j = 0; j < 3; j++)
-                h = h * 0x100000001b3ull ^ fl_blob_checksum((const char *)t->data + offs[j], k);
-        }
-    }
-    return h;
-}
-
-int srv_pages_needed(const srv *s, int32_t n_prompt, int32_t max_tokens, const fl_decode_opts *d)
-{
-    int32_t B = s->model->cfg.block_size;
-    int32_t run = d->pipeline ? d->max_blocks : 1;
-    return (n_prompt + max_tokens + B - 1) / B + run;
-}
-
 int srv_engine_start(srv *s, fl_err *e)
 {
     srv_config *c = s->cfg;
@@ -186,11 +140,12 @@ int srv_engine_start(srv *s, fl_err *e)
     size_t n = strlen(s->model_id);
     while (n > 1 && s->model_id[n - 1] == '/')
         s->model_id[--n] = 0;
-    /* pages: at least one full-size request; by default as many as 128 MiB holds (requests
-       beyond the pool wait in the engine's FIFO, they are not refused) */
-    int32_t per_req = (c->max_prompt_tokens + c->max_tokens_limit + B - 1) / B + 17;
-    size_t page_bytes = (size_t)mc->n_layers * 2 * (size_t)mc->n_kv_heads * (size_t)B *
-                        (size_t)mc->head_dim * sizeof(float);
+    /* pages: at least one full-size request at the deepest pipeline, and one spare; by
+       default as many as 128 MiB holds (requests beyond the pool wait in the engine's FIFO,
+       they are not refused) */
+    fl_decode_opts deepest = {.pipeline = true, .max_blocks = FL_MAX_RUN_BLOCKS};
+    int32_t per_req = fl_pages_needed(mc, c->max_prompt_tokens, c->max_tokens_limit, &deepest) + 1;
+    size_t page_bytes = fl_kv_page_floats(mc) * sizeof(float);
     int64_t budget = (int64_t)((128u << 20) / (page_bytes ? page_bytes : 1));
     int64_t want = (int64_t)per_req * c->max_seqs;
     if (want > budget)
@@ -221,7 +176,7 @@ int srv_engine_start(srv *s, fl_err *e)
         fl_backend_destroy(inner);
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     }
-    s->model_fp = model_fingerprint(s->model);
+    s->model_fp = fl_model_fingerprint(s->model);
     fl_kv_tier *inner_tier = NULL;
     if (c->redis_url) {
         /* Redis is the tier when configured (the host tier is for a single process) */
@@ -994,7 +949,8 @@ static void tokenize_done(uv_work_t *w, int status)
         req_reject(r, SRV_E_PROMPT_TOO_LONG, msg);
         return;
     }
-    if (srv_pages_needed(s, (int32_t)r->n_ids, r->chat.max_tokens, &r->chat.dec) > s->n_pages) {
+    if (fl_pages_needed(&s->model->cfg, (int32_t)r->n_ids, r->chat.max_tokens, &r->chat.dec) >
+        s->n_pages) {
         snprintf(msg, sizeof msg, "%zu prompt tokens plus max_tokens %d need more KV pages than "
                  "the server has (%d); ask for fewer tokens", r->n_ids, r->chat.max_tokens,
                  s->n_pages);

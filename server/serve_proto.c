@@ -213,11 +213,12 @@ static int parse_decoding(pctx *P, const json_t *d, fl_decode_opts *o)
         get_bool(P, d, "overlap", "decoding.overlap", &o->store_overlap) ||
         get_bool(P, d, "pipeline", "decoding.pipeline", &o->pipeline))
         return -1;
-    if ((r = get_int(P, d, "k", "decoding.k", 1, 256, &x)) < 0)
+    if ((r = get_int(P, d, "k", "decoding.k", 1, FL_MAX_BLOCK, &x)) < 0)
         return -1;
     if (!r)
         o->k = (int)x;
-    if ((r = get_int(P, d, "max_blocks", "decoding.max_blocks", 1, 16, &x)) < 0)
+    if ((r = get_int(P, d, "max_blocks", "decoding.max_blocks", 1, FL_MAX_RUN_BLOCKS,
+                     &x)) < 0)
         return -1;
     if (!r)
         o->max_blocks = (int)x;

@@ -704,7 +704,7 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     if (cf->intermediate > c->max_k)
         c->max_k = cf->intermediate;
     c->embed = m->embed;
-    c->page_floats = (size_t)cf->n_layers * 2 * cf->n_kv_heads * cf->block_size * cf->head_dim;
+    c->page_floats = fl_kv_page_floats(cf);
     c->base.page_bytes = c->page_floats * 4;
     /* all of OpenBLAS's work happens inside our pool threads, one thread each */
     openblas_set_num_threads(1);

@@ -37,7 +37,7 @@ static int run_row(const fl_model *m, fl_backend *b, const row *rw, const item *
         return 1;
     }
     fl_sched_opts so = {.max_batch_tokens = b->max_tokens, .max_seqs = rw->conc,
-                        .async_persist = rw->async, .tier = tier, .model_id = 0x466f676cull};
+                        .async_persist = rw->async, .tier = tier, .model_id = fl_model_fingerprint(m)};
     fl_sched *s = NULL;
     if (fl_sched_create(&s, m, b, &so, &e)) {
         fprintf(stderr, "fogline bench decode: %s\n", e.msg);

@@ -41,7 +41,7 @@ static double run(const fl_model *m, fl_backend *b, seg *segs, int n, int G, boo
 {
     fl_err e = {0};
     fl_sched_opts so = {.max_batch_tokens = b->max_tokens, .max_seqs = G, .async_persist = true,
-                        .model_id = 0x70617261ull};
+                        .model_id = fl_model_fingerprint(m)};
     fl_sched *s = NULL;
     if (fl_sched_create(&s, m, b, &so, &e)) {
         fprintf(stderr, "fogline bench parallel: %s\n", e.msg);
@@ -238,7 +238,7 @@ static int skeleton_bench(const fl_model *m, fl_backend *b, const char *file, lo
     if ((size_t)n > json_array_size(arr))
         n = (long)json_array_size(arr);
     fl_sched_opts so = {.max_batch_tokens = b->max_tokens, .max_seqs = SRV_OUTLINE_MAX, .async_persist = true,
-                        .model_id = 0x736b656cull};
+                        .model_id = fl_model_fingerprint(m)};
     fl_sched *s = NULL;
     uint64_t serial = 0;
     double t_plain = 0, t_skel = 0;

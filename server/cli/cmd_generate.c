@@ -18,8 +18,8 @@ typedef struct live {
     const fl_tokenizer *tok;
     bool tty, json;
     fl_buf committed;   /* reply text committed so far */
-    int32_t draft[16][256]; /* running blocks' tokens, -1 masked */
-    int32_t draft_n[16];
+    int32_t draft[FL_MAX_RUN_BLOCKS][FL_MAX_BLOCK]; /* running blocks' tokens, -1 masked */
+    int32_t draft_n[FL_MAX_RUN_BLOCKS];
     int32_t first_block; /* reply block index of draft[0] */
     int done;
     fl_finish finish;
@@ -36,7 +36,7 @@ static void redraw(live *L)
         return;
     /* restore to the end of the committed text, clear, print the drafts dimmed */
     fputs("\0338\033[J\033[2m", stdout);
-    for (int b = 0; b < 16; b++) {
+    for (int b = 0; b < FL_MAX_RUN_BLOCKS; b++) {
         for (int i = 0; i < L->draft_n[b]; i++) {
             int32_t t = L->draft[b][i];
             if (t < 0) {
@@ -59,7 +59,7 @@ static void sink(const fl_event *ev, void *ctx)
     switch (ev->type) {
     case FL_EV_DRAFT: {
         int slot = ev->block - L->first_block;
-        if (slot >= 0 && slot < 16) {
+        if (slot >= 0 && slot < FL_MAX_RUN_BLOCKS) {
             L->draft_n[slot] = ev->n;
             memcpy(L->draft[slot], ev->tokens, sizeof(int32_t) * (size_t)ev->n);
         }
@@ -76,7 +76,7 @@ static void sink(const fl_event *ev, void *ctx)
         /* the committed block leaves the draft window */
         memmove(L->draft[0], L->draft[1], sizeof L->draft - sizeof L->draft[0]);
         memmove(L->draft_n, L->draft_n + 1, sizeof L->draft_n - sizeof L->draft_n[0]);
-        L->draft_n[15] = 0;
+        L->draft_n[FL_MAX_RUN_BLOCKS - 1] = 0;
         L->first_block = ev->block + 1;
         redraw(L);
         break;
@@ -301,9 +301,10 @@ int fl_cmd_generate(int argc, char **argv)
         goto out;
     }
     int32_t B = m->cfg.block_size;
-    int32_t need_pages = (int32_t)(n_ids + (size_t)g.max_tokens) / B + 2 * 16 + 4;
-    fl_backend_opts bo = {.n_pages = need_pages, .n_threads = threads, .max_tokens = 0};
-    bo.max_tokens = (int32_t)n_ids + 17 * B; /* the whole prompt can ride in the first forward */
+    fl_backend_opts bo = {.n_threads = threads};
+    bo.n_pages = fl_pages_needed(&m->cfg, (int32_t)n_ids, g.max_tokens, &g.dec);
+    /* the whole prompt can ride in the first forward with the deepest pipeline */
+    bo.max_tokens = (int32_t)n_ids + (FL_MAX_RUN_BLOCKS + 1) * B;
     if (fl_backend_open(&b, m, &bo, device, NULL, 0, &e)) {
         fprintf(stderr, "fogline generate: %s\n", e.msg);
         goto out;

@@ -89,7 +89,7 @@ static void summarise(info_sum *s, const fl_model *m)
     }
     const fl_config *c = &m->cfg;
     s->f32_bytes = m->n_params * 4;
-    s->kv_page_bytes = (int64_t)c->block_size * c->n_layers * 2 * c->n_kv_heads * c->head_dim * 4;
+    s->kv_page_bytes = (int64_t)(fl_kv_page_floats(c) * sizeof(float));
 }
 
 static const char *layout_name(const fl_config *c) { return c->qk_norm ? "qwen3" : "qwen2"; }

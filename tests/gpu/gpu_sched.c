@@ -60,7 +60,7 @@ int main(int argc, char **argv)
     for (size_t ci = 0; ci < sizeof concs / sizeof concs[0] && !rc; ci++) {
         int conc = concs[ci];
         fl_sched_opts so = {.max_batch_tokens = b->max_tokens, .max_seqs = conc,
-                            .async_persist = true, .model_id = 0x70726f66ull};
+                            .async_persist = true, .model_id = fl_model_fingerprint(m)};
         fl_sched *s = NULL;
         if (fl_sched_create(&s, m, b, &so, &e)) {
             fprintf(stderr, "gpu_sched: %s\n", e.msg);
