@@ -1,6 +1,10 @@
-/* fl.h: what every part of the fogline engine shares: error codes, the error message
- * carrier, dtypes. Functions return 0 or a negative FL_E* code; a positive value is a soft
- * result ("no free page", "queue full"). An fl_err carries a message meant for the user. */
+/* fl.h: what every part of fogline shares: error codes, the error message carrier, dtypes,
+ * a growable buffer, the clock and a hash.
+ *
+ * Functions that can fail return 0 or a negative FL_E* code and, when given an fl_err, a
+ * message meant for the user. A function that returns something else (a count, an index, a
+ * page, or -1 for "none" as fl_kvpool_alloc and fl_kvpool_lookup do) says so in its comment;
+ * such a -1 is an answer, not FL_EINVAL, and sets no message. */
 #ifndef FL_H
 #define FL_H
 
@@ -35,7 +39,8 @@ typedef struct fl_err {
 #endif
 
 /* Sets e (when not NULL) and returns code, so that `return fl_err_set(e, FL_EFORMAT, ...)`
- * reads as one statement. The first error set wins only if the caller does not overwrite. */
+ * reads as one statement. It overwrites what e held: the last call wins, so a caller that
+ * must keep a first error checks e->code before setting another. */
 int fl_err_set(fl_err *e, int code, const char *fmt, ...) FL_PRINTF(3, 4);
 /* Prefixes the message already in e with "prefix: ". */
 void fl_err_prefix(fl_err *e, const char *fmt, ...) FL_PRINTF(2, 3);
