@@ -126,3 +126,14 @@ void fl_bench_env_close(fl_bench_env *env)
     fl_model_free(env->m);
     memset(env, 0, sizeof *env);
 }
+
+int fl_bench_device_arg(const char *who, const char *arg, const char **device)
+{
+    if (!fl_backend_device_valid(arg) || !*arg) {
+        fprintf(stderr, "fogline bench %s: --device must be auto, cpu or cuda, got '%s'\n", who,
+                arg);
+        return 2;
+    }
+    *device = arg;
+    return 0;
+}

@@ -46,6 +46,10 @@ int fl_bench_env_open(fl_bench_env *env, const char *who, const char *model_dir,
                       int n, int conc, int max_tokens, int threads, const char *device);
 void fl_bench_env_close(fl_bench_env *env);
 
+/* --device's value: sets *device, or prints "fogline bench <who>: --device must be ..." and
+ * returns 2 (the usage exit status). */
+int fl_bench_device_arg(const char *who, const char *arg, const char **device);
+
 /* Renders msgs with the model's chat template (generation prompt added) and tokenizes them. */
 int fl_bench_encode(const fl_model *m, const fl_chat_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,
                     fl_err *e);

@@ -142,12 +142,8 @@ int fl_bench_decode(int argc, char **argv)
         case 'd': tier_dir = optarg; break;
         case 'F': fsync_tier = false; break;
         case 'D':
-            if (!fl_backend_device_valid(optarg) || !*optarg) {
-                fprintf(stderr, "fogline bench decode: --device must be auto, cpu or cuda, got '%s'\n",
-                        optarg);
+            if (fl_bench_device_arg("decode", optarg, &device))
                 return 2;
-            }
-            device = optarg;
             break;
         case 'h': usage(stdout); return 0;
         default:

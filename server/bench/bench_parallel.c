@@ -428,12 +428,8 @@ int fl_bench_parallel(int argc, char **argv)
         case 'p': prompts = optarg; break;
         case 'u': multi = optarg; break;
         case 'D':
-            if (!fl_backend_device_valid(optarg) || !*optarg) {
-                fprintf(stderr, "fogline bench parallel: --device must be auto, cpu or cuda, got '%s'\n",
-                        optarg);
+            if (fl_bench_device_arg("parallel", optarg, &device))
                 return 2;
-            }
-            device = optarg;
             break;
         case 'h': usage(stdout); return 0;
         default:
