@@ -33,11 +33,15 @@ typedef struct fl_kvpool {
     int64_t evictions;
 } fl_kvpool;
 
+/* Fills the caller's p for n_pages pages, all free (FL_ENOMEM);
+ * fl_kvpool_free releases its tables, not p itself. */
 int fl_kvpool_init(fl_kvpool *p, int32_t n_pages, fl_err *e);
 void fl_kvpool_free(fl_kvpool *p);
 /* A fresh page with one holder (evicting the least recently released cached page when none
  * is free), or -1 when every page has a holder (a soft result, not an error). */
 int32_t fl_kvpool_alloc(fl_kvpool *p);
+/* One more / one fewer holder of a held page. The last unref frees the page, or keeps it
+ * cached (evictable) when it is registered. */
 void fl_kvpool_ref(fl_kvpool *p, int32_t page);
 void fl_kvpool_unref(fl_kvpool *p, int32_t page);
 /* Registers a held page's final KV under key. False when the key already names another page

@@ -38,7 +38,9 @@ typedef struct fl_load_opts {
 } fl_load_opts;
 
 /* Loads a Hugging Face directory. Every tensor the layout needs is checked for presence,
- * dtype (F32/F16/BF16) and exact shape; the error names the tensor. */
+ * dtype (F32/F16/BF16) and exact shape; the error names the tensor. The caller owns *out
+ * (fl_model_free), which owns its weights and tokenizer; a loaded model is read-only, so any
+ * number of threads (backends, the scheduler, the server's tokenizing workers) may use it. */
 int fl_model_load(fl_model **out, const char *dir, const fl_load_opts *opts, fl_err *e);
 void fl_model_free(fl_model *m);
 

@@ -7,6 +7,7 @@
 #define FL_PERSIST_H
 
 #include "backend.h"
+#include "fl_limits.h"
 
 typedef struct fl_page_key {
     uint64_t hi, lo;
@@ -41,6 +42,8 @@ int fl_blob_encode(const fl_config *c, uint64_t model_id, fl_page_key key, const
 int fl_blob_decode(const fl_config *c, uint64_t model_id, fl_page_key key, const void *blob,
                    size_t blob_len, int32_t *tokens, float *page, fl_err *e);
 
+/* A tier: where page blobs go. Its owner frees it with fl_tier_destroy after everything that
+ * uses it (the persister) is destroyed. */
 typedef struct fl_kv_tier {
     const char *name;
     void *ctx;
@@ -63,10 +66,14 @@ typedef struct fl_persist fl_persist;
 typedef struct fl_persist_job {
     int32_t page;
     fl_page_key key;
-    int32_t tokens[256];
+    int32_t tokens[FL_MAX_BLOCK];
     int32_t n_tokens;
 } fl_persist_job;
 
+/* A persister for b's pages into tier (NULL: pages are only counted). b and tier are borrowed
+ * and must outlive it. async: a thread of its own does the copies and puts, queue_cap jobs
+ * deep (0: 256); else fl_persist_submit does them inline. Every other call below comes from
+ * one thread (the compute thread). FL_ENOMEM, or the thread's creation error. */
 int fl_persist_create(fl_persist **out, fl_backend *b, uint64_t model_id, fl_kv_tier *tier,
                       bool async, int32_t queue_cap, fl_err *e);
 /* Hands a page over (the caller holds a page ref for the persister). In sync mode the work is
@@ -76,11 +83,14 @@ double fl_persist_submit(fl_persist *p, const fl_persist_job *job);
 /* Pages whose persistence finished since the last call (their refs may be dropped). Returns
  * the count written into pages (at most cap). */
 int fl_persist_reap(fl_persist *p, int32_t *pages, int cap);
+/* Waits until every job handed over is done (put or failed). */
 void fl_persist_flush(fl_persist *p);
 /* Jobs handed over and not yet reaped. */
 int64_t fl_persist_in_flight(fl_persist *p);
 int64_t fl_persist_done_count(fl_persist *p);
 int64_t fl_persist_fail_count(fl_persist *p);
+/* Finishes the queued jobs, stops the thread and frees p (not b, not the tier). The pages of
+ * jobs not reaped are still held by the caller's refs: reap first to drop them. */
 void fl_persist_destroy(fl_persist *p);
 
 #endif

@@ -21,10 +21,14 @@ typedef struct fl_tensor {
 typedef struct fl_weights fl_weights;
 
 /* Opens dir/model.safetensors, or dir/model.safetensors.index.json and every shard it names.
- * Tensor data is mmapped read-only, never copied. */
+ * Tensor data is mmapped read-only, never copied. The caller owns *out (fl_weights_close);
+ * every fl_tensor and data pointer it hands out lives until then. Read-only after open: any
+ * thread may read at once. FL_EIO, FL_EFORMAT (the message names the file and the field),
+ * FL_ENOMEM. */
 int fl_weights_open(fl_weights **out, const char *dir, fl_err *e);
 /* Opens one .safetensors file. */
 int fl_weights_open_file(fl_weights **out, const char *path, fl_err *e);
+/* The tensor of that name, or NULL. */
 const fl_tensor *fl_weights_get(const fl_weights *w, const char *name);
 size_t fl_weights_count(const fl_weights *w);
 const fl_tensor *fl_weights_at(const fl_weights *w, size_t i);
