@@ -3,7 +3,7 @@
 # fixture names one in config.json (a key the loader accepts for every family).
 add_test(NAME decode.random_models
   COMMAND sh -c "${FL_PYTHON} ${FL_TESTS_DIR}/reference/make_random_model.py ${CMAKE_BINARY_DIR}/fixtures/dec_q3 --layout qwen3 --seed 11 && ${FL_PYTHON} ${FL_TESTS_DIR}/reference/make_random_model.py ${CMAKE_BINARY_DIR}/fixtures/dec_q2 --layout qwen2 --seed 12 --tie && ${FL_PYTHON} -c \"import json;p='${CMAKE_BINARY_DIR}/fixtures/dec_q2/config.json';c=json.load(open(p));c['mask_token_id']=c['vocab_size']-1;json.dump(c,open(p,'w'),indent=2)\"")
-set_tests_properties(decode.random_models PROPERTIES FIXTURES_SETUP decode_models LABELS "unit")
+set_tests_properties(decode.random_models PROPERTIES FIXTURES_SETUP decode_models LABELS python)
 set_tests_properties(unit.test_sched PROPERTIES FIXTURES_REQUIRED decode_models)
 add_test(NAME unit.test_sched_qwen2 COMMAND test_sched ${CMAKE_BINARY_DIR}/fixtures/dec_q2)
 set_tests_properties(unit.test_sched_qwen2 PROPERTIES FIXTURES_REQUIRED decode_models LABELS "unit")
