@@ -1,4 +1,5 @@
-# Forward pass tests (engine/cpu_backend.c, kernels.c, threadpool.c) and the forward benchmark.
+# Forward pass tests (engine/cpu/cpu_backend.c, kernels.c, threadpool.c) and the forward
+# benchmark.
 # The fixture writes random models of both layouts and the PyTorch reference's logits, K/V and
 # top-1 statistics (tests/reference/parity_forward.py) into the build dir; unit.test_forward
 # runs the C forward over them in several schedules and backend variants. ~5 s.

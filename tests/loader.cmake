@@ -1,4 +1,4 @@
-# Model loading tests (engine/safetensors.c, config.c, model.c, server/cmd_info.c).
+# Model loading tests (engine/safetensors.c, config.c, model.c, server/cli/cmd_info.c).
 # The fixture writes random Hugging Face model directories with the PyTorch reference
 # (tests/reference/make_random_model.py) into the build dir, plus expect.json files read back
 # with st.py; the C tests compare the loader against them. ~2 s.
