@@ -3,7 +3,7 @@
 # fixture names one in config.json (a key the loader accepts for every family).
 add_test(NAME decode.random_models
   COMMAND sh -c "${FL_PYTHON} ${FL_TESTS_DIR}/reference/make_random_model.py ${CMAKE_BINARY_DIR}/fixtures/dec_q3 --layout qwen3 --seed 11 && ${FL_PYTHON} ${FL_TESTS_DIR}/reference/make_random_model.py ${CMAKE_BINARY_DIR}/fixtures/dec_q2 --layout qwen2 --seed 12 --tie && ${FL_PYTHON} -c \"import json;p='${CMAKE_BINARY_DIR}/fixtures/dec_q2/config.json';c=json.load(open(p));c['mask_token_id']=c['vocab_size']-1;json.dump(c,open(p,'w'),indent=2)\"")
-set_tests_properties(decode.random_models PROPERTIES FIXTURES_SETUP decode_models LABELS "unit")
+set_tests_properties(decode.random_models PROPERTIES FIXTURES_SETUP decode_models LABELS python)
 set_tests_properties(unit.test_sched PROPERTIES FIXTURES_REQUIRED decode_models)
 add_test(NAME unit.test_sched_qwen2 COMMAND test_sched ${CMAKE_BINARY_DIR}/fixtures/dec_q2)
 set_tests_properties(unit.test_sched_qwen2 PROPERTIES FIXTURES_REQUIRED decode_models LABELS "unit")
@@ -23,29 +23,6 @@ add_test(NAME decode.generate_cli
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/test_generate_cli.py $<TARGET_FILE:fogline>
           ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
 set_tests_properties(decode.generate_cli PROPERTIES LABELS "integration")
-# The training objective's batched block diffusion (--noise dual, --all-turns) equals plain
-# block-causal forwards of what the decoder sees, block by block.
-add_test(NAME train.dual_batches
-  COMMAND ${FL_PYTHON} ${CMAKE_SOURCE_DIR}/engine/train/test_dual.py
-          ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
-set_tests_properties(train.dual_batches PROPERTIES LABELS "unit" TIMEOUT 300)
-# train.py --procs: two processes' shares of a batch give the one-process gradient of the whole
-# batch, and the same weights after the step
-add_test(NAME train.procs
-  COMMAND ${FL_PYTHON} ${CMAKE_SOURCE_DIR}/engine/train/test_procs.py
-          ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
-set_tests_properties(train.procs PROPERTIES LABELS "unit" TIMEOUT 300)
-# train.py --resume: a run stopped at a checkpoint and resumed ends bit-identical to the run in
-# one go (one process and two); bad resumes stop with a one-line message
-add_test(NAME train.resume
-  COMMAND ${FL_PYTHON} ${CMAKE_SOURCE_DIR}/engine/train/test_resume.py)
-set_tests_properties(train.resume PROPERTIES LABELS "unit" TIMEOUT 600)
-# eval.py --json-out's per-dialogue results, gap.py (where threshold decoding loses to top-1)
-# and pool_eval.py (samples pooled, paired interval): consistent with each other; bad inputs
-add_test(NAME train.eval_tools
-  COMMAND ${FL_PYTHON} ${CMAKE_SOURCE_DIR}/engine/train/test_eval_tools.py
-          ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
-set_tests_properties(train.eval_tools PROPERTIES LABELS "unit" TIMEOUT 300)
 # bench parallel / bench decode: a short --repeat run and their bad flags
 add_test(NAME decode.bench_cli
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/test_bench_cli.py $<TARGET_FILE:fogline>

@@ -1,4 +1,5 @@
-# Forward pass tests (engine/cpu_backend.c, kernels.c, threadpool.c) and the forward benchmark.
+# Forward pass tests (engine/cpu/cpu_backend.c, kernels.c, threadpool.c) and the forward
+# benchmark.
 # The fixture writes random models of both layouts and the PyTorch reference's logits, K/V and
 # top-1 statistics (tests/reference/parity_forward.py) into the build dir; unit.test_forward
 # runs the C forward over them in several schedules and backend variants. ~5 s.
@@ -6,7 +7,7 @@ add_test(NAME forward.fixture.ref
   COMMAND ${FL_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/parity_forward.py
           ${CMAKE_BINARY_DIR}/forward_ref)
 set_tests_properties(forward.fixture.ref PROPERTIES
-  FIXTURES_SETUP forward_ref LABELS unit
+  FIXTURES_SETUP forward_ref LABELS python
   ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 set_tests_properties(unit.test_forward PROPERTIES FIXTURES_REQUIRED forward_ref)
 
@@ -15,7 +16,7 @@ add_test(NAME parity.forward.fixture
   COMMAND ${FL_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/parity_forward.py
           ${CMAKE_BINARY_DIR}/forward_ref_full --full)
 set_tests_properties(parity.forward.fixture PROPERTIES
-  FIXTURES_SETUP forward_ref_full LABELS parity
+  FIXTURES_SETUP forward_ref_full LABELS python
   ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 add_test(NAME parity.forward COMMAND test_forward ${CMAKE_BINARY_DIR}/forward_ref_full)
 set_tests_properties(parity.forward PROPERTIES

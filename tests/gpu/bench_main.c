@@ -1,5 +1,5 @@
 /* bench_main.c: `fogline_bench decode|parallel ARGS`: the server's `fogline bench decode` and
- * `fogline bench parallel` (server/bench_decode.c, server/bench_parallel.c, the same sources)
+ * `fogline bench parallel` (server/bench/bench_decode.c, bench_parallel.c, the same sources)
  * in a program that needs only the engine, for the GPU machine, which may lack libwebsockets,
  * libuv and hiredis (tests/gpu/CMakeLists.txt). Pass --device cuda to run on the GPU. */
 #include <stdio.h>

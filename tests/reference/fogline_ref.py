@@ -1,5 +1,4 @@
-"""The PyTorch reference for fogline's models: one definition shared by training (the default
-model) and the parity tests of the C engine.
+"""The PyTorch reference for fogline's models, which the parity tests compare the C engine with.
 
 Covers the two layouts fogline serves: Qwen3 (per-head q_norm/k_norm, no qkv bias: SDAR and
 our default model) and Qwen2 (q/k/v bias: Fast-dLLM v2). Parameter names are the Hugging Face
@@ -7,7 +6,12 @@ ones, so state_dict() is a valid model.safetensors.
 
 Attention is block-causal: a query at absolute position p sees a key at absolute position k
 iff k // block_size <= p // block_size. Everything is computed in float32; BF16/F16 weights
-are upcast, as the C CPU backend does."""
+are upcast, as the C CPU backend does.
+
+Training has its own copy (engine/train/fogline_model.py, with what only training needs:
+per-row positions and masks, logits at chosen positions); this one stays in tests/ so that the
+reference the C engine is checked against does not change with training code.
+train.model_matches_reference checks that the two give the same logits on the built-in model."""
 import json
 import math
 import os
@@ -100,10 +104,7 @@ class Attention(nn.Module):
         q = q.transpose(1, 2)
         k = k.transpose(1, 2)
         v = v.transpose(1, 2)
-        if cos.dim() == 3:  # per-row positions (B, T, hd)
-            cos, sin = cos[:, None], sin[:, None]
-        else:
-            cos, sin = cos[None, None], sin[None, None]
+        cos, sin = cos[None, None], sin[None, None]
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         new_kv = (k, v)
@@ -115,9 +116,7 @@ class Attention(nn.Module):
             k = k.repeat_interleave(rep, dim=1)
             v = v.repeat_interleave(rep, dim=1)
         att = (q @ k.transpose(-1, -2)) / math.sqrt(hd)
-        # mask (T, Tk) shared by the batch, or (B, T, Tk) per row
-        att = att.masked_fill(~(mask[:, None] if mask.dim() == 3 else mask[None, None]),
-                              float("-inf"))
+        att = att.masked_fill(~mask[None, None], float("-inf"))
         att = torch.softmax(att, dim=-1)
         o = (att @ v).transpose(1, 2).reshape(B, T, c.n_heads * hd)
         return self.o_proj(o), new_kv
@@ -174,14 +173,9 @@ class Model(nn.Module):
         w = self.model.embed_tokens.weight if self.c.tie else self.lm_head.weight
         return h @ w.float().t()
 
-    def forward(self, ids, pos0=0, past=None, block_size=None, mask=None, pos=None,
-                head_at=None):
+    def forward(self, ids, pos0=0, past=None, block_size=None, mask=None):
         """ids: (B, T). Positions are pos0..pos0+T-1; past: per-layer (k, v) for positions
-        [0, pos0). Returns logits (B, T, vocab) and this segment's per-layer (k, v).
-        Training may pass explicit per-row positions pos (B, T) with a mask (B, T, T) (a
-        sequence followed by a noisy copy of some of its blocks, as in BD3-LM training).
-        head_at: a (B, T) bool mask; logits only at those positions, (N, vocab) (training:
-        the loss needs the masked positions only, and the head is the widest matmul)."""
+        [0, pos0). Returns logits (B, T, vocab) and this segment's per-layer (k, v)."""
         c = self.c
         bs = block_size or c.block_size
         B, T = ids.shape
@@ -189,20 +183,13 @@ class Model(nn.Module):
         kp = torch.arange(0, pos0 + T)
         if mask is None:
             mask = block_causal_mask(qp, kp, bs)
-        if pos is not None:
-            cos, sin = rope_cos_sin(pos.reshape(-1), c.head_dim, c.rope_theta)
-            cos, sin = cos.view(B, T, -1), sin.view(B, T, -1)
-        else:
-            cos, sin = rope_cos_sin(qp, c.head_dim, c.rope_theta)
+        cos, sin = rope_cos_sin(qp, c.head_dim, c.rope_theta)
         x = self.model.embed_tokens(ids).float()
         kvs = []
         for i, layer in enumerate(self.model.layers):
             x, kv = layer(x, cos, sin, mask, past[i] if past is not None else None)
             kvs.append(kv)
-        h = self.model.norm(x)
-        if head_at is not None:
-            h = h[head_at]
-        return self.head(h), kvs
+        return self.head(self.model.norm(x)), kvs
 
 
 def load_model(path, dtype=torch.float32):

@@ -1,4 +1,4 @@
-/* test_cuda_select.c: fl_backend_open (engine/backend_select.c) on the built-in model: the
+/* test_cuda_select.c: fl_backend_open (server/backend_select.c) on the built-in model: the
  * names it takes, "cpu", and what "auto" and "cuda" do here, in whichever build this is
  * (CUDA or not) and on whichever machine (GPU or not): without a usable GPU "auto" is the
  * CPU with the reason, "cuda" is a clear error; with one, both are the CUDA backend. */

@@ -1,4 +1,4 @@
-/* test_forward.c: the CPU forward (engine/cpu_backend.c) against the PyTorch reference
+/* test_forward.c: the CPU forward (engine/cpu/cpu_backend.c) against the PyTorch reference
  * (tests/reference/fogline_ref.py), on random models of both layouts written by
  * tests/reference/parity_forward.py (the ctest fixture in tests/forward.cmake).
  *

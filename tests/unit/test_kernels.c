@@ -1,4 +1,4 @@
-/* test_kernels.c: the CPU backend's kernels (engine/kernels.c) at every instruction-set level
+/* test_kernels.c: the CPU backend's kernels (engine/cpu/kernels.c) at every instruction-set level
  * this CPU has (AVX-512, AVX2, plain C), against double-precision loops, on shapes that
  * exercise every tile remainder (rows, weight rows and widths that are not multiples of the
  * tiles or vector widths). Also: a row's matmul result is bit-identical whatever the other

@@ -1,4 +1,4 @@
-/* cblas.h (stand-in): what engine/kernels.c and engine/cpu_backend.c use of OpenBLAS, for
+/* cblas.h (stand-in): what engine/cpu/kernels.c and engine/cpu/cpu_backend.c use of OpenBLAS, for
  * the GPU test build (tests/gpu/CMakeLists.txt) on a machine without OpenBLAS. The CPU
  * backend there is only the parity reference and runs its own streaming kernels
  * (FL_SGEMM_ROWS=1000000); cblas_sgemm is a plain, correct, slow loop. */

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "reference"))
+# the training code under test (tests import engine/train, never the reverse)
+TRAIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "engine", "train")
+sys.path.insert(0, TRAIN_DIR)
 
 import bpe  # noqa: E402
 import datagen  # noqa: E402
@@ -84,7 +84,7 @@ def worker(rank, tok_dir, port, out):
 
 
 def main():
-    tok_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "models",
+    tok_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(TRAIN_DIR, "..", "models",
                                                                   "fogline-helpdesk")
     fails = 0
     model, shares = setup(tok_dir)

@@ -17,8 +17,9 @@ import tempfile
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-TRAIN = os.path.join(HERE, "train.py")
+# the training code under test (tests import engine/train, never the reverse)
+TRAIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "engine", "train")
+TRAIN = os.path.join(TRAIN_DIR, "train.py")
 BASE = ["--layers", "1", "--hidden", "32", "--heads", "2", "--kv-heads", "1", "--head-dim", "16",
         "--inter", "64", "--vocab", "400", "--tok-dialogues", "300", "--dialogues", "400",
         "--batch-tokens", "512", "--steps", "24", "--warmup", "5", "--noise", "dual",

@@ -5,7 +5,7 @@
 - pool_eval.py's pooled figures and paired interval equal ones computed here from the lists;
 - pool_eval.py refuses each bad input with a one-line message.
 
-    python3 engine/train/test_eval_tools.py [MODEL_DIR]
+    python3 tests/train/test_eval_tools.py [MODEL_DIR]
 """
 import json
 import math
@@ -16,7 +16,8 @@ import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+# the training code under test (tests import engine/train, never the reverse)
+TRAIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "engine", "train")
 PY = sys.executable
 
 
@@ -35,14 +36,14 @@ def check(cond, what):
 
 
 def main():
-    model = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "models",
+    model = sys.argv[1] if len(sys.argv) > 1 else os.path.join(TRAIN_DIR, "..", "models",
                                                               "fogline-helpdesk")
     tmp = tempfile.mkdtemp(prefix="fl-evaltools-")
     n = 12  # seed 7's first 12 hold, for v6, a dialogue lost by threshold only and one by top-1
     files = []
     for seed in (7, 2):
         js = os.path.join(tmp, "s%d.json" % seed)
-        run([os.path.join(HERE, "eval.py"), model, "--n", str(n), "--seed", str(seed),
+        run([os.path.join(TRAIN_DIR, "eval.py"), model, "--n", str(n), "--seed", str(seed),
              "--policies", "top1,threshold", "--threads", "1", "--show-errors", "0",
              "--json-out", js])
         files.append(js)
@@ -54,7 +55,7 @@ def main():
             check(abs(sum(e) / n - r[pol]["exact_match"]) < 1e-12,
                   "%s: the per-dialogue results sum to its exact match" % pol)
 
-    g = run([os.path.join(HERE, "gap.py"), model, "--n", str(n), "--seed", "7", "--show", "0"])
+    g = run([os.path.join(TRAIN_DIR, "gap.py"), model, "--n", str(n), "--seed", "7", "--show", "0"])
     m = re.search(r"top1 (\d+)/%d exact, threshold (\d+)/%d; (\d+) lost" % (n, n), g.stdout)
     check(m is not None, "gap.py prints its counts")
     t1, th = res[0]["top1"]["exact"], res[0]["threshold"]["exact"]
@@ -71,7 +72,7 @@ def main():
     fa, fb = os.path.join(tmp, "a.json"), os.path.join(tmp, "b.json")
     json.dump(a, open(fa, "w"))
     json.dump(b, open(fb, "w"))
-    p = run([os.path.join(HERE, "pool_eval.py"), fa, fb])
+    p = run([os.path.join(TRAIN_DIR, "pool_eval.py"), fa, fb])
     top = a["top1"]["exact"] + b["top1"]["exact"]
     thr = a["threshold"]["exact"] + b["threshold"]["exact"]
     d = [x - y for x, y in zip(thr, top)]
@@ -100,11 +101,11 @@ def main():
         if not isinstance(content, str):
             with open(fn, "w") as f:
                 f.write("{oops" if content is None else json.dumps(content))
-        p = run([os.path.join(HERE, "pool_eval.py"), fa, fn], ok=False)
+        p = run([os.path.join(TRAIN_DIR, "pool_eval.py"), fa, fn], ok=False)
         err = p.stderr.strip()
         check(p.returncode != 0 and msg in err and "\n" not in err and "Traceback" not in err,
               "pool_eval refuses %s: %s" % (what, err))
-    p = run([os.path.join(HERE, "pool_eval.py")], ok=False)
+    p = run([os.path.join(TRAIN_DIR, "pool_eval.py")], ok=False)
     check(p.returncode != 0 and "usage" in p.stderr, "pool_eval with no file prints its usage")
     shutil.rmtree(tmp)
     print("all passed")
