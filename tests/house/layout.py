@@ -7,6 +7,8 @@
    cpu.h), engine/tokenizer/ (public: tokenizer.h), cuda/ (public: fl_cuda.h). White-box unit
    tests of a module may include its private header; they are listed in WHITE_BOX.
 3. cuda/ includes only cuda/ and engine/'s public headers.
+4. Product Python (engine/train) imports nothing from tests/: no path into tests/ is put on
+   sys.path (tests may import engine/train, not the reverse).
 
 Prints one line per violation and exits 1 if there is any.
 Usage: layout.py [ROOT]   (default: the repository holding this file)"""
@@ -80,6 +82,16 @@ def main():
                 if os.path.dirname(r) != mod and t not in WHITE_BOX.get(r, ()):
                     bad.append(f"{r}: includes {t}, private to {mod}/ (public: "
                                f"{', '.join(sorted(MODULES[mod]))})")
+    for d, _, files in os.walk(os.path.join(ROOT, "engine")):
+        for f in files:
+            if f.endswith(".py"):
+                p = os.path.join(d, f)
+                with open(p, encoding="utf-8", errors="replace") as fh:
+                    for n, line in enumerate(fh, 1):
+                        if re.search(r"sys\.path\.(insert|append)\(.*tests", line) or \
+                                re.match(r"\s*(from|import)\s+tests\b", line):
+                            bad.append(f"{rel(p)}:{n}: reaches into tests/: product code "
+                                       "must not depend on the tests")
     with open(os.path.join(ROOT, "engine", "CMakeLists.txt"), encoding="utf-8") as f:
         cm = re.sub(r"#.*", "", f.read())
     for target in ("fl_cuda", "fl_backends", "fogline"):
