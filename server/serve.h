@@ -98,7 +98,6 @@ srv_out *srv_outq_pop(srv_outq *q);
 void srv_outq_clear(srv_outq *q);
 
 /* ---- requests (serve_engine.c) ---- */
-typedef enum srv_owner_kind { SRV_OWNER_WS = 1, SRV_OWNER_HTTP } srv_owner_kind;
 typedef enum srv_req_state {
     SRV_REQ_SESSION = 0, /* reading the session's earlier turns from Redis */
     SRV_REQ_TOKENIZING,  /* rendering + tokenizing on the work pool */
@@ -134,11 +133,43 @@ static inline const char *srv_ev_code(const srv_ev *ev)
 }
 
 typedef struct srv srv;
+typedef struct srv_req srv_req;
 
-typedef struct srv_req {
+/* How a request ended, for its owner's `ended` (after the request left the server's list). */
+typedef struct srv_req_end {
+    const char *finish;        /* "stop", "length", "cancelled" or "error" */
+    const fl_seq_stats *stats; /* NULL: refused before the engine */
+    int32_t n_ids;             /* reply tokens */
+    const char *code;          /* "error": the SRV_E_* it failed with; NULL otherwise */
+    const char *text;          /* stop/length: the whole reply (len bytes); NULL otherwise */
+    size_t len;
+} srv_req_end;
+
+/* A request's owner: who hears its events. A WebSocket connection (serve_ws.c), an HTTP
+ * exchange (serve_http.c: chat completions, /generate), or, for a fan-out branch or outline
+ * stage, its group (serve_engine.c), which passes on what its own owner should hear. Every
+ * callback runs on the loop thread, with the owner still alive (a gone owner is NULL and is not
+ * called); none may free r (the lifecycle does, after `ended`). */
+typedef struct srv_owner_ops {
+    /* A draft, commit or done of r; done is r's last event. */
+    void (*event)(void *owner, srv_req *r, const srv_ev *ev);
+    /* r ended before the engine took it (code: an SRV_E_*), or a group could not go on. */
+    void (*refused)(void *owner, srv_req *r, const char *code, const char *msg);
+    /* r has ended and left the server's list; it is freed when this returns. NULL: nothing. */
+    void (*ended)(void *owner, srv_req *r, const srv_req_end *end);
+    /* Every branch of group g ended (g is freed when this returns). NULL: starts no groups. */
+    void (*group_done)(void *owner, srv_req *g);
+    /* A skeleton/auto group's outline: its points, or none and why. NULL: not told. */
+    void (*outline)(void *owner, srv_req *g, char **points, int n, const char *fallback);
+    /* True when no client reads r's events any more (the done log says orphaned=1). NULL:
+       an owner that is here is the client. */
+    bool (*orphaned)(void *owner, const srv_req *r);
+} srv_owner_ops;
+
+struct srv_req {
     srv *s;
-    srv_owner_kind kind;
-    void *owner;          /* srv_conn* or srv_http*; NULL once the client is gone */
+    const srv_owner_ops *ops;
+    void *owner;          /* ops' object (srv_conn*, srv_http*, the group); NULL once gone */
     uint64_t serial;      /* server-unique, for logs */
     srv_chat chat;        /* the parsed request (owns its strings) */
     srv_req_state state;
@@ -177,7 +208,7 @@ typedef struct srv_req {
     srv_ev ev_spare;
     struct srv_req *o_prev, *o_next;      /* the owner's list */
     struct srv_req *s_prev, *s_next;      /* the server's list of live requests */
-} srv_req;
+};
 
 /* ---- allocation failures on demand, for tests (serve_faults.c) ---- */
 typedef enum srv_fault_site {
@@ -257,7 +288,7 @@ int srv_engine_start(srv *s, fl_err *e);
 void srv_engine_stop(srv *s);          /* stops the thread, handles the final events */
 /* Takes ownership of *chat (zeroed): tokenizes on the work pool, then submits. Returns the
  * request, or NULL with an error code/message (busy, shutting_down) to send back. */
-srv_req *srv_req_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
+srv_req *srv_req_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat *chat,
                        const char **code, char *msg, size_t msglen);
 void srv_req_cancel(srv_req *r);        /* idempotent; done(cancelled) follows */
 void srv_req_orphan(srv_req *r);        /* the owner is gone: cancel, forget the owner */
@@ -268,13 +299,8 @@ void srv_group_totals(const srv_req *g, long long *prompt, long long *completion
 /* Renders a draft's tokens into {"t": text} / {"mask": true} items (loop thread). */
 json_t *srv_draft_tokens(const fl_tokenizer *t, const int32_t *tokens, int32_t n);
 
-/* serve_ws.c: the owner callbacks and lifecycle of WebSocket connections */
+/* serve_ws.c: WebSocket connections (each the owner of its requests, through its own ops) */
 typedef struct srv_conn srv_conn;
-void srv_ws_on_event(srv_conn *c, srv_req *r, const srv_ev *ev);
-void srv_ws_on_reject(srv_conn *c, srv_req *r, const char *code, const char *msg);
-void srv_ws_on_group_done(srv_conn *c, srv_req *g); /* every branch of a fan-out ended */
-/* A skeleton/auto group's outline: its points, or none and why (then one plain branch). */
-void srv_ws_on_outline(srv_conn *c, srv_req *g, char **points, int n, const char *fallback);
 void srv_ws_tick(srv *s);              /* slow-client checks */
 void srv_ws_close_all(srv *s, int code, const char *reason);
 /* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: path, origin, key and limits checked before the upgrade
@@ -282,17 +308,15 @@ void srv_ws_close_all(srv *s, int code, const char *reason);
 int srv_ws_confirm_upgrade(srv *s, struct lws *wsi, const char *proto);
 int srv_ws_callback(struct lws *wsi, int reason, void *user, void *in, size_t len);
 
-/* serve_http.c */
+/* serve_http.c: HTTP exchanges (a chat completion's or /generate's owns its request) */
 typedef struct srv_http srv_http;
-void srv_http_on_event(srv_http *h, srv_req *r, const srv_ev *ev);
-void srv_http_on_reject(srv_http *h, srv_req *r, const char *code, const char *msg);
-void srv_http_on_group_done(srv_http *h, srv_req *g); /* every branch of a fan-out ended */
 int srv_http_callback(struct lws *wsi, int reason, void *user, void *in, size_t len);
 
 /* Per-wsi data: what the wsi is now (lws reuses one protocol for HTTP and WebSocket). */
+typedef enum srv_pss_kind { SRV_PSS_NONE = 0, SRV_PSS_HTTP, SRV_PSS_WS } srv_pss_kind;
 typedef struct srv_pss {
-    int kind;     /* 0 none, 1 HTTP exchange, 2 WebSocket connection */
-    void *obj;
+    srv_pss_kind kind;
+    void *obj;    /* SRV_PSS_HTTP: srv_http*; SRV_PSS_WS: srv_conn* */
 } srv_pss;
 
 /* The one protocol's callback (serve.c) dispatches to the two above. */

@@ -358,13 +358,27 @@ static void req_free(srv_req *r)
     free(r);
 }
 
+/* The end of every request: off the server's list, its owner's `ended`, freed. */
+static void req_end(srv_req *r, const srv_req_end *end)
+{
+    req_unlink(r);
+    if (r->owner && r->ops->ended)
+        r->ops->ended(r->owner, r, end);
+    req_free(r);
+}
+
+static bool req_orphaned(const srv_req *r)
+{
+    return !r->owner || (r->ops->orphaned && r->ops->orphaned(r->owner, r));
+}
+
 /* ---- fan-out groups ---- */
 
 /* The fields every request starts with; takes *chat (zeroed). */
-static void req_init(srv_req *r, srv *s, srv_owner_kind kind, void *owner, srv_chat *chat)
+static void req_init(srv_req *r, srv *s, const srv_owner_ops *ops, void *owner, srv_chat *chat)
 {
     r->s = s;
-    r->kind = kind;
+    r->ops = ops;
     r->owner = owner;
     r->serial = ++s->next_serial;
     r->chat = *chat;
@@ -376,6 +390,7 @@ static void req_init(srv_req *r, srv *s, srv_owner_kind kind, void *owner, srv_c
 
 static int req_queue_tokenize(srv_req *r);
 static void req_reject(srv_req *r, const char *code, const char *msg);
+static const srv_owner_ops group_branch_ops, group_outline_ops;
 
 static void group_link(srv_req *g)
 {
@@ -427,10 +442,8 @@ static void group_start_next(srv_req *g)
 /* After its last branch: the group's result goes to its owner and the group is freed. */
 static void group_finish(srv_req *g)
 {
-    if (g->owner && g->kind == SRV_OWNER_WS)
-        srv_ws_on_group_done(g->owner, g);
-    else if (g->owner)
-        srv_http_on_group_done(g->owner, g);
+    if (g->owner)
+        g->ops->group_done(g->owner, g);
     group_free(g);
 }
 
@@ -537,8 +550,8 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
     if (!k)
         return NULL;
     k->s = s;
-    k->kind = g->kind;
-    k->owner = g->owner;
+    k->ops = &group_branch_ops;
+    k->owner = g;
     k->serial = ++s->next_serial;
     k->parent = g;
     k->segment = segment;
@@ -606,12 +619,8 @@ static void group_fail(srv_req *g, const char *code, const char *msg)
     srv *s = g->s;
     s->m.requests[SRV_OUT_REJECTED]++;
     srv_metrics_error(&s->m, code);
-    if (g->owner) {
-        if (g->kind == SRV_OWNER_WS)
-            srv_ws_on_reject(g->owner, g, code, msg);
-        else
-            srv_http_on_reject(g->owner, g, code, msg);
-    }
+    if (g->owner)
+        g->ops->refused(g->owner, g, code, msg);
     char q[160];
     SRV_WARN(&s->log, "event=group_failed req=%s serial=%llu code=%s message=%s",
              srv_log_q(q, sizeof q, g->chat.id), (unsigned long long)g->serial, code,
@@ -633,8 +642,8 @@ static void group_outline_done(srv_req *k, const char *text, size_t len)
     char q[80];
     SRV_INFO(&s->log, "event=outline req=%s points=%d%s%s", srv_log_q(q, sizeof q, g->chat.id), n,
              n ? "" : " fallback=", n ? "" : why);
-    if (g->owner && g->kind == SRV_OWNER_WS)
-        srv_ws_on_outline(g->owner, g, points, n, n ? NULL : why);
+    if (g->owner && g->ops->outline)
+        g->ops->outline(g->owner, g, points, n, n ? NULL : why);
     g->n_outline = n;
     bool ok = n ? group_add_branches(g, g->chat.msgs, g->chat.n_msgs - 1, points, n)
                 : group_add_branches(g, g->chat.msgs, g->chat.n_msgs, NULL, 1);
@@ -644,12 +653,79 @@ static void group_outline_done(srv_req *k, const char *text, size_t len)
     /* cancelled with its branches: they start cancelled and end the group themselves */
 }
 
+/* A branch's owner is its group: what the group's own owner should hear (the branch's frames,
+   tagged with its segment) goes on to it while it is here, and the branch's end is the group's
+   bookkeeping. */
+static void branch_event(void *owner, srv_req *k, const srv_ev *ev)
+{
+    srv_req *g = owner;
+    if (g->owner)
+        g->ops->event(g->owner, k, ev);
+}
+
+static void branch_refused(void *owner, srv_req *k, const char *code, const char *msg)
+{
+    srv_req *g = owner;
+    if (g->owner)
+        g->ops->refused(g->owner, k, code, msg);
+}
+
+static void branch_ended(void *owner, srv_req *k, const srv_req_end *e)
+{
+    (void)owner;
+    group_branch_ended(k, e->finish, e->stats, e->n_ids, e->code);
+}
+
+static bool branch_orphaned(void *owner, const srv_req *k)
+{
+    (void)k;
+    const srv_req *g = owner;
+    return !g->owner;
+}
+
+static const srv_owner_ops group_branch_ops = {
+    .event = branch_event,
+    .refused = branch_refused,
+    .ended = branch_ended,
+    .orphaned = branch_orphaned,
+};
+
+/* An outline stage's owner is its group too, but no client hears it: only its text counts. */
+static void outline_event(void *owner, srv_req *k, const srv_ev *ev)
+{
+    (void)owner, (void)k, (void)ev;
+}
+
+static void outline_refused(void *owner, srv_req *k, const char *code, const char *msg)
+{
+    (void)owner, (void)k, (void)code, (void)msg;
+}
+
+static void outline_ended(void *owner, srv_req *k, const srv_req_end *e)
+{
+    (void)owner;
+    group_outline_done(k, e->text, e->len);
+}
+
+static bool outline_orphaned(void *owner, const srv_req *k)
+{
+    (void)owner, (void)k;
+    return true;
+}
+
+static const srv_owner_ops group_outline_ops = {
+    .event = outline_event,
+    .refused = outline_refused,
+    .ended = outline_ended,
+    .orphaned = outline_orphaned,
+};
+
 /* A request with "parallel": fanout gets one branch per segment (the shared messages plus its
    segment); skeleton and auto first ask the model for an outline of the last user message (an
    outline stage with no owner: its frames are not sent), then branch per point. At most
    max_branches run at once; the engine's prefix cache shares the common prompt blocks between
    them. Takes *chat. */
-static srv_req *group_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
+static srv_req *group_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat *chat,
                             const char **code, char *msg, size_t msglen)
 {
     srv_req *g = calloc(1, sizeof *g);
@@ -661,7 +737,7 @@ static srv_req *group_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *
         snprintf(msg, msglen, "out of memory");
         return NULL;
     }
-    req_init(g, s, kind, owner, chat);
+    req_init(g, s, ops, owner, chat);
     group_link(g); /* every group_free from here on unlinks it */
     g->state = SRV_REQ_RUNNING;
     if (g->chat.parallel == SRV_PAR_FANOUT) {
@@ -681,7 +757,7 @@ static srv_req *group_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *
         snprintf(msg, msglen, "out of memory");
         return NULL;
     }
-    k->owner = NULL; /* the outline is the server's, not the client's */
+    k->ops = &group_outline_ops; /* the outline is the server's, not the client's */
     k->chat.max_tokens = 160;
     k->chat.dec.temperature = 0;
     k->chat.enable_thinking = false; /* the outline parser reads numbered lines, not a think block */
@@ -711,22 +787,13 @@ static void req_reject(srv_req *r, const char *code, const char *msg)
     srv *s = r->s;
     s->m.requests[SRV_OUT_REJECTED]++;
     srv_metrics_error(&s->m, code);
-    if (r->owner) {
-        if (r->kind == SRV_OWNER_WS)
-            srv_ws_on_reject(r->owner, r, code, msg);
-        else
-            srv_http_on_reject(r->owner, r, code, msg);
-    }
+    if (r->owner)
+        r->ops->refused(r->owner, r, code, msg);
     char q[160];
     SRV_INFO(&s->log, "event=rejected req=%s serial=%llu code=%s message=%s",
              srv_log_q(q, sizeof q, r->chat.id), (unsigned long long)r->serial, code,
              srv_log_q(q + 80, 80, msg));
-    req_unlink(r);
-    if (r->parent && r->segment < 0)
-        group_outline_done(r, NULL, 0);
-    else if (r->parent)
-        group_branch_ended(r, "error", NULL, 0, code);
-    req_free(r);
+    req_end(r, &(srv_req_end){.finish = "error", .code = code});
 }
 
 /* Renders and tokenizes (work pool). When the session's earlier turns make the prompt longer
@@ -785,18 +852,9 @@ static void req_end_cancelled(srv_req *r)
     ev.text = "";
     ev.stats.prompt_tokens = (int32_t)r->n_ids;
     s->m.requests[SRV_OUT_CANCELLED]++;
-    if (r->owner) {
-        if (r->kind == SRV_OWNER_WS)
-            srv_ws_on_event(r->owner, r, &ev);
-        else
-            srv_http_on_event(r->owner, r, &ev);
-    }
-    req_unlink(r);
-    if (r->parent && r->segment < 0)
-        group_outline_done(r, NULL, 0);
-    else if (r->parent)
-        group_branch_ended(r, "cancelled", &ev.stats, 0, NULL);
-    req_free(r);
+    if (r->owner)
+        r->ops->event(r->owner, r, &ev);
+    req_end(r, &(srv_req_end){.finish = "cancelled", .stats = &ev.stats});
 }
 
 /* Hands the tokenized request to the engine, with the cached prefix pages (owned) if any. */
@@ -1111,7 +1169,7 @@ static void session_save(srv_req *r, const srv_ev *ev)
     free(val);
 }
 
-srv_req *srv_req_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
+srv_req *srv_req_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat *chat,
                        const char **code, char *msg, size_t msglen)
 {
     if (s->draining || !s->engine) {
@@ -1134,7 +1192,7 @@ srv_req *srv_req_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
                      "this one has %d branches; retry later", s->n_reqs, need);
             goto refuse;
         }
-        srv_req *g = group_start(s, kind, owner, chat, code, msg, msglen);
+        srv_req *g = group_start(s, ops, owner, chat, code, msg, msglen);
         if (!g)
             goto refuse;
         return g;
@@ -1145,7 +1203,7 @@ srv_req *srv_req_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
         snprintf(msg, msglen, "out of memory");
         goto refuse;
     }
-    req_init(r, s, kind, owner, chat);
+    req_init(r, s, ops, owner, chat);
     r->s_next = s->reqs;
     if (s->reqs)
         s->reqs->s_prev = r;
@@ -1199,18 +1257,28 @@ void srv_req_cancel(srv_req *r)
        times out within --redis-timeout-ms) */
 }
 
-void srv_req_orphan(srv_req *r)
+/* The client's queue is freed with it: no queued draft may point back at r. */
+static void req_forget_drafts(srv_req *r)
 {
-    if (r->kids) /* a group: every branch loses its owner too */
-        for (int i = 0; i < r->n_kids; i++)
-            if (r->kids[i])
-                srv_req_orphan(r->kids[i]);
-    r->owner = NULL;
-    for (int i = 0; i < SRV_DRAFT_SLOTS; i++) /* the owner's queue is freed with it */
+    for (int i = 0; i < SRV_DRAFT_SLOTS; i++)
         if (r->draft_slot[i]) {
             r->draft_slot[i]->req = NULL;
             r->draft_slot[i] = NULL;
         }
+}
+
+void srv_req_orphan(srv_req *r)
+{
+    /* a group's branches keep the group as owner (it hears their end) and pass nothing on to
+       a gone client; their drafts sat in that client's queue */
+    if (r->kids)
+        for (int i = 0; i < r->n_kids; i++)
+            if (r->kids[i]) {
+                req_forget_drafts(r->kids[i]);
+                srv_req_cancel(r->kids[i]);
+            }
+    r->owner = NULL;
+    req_forget_drafts(r);
     srv_req_cancel(r);
 }
 
@@ -1248,24 +1316,17 @@ static void handle(srv *s, srv_ev *ev)
                  "tpf=%.2f cached_tokens=%d ms=%.1f%s", srv_log_q(q, sizeof q, r->chat.id),
                  (unsigned long long)r->serial, srv_finish_name(ev->finish), ev->n_ids,
                  ev->stats.forwards, ev->stats.tpf, ev->stats.cached_tokens, now - r->t_start,
-                 r->owner ? "" : " orphaned=1");
+                 req_orphaned(r) ? " orphaned=1" : "");
     }
-    if (r->owner) {
-        if (r->kind == SRV_OWNER_WS)
-            srv_ws_on_event(r->owner, r, ev);
-        else
-            srv_http_on_event(r->owner, r, ev);
-    }
+    if (r->owner)
+        r->ops->event(r->owner, r, ev);
     if (ev->type == FL_EV_DONE) {
-        req_unlink(r);
-        if (r->parent && r->segment < 0)
-            group_outline_done(r, ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH ? ev->text : NULL,
-                               ev->text_len);
-        else if (r->parent)
-            group_branch_ended(r, ev->finish == FL_FINISH_ERROR ? "error" : srv_finish_name(ev->finish),
-                               &ev->stats, ev->n_ids,
-                               ev->finish == FL_FINISH_ERROR ? srv_ev_code(ev) : NULL);
-        req_free(r);
+        bool whole = ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH;
+        bool err = ev->finish == FL_FINISH_ERROR;
+        req_end(r, &(srv_req_end){.finish = err ? "error" : srv_finish_name(ev->finish),
+                                  .stats = &ev->stats, .n_ids = ev->n_ids,
+                                  .code = err ? srv_ev_code(ev) : NULL,
+                                  .text = whole ? ev->text : NULL, .len = ev->text_len});
     }
 }
 
