@@ -1,7 +1,7 @@
 /* serve.h: the parts of `fogline serve` and what they share. Internal to server/.
  *
  * Threads: the loop thread (libuv + libwebsockets) owns every socket, connection, request
- * and metric below; the engine thread only calls the sink (serve_engine.c), which copies the
+ * and metric below; the engine thread only calls the sink (serve_sink.c), which copies the
  * event into a locked queue and wakes the loop with uv_async; the uv work pool renders the
  * chat template and tokenizes (the tokenizer is read-only and safe from several threads).
  *
@@ -97,118 +97,10 @@ void srv_outq_push(srv_outq *q, srv_out *o);
 srv_out *srv_outq_pop(srv_outq *q);
 void srv_outq_clear(srv_outq *q);
 
-/* ---- requests (serve_engine.c) ---- */
-typedef enum srv_req_state {
-    SRV_REQ_SESSION = 0, /* reading the session's earlier turns from Redis */
-    SRV_REQ_TOKENIZING,  /* rendering + tokenizing on the work pool */
-    SRV_REQ_LOOKUP,      /* reading cached prefix pages from Redis */
-    SRV_REQ_RUNNING,     /* inside the engine */
-} srv_req_state;
-
-#define SRV_DRAFT_SLOTS FL_MAX_RUN_BLOCKS /* running blocks per sequence at most */
-
-/* An event copied off the engine thread. */
-typedef struct srv_ev {
-    struct srv_ev *next;
-    struct srv_req *req;
-    fl_event_type type;
-    int32_t block, step, n; /* draft/commit */
-    int32_t *tokens;        /* (n) -1 where masked */
-    uint8_t *fresh;         /* (n) */
-    char *text;             /* commit: the block's text; done: the whole reply */
-    size_t text_len;
-    fl_finish finish;
-    char *error;
-    const char *code;       /* FL_FINISH_ERROR: the SRV_E_* for the client; NULL: engine_error */
-    bool spare;             /* the request's own ev_spare (freed with it, not on its own) */
-    fl_seq_stats stats;
-    int32_t n_ids;
-    int32_t *ids;           /* done: (n_ids) the reply's ids */
-} srv_ev;
-
-/* The code a failed done (FL_FINISH_ERROR) reports to the client. */
-static inline const char *srv_ev_code(const srv_ev *ev)
-{
-    return ev->code ? ev->code : SRV_E_ENGINE;
-}
-
+/* ---- requests (serve_request.h) ---- */
 typedef struct srv srv;
 typedef struct srv_req srv_req;
-
-/* How a request ended, for its owner's `ended` (after the request left the server's list). */
-typedef struct srv_req_end {
-    const char *finish;        /* "stop", "length", "cancelled" or "error" */
-    const fl_seq_stats *stats; /* NULL: refused before the engine */
-    int32_t n_ids;             /* reply tokens */
-    const char *code;          /* "error": the SRV_E_* it failed with; NULL otherwise */
-    const char *text;          /* stop/length: the whole reply (len bytes); NULL otherwise */
-    size_t len;
-} srv_req_end;
-
-/* A request's owner: who hears its events. A WebSocket connection (serve_ws.c), an HTTP
- * exchange (serve_http.c: chat completions, /generate), or, for a fan-out branch or outline
- * stage, its group (serve_engine.c), which passes on what its own owner should hear. Every
- * callback runs on the loop thread, with the owner still alive (a gone owner is NULL and is not
- * called); none may free r (the lifecycle does, after `ended`). */
-typedef struct srv_owner_ops {
-    /* A draft, commit or done of r; done is r's last event. */
-    void (*event)(void *owner, srv_req *r, const srv_ev *ev);
-    /* r ended before the engine took it (code: an SRV_E_*), or a group could not go on. */
-    void (*refused)(void *owner, srv_req *r, const char *code, const char *msg);
-    /* r has ended and left the server's list; it is freed when this returns. NULL: nothing. */
-    void (*ended)(void *owner, srv_req *r, const srv_req_end *end);
-    /* Every branch of group g ended (g is freed when this returns). NULL: starts no groups. */
-    void (*group_done)(void *owner, srv_req *g);
-    /* A skeleton/auto group's outline: its points, or none and why. NULL: not told. */
-    void (*outline)(void *owner, srv_req *g, char **points, int n, const char *fallback);
-    /* True when no client reads r's events any more (the done log says orphaned=1). NULL:
-       an owner that is here is the client. */
-    bool (*orphaned)(void *owner, const srv_req *r);
-} srv_owner_ops;
-
-struct srv_req {
-    srv *s;
-    const srv_owner_ops *ops;
-    void *owner;          /* ops' object (srv_conn*, srv_http*, the group); NULL once gone */
-    uint64_t serial;      /* server-unique, for logs */
-    srv_chat chat;        /* the parsed request (owns its strings) */
-    srv_req_state state;
-    bool cancelled;       /* the client asked, or went away */
-    uv_work_t work;       /* tokenization on the uv work pool */
-    int32_t *ids;         /* (n_ids) the templated prompt (kept until done for the session) */
-    size_t n_ids;
-    size_t n_history;     /* leading messages of chat.msgs that came from the session store */
-    size_t n_dropped;     /* oldest history messages dropped to fit the prompt limit */
-    int work_rc;
-    fl_err work_err;
-    uint64_t eid;         /* engine id once submitted */
-    double t_start;       /* loop ms when the chat arrived */
-    double t_first;       /* loop ms of the first draft or commit, 0 before */
-    double t_last;        /* loop ms of the last update */
-    srv_out *draft_slot[SRV_DRAFT_SLOTS]; /* queued, unsent drafts by block % SLOTS */
-    srv_reason reason;    /* the reply's reasoning/answer split (set up with the prompt) */
-    /* fan-out ("parallel"): a group owns branch requests and has no engine work of its own;
-       the group is in its owner's list, the branches in the server's */
-    struct srv_req *parent; /* a branch: its group */
-    int segment;            /* a branch: its index; -1 otherwise */
-    struct srv_req **kids;  /* a group: (n_kids) branches, NULL once freed */
-    int n_kids, n_started, n_ended;
-    struct srv_req *g_prev, *g_next; /* a group: in the server's list of groups */
-    bool topping;           /* a group: starting branches (a branch that ends at once waits) */
-    struct srv_req *outline; /* a skeleton/auto group: its outline stage while it runs */
-    int n_outline;          /* points the outline gave (0: decoded plainly) */
-    json_t *seg_results;    /* a group: one object per segment, filled as branches end */
-    char *group_text;       /* a branch with an HTTP owner: its whole text, kept for the answer */
-    bool any_error;
-    /* the sink's (engine thread, from submit until done): a done that cannot be copied, or
-       that follows a commit that could not be, goes out as this error instead, so that no
-       allocation failure leaves a request without its end */
-    fl_engine *en;          /* the engine it was submitted to */
-    bool ev_lost;           /* a commit was lost: the reply cannot be whole */
-    srv_ev ev_spare;
-    struct srv_req *o_prev, *o_next;      /* the owner's list */
-    struct srv_req *s_prev, *s_next;      /* the server's list of live requests */
-};
+typedef struct srv_ev srv_ev;
 
 /* ---- allocation failures on demand, for tests (serve_faults.c) ---- */
 typedef enum srv_fault_site {
@@ -283,21 +175,12 @@ struct srv {
 
 double srv_now_ms(srv *s);
 
-/* serve_engine.c */
+/* serve_engine.c (loop thread). Loads the model, sizes the KV pool, opens the backend (and the
+ * persistence tier: Redis or host memory) and starts the engine thread; 0, or an FL_E* code
+ * with the message in e (what is already open is freed by the server's teardown). */
 int srv_engine_start(srv *s, fl_err *e);
-void srv_engine_stop(srv *s);          /* stops the thread, handles the final events */
-/* Takes ownership of *chat (zeroed): tokenizes on the work pool, then submits. Returns the
- * request, or NULL with an error code/message (busy, shutting_down) to send back. */
-srv_req *srv_req_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat *chat,
-                       const char **code, char *msg, size_t msglen);
-void srv_req_cancel(srv_req *r);        /* idempotent; done(cancelled) follows */
-void srv_req_orphan(srv_req *r);        /* the owner is gone: cancel, forget the owner */
-void srv_drain_events(srv *s);          /* loop thread: handle queued engine events */
-/* A fan-out group's summed usage over its segments' results. */
-void srv_group_totals(const srv_req *g, long long *prompt, long long *completion, long long *cached);
-
-/* Renders a draft's tokens into {"t": text} / {"mask": true} items (loop thread). */
-json_t *srv_draft_tokens(const fl_tokenizer *t, const int32_t *tokens, int32_t n);
+/* Stops the engine thread (cancelling what runs), then handles its final events; idempotent. */
+void srv_engine_stop(srv *s);
 
 /* serve_ws.c: WebSocket connections (each the owner of its requests, through its own ops) */
 typedef struct srv_conn srv_conn;

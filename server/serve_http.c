@@ -20,6 +20,8 @@
 #include "redis.h"
 #include "serve.h"
 #include "serve_generate.h"
+#include "serve_group.h"
+#include "serve_request.h"
 
 enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER, R_GENERATE };
 

@@ -15,6 +15,8 @@
 #include <libwebsockets.h>
 
 #include "serve.h"
+#include "serve_group.h"
+#include "serve_request.h"
 
 struct srv_conn {
     srv *s;
@@ -291,10 +293,43 @@ static void ws_on_group_done(void *owner, srv_req *g)
     send_str(c, dumps(o));
 }
 
+/* Renders a draft's tokens into {"t": text} / {"mask": true} items. */
+static json_t *draft_tokens(const fl_tokenizer *t, const int32_t *tokens, int32_t n)
+{
+    /* Each run of decided tokens goes through a streaming detokenizer so a character split
+       over tokens shows on the token that completes it (never as broken UTF-8); a character
+       still cut by a mask shows nothing until the mask resolves. */
+    json_t *a = json_array();
+    if (!a)
+        return NULL;
+    fl_detok d;
+    fl_detok_init(&d, t, true);
+    fl_buf piece = {0};
+    for (int32_t i = 0; i < n; i++) {
+        json_t *item = json_object();
+        if (tokens[i] < 0) {
+            fl_detok_init(&d, t, true); /* a mask breaks the run; drop a held partial char */
+            json_object_set_new(item, "mask", json_true());
+        } else {
+            piece.len = 0;
+            fl_detok_push(&d, tokens[i], &piece);
+            json_object_set_new(item, "t", json_stringn(piece.data ? piece.data : "", piece.len));
+        }
+        json_array_append_new(a, item);
+    }
+    if (piece.err) { /* a draft with a token's text missing: none (the next one replaces it) */
+        json_decref(a);
+        a = NULL;
+    }
+    fl_buf_free(&piece);
+    return a;
+}
+
+
 static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
 {
     srv *s = c->s;
-    json_t *toks = srv_draft_tokens(s->model->tok, ev->tokens, ev->n);
+    json_t *toks = draft_tokens(s->model->tok, ev->tokens, ev->n);
     if (!toks)
         return; /* out of memory: a draft may be dropped (a later one or the commit follows) */
     json_t *o = json_object();
