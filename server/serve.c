@@ -18,6 +18,8 @@
 #include "cli/cli.h"
 #include "redis.h"
 #include "serve.h"
+#include "serve_request.h"
+#include "serve_sink.h"
 
 int srv_lws_callback(struct lws *wsi, int reason, void *user, void *in, size_t len)
 {

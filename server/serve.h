@@ -1,7 +1,7 @@
 /* serve.h: the parts of `fogline serve` and what they share. Internal to server/.
  *
  * Threads: the loop thread (libuv + libwebsockets) owns every socket, connection, request
- * and metric below; the engine thread only calls the sink (serve_engine.c), which copies the
+ * and metric below; the engine thread only calls the sink (serve_sink.c), which copies the
  * event into a locked queue and wakes the loop with uv_async; the uv work pool renders the
  * chat template and tokenizes (the tokenizer is read-only and safe from several threads).
  *
@@ -97,87 +97,10 @@ void srv_outq_push(srv_outq *q, srv_out *o);
 srv_out *srv_outq_pop(srv_outq *q);
 void srv_outq_clear(srv_outq *q);
 
-/* ---- requests (serve_engine.c) ---- */
-typedef enum srv_owner_kind { SRV_OWNER_WS = 1, SRV_OWNER_HTTP } srv_owner_kind;
-typedef enum srv_req_state {
-    SRV_REQ_SESSION = 0, /* reading the session's earlier turns from Redis */
-    SRV_REQ_TOKENIZING,  /* rendering + tokenizing on the work pool */
-    SRV_REQ_LOOKUP,      /* reading cached prefix pages from Redis */
-    SRV_REQ_RUNNING,     /* inside the engine */
-} srv_req_state;
-
-#define SRV_DRAFT_SLOTS FL_MAX_RUN_BLOCKS /* running blocks per sequence at most */
-
-/* An event copied off the engine thread. */
-typedef struct srv_ev {
-    struct srv_ev *next;
-    struct srv_req *req;
-    fl_event_type type;
-    int32_t block, step, n; /* draft/commit */
-    int32_t *tokens;        /* (n) -1 where masked */
-    uint8_t *fresh;         /* (n) */
-    char *text;             /* commit: the block's text; done: the whole reply */
-    size_t text_len;
-    fl_finish finish;
-    char *error;
-    const char *code;       /* FL_FINISH_ERROR: the SRV_E_* for the client; NULL: engine_error */
-    bool spare;             /* the request's own ev_spare (freed with it, not on its own) */
-    fl_seq_stats stats;
-    int32_t n_ids;
-    int32_t *ids;           /* done: (n_ids) the reply's ids */
-} srv_ev;
-
-/* The code a failed done (FL_FINISH_ERROR) reports to the client. */
-static inline const char *srv_ev_code(const srv_ev *ev)
-{
-    return ev->code ? ev->code : SRV_E_ENGINE;
-}
-
+/* ---- requests (serve_request.h) ---- */
 typedef struct srv srv;
-
-typedef struct srv_req {
-    srv *s;
-    srv_owner_kind kind;
-    void *owner;          /* srv_conn* or srv_http*; NULL once the client is gone */
-    uint64_t serial;      /* server-unique, for logs */
-    srv_chat chat;        /* the parsed request (owns its strings) */
-    srv_req_state state;
-    bool cancelled;       /* the client asked, or went away */
-    uv_work_t work;       /* tokenization on the uv work pool */
-    int32_t *ids;         /* (n_ids) the templated prompt (kept until done for the session) */
-    size_t n_ids;
-    size_t n_history;     /* leading messages of chat.msgs that came from the session store */
-    size_t n_dropped;     /* oldest history messages dropped to fit the prompt limit */
-    int work_rc;
-    fl_err work_err;
-    uint64_t eid;         /* engine id once submitted */
-    double t_start;       /* loop ms when the chat arrived */
-    double t_first;       /* loop ms of the first draft or commit, 0 before */
-    double t_last;        /* loop ms of the last update */
-    srv_out *draft_slot[SRV_DRAFT_SLOTS]; /* queued, unsent drafts by block % SLOTS */
-    srv_reason reason;    /* the reply's reasoning/answer split (set up with the prompt) */
-    /* fan-out ("parallel"): a group owns branch requests and has no engine work of its own;
-       the group is in its owner's list, the branches in the server's */
-    struct srv_req *parent; /* a branch: its group */
-    int segment;            /* a branch: its index; -1 otherwise */
-    struct srv_req **kids;  /* a group: (n_kids) branches, NULL once freed */
-    int n_kids, n_started, n_ended;
-    struct srv_req *g_prev, *g_next; /* a group: in the server's list of groups */
-    bool topping;           /* a group: starting branches (a branch that ends at once waits) */
-    struct srv_req *outline; /* a skeleton/auto group: its outline stage while it runs */
-    int n_outline;          /* points the outline gave (0: decoded plainly) */
-    json_t *seg_results;    /* a group: one object per segment, filled as branches end */
-    char *group_text;       /* a branch with an HTTP owner: its whole text, kept for the answer */
-    bool any_error;
-    /* the sink's (engine thread, from submit until done): a done that cannot be copied, or
-       that follows a commit that could not be, goes out as this error instead, so that no
-       allocation failure leaves a request without its end */
-    fl_engine *en;          /* the engine it was submitted to */
-    bool ev_lost;           /* a commit was lost: the reply cannot be whole */
-    srv_ev ev_spare;
-    struct srv_req *o_prev, *o_next;      /* the owner's list */
-    struct srv_req *s_prev, *s_next;      /* the server's list of live requests */
-} srv_req;
+typedef struct srv_req srv_req;
+typedef struct srv_ev srv_ev;
 
 /* ---- allocation failures on demand, for tests (serve_faults.c) ---- */
 typedef enum srv_fault_site {
@@ -252,29 +175,15 @@ struct srv {
 
 double srv_now_ms(srv *s);
 
-/* serve_engine.c */
+/* serve_engine.c (loop thread). Loads the model, sizes the KV pool, opens the backend (and the
+ * persistence tier: Redis or host memory) and starts the engine thread; 0, or an FL_E* code
+ * with the message in e (what is already open is freed by the server's teardown). */
 int srv_engine_start(srv *s, fl_err *e);
-void srv_engine_stop(srv *s);          /* stops the thread, handles the final events */
-/* Takes ownership of *chat (zeroed): tokenizes on the work pool, then submits. Returns the
- * request, or NULL with an error code/message (busy, shutting_down) to send back. */
-srv_req *srv_req_start(srv *s, srv_owner_kind kind, void *owner, srv_chat *chat,
-                       const char **code, char *msg, size_t msglen);
-void srv_req_cancel(srv_req *r);        /* idempotent; done(cancelled) follows */
-void srv_req_orphan(srv_req *r);        /* the owner is gone: cancel, forget the owner */
-void srv_drain_events(srv *s);          /* loop thread: handle queued engine events */
-/* A fan-out group's summed usage over its segments' results. */
-void srv_group_totals(const srv_req *g, long long *prompt, long long *completion, long long *cached);
+/* Stops the engine thread (cancelling what runs), then handles its final events; idempotent. */
+void srv_engine_stop(srv *s);
 
-/* Renders a draft's tokens into {"t": text} / {"mask": true} items (loop thread). */
-json_t *srv_draft_tokens(const fl_tokenizer *t, const int32_t *tokens, int32_t n);
-
-/* serve_ws.c: the owner callbacks and lifecycle of WebSocket connections */
+/* serve_ws.c: WebSocket connections (each the owner of its requests, through its own ops) */
 typedef struct srv_conn srv_conn;
-void srv_ws_on_event(srv_conn *c, srv_req *r, const srv_ev *ev);
-void srv_ws_on_reject(srv_conn *c, srv_req *r, const char *code, const char *msg);
-void srv_ws_on_group_done(srv_conn *c, srv_req *g); /* every branch of a fan-out ended */
-/* A skeleton/auto group's outline: its points, or none and why (then one plain branch). */
-void srv_ws_on_outline(srv_conn *c, srv_req *g, char **points, int n, const char *fallback);
 void srv_ws_tick(srv *s);              /* slow-client checks */
 void srv_ws_close_all(srv *s, int code, const char *reason);
 /* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: path, origin, key and limits checked before the upgrade
@@ -282,17 +191,15 @@ void srv_ws_close_all(srv *s, int code, const char *reason);
 int srv_ws_confirm_upgrade(srv *s, struct lws *wsi, const char *proto);
 int srv_ws_callback(struct lws *wsi, int reason, void *user, void *in, size_t len);
 
-/* serve_http.c */
+/* serve_http.c: HTTP exchanges (a chat completion's or /generate's owns its request) */
 typedef struct srv_http srv_http;
-void srv_http_on_event(srv_http *h, srv_req *r, const srv_ev *ev);
-void srv_http_on_reject(srv_http *h, srv_req *r, const char *code, const char *msg);
-void srv_http_on_group_done(srv_http *h, srv_req *g); /* every branch of a fan-out ended */
 int srv_http_callback(struct lws *wsi, int reason, void *user, void *in, size_t len);
 
 /* Per-wsi data: what the wsi is now (lws reuses one protocol for HTTP and WebSocket). */
+typedef enum srv_pss_kind { SRV_PSS_NONE = 0, SRV_PSS_HTTP, SRV_PSS_WS } srv_pss_kind;
 typedef struct srv_pss {
-    int kind;     /* 0 none, 1 HTTP exchange, 2 WebSocket connection */
-    void *obj;
+    srv_pss_kind kind;
+    void *obj;    /* SRV_PSS_HTTP: srv_http*; SRV_PSS_WS: srv_conn* */
 } srv_pss;
 
 /* The one protocol's callback (serve.c) dispatches to the two above. */

@@ -3,6 +3,7 @@
  * and its limit, sampling, decoding) goes through that route's parser, so the two cannot drift
  * apart. */
 #include "serve_generate.h"
+#include "serve_group.h"
 
 #include <stdarg.h>
 #include <stdio.h>

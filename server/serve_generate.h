@@ -1,6 +1,6 @@
 /* serve_generate.h: POST /generate, the deployment guide's batch endpoint
  * ({"segments":[...]} -> {"output":[...]}), built on fan-out: each segment is a branch of one
- * group (serve_engine.c), so the segments run in the same forwards and share common prompt
+ * group (serve_group.c), so the segments run in the same forwards and share common prompt
  * blocks through the prefix cache. serve_http.c owns the exchange (body, status, sockets);
  * this file only turns the body into a chat and the group's result into the answer. */
 #ifndef FL_SERVE_GENERATE_H
@@ -8,7 +8,7 @@
 
 #include <jansson.h>
 
-#include "serve.h"
+#include "serve_request.h"
 
 /* The first failure among a request's segments (the answer reports one). */
 typedef struct srv_gen_fail {

@@ -20,6 +20,8 @@
 #include "redis.h"
 #include "serve.h"
 #include "serve_generate.h"
+#include "serve_group.h"
+#include "serve_request.h"
 
 enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER, R_GENERATE };
 
@@ -401,6 +403,8 @@ static void list_del(srv *s, srv_http *h)
     s->n_https--;
 }
 
+static const srv_owner_ops http_owner, generate_owner;
+
 static void chat_start(srv_http *h)
 {
     srv *s = h->s;
@@ -458,7 +462,8 @@ static void chat_start(srv_http *h)
         respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
         return;
     }
-    srv_req *r = srv_req_start(s, SRV_OWNER_HTTP, h, &chat, &code, m, sizeof m);
+    srv_req *r = srv_req_start(s, h->route == R_GENERATE ? &generate_owner : &http_owner, h, &chat,
+                               &code, m, sizeof m);
     if (!r) {
         srv_chat_free(&chat);
         /* srv_req_start counted the error already */
@@ -813,14 +818,11 @@ static void generate_done(srv_http *h, srv_req *g)
     respond(h, status, "application/json", srv_openai_error(openai_type(status), oc, param, m));
 }
 
-void srv_http_on_group_done(srv_http *h, srv_req *g)
+static void http_on_group_done(void *owner, srv_req *g)
 {
+    srv_http *h = owner;
     h->req = NULL;
     list_del(h->s, h);
-    if (h->route == R_GENERATE) {
-        generate_done(h, g);
-        return;
-    }
     long long pt, ct, cached;
     srv_group_totals(g, &pt, &ct, &cached);
     const char *err = NULL;
@@ -915,11 +917,10 @@ void srv_http_on_group_done(srv_http *h, srv_req *g)
     respond_json(h, 200, o);
 }
 
-void srv_http_on_event(srv_http *h, srv_req *r, const srv_ev *ev)
+static void http_on_event(void *owner, srv_req *r, const srv_ev *ev)
 {
+    srv_http *h = owner;
     if (r->parent) {
-        if (h->route == R_GENERATE && ev->type == FL_EV_DONE && ev->finish == FL_FINISH_ERROR)
-            srv_generate_fail(&h->gen, r->parent, r->segment, SRV_E_ENGINE, ev->error);
         on_branch_event(h, r, ev);
         return;
     }
@@ -948,13 +949,11 @@ void srv_http_on_event(srv_http *h, srv_req *r, const srv_ev *ev)
     }
 }
 
-void srv_http_on_reject(srv_http *h, srv_req *r, const char *code, const char *msg)
+static void http_on_reject(void *owner, srv_req *r, const char *code, const char *msg)
 {
-    if (r->parent) { /* a branch: the group's answer reports it */
-        if (h->route == R_GENERATE)
-            srv_generate_fail(&h->gen, r->parent, r->segment, code, msg);
+    srv_http *h = owner;
+    if (r->parent) /* a branch: the group's answer reports it */
         return;
-    }
     h->req = NULL;
     list_del(h->s, h);
     /* srv_req's reject already counted the error */
@@ -968,13 +967,54 @@ void srv_http_on_reject(srv_http *h, srv_req *r, const char *code, const char *m
     respond(h, status, "application/json", body);
 }
 
+/* A chat completion's exchange as the owner of its request or group (serve.h). */
+static const srv_owner_ops http_owner = {
+    .event = http_on_event,
+    .refused = http_on_reject,
+    .group_done = http_on_group_done,
+};
+
+/* /generate's exchange: a chat completion's, except that a failing segment is remembered (and
+   fails the group) and the group's end is /generate's answer. */
+static void gen_on_event(void *owner, srv_req *r, const srv_ev *ev)
+{
+    srv_http *h = owner;
+    if (r->parent && ev->type == FL_EV_DONE && ev->finish == FL_FINISH_ERROR)
+        srv_generate_fail(&h->gen, r->parent, r->segment, SRV_E_ENGINE, ev->error);
+    http_on_event(h, r, ev);
+}
+
+static void gen_on_reject(void *owner, srv_req *r, const char *code, const char *msg)
+{
+    srv_http *h = owner;
+    if (r->parent) {
+        srv_generate_fail(&h->gen, r->parent, r->segment, code, msg);
+        return;
+    }
+    http_on_reject(h, r, code, msg);
+}
+
+static void gen_on_group_done(void *owner, srv_req *g)
+{
+    srv_http *h = owner;
+    h->req = NULL;
+    list_del(h->s, h);
+    generate_done(h, g);
+}
+
+static const srv_owner_ops generate_owner = {
+    .event = gen_on_event,
+    .refused = gen_on_reject,
+    .group_done = gen_on_group_done,
+};
+
 /* ---- lws callbacks ---- */
 
 static void http_free(srv_pss *pss)
 {
     srv_http *h = pss->obj;
     pss->obj = NULL;
-    pss->kind = 0;
+    pss->kind = SRV_PSS_NONE;
     if (!h)
         return;
     if (h->req) {
@@ -1009,7 +1049,7 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
         return -1;
     h->s = s;
     h->wsi = wsi;
-    pss->kind = 1;
+    pss->kind = SRV_PSS_HTTP;
     pss->obj = h;
     char *uri_ptr = NULL;
     int uri_len = 0;
@@ -1104,7 +1144,7 @@ int srv_http_callback(struct lws *wsi, int reason, void *user, void *in, size_t 
 {
     srv *s = lws_context_user(lws_get_context(wsi));
     srv_pss *pss = user;
-    srv_http *h = pss && pss->kind == 1 ? pss->obj : NULL;
+    srv_http *h = pss && pss->kind == SRV_PSS_HTTP ? pss->obj : NULL;
     switch (reason) {
     case LWS_CALLBACK_HTTP:
         return pss ? on_http(s, wsi, pss) : -1;
@@ -1127,7 +1167,7 @@ int srv_http_callback(struct lws *wsi, int reason, void *user, void *in, size_t 
         return h ? on_writeable(h, wsi) : 0;
     case LWS_CALLBACK_HTTP_DROP_PROTOCOL:
     case LWS_CALLBACK_CLOSED_HTTP:
-        if (pss && pss->kind == 1)
+        if (pss && pss->kind == SRV_PSS_HTTP)
             http_free(pss);
         return 0;
     default:

@@ -15,6 +15,8 @@
 #include <libwebsockets.h>
 
 #include "serve.h"
+#include "serve_group.h"
+#include "serve_request.h"
 
 struct srv_conn {
     srv *s;
@@ -229,8 +231,9 @@ static srv_req *find_req(srv_conn *c, const char *id)
     return NULL;
 }
 
-void srv_ws_on_reject(srv_conn *c, srv_req *r, const char *code, const char *msg)
+static void ws_on_reject(void *owner, srv_req *r, const char *code, const char *msg)
 {
+    srv_conn *c = owner;
     if (r->parent) { /* one branch of a fan-out failed: the others go on */
         json_t *o = json_object();
         json_object_set_new(o, "type", json_string("error"));
@@ -245,8 +248,9 @@ void srv_ws_on_reject(srv_conn *c, srv_req *r, const char *code, const char *msg
     send_str(c, srv_frame_error(r->chat.id, code, msg));
 }
 
-void srv_ws_on_outline(srv_conn *c, srv_req *g, char **points, int n, const char *fallback)
+static void ws_on_outline(void *owner, srv_req *g, char **points, int n, const char *fallback)
 {
+    srv_conn *c = owner;
     if (c->closing)
         return;
     json_t *o = json_object(), *a = json_array();
@@ -260,8 +264,9 @@ void srv_ws_on_outline(srv_conn *c, srv_req *g, char **points, int n, const char
     send_str(c, dumps(o));
 }
 
-void srv_ws_on_group_done(srv_conn *c, srv_req *g)
+static void ws_on_group_done(void *owner, srv_req *g)
 {
+    srv_conn *c = owner;
     conn_drop_req(c, g);
     if (c->closing)
         return;
@@ -288,10 +293,43 @@ void srv_ws_on_group_done(srv_conn *c, srv_req *g)
     send_str(c, dumps(o));
 }
 
+/* Renders a draft's tokens into {"t": text} / {"mask": true} items. */
+static json_t *draft_tokens(const fl_tokenizer *t, const int32_t *tokens, int32_t n)
+{
+    /* Each run of decided tokens goes through a streaming detokenizer so a character split
+       over tokens shows on the token that completes it (never as broken UTF-8); a character
+       still cut by a mask shows nothing until the mask resolves. */
+    json_t *a = json_array();
+    if (!a)
+        return NULL;
+    fl_detok d;
+    fl_detok_init(&d, t, true);
+    fl_buf piece = {0};
+    for (int32_t i = 0; i < n; i++) {
+        json_t *item = json_object();
+        if (tokens[i] < 0) {
+            fl_detok_init(&d, t, true); /* a mask breaks the run; drop a held partial char */
+            json_object_set_new(item, "mask", json_true());
+        } else {
+            piece.len = 0;
+            fl_detok_push(&d, tokens[i], &piece);
+            json_object_set_new(item, "t", json_stringn(piece.data ? piece.data : "", piece.len));
+        }
+        json_array_append_new(a, item);
+    }
+    if (piece.err) { /* a draft with a token's text missing: none (the next one replaces it) */
+        json_decref(a);
+        a = NULL;
+    }
+    fl_buf_free(&piece);
+    return a;
+}
+
+
 static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
 {
     srv *s = c->s;
-    json_t *toks = srv_draft_tokens(s->model->tok, ev->tokens, ev->n);
+    json_t *toks = draft_tokens(s->model->tok, ev->tokens, ev->n);
     if (!toks)
         return; /* out of memory: a draft may be dropped (a later one or the commit follows) */
     json_t *o = json_object();
@@ -373,7 +411,7 @@ static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
 {
     if (r->parent) {
         if (ev->finish == FL_FINISH_ERROR) {
-            srv_ws_on_reject(c, r, srv_ev_code(ev), ev->error ? ev->error : "the engine failed");
+            ws_on_reject(c, r, srv_ev_code(ev), ev->error ? ev->error : "the engine failed");
             return;
         }
     } else {
@@ -418,8 +456,9 @@ static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
     send_str(c, dumps(o));
 }
 
-void srv_ws_on_event(srv_conn *c, srv_req *r, const srv_ev *ev)
+static void ws_on_event(void *owner, srv_req *r, const srv_ev *ev)
 {
+    srv_conn *c = owner;
     if (c->closing) { /* nobody will read it */
         if (ev->type == FL_EV_DONE && !r->parent)
             conn_drop_req(c, r);
@@ -449,6 +488,14 @@ void srv_ws_on_event(srv_conn *c, srv_req *r, const srv_ev *ev)
         break;
     }
 }
+
+/* A connection as the owner of its requests (serve.h). */
+static const srv_owner_ops ws_owner = {
+    .event = ws_on_event,
+    .refused = ws_on_reject,
+    .group_done = ws_on_group_done,
+    .outline = ws_on_outline,
+};
 
 /* ---- input ---- */
 
@@ -481,7 +528,7 @@ static void handle_chat(srv_conn *c, const json_t *msg, const char *id)
         send_error(c, id, code, m);
         return;
     }
-    srv_req *r = srv_req_start(s, SRV_OWNER_WS, c, &chat, &code, m, sizeof m);
+    srv_req *r = srv_req_start(s, &ws_owner, c, &chat, &code, m, sizeof m);
     if (!r) {
         srv_chat_free(&chat);
         send_str(c, srv_frame_error(id, code, m));
@@ -685,7 +732,7 @@ static void on_established(srv *s, struct lws *wsi, srv_pss *pss)
     s->conns = c;
     s->n_conns++;
     s->m.ws_accepted++;
-    pss->kind = 2;
+    pss->kind = SRV_PSS_WS;
     pss->obj = c;
     if (s->cfg->ws_sndbuf > 0) {
         int v = s->cfg->ws_sndbuf;
@@ -724,7 +771,7 @@ static void on_closed(srv *s, srv_pss *pss)
 {
     srv_conn *c = pss->obj;
     pss->obj = NULL;
-    pss->kind = 0;
+    pss->kind = SRV_PSS_NONE;
     if (!c)
         return;
     int n = c->n_reqs;
@@ -790,15 +837,15 @@ int srv_ws_callback(struct lws *wsi, int reason, void *user, void *in, size_t le
             on_established(s, wsi, pss);
         break;
     case LWS_CALLBACK_RECEIVE:
-        if (pss && pss->kind == 2 && pss->obj)
+        if (pss && pss->kind == SRV_PSS_WS && pss->obj)
             on_receive(pss->obj, wsi, in, len);
         break;
     case LWS_CALLBACK_SERVER_WRITEABLE:
-        if (pss && pss->kind == 2 && pss->obj)
+        if (pss && pss->kind == SRV_PSS_WS && pss->obj)
             return on_writeable(pss->obj, wsi);
         break;
     case LWS_CALLBACK_CLOSED:
-        if (pss && pss->kind == 2)
+        if (pss && pss->kind == SRV_PSS_WS)
             on_closed(s, pss);
         break;
     default:

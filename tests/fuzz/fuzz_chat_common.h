@@ -17,7 +17,7 @@ void fz_check_error_frame(const char *id, const char *code, const char *msg);
 void fz_check_openai_error(const char *code, const char *param, const char *msg);
 /* An accepted chat is inside every limit docs/protocol.md states. */
 void fz_check_chat(const srv_chat *c, const srv_limits *L, bool openai);
-/* Renders and tokenizes an accepted chat as serve_engine.c tokenize_work does; both must
+/* Renders and tokenizes an accepted chat as serve_request.c tokenize_work does; both must
  * succeed, since the parser has already checked roles and text. */
 void fz_render_like_server(const fl_tokenizer *tok, const srv_chat *c);
 

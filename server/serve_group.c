@@ -1,0 +1,395 @@
+/* serve_group.c: fan-out groups (serve_group.h): a request with "parallel" is a group that owns
+ * branch requests and has no engine work of its own; a skeleton/auto group first runs an
+ * outline stage. The group is the owner of its branches and its outline stage (their ops are
+ * here): a branch's frames go on to the group's own owner, and a branch's end is the group's
+ * bookkeeping (its result, the next branch, the group's end). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "outline.h"
+#include "serve.h"
+#include "serve_group.h"
+#include "serve_request.h"
+
+static const srv_owner_ops group_branch_ops, group_outline_ops;
+
+static void group_link(srv_req *g)
+{
+    srv *s = g->s;
+    g->g_prev = NULL;
+    g->g_next = s->groups;
+    if (s->groups)
+        s->groups->g_prev = g;
+    s->groups = g;
+    s->n_groups++;
+}
+
+static void group_free(srv_req *g)
+{
+    srv *s = g->s;
+    if (g->g_prev)
+        g->g_prev->g_next = g->g_next;
+    else
+        s->groups = g->g_next;
+    if (g->g_next)
+        g->g_next->g_prev = g->g_prev;
+    s->n_groups--;
+    s->rebalance = true;
+    free(g->kids);
+    json_decref(g->seg_results);
+    srv_chat_free(&g->chat);
+    free(g);
+}
+
+/* Starts the next waiting branch of a group (on the loop; tokenizing first). A group that was
+   cancelled still starts its branches, cancelled: they end through the normal path. */
+static void group_start_next(srv_req *g)
+{
+    if (g->n_started >= g->n_kids)
+        return;
+    srv_req *k = g->kids[g->n_started++];
+    srv *s = k->s;
+    k->t_start = srv_now_ms(s);
+    k->cancelled = g->cancelled;
+    srv_req_link(k);
+    if (srv_req_tokenize(k))
+        srv_req_reject(k, SRV_E_INTERNAL, "cannot queue the request");
+}
+
+/* After its last branch: the group's result goes to its owner and the group is freed. */
+static void group_finish(srv_req *g)
+{
+    if (g->owner)
+        g->ops->group_done(g->owner, g);
+    group_free(g);
+}
+
+/* How many branches group g may run at once: its max_branches, and no more than its fair share
+   of the engine's sequences (--max-seqs) among the client requests now live (plain requests and
+   groups: each gets an equal share, at least one), so that a wide fan-out does not queue other
+   sessions behind all of its branches. A group over its share (another request arrived after its
+   branches started) runs them on and starts no new one until it is under it again. */
+static int group_limit(const srv_req *g)
+{
+    const srv *s = g->s;
+    int clients = s->n_groups;
+    for (const srv_req *r = s->reqs; r; r = r->s_next)
+        clients += r->parent == NULL;
+    int share = s->cfg->max_seqs / (clients > 0 ? clients : 1);
+    if (share < 1)
+        share = 1;
+    int lim = g->chat.max_branches > 0 && g->chat.max_branches < g->n_kids ? g->chat.max_branches : g->n_kids;
+    return lim < share ? lim : share;
+}
+
+/* Starts g's waiting branches while it is under its limit. A branch that ends while starting
+   (rejected) is counted; if every branch has ended, the group ends here. */
+static void group_top_up(srv_req *g)
+{
+    if (g->topping)
+        return;
+    g->topping = true;
+    int lim = group_limit(g); /* starting branches does not change it: they are not clients */
+    while (g->n_started < g->n_kids && g->n_started - g->n_ended < lim)
+        group_start_next(g);
+    g->topping = false;
+    if (g->n_ended == g->n_kids)
+        group_finish(g);
+}
+
+/* A request ended: every group may now have a larger share. */
+void srv_groups_rebalance(srv *s)
+{
+    s->rebalance = false;
+    for (srv_req *g = s->groups, *next; g; g = next) {
+        next = g->g_next;
+        if (g->kids && g->n_started < g->n_kids && !g->topping)
+            group_top_up(g);
+    }
+}
+
+/* A branch ended (done, rejected or cancelled before the engine): note its result, start the
+   next waiting branch, and end the group after its last branch. */
+static void group_branch_ended(srv_req *k, const char *finish, const fl_seq_stats *st, int32_t n_ids,
+                               const char *err_code)
+{
+    srv_req *g = k->parent;
+    json_t *o = json_object();
+    json_object_set_new(o, "segment", json_integer(k->segment));
+    json_object_set_new(o, "finish", json_string(finish));
+    if (err_code)
+        json_object_set_new(o, "error", json_string(err_code));
+    if (st) {
+        json_t *u = json_object();
+        json_object_set_new(u, "prompt_tokens", json_integer(st->prompt_tokens));
+        json_object_set_new(u, "completion_tokens", json_integer(n_ids));
+        json_object_set_new(u, "cached_tokens", json_integer(st->cached_tokens));
+        json_object_set_new(o, "usage", u);
+    }
+    json_array_set_new(g->seg_results, (size_t)k->segment, o);
+    if (k->group_text) /* an HTTP owner answers with every branch's text at the end */
+        json_object_set_new(o, "text", json_string(k->group_text));
+    g->any_error |= err_code != NULL;
+    g->kids[k->segment] = NULL;
+    g->n_ended++;
+    if (k->t_first && (!g->t_first || k->t_first < g->t_first))
+        g->t_first = k->t_first;
+    if (g->topping) /* ended as it started: group_top_up goes on, and ends the group */
+        return;
+    if (g->n_ended == g->n_kids) {
+        group_finish(g);
+        return;
+    }
+    group_top_up(g);
+}
+
+void srv_group_totals(const srv_req *g, long long *prompt, long long *completion, long long *cached)
+{
+    *prompt = *completion = *cached = 0;
+    size_t i;
+    json_t *v;
+    json_array_foreach(g->seg_results, i, v)
+    {
+        json_t *u = json_object_get(v, "usage");
+        *prompt += json_integer_value(json_object_get(u, "prompt_tokens"));
+        *completion += json_integer_value(json_object_get(u, "completion_tokens"));
+        *cached += json_integer_value(json_object_get(u, "cached_tokens"));
+    }
+}
+
+/* A branch request of group g: messages base[0..n_base) plus, when extra is set, one more user
+   message; the group's sampling options. NULL when out of memory. */
+static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, const char *extra,
+                           int segment)
+{
+    srv *s = g->s;
+    srv_req *k = calloc(1, sizeof *k);
+    if (!k)
+        return NULL;
+    k->s = s;
+    k->ops = &group_branch_ops;
+    k->owner = g;
+    k->serial = ++s->next_serial;
+    k->parent = g;
+    k->segment = segment;
+    k->work.data = k;
+    srv_chat *c = &k->chat;
+    c->id = strdup(g->chat.id);
+    c->n_msgs = n_base + (extra ? 1 : 0);
+    c->msgs = calloc(c->n_msgs ? c->n_msgs : 1, sizeof *c->msgs);
+    c->max_tokens = g->chat.max_tokens;
+    c->dec = g->chat.dec;
+    c->enable_thinking = g->chat.enable_thinking;
+    c->stop = g->chat.n_stop ? calloc((size_t)g->chat.n_stop, sizeof(char *)) : NULL;
+    bool oom = !c->id || !c->msgs || (g->chat.n_stop && !c->stop);
+    for (size_t j = 0; !oom && j < c->n_msgs; j++) {
+        bool last = j == n_base;
+        c->msgs[j].role = strdup(last ? "user" : base[j].role);
+        c->msgs[j].content = strdup(last ? extra : base[j].content);
+        oom |= !c->msgs[j].role || !c->msgs[j].content;
+    }
+    for (int j = 0; !oom && j < g->chat.n_stop; j++) {
+        oom |= !(c->stop[j] = strdup(g->chat.stop[j]));
+        c->n_stop = j + 1;
+    }
+    if (oom) {
+        srv_chat_free(c);
+        free(k);
+        return NULL;
+    }
+    return k;
+}
+
+/* Gives group g its branches: one per extra[i] (base + extra[i]), or, with extra NULL, one
+   branch with base alone; starts max_branches of them. False when out of memory (nothing
+   added). */
+static bool group_add_branches(srv_req *g, const fl_chat_msg *base, size_t n_base, char **extra, int n)
+{
+    srv_req **kids = srv_fault(&g->s->faults, SRV_FAULT_BRANCHES) ? NULL : calloc((size_t)n, sizeof *kids);
+    if (!kids)
+        return false;
+    for (int i = 0; i < n; i++) {
+        kids[i] = branch_new(g, base, n_base, extra ? extra[i] : NULL, i);
+        if (!kids[i]) {
+            for (int j = 0; j < i; j++) {
+                srv_chat_free(&kids[j]->chat);
+                free(kids[j]);
+            }
+            free(kids);
+            return false;
+        }
+    }
+    free(g->kids);
+    g->kids = kids;
+    g->n_kids = n;
+    for (int i = 0; i < n; i++)
+        json_array_append_new(g->seg_results, json_null());
+    group_top_up(g);
+    return true;
+}
+
+/* A group that cannot go on before any branch ran: its owner, whichever kind, hears the error
+   as for a request refused before the engine took it (and forgets the group), then the group
+   is freed. */
+static void group_fail(srv_req *g, const char *code, const char *msg)
+{
+    srv *s = g->s;
+    s->m.requests[SRV_OUT_REJECTED]++;
+    srv_metrics_error(&s->m, code);
+    if (g->owner)
+        g->ops->refused(g->owner, g, code, msg);
+    char q[160];
+    SRV_WARN(&s->log, "event=group_failed req=%s serial=%llu code=%s message=%s",
+             srv_log_q(q, sizeof q, g->chat.id), (unsigned long long)g->serial, code,
+             srv_log_q(q + 80, 80, msg));
+    group_free(g);
+}
+
+/* The outline stage of a skeleton/auto request ended: text is what the model wrote (NULL when
+   the stage failed or was cancelled). Two or more points: one branch per point (the earlier
+   turns plus the point); otherwise the request is decoded plainly, as one branch. */
+static void group_outline_done(srv_req *k, const char *text, size_t len)
+{
+    srv_req *g = k->parent;
+    srv *s = g->s;
+    g->outline = NULL;
+    char *points[SRV_OUTLINE_MAX];
+    const char *why = "the outline stage did not finish";
+    int n = text && !g->cancelled ? srv_outline_parse(text, len, points, &why) : 0;
+    char q[80];
+    SRV_INFO(&s->log, "event=outline req=%s points=%d%s%s", srv_log_q(q, sizeof q, g->chat.id), n,
+             n ? "" : " fallback=", n ? "" : why);
+    if (g->owner && g->ops->outline)
+        g->ops->outline(g->owner, g, points, n, n ? NULL : why);
+    g->n_outline = n;
+    bool ok = n ? group_add_branches(g, g->chat.msgs, g->chat.n_msgs - 1, points, n)
+                : group_add_branches(g, g->chat.msgs, g->chat.n_msgs, NULL, 1);
+    srv_outline_free(points, n);
+    if (!ok) /* no branch will end the group: it fails now */
+        group_fail(g, SRV_E_INTERNAL, "out of memory: the request's branches could not be started");
+    /* cancelled with its branches: they start cancelled and end the group themselves */
+}
+
+/* A branch's owner is its group: what the group's own owner should hear (the branch's frames,
+   tagged with its segment) goes on to it while it is here, and the branch's end is the group's
+   bookkeeping. */
+static void branch_event(void *owner, srv_req *k, const srv_ev *ev)
+{
+    srv_req *g = owner;
+    if (g->owner)
+        g->ops->event(g->owner, k, ev);
+}
+
+static void branch_refused(void *owner, srv_req *k, const char *code, const char *msg)
+{
+    srv_req *g = owner;
+    if (g->owner)
+        g->ops->refused(g->owner, k, code, msg);
+}
+
+static void branch_ended(void *owner, srv_req *k, const srv_req_end *e)
+{
+    (void)owner;
+    group_branch_ended(k, e->finish, e->stats, e->n_ids, e->code);
+}
+
+static bool branch_orphaned(void *owner, const srv_req *k)
+{
+    (void)k;
+    const srv_req *g = owner;
+    return !g->owner;
+}
+
+static const srv_owner_ops group_branch_ops = {
+    .event = branch_event,
+    .refused = branch_refused,
+    .ended = branch_ended,
+    .orphaned = branch_orphaned,
+};
+
+/* An outline stage's owner is its group too, but no client hears it: only its text counts. */
+static void outline_event(void *owner, srv_req *k, const srv_ev *ev)
+{
+    (void)owner, (void)k, (void)ev;
+}
+
+static void outline_refused(void *owner, srv_req *k, const char *code, const char *msg)
+{
+    (void)owner, (void)k, (void)code, (void)msg;
+}
+
+static void outline_ended(void *owner, srv_req *k, const srv_req_end *e)
+{
+    (void)owner;
+    group_outline_done(k, e->text, e->len);
+}
+
+static bool outline_orphaned(void *owner, const srv_req *k)
+{
+    (void)owner, (void)k;
+    return true;
+}
+
+static const srv_owner_ops group_outline_ops = {
+    .event = outline_event,
+    .refused = outline_refused,
+    .ended = outline_ended,
+    .orphaned = outline_orphaned,
+};
+
+/* A request with "parallel": fanout gets one branch per segment (the shared messages plus its
+   segment); skeleton and auto first ask the model for an outline of the last user message (an
+   outline stage with no owner: its frames are not sent), then branch per point. At most
+   max_branches run at once; the engine's prefix cache shares the common prompt blocks between
+   them. Takes *chat. */
+srv_req *srv_group_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat *chat,
+                            const char **code, char *msg, size_t msglen)
+{
+    srv_req *g = calloc(1, sizeof *g);
+    if (g)
+        g->seg_results = json_array();
+    if (!g || !g->seg_results) {
+        free(g);
+        *code = SRV_E_INTERNAL;
+        snprintf(msg, msglen, "out of memory");
+        return NULL;
+    }
+    srv_req_init(g, s, ops, owner, chat);
+    group_link(g); /* every group_free from here on unlinks it */
+    g->state = SRV_REQ_RUNNING;
+    if (g->chat.parallel == SRV_PAR_FANOUT) {
+        if (!group_add_branches(g, g->chat.msgs, g->chat.n_msgs, g->chat.segments, g->chat.n_segments)) {
+            group_free(g);
+            *code = SRV_E_INTERNAL;
+            snprintf(msg, msglen, "out of memory");
+            return NULL;
+        }
+        return g;
+    }
+    fl_chat_msg om[2] = {{"system", SRV_OUTLINE_PROMPT}, g->chat.msgs[g->chat.n_msgs - 1]};
+    srv_req *k = branch_new(g, om, 2, NULL, -1);
+    if (!k) {
+        group_free(g);
+        *code = SRV_E_INTERNAL;
+        snprintf(msg, msglen, "out of memory");
+        return NULL;
+    }
+    k->ops = &group_outline_ops; /* the outline is the server's, not the client's */
+    k->chat.max_tokens = 160;
+    k->chat.dec.temperature = 0;
+    k->chat.enable_thinking = false; /* the outline parser reads numbered lines, not a think block */
+    g->outline = k;
+    k->t_start = srv_now_ms(s);
+    srv_req_link(k);
+    if (srv_req_tokenize(k)) {
+        srv_req_unlink(k);
+        g->outline = NULL;
+        srv_chat_free(&k->chat);
+        free(k);
+        group_free(g);
+        *code = SRV_E_INTERNAL;
+        snprintf(msg, msglen, "cannot queue the request");
+        return NULL;
+    }
+    return g;
+}

@@ -1,0 +1,400 @@
+/* serve_request.c: a request's life (serve_request.h), from the client's chat to its end.
+ *
+ * A chat becomes a srv_req: its session's earlier turns are read from Redis when it names one
+ * (serve_session.c), its template is rendered and tokenized on the uv work pool, its prompt's
+ * cached pages are looked up in Redis, then it is submitted to fl_engine. Its events come back
+ * through the sink (serve_sink.c) and go to its owner through the owner's ops; a request with
+ * "parallel" is a group of branches instead (serve_group.c). Every request ends in req_end,
+ * after a done, a refusal or a cancellation before the engine: its owner's `ended` runs, then
+ * it is freed. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "serve.h"
+#include "serve_group.h"
+#include "serve_request.h"
+#include "serve_session.h"
+#include "serve_sink.h"
+
+void srv_req_unlink(srv_req *r)
+{
+    srv *s = r->s;
+    if (r->s_prev)
+        r->s_prev->s_next = r->s_next;
+    else
+        s->reqs = r->s_next;
+    if (r->s_next)
+        r->s_next->s_prev = r->s_prev;
+    s->n_reqs--;
+    if (!r->parent)
+        s->rebalance = true; /* one client request fewer: groups' shares grow */
+}
+
+static void req_free(srv_req *r)
+{
+    free(r->group_text);
+    /* a queued draft must not point at a freed request */
+    for (int i = 0; i < SRV_DRAFT_SLOTS; i++)
+        if (r->draft_slot[i])
+            r->draft_slot[i]->req = NULL;
+    srv_chat_free(&r->chat);
+    free(r->ids);
+    free(r);
+}
+
+/* The end of every request: off the server's list, its owner's `ended`, freed. */
+static void req_end(srv_req *r, const srv_req_end *end)
+{
+    srv_req_unlink(r);
+    if (r->owner && r->ops->ended)
+        r->ops->ended(r->owner, r, end);
+    req_free(r);
+}
+
+static bool req_orphaned(const srv_req *r)
+{
+    return !r->owner || (r->ops->orphaned && r->ops->orphaned(r->owner, r));
+}
+
+/* The fields every request starts with; takes *chat (zeroed). */
+void srv_req_init(srv_req *r, srv *s, const srv_owner_ops *ops, void *owner, srv_chat *chat)
+{
+    r->s = s;
+    r->ops = ops;
+    r->owner = owner;
+    r->serial = ++s->next_serial;
+    r->chat = *chat;
+    memset(chat, 0, sizeof *chat);
+    r->segment = -1;
+    r->t_start = srv_now_ms(s);
+    r->work.data = r;
+}
+
+void srv_req_link(srv_req *r)
+{
+    srv *s = r->s;
+    r->s_next = s->reqs;
+    if (s->reqs)
+        s->reqs->s_prev = r;
+    s->reqs = r;
+    s->n_reqs++;
+}
+
+/* Tells the owner the request ended before the engine took it, then frees it. */
+void srv_req_reject(srv_req *r, const char *code, const char *msg)
+{
+    srv *s = r->s;
+    s->m.requests[SRV_OUT_REJECTED]++;
+    srv_metrics_error(&s->m, code);
+    if (r->owner)
+        r->ops->refused(r->owner, r, code, msg);
+    char q[160];
+    SRV_INFO(&s->log, "event=rejected req=%s serial=%llu code=%s message=%s",
+             srv_log_q(q, sizeof q, r->chat.id), (unsigned long long)r->serial, code,
+             srv_log_q(q + 80, 80, msg));
+    req_end(r, &(srv_req_end){.finish = "error", .code = code});
+}
+
+/* Renders and tokenizes (work pool). When the session's earlier turns make the prompt longer
+ * than the limit, the oldest of them are dropped (a leading system message stays) until it
+ * fits or none is left. */
+static void tokenize_work(uv_work_t *w)
+{
+    srv_req *r = w->data;
+    const fl_tokenizer *tok = r->s->model->tok;
+    fl_chat_opts co = {.add_generation_prompt = true, .enable_thinking = r->chat.enable_thinking};
+    size_t n = r->chat.n_msgs;
+    bool sys = r->n_history > 0 && !strcmp(r->chat.msgs[0].role, "system");
+    size_t droppable = r->n_history - (sys ? 1 : 0);
+    fl_chat_msg *view = malloc(sizeof(fl_chat_msg) * (n ? n : 1));
+    if (!view) {
+        r->work_rc = fl_err_set(&r->work_err, FL_ENOMEM, "out of memory");
+        return;
+    }
+    for (;;) {
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            bool hist_dropped = i < r->n_history && !(sys && i == 0) &&
+                                i - (sys ? 1 : 0) < r->n_dropped;
+            if (!hist_dropped)
+                view[k++] = r->chat.msgs[i];
+        }
+        fl_buf text = {0};
+        free(r->ids);
+        r->ids = NULL;
+        r->n_ids = 0;
+        r->work_rc = fl_chat_render(tok, view, k, &co, &text, &r->work_err);
+        if (!r->work_rc) /* Qwen3's is the template with think blocks */
+            srv_reason_init(&r->reason, fl_tokenizer_chat_kind(tok) == FL_CHAT_QWEN3, text.data,
+                            text.len);
+        if (!r->work_rc)
+            r->work_rc = fl_tokenizer_encode(tok, text.data ? text.data : "", text.len, true,
+                                             &r->ids, &r->n_ids, &r->work_err);
+        fl_buf_free(&text);
+        if (r->work_rc || (int64_t)r->n_ids <= r->s->cfg->max_prompt_tokens ||
+            r->n_dropped >= droppable)
+            break;
+        r->n_dropped += droppable - r->n_dropped >= 2 ? 2 : 1; /* a user+assistant turn */
+    }
+    free(view);
+}
+
+/* The request ended before the engine saw it (cancelled while tokenizing or waiting for
+ * Redis): the owner still gets its done(cancelled). */
+void srv_req_end_cancelled(srv_req *r)
+{
+    srv *s = r->s;
+    srv_ev ev = {0};
+    ev.req = r;
+    ev.type = FL_EV_DONE;
+    ev.finish = FL_FINISH_CANCELLED;
+    ev.text = "";
+    ev.stats.prompt_tokens = (int32_t)r->n_ids;
+    s->m.requests[SRV_OUT_CANCELLED]++;
+    if (r->owner)
+        r->ops->event(r->owner, r, &ev);
+    req_end(r, &(srv_req_end){.finish = "cancelled", .stats = &ev.stats});
+}
+
+/* Hands the tokenized request to the engine, with the cached prefix pages (owned) if any. */
+void srv_req_submit(srv_req *r, void *prefix, int32_t n_prefix)
+{
+    srv *s = r->s;
+    if (r->cancelled) {
+        free(prefix);
+        srv_req_end_cancelled(r);
+        return;
+    }
+    /* draining refuses new chats only: one accepted before the signal runs (or is cancelled
+       when the grace period ends) */
+    if (!s->engine) {
+        free(prefix);
+        srv_req_reject(r, SRV_E_SHUTTING_DOWN, "the server is shutting down");
+        return;
+    }
+    fl_request q = {0};
+    q.prompt = r->ids;
+    q.n_prompt = (int32_t)r->n_ids;
+    q.max_tokens = r->chat.max_tokens;
+    q.dec = r->chat.dec;
+    q.prefix = prefix;
+    q.n_prefix = prefix ? n_prefix : 0;
+    if (r->chat.n_stop) {
+        q.stop = (const char *const *)r->chat.stop;
+        q.n_stop = r->chat.n_stop;
+    } else {
+        q.stop = (const char *const *)s->cfg->gen.stop;
+        q.n_stop = s->cfg->gen.n_stop;
+    }
+    fl_err e = {0};
+    r->en = s->engine;
+    int rc = fl_engine_submit(s->engine, &q, srv_sink, r, &r->eid, &e);
+    if (rc) {
+        free(prefix);
+        srv_req_reject(r, rc == FL_EBUSY ? SRV_E_BUSY
+                      : rc == FL_ERANGE ? SRV_E_PROMPT_TOO_LONG
+                      : rc == FL_EINVAL ? SRV_E_OUT_OF_RANGE
+                                        : SRV_E_INTERNAL, e.msg);
+        return;
+    }
+    r->state = SRV_REQ_RUNNING;
+    if (!(r->chat.session && s->redis)) { /* the engine copied the prompt */
+        free(r->ids);
+        r->ids = NULL;
+    }
+    s->m.prompt_tokens += (uint64_t)q.n_prompt;
+    char qid[80];
+    SRV_INFO(&s->log, "event=submitted req=%s serial=%llu engine_id=%llu prompt_tokens=%d "
+             "max_tokens=%d policy=%s prefix_pages=%d history=%zu dropped=%zu",
+             srv_log_q(qid, sizeof qid, r->chat.id), (unsigned long long)r->serial,
+             (unsigned long long)r->eid, q.n_prompt, q.max_tokens, fl_policy_name(q.dec.policy),
+             q.n_prefix, r->n_history, r->n_dropped);
+}
+
+static void tokenize_done(uv_work_t *w, int status)
+{
+    srv_req *r = w->data;
+    srv *s = r->s;
+    char msg[FL_ERR_MSG + 64];
+    if (r->cancelled || status == UV_ECANCELED) {
+        srv_req_end_cancelled(r);
+        return;
+    }
+    if (r->work_rc) {
+        srv_req_reject(r, SRV_E_BAD_REQUEST, r->work_err.msg);
+        return;
+    }
+    if (!s->engine) {
+        srv_req_reject(r, SRV_E_SHUTTING_DOWN, "the server is shutting down");
+        return;
+    }
+    int max_prompt = s->cfg->max_prompt_tokens;
+    if ((int64_t)r->n_ids > max_prompt) {
+        snprintf(msg, sizeof msg, "the prompt has %zu tokens after the chat template; the limit "
+                 "is %d", r->n_ids, max_prompt);
+        srv_req_reject(r, SRV_E_PROMPT_TOO_LONG, msg);
+        return;
+    }
+    if (fl_pages_needed(&s->model->cfg, (int32_t)r->n_ids, r->chat.max_tokens, &r->chat.dec) >
+        s->n_pages) {
+        snprintf(msg, sizeof msg, "%zu prompt tokens plus max_tokens %d need more KV pages than "
+                 "the server has (%d); ask for fewer tokens", r->n_ids, r->chat.max_tokens,
+                 s->n_pages);
+        srv_req_reject(r, SRV_E_PROMPT_TOO_LONG, msg);
+        return;
+    }
+    srv_prefix_lookup(r);
+}
+
+int srv_req_tokenize(srv_req *r)
+{
+    r->state = SRV_REQ_TOKENIZING;
+    return uv_queue_work(&r->s->loop, &r->work, tokenize_work, tokenize_done);
+}
+
+srv_req *srv_req_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat *chat,
+                       const char **code, char *msg, size_t msglen)
+{
+    if (s->draining || !s->engine) {
+        *code = SRV_E_SHUTTING_DOWN;
+        snprintf(msg, msglen, "the server is shutting down");
+        goto refuse;
+    }
+    /* requests inside the engine beyond what runs at once are waiting: bound them */
+    if (s->n_reqs >= s->cfg->max_seqs + s->cfg->max_queued) {
+        *code = SRV_E_BUSY;
+        snprintf(msg, msglen, "the server is busy: %d requests are running or waiting; retry later",
+                 s->n_reqs);
+        goto refuse;
+    }
+    if (chat->parallel) {
+        int need = chat->parallel == SRV_PAR_FANOUT ? chat->n_segments : 1;
+        if (s->n_reqs + need > s->cfg->max_seqs + s->cfg->max_queued) {
+            *code = SRV_E_BUSY;
+            snprintf(msg, msglen, "the server is busy: %d requests are running or waiting and "
+                     "this one has %d branches; retry later", s->n_reqs, need);
+            goto refuse;
+        }
+        srv_req *g = srv_group_start(s, ops, owner, chat, code, msg, msglen);
+        if (!g)
+            goto refuse;
+        return g;
+    }
+    srv_req *r = calloc(1, sizeof *r);
+    if (!r) {
+        *code = SRV_E_INTERNAL;
+        snprintf(msg, msglen, "out of memory");
+        goto refuse;
+    }
+    srv_req_init(r, s, ops, owner, chat);
+    srv_req_link(r);
+    if (r->chat.session && s->redis && srv_session_load(r))
+        return r; /* tokenizing follows the answer (or its deadline) */
+    if (srv_req_tokenize(r)) {
+        srv_req_unlink(r);
+        *chat = r->chat; /* give it back for the caller to free */
+        memset(&r->chat, 0, sizeof r->chat);
+        req_free(r);
+        *code = SRV_E_INTERNAL;
+        snprintf(msg, msglen, "cannot queue the request");
+        goto refuse;
+    }
+    return r;
+refuse:
+    s->m.requests[SRV_OUT_REJECTED]++;
+    srv_metrics_error(&s->m, *code);
+    return NULL;
+}
+
+void srv_req_cancel(srv_req *r)
+{
+    if (r->cancelled)
+        return;
+    r->cancelled = true;
+    if (r->kids || r->outline) { /* a group: its running branches (waiting ones start
+                                     cancelled) and its outline stage */
+        if (r->outline)
+            srv_req_cancel(r->outline);
+        for (int i = 0; i < r->n_started; i++)
+            if (r->kids[i])
+                srv_req_cancel(r->kids[i]);
+        return;
+    }
+    if (r->state == SRV_REQ_RUNNING && r->s->engine)
+        fl_engine_cancel(r->s->engine, r->eid);
+    /* tokenizing or waiting for Redis: the next stage sees the flag (Redis answers or
+       times out within --redis-timeout-ms) */
+}
+
+/* The client's queue is freed with it: no queued draft may point back at r. */
+static void req_forget_drafts(srv_req *r)
+{
+    for (int i = 0; i < SRV_DRAFT_SLOTS; i++)
+        if (r->draft_slot[i]) {
+            r->draft_slot[i]->req = NULL;
+            r->draft_slot[i] = NULL;
+        }
+}
+
+void srv_req_orphan(srv_req *r)
+{
+    /* a group's branches keep the group as owner (it hears their end) and pass nothing on to
+       a gone client; their drafts sat in that client's queue */
+    if (r->kids)
+        for (int i = 0; i < r->n_kids; i++)
+            if (r->kids[i]) {
+                req_forget_drafts(r->kids[i]);
+                srv_req_cancel(r->kids[i]);
+            }
+    r->owner = NULL;
+    req_forget_drafts(r);
+    srv_req_cancel(r);
+}
+
+void srv_req_deliver(srv *s, srv_ev *ev)
+{
+    srv_req *r = ev->req;
+    double now = srv_now_ms(s);
+    if (ev->type != FL_EV_DONE) {
+        if (!r->t_first) {
+            r->t_first = now;
+            srv_hist_observe(&s->m.first_update, (now - r->t_start) / 1e3);
+        } else {
+            srv_hist_observe(&s->m.update_gap, (now - r->t_last) / 1e3);
+        }
+        r->t_last = now;
+    } else {
+        int out = ev->finish == FL_FINISH_STOP       ? SRV_OUT_STOP
+                  : ev->finish == FL_FINISH_LENGTH    ? SRV_OUT_LENGTH
+                  : ev->finish == FL_FINISH_CANCELLED ? SRV_OUT_CANCELLED
+                                                      : SRV_OUT_ERROR;
+        s->m.requests[out]++;
+        s->m.reply_tokens += (uint64_t)(ev->n_ids > 0 ? ev->n_ids : 0);
+        if (ev->finish == FL_FINISH_ERROR)
+            srv_metrics_error(&s->m, srv_ev_code(ev));
+        if (ev->stats.forwards > 0 && (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH))
+            srv_hist_observe(&s->m.tpf, ev->stats.tpf);
+        int32_t redis_tokens = ev->stats.cached_tokens - ev->stats.shared_tokens;
+        s->m.kv_cached_tokens += (uint64_t)(redis_tokens > 0 ? redis_tokens : 0);
+        s->m.shared_tokens += (uint64_t)(ev->stats.shared_tokens > 0 ? ev->stats.shared_tokens : 0);
+        s->m.kv_pages_rejected += (uint64_t)(ev->stats.prefix_rejected > 0 ? ev->stats.prefix_rejected : 0);
+        if (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH)
+            srv_session_save(r, ev);
+        char q[80];
+        SRV_INFO(&s->log, "event=done req=%s serial=%llu finish=%s reply_tokens=%d forwards=%d "
+                 "tpf=%.2f cached_tokens=%d ms=%.1f%s", srv_log_q(q, sizeof q, r->chat.id),
+                 (unsigned long long)r->serial, srv_finish_name(ev->finish), ev->n_ids,
+                 ev->stats.forwards, ev->stats.tpf, ev->stats.cached_tokens, now - r->t_start,
+                 req_orphaned(r) ? " orphaned=1" : "");
+    }
+    if (r->owner)
+        r->ops->event(r->owner, r, ev);
+    if (ev->type == FL_EV_DONE) {
+        bool whole = ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH;
+        bool err = ev->finish == FL_FINISH_ERROR;
+        req_end(r, &(srv_req_end){.finish = err ? "error" : srv_finish_name(ev->finish),
+                                  .stats = &ev->stats, .n_ids = ev->n_ids,
+                                  .code = err ? srv_ev_code(ev) : NULL,
+                                  .text = whole ? ev->text : NULL, .len = ev->text_len});
+    }
+}

@@ -1,0 +1,157 @@
+/* serve_request.h: a request (srv_req) and its owner. Internal to server/.
+ *
+ * Threads: everything here runs on the loop thread, except tokenizing (the uv work pool, on
+ * the request's own fields) and the sink (serve_sink.h, engine thread).
+ *
+ * Ownership: the server owns every live request (its list, s->reqs) from srv_req_start until
+ * the request ends: after its done, a refusal, or a cancellation before the engine took it.
+ * Then its owner's `ended` runs and it is freed, so the owner forgets it in `event` (done) or
+ * `refused`. A group (s->groups, serve_group.h) ends after its last branch, with its owner's
+ * `group_done` (or `refused`). An owner that goes away first calls srv_req_orphan and never
+ * hears of the request again. */
+#ifndef FL_SERVE_REQUEST_H
+#define FL_SERVE_REQUEST_H
+
+#include "serve.h"
+
+typedef enum srv_req_state {
+    SRV_REQ_SESSION = 0, /* reading the session's earlier turns from Redis */
+    SRV_REQ_TOKENIZING,  /* rendering + tokenizing on the work pool */
+    SRV_REQ_LOOKUP,      /* reading cached prefix pages from Redis */
+    SRV_REQ_RUNNING,     /* inside the engine */
+} srv_req_state;
+
+#define SRV_DRAFT_SLOTS FL_MAX_RUN_BLOCKS /* running blocks per sequence at most */
+
+/* An event copied off the engine thread. */
+struct srv_ev {
+    struct srv_ev *next;
+    struct srv_req *req;
+    fl_event_type type;
+    int32_t block, step, n; /* draft/commit */
+    int32_t *tokens;        /* (n) -1 where masked */
+    uint8_t *fresh;         /* (n) */
+    char *text;             /* commit: the block's text; done: the whole reply */
+    size_t text_len;
+    fl_finish finish;
+    char *error;
+    const char *code;       /* FL_FINISH_ERROR: the SRV_E_* for the client; NULL: engine_error */
+    bool spare;             /* the request's own ev_spare (freed with it, not on its own) */
+    fl_seq_stats stats;
+    int32_t n_ids;
+    int32_t *ids;           /* done: (n_ids) the reply's ids */
+};
+
+/* The code a failed done (FL_FINISH_ERROR) reports to the client. */
+static inline const char *srv_ev_code(const srv_ev *ev)
+{
+    return ev->code ? ev->code : SRV_E_ENGINE;
+}
+
+/* How a request ended, for its owner's `ended` (after the request left the server's list). */
+typedef struct srv_req_end {
+    const char *finish;        /* "stop", "length", "cancelled" or "error" */
+    const fl_seq_stats *stats; /* NULL: refused before the engine */
+    int32_t n_ids;             /* reply tokens */
+    const char *code;          /* "error": the SRV_E_* it failed with; NULL otherwise */
+    const char *text;          /* stop/length: the whole reply (len bytes); NULL otherwise */
+    size_t len;
+} srv_req_end;
+
+/* A request's owner: who hears its events. A WebSocket connection (serve_ws.c), an HTTP
+ * exchange (serve_http.c: chat completions, /generate), or, for a fan-out branch or outline
+ * stage, its group (serve_group.c), which passes on what its own owner should hear. Every
+ * callback runs on the loop thread, with the owner still alive (a gone owner is NULL and is not
+ * called); none may free r (the lifecycle does, after `ended`). */
+typedef struct srv_owner_ops {
+    /* A draft, commit or done of r; done is r's last event. */
+    void (*event)(void *owner, srv_req *r, const srv_ev *ev);
+    /* r ended before the engine took it (code: an SRV_E_*), or a group could not go on. */
+    void (*refused)(void *owner, srv_req *r, const char *code, const char *msg);
+    /* r has ended and left the server's list; it is freed when this returns. NULL: nothing. */
+    void (*ended)(void *owner, srv_req *r, const srv_req_end *end);
+    /* Every branch of group g ended (g is freed when this returns). NULL: starts no groups. */
+    void (*group_done)(void *owner, srv_req *g);
+    /* A skeleton/auto group's outline: its points, or none and why. NULL: not told. */
+    void (*outline)(void *owner, srv_req *g, char **points, int n, const char *fallback);
+    /* True when no client reads r's events any more (the done log says orphaned=1). NULL:
+       an owner that is here is the client. */
+    bool (*orphaned)(void *owner, const srv_req *r);
+} srv_owner_ops;
+
+struct srv_req {
+    srv *s;
+    const srv_owner_ops *ops;
+    void *owner;          /* ops' object (srv_conn*, srv_http*, the group); NULL once gone */
+    uint64_t serial;      /* server-unique, for logs */
+    srv_chat chat;        /* the parsed request (owns its strings) */
+    srv_req_state state;
+    bool cancelled;       /* the client asked, or went away */
+    uv_work_t work;       /* tokenization on the uv work pool */
+    int32_t *ids;         /* (n_ids) the templated prompt (kept until done for the session) */
+    size_t n_ids;
+    size_t n_history;     /* leading messages of chat.msgs that came from the session store */
+    size_t n_dropped;     /* oldest history messages dropped to fit the prompt limit */
+    int work_rc;
+    fl_err work_err;
+    uint64_t eid;         /* engine id once submitted */
+    double t_start;       /* loop ms when the chat arrived */
+    double t_first;       /* loop ms of the first draft or commit, 0 before */
+    double t_last;        /* loop ms of the last update */
+    srv_out *draft_slot[SRV_DRAFT_SLOTS]; /* queued, unsent drafts by block % SLOTS */
+    srv_reason reason;    /* the reply's reasoning/answer split (set up with the prompt) */
+    /* fan-out ("parallel"): a group owns branch requests and has no engine work of its own;
+       the group is in its owner's list, the branches in the server's */
+    struct srv_req *parent; /* a branch: its group */
+    int segment;            /* a branch: its index; -1 otherwise */
+    struct srv_req **kids;  /* a group: (n_kids) branches, NULL once freed */
+    int n_kids, n_started, n_ended;
+    struct srv_req *g_prev, *g_next; /* a group: in the server's list of groups */
+    bool topping;           /* a group: starting branches (a branch that ends at once waits) */
+    struct srv_req *outline; /* a skeleton/auto group: its outline stage while it runs */
+    int n_outline;          /* points the outline gave (0: decoded plainly) */
+    json_t *seg_results;    /* a group: one object per segment, filled as branches end */
+    char *group_text;       /* a branch with an HTTP owner: its whole text, kept for the answer */
+    bool any_error;
+    /* the sink's (engine thread, from submit until done): a done that cannot be copied, or
+       that follows a commit that could not be, goes out as this error instead, so that no
+       allocation failure leaves a request without its end */
+    fl_engine *en;          /* the engine it was submitted to */
+    bool ev_lost;           /* a commit was lost: the reply cannot be whole */
+    srv_ev ev_spare;
+    struct srv_req *o_prev, *o_next;      /* the owner's list */
+    struct srv_req *s_prev, *s_next;      /* the server's list of live requests */
+};
+
+/* ---- for the owners (serve_ws.c, serve_http.c) ---- */
+
+/* Takes *chat (zeroed) for a request owned by owner through ops (both outlive the request,
+ * or call srv_req_orphan): reads the session, tokenizes on the work pool, then submits; a
+ * chat with "parallel" becomes a group (serve_group.h). Returns the request, or NULL with an
+ * SRV_E_* in *code and a message (busy, shutting_down, out of memory) to send back; the
+ * refusal is counted, and *chat may be left for the caller (srv_chat_free it either way). */
+srv_req *srv_req_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat *chat,
+                       const char **code, char *msg, size_t msglen);
+void srv_req_cancel(srv_req *r);   /* idempotent; the owner still hears done(cancelled) */
+void srv_req_orphan(srv_req *r);   /* the owner is gone: cancel, and never call it again */
+
+/* ---- the lifecycle's stages, for serve_group.c, serve_session.c and serve_sink.c ---- */
+
+/* The fields every request starts with; takes *chat (zeroed). Not yet in the server's list. */
+void srv_req_init(srv_req *r, srv *s, const srv_owner_ops *ops, void *owner, srv_chat *chat);
+void srv_req_link(srv_req *r);     /* into the server's list of live requests */
+void srv_req_unlink(srv_req *r);   /* out of it (a plain request: groups may grow) */
+/* Queues rendering and tokenizing on the work pool; 0, or a uv error (nothing queued). */
+int srv_req_tokenize(srv_req *r);
+/* The request ended before the engine took it: its owner hears `refused`, then it ends. */
+void srv_req_reject(srv_req *r, const char *code, const char *msg);
+/* Cancelled before the engine saw it: its owner hears done(cancelled), then it ends. */
+void srv_req_end_cancelled(srv_req *r);
+/* Hands the tokenized request to the engine with prefix (n_prefix cached pages, owned, or
+ * NULL); refused (busy, shutting down, ...) or ended when cancelled meanwhile. */
+void srv_req_submit(srv_req *r, void *prefix, int32_t n_prefix);
+/* One engine event for its request: metrics, its owner's `event`, and after done, its end.
+ * Does not free ev. */
+void srv_req_deliver(srv *s, srv_ev *ev);
+
+#endif

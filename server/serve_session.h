@@ -1,0 +1,20 @@
+/* serve_session.h: a request's Redis stages (serve_session.c). Internal to server/; loop thread.
+ * Each is only called with s->redis set; none fails the request: Redis away, slow or holding a
+ * damaged value is a counted miss (metrics, a warn line) and the turn goes on without it. */
+#ifndef FL_SERVE_SESSION_H
+#define FL_SERVE_SESSION_H
+
+#include "serve_request.h"
+
+/* Asks for the session's earlier turns ("fogline:session:<id>"); true when the read is under way
+ * (its answer, or its deadline, prepends them and tokenizes the request), false when Redis could
+ * not take it (the caller tokenizes at once). */
+bool srv_session_load(srv_req *r);
+/* After a completed turn (ev: its done): stores the conversation and its token ids, with
+ * --redis-session-ttl; nothing when the request has no session or Redis is not ready. */
+void srv_session_save(srv_req *r, const srv_ev *ev);
+/* Looks up the tokenized prompt's cached KV pages, then submits the request with the longest
+ * run found (at once, with none, when there is no Redis or nothing to look up). */
+void srv_prefix_lookup(srv_req *r);
+
+#endif
