@@ -55,19 +55,13 @@ int srv_generate_parse(const json_t *o, const srv_limits *L, srv_chat *out, cons
     if (!json_is_object(o))
         return bad(code, param, msg, msglen, SRV_E_BAD_REQUEST, NULL,
                    "the request body must be a JSON object: {\"segments\": [\"...\", ...]}");
-    const char *key;
+    /* a misspelt option must not be silently ignored */
+    const char *key = srv_json_unknown_key(o, known, sizeof known / sizeof known[0]);
+    if (key)
+        return bad(code, param, msg, msglen, SRV_E_BAD_REQUEST, NULL,
+                   "unknown field '%.64s' in /generate (segments, max_tokens, temperature, "
+                   "top_p, top_k, seed, stop, decoding)", key);
     const json_t *v;
-    json_object_foreach((json_t *)o, key, v)
-    {
-        bool ok = false;
-        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-            ok |= !strcmp(key, known[i]);
-        /* a misspelt option must not be silently ignored */
-        if (!ok)
-            return bad(code, param, msg, msglen, SRV_E_BAD_REQUEST, NULL,
-                       "unknown field '%.64s' in /generate (segments, max_tokens, temperature, "
-                       "top_p, top_k, seed, stop, decoding)", key);
-    }
     const json_t *segs = json_object_get(o, "segments");
     if (!segs)
         return bad(code, param, msg, msglen, SRV_E_BAD_REQUEST, "segments",

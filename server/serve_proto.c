@@ -102,6 +102,21 @@ typedef struct pctx {
     size_t msglen;
 } pctx;
 
+const char *srv_json_unknown_key(const json_t *o, const char *const *known, size_t n)
+{
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)o, key, v)
+    {
+        bool ok = false;
+        for (size_t i = 0; i < n && !ok; i++)
+            ok = !strcmp(key, known[i]);
+        if (!ok)
+            return key;
+    }
+    return NULL;
+}
+
 static int bad(pctx *P, const char *code, const char *param, const char *fmt, ...) FL_PRINTF(4, 5);
 void srv_utf8_clip(char *s)
 {
@@ -182,18 +197,11 @@ static int parse_decoding(pctx *P, const json_t *d, fl_decode_opts *o)
         return bad(P, SRV_E_BAD_REQUEST, "decoding", "'decoding' must be an object");
     static const char *const known[] = {"policy", "threshold", "k", "entropy_bound", "overlap",
                                         "pipeline", "tau_add", "tau_act", "tau_conf", "max_blocks"};
-    const char *key;
-    const json_t *v;
-    json_object_foreach((json_t *)d, key, v)
-    {
-        bool ok = false;
-        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-            ok |= !strcmp(key, known[i]);
-        if (!ok)
-            return bad(P, SRV_E_BAD_REQUEST, "decoding",
-                       "unknown decoding option '%.64s' (policy, threshold, k, entropy_bound, "
-                       "overlap, pipeline, tau_add, tau_act, tau_conf, max_blocks)", key);
-    }
+    const char *key = srv_json_unknown_key(d, known, sizeof known / sizeof known[0]);
+    if (key)
+        return bad(P, SRV_E_BAD_REQUEST, "decoding",
+                   "unknown decoding option '%.64s' (policy, threshold, k, entropy_bound, "
+                   "overlap, pipeline, tau_add, tau_act, tau_conf, max_blocks)", key);
     const json_t *pol = json_object_get(d, "policy");
     if (pol && !json_is_null(pol)) {
         if (!json_is_string(pol))
@@ -367,14 +375,11 @@ static int parse_parallel(pctx *P, const json_t *v, srv_chat *c)
 {
     if (!json_is_object(v))
         return bad(P, SRV_E_BAD_REQUEST, "parallel", "'parallel' must be an object");
-    const char *key;
-    const json_t *x;
-    json_object_foreach((json_t *)v, key, x)
-    {
-        if (strcmp(key, "mode") && strcmp(key, "segments") && strcmp(key, "max_branches"))
-            return bad(P, SRV_E_BAD_REQUEST, "parallel", "unknown field 'parallel.%.64s' (mode, "
-                       "segments, max_branches)", key);
-    }
+    static const char *const known[] = {"mode", "segments", "max_branches"};
+    const char *key = srv_json_unknown_key(v, known, sizeof known / sizeof known[0]);
+    if (key)
+        return bad(P, SRV_E_BAD_REQUEST, "parallel", "unknown field 'parallel.%.64s' (mode, "
+                   "segments, max_branches)", key);
     const char *mode = json_string_value(json_object_get(v, "mode"));
     if (!mode)
         return bad(P, SRV_E_BAD_REQUEST, "parallel", "'parallel.mode' must be a string: fanout, "
@@ -522,16 +527,9 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     static const char *const known[] = {"type", "id", "session", "messages", "max_tokens",
                                         "temperature", "top_p", "top_k", "seed", "stop", "decoding",
                                         "parallel", "chat_template_kwargs"};
-    const char *key;
-    const json_t *v;
-    json_object_foreach((json_t *)o, key, v)
-    {
-        bool ok = false;
-        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-            ok |= !strcmp(key, known[i]);
-        if (!ok)
-            return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);
-    }
+    const char *key = srv_json_unknown_key(o, known, sizeof known / sizeof known[0]);
+    if (key)
+        return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);
     const json_t *id = json_object_get(o, "id");
     if (!srv_id_ok(id))
         return bad(&P, SRV_E_BAD_REQUEST, "id", "'id' must be a string of 1..%d bytes", SRV_ID_MAX);

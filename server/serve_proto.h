@@ -94,6 +94,9 @@ char *srv_openai_error(const char *type, const char *code, const char *param, co
 /* Cuts s back to valid UTF-8 (a message quoting client text cut to a length); bytes of an
  * invalid sequence elsewhere become '?'. */
 void srv_utf8_clip(char *s);
+/* The first key of object o that is not one of known[0..n), or NULL: a request's misspelt
+ * field is refused by name, never silently ignored. */
+const char *srv_json_unknown_key(const json_t *o, const char *const *known, size_t n);
 
 /* Valid UTF-8 (no overlongs, no surrogates, <= U+10FFFF). */
 bool srv_utf8_valid(const unsigned char *s, size_t n);
