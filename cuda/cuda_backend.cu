@@ -1029,10 +1029,8 @@ static int flc_upload_weights(flc *c, const fl_model *m, fl_err *e)
     free(tmp);
     if (rc)
         return rc;
-    /* the reference: inv = 1 / theta^(2i / hd), in double (as cpu_backend.c) */
-    double inv[FLC_HD_MAX / 2];
-    for (size_t i = 0; i < hd / 2; i++)
-        inv[i] = 1.0 / pow((double)c->cfg.rope_theta, (double)(2 * i) / (double)hd);
+    double inv[FLC_HD_MAX / 2]; /* create admits head_dim <= FLC_HD_MAX */
+    fl_rope_inv_freq(&c->cfg, inv);
     cudaError_t err = cudaMemcpy(c->inv_freq, inv, hd / 2 * sizeof(double), cudaMemcpyHostToDevice);
     if (err != cudaSuccess)
         return flc_cuda_err(e, err, "uploading the RoPE frequencies");

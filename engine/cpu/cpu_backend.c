@@ -757,9 +757,7 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     if (!c->kv || !c->x || !c->xb || !c->qkv || !c->att || !c->gu || !c->hb || !c->rope ||
         !c->inv_freq || !c->out_rows || !c->item0 || !c->seg_tok0 || !c->lse)
         goto oom;
-    /* the reference: inv = 1 / theta^(2i / hd), in double */
-    for (int d = 0; d < cf->head_dim / 2; d++)
-        c->inv_freq[d] = 1.0 / pow((double)cf->rope_theta, (double)(2 * d) / cf->head_dim);
+    fl_rope_inv_freq(cf, c->inv_freq);
     *out = &c->base;
     return 0;
 oom:
