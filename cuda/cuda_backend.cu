@@ -95,6 +95,7 @@ typedef struct flc {
     /* weights */
     char *wmem;
     size_t wbytes, stream_bytes;
+    fl_wplan wplan; /* until the weights are uploaded */
     flc_layer *layers;
     flc_bf16 *embed, *lm_head;
     float *final_norm;
@@ -864,68 +865,60 @@ static void flc_destroy(fl_backend *b)
     }
     free(c->page_wseq);
     free(c->layers);
+    fl_wplan_free(&c->wplan);
     free(c);
 }
 
 static const fl_backend_ops flc_ops = {"cuda", flc_forward, flc_page_read, flc_page_write,
                                        flc_destroy};
 
-/* A bump allocator over one device block; the same walk sizes it (base NULL) and places. */
-typedef struct flc_bump {
-    char *base;
-    size_t used;
-} flc_bump;
-
-static void *flc_take(flc_bump *b, size_t bytes)
+/* Points the backend at the slots of the weight plan in the block at base. */
+static void flc_place_weights(flc *c, const fl_wplan *p, char *base)
 {
-    size_t at = (b->used + FLC_ALIGN - 1) & ~(size_t)(FLC_ALIGN - 1);
-    b->used = at + bytes;
-    return b->base ? b->base + at : NULL;
-}
-
-static void flc_place_weights(flc *c, const fl_model *m, flc_bump *b)
-{
-    const flc_dims *d = &c->d;
-    size_t H = (size_t)d->H, NI = (size_t)d->NI, V = (size_t)d->V;
     c->stream_bytes = 0;
-    for (int l = 0; l < c->cfg.n_layers; l++) {
-        flc_layer *ly = &c->layers[l];
-        const fl_layer_w *lw = &m->layers[l];
-        ly->wqkv = (flc_bf16 *)flc_take(b, (size_t)d->qkvd * H * 2);
-        ly->wo = (flc_bf16 *)flc_take(b, H * d->qd * 2);
-        ly->wgu = (flc_bf16 *)flc_take(b, 2 * NI * H * 2);
-        ly->wdown = (flc_bf16 *)flc_take(b, H * NI * 2);
-        c->stream_bytes += ((size_t)d->qkvd * H + H * d->qd + 3 * NI * H) * 2;
-        ly->bqkv = lw->bq && lw->bk && lw->bv ? (float *)flc_take(b, (size_t)d->qkvd * 4) : NULL;
-        ly->attn_norm = (float *)flc_take(b, H * 4);
-        ly->mlp_norm = (float *)flc_take(b, H * 4);
-        bool qk = lw->q_norm && lw->k_norm;
-        ly->q_norm = qk ? (float *)flc_take(b, (size_t)d->hd * 4) : NULL;
-        ly->k_norm = qk ? (float *)flc_take(b, (size_t)d->hd * 4) : NULL;
+    for (int i = 0; i < p->n; i++) {
+        const fl_wslot *s = &p->slot[i];
+        flc_layer *ly = s->layer >= 0 ? &c->layers[s->layer] : NULL;
+        char *at = base + s->off;
+        switch (s->role) {
+        case FL_W_QKV: ly->wqkv = (flc_bf16 *)at; break;
+        case FL_W_QKV_BIAS: ly->bqkv = (float *)at; break;
+        case FL_W_O: ly->wo = (flc_bf16 *)at; break;
+        case FL_W_GATE_UP: ly->wgu = (flc_bf16 *)at; break;
+        case FL_W_DOWN: ly->wdown = (flc_bf16 *)at; break;
+        case FL_W_ATTN_NORM: ly->attn_norm = (float *)at; break;
+        case FL_W_MLP_NORM: ly->mlp_norm = (float *)at; break;
+        case FL_W_Q_NORM: ly->q_norm = (float *)at; break;
+        case FL_W_K_NORM: ly->k_norm = (float *)at; break;
+        case FL_W_EMBED: c->embed = (flc_bf16 *)at; break;
+        case FL_W_LM_HEAD: c->lm_head = (flc_bf16 *)at; break;
+        case FL_W_FINAL_NORM: c->final_norm = (float *)at; break;
+        case FL_W_ROPE: c->inv_freq = (double *)at; break;
+        default: abort();
+        }
+        /* what a forward streams: every projection and the head, tied or not */
+        if (s->role == FL_W_QKV || s->role == FL_W_O || s->role == FL_W_GATE_UP ||
+            s->role == FL_W_DOWN || s->role == FL_W_LM_HEAD)
+            c->stream_bytes += s->rows * s->cols * s->elem;
     }
-    c->embed = (flc_bf16 *)flc_take(b, V * H * 2);
-    c->lm_head = m->lm_head == m->embed ? c->embed : (flc_bf16 *)flc_take(b, V * H * 2);
-    c->stream_bytes += V * H * 2;
-    c->final_norm = (float *)flc_take(b, H * 4);
-    c->inv_freq = (double *)flc_take(b, (size_t)d->hd / 2 * sizeof(double));
 }
 
-static void flc_place_acts(flc *c, flc_bump *b)
+static void flc_place_acts(flc *c, fl_bump *b)
 {
     const flc_dims *d = &c->d;
     size_t T = (size_t)c->base.max_tokens, H = (size_t)d->H, NI = (size_t)d->NI;
     size_t V = (size_t)d->V, HR = (size_t)c->head_rows;
-    c->x = (float *)flc_take(b, T * H * 4);
-    c->xb = (flc_bf16 *)flc_take(b, T * H * 2);
-    c->qkv = (float *)flc_take(b, T * d->qkvd * 4);
-    c->kvo = (flc_bf16 *)flc_take(b, T * 2 * d->kvd * 2);
-    c->att = (flc_bf16 *)flc_take(b, T * d->qd * 2);
-    c->gu = (float *)flc_take(b, T * 2 * NI * 4);
-    c->hb = (flc_bf16 *)flc_take(b, T * NI * 2);
-    c->logits = (float *)flc_take(b, HR * V * 4);
-    c->lse = (flc_lse *)flc_take(b, HR * ((V + FLC_VCHUNK - 1) / FLC_VCHUNK) * sizeof(flc_lse));
-    c->tok_d = (flc_tok *)flc_take(b, T * sizeof(flc_tok));
-    c->part = (float *)flc_take(b, c->part_floats * 4);
+    c->x = (float *)fl_bump_take(b, T * H * 4);
+    c->xb = (flc_bf16 *)fl_bump_take(b, T * H * 2);
+    c->qkv = (float *)fl_bump_take(b, T * d->qkvd * 4);
+    c->kvo = (flc_bf16 *)fl_bump_take(b, T * 2 * d->kvd * 2);
+    c->att = (flc_bf16 *)fl_bump_take(b, T * d->qd * 2);
+    c->gu = (float *)fl_bump_take(b, T * 2 * NI * 4);
+    c->hb = (flc_bf16 *)fl_bump_take(b, T * NI * 2);
+    c->logits = (float *)fl_bump_take(b, HR * V * 4);
+    c->lse = (flc_lse *)fl_bump_take(b, HR * ((V + FLC_VCHUNK - 1) / FLC_VCHUNK) * sizeof(flc_lse));
+    c->tok_d = (flc_tok *)fl_bump_take(b, T * sizeof(flc_tok));
+    c->part = (float *)fl_bump_take(b, c->part_floats * 4);
 }
 
 /* Uploads tensor t, (rows, cols) of a float dtype, to dst as bf16. */
@@ -984,59 +977,39 @@ static int flc_upload_vec(float *dst, const fl_tensor *t, size_t n, fl_err *e)
     return rc;
 }
 
-static int flc_upload_weights(flc *c, const fl_model *m, fl_err *e)
+/* Uploads every slot of the weight plan into wmem: the matrices as bf16, the vectors as f32,
+ * the RoPE frequencies as computed on the host (fl_rope_inv_freq, f64). */
+static int flc_upload_weights(flc *c, const fl_wplan *p, fl_err *e)
 {
-    const flc_dims *d = &c->d;
-    size_t H = (size_t)d->H, NI = (size_t)d->NI, V = (size_t)d->V, hd = (size_t)d->hd;
-    size_t qd = (size_t)d->qd, kd = (size_t)d->kvd;
     size_t tmp_elems = (size_t)16 << 20;
     uint16_t *tmp = (uint16_t *)malloc(tmp_elems * 2);
     if (!tmp)
         return fl_err_set(e, FL_ENOMEM, "cuda: out of host memory");
     int rc = 0;
-#define UP(call)                                                                             \
-    do {                                                                                     \
-        if (!rc)                                                                             \
-            rc = (call);                                                                     \
-    } while (0)
-    for (int l = 0; l < c->cfg.n_layers && !rc; l++) {
-        const fl_layer_w *lw = &m->layers[l];
-        flc_layer *ly = &c->layers[l];
-        UP(flc_upload_mat(ly->wqkv, lw->wq, qd, H, tmp, tmp_elems, e));
-        UP(flc_upload_mat(ly->wqkv + qd * H, lw->wk, kd, H, tmp, tmp_elems, e));
-        UP(flc_upload_mat(ly->wqkv + (qd + kd) * H, lw->wv, kd, H, tmp, tmp_elems, e));
-        UP(flc_upload_mat(ly->wo, lw->wo, H, qd, tmp, tmp_elems, e));
-        UP(flc_upload_mat(ly->wgu, lw->w_gate, NI, H, tmp, tmp_elems, e));
-        UP(flc_upload_mat(ly->wgu + NI * H, lw->w_up, NI, H, tmp, tmp_elems, e));
-        UP(flc_upload_mat(ly->wdown, lw->w_down, H, NI, tmp, tmp_elems, e));
-        if (ly->bqkv) {
-            UP(flc_upload_vec(ly->bqkv, lw->bq, qd, e));
-            UP(flc_upload_vec(ly->bqkv + qd, lw->bk, kd, e));
-            UP(flc_upload_vec(ly->bqkv + qd + kd, lw->bv, kd, e));
+    for (int i = 0; i < p->n && !rc; i++) {
+        const fl_wslot *s = &p->slot[i];
+        char *at = c->wmem + s->off;
+        if (s->shares >= 0) /* the tied head reads the embedding's copy */
+            continue;
+        if (s->role == FL_W_ROPE) {
+            double inv[FLC_HD_MAX / 2]; /* create admits head_dim <= FLC_HD_MAX */
+            fl_rope_inv_freq(&c->cfg, inv);
+            cudaError_t err = cudaMemcpy(at, inv, s->bytes, cudaMemcpyHostToDevice);
+            if (err != cudaSuccess)
+                rc = flc_cuda_err(e, err, "uploading the RoPE frequencies");
+            continue;
         }
-        UP(flc_upload_vec(ly->attn_norm, lw->attn_norm, H, e));
-        UP(flc_upload_vec(ly->mlp_norm, lw->mlp_norm, H, e));
-        if (ly->q_norm) {
-            UP(flc_upload_vec(ly->q_norm, lw->q_norm, hd, e));
-            UP(flc_upload_vec(ly->k_norm, lw->k_norm, hd, e));
+        for (int k = 0; k < FL_WSLOT_PARTS && s->part_elems[k] && !rc; k++) {
+            if (s->elem == 2)
+                rc = flc_upload_mat((flc_bf16 *)at, s->src[k], s->part_elems[k] / s->cols,
+                                    s->cols, tmp, tmp_elems, e);
+            else
+                rc = flc_upload_vec((float *)at, s->src[k], s->part_elems[k], e);
+            at += s->part_elems[k] * s->elem;
         }
     }
-    UP(flc_upload_mat(c->embed, m->embed, V, H, tmp, tmp_elems, e));
-    if (c->lm_head != c->embed)
-        UP(flc_upload_mat(c->lm_head, m->lm_head, V, H, tmp, tmp_elems, e));
-    UP(flc_upload_vec(c->final_norm, m->final_norm, H, e));
-#undef UP
     free(tmp);
-    if (rc)
-        return rc;
-    /* the reference: inv = 1 / theta^(2i / hd), in double (as cpu_backend.c) */
-    double inv[FLC_HD_MAX / 2];
-    for (size_t i = 0; i < hd / 2; i++)
-        inv[i] = 1.0 / pow((double)c->cfg.rope_theta, (double)(2 * i) / (double)hd);
-    cudaError_t err = cudaMemcpy(c->inv_freq, inv, hd / 2 * sizeof(double), cudaMemcpyHostToDevice);
-    if (err != cudaSuccess)
-        return flc_cuda_err(e, err, "uploading the RoPE frequencies");
-    return 0;
+    return rc;
 }
 
 static int flc_env_int(const char *name, int def, int lo, int hi)
@@ -1238,11 +1211,13 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
         goto fail;
     }
     {
-        /* the memory plan: sizes first, from the same walk that places */
-        flc_bump wb = {NULL, 0}, ab = {NULL, 0};
-        flc_place_weights(c, m, &wb);
+        /* the memory plan: sizes first, from the same walks that place */
+        fl_wplan_opts po = {FLC_ALIGN, 2, true, true};
+        if ((rc = fl_wplan_build(&c->wplan, m, &po, e)))
+            goto fail;
+        fl_bump ab = {NULL, 0, FLC_ALIGN};
         flc_place_acts(c, &ab);
-        c->wbytes = wb.used;
+        c->wbytes = c->wplan.bytes;
         c->abytes = ab.used;
         size_t free_b = 0, total_b = 0;
         CK(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
@@ -1285,15 +1260,14 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
                  GIB(c->pool_bytes), n_pages);
         CK(cudaMalloc((void **)&c->pool, c->pool_bytes), w);
         CK(cudaMemsetAsync(c->pool, 0, c->pool_bytes, c->st), "clearing the KV pool");
-        wb.base = c->wmem;
-        wb.used = 0;
         ab.base = c->amem;
         ab.used = 0;
-        flc_place_weights(c, m, &wb);
+        flc_place_weights(c, &c->wplan, c->wmem);
         flc_place_acts(c, &ab);
     }
-    if ((rc = flc_upload_weights(c, m, e)))
+    if ((rc = flc_upload_weights(c, &c->wplan, e)))
         goto fail;
+    fl_wplan_free(&c->wplan);
     flc_meta_layout(c);
     if ((rc = flc_meta_reserve(c, (size_t)o->max_tokens + 4096, e)))
         goto fail;

@@ -82,6 +82,94 @@ struct fl_backend {
  * message naming the first bad field. */
 int fl_batch_check(const fl_backend *b, const fl_config *cf, const fl_batch *bt, fl_err *e);
 
+/* ---- Where a backend's weights go: one arena, one plan.
+ *
+ * A backend converts or uploads the model's weights once, into one block of memory it owns
+ * (host mapping, device allocation). The plan fixes, for both backends, which slots that
+ * block holds, in which order, made of which file tensors, and at which offsets; a backend
+ * chooses only what differs between devices: the alignment, the element size of the
+ * matrices, and whether the embedding and the RoPE table live in the arena. How a slot's
+ * rows are arranged inside it (gate|up interleaved on the CPU) stays the backend's. */
+
+typedef enum fl_wrole {
+    FL_W_QKV,        /* (q_dim + 2 kv_dim, hidden): wq rows, then wk, then wv */
+    FL_W_QKV_BIAS,   /* (q_dim + 2 kv_dim) f32: bq | bk | bv; only when the layer has all three */
+    FL_W_O,          /* (hidden, q_dim) */
+    FL_W_GATE_UP,    /* (2 inter, hidden): w_gate's and w_up's rows */
+    FL_W_DOWN,       /* (hidden, inter) */
+    FL_W_ATTN_NORM,  /* (hidden) f32 */
+    FL_W_MLP_NORM,   /* (hidden) f32 */
+    FL_W_Q_NORM,     /* (head_dim) f32; q and k norms only when the layer has both */
+    FL_W_K_NORM,     /* (head_dim) f32 */
+    FL_W_EMBED,      /* (vocab, hidden); only with fl_wplan_opts.embed */
+    FL_W_LM_HEAD,    /* (vocab, hidden) */
+    FL_W_FINAL_NORM, /* (hidden) f32 */
+    FL_W_ROPE,       /* (head_dim / 2) f64, fl_rope_inv_freq; only with fl_wplan_opts.rope */
+    FL_W_ROLE_COUNT
+} fl_wrole;
+
+#define FL_WSLOT_PARTS 3
+
+typedef struct fl_wslot {
+    fl_wrole role;
+    int layer;                /* -1 for the model's own slots */
+    const fl_tensor *src[FL_WSLOT_PARTS]; /* its file tensors in order, NULL after the last
+                                             (all NULL for FL_W_ROPE) */
+    size_t part_elems[FL_WSLOT_PARTS];    /* elements of each src: part k starts at the sum of
+                                             the earlier ones */
+    size_t rows, cols;        /* shape in elements; a vector has rows 1 */
+    size_t elem;              /* bytes per element */
+    size_t off;               /* offset in the arena, a multiple of the alignment */
+    size_t bytes;             /* rows * cols * elem, or 0 when it shares another slot's */
+    int shares;               /* -1, or the slot whose memory it is (lm_head tied to the
+                                 embedding when the embedding is placed) */
+} fl_wslot;
+
+typedef struct fl_wplan_opts {
+    size_t align;    /* of every slot's offset: a power of two */
+    size_t mat_elem; /* bytes per element of the matrices (projections, embed, lm_head): 2 for
+                        bf16, 4 for f32; vectors are f32, the RoPE table f64 */
+    bool embed;      /* place the embedding */
+    bool rope;       /* place the RoPE inverse frequencies */
+} fl_wplan_opts;
+
+typedef struct fl_wplan {
+    fl_wslot *slot; /* (n) in the order they are placed: per layer QKV, QKV_BIAS, O, GATE_UP,
+                       DOWN, ATTN_NORM, MLP_NORM, Q_NORM, K_NORM; then EMBED, LM_HEAD,
+                       FINAL_NORM, ROPE */
+    int n;
+    size_t bytes;   /* the arena's size: the end of the last slot */
+} fl_wplan;
+
+/* Plans m's weights (which must be loaded) for o. FL_EINVAL for a model without weights or
+ * a bad alignment or element size, FL_ENOMEM; the error says which. Free with
+ * fl_wplan_free (also after a failure, and twice). */
+int fl_wplan_build(fl_wplan *p, const fl_model *m, const fl_wplan_opts *o, fl_err *e);
+void fl_wplan_free(fl_wplan *p);
+
+/* A bump allocator: each take starts at the next multiple of align (a power of two) after
+ * the last. With base NULL it only counts, so that one walk both sizes a block and, run
+ * again over the allocated block, places into it. */
+typedef struct fl_bump {
+    char *base; /* NULL: sizing only */
+    size_t used;
+    size_t align;
+} fl_bump;
+
+/* The offset of a take of n bytes. */
+static inline size_t fl_bump_off(fl_bump *b, size_t n)
+{
+    size_t at = (b->used + b->align - 1) & ~(b->align - 1);
+    b->used = at + n;
+    return at;
+}
+/* The address of a take of n bytes; NULL while sizing. */
+static inline void *fl_bump_take(fl_bump *b, size_t n)
+{
+    size_t at = fl_bump_off(b, n);
+    return b->base ? b->base + at : NULL;
+}
+
 /* The backends: the CPU's in engine/cpu/cpu.h, CUDA's in cuda/fl_cuda.h; the application
  * picks one (server/backend_select.h). */
 

@@ -387,3 +387,9 @@ size_t fl_kv_page_floats(const fl_config *c)
     return (size_t)c->n_layers * 2u * (size_t)c->n_kv_heads * (size_t)c->block_size *
            (size_t)c->head_dim;
 }
+
+void fl_rope_inv_freq(const fl_config *c, double *inv)
+{
+    for (int i = 0; i < c->head_dim / 2; i++)
+        inv[i] = 1.0 / pow((double)c->rope_theta, (double)(2 * i) / c->head_dim);
+}

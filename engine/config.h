@@ -55,6 +55,10 @@ void fl_config_decode_defaults(const fl_config *c, fl_decode_opts *out, uint8_t 
 /* Floats in one KV page, the host layout of backend.h: n_layers x {K, V} x n_kv_heads x
  * block_size x head_dim. Every size of a page (backends, blobs, pool budgets) derives from it. */
 size_t fl_kv_page_floats(const fl_config *c);
+/* RoPE's inverse frequencies, inv[i] = 1 / rope_theta^(2i / head_dim) for i < head_dim / 2,
+ * in double as the reference computes them; every backend rotates with these values (the
+ * angle of position p is p * inv[i], also in double). inv: (head_dim / 2). */
+void fl_rope_inv_freq(const fl_config *c, double *inv);
 /* The mask token's string for the family ("<|MASK|>", "|<MASK>|"), or NULL. */
 const char *fl_family_mask_string(fl_family f);
 

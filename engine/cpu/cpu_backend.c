@@ -176,96 +176,88 @@ static void *fl_big_alloc(size_t bytes, size_t *mapped)
 
 static void *fl_huge_align(void *p) { return (void *)(((uintptr_t)p + FL_HUGE - 1) & ~(FL_HUGE - 1)); }
 
-/* A bump allocator over weights_mem; sizes are known before anything is converted. */
-typedef struct fl_bump {
-    char *base;
-    size_t used, cap;
-} fl_bump;
-
-static void *fl_bump_take(fl_bump *b, size_t bytes)
+static int fl_cpu_norm_vec(float **out, float *dst, const fl_tensor *t, size_t n, fl_err *e)
 {
-    size_t at = (b->used + 63) & ~(size_t)63; /* 64: rows start on cache lines */
-    if (b->base && at + bytes > b->cap)
-        abort(); /* sized by the same walk: a mismatch is a bug, not bad input */
-    b->used = at + bytes;
-    return b->base ? b->base + at : NULL;
-}
-
-static int fl_cpu_norm_vec(fl_cpu *c, fl_bump *b, float **out, const fl_tensor *t, size_t n,
-                           fl_err *e)
-{
-    *out = fl_bump_take(b, n * 4);
-    if (!b->base || !t)
+    *out = dst;
+    if (!t)
         return 0;
-    if ((size_t)t->numel != n || fl_to_f32(*out, t->data, t->dtype, n))
+    if ((size_t)t->numel != n || fl_to_f32(dst, t->data, t->dtype, n))
         return fl_err_set(e, FL_EFORMAT, "cpu backend: tensor %s: expected %zu float values",
                           t->name, n);
     return 0;
 }
 
-/* Places the weights (both passes of the walk use this: first to size, then to fill). */
-static int fl_cpu_place_weights(fl_cpu *c, const fl_model *m, fl_bump *b, fl_err *e)
+/* Converts one slot of the weight plan into dst and points the backend at it. */
+static int fl_cpu_fill(fl_cpu *c, const fl_wslot *s, char *dst, fl_err *e)
 {
-    const fl_config *cf = &c->cfg;
-    size_t es = c->bf16 ? 2 : 4, H = (size_t)cf->hidden, NI = (size_t)cf->intermediate;
-    size_t hd = (size_t)cf->head_dim;
+    fl_cpu_layer *cl = s->layer >= 0 ? &c->layers[s->layer] : NULL;
+    fl_mat mat = {dst, (int)s->rows, (int)s->cols, c->bf16};
+    size_t es = s->elem;
     int rc;
-#define FL_NORM(dst, t, n)                                                                   \
-    do {                                                                                     \
-        if ((rc = fl_cpu_norm_vec(c, b, &(dst), (t), (n), e)))                               \
-            return rc;                                                                       \
-    } while (0)
-#define FL_CONV(dst, t, rows, cols, grp, off)                                                \
-    do {                                                                                     \
-        if (b->base && (rc = fl_cpu_convert(c, (dst), (t), (rows), (cols), (grp), (off), e))) \
-            return rc;                                                                       \
-    } while (0)
-    for (int l = 0; l < cf->n_layers; l++) {
-        const fl_layer_w *lw = &m->layers[l];
-        fl_cpu_layer *cl = &c->layers[l];
-        size_t qd = (size_t)c->q_dim, kd = (size_t)c->kv_dim;
-        char *w = fl_bump_take(b, (qd + 2 * kd) * H * es);
-        cl->wqkv = (fl_mat){w, c->qkv_dim, (int)H, c->bf16};
-        FL_CONV(w, lw->wq, qd, H, 0, 0);
-        FL_CONV(w + qd * H * es, lw->wk, kd, H, 0, 0);
-        FL_CONV(w + (qd + kd) * H * es, lw->wv, kd, H, 0, 0);
-        cl->bqkv = NULL;
-        if (lw->bq && lw->bk && lw->bv) {
-            float *bias = fl_bump_take(b, (qd + 2 * kd) * 4);
-            cl->bqkv = bias;
-            if (b->base && (fl_to_f32(bias, lw->bq->data, lw->bq->dtype, qd) ||
-                            fl_to_f32(bias + qd, lw->bk->data, lw->bk->dtype, kd) ||
-                            fl_to_f32(bias + qd + kd, lw->bv->data, lw->bv->dtype, kd)))
-                return fl_err_set(e, FL_EFORMAT, "cpu backend: layer %d: bad q/k/v bias", l);
+    switch (s->role) {
+    case FL_W_QKV:
+        cl->wqkv = mat;
+        for (int k = 0; k < FL_WSLOT_PARTS; k++) {
+            if ((rc = fl_cpu_convert(c, dst, s->src[k], s->part_elems[k] / s->cols, s->cols, 0,
+                                     0, e)))
+                return rc;
+            dst += s->part_elems[k] * es;
         }
-        w = fl_bump_take(b, H * qd * es);
-        cl->wo = (fl_mat){w, (int)H, (int)qd, c->bf16};
-        FL_CONV(w, lw->wo, H, qd, 0, 0);
+        return 0;
+    case FL_W_QKV_BIAS: {
+        float *bias = (float *)dst;
+        cl->bqkv = bias;
+        for (int k = 0; k < FL_WSLOT_PARTS; bias += s->part_elems[k++])
+            if (fl_to_f32(bias, s->src[k]->data, s->src[k]->dtype, s->part_elems[k]))
+                return fl_err_set(e, FL_EFORMAT, "cpu backend: layer %d: bad q/k/v bias",
+                                  s->layer);
+        return 0;
+    }
+    case FL_W_O:
+        cl->wo = mat;
+        return fl_cpu_convert(c, dst, s->src[0], s->rows, s->cols, 0, 0, e);
+    case FL_W_GATE_UP:
         /* gate|up interleaved in groups of ib rows, so that a thread holding output columns
          * [16g, 16g + 16) has both halves of SwiGLU's inputs for 8 features */
-        w = fl_bump_take(b, 2 * NI * H * es);
-        cl->wgu = (fl_mat){w, (int)(2 * NI), (int)H, c->bf16};
-        FL_CONV(w, lw->w_gate, NI, H, c->ib, 0);
-        FL_CONV(w, lw->w_up, NI, H, c->ib, c->ib);
-        w = fl_bump_take(b, H * NI * es);
-        cl->wdown = (fl_mat){w, (int)H, (int)NI, c->bf16};
-        FL_CONV(w, lw->w_down, H, NI, 0, 0);
-        FL_NORM(cl->attn_norm, lw->attn_norm, H);
-        FL_NORM(cl->mlp_norm, lw->mlp_norm, H);
-        cl->q_norm = cl->k_norm = NULL;
-        if (lw->q_norm && lw->k_norm) {
-            FL_NORM(cl->q_norm, lw->q_norm, hd);
-            FL_NORM(cl->k_norm, lw->k_norm, hd);
-        }
+        cl->wgu = mat;
+        if ((rc = fl_cpu_convert(c, dst, s->src[0], s->rows / 2, s->cols, c->ib, 0, e)))
+            return rc;
+        return fl_cpu_convert(c, dst, s->src[1], s->rows / 2, s->cols, c->ib, c->ib, e);
+    case FL_W_DOWN:
+        cl->wdown = mat;
+        return fl_cpu_convert(c, dst, s->src[0], s->rows, s->cols, 0, 0, e);
+    case FL_W_ATTN_NORM:
+        return fl_cpu_norm_vec(&cl->attn_norm, (float *)dst, s->src[0], s->cols, e);
+    case FL_W_MLP_NORM:
+        return fl_cpu_norm_vec(&cl->mlp_norm, (float *)dst, s->src[0], s->cols, e);
+    case FL_W_Q_NORM:
+        return fl_cpu_norm_vec(&cl->q_norm, (float *)dst, s->src[0], s->cols, e);
+    case FL_W_K_NORM:
+        return fl_cpu_norm_vec(&cl->k_norm, (float *)dst, s->src[0], s->cols, e);
+    case FL_W_LM_HEAD:
+        c->lm_head = mat;
+        return fl_cpu_convert(c, dst, s->src[0], s->rows, s->cols, 0, 0, e);
+    case FL_W_FINAL_NORM:
+        return fl_cpu_norm_vec(&c->final_norm, (float *)dst, s->src[0], s->cols, e);
+    default: /* the embedding and the RoPE table are not asked for */
+        abort();
     }
-    size_t V = (size_t)cf->vocab;
-    char *w = fl_bump_take(b, V * H * es);
-    c->lm_head = (fl_mat){w, (int)V, (int)H, c->bf16};
-    FL_CONV(w, m->lm_head, V, H, 0, 0);
-    FL_NORM(c->final_norm, m->final_norm, H);
-#undef FL_NORM
-#undef FL_CONV
-    return 0;
+}
+
+/* Converts the weights into one mapping, where the weight plan puts them (64: rows start on
+ * cache lines). FL_ENOMEM without a message when the mapping fails. */
+static int fl_cpu_place_weights(fl_cpu *c, const fl_model *m, fl_err *e)
+{
+    fl_wplan_opts po = {.align = 64, .mat_elem = c->bf16 ? 2 : 4};
+    fl_wplan p;
+    int rc = fl_wplan_build(&p, m, &po, e);
+    if (!rc && !(c->weights_mem = fl_big_alloc(p.bytes, &c->weights_len)))
+        rc = FL_ENOMEM;
+    char *base = rc ? NULL : fl_huge_align(c->weights_mem);
+    for (int i = 0; i < p.n && !rc; i++)
+        rc = fl_cpu_fill(c, &p.slot[i], base + p.slot[i].off, e);
+    fl_wplan_free(&p);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- forward jobs */
@@ -717,13 +709,9 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     c->layers = calloc((size_t)cf->n_layers, sizeof *c->layers);
     if (!c->layers)
         goto oom;
-    fl_bump bump = {0};
-    if ((rc = fl_cpu_place_weights(c, m, &bump, e)))
-        goto fail;
-    if (!(c->weights_mem = fl_big_alloc(bump.used, &c->weights_len)))
+    if ((rc = fl_cpu_place_weights(c, m, e)) == FL_ENOMEM)
         goto oom;
-    bump = (fl_bump){fl_huge_align(c->weights_mem), 0, bump.used};
-    if ((rc = fl_cpu_place_weights(c, m, &bump, e)))
+    if (rc)
         goto fail;
     rc = FL_ENOMEM;
     if ((c->kv_mem = fl_big_alloc((size_t)o->n_pages * c->base.page_bytes, &c->kv_len)))
@@ -757,9 +745,7 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     if (!c->kv || !c->x || !c->xb || !c->qkv || !c->att || !c->gu || !c->hb || !c->rope ||
         !c->inv_freq || !c->out_rows || !c->item0 || !c->seg_tok0 || !c->lse)
         goto oom;
-    /* the reference: inv = 1 / theta^(2i / hd), in double */
-    for (int d = 0; d < cf->head_dim / 2; d++)
-        c->inv_freq[d] = 1.0 / pow((double)cf->rope_theta, (double)(2 * d) / cf->head_dim);
+    fl_rope_inv_freq(cf, c->inv_freq);
     *out = &c->base;
     return 0;
 oom:
