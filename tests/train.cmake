@@ -21,8 +21,3 @@ set_tests_properties(train.resume PROPERTIES LABELS python TIMEOUT 600)
 add_test(NAME train.eval_tools
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/train/test_eval_tools.py ${FL_BUILTIN_MODEL})
 set_tests_properties(train.eval_tools PROPERTIES LABELS python TIMEOUT 300)
-# training's model definition (engine/train/fogline_model.py) and the parity tests' own copy
-# (tests/reference/fogline_ref.py) give the same logits on the built-in model
-add_test(NAME train.model_matches_reference
-  COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/train/test_model_ref.py ${FL_BUILTIN_MODEL})
-set_tests_properties(train.model_matches_reference PROPERTIES LABELS python TIMEOUT 300)

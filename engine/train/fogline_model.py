@@ -9,9 +9,10 @@ Attention is block-causal: a query at absolute position p sees a key at absolute
 iff k // block_size <= p // block_size. Everything is computed in float32; BF16/F16 weights
 are upcast, as the C CPU backend does.
 
-tests/reference/fogline_ref.py is the parity tests' own copy of this definition, kept apart so
-that the C engine is checked against a reference that training does not change; the ctest
-train.model_matches_reference checks that the two give the same logits on the built-in model."""
+This is also the parity tests' PyTorch reference for the C engine (tests/reference/fogline_ref.py
+imports it: tests may import product code, never the reverse). It shares no code with the C
+engine, which is the independence parity needs; a change here that breaks the match with the C
+engine fails the parity tests."""
 import json
 import math
 import os

@@ -1,5 +1,5 @@
-"""Minimal safetensors reader/writer (Debian has no safetensors package); training's copy of
-tests/reference/st.py, so that engine/train imports nothing from tests/.
+"""Minimal safetensors reader/writer (Debian has no safetensors package), for training and, through
+tests/reference/st.py, for the tests.
 
 Format: 8-byte little-endian header length N, N bytes of JSON header
 {"name": {"dtype": "F32", "shape": [...], "data_offsets": [a, b]}, "__metadata__": {...}},
