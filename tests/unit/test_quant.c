@@ -114,7 +114,7 @@ static void test_roundtrip(void)
     for (int i = 0; i < n * k; i++)
         x[i] = (i / 32) % 2 ? 0.37f : -0.37f; /* all-equal groups of either sign */
     roundtrip("all equal signed", x, n, k);
-    const float mags[] = {5e5f, 3e-2f, 1e-3f, 1e-6f, 1e-9f, 1e-30f, 1e-40f /* f32 subnormal */};
+    const float mags[] = {5e5f, 3e-2f, 1e-3f, 1e-5f, 3e-6f, 1e-6f, 1e-9f, 1e-30f, 1e-40f /* f32 subnormal */};
     for (size_t t = 0; t < sizeof mags / sizeof *mags; t++) {
         for (int i = 0; i < n * k; i++)
             x[i] = frand() * mags[t];
@@ -124,7 +124,7 @@ static void test_roundtrip(void)
     }
     /* mixed magnitudes inside one row: each group has its own scale */
     for (int i = 0; i < n * k; i++)
-        x[i] = frand() * mags[(i / 32) % 7];
+        x[i] = frand() * mags[(i / 32) % 9];
     roundtrip("mixed magnitudes", x, n, k);
     /* the value of largest magnitude positive, and one of equal magnitude and the other
      * sign: the q4 case that clips by a full step */
