@@ -43,13 +43,16 @@ static int fl_f16_up(float a)
     return h;
 }
 
-/* round(v) clamped to [-lim, lim]; NaN -> 0 (defined behaviour for any input) */
-static int fl_qround(float v, int lim)
+/* v rounded to nearest (ties to even) and clamped to [-lim, lim]; NaN -> 0, so the int
+ * conversion is defined for any input. Adding and subtracting 1.5 * 2^23 rounds |v| < 2^22
+ * in plain f32 arithmetic: branch-free, so the compiler vectorizes the loops, and the same
+ * result everywhere (roundf is a libm call at the baseline ISA). */
+static inline int fl_qround(float v, int lim)
 {
-    float r = roundf(v);
-    if (r <= (float)lim && r >= (float)-lim)
-        return (int)r;
-    return r > 0 ? lim : r < 0 ? -lim : 0;
+    v = v > (float)lim ? (float)lim : v;
+    v = v < (float)-lim ? (float)-lim : v;
+    v = v == v ? v : 0.0f;
+    return (int)((v + 12582912.0f) - 12582912.0f);
 }
 
 static int fl_q_check(const float *x, int k, int j, fl_err *e)
@@ -260,22 +263,27 @@ FL_QAVX2 static FL_INLINE void fl_tile_avx2(float *y, int ldy, const int8_t *qx,
 {
     int G = k / 32;
     __m256 a[2][4];
+    _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < C; c++)
             a[r][c] = _mm256_setzero_ps();
     const __m256i one = _mm256_set1_epi16(1);
     for (int g = 0; g < G; g++) {
         __m256i w[4], aw[4];
         __m256 dw[4];
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < C; c++) {
             w[c] = fl_w32_avx2(wq, k, j + c, g, q4);
             aw[c] = _mm256_abs_epi8(w[c]);
             dw[c] = _mm256_set1_ps(fl_f16_to_f32(wd[(size_t)(j + c) * G + g]));
         }
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
             const int8_t *xr = qx + (size_t)r * 2 * k;
             __m256i xv = _mm256_loadu_si256((const __m256i *)(xr + g * 32));
             __m256 dx = _mm256_broadcast_ss((const float *)(const void *)(xr + k) + g * 8);
+            _Pragma("GCC unroll 4")
             for (int c = 0; c < C; c++) {
                 __m256i p = _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(xv, w[c]));
                 __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, one));
@@ -283,7 +291,9 @@ FL_QAVX2 static FL_INLINE void fl_tile_avx2(float *y, int ldy, const int8_t *qx,
             }
         }
     }
+    _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < C; c++) {
             float *yp = y + (size_t)r * ldy + c, s = fl_qhsum8(a[r][c]);
             *yp = acc ? *yp + s : s;
@@ -353,7 +363,9 @@ FL_QVNNI static FL_INLINE void fl_tile_vnni(float *y, int ldy, const int8_t *qx,
 {
     int G = k / 32;
     __m512 a[4][4];
+    _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < C; c++)
             a[r][c] = _mm512_setzero_ps();
     const __m512i x80 = _mm512_set1_epi8((char)0x80);
@@ -362,6 +374,7 @@ FL_QVNNI static FL_INLINE void fl_tile_vnni(float *y, int ldy, const int8_t *qx,
         bool one = g + 1 == G;
         __m512i w[4], nc[4];
         __m512 dw[4];
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < C; c++) {
             w[c] = fl_w64_vnni(wq, k, j + c, g, one, q4);
             nc[c] = _mm512_sub_epi32(_mm512_setzero_si512(),
@@ -371,6 +384,7 @@ FL_QVNNI static FL_INLINE void fl_tile_vnni(float *y, int ldy, const int8_t *qx,
             dw[c] = _mm512_permutexvar_ps(
                 idx, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)d2))));
         }
+        _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
             const int8_t *xr = qx + (size_t)r * 2 * k;
             const float *dxp = (const float *)(const void *)(xr + k) + g * 8;
@@ -378,13 +392,16 @@ FL_QVNNI static FL_INLINE void fl_tile_vnni(float *y, int ldy, const int8_t *qx,
                              : _mm512_loadu_si512(xr + g * 32);
             __m512 dx = one ? _mm512_maskz_loadu_ps(0xff, dxp) : _mm512_loadu_ps(dxp);
             xv = _mm512_xor_si512(xv, x80);
+            _Pragma("GCC unroll 4")
             for (int c = 0; c < C; c++) {
                 __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nc[c], xv, w[c]));
                 a[r][c] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw[c], dx), a[r][c]);
             }
         }
     }
+    _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++)
+        _Pragma("GCC unroll 4")
         for (int c = 0; c < C; c++) {
             float *yp = y + (size_t)r * ldy + c, s = _mm512_reduce_add_ps(a[r][c]);
             *yp = acc ? *yp + s : s;
