@@ -66,19 +66,23 @@ typedef struct variant {
     const char *name;
     int threads;
     const char *sgemm_rows; /* FL_SGEMM_ROWS, NULL: default */
-    bool bf16;
+    fl_wformat weights;
     const char *simd; /* FL_SIMD: NULL (best), "avx2", "plain" */
 } variant;
 
+#define F32 FL_WEIGHTS_F32
+#define BF16 FL_WEIGHTS_BF16
 static const variant VARIANTS[] = {
-    {"2 threads", 2, NULL, false, NULL},
-    {"1 thread, streaming kernel only", 1, "1000000", false, NULL},
-    {"2 threads, sgemm only", 2, "1", false, NULL},
-    {"bf16 weights", 2, NULL, true, NULL},
-    {"AVX2 kernels, streaming only", 2, "1000000", false, "avx2"},
-    {"AVX2 kernels, bf16 weights", 2, "1000000", true, "avx2"},
-    {"plain C kernels", 2, NULL, false, "plain"},
-    {"plain C kernels, bf16 weights", 2, "1000000", true, "plain"},
+    {"2 threads", 2, NULL, F32, NULL},
+    {"1 thread, streaming kernel only", 1, "1000000", F32, NULL},
+    {"2 threads, sgemm only", 2, "1", F32, NULL},
+    {"bf16 weights", 2, NULL, BF16, NULL},
+    {"bf16 weights, sgemm only", 2, "1", BF16, NULL},
+    {"auto weights", 2, NULL, FL_WEIGHTS_AUTO, NULL},
+    {"AVX2 kernels, streaming only", 2, "1000000", F32, "avx2"},
+    {"AVX2 kernels, bf16 weights", 2, "1000000", BF16, "avx2"},
+    {"plain C kernels", 2, NULL, F32, "plain"},
+    {"plain C kernels, bf16 weights", 2, "1000000", BF16, "plain"},
 };
 
 static float *read_f32(const char *dir, const char *name, size_t n)
@@ -617,7 +621,7 @@ static void run_model(const ref_model *rm)
         else
             unsetenv("FL_SIMD");
         fl_backend_opts o = {.n_pages = 48, .n_threads = v->threads, .max_tokens = 8 * rm->B,
-                             .bf16_weights = v->bf16};
+                             .weights = v->weights};
         fl_backend *b = NULL;
         fl_err e = {0};
         int rc = fl_backend_cpu_create(&b, rm->m, &o, &e);
@@ -627,7 +631,11 @@ static void run_model(const ref_model *rm)
         /* bf16 storage of a BF16 file is exact: the same limit as f32. Of an F32/F16 file it
          * is a quantization (2^-9 relative per weight, ~1.4e-2 at the logits of these random
          * models): a loose bound that catches a broken conversion, not a parity check. */
-        double tol = v->bf16 && !rm->bf16_file ? 5e-2 : 1e-4;
+        bool bf16 = fl_wformat_resolve(v->weights, rm->m) == FL_WEIGHTS_BF16;
+        CHECK(b->weights == fl_wformat_resolve(v->weights, rm->m) &&
+              (v->weights != FL_WEIGHTS_AUTO || bf16 == rm->bf16_file),
+              "%s (%s): holds %s", rm->name, v->name, fl_wformat_name(b->weights));
+        double tol = bf16 && !rm->bf16_file ? 5e-2 : 1e-4;
         case_prefill_decode(b, rm, tol, v->name);
         case_packed(b, rm, tol, v->name);
         case_overlap(b, rm, tol, v->name);
