@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "kernels.h"
 #include "threadpool.h"
@@ -157,6 +158,13 @@ static int fl_cpu_convert(fl_cpu *c, void *dst, const fl_tensor *t, size_t rows,
                           "a float type", t ? t->name : "?", rows, cols);
     fl_conv_job j = {c, dst, t, (int)rows, cols, grp, off};
     fl_pool_run(c->pool, fl_job_convert, &j);
+    /* the copy is what forwards read: give back the file pages the conversion faulted in
+     * (whole pages inside the tensor only; the page cache keeps them), else they stay in our
+     * RSS for good, the model's size on top of the arena */
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)t->data + pg - 1) & ~(pg - 1),
+              z = ((uintptr_t)t->data + t->nbytes) & ~(pg - 1);
+    if (z > a)
+        madvise((void *)a, z - a, MADV_DONTNEED);
     return 0;
 }
 
