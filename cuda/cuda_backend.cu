@@ -1101,6 +1101,12 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     if (o->n_pages < 0 || o->max_tokens <= 0)
         return fl_err_set(e, FL_EINVAL, "cuda backend: bad options (n_pages %d, max_tokens %d)",
                           o->n_pages, o->max_tokens);
+    /* bf16 is the only format the kernels take; an explicit f32 is refused rather than
+     * silently rounded (docs/cuda.md "Weights"), AUTO on an F32/F16 file is rounded */
+    if (o->weights != FL_WEIGHTS_AUTO && o->weights != FL_WEIGHTS_BF16)
+        return fl_err_set(e, FL_EUNSUPPORTED, "cuda backend: --weights %s: it holds bf16 "
+                          "weights only (use --weights bf16 or auto, or --device cpu)",
+                          fl_wformat_name(o->weights));
     if (cf->head_dim % 8 || cf->head_dim > FLC_HD_MAX || cf->n_kv_heads <= 0 ||
         cf->n_heads % cf->n_kv_heads || cf->block_size <= 0 || cf->max_pos <= 0)
         return fl_err_set(e, FL_EUNSUPPORTED, "cuda backend: unsupported shape (head_dim %d: "
@@ -1120,6 +1126,7 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     c->base.model = m;
     c->base.max_tokens = o->max_tokens;
     c->base.impl = c;
+    c->base.weights = FL_WEIGHTS_BF16;
     c->cfg = *cf;
     c->dev = dev;
     c->n_sm = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;
@@ -1212,7 +1219,7 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     }
     {
         /* the memory plan: sizes first, from the same walks that place */
-        fl_wplan_opts po = {FLC_ALIGN, 2, true, true};
+        fl_wplan_opts po = {FLC_ALIGN, 2, true, true, false};
         if ((rc = fl_wplan_build(&c->wplan, m, &po, e)))
             goto fail;
         fl_bump ab = {NULL, 0, FLC_ALIGN};

@@ -1,6 +1,50 @@
 /* backend.c: what every backend shares (backend.h). */
 #include "backend.h"
 
+#include <stdio.h>
+#include <string.h>
+
+static const char *const fl_wformat_names[FL_WEIGHTS_COUNT] = {"auto", "f32", "bf16"};
+
+const char *fl_wformat_name(fl_wformat f)
+{
+    return f >= 0 && f < FL_WEIGHTS_COUNT ? fl_wformat_names[f] : "?";
+}
+
+int fl_wformat_parse(const char *s, fl_wformat *out, fl_err *e)
+{
+    for (int f = 0; s && f < FL_WEIGHTS_COUNT; f++)
+        if (!strcmp(s, fl_wformat_names[f])) {
+            *out = (fl_wformat)f;
+            return 0;
+        }
+    char allowed[128] = "";
+    for (int f = 0; f < FL_WEIGHTS_COUNT; f++) {
+        size_t k = strlen(allowed);
+        snprintf(allowed + k, sizeof allowed - k, "%s%s", f ? (f == FL_WEIGHTS_COUNT - 1 ? " or " : ", ") : "",
+                 fl_wformat_names[f]);
+    }
+    return fl_err_set(e, FL_EINVAL, "must be %s, got '%.40s'", allowed, s ? s : "");
+}
+
+static bool fl_is_bf16(const fl_tensor *t) { return t && t->dtype == FL_DT_BF16; }
+
+fl_wformat fl_wformat_resolve(fl_wformat f, const fl_model *m)
+{
+    if (f != FL_WEIGHTS_AUTO)
+        return f;
+    if (!m || !m->weights || !m->layers || !fl_is_bf16(m->lm_head) || !fl_is_bf16(m->embed))
+        return FL_WEIGHTS_F32;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const fl_layer_w *w = &m->layers[l];
+        if (!fl_is_bf16(w->wq) || !fl_is_bf16(w->wk) || !fl_is_bf16(w->wv) ||
+            !fl_is_bf16(w->wo) || !fl_is_bf16(w->w_gate) || !fl_is_bf16(w->w_up) ||
+            !fl_is_bf16(w->w_down))
+            return FL_WEIGHTS_F32;
+    }
+    return FL_WEIGHTS_BF16;
+}
+
 /* The checks every backend runs before a forward (backend.h). */
 int fl_batch_check(const fl_backend *b, const fl_config *cf, const fl_batch *bt, fl_err *e)
 {

@@ -42,12 +42,32 @@ typedef struct fl_tok_out {
     float entropy;
 } fl_tok_out;
 
+/* The format a backend holds the weight plan's matrices in (q|k|v, o, gate|up, down,
+ * lm_head); norms and biases are f32 whatever it is. New formats are appended: callers pass
+ * the value through without knowing every one (names and parsing below). */
+typedef enum fl_wformat {
+    FL_WEIGHTS_AUTO = 0, /* bf16 when every matrix in the file is bf16 (exact), else f32 */
+    FL_WEIGHTS_F32,
+    FL_WEIGHTS_BF16,     /* half the bytes to stream; exact for bf16 files, rounded for others */
+    FL_WEIGHTS_COUNT
+} fl_wformat;
+
+/* "auto", "f32", "bf16"; "?" for a value out of range. */
+const char *fl_wformat_name(fl_wformat f);
+/* Parses a name of fl_wformat_name's into *out; FL_EINVAL with a message to put after the
+ * flag's name: "must be auto, f32 or bf16, got 'x'". */
+int fl_wformat_parse(const char *s, fl_wformat *out, fl_err *e);
+/* What f means for m: f itself unless FL_WEIGHTS_AUTO, which is FL_WEIGHTS_BF16 when every
+ * file tensor the weight plan puts in a matrix slot is BF16, else FL_WEIGHTS_F32. m must
+ * have its weights loaded (else F32). */
+fl_wformat fl_wformat_resolve(fl_wformat f, const fl_model *m);
+
 typedef struct fl_backend_opts {
     int n_pages;    /* KV pages to allocate */
     int n_threads;  /* compute threads (shared budget with BLAS); 0: all cores */
     int max_tokens; /* largest n_tokens one forward may take */
-    bool bf16_weights; /* CPU: keep the projection weights as bf16 (half the bytes to stream;
-                          exact for bf16 files, rounded for f32 ones); false: f32 */
+    fl_wformat weights; /* the matrices' format; AUTO (0): fl_wformat_resolve's choice. A
+                           backend that cannot hold a format says so (FL_EUNSUPPORTED) */
     int gpu_n_pages;   /* CUDA, when non-zero: replaces n_pages (-1: as many pages as the free
                           device memory holds); see server/backend_select.h */
 } fl_backend_opts;
@@ -75,6 +95,7 @@ struct fl_backend {
     int max_tokens;
     size_t page_bytes; /* host layout size of one page */
     void *impl;
+    fl_wformat weights; /* what it holds, never AUTO (set by the backend or its chooser) */
 };
 
 /* The checks every backend's forward runs first (sizes, segments, positions against cf's
@@ -120,9 +141,13 @@ typedef struct fl_wslot {
     size_t rows, cols;        /* shape in elements; a vector has rows 1 */
     size_t elem;              /* bytes per element */
     size_t off;               /* offset in the arena, a multiple of the alignment */
-    size_t bytes;             /* rows * cols * elem, or 0 when it shares another slot's */
+    size_t bytes;             /* rows * cols * elem, or 0 when it shares another slot's or
+                                 is mapped */
     int shares;               /* -1, or the slot whose memory it is (lm_head tied to the
                                  embedding when the embedding is placed) */
+    bool mapped;              /* with fl_wplan_opts.map: src[0] already holds the slot as
+                                 placed (one tensor, its dtype the slot's element), so the
+                                 backend reads src[0]->data and the arena holds nothing */
 } fl_wslot;
 
 typedef struct fl_wplan_opts {
@@ -131,6 +156,9 @@ typedef struct fl_wplan_opts {
                         bf16, 4 for f32; vectors are f32, the RoPE table f64 */
     bool embed;      /* place the embedding */
     bool rope;       /* place the RoPE inverse frequencies */
+    bool map;        /* leave one-tensor matrix slots (o, down, embed, lm_head) whose file
+                        dtype is the matrices' element (BF16 for 2, F32 for 4) in the file's
+                        mapping (fl_wslot.mapped), for a host backend that computes from it */
 } fl_wplan_opts;
 
 typedef struct fl_wplan {

@@ -26,6 +26,24 @@ static void fl_walk_part(fl_wslot *s, int k, const fl_tensor *t, size_t elems)
     s->part_elems[k] = elems;
 }
 
+/* A one-tensor matrix slot taken by fl_walk_add; with opts.map and a tensor whose dtype is
+ * the slot's element, the slot is the file's: the take is given back (it was the last). */
+static fl_wslot *fl_walk_mat(fl_walk *w, const fl_wplan_opts *o, fl_wrole role, int layer,
+                             size_t rows, size_t cols, const fl_tensor *t)
+{
+    size_t used = w->b.used;
+    fl_wslot *s = fl_walk_add(w, role, layer, rows, cols, o->mat_elem);
+    fl_walk_part(s, 0, t, rows * cols);
+    fl_dtype same = o->mat_elem == 2 ? FL_DT_BF16 : FL_DT_F32;
+    if (o->map && t->dtype == same && (size_t)t->numel == rows * cols) {
+        w->b.used = used;
+        s->off = 0;
+        s->bytes = 0;
+        s->mapped = true;
+    }
+    return s;
+}
+
 int fl_wplan_build(fl_wplan *p, const fl_model *m, const fl_wplan_opts *o, fl_err *e)
 {
     *p = (fl_wplan){0};
@@ -56,11 +74,11 @@ int fl_wplan_build(fl_wplan *p, const fl_model *m, const fl_wplan_opts *o, fl_er
             fl_walk_part(s, 1, lw->bk, kd);
             fl_walk_part(s, 2, lw->bv, kd);
         }
-        fl_walk_part(fl_walk_add(&w, FL_W_O, l, H, qd, me), 0, lw->wo, H * qd);
+        fl_walk_mat(&w, o, FL_W_O, l, H, qd, lw->wo);
         s = fl_walk_add(&w, FL_W_GATE_UP, l, 2 * NI, H, me);
         fl_walk_part(s, 0, lw->w_gate, NI * H);
         fl_walk_part(s, 1, lw->w_up, NI * H);
-        fl_walk_part(fl_walk_add(&w, FL_W_DOWN, l, H, NI, me), 0, lw->w_down, H * NI);
+        fl_walk_mat(&w, o, FL_W_DOWN, l, H, NI, lw->w_down);
         fl_walk_part(fl_walk_add(&w, FL_W_ATTN_NORM, l, 1, H, 4), 0, lw->attn_norm, H);
         fl_walk_part(fl_walk_add(&w, FL_W_MLP_NORM, l, 1, H, 4), 0, lw->mlp_norm, H);
         if (lw->q_norm && lw->k_norm) {
@@ -71,7 +89,7 @@ int fl_wplan_build(fl_wplan *p, const fl_model *m, const fl_wplan_opts *o, fl_er
     int embed = -1;
     if (o->embed) {
         embed = p->n;
-        fl_walk_part(fl_walk_add(&w, FL_W_EMBED, -1, V, H, me), 0, m->embed, V * H);
+        fl_walk_mat(&w, o, FL_W_EMBED, -1, V, H, m->embed);
     }
     if (embed >= 0 && m->lm_head == m->embed) {
         /* tied: the head reads the embedding's copy; nothing is taken */
@@ -81,7 +99,7 @@ int fl_wplan_build(fl_wplan *p, const fl_model *m, const fl_wplan_opts *o, fl_er
         s->bytes = 0;
         s->shares = embed;
     } else {
-        fl_walk_part(fl_walk_add(&w, FL_W_LM_HEAD, -1, V, H, me), 0, m->lm_head, V * H);
+        fl_walk_mat(&w, o, FL_W_LM_HEAD, -1, V, H, m->lm_head);
     }
     fl_walk_part(fl_walk_add(&w, FL_W_FINAL_NORM, -1, 1, H, 4), 0, m->final_norm, H);
     if (o->rope)

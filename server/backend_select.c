@@ -34,6 +34,24 @@ static void fl_say(char *chosen, size_t cap, const char *fmt, ...)
     va_end(ap);
 }
 
+/* What the weights line of `chosen` says: the format b holds and, when AUTO picked it or it
+ * differs from the file's, why. */
+static void fl_say_weights(char *chosen, size_t cap, const fl_backend *b, const fl_model *m,
+                           fl_wformat asked)
+{
+    size_t k = chosen ? strlen(chosen) : 0;
+    if (!chosen || k + 1 >= cap)
+        return;
+    fl_wformat file = fl_wformat_resolve(FL_WEIGHTS_AUTO, m);
+    const char *why = "";
+    if (b->weights == FL_WEIGHTS_BF16 && file != FL_WEIGHTS_BF16)
+        why = " (rounded from the file's f32/f16)";
+    else if (asked == FL_WEIGHTS_AUTO)
+        why = file == FL_WEIGHTS_BF16 ? " (auto: the file's bf16, exact)"
+                                      : " (auto: the file is not all bf16)";
+    fl_say(chosen + k, cap - k, "; weights %s%s", fl_wformat_name(b->weights), why);
+}
+
 /* Whether a GPU is usable; why says which, or why not. */
 static bool fl_gpu_usable(char *why, size_t cap) { return fl_cuda_probe(why, cap) == 1; }
 
@@ -50,8 +68,10 @@ int fl_backend_open(fl_backend **out, const fl_model *m, const fl_backend_opts *
         return fl_err_set(e, FL_EINVAL, "unknown device '%.40s' (use auto, cpu or cuda)", device);
     if (!strcmp(device, "cpu")) {
         int rc = fl_backend_cpu_create(out, m, o, e);
-        if (!rc)
+        if (!rc) {
             fl_say(chosen, cap, "cpu: asked for");
+            fl_say_weights(chosen, cap, *out, m, o->weights);
+        }
         return rc;
     }
     fl_backend_opts go = *o;
@@ -65,17 +85,24 @@ int fl_backend_open(fl_backend **out, const fl_model *m, const fl_backend_opts *
                        ? fl_err_set(e, FL_EUNSUPPORTED, "cuda: no usable GPU: %s", why)
                        : fl_backend_cuda_create(out, m, &go, e);
         int rc = fl_backend_cuda_create(out, m, &go, e);
-        if (!rc)
+        if (!rc) {
             fl_say(chosen, cap, "cuda: %s", fl_cuda_describe(*out));
+            fl_say_weights(chosen, cap, *out, m, o->weights);
+        }
         return rc;
     }
     /* auto */
     char fallback[640];
-    if (gpu) {
+    if (gpu && o->weights == FL_WEIGHTS_F32) {
+        /* the GPU holds bf16 only: an explicit f32 is the CPU's to honour */
+        snprintf(fallback, sizeof fallback, "weights f32 asked, the CUDA backend on %.150s holds "
+                 "bf16 only", why);
+    } else if (gpu) {
         fl_err ce = {0, {0}};
         int rc = fl_backend_cuda_create(out, m, &go, &ce);
         if (!rc) {
             fl_say(chosen, cap, "cuda: auto: %s", fl_cuda_describe(*out));
+            fl_say_weights(chosen, cap, *out, m, o->weights);
             return 0;
         }
         snprintf(fallback, sizeof fallback, "the CUDA backend failed on %.150s: %.400s", why, ce.msg);
@@ -83,7 +110,9 @@ int fl_backend_open(fl_backend **out, const fl_model *m, const fl_backend_opts *
         snprintf(fallback, sizeof fallback, "no usable GPU: %s", why);
     }
     int rc = fl_backend_cpu_create(out, m, o, e);
-    if (!rc)
+    if (!rc) {
         fl_say(chosen, cap, "cpu: auto: %s", fallback);
+        fl_say_weights(chosen, cap, *out, m, o->weights);
+    }
     return rc;
 }

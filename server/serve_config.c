@@ -16,7 +16,7 @@ enum {
     O_HOST = 1000, O_PORT, O_MODEL, O_TMPL, O_WEB, O_KEY, O_ORIGINS, O_THREADS, O_MAX_CONN,
     O_MAX_CONN_REQ, O_MAX_QUEUED, O_MAX_SEQS, O_MAX_BATCH, O_MAX_MSG, O_MAX_PROMPT, O_MAX_TOK_LIMIT,
     O_KV_PAGES, O_KV_HOST_MB, O_DRAIN, O_WS_BACKLOG, O_WS_STALL, O_WS_SNDBUF, O_LOG_LEVEL, O_REDIS, O_REDIS_SES_TTL, O_REDIS_KV_TTL, O_REDIS_KV_CAP,
-    O_REDIS_TIMEOUT, O_REDIS_CONN_TIMEOUT, O_DEVICE, O_TMPL_KWARGS, O_HELP
+    O_REDIS_TIMEOUT, O_REDIS_CONN_TIMEOUT, O_DEVICE, O_TMPL_KWARGS, O_WEIGHTS, O_HELP
 };
 
 static const struct option serve_opts[] = {
@@ -30,6 +30,7 @@ static const struct option serve_opts[] = {
     {"allowed-origins", required_argument, 0, O_ORIGINS},
     {"threads", required_argument, 0, O_THREADS},
     {"device", required_argument, 0, O_DEVICE},
+    {"weights", required_argument, 0, O_WEIGHTS},
     {"max-connections", required_argument, 0, O_MAX_CONN},
     {"max-conn-requests", required_argument, 0, O_MAX_CONN_REQ},
     {"max-queued", required_argument, 0, O_MAX_QUEUED},
@@ -76,6 +77,9 @@ void srv_config_usage(FILE *f)
             "  --threads N              compute threads (all cores)\n"
             "  --device D               auto (the GPU when one is usable, else the CPU) | cpu |\n"
             "                           cuda (auto); the choice and its reason are logged\n"
+            "  --weights F              format the weights are held in: auto (bf16 when the file's\n"
+            "                           are, else f32) | f32 | bf16 (auto); logged, and shown in\n"
+            "                           /v1/models and the WebSocket hello\n"
             "limits:\n"
             "  --max-connections N      WebSocket connections at once (1024)\n"
             "  --max-conn-requests N    running requests per WebSocket connection (8)\n"
@@ -217,6 +221,12 @@ static int apply(srv_config *c, int code, const char *arg, const char *name, cha
             BAD("%s must be auto, cpu or cuda, got '%s'", name, arg);
         snprintf(c->device, sizeof c->device, "%s", arg);
         break;
+    case O_WEIGHTS: {
+        fl_err we = {0};
+        if (fl_wformat_parse(arg, &c->weights, &we))
+            BAD("%s %s", name, we.msg);
+        break;
+    }
     case O_MAX_CONN: LONG(1, 1000000, c->max_connections); break;
     case O_MAX_CONN_REQ: LONG(1, 1024, c->max_conn_requests); break;
     case O_MAX_QUEUED: LONG(0, 1000000, c->max_queued); break;

@@ -6,12 +6,20 @@
 
 #include "backend.h"
 
-/* Creates the CPU backend for m (which must outlive it): weights converted to the backend's
- * layout (o->bf16_weights: bf16, else f32), o->n_pages KV pages, a pool of o->n_threads
- * threads (0: every core). The caller owns *out (fl_backend_destroy). FL_ENOMEM or FL_EINVAL
- * (with a message) on failure; *out is NULL then. */
+/* Creates the CPU backend for m (which must outlive it): weights in o->weights' format (f32
+ * or bf16; AUTO as fl_wformat_resolve picks), converted into the backend's arena where its
+ * layout differs from the file's and read from the file's mapping where it does not (o,
+ * down, lm_head in the file's own format), o->n_pages KV pages, a pool of o->n_threads
+ * threads (0: every core). The caller owns *out (fl_backend_destroy). FL_ENOMEM, FL_EINVAL
+ * or FL_EUNSUPPORTED (a format it does not hold), with a message, on failure; *out is NULL
+ * then. */
 int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_opts *o,
                           fl_err *e);
+
+/* Where b's (a CPU backend's) matrices are: *arena bytes converted into its own memory,
+ * *mapped bytes read in place from the model's file mapping. FL_EINVAL for another
+ * backend. */
+int fl_cpu_weight_bytes(const fl_backend *b, size_t *arena, size_t *mapped);
 
 /* The number of online CPUs (>= 1): the backend's thread count when n_threads is 0. */
 int fl_ncpus(void);

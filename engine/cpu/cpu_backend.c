@@ -1,6 +1,8 @@
 /* cpu_backend.c: the CPU implementation of backend.h. Weights are converted once at create
- * (to f32, or to bf16 with opts.bf16_weights) and fused where one pass over the activations
- * serves several projections (q|k|v, gate|up). One forward runs ~4 pool jobs per layer; the
+ * (to f32, or to bf16: opts.weights) and fused where one pass over the activations serves
+ * several projections (q|k|v, gate|up); a matrix the file already holds in that format and
+ * layout (o, down, lm_head) is read from the file's mapping instead, never copied, and the
+ * pages of it are first touched by the first forward that reads them. One forward runs ~4 pool jobs per layer; the
  * serial code between them is tiny (norms of a few rows).
  *
  * One thread budget: our pool does all the parallel work, OpenBLAS runs single-threaded
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "kernels.h"
 #include "threadpool.h"
@@ -90,6 +93,8 @@ typedef struct fl_cpu {
     fl_tscratch *ts;    /* (nt) per-thread scratch */
     void *weights_mem;  /* one mapping holding all converted weights */
     size_t weights_len;
+    size_t arena_bytes;  /* of the weight plan's arena (the converted weights) */
+    size_t mapped_bytes; /* of the matrices read from the file's mapping */
     void *kv_mem;       /* the mapping of the KV pool */
     size_t kv_len;
 } fl_cpu;
@@ -153,6 +158,13 @@ static int fl_cpu_convert(fl_cpu *c, void *dst, const fl_tensor *t, size_t rows,
                           "a float type", t ? t->name : "?", rows, cols);
     fl_conv_job j = {c, dst, t, (int)rows, cols, grp, off};
     fl_pool_run(c->pool, fl_job_convert, &j);
+    /* the copy is what forwards read: give back the file pages the conversion faulted in
+     * (whole pages inside the tensor only; the page cache keeps them), else they stay in our
+     * RSS for good, the model's size on top of the arena */
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)t->data + pg - 1) & ~(pg - 1),
+              z = ((uintptr_t)t->data + t->nbytes) & ~(pg - 1);
+    if (z > a)
+        madvise((void *)a, z - a, MADV_DONTNEED);
     return 0;
 }
 
@@ -194,6 +206,16 @@ static int fl_cpu_fill(fl_cpu *c, const fl_wslot *s, char *dst, fl_err *e)
     fl_mat mat = {dst, (int)s->rows, (int)s->cols, c->bf16};
     size_t es = s->elem;
     int rc;
+    if (s->mapped) { /* the plan checked that the file's tensor is the matrix as we hold it */
+        mat.data = s->src[0]->data;
+        c->mapped_bytes += s->rows * s->cols * es;
+        switch (s->role) {
+        case FL_W_O: cl->wo = mat; return 0;
+        case FL_W_DOWN: cl->wdown = mat; return 0;
+        case FL_W_LM_HEAD: c->lm_head = mat; return 0;
+        default: abort(); /* the plan maps no other slot we ask for */
+        }
+    }
     switch (s->role) {
     case FL_W_QKV:
         cl->wqkv = mat;
@@ -248,9 +270,10 @@ static int fl_cpu_fill(fl_cpu *c, const fl_wslot *s, char *dst, fl_err *e)
  * cache lines). FL_ENOMEM without a message when the mapping fails. */
 static int fl_cpu_place_weights(fl_cpu *c, const fl_model *m, fl_err *e)
 {
-    fl_wplan_opts po = {.align = 64, .mat_elem = c->bf16 ? 2 : 4};
+    fl_wplan_opts po = {.align = 64, .mat_elem = c->bf16 ? 2 : 4, .map = true};
     fl_wplan p;
     int rc = fl_wplan_build(&p, m, &po, e);
+    c->arena_bytes = rc ? 0 : p.bytes;
     if (!rc && !(c->weights_mem = fl_big_alloc(p.bytes, &c->weights_len)))
         rc = FL_ENOMEM;
     char *base = rc ? NULL : fl_huge_align(c->weights_mem);
@@ -672,6 +695,10 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     if (o->n_pages < 0 || o->max_tokens <= 0 || o->n_threads < 0)
         return fl_err_set(e, FL_EINVAL, "cpu backend: bad options (n_pages %d, max_tokens %d, "
                           "n_threads %d)", o->n_pages, o->max_tokens, o->n_threads);
+    fl_wformat wf = fl_wformat_resolve(o->weights, m);
+    if (wf != FL_WEIGHTS_F32 && wf != FL_WEIGHTS_BF16)
+        return fl_err_set(e, FL_EUNSUPPORTED, "cpu backend: weights format %d (%s) is not one "
+                          "it holds (f32, bf16)", (int)o->weights, fl_wformat_name(o->weights));
     if (cf->head_dim % 2 || cf->n_kv_heads <= 0 || cf->n_heads % cf->n_kv_heads ||
         cf->block_size <= 0 || cf->max_pos <= 0)
         return fl_err_set(e, FL_EUNSUPPORTED, "cpu backend: unsupported shape (head_dim %d, "
@@ -680,10 +707,11 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     fl_cpu *c = calloc(1, sizeof *c);
     if (!c)
         return fl_err_set(e, FL_ENOMEM, "cpu backend: out of memory");
-    c->base = (fl_backend){&fl_cpu_ops, m, o->n_pages, o->max_tokens, 0, c};
+    c->base = (fl_backend){&fl_cpu_ops, m, o->n_pages, o->max_tokens, 0, c, FL_WEIGHTS_F32};
     c->cfg = *cf;
     c->nt = o->n_threads ? o->n_threads : fl_ncpus();
-    c->bf16 = o->bf16_weights;
+    c->bf16 = wf == FL_WEIGHTS_BF16;
+    c->base.weights = wf;
     fl_kernels_init(&c->kk, getenv("FL_SIMD"));
     c->sgemm_rows = fl_env_int("FL_SGEMM_ROWS", fl_default_sgemm_rows(&c->kk));
     c->q_dim = cf->n_heads * cf->head_dim;
@@ -756,4 +784,14 @@ oom:
 fail:
     fl_cpu_destroy(&c->base);
     return rc;
+}
+
+int fl_cpu_weight_bytes(const fl_backend *b, size_t *arena, size_t *mapped)
+{
+    if (!b || b->ops != &fl_cpu_ops)
+        return FL_EINVAL;
+    const fl_cpu *c = b->impl;
+    *arena = c->arena_bytes;
+    *mapped = c->mapped_bytes;
+    return 0;
 }

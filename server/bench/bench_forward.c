@@ -8,7 +8,8 @@
  *  - the machine's read bandwidth, which bounds a step from below when the weights have to
  *    be streamed once per step (the floor: weight bytes / bandwidth).
  * Our GFLOP/s counts every flop of the step (projections, lm_head, attention) over our time;
- * sgemm's counts the projections and lm_head over its time. */
+ * sgemm's counts the projections and lm_head over its time. With several --weights formats
+ * ours runs once per format, one backend at a time, in the order given. */
 #include <cblas.h>
 #include <errno.h>
 #include <jansson.h>
@@ -28,13 +29,70 @@
 #include "model.h"
 
 #define FL_MAX_BLOCKS 16
+#define FL_MAX_FORMATS 8
+_Static_assert(FL_WEIGHTS_COUNT <= FL_MAX_FORMATS, "each format can be listed once");
 
 typedef struct fl_bench_args {
     const char *model, *ref_script, *python, *device;
     int threads, ctx, steps;
     int blocks[FL_MAX_BLOCKS], n_blocks;
-    bool bf16, no_ref;
+    bool no_ref;
+    fl_wformat formats[FL_MAX_FORMATS];
+    int n_formats;
 } fl_bench_args;
+
+/* One run of ours: the format it held, its step times and what its start cost. */
+typedef struct fl_ours {
+    fl_wformat held;
+    double ms[FL_MAX_BLOCKS];
+    double create_ms, prefill_ms; /* backend create; the first forward (the ctx prefill) */
+    size_t wbytes;                /* weight bytes streamed per step */
+    long rss_kb, hwm_kb;          /* VmRSS after create; VmHWM after the run */
+} fl_ours;
+
+/* A field of /proc/self/status in kB, -1 when unknown. */
+static long fl_status_kb(const char *field)
+{
+    char line[256];
+    long v = -1;
+    size_t n = strlen(field);
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':') {
+            v = strtol(line + n + 1, NULL, 10);
+            break;
+        }
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* "f32,bf16": a comma list of fl_wformat names, each once at most. */
+static int fl_parse_formats(fl_bench_args *a, const char *list, char *err, size_t cap)
+{
+    a->n_formats = 0;
+    const char *s = list;
+    for (;;) {
+        size_t len = strcspn(s, ",");
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), s);
+        fl_err e = {0};
+        fl_wformat f;
+        if (fl_wformat_parse(name, &f, &e)) {
+            snprintf(err, cap, "--weights %.100s (in the list '%.60s')", e.msg, list);
+            return -1;
+        }
+        for (int i = 0; i < a->n_formats; i++)
+            if (a->formats[i] == f) {
+                snprintf(err, cap, "--weights lists '%s' twice", name);
+                return -1;
+            }
+        a->formats[a->n_formats++] = f; /* fewer than FL_MAX_FORMATS: each once */
+        if (!s[len])
+            return 0;
+        s += len + 1;
+    }
+}
 
 static int fl_cmp_double(const void *a, const void *b)
 {
@@ -64,13 +122,16 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: fogline bench forward --model DIR [--threads N] [--ctx 512] [--blocks 4,8,32]\n"
-            "                             [--steps 5] [--bf16] [--ref-script PATH] [--python PATH]\n"
+            "                             [--steps 5] [--weights auto] [--ref-script PATH]\n"
+            "                             [--python PATH]"
             "                             [--no-ref] [--device cpu|cuda|auto]\n\n"
             "Times one forward of a block of new tokens against ctx cached positions (median of\n"
             "--steps after a warm-up), next to the PyTorch reference on the same weights and\n"
             "threads, OpenBLAS sgemm at the same shapes, and the bandwidth floor.\n"
             "  --threads N       compute threads for us, torch and sgemm (default: all cores)\n"
-            "  --bf16            keep our weights as bf16 (default f32, as the parity tests)\n"
+            "  --weights LIST    our weights' formats, timed one after the other in one run:\n"
+            "                    auto | f32 | bf16, or a comma list (f32,bf16); default auto\n"
+            "                    (bf16 for a bf16 file, else f32); --bf16 is --weights bf16\n"
             "  --ref-script PATH tests/reference/bench_forward.py (default: found from the binary)\n"
             "  --python PATH     interpreter for it (default /usr/bin/python3)\n"
             "  --no-ref          skip the reference\n"
@@ -284,25 +345,30 @@ static double fl_attn_flops(const fl_config *cf, int ctx, int m)
 
 /* ---------------------------------------------------------------- our side */
 
-static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, double *ours_ms,
-                         double *prefill_ms, size_t *wbytes, fl_err *e)
+static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_wformat wf, fl_ours *res,
+                         fl_err *e)
 {
+    double *ours_ms = res->ms, *prefill_ms = &res->prefill_ms;
+    size_t *wbytes = &res->wbytes;
     const fl_config *cf = &m->cfg;
     int B = cf->block_size, maxb = 0;
     for (int i = 0; i < a->n_blocks; i++)
         maxb = a->blocks[i] > maxb ? a->blocks[i] : maxb;
     int ctx_pages = (a->ctx + B - 1) / B;
     fl_backend_opts o = {.n_pages = ctx_pages + 1, .n_threads = a->threads,
-                         .max_tokens = a->ctx > maxb ? a->ctx : maxb, .bf16_weights = a->bf16};
+                         .max_tokens = a->ctx > maxb ? a->ctx : maxb, .weights = wf};
     fl_backend *b;
     char chosen[700];
+    double c0 = fl_now();
     int rc = fl_backend_open(&b, m, &o, a->device, chosen, sizeof chosen, e);
     if (rc)
         return rc;
-    printf("backend: %s\n", chosen);
-    bool gpu = !strcmp(b->ops->name, "cuda"); /* bf16 weights there */
+    res->create_ms = (fl_now() - c0) * 1e3;
+    res->rss_kb = fl_status_kb("VmRSS");
+    res->held = b->weights;
+    printf("backend (--weights %s): %s\n", fl_wformat_name(wf), chosen);
     double proj = fl_proj_flops(cf, 1) / 2; /* weights per row of the step */
-    *wbytes = (size_t)(proj * (a->bf16 || gpu ? 2 : 4));
+    *wbytes = (size_t)(proj * (b->weights == FL_WEIGHTS_BF16 ? 2 : 4));
     int32_t *pages = malloc((size_t)(ctx_pages + 1) * sizeof *pages);
     int32_t *tok = malloc((size_t)o.max_tokens * sizeof *tok);
     fl_tok_out *out = malloc((size_t)o.max_tokens * sizeof *out);
@@ -341,6 +407,7 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, double *ours
         }
         ours_ms[i] = fl_median(t, steps);
     }
+    res->hwm_kb = fl_status_kb("VmHWM");
 done:
     free(pages);
     free(tok);
@@ -354,13 +421,16 @@ int fl_bench_forward(int argc, char **argv)
     fl_bench_args a = {.python = "/usr/bin/python3", .threads = 0, .ctx = 512, .steps = 5,
                        .device = "cpu"};
     fl_parse_blocks(&a, "4,8,32");
+    a.formats[a.n_formats++] = FL_WEIGHTS_AUTO;
+    char ferr[200];
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(k, "--help") || !strcmp(k, "-h")) {
             usage(stdout);
             return 0;
-        } else if (!strcmp(k, "--bf16")) {
-            a.bf16 = true;
+        } else if (!strcmp(k, "--bf16")) { /* the flag before --weights */
+            a.formats[0] = FL_WEIGHTS_BF16;
+            a.n_formats = 1;
         } else if (!strcmp(k, "--no-ref")) {
             a.no_ref = true;
         } else if (!v) {
@@ -374,6 +444,12 @@ int fl_bench_forward(int argc, char **argv)
             a.python = v, i++;
         } else if (!strcmp(k, "--device") && fl_backend_device_valid(v) && *v) {
             a.device = v, i++;
+        } else if (!strcmp(k, "--weights")) {
+            if (fl_parse_formats(&a, v, ferr, sizeof ferr)) {
+                fprintf(stderr, "fogline bench forward: %s\n", ferr);
+                return 2;
+            }
+            i++;
         } else if (!strcmp(k, "--threads") && !fl_parse_int(v, 0, 1024, &a.threads)) {
             i++;
         } else if (!strcmp(k, "--ctx") && !fl_parse_int(v, 0, 1 << 20, &a.ctx)) {
@@ -421,17 +497,21 @@ int fl_bench_forward(int argc, char **argv)
 
     fl_model *m;
     fl_load_opts lo = {.no_tokenizer = true};
+    double l0 = fl_now();
     if (fl_model_load(&m, a.model, &lo, &e)) {
         fprintf(stderr, "fogline bench forward: %s\n", e.msg);
         return 1;
     }
-    double ours_ms[FL_MAX_BLOCKS], prefill_ms = 0;
-    size_t wbytes = 0;
-    fprintf(stderr, "running ours...\n");
-    if (fl_bench_ours(&a, m, ours_ms, &prefill_ms, &wbytes, &e)) {
-        fprintf(stderr, "fogline bench forward: %s\n", e.msg);
-        fl_model_free(m);
-        return 1;
+    double load_ms = (fl_now() - l0) * 1e3;
+    fl_ours ours[FL_MAX_FORMATS];
+    for (int f = 0; f < a.n_formats; f++) {
+        fprintf(stderr, "running ours (--weights %s)...\n", fl_wformat_name(a.formats[f]));
+        if (fl_bench_ours(&a, m, a.formats[f], &ours[f], &e)) {
+            fprintf(stderr, "fogline bench forward: --weights %s: %s\n",
+                    fl_wformat_name(a.formats[f]), e.msg);
+            fl_model_free(m);
+            return 1;
+        }
     }
     int64_t n_params = m->n_params;
     fl_model_free(m);
@@ -451,24 +531,32 @@ int fl_bench_forward(int argc, char **argv)
     printf("model: %s, %d layers, hidden %d, heads %d/%d, vocab %d, %.2f B params, block %d\n",
            fl_family_name(cf.family), cf.n_layers, cf.hidden, cf.n_heads, cf.n_kv_heads,
            cf.vocab, n_params / 1e9, cf.block_size);
-    printf("ours: %s weights (%.2f GB streamed per step), %d threads, %s kernels, ctx %d "
-           "(prefill %.0f ms), median of %d steps\n", a.bf16 ? "bf16" : "f32", wbytes / 1e9,
-           a.threads, fl_cpu_kernels_name(), a.ctx, prefill_ms, a.steps);
+    printf("ours: %d threads, %s kernels, ctx %d, median of %d steps; model load %.0f ms\n",
+           a.threads, fl_cpu_kernels_name(), a.ctx, a.steps, load_ms);
+    for (int f = 0; f < a.n_formats; f++)
+        printf("ours --weights %s: %s weights (%.2f GB streamed per step); backend create %.0f ms, "
+               "first forward (prefill) %.0f ms; VmRSS after create %.0f MB, VmHWM after the run "
+               "%.0f MB%s\n", fl_wformat_name(a.formats[f]), fl_wformat_name(ours[f].held),
+               ours[f].wbytes / 1e9, ours[f].create_ms, ours[f].prefill_ms, ours[f].rss_kb / 1024.0,
+               ours[f].hwm_kb / 1024.0, f ? " (peak of the whole process so far)" : "");
     printf("%s\n", ref_note);
     printf("machine: OpenBLAS sgemm (%s kernels) with %d threads at the same shapes (M = block "
            "rows, weights from DRAM); read bandwidth %.1f GB/s; load average %.2f -> %.2f\n",
            openblas_get_corename(), a.threads, bw, load0, load1);
-    printf("\n%5s %9s %9s %7s %11s %13s %9s %9s\n", "block", "ours ms", "ref ms", "ratio",
-           "our GFLOP/s", "sgemm GFLOP/s", "fraction", "floor ms");
-    for (int i = 0; i < a.n_blocks; i++) {
-        int nb = a.blocks[i];
-        double fl = fl_proj_flops(&cf, nb) + fl_attn_flops(&cf, a.ctx, nb);
-        double ours_g = fl / (ours_ms[i] * 1e-3) / 1e9;
-        double sg = fl_proj_flops(&cf, nb) / sgemm_s[i] / 1e9;
-        double floor_ms = wbytes / (bw * 1e9) * 1e3;
-        printf("%5d %9.1f %9.1f %6.2fx %11.1f %13.1f %9.2f %9.1f\n", nb, ours_ms[i], ref_ms[i],
-               ref_ms[i] / ours_ms[i], ours_g, sg, ours_g / sg, floor_ms);
-    }
+    printf("\n%5s %7s %9s %9s %7s %11s %13s %9s %9s\n", "block", "weights", "ours ms",
+           "ref ms", "ratio", "our GFLOP/s", "sgemm GFLOP/s", "fraction", "floor ms");
+    for (int i = 0; i < a.n_blocks; i++)
+        for (int f = 0; f < a.n_formats; f++) {
+            int nb = a.blocks[i];
+            const double *ours_ms = ours[f].ms;
+            double fl = fl_proj_flops(&cf, nb) + fl_attn_flops(&cf, a.ctx, nb);
+            double ours_g = fl / (ours_ms[i] * 1e-3) / 1e9;
+            double sg = fl_proj_flops(&cf, nb) / sgemm_s[i] / 1e9;
+            double floor_ms = ours[f].wbytes / (bw * 1e9) * 1e3;
+            printf("%5d %7s %9.1f %9.1f %6.2fx %11.1f %13.1f %9.2f %9.1f\n", nb,
+                   fl_wformat_name(ours[f].held), ours_ms[i], ref_ms[i], ref_ms[i] / ours_ms[i],
+                   ours_g, sg, ours_g / sg, floor_ms);
+        }
     printf("\nratio = reference ms / ours; fraction = our GFLOP/s / sgemm GFLOP/s; floor = "
            "weight bytes / read bandwidth\n");
     return 0;

@@ -120,6 +120,8 @@ static void usage(FILE *f)
                "  --threads N          compute threads (default: all cores)\n"
                "  --device D           auto (the GPU when one is usable) | cpu | cuda\n"
                "                       (default: $FOGLINE_DEVICE or auto)\n"
+               "  --weights F          auto (bf16 when the file's weights are, else f32) | f32 | bf16\n"
+               "                       (default: $FOGLINE_WEIGHTS or auto)\n"
                "  --chat-template K    override the template: chatml | qwen3 | fogline\n"
                "  --no-thinking        Qwen3 templates: enable_thinking=false (the empty think block)\n"
                "  --enable-thinking    Qwen3 templates: enable_thinking=true (the template's default)\n");
@@ -133,10 +135,12 @@ int fl_cmd_generate(int argc, char **argv)
     bool raw = false, json = false, thinking = true; /* the template's own default */
     int threads = 0;
     const char *device = getenv("FOGLINE_DEVICE");
+    const char *weights = getenv("FOGLINE_WEIGHTS");
+    const char *weights_from = "FOGLINE_WEIGHTS";
     fl_gen_opts g;
     fl_gen_opts_default(&g);
     enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
-           O_IDS, O_DEVICE, O_NO_THINK, O_THINK };
+           O_IDS, O_DEVICE, O_NO_THINK, O_THINK, O_WEIGHTS };
     struct option base[] = {
         {"model", required_argument, 0, O_MODEL},     {"prompt", required_argument, 0, O_PROMPT},
         {"system", required_argument, 0, O_SYSTEM},   {"messages", required_argument, 0, O_MESSAGES},
@@ -144,7 +148,7 @@ int fl_cmd_generate(int argc, char **argv)
         {"threads", required_argument, 0, O_THREADS}, {"chat-template", required_argument, 0, O_TMPL},
         {"help", no_argument, 0, O_HELP},             {"prompt-ids", required_argument, 0, O_IDS},
         {"device", required_argument, 0, O_DEVICE},   {"no-thinking", no_argument, 0, O_NO_THINK},
-        {"enable-thinking", no_argument, 0, O_THINK},
+        {"enable-thinking", no_argument, 0, O_THINK}, {"weights", required_argument, 0, O_WEIGHTS},
     };
     struct option opts[64];
     int nopt = fl_gen_opts_longopts(opts, 64, base, (int)(sizeof base / sizeof base[0]));
@@ -165,6 +169,7 @@ int fl_cmd_generate(int argc, char **argv)
         case O_TMPL: tmpl = optarg; break;
         case O_IDS: prompt_ids = optarg; break;
         case O_DEVICE: device = optarg; break;
+        case O_WEIGHTS: weights = optarg; weights_from = "--weights"; break;
         case O_NO_THINK: thinking = false; break;
         case O_THINK: thinking = true; break;
         case O_HELP: usage(stdout); return 0;
@@ -185,6 +190,13 @@ int fl_cmd_generate(int argc, char **argv)
     }
     if (!fl_backend_device_valid(device)) {
         fprintf(stderr, "fogline generate: --device must be auto, cpu or cuda, got '%s'\n", device);
+        fl_gen_opts_free(&g);
+        return 2;
+    }
+    fl_wformat wf = FL_WEIGHTS_AUTO;
+    fl_err we = {0};
+    if (weights && fl_wformat_parse(weights, &wf, &we)) {
+        fprintf(stderr, "fogline generate: %s %s\n", weights_from, we.msg);
         fl_gen_opts_free(&g);
         return 2;
     }
@@ -301,7 +313,7 @@ int fl_cmd_generate(int argc, char **argv)
         goto out;
     }
     int32_t B = m->cfg.block_size;
-    fl_backend_opts bo = {.n_threads = threads};
+    fl_backend_opts bo = {.n_threads = threads, .weights = wf};
     bo.n_pages = fl_pages_needed(&m->cfg, (int32_t)n_ids, g.max_tokens, &g.dec);
     /* the whole prompt can ride in the first forward with the deepest pipeline */
     bo.max_tokens = (int32_t)n_ids + (FL_MAX_RUN_BLOCKS + 1) * B;
@@ -359,6 +371,7 @@ int fl_cmd_generate(int argc, char **argv)
         json_object_set_new(o, "ids", ja);
         json_object_set_new(o, "finish", json_string(finish_name(L.finish)));
         json_object_set_new(o, "prompt_tokens", json_integer((json_int_t)n_ids));
+        json_object_set_new(o, "weights", json_string(fl_wformat_name(b->weights)));
         json_t *st = json_object();
         json_object_set_new(st, "forwards", json_integer(L.st.forwards));
         json_object_set_new(st, "decode_forwards", json_integer(L.st.decode_forwards));

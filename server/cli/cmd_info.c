@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "backend.h"
 #include "cli.h"
 #include "gen_opts.h"
 #include "model.h"
@@ -129,6 +130,10 @@ static void print_text(const fl_model *m, const info_sum *s, const info_tok *it)
     printf("bytes on disk    %zu (%s)\n", fl_weights_total_bytes(m->weights), hb);
     human_bytes(hb, sizeof hb, (double)s->f32_bytes);
     printf("f32 weights      %lld bytes (%s)\n", (long long)s->f32_bytes, hb);
+    printf("weights (auto)   %s (%s)\n", fl_wformat_name(fl_wformat_resolve(FL_WEIGHTS_AUTO, m)),
+           fl_wformat_resolve(FL_WEIGHTS_AUTO, m) == FL_WEIGHTS_BF16
+               ? "every matrix is bf16 on disk: held as the file's, exact"
+               : "not every matrix is bf16 on disk: widened to f32, exact");
     human_bytes(hb, sizeof hb, (double)s->kv_page_bytes);
     printf("kv page          %lld bytes (%s: %d tokens x %d layers x K,V x %d kv heads x %d x 4)\n",
            (long long)s->kv_page_bytes, hb, c->block_size, c->n_layers, c->n_kv_heads,
@@ -215,6 +220,8 @@ static int print_json(const fl_model *m, const info_sum *s, const info_tok *it)
     json_object_set_new(o, "eos_token_ids", eos);
     json_object_set_new(o, "bos_token_id", c->bos_id >= 0 ? json_integer(c->bos_id) : json_null());
     json_object_set_new(o, "tie_word_embeddings", json_boolean(c->tie_embeddings));
+    json_object_set_new(o, "weights_auto",
+                        json_string(fl_wformat_name(fl_wformat_resolve(FL_WEIGHTS_AUTO, m))));
     json_object_set_new(o, "torch_dtype", c->torch_dtype[0] ? json_string(c->torch_dtype) : json_null());
     char chat[FL_ERR_MSG + 64];
     snprintf(chat, sizeof chat, it->ok ? "%s" : "unavailable: %s", it->ok ? it->chat : it->why);

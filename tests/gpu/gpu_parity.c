@@ -749,7 +749,7 @@ static void run_model(const char *dir, bool big)
     setenv("FL_SGEMM_ROWS", "1000000", 1);
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     fl_backend_opts co = {.n_pages = N_PAGES, .n_threads = ncpu > 16 ? 16 : (int)ncpu,
-                          .max_tokens = c.max_tokens, .bf16_weights = true};
+                          .max_tokens = c.max_tokens, .weights = FL_WEIGHTS_BF16};
     if (fl_backend_cpu_create(&c.cpu, c.m, &co, &e)) {
         RESULT(0, "CPU backend: %s", e.msg);
         goto out;

@@ -51,6 +51,11 @@ def main():
         (["parallel", "--repeat", "16"], "--repeat (1..15): bad value '16'"),
         (["parallel", "--repeat", "x"], "--repeat (1..15): bad value 'x'"),
         (["decode", "--device", "tpu"], "--device must be auto, cpu or cuda, got 'tpu'"),
+        (["forward", "--weights", "q4"], "--weights must be auto, f32 or bf16, got 'q4' (in the list 'q4')"),
+        (["forward", "--weights", "f32,,bf16"], "--weights must be auto, f32 or bf16, got '' (in the list 'f32,,bf16')"),
+        (["forward", "--weights", "f32,"], "--weights must be auto, f32 or bf16, got '' (in the list 'f32,')"),
+        (["forward", "--weights", ""], "--weights must be auto, f32 or bf16, got '' (in the list '')"),
+        (["forward", "--weights", "bf16,f32,bf16"], "--weights lists 'bf16' twice"),
     ]:
         r = bench(fogline, *args, "--model", model)
         err = r.stderr.strip()

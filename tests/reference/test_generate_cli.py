@@ -5,6 +5,7 @@ and top_k 1 is greedy; bad flags are one-line errors with exit 2.
 
   test_generate_cli.py FOGLINE_BIN MODEL_DIR"""
 import json
+import os
 import subprocess
 import sys
 
@@ -59,11 +60,30 @@ def main():
     p1 = {tuple(gen(fogline, model, prompt, "--temperature", "1.5", "--top-p", "0.0001", "--seed", str(k))["ids"])
           for k in (1, 2, 3)}
     check(p1 == k1, "top_p 0.0001 keeps only the top token too")
+    # --weights: auto holds the built-in model's bf16 as it is; f32 widens it exactly, so the
+    # greedy reply is the same; the flag wins over FOGLINE_WEIGHTS
+    auto = gen(fogline, model, prompt, "--temperature", "0")
+    f32 = gen(fogline, model, prompt, "--temperature", "0", "--weights", "f32")
+    check(auto["weights"] == "bf16" and f32["weights"] == "f32",
+          "weights auto -> %s, f32 -> %s" % (auto["weights"], f32["weights"]))
+    check(auto["ids"] == f32["ids"], "bf16 and f32 weights give the same greedy reply")
+    os.environ["FOGLINE_WEIGHTS"] = "f32"
+    env_f32 = gen(fogline, model, prompt, "--temperature", "0")
+    flag_wins = gen(fogline, model, prompt, "--temperature", "0", "--weights", "bf16")
+    del os.environ["FOGLINE_WEIGHTS"]
+    check(env_f32["weights"] == "f32" and flag_wins["weights"] == "bf16",
+          "FOGLINE_WEIGHTS f32 -> %s; with --weights bf16 -> %s" % (env_f32["weights"],
+                                                                    flag_wins["weights"]))
     # bad flags
     for args, word in ((["--threshold", "2"], "threshold"), (["--policy", "bogus"], "policy"),
-                       (["--max-tokens", "0"], "max-tokens"), (["--top-p", "x"], "top-p")):
+                       (["--max-tokens", "0"], "max-tokens"), (["--top-p", "x"], "top-p"),
+                       (["--weights", "q8"], "--weights must be auto, f32 or bf16, got 'q8'"),
+                       (["--weights", ""], "--weights must be auto, f32 or bf16, got ''"),
+                       ({"FOGLINE_WEIGHTS": "half"}, "FOGLINE_WEIGHTS must be auto, f32 or bf16, got 'half'")):
+        env = dict(os.environ, **args) if isinstance(args, dict) else None
+        args = [] if isinstance(args, dict) else args
         r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", *args],
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env=env)
         line = r.stderr.strip()
         check(r.returncode == 2 and word in line and "\n" not in line,
               "bad %s -> exit %d, %r" % (" ".join(args), r.returncode, line))

@@ -178,10 +178,13 @@ test('/metrics parses as Prometheus text and its values move', async () => {
 });
 
 test('decoding defaults: a flag overrides the model, and says so', async () => {
-  const s2 = await startServer(['--no-pipeline', '--threshold', '0.8'],
-    { env: { FOGLINE_TAU_ADD: '0.3' } });
+  const s2 = await startServer(['--no-pipeline', '--threshold', '0.8', '--weights', 'f32'],
+    { env: { FOGLINE_TAU_ADD: '0.3', FOGLINE_WEIGHTS: 'bf16' } });
   try {
     const model = (await (await fetch(`${s2.url}/v1/models`)).json()).data[0];
+    // the weights flag wins over FOGLINE_WEIGHTS, and the log says what was chosen
+    assert.equal(model.weights, 'f32');
+    await s2.waitLog(/event=backend .*weights=f32 .*; weights f32/);
     assert.equal(model.decoding.pipeline, false);
     assert.equal(model.decoding.threshold, 0.8);
     assert.equal(model.decoding.tau_add, 0.3);

@@ -5,7 +5,8 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import net from 'node:net';
-import { startServer, connect, wsClient, user, FOUR_QUESTIONS, metrics, until, stepUntil } from './lib.mjs';
+import { spawnSync } from 'node:child_process';
+import { startServer, connect, wsClient, user, FOUR_QUESTIONS, metrics, until, stepUntil, BIN, MODEL } from './lib.mjs';
 
 let server;
 
@@ -43,6 +44,12 @@ test('hello describes the server on connect', async () => {
   assert.equal(c.hello.decoding_source.pipeline, 'model');
   assert.equal(c.hello.decoding_source.temperature, 'family');
   const model = (await (await fetch(`${server.url}/v1/models`)).json()).data[0];
+  // auto: what `fogline info` says auto picks for the directory (bf16 for the built-in model,
+  // whose matrices are all bf16 on disk)
+  const auto = MODEL ? JSON.parse(spawnSync(BIN, ['info', '--model', MODEL, '--json']).stdout).weights_auto
+    : 'bf16';
+  assert.equal(model.weights, auto);
+  assert.equal(c.hello.weights, auto);
   assert.deepEqual(c.hello.decoding, model.decoding);
   assert.deepEqual(c.hello.decoding_source, model.decoding_source);
   c.close();

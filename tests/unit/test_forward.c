@@ -24,6 +24,10 @@
  *  D  block causality: changing the tokens of a later block leaves every output of the
  *     earlier blocks (and of another packed segment, and the stored pages) bit-identical.
  *  E  bad batches return FL_EINVAL with a message and change no page.
+ *  F  formats: on a BF16 file, bf16 weights give logits bit-identical to f32 weights (the
+ *     same sums in the same order, each weight widened exactly), at every kernel level and
+ *     with sgemm; and the matrices the file holds as the backend does (o, down, lm_head:
+ *     BF16 for bf16, F32 for f32) are read from the file's mapping, not the arena.
  * Each runs in several backend variants: 2 threads; 1 thread with the streaming kernel for
  * every projection; sgemm for every projection; bf16 weights; and the kernels capped at
  * AVX2 and at plain C (FL_SIMD), so every level this CPU has is checked. */
@@ -66,19 +70,23 @@ typedef struct variant {
     const char *name;
     int threads;
     const char *sgemm_rows; /* FL_SGEMM_ROWS, NULL: default */
-    bool bf16;
+    fl_wformat weights;
     const char *simd; /* FL_SIMD: NULL (best), "avx2", "plain" */
 } variant;
 
+#define F32 FL_WEIGHTS_F32
+#define BF16 FL_WEIGHTS_BF16
 static const variant VARIANTS[] = {
-    {"2 threads", 2, NULL, false, NULL},
-    {"1 thread, streaming kernel only", 1, "1000000", false, NULL},
-    {"2 threads, sgemm only", 2, "1", false, NULL},
-    {"bf16 weights", 2, NULL, true, NULL},
-    {"AVX2 kernels, streaming only", 2, "1000000", false, "avx2"},
-    {"AVX2 kernels, bf16 weights", 2, "1000000", true, "avx2"},
-    {"plain C kernels", 2, NULL, false, "plain"},
-    {"plain C kernels, bf16 weights", 2, "1000000", true, "plain"},
+    {"2 threads", 2, NULL, F32, NULL},
+    {"1 thread, streaming kernel only", 1, "1000000", F32, NULL},
+    {"2 threads, sgemm only", 2, "1", F32, NULL},
+    {"bf16 weights", 2, NULL, BF16, NULL},
+    {"bf16 weights, sgemm only", 2, "1", BF16, NULL},
+    {"auto weights", 2, NULL, FL_WEIGHTS_AUTO, NULL},
+    {"AVX2 kernels, streaming only", 2, "1000000", F32, "avx2"},
+    {"AVX2 kernels, bf16 weights", 2, "1000000", BF16, "avx2"},
+    {"plain C kernels", 2, NULL, F32, "plain"},
+    {"plain C kernels, bf16 weights", 2, "1000000", BF16, "plain"},
 };
 
 static float *read_f32(const char *dir, const char *name, size_t n)
@@ -604,8 +612,66 @@ static void case_bad(fl_backend *b, const ref_model *rm)
     free(after);
 }
 
+/* The bytes of o, down and lm_head at es bytes per element: what reads from the mapping. */
+static size_t mapped_want(const fl_model *m, size_t es)
+{
+    const fl_config *c = &m->cfg;
+    size_t qd = (size_t)c->n_heads * c->head_dim;
+    return ((size_t)c->n_layers * ((size_t)c->hidden * qd + (size_t)c->hidden * c->intermediate) +
+            (size_t)c->vocab * c->hidden) * es;
+}
+
+static void case_formats(const ref_model *rm)
+{
+    static const struct { const char *sgemm_rows, *simd; } lv[] = {
+        {"1000000", NULL}, {"1", NULL}, {"1000000", "avx2"}, {"1000000", "plain"}};
+    fl_dtype dt = rm->m->layers[0].wo->dtype;
+    for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
+        setenv("FL_SGEMM_ROWS", lv[i].sgemm_rows, 1);
+        if (lv[i].simd)
+            setenv("FL_SIMD", lv[i].simd, 1);
+        else
+            unsetenv("FL_SIMD");
+        run_out r[2] = {{0}, {0}};
+        int32_t *pg = pages_for(0, 4);
+        seg_spec pre = {0, 0, 3 * rm->B, 0, 0, pg};
+        for (int f = 0; f < 2; f++) {
+            fl_wformat wf = f ? FL_WEIGHTS_BF16 : FL_WEIGHTS_F32;
+            fl_backend_opts o = {.n_pages = 48, .n_threads = 2, .max_tokens = 8 * rm->B,
+                                 .weights = wf};
+            fl_backend *b = NULL;
+            fl_err e = {0};
+            CHECK(fl_backend_cpu_create(&b, rm->m, &o, &e) == 0, "%s: create: %s", rm->name,
+                  e.msg);
+            if (!b)
+                continue;
+            size_t arena = 0, mapped = 0;
+            CHECK(fl_cpu_weight_bytes(b, &arena, &mapped) == 0, "fl_cpu_weight_bytes");
+            bool same = dt == (f ? FL_DT_BF16 : FL_DT_F32);
+            CHECK(mapped == (same ? mapped_want(rm->m, f ? 2 : 4) : 0),
+                  "%s: %s weights: %zu bytes mapped, want %zu", rm->name, fl_wformat_name(wf),
+                  mapped, same ? mapped_want(rm->m, f ? 2 : 4) : 0);
+            CHECK(run_batch(b, rm, &pre, 1, NULL, &r[f], &e) == 0, "%s: forward: %s", rm->name,
+                  e.msg);
+            fl_backend_destroy(b);
+        }
+        if (rm->bf16_file && r[0].logits && r[1].logits) {
+            size_t n = (size_t)r[0].n * rm->V, diff = 0;
+            for (size_t k = 0; k < n; k++)
+                diff += memcmp(&r[0].logits[k], &r[1].logits[k], sizeof(float)) != 0;
+            CHECK(diff == 0, "%s: FL_SGEMM_ROWS %s FL_SIMD %s: bf16 weights change %zu of %zu "
+                  "logits against f32", rm->name, lv[i].sgemm_rows,
+                  lv[i].simd ? lv[i].simd : "-", diff, n);
+        }
+        run_free(&r[0]);
+        run_free(&r[1]);
+        free(pg);
+    }
+}
+
 static void run_model(const ref_model *rm)
 {
+    case_formats(rm);
     for (size_t vi = 0; vi < sizeof VARIANTS / sizeof VARIANTS[0]; vi++) {
         const variant *v = &VARIANTS[vi];
         if (v->sgemm_rows)
@@ -617,7 +683,7 @@ static void run_model(const ref_model *rm)
         else
             unsetenv("FL_SIMD");
         fl_backend_opts o = {.n_pages = 48, .n_threads = v->threads, .max_tokens = 8 * rm->B,
-                             .bf16_weights = v->bf16};
+                             .weights = v->weights};
         fl_backend *b = NULL;
         fl_err e = {0};
         int rc = fl_backend_cpu_create(&b, rm->m, &o, &e);
@@ -627,7 +693,11 @@ static void run_model(const ref_model *rm)
         /* bf16 storage of a BF16 file is exact: the same limit as f32. Of an F32/F16 file it
          * is a quantization (2^-9 relative per weight, ~1.4e-2 at the logits of these random
          * models): a loose bound that catches a broken conversion, not a parity check. */
-        double tol = v->bf16 && !rm->bf16_file ? 5e-2 : 1e-4;
+        bool bf16 = fl_wformat_resolve(v->weights, rm->m) == FL_WEIGHTS_BF16;
+        CHECK(b->weights == fl_wformat_resolve(v->weights, rm->m) &&
+              (v->weights != FL_WEIGHTS_AUTO || bf16 == rm->bf16_file),
+              "%s (%s): holds %s", rm->name, v->name, fl_wformat_name(b->weights));
+        double tol = bf16 && !rm->bf16_file ? 5e-2 : 1e-4;
         case_prefill_decode(b, rm, tol, v->name);
         case_packed(b, rm, tol, v->name);
         case_overlap(b, rm, tol, v->name);

@@ -4,7 +4,9 @@
  * Checked against the model's shapes and tensor names: every slot the layout needs appears
  * once, in the documented order, made of the right tensors; offsets are aligned, slots do not
  * overlap and follow each other as closely as the alignment allows; a tied head shares the
- * embedding only where the embedding is placed. Also the bump allocator and bad options. */
+ * embedding only where the embedding is placed; with map, exactly the one-tensor matrices
+ * whose file dtype is the element (the kit's F32 at 4 bytes, none at 2) are mapped and take no
+ * arena. Also the bump allocator and bad options. */
 #include "backend.h"
 #include "check.h"
 #include "model.h"
@@ -62,9 +64,9 @@ static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 static void check_plan(const fl_model *m, bool qwen2, bool tie, const fl_wplan_opts *o)
 {
     char tag[96];
-    snprintf(tag, sizeof tag, "%s%s align %zu elem %zu%s%s", qwen2 ? "qwen2" : "qwen3",
+    snprintf(tag, sizeof tag, "%s%s align %zu elem %zu%s%s%s", qwen2 ? "qwen2" : "qwen3",
              tie ? " tied" : "", o->align, o->mat_elem, o->embed ? " embed" : "",
-             o->rope ? " rope" : "");
+             o->rope ? " rope" : "", o->map ? " map" : "");
     fl_err e = {0};
     fl_wplan p;
     int rc = fl_wplan_build(&p, m, o, &e);
@@ -108,6 +110,11 @@ static void check_plan(const fl_model *m, bool qwen2, bool tie, const fl_wplan_o
               o->align);
         if (s->role == FL_W_EMBED)
             embed = i;
+        bool one = s->role == FL_W_O || s->role == FL_W_DOWN || s->role == FL_W_EMBED ||
+                   s->role == FL_W_LM_HEAD;
+        bool map = o->map && one && o->mat_elem == 4; /* the kit's tensors are F32 */
+        CHECK(s->mapped == map, "%s: slot %d (role %d) mapped %d, want %d", tag, i, (int)s->role,
+              s->mapped, map);
         if (s->role == FL_W_LM_HEAD && tie && o->embed) {
             CHECK(s->shares == embed && embed >= 0 && s->off == p.slot[embed].off &&
                   s->bytes == 0, "%s: the tied head does not share the embedding (shares %d, "
@@ -115,6 +122,11 @@ static void check_plan(const fl_model *m, bool qwen2, bool tie, const fl_wplan_o
             continue;
         }
         CHECK(s->shares == -1, "%s: slot %d shares %d", tag, i, s->shares);
+        if (map) {
+            CHECK(s->bytes == 0 && s->off == 0, "%s: mapped slot %d takes %zu bytes at %zu", tag,
+                  i, s->bytes, s->off);
+            continue;
+        }
         CHECK(s->bytes == s->rows * s->cols * s->elem, "%s: slot %d: %zu bytes", tag, i,
               s->bytes);
         /* after the previous one, no overlap, no gap beyond the alignment */
@@ -132,8 +144,8 @@ static void check_bad(const fl_model *m, const fl_model *no_weights)
 {
     fl_wplan p;
     fl_err e = {0};
-    const fl_wplan_opts bad[] = {{0, 4, false, false}, {48, 4, false, false},
-                                 {64, 3, false, false}, {64, 8, false, false}};
+    const fl_wplan_opts bad[] = {{0, 4, false, false, false}, {48, 4, false, false, false},
+                                 {64, 3, false, false, true}, {64, 8, false, false, false}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         e = (fl_err){0};
         int rc = fl_wplan_build(&p, m, &bad[i], &e);
@@ -143,7 +155,7 @@ static void check_bad(const fl_model *m, const fl_model *no_weights)
         fl_wplan_free(&p);
     }
     e = (fl_err){0};
-    fl_wplan_opts ok = {64, 4, false, false};
+    fl_wplan_opts ok = {64, 4, false, false, false};
     int rc = fl_wplan_build(&p, no_weights, &ok, &e);
     CHECK(rc == FL_EINVAL && tk_has(e.msg, "without weights"), "no weights: %d %s", rc, e.msg);
     fl_wplan_free(&p);
@@ -169,10 +181,12 @@ int main(void)
     check_bump();
     char dir[TK_PATH];
     const fl_wplan_opts opts[] = {
-        {64, 4, false, false},  /* CPU, f32 weights */
-        {64, 2, false, false},  /* CPU, bf16_weights */
-        {256, 2, true, true},   /* CUDA */
-        {128, 4, true, false},
+        {64, 4, false, false, true},  /* CPU, f32 weights */
+        {64, 2, false, false, true},  /* CPU, bf16 weights */
+        {64, 4, false, false, false},
+        {256, 2, true, true, false},  /* CUDA */
+        {128, 4, true, false, false},
+        {128, 4, true, false, true},  /* a mapped embedding shared by the tied head */
     };
     for (int qwen2 = 0; qwen2 < 2; qwen2++)
         for (int tie = 0; tie < 2; tie++) {
