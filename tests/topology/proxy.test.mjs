@@ -5,7 +5,7 @@
 // routes a deployment exposes (and /metrics, which it does not).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { wsClient, require, user, metrics } from '../server/lib.mjs';
+import { wsClient, require, user, metrics, until } from '../server/lib.mjs';
 import { startTopology, stopTopology, servedBy, tag } from './topology.mjs';
 
 const OpenAI = require('openai').default;
@@ -139,46 +139,67 @@ test('an OpenAI streaming request comes through nginx as it is written (no buffe
   const usage = chunks.at(-1).ch.usage;
   assert.ok(usage && usage.completion_tokens > 0, JSON.stringify(chunks.at(-1).ch));
 
-  // Unbuffered? Read the raw stream and note which socket read brought each event. A proxy
-  // that buffers sends the reply when it ends: the first block and [DONE] always come in one
-  // read. Unbuffered, the first block is read while later blocks are still being denoised
-  // (each takes several engine steps here), so [DONE] comes in a later read, however fast the
-  // machine. A client starved of CPU for the whole reply could read everything at once, so up
-  // to three replies are tried: a buffering proxy fails all three.
-  const raw = async () => {
-    const res = await fetch(`${topo.nginx.url}/v1/chat/completions`, {
+  // Unbuffered? Both engines are held and stepped one forward at a time until a replica has
+  // written the reply's first content chunk (fogline_commits_sent_total); the reply is then
+  // unfinished, and stays so while the engines are held. An unbuffered proxy delivers that chunk
+  // however slow the machine or the client; a buffering one holds it until the reply ends, which
+  // cannot happen before the engines are released, so the read would never come: a watchdog ends
+  // that wait (a failure path only: a passing run never waits on it).
+  const sum = async (name) => {
+    const [ma, mb] = await Promise.all([metrics(topo.a), metrics(topo.b)]);
+    return (ma.get(name) ?? 0) + (mb.get(name) ?? 0);
+  };
+  await topo.a.hold();
+  await topo.b.hold();
+  let held = true;
+  let timer;
+  try {
+    const sent0 = await sum('fogline_commits_sent_total');
+    const resP = fetch(`${topo.nginx.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ model: 'fogline', messages: user('My printer is offline and the light is blinking.'),
         max_tokens: 64, stream: true, decoding: { policy: 'sequential', pipeline: false } }),
     });
+    await until(async () => (await sum('fogline_requests_active')) > 0, 30000, 'the request to reach a replica');
+    for (let n = 0; (await sum('fogline_commits_sent_total')) === sent0; n++) {
+      assert.ok(n < 2000, 'no content was written in 2000 forwards');
+      await Promise.all([topo.a.step(), topo.b.step()]);
+    }
+    const res = await resP;
     assert.equal(res.status, 200);
     assert.match(res.headers.get('content-type'), /^text\/event-stream/);
     const reader = res.body.getReader();
     const dec = new TextDecoder();
     let text = '';
-    const ends = []; // text length after each read
+    const hasContent = () => /"delta":\{"content":"[^"]/.test(text);
+    const buffered = new Promise((_, rej) => {
+      timer = setTimeout(() => rej(new Error('the first block did not come through nginx while the reply was ' +
+        'unfinished: the proxy buffered the stream')), 30000);
+    });
+    while (!hasContent()) {
+      const { value, done } = await Promise.race([reader.read(), buffered]);
+      assert.ok(!done, `the stream ended before any content: ${text}`);
+      text += dec.decode(value, { stream: true });
+    }
+    clearTimeout(timer);
+    assert.ok(!text.includes('data: [DONE]'), 'the reply ended while the engines were held');
+    await topo.a.release();
+    await topo.b.release();
+    held = false;
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
       text += dec.decode(value, { stream: true });
-      ends.push(text.length);
     }
-    const readOf = (pos) => ends.findIndex((e) => e > pos);
-    const firstContent = text.search(/"delta":\{"content":"[^"]/);
-    const doneAt = text.indexOf('data: [DONE]');
-    assert.ok(firstContent >= 0 && doneAt > firstContent, text);
-    return { reads: ends.length, first: readOf(firstContent), done: readOf(doneAt) };
-  };
-  const tries = [];
-  for (let i = 0; i < 3; i++) {
-    const r = await raw();
-    tries.push(r);
-    t.diagnostic(`raw stream: ${r.reads} reads; first content in read ${r.first}, [DONE] in read ${r.done}`);
-    if (r.first < r.done) break;
+    assert.ok(text.indexOf('data: [DONE]') > text.search(/"delta":\{"content":"[^"]/), text);
+  } finally {
+    clearTimeout(timer);
+    if (held) {
+      await topo.a.release();
+      await topo.b.release();
+    }
   }
-  assert.ok(tries.some((r) => r.first < r.done),
-    `in ${tries.length} replies the first block and [DONE] arrived in the same read: the proxy buffered the stream`);
   // the proxy's access log shows the request went through it
   assert.match(topo.nginx.accessLog(), /POST \/v1\/chat\/completions HTTP\/1\.1" 200/);
 });
