@@ -6,13 +6,16 @@
 #            server cannot create its context) and curl for container health checks
 #   test     what the test suites run besides the build: sanitizer runtimes, valgrind,
 #            redis-server, nginx, the PyTorch reference, Chromium, Node.js + npm (Debian 12 only)
+#   image    what docker/build-test.sh needs to build and run the images without a Docker
+#            daemon: podman and runc (crun, podman's default, refuses hybrid cgroup hosts),
+#            debootstrap for the base image, python3-yaml to read docker-compose.yml
 # Installs only the packages that are missing (no apt-get at all when none is), with sudo when
 # not root. Debian 12 (bookworm) is what CI and the CPU image use; Ubuntu 24.04 (noble) is the
 # base of the CUDA image, whose runtime library packages have other names.
-# Used by tests/setup.sh (build test) and docker/Dockerfile.* (build; runtime).
+# Used by tests/setup.sh (build test image) and docker/Dockerfile.* (build; runtime).
 set -euo pipefail
 if [ $# -eq 0 ]; then
-  echo "usage: $0 build|runtime|test ..." >&2
+  echo "usage: $0 build|runtime|test|image ..." >&2
   exit 2
 fi
 # shellcheck source=/dev/null
@@ -30,6 +33,7 @@ case "$codename" in
            libopenblas0-pthread libpcre2-8-0 libutf8proc3 curl" ;;
   *) PKGS_RUNTIME="" ;;
 esac
+PKGS_IMAGE="podman runc debootstrap python3-yaml"
 PKGS_TEST="clang libclang-rt-14-dev valgrind redis-server nginx python3-torch python3-numpy chromium"
 
 want=""
@@ -44,7 +48,8 @@ for mode in "$@"; do
       fi
       want="$want $PKGS_RUNTIME" ;;
     test) want="$want $PKGS_TEST"; node=1 ;;
-    *) echo "$0: unknown mode '$mode' (build, runtime, test)" >&2; exit 2 ;;
+    image) want="$want $PKGS_IMAGE" ;;
+    *) echo "$0: unknown mode '$mode' (build, runtime, test, image)" >&2; exit 2 ;;
   esac
 done
 

@@ -13,6 +13,8 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j"$jobs"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFL_SANITIZE=ON
 cmake --build build-asan -j"$jobs"
+# every label of the Release build, "image" included: docker/build-test.sh builds the CPU image
+# with podman and runs the server and topology suites against it (docs/deploy.md)
 ctest --test-dir build --output-on-failure
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -L 'unit|integration'
