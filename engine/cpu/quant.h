@@ -79,8 +79,8 @@ void fl_q4_dequantize(float *x, const uint8_t *q, const uint16_t *d, int n, int 
  * t * 16 * G: a column range starting at a multiple of 16 is the same two pointer offsets
  * as in the plain layout (wq + j0 * k, wq + j0 * k / 2; wd + j0 * G). The kernels read
  * whole tiles: a range [j0, j0 + n) needs j0 % 16 == 0 and may end inside a tile only at
- * the end of the matrix (the padding is read, never written). cpu_backend splits output
- * columns over threads with fl_split(n, nt, t, FL_QR, ...), which gives exactly that. */
+ * the end of the matrix (the padding is read, never written). A caller splitting output
+ * columns over threads gets exactly that from fl_split(n, nt, t, FL_QR, ...). */
 #define FL_QR 16 /* weight rows per tile of the repacked layout */
 static inline int fl_qr_rows(int n) { return (n + FL_QR - 1) / FL_QR * FL_QR; }
 /* Bytes of the repacked quants of an (n, k) matrix: fl_qr_rows(n) * k (q8) or half (q4);
