@@ -839,7 +839,7 @@ FL_AVX512 static void fl_mm_bf16_avx512(float *y, int ldy, const float *x, int l
 void fl_kernels_init(fl_kernels *k, const char *want)
 {
     *k = (fl_kernels){"plain C", 8, fl_mm_f32_c, fl_mm_bf16_c, fl_qk_c, fl_pv_c, fl_bf16_to_f32_c,
-                      fl_lse_add_c, fl_softmax_c, fl_swiglu_c, NULL, NULL, NULL};
+                      fl_lse_add_c, fl_softmax_c, fl_swiglu_c, NULL, NULL, NULL, NULL};
     if (!want)
         want = "";
 #ifdef FL_HAVE_X86
@@ -847,7 +847,7 @@ void fl_kernels_init(fl_kernels *k, const char *want)
     if (strcmp(want, "plain") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         *k = (fl_kernels){"AVX2+FMA", 32, fl_mm_f32_avx2, fl_mm_bf16_avx2, fl_qk_avx2, fl_pv_avx2,
                           fl_bf16_to_f32_avx2, fl_lse_add_avx2, fl_softmax_avx2, fl_swiglu_avx2,
-                          NULL, NULL, NULL}; /* fl_quant_kernels_init fills these */
+                          NULL, NULL, NULL, NULL}; /* fl_quant_kernels_init fills these */
     if (!strcmp(want, "") && k->mm_f32 == fl_mm_f32_avx2 && __builtin_cpu_supports("avx512f")) {
         k->name = "AVX-512";
         /* against OpenBLAS's AVX-512 (Cooperlake) sgemm, one thread, 0.6B model: 366 vs

@@ -66,15 +66,20 @@ typedef struct fl_kernels {
      * gu = [g0..g(ib-1), u0..u(ib-1), g(ib)..]; h[c] = silu(g[c]) * u[c], n_grp groups. */
     void (*swiglu)(float *h, const float *gu, int n_grp, int ib);
     /* Quantized weights (quant.h): y[i*ldy + j] (= or += when acc) sum_c x_i[c] * W[j][c]
-     * for i < m, j < n, where x_i is row i of qx (fl_qx_quantize: m consecutive rows, 2k
-     * bytes each) and W is n rows of q8/q4 weights: wq, wd point at the first row of the
-     * range (q8: wq + j0*k, q4: wq + j0*k/2; wd + j0*k/32). k % 32 == 0. Per group the
-     * int32 dot product of the quants is exact; the float sum over groups is in one order
-     * per level whatever m and the tile. */
-    const char *qname; /* the level of these two: "AVX-512 VNNI", "AVX2" or "plain C" */
-    void (*mm_q8)(float *y, int ldy, const int8_t *qx, int m, const int8_t *wq,
+     * for i < m, j < n, where x_i is row i of qx (m consecutive rows of an
+     * fl_qx_quantize buffer) and W is q8/q4 weights in the repacked layout, wq and wd
+     * pointing at the tile of the range's first row j0 (j0 % FL_QR == 0; q8: wq + j0*k, q4:
+     * wq + j0*k/2; wd + j0*k/32); the range ends inside a tile only at the matrix end.
+     * k % 32 == 0. The arithmetic is specified exactly, so every level gives the same bits:
+     * per output, a = 0; for each group g in order, a = fma((float)I_g, dw_g * dx_g, a) with
+     * I_g the exact int32 dot product of the group's quants and dw_g * dx_g rounded to f32;
+     * then y = a, or y = y + a when acc. */
+    const char *qname; /* the level of these three: "AVX-512 VNNI", "AVX2" or "plain C" */
+    /* fl_qx_quantize, same bytes */
+    void (*qx_quantize)(void *qx, const float *x, int ldx, int m, int k);
+    void (*mm_q8)(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
                   const uint16_t *wd, int n, int k, bool acc);
-    void (*mm_q4)(float *y, int ldy, const int8_t *qx, int m, const uint8_t *wq,
+    void (*mm_q4)(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
                   const uint16_t *wd, int n, int k, bool acc);
 } fl_kernels;
 

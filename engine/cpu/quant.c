@@ -4,8 +4,11 @@
  * The kernels follow one scheme at every level: the activations are quantized once per
  * projection to int8 per group of 32 (fl_qx_quantize); a group's product is an exact int32
  * dot product of the quants, scaled by the weight's and the activation's group scales and
- * added to a float sum. Each weight group is read once for all rows of the tile (4 rows at
- * a time): at decode sizes the product is bound by reading the weights. */
+ * added to a float sum, in the order kernels.h specifies. The weights are in the repacked
+ * layout (quant.h): a vector holds 16 weight rows x 4 columns, so each lane accumulates
+ * its own row's group sum and the scaling is paid once per group, not per vector. Each
+ * weight group is read once for up to 8 (AVX-512) or 4 (AVX2) activation rows: at decode
+ * sizes the product is bound by reading the weights. */
 #include "quant.h"
 
 #include <math.h>
@@ -16,7 +19,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define FL_HAVE_X86 1
 #include <immintrin.h>
-#define FL_QAVX2 __attribute__((target("avx2,fma")))
+#define FL_QAVX2 __attribute__((target("avx2,fma,f16c")))
 #define FL_QVNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define FL_INLINE inline __attribute__((always_inline))
 #endif
@@ -162,13 +165,63 @@ void fl_q4_dequantize(float *x, const uint8_t *q, const uint16_t *d, int n, int 
         }
 }
 
-size_t fl_qx_bytes(int m, int k) { return (size_t)m * 2 * (size_t)k; }
+/* ---------------------------------------------------------------- repacking */
+
+size_t fl_qr_quant_bytes(int n, int k, bool q4) { return (size_t)fl_qr_rows(n) * k / (q4 ? 2 : 1); }
+size_t fl_qr_scale_count(int n, int k) { return (size_t)fl_qr_rows(n) * (k / FL_QG); }
+
+/* gb: bytes of a group in a plain row (32 or 16); x: XOR applied to each byte; pad: the
+ * byte a padding row gets (a zero weight). */
+static void fl_qr_repack(uint8_t *rq, uint16_t *rd, const uint8_t *q, const uint16_t *d, int n,
+                         int k, int gb, uint8_t x, uint8_t pad)
+{
+    int G = k / FL_QG, rows = fl_qr_rows(n);
+    size_t rowb = (size_t)G * gb;
+    for (int t = 0; t < rows / FL_QR; t++)
+        for (int g = 0; g < G; g++) {
+            uint8_t *blk = rq + ((size_t)t * G + g) * FL_QR * gb;
+            uint16_t *sc = rd + ((size_t)t * G + g) * FL_QR;
+            for (int r = 0; r < FL_QR; r++) {
+                int j = t * FL_QR + r;
+                const uint8_t *src = q + (size_t)j * rowb + (size_t)g * gb;
+                for (int c = 0; c < gb / 4; c++)
+                    for (int b = 0; b < 4; b++)
+                        blk[(c * FL_QR + r) * 4 + b] = j < n ? (uint8_t)(src[c * 4 + b] ^ x) : pad;
+                sc[r] = j < n ? d[(size_t)j * G + g] : 0;
+            }
+        }
+}
+
+void fl_q8_repack(uint8_t *rq, uint16_t *rd, const int8_t *q, const uint16_t *d, int n, int k)
+{
+    fl_qr_repack(rq, rd, (const uint8_t *)q, d, n, k, 32, 0x80, 0x80);
+}
+
+void fl_q4_repack(uint8_t *rq, uint16_t *rd, const uint8_t *q, const uint16_t *d, int n, int k)
+{
+    fl_qr_repack(rq, rd, q, d, n, k, 16, 0, 0x88);
+}
+
+/* ---------------------------------------------------------------- activations */
+
+size_t fl_qx_row_bytes(int k) { return (size_t)k + 12 * (size_t)(k / FL_QG); }
+size_t fl_qx_bytes(int m, int k) { return (size_t)m * fl_qx_row_bytes(k); }
+
+/* The per-group tail of a qx row: dx, then the two corrections (quant.h). */
+static inline void fl_qx_put(uint8_t *row, int k, int g, float dx, int32_t s)
+{
+    int G = k / FL_QG;
+    int32_t c8 = -128 * s, c4 = -8 * s;
+    memcpy(row + k + 4 * (size_t)g, &dx, 4);
+    memcpy(row + k + 4 * (size_t)(G + g), &c8, 4);
+    memcpy(row + k + 4 * (size_t)(2 * G + g), &c4, 4);
+}
 
 void fl_qx_quantize(void *qx, const float *x, int ldx, int m, int k)
 {
     for (int i = 0; i < m; i++) {
-        int8_t *qr = (int8_t *)qx + (size_t)i * 2 * k;
-        float *dr = (float *)(void *)(qr + k);
+        uint8_t *row = (uint8_t *)qx + (size_t)i * fl_qx_row_bytes(k);
+        int8_t *qr = (int8_t *)row;
         const float *xr = x + (size_t)i * ldx;
         for (int g = 0; g < k / FL_QG; g++) {
             const float *xg = xr + g * FL_QG;
@@ -176,262 +229,376 @@ void fl_qx_quantize(void *qx, const float *x, int ldx, int m, int k)
             for (int c = 0; c < FL_QG; c++)
                 amax = fabsf(xg[c]) > amax ? fabsf(xg[c]) : amax;
             float dx = amax / 127.0f;
-            for (int c = 0; c < FL_QG; c++)
+            int32_t s = 0;
+            for (int c = 0; c < FL_QG; c++) {
                 qr[g * FL_QG + c] = (int8_t)(dx > 0 ? fl_qround(xg[c] / dx, 127) : 0);
-            for (int l = 0; l < 8; l++)
-                dr[g * 8 + l] = dx;
+                s += qr[g * FL_QG + c];
+            }
+            fl_qx_put(row, k, g, dx, s);
         }
     }
 }
 
 /* ---------------------------------------------------------------- plain C kernels */
 
-/* Every output: s += (float)I_g * (dw_g * dx_g) over groups g in order. */
-static void fl_mm_q_c(float *y, int ldy, const int8_t *qx, int m, const void *wq,
+/* The arithmetic every level performs (kernels.h), one weight row and activation row at a
+ * time, from the repacked bytes. */
+static void fl_mm_q_c(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
                       const uint16_t *wd, int n, int k, bool acc, bool q4)
 {
-    int G = k / FL_QG;
-    int8_t w[FL_QG];
+    int G = k / FL_QG, gb = q4 ? 16 : 32;
+    size_t rb = fl_qx_row_bytes(k);
     for (int j = 0; j < n; j++) {
-        for (int i = 0; i < m; i++)
-            if (!acc)
-                y[(size_t)i * ldy + j] = 0;
-        for (int g = 0; g < G; g++) {
-            if (q4) {
-                const uint8_t *b = (const uint8_t *)wq + (size_t)j * (k / 2) + g * 16;
-                for (int c = 0; c < 16; c++) {
-                    w[c] = (int8_t)((b[c] & 15) - 8);
-                    w[c + 16] = (int8_t)((b[c] >> 4) - 8);
-                }
-            } else {
-                memcpy(w, (const int8_t *)wq + (size_t)j * k + g * FL_QG, FL_QG);
-            }
-            float dw = fl_f16_to_f32(wd[(size_t)j * G + g]);
-            for (int i = 0; i < m; i++) {
-                const int8_t *xg = qx + (size_t)i * 2 * k + g * FL_QG;
-                const float *dx = (const float *)(const void *)(qx + (size_t)i * 2 * k + k);
+        int t = j / FL_QR, r = j % FL_QR;
+        for (int i = 0; i < m; i++) {
+            const int8_t *xq = (const int8_t *)qx + (size_t)i * rb;
+            float a = 0;
+            for (int g = 0; g < G; g++) {
+                const uint8_t *blk = wq + ((size_t)t * G + g) * FL_QR * gb;
+                const int8_t *xg = xq + g * FL_QG;
                 int32_t s = 0;
-                for (int c = 0; c < FL_QG; c++)
-                    s += (int32_t)xg[c] * w[c];
-                y[(size_t)i * ldy + j] += (float)s * (dw * dx[g * 8]);
+                for (int c = 0; c < gb / 4; c++)
+                    for (int b = 0; b < 4; b++) {
+                        int v = blk[(c * FL_QR + r) * 4 + b];
+                        if (q4)
+                            s += ((v & 15) - 8) * xg[c * 4 + b] + ((v >> 4) - 8) * xg[16 + c * 4 + b];
+                        else
+                            s += (v - 128) * xg[c * 4 + b];
+                    }
+                float dx;
+                memcpy(&dx, xq + k + 4 * (size_t)g, 4);
+                float p = fl_f16_to_f32(wd[((size_t)t * G + g) * FL_QR + r]) * dx;
+                a = fmaf((float)s, p, a);
             }
+            float *yp = y + (size_t)i * ldy + j;
+            *yp = acc ? *yp + a : a;
         }
     }
 }
 
-static void fl_mm_q8_c(float *y, int ldy, const int8_t *qx, int m, const int8_t *wq,
+static void fl_mm_q8_c(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
                        const uint16_t *wd, int n, int k, bool acc)
 {
     fl_mm_q_c(y, ldy, qx, m, wq, wd, n, k, acc, false);
 }
 
-static void fl_mm_q4_c(float *y, int ldy, const int8_t *qx, int m, const uint8_t *wq,
+static void fl_mm_q4_c(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
                        const uint16_t *wd, int n, int k, bool acc)
 {
     fl_mm_q_c(y, ldy, qx, m, wq, wd, n, k, acc, true);
 }
 
 #ifdef FL_HAVE_X86
-/* ---------------------------------------------------------------- AVX2 kernels */
-
-/* One group of 32 weights as int8 (q4: nibble - 8, weights in order). */
-FL_QAVX2 static FL_INLINE __m256i fl_w32_avx2(const void *wq, int k, int j, int g, bool q4)
+/* Broadcast loads of the activation buffer (memcpy: the buffer mixes int8, f32 and int32). */
+static FL_INLINE int32_t fl_ld32(const void *p)
 {
-    if (!q4)
-        return _mm256_loadu_si256((const __m256i *)((const int8_t *)wq + (size_t)j * k + g * 32));
-    __m128i b = _mm_loadu_si128((const __m128i *)((const uint8_t *)wq + (size_t)j * (k / 2) + g * 16));
-    __m128i f = _mm_set1_epi8(15);
-    __m128i lo = _mm_and_si128(b, f), hi = _mm_and_si128(_mm_srli_epi16(b, 4), f);
-    return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static FL_INLINE float fl_ldf(const void *p)
+{
+    float v;
+    memcpy(&v, p, 4);
+    return v;
 }
 
-FL_QAVX2 static FL_INLINE float fl_qhsum8(__m256 v)
+/* The weights stream from DRAM once per call: the prefetcher alone left the kernels at
+ * compute + memory time rather than the larger of the two (1.8-2.0x the floor at 4 rows
+ * against 1.4x with this; 1-4 KB ahead measure alike, NTA/T1/T2 hints worse). Tile t+1
+ * follows tile t in both planes, so "this far ahead" crosses tiles without a branch;
+ * prefetches past the end do not fault. */
+#define FL_QPF 2048
+static FL_INLINE void fl_qprefetch(const uint8_t *wq, const uint16_t *wd, int g, bool q4)
 {
-    __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
+    const char *pf = (const char *)(wq + (size_t)g * (q4 ? 256 : 512) + FL_QPF);
+    for (int l = 0; l < (q4 ? 4 : 8); l++)
+        _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+    if (!(g & 1)) /* two groups' scales per line */
+        _mm_prefetch((const char *)(wd + (size_t)g * FL_QR) + FL_QPF / 16, _MM_HINT_T0);
 }
 
-/* R rows x C weight rows; each (row, weight row) output takes the same instructions in
- * the same order in every tile shape: acc += float(I) * (dw * dx) per group, 8 lanes. The
- * product of a group uses the sign trick: maddubs(|w|, x * sign(w)) (|x|, |w| <= 128 keep
- * the int16 pair sums below 2^15). */
-FL_QAVX2 static FL_INLINE void fl_tile_avx2(float *y, int ldy, const int8_t *qx, int k,
-                                            const void *wq, const uint16_t *wd, int j, int R,
-                                            int C, bool acc, bool q4)
+/* ---------------------------------------------------------------- AVX2 */
+
+/* fl_qx_quantize's arithmetic, 8 lanes at a time: the same bytes. */
+FL_QAVX2 static void fl_qx_quantize_avx2(void *qx, const float *x, int ldx, int m, int k)
 {
-    int G = k / 32;
-    __m256 a[2][4];
+    const __m256 sgn = _mm256_set1_ps(-0.0f), lim = _mm256_set1_ps(127.0f),
+                 nlim = _mm256_set1_ps(-127.0f), mag = _mm256_set1_ps(12582912.0f);
+    for (int i = 0; i < m; i++) {
+        uint8_t *row = (uint8_t *)qx + (size_t)i * fl_qx_row_bytes(k);
+        const float *xr = x + (size_t)i * ldx;
+        for (int g = 0; g < k / FL_QG; g++) {
+            __m256 v[4], a = _mm256_setzero_ps();
+            for (int l = 0; l < 4; l++) {
+                v[l] = _mm256_loadu_ps(xr + g * FL_QG + 8 * l);
+                a = _mm256_max_ps(a, _mm256_andnot_ps(sgn, v[l]));
+            }
+            __m128 h = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+            h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+            h = _mm_max_ss(h, _mm_movehdup_ps(h));
+            float dx = _mm_cvtss_f32(h) / 127.0f;
+            __m256i qi[4];
+            __m256 dv = _mm256_set1_ps(dx);
+            for (int l = 0; l < 4; l++) {
+                qi[l] = _mm256_setzero_si256();
+                if (dx > 0) {
+                    __m256 u = _mm256_div_ps(v[l], dv);
+                    u = _mm256_max_ps(_mm256_min_ps(u, lim), nlim);
+                    qi[l] = _mm256_cvttps_epi32(_mm256_sub_ps(_mm256_add_ps(u, mag), mag));
+                }
+            }
+            __m256i s = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+            __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+            s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+            /* packs interleave 128-bit lanes: 0-3 8-11 16-19 24-27 | 4-7 ...; undo with a
+             * dword permute */
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+            p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(row + g * FL_QG), p);
+            fl_qx_put(row, k, g, dx, _mm_cvtsi128_si32(s4));
+        }
+    }
+}
+
+/* A half tile (8 weight rows, one ymm of int32 lanes) against R activation rows; h: which
+ * half. q8 uses the sign trick, maddubs(|w|, x * sign(w)) with w signed again (XOR 0x80):
+ * the pair sums stay below 2^15 (|w| <= 128, |x| <= 127). q4 multiplies the nibbles
+ * (<= 15) by x directly: 8 maddubs of a group sum to at most 8 * 2 * 15 * 127 < 2^15 in
+ * int16, widened once per group, then the -8 * s correction. */
+FL_QAVX2 static FL_INLINE void fl_half_avx2(float *y, int ldy, const uint8_t *qx, size_t rb,
+                                            int k, const uint8_t *wq, const uint16_t *wd,
+                                            int h, int nr, int R, bool acc, bool q4)
+{
+    int G = k / FL_QG;
+    __m256 a[4];
     _Pragma("GCC unroll 4")
     for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < C; c++)
-            a[r][c] = _mm256_setzero_ps();
-    const __m256i one = _mm256_set1_epi16(1);
+        a[r] = _mm256_setzero_ps();
+    const __m256i one = _mm256_set1_epi16(1), x80 = _mm256_set1_epi8((char)0x80),
+                  m4 = _mm256_set1_epi8(15);
     for (int g = 0; g < G; g++) {
-        __m256i w[4], aw[4];
-        __m256 dw[4];
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < C; c++) {
-            w[c] = fl_w32_avx2(wq, k, j + c, g, q4);
-            aw[c] = _mm256_abs_epi8(w[c]);
-            dw[c] = _mm256_set1_ps(fl_f16_to_f32(wd[(size_t)(j + c) * G + g]));
+        __m256i I[4];
+        if (h == 0)
+            fl_qprefetch(wq, wd, g, q4);
+        if (!q4) {
+            const uint8_t *blk = wq + (size_t)g * 512 + h * 32;
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < R; r++)
+                I[r] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 8")
+            for (int s = 0; s < 8; s++) {
+                __m256i w = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + s * 64)), x80);
+                __m256i aw = _mm256_abs_epi8(w);
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < R; r++) {
+                    __m256i xb = _mm256_set1_epi32(fl_ld32(qx + r * rb + g * 32 + s * 4));
+                    __m256i p = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(xb, w));
+                    I[r] = _mm256_add_epi32(I[r], _mm256_madd_epi16(p, one));
+                }
+            }
+        } else {
+            const uint8_t *blk = wq + (size_t)g * 256 + h * 32;
+            __m256i S[4];
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < R; r++)
+                S[r] = _mm256_setzero_si256();
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < 4; c++) {
+                __m256i L = _mm256_loadu_si256((const __m256i *)(blk + c * 64));
+                __m256i lo = _mm256_and_si256(L, m4), hi = _mm256_and_si256(_mm256_srli_epi16(L, 4), m4);
+                _Pragma("GCC unroll 4")
+                for (int r = 0; r < R; r++) {
+                    const uint8_t *xg = qx + r * rb + g * 32;
+                    S[r] = _mm256_add_epi16(S[r], _mm256_maddubs_epi16(lo, _mm256_set1_epi32(fl_ld32(xg + c * 4))));
+                    S[r] = _mm256_add_epi16(S[r], _mm256_maddubs_epi16(hi, _mm256_set1_epi32(fl_ld32(xg + 16 + c * 4))));
+                }
+            }
+            _Pragma("GCC unroll 4")
+            for (int r = 0; r < R; r++)
+                I[r] = _mm256_add_epi32(_mm256_madd_epi16(S[r], one),
+                                        _mm256_set1_epi32(fl_ld32(qx + r * rb + k + 4 * (size_t)(2 * G + g))));
         }
+        __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wd + (size_t)g * FL_QR + h * 8)));
         _Pragma("GCC unroll 4")
         for (int r = 0; r < R; r++) {
-            const int8_t *xr = qx + (size_t)r * 2 * k;
-            __m256i xv = _mm256_loadu_si256((const __m256i *)(xr + g * 32));
-            __m256 dx = _mm256_broadcast_ss((const float *)(const void *)(xr + k) + g * 8);
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < C; c++) {
-                __m256i p = _mm256_maddubs_epi16(aw[c], _mm256_sign_epi8(xv, w[c]));
-                __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(p, one));
-                a[r][c] = _mm256_fmadd_ps(f, _mm256_mul_ps(dw[c], dx), a[r][c]);
+            __m256 p = _mm256_mul_ps(dw, _mm256_set1_ps(fl_ldf(qx + r * rb + k + 4 * (size_t)g)));
+            a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(I[r]), p, a[r]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++) {
+        float *yp = y + (size_t)r * ldy, t[8];
+        if (nr == 8 && !acc) {
+            _mm256_storeu_ps(yp, a[r]);
+        } else if (nr == 8) {
+            _mm256_storeu_ps(yp, _mm256_add_ps(_mm256_loadu_ps(yp), a[r]));
+        } else {
+            _mm256_storeu_ps(t, a[r]);
+            for (int l = 0; l < nr; l++)
+                yp[l] = acc ? yp[l] + t[l] : t[l];
+        }
+    }
+}
+
+FL_QAVX2 static FL_INLINE void fl_mm_q_avx2(float *y, int ldy, const void *qx, int m,
+                                            const uint8_t *wq, const uint16_t *wd, int n, int k,
+                                            bool acc, bool q4)
+{
+    int G = k / FL_QG;
+    size_t rb = fl_qx_row_bytes(k), tb = (size_t)FL_QR * k / (q4 ? 2 : 1);
+    const uint8_t *x = qx;
+    for (int j = 0; j < n; j += FL_QR) {
+        const uint8_t *wt = wq + (size_t)(j / FL_QR) * tb;
+        const uint16_t *dt = wd + (size_t)(j / FL_QR) * FL_QR * G;
+        for (int h = 0; h < 2 && j + 8 * h < n; h++) {
+            int nr = n - j - 8 * h < 8 ? n - j - 8 * h : 8;
+            float *yj = y + j + 8 * h;
+            int i = 0;
+            for (; i + 4 <= m; i += 4)
+                fl_half_avx2(yj + (size_t)i * ldy, ldy, x + i * rb, rb, k, wt, dt, h, nr, 4, acc, q4);
+            switch (m - i) {
+            case 3: fl_half_avx2(yj + (size_t)i * ldy, ldy, x + i * rb, rb, k, wt, dt, h, nr, 3, acc, q4); break;
+            case 2: fl_half_avx2(yj + (size_t)i * ldy, ldy, x + i * rb, rb, k, wt, dt, h, nr, 2, acc, q4); break;
+            case 1: fl_half_avx2(yj + (size_t)i * ldy, ldy, x + i * rb, rb, k, wt, dt, h, nr, 1, acc, q4); break;
+            default: break;
             }
         }
     }
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < C; c++) {
-            float *yp = y + (size_t)r * ldy + c, s = fl_qhsum8(a[r][c]);
-            *yp = acc ? *yp + s : s;
-        }
 }
 
-FL_QAVX2 static FL_INLINE void fl_mm_q_avx2(float *y, int ldy, const int8_t *qx, int m,
-                                            const void *wq, const uint16_t *wd, int n, int k,
-                                            bool acc, bool q4)
-{
-    int j = 0;
-    for (; j + 4 <= n; j += 4) {
-        int i = 0;
-        for (; i + 2 <= m; i += 2)
-            fl_tile_avx2(y + (size_t)i * ldy + j, ldy, qx + (size_t)i * 2 * k, k, wq, wd, j, 2, 4, acc, q4);
-        for (; i < m; i++)
-            fl_tile_avx2(y + (size_t)i * ldy + j, ldy, qx + (size_t)i * 2 * k, k, wq, wd, j, 1, 4, acc, q4);
-    }
-    for (; j < n; j++)
-        for (int i = 0; i < m; i++)
-            fl_tile_avx2(y + (size_t)i * ldy + j, ldy, qx + (size_t)i * 2 * k, k, wq, wd, j, 1, 1, acc, q4);
-}
-
-FL_QAVX2 static void fl_mm_q8_avx2(float *y, int ldy, const int8_t *qx, int m, const int8_t *wq,
+FL_QAVX2 static void fl_mm_q8_avx2(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
                                    const uint16_t *wd, int n, int k, bool acc)
 {
     fl_mm_q_avx2(y, ldy, qx, m, wq, wd, n, k, acc, false);
 }
 
-FL_QAVX2 static void fl_mm_q4_avx2(float *y, int ldy, const int8_t *qx, int m, const uint8_t *wq,
+FL_QAVX2 static void fl_mm_q4_avx2(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
                                    const uint16_t *wd, int n, int k, bool acc)
 {
     fl_mm_q_avx2(y, ldy, qx, m, wq, wd, n, k, acc, true);
 }
 
-/* ---------------------------------------------------------------- AVX-512 VNNI kernels */
+/* ---------------------------------------------------------------- AVX-512 VNNI */
 
-/* Two groups (64 weights, in order) as int8, from group g; `one`: only group g (the odd
- * last group of a row), the upper half zero. */
-FL_QVNNI static FL_INLINE __m512i fl_w64_vnni(const void *wq, int k, int j, int g, bool one,
-                                              bool q4)
+FL_QVNNI static void fl_qx_quantize_vnni(void *qx, const float *x, int ldx, int m, int k)
 {
-    if (!q4) {
-        const int8_t *p = (const int8_t *)wq + (size_t)j * k + g * 32;
-        return one ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)p))
-                   : _mm512_loadu_si512(p);
-    }
-    const uint8_t *p = (const uint8_t *)wq + (size_t)j * (k / 2) + g * 16;
-    __m256i b = one ? _mm256_zextsi128_si256(_mm_loadu_si128((const __m128i *)p))
-                    : _mm256_loadu_si256((const __m256i *)p);
-    __m256i f = _mm256_set1_epi8(15);
-    __m256i lo = _mm256_and_si256(b, f), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), f);
-    /* 128-bit lanes [lo g, lo g+1, hi g, hi g+1] -> [lo g, hi g, lo g+1, hi g+1] */
-    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    z = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
-    z = _mm512_sub_epi8(z, _mm512_set1_epi8(8));
-    return one ? _mm512_maskz_mov_epi8(0xffffffffull, z) : z;
-}
-
-/* vpdpbusd multiplies unsigned by signed bytes: the activations go in as x + 128 (one xor),
- * and the weight side starts each sum at -128 * sum(w), computed once per weight vector
- * for all rows. Lanes 0-7 hold group g, lanes 8-15 group g + 1; each lane's int32 is exact
- * and so is its float (|sum| < 2^24). */
-FL_QVNNI static FL_INLINE void fl_tile_vnni(float *y, int ldy, const int8_t *qx, int k,
-                                            const void *wq, const uint16_t *wd, int j, int R,
-                                            int C, bool acc, bool q4)
-{
-    int G = k / 32;
-    __m512 a[4][4];
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < C; c++)
-            a[r][c] = _mm512_setzero_ps();
-    const __m512i x80 = _mm512_set1_epi8((char)0x80);
-    const __m512i idx = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    for (int g = 0; g < G; g += 2) {
-        bool one = g + 1 == G;
-        __m512i w[4], nc[4];
-        __m512 dw[4];
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < C; c++) {
-            w[c] = fl_w64_vnni(wq, k, j + c, g, one, q4);
-            nc[c] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), x80, w[c]));
-            const uint16_t *dp = wd + (size_t)(j + c) * G + g;
-            uint32_t d2 = one ? dp[0] : (uint32_t)dp[0] | (uint32_t)dp[1] << 16;
-            dw[c] = _mm512_permutexvar_ps(
-                idx, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128((int)d2))));
-        }
-        _Pragma("GCC unroll 4")
-        for (int r = 0; r < R; r++) {
-            const int8_t *xr = qx + (size_t)r * 2 * k;
-            const float *dxp = (const float *)(const void *)(xr + k) + g * 8;
-            __m512i xv = one ? _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(xr + g * 32)))
-                             : _mm512_loadu_si512(xr + g * 32);
-            __m512 dx = one ? _mm512_maskz_loadu_ps(0xff, dxp) : _mm512_loadu_ps(dxp);
-            xv = _mm512_xor_si512(xv, x80);
-            _Pragma("GCC unroll 4")
-            for (int c = 0; c < C; c++) {
-                __m512 f = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(nc[c], xv, w[c]));
-                a[r][c] = _mm512_fmadd_ps(f, _mm512_mul_ps(dw[c], dx), a[r][c]);
+    const __m512 lim = _mm512_set1_ps(127.0f), nlim = _mm512_set1_ps(-127.0f),
+                 mag = _mm512_set1_ps(12582912.0f);
+    for (int i = 0; i < m; i++) {
+        uint8_t *row = (uint8_t *)qx + (size_t)i * fl_qx_row_bytes(k);
+        const float *xr = x + (size_t)i * ldx;
+        for (int g = 0; g < k / FL_QG; g++) {
+            __m512 v0 = _mm512_loadu_ps(xr + g * FL_QG), v1 = _mm512_loadu_ps(xr + g * FL_QG + 16);
+            float dx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1))) / 127.0f;
+            __m512i q0 = _mm512_setzero_si512(), q1 = _mm512_setzero_si512();
+            if (dx > 0) {
+                __m512 dv = _mm512_set1_ps(dx);
+                __m512 u0 = _mm512_max_ps(_mm512_min_ps(_mm512_div_ps(v0, dv), lim), nlim);
+                __m512 u1 = _mm512_max_ps(_mm512_min_ps(_mm512_div_ps(v1, dv), lim), nlim);
+                q0 = _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(u0, mag), mag));
+                q1 = _mm512_cvttps_epi32(_mm512_sub_ps(_mm512_add_ps(u1, mag), mag));
             }
+            _mm_storeu_si128((__m128i *)(row + g * FL_QG), _mm512_cvtepi32_epi8(q0));
+            _mm_storeu_si128((__m128i *)(row + g * FL_QG + 16), _mm512_cvtepi32_epi8(q1));
+            fl_qx_put(row, k, g, dx, _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1)));
         }
     }
-    _Pragma("GCC unroll 4")
-    for (int r = 0; r < R; r++)
-        _Pragma("GCC unroll 4")
-        for (int c = 0; c < C; c++) {
-            float *yp = y + (size_t)r * ldy + c, s = _mm512_reduce_add_ps(a[r][c]);
-            *yp = acc ? *yp + s : s;
-        }
 }
 
-FL_QVNNI static FL_INLINE void fl_mm_q_vnni(float *y, int ldy, const int8_t *qx, int m,
-                                            const void *wq, const uint16_t *wd, int n, int k,
+/* One tile (16 weight rows, one zmm of int32 lanes) against R activation rows: per group
+ * the 8 weight vectors are loaded (q4: 4, split into nibbles) once for all R rows; each
+ * row's sum starts at its correction and takes 8 vpdpbusd with the activations' 4 bytes
+ * broadcast from memory. The integer sums are independent across groups, so out-of-order
+ * execution overlaps their latency chains. */
+FL_QVNNI static FL_INLINE void fl_tile_vnni(float *y, int ldy, const uint8_t *qx, size_t rb,
+                                            int k, const uint8_t *wq, const uint16_t *wd,
+                                            int nr, int R, bool acc, bool q4)
+{
+    int G = k / FL_QG;
+    __m512 a[8];
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < R; r++)
+        a[r] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(15);
+    size_t co = (size_t)k + 4 * (size_t)(q4 ? 2 * G : G);
+    for (int g = 0; g < G; g++) {
+        __m512i w[8];
+        fl_qprefetch(wq, wd, g, q4);
+        if (q4) {
+            const uint8_t *blk = wq + (size_t)g * 256;
+            _Pragma("GCC unroll 4")
+            for (int c = 0; c < 4; c++) {
+                __m512i L = _mm512_loadu_si512(blk + c * 64);
+                w[c] = _mm512_and_si512(L, m4);
+                w[c + 4] = _mm512_and_si512(_mm512_srli_epi16(L, 4), m4);
+            }
+        } else {
+            const uint8_t *blk = wq + (size_t)g * 512;
+            _Pragma("GCC unroll 8")
+            for (int s = 0; s < 8; s++)
+                w[s] = _mm512_loadu_si512(blk + s * 64);
+        }
+        __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wd + (size_t)g * FL_QR)));
+        _Pragma("GCC unroll 8")
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = qx + r * rb;
+            __m512i I = _mm512_set1_epi32(fl_ld32(xr + co + 4 * (size_t)g));
+            /* q4's steps 4-7 are the high nibbles: columns 16.. of the group */
+            _Pragma("GCC unroll 8")
+            for (int s = 0; s < 8; s++)
+                I = _mm512_dpbusd_epi32(I, w[s], _mm512_set1_epi32(fl_ld32(xr + g * 32 + s * 4)));
+            __m512 p = _mm512_mul_ps(dw, _mm512_set1_ps(fl_ldf(xr + k + 4 * (size_t)g)));
+            a[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), p, a[r]);
+        }
+    }
+    __mmask16 mk = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
+    _Pragma("GCC unroll 8")
+    for (int r = 0; r < R; r++) {
+        float *yp = y + (size_t)r * ldy;
+        __m512 v = acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(mk, yp), a[r]) : a[r];
+        _mm512_mask_storeu_ps(yp, mk, v);
+    }
+}
+
+FL_QVNNI static FL_INLINE void fl_mm_q_vnni(float *y, int ldy, const void *qx, int m,
+                                            const uint8_t *wq, const uint16_t *wd, int n, int k,
                                             bool acc, bool q4)
 {
-    int j = 0;
-    for (; j + 4 <= n; j += 4) {
+    int G = k / FL_QG;
+    size_t rb = fl_qx_row_bytes(k), tb = (size_t)FL_QR * k / (q4 ? 2 : 1);
+    const uint8_t *x = qx;
+    for (int j = 0; j < n; j += FL_QR) {
+        const uint8_t *wt = wq + (size_t)(j / FL_QR) * tb;
+        const uint16_t *dt = wd + (size_t)(j / FL_QR) * FL_QR * G;
+        int nr = n - j < FL_QR ? n - j : FL_QR;
+        float *yj = y + j;
         int i = 0;
-        for (; i + 4 <= m; i += 4)
-            fl_tile_vnni(y + (size_t)i * ldy + j, ldy, qx + (size_t)i * 2 * k, k, wq, wd, j, 4, 4, acc, q4);
-        for (; i < m; i++)
-            fl_tile_vnni(y + (size_t)i * ldy + j, ldy, qx + (size_t)i * 2 * k, k, wq, wd, j, 1, 4, acc, q4);
+        for (; i + 8 <= m; i += 8)
+            fl_tile_vnni(yj + (size_t)i * ldy, ldy, x + i * rb, rb, k, wt, dt, nr, 8, acc, q4);
+#define FL_QV_TAIL(R) fl_tile_vnni(yj + (size_t)i * ldy, ldy, x + i * rb, rb, k, wt, dt, nr, R, acc, q4)
+        switch (m - i) {
+        case 7: FL_QV_TAIL(7); break;
+        case 6: FL_QV_TAIL(6); break;
+        case 5: FL_QV_TAIL(5); break;
+        case 4: FL_QV_TAIL(4); break;
+        case 3: FL_QV_TAIL(3); break;
+        case 2: FL_QV_TAIL(2); break;
+        case 1: FL_QV_TAIL(1); break;
+        default: break;
+        }
+#undef FL_QV_TAIL
     }
-    for (; j < n; j++)
-        for (int i = 0; i < m; i++)
-            fl_tile_vnni(y + (size_t)i * ldy + j, ldy, qx + (size_t)i * 2 * k, k, wq, wd, j, 1, 1, acc, q4);
 }
 
-FL_QVNNI static void fl_mm_q8_vnni(float *y, int ldy, const int8_t *qx, int m, const int8_t *wq,
+FL_QVNNI static void fl_mm_q8_vnni(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
                                    const uint16_t *wd, int n, int k, bool acc)
 {
     fl_mm_q_vnni(y, ldy, qx, m, wq, wd, n, k, acc, false);
 }
 
-FL_QVNNI static void fl_mm_q4_vnni(float *y, int ldy, const int8_t *qx, int m, const uint8_t *wq,
+FL_QVNNI static void fl_mm_q4_vnni(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
                                    const uint16_t *wd, int n, int k, bool acc)
 {
     fl_mm_q_vnni(y, ldy, qx, m, wq, wd, n, k, acc, true);
@@ -441,14 +608,17 @@ FL_QVNNI static void fl_mm_q4_vnni(float *y, int ldy, const int8_t *qx, int m, c
 void fl_quant_kernels_init(fl_kernels *kk, const char *want)
 {
     kk->qname = "plain C";
+    kk->qx_quantize = fl_qx_quantize;
     kk->mm_q8 = fl_mm_q8_c;
     kk->mm_q4 = fl_mm_q4_c;
     if (!want)
         want = "";
 #ifdef FL_HAVE_X86
     __builtin_cpu_init();
-    if (strcmp(want, "plain") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    if (strcmp(want, "plain") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c")) {
         kk->qname = "AVX2";
+        kk->qx_quantize = fl_qx_quantize_avx2;
         kk->mm_q8 = fl_mm_q8_avx2;
         kk->mm_q4 = fl_mm_q4_avx2;
     }
@@ -456,6 +626,7 @@ void fl_quant_kernels_init(fl_kernels *kk, const char *want)
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512vnni")) {
         kk->qname = "AVX-512 VNNI";
+        kk->qx_quantize = fl_qx_quantize_vnni;
         kk->mm_q8 = fl_mm_q8_vnni;
         kk->mm_q4 = fl_mm_q4_vnni;
     }
