@@ -40,7 +40,14 @@ fail() { echo "image: FAIL: $*" >&2; exit 1; }
 for tool in podman debootstrap node redis-server; do
   command -v "$tool" >/dev/null || fail "no $tool (bash docker/install-deps.sh image test)"
 done
-[ "$(id -u)" = 0 ] || fail "needs root (rootful podman, debootstrap, chroot)"
+# rootful podman, debootstrap and chroot need root: as tests/setup.sh does, a user who is not
+# root goes through sudo (without a password prompt: ctest has no terminal to ask on)
+if [ "$(id -u)" != 0 ]; then
+  sudo -n true 2>/dev/null ||
+    fail "needs root (rootful podman, debootstrap, chroot): run tests/run.sh as root or with passwordless sudo"
+  exec sudo -n --preserve-env=FL_BIN,FL_TESTS_DIR,FL_BUILD_DIR,FL_IMAGE_MODE,FL_IMAGE_KEEP,JOBS,PATH \
+    bash "$0" "$@"
+fi
 
 mnt=""
 binds=()
