@@ -256,3 +256,13 @@ uint64_t fl_model_fingerprint(const fl_model *m)
     }
     return h;
 }
+
+const fl_tensor *fl_model_scales(const fl_model *m, const fl_tensor *t)
+{
+    if (!m || !t || !m->weights || (t->dtype != FL_DT_I8 && t->dtype != FL_DT_U8))
+        return NULL;
+    char name[512];
+    if ((size_t)snprintf(name, sizeof name, "%s_scale", t->name) >= sizeof name)
+        return NULL;
+    return fl_weights_get(m->weights, name);
+}

@@ -44,6 +44,11 @@ typedef struct fl_load_opts {
 int fl_model_load(fl_model **out, const char *dir, const fl_load_opts *opts, fl_err *e);
 void fl_model_free(fl_model *m);
 
+/* The scales of a quantized matrix tensor t (I8 quants of q8, U8 quants of q4, in a
+ * directory `fogline quantize` wrote: engine/qformat.h), the F16 tensor `NAME_scale` for t
+ * named NAME, checked by the loader; NULL when t is a float tensor. */
+const fl_tensor *fl_model_scales(const fl_model *m, const fl_tensor *t);
+
 /* The model's identity for its KV pages: a hash of its shape and, for every weight tensor,
  * its name, dtype, shape and 3 x 256 bytes sampled from its data. Page keys chain from it
  * (persist.h), so two models that share a cache tier (Redis) never read each other's pages.

@@ -1,37 +1,8 @@
-/* quant.h: the CPU backend's quantized weight formats (q8, q4), their quantizers, the
- * repacked layout the integer dot-product kernels (kernels.h mm_q8, mm_q4) read, and the
- * activation quantizer. Private to engine/cpu. The plain layouts below are also the on-disk
- * layout of quantized tensors: each weight matrix is two plain tensors, its quants and its
- * scales; the repacked layout is built from them at load and never leaves memory.
- *
- * A weight matrix W is (n, k) as in nn.Linear; k % 32 == 0 (FL_QG). Groups are 32
- * consecutive weights of a row; G = k / 32 groups per row. A matrix whose k is not a
- * multiple of 32 is not quantized: the caller keeps it in bf16/f32 (or pads k with zero
- * columns in both W and X, which leaves the product unchanged).
- *
- * q8 (8.5 bits per weight), two planes:
- *   scales d: (n, G) f16 bit patterns, d[j*G + g] = scale of group g of row j;
- *   quants q: (n, k) int8, row-major, q[j*k + c]; weight = d * q.
- *   The quantizer writes q in [-127, 127]; readers accept -128.
- * q4 (4.5 bits per weight; llama.cpp's Q4_0 idea, our layout), two planes:
- *   scales d: (n, G) f16, as q8 (d may be negative);
- *   quants q: (n, k/2) bytes; group g of row j is the 16 bytes at q[j*k/2 + g*16]; byte b
- *   of a group holds weight b in its low nibble and weight b + 16 in its high nibble;
- *   weight = d * (nibble - 8).
- * Why two planes rather than interleaved (scale, quants) blocks: a quant row starts at
- * j*k (q8) or j*k/2 (q4), so with k % 32 == 0 every group of quants is 32- (q8) or
- * 16-byte (q4) aligned relative to the plane, and a column range [j0, j0 + n) of the
- * output is two pointer offsets; on disk the planes are an I8/U8 tensor and an F16 tensor
- * whose shapes the loader checks. Why f16 scales: 0.5 bit per weight less than f32 (6% of
- * q8's bytes, 11% of q4's) on kernels bound by weight bytes; the kernels widen them with
- * one instruction. The quantizer rounds a scale's magnitude UP to the next f16, so no
- * weight clips: |x - deq(x)| <= |d| / 2 (q8), see fl_q4_quantize for q4.
- * Range: a group's max |x| must be <= 65504 * 127 (q8) or 65504 * 8 (q4); groups with
- * max |x| below ~7.6e-6 (q8) or ~4.8e-7 (q4) get a subnormal scale: the absolute error
- * bound still holds, relative precision is lower.
- *
- * Quantization is plain C on float32 values (no FMA contraction, no SIMD): the same bytes
- * on every machine and every FL_SIMD level. */
+/* quant.h: the CPU backend's side of the quantized weight formats (q8, q4): the repacked
+ * layout the integer dot-product kernels (kernels.h mm_q8, mm_q4) read, and the activation
+ * quantizer. Private to engine/cpu. The formats as files hold them (the "plain layout"
+ * below: two planes, quants and scales) and their quantizers are engine/qformat.h; the
+ * repacked layout is built from the plain one at load and never leaves memory. */
 #ifndef FL_QUANT_H
 #define FL_QUANT_H
 
@@ -40,23 +11,7 @@
 #include <stdint.h>
 
 #include "fl.h"
-
-#define FL_QG 32 /* weights per group */
-
-/* q8: x (n, k) f32 -> q (n, k) int8 and d (n, k/32) f16. FL_EINVAL with a message when
- * k % 32 != 0, a value is not finite or a group's scale overflows f16; q and d are then
- * partly written. */
-int fl_q8_quantize(int8_t *q, uint16_t *d, const float *x, int n, int k, fl_err *e);
-/* x (n, k) = the weights q, d stand for. */
-void fl_q8_dequantize(float *x, const int8_t *q, const uint16_t *d, int n, int k);
-
-/* q4: x (n, k) f32 -> q (n, k/2) bytes and d (n, k/32) f16. Per group: m = the value of
- * largest magnitude (the first such), d = m / -8 rounded away from zero to f16, nibble =
- * clamp(round(x / d) + 8, 0, 15). So m itself maps to nibble 0 and the 16 levels cover
- * [-8d, 7d]: |x - deq(x)| <= |d| / 2, except values of the sign opposite to m beyond
- * 7.5 |d|, which clip to 7d: error <= |x| - 7 |d| <= |d|. Errors as fl_q8_quantize. */
-int fl_q4_quantize(uint8_t *q, uint16_t *d, const float *x, int n, int k, fl_err *e);
-void fl_q4_dequantize(float *x, const uint8_t *q, const uint16_t *d, int n, int k);
+#include "qformat.h"
 
 /* The repacked layout: what the kernels read. The two-plane layouts above are the file
  * format; fl_q8_repack / fl_q4_repack turn them, once at load, into this backend-internal
