@@ -1219,7 +1219,8 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     }
     {
         /* the memory plan: sizes first, from the same walks that place */
-        fl_wplan_opts po = {FLC_ALIGN, 2, true, true, false};
+        fl_wplan_opts po = {.align = FLC_ALIGN, .mat_elem = 2, .embed = true, .rope = true,
+                            .map = false, .mat_bytes = NULL, .ctx = NULL};
         if ((rc = fl_wplan_build(&c->wplan, m, &po, e)))
             goto fail;
         fl_bump ab = {NULL, 0, FLC_ALIGN};

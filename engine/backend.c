@@ -4,7 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const fl_wformat_names[FL_WEIGHTS_COUNT] = {"auto", "f32", "bf16"};
+static const char *const fl_wformat_names[FL_WEIGHTS_COUNT] = {"auto", "f32", "bf16", "q8",
+                                                                    "q4"};
 
 const char *fl_wformat_name(fl_wformat f)
 {
@@ -33,7 +34,13 @@ fl_wformat fl_wformat_resolve(fl_wformat f, const fl_model *m)
 {
     if (f != FL_WEIGHTS_AUTO)
         return f;
-    if (!m || !m->weights || !m->layers || !fl_is_bf16(m->lm_head) || !fl_is_bf16(m->embed))
+    if (!m || !m->weights || !m->layers || !m->layers[0].wq)
+        return FL_WEIGHTS_F32;
+    if (m->layers[0].wq->dtype == FL_DT_I8) /* a quantized directory (the loader checked it) */
+        return FL_WEIGHTS_Q8;
+    if (m->layers[0].wq->dtype == FL_DT_U8)
+        return FL_WEIGHTS_Q4;
+    if (!fl_is_bf16(m->lm_head) || !fl_is_bf16(m->embed))
         return FL_WEIGHTS_F32;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const fl_layer_w *w = &m->layers[l];

@@ -46,18 +46,23 @@ typedef struct fl_tok_out {
  * lm_head); norms and biases are f32 whatever it is. New formats are appended: callers pass
  * the value through without knowing every one (names and parsing below). */
 typedef enum fl_wformat {
-    FL_WEIGHTS_AUTO = 0, /* bf16 when every matrix in the file is bf16 (exact), else f32 */
+    FL_WEIGHTS_AUTO = 0, /* a quantized directory's format; else bf16 when every matrix in
+                            the file is bf16 (exact), else f32 */
     FL_WEIGHTS_F32,
     FL_WEIGHTS_BF16,     /* half the bytes to stream; exact for bf16 files, rounded for others */
+    FL_WEIGHTS_Q8,       /* engine/qformat.h's q8 (8.5 bits per weight); the embedding and the
+                            LM head q8 too; a matrix whose k % 32 != 0 stays bf16 */
+    FL_WEIGHTS_Q4,       /* q4 (4.5 bits) for the projections; embedding and head q8 */
     FL_WEIGHTS_COUNT
 } fl_wformat;
 
-/* "auto", "f32", "bf16"; "?" for a value out of range. */
+/* "auto", "f32", "bf16", "q8", "q4"; "?" for a value out of range. */
 const char *fl_wformat_name(fl_wformat f);
 /* Parses a name of fl_wformat_name's into *out; FL_EINVAL with a message to put after the
- * flag's name: "must be auto, f32 or bf16, got 'x'". */
+ * flag's name: "must be auto, f32, bf16, q8 or q4, got 'x'". */
 int fl_wformat_parse(const char *s, fl_wformat *out, fl_err *e);
-/* What f means for m: f itself unless FL_WEIGHTS_AUTO, which is FL_WEIGHTS_BF16 when every
+/* What f means for m: f itself unless FL_WEIGHTS_AUTO, which is the format of a quantized
+ * directory's projections (Q8 for I8 quants, Q4 for U8), else FL_WEIGHTS_BF16 when every
  * file tensor the weight plan puts in a matrix slot is BF16, else FL_WEIGHTS_F32. m must
  * have its weights loaded (else F32). */
 fl_wformat fl_wformat_resolve(fl_wformat f, const fl_model *m);
@@ -139,10 +144,11 @@ typedef struct fl_wslot {
     size_t part_elems[FL_WSLOT_PARTS];    /* elements of each src: part k starts at the sum of
                                              the earlier ones */
     size_t rows, cols;        /* shape in elements; a vector has rows 1 */
-    size_t elem;              /* bytes per element */
+    size_t elem;              /* bytes per element; 0 for a matrix in the backend's own
+                                 format (fl_wplan_opts.mat_bytes) */
     size_t off;               /* offset in the arena, a multiple of the alignment */
-    size_t bytes;             /* rows * cols * elem, or 0 when it shares another slot's or
-                                 is mapped */
+    size_t bytes;             /* rows * cols * elem (or mat_bytes' answer), or 0 when it
+                                 shares another slot's or is mapped */
     int shares;               /* -1, or the slot whose memory it is (lm_head tied to the
                                  embedding when the embedding is placed) */
     bool mapped;              /* with fl_wplan_opts.map: src[0] already holds the slot as
@@ -159,6 +165,11 @@ typedef struct fl_wplan_opts {
     bool map;        /* leave one-tensor matrix slots (o, down, embed, lm_head) whose file
                         dtype is the matrices' element (BF16 for 2, F32 for 4) in the file's
                         mapping (fl_wslot.mapped), for a host backend that computes from it */
+    /* NULL, or the bytes a matrix slot of this role and shape takes when the backend holds
+     * it in a format of its own (quantized), 0 when it holds it plainly (rows * cols *
+     * mat_elem, mappable). Then fl_wslot.elem is 0 for such a slot. */
+    size_t (*mat_bytes)(void *ctx, fl_wrole role, size_t rows, size_t cols);
+    void *ctx;
 } fl_wplan_opts;
 
 typedef struct fl_wplan {

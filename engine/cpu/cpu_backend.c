@@ -25,6 +25,8 @@
 #include <unistd.h>
 
 #include "kernels.h"
+#include "model.h"
+#include "quant.h"
 #include "threadpool.h"
 
 #define FL_QTILE FL_QT /* attention query rows per work item: one score tile (kernels.h) */
@@ -69,12 +71,14 @@ typedef struct fl_cpu {
     fl_pool *pool;
     int nt;         /* threads */
     int sgemm_rows; /* projections with at least this many rows use sgemm */
-    bool bf16;      /* weights stored as bf16 */
+    fl_wformat wf;  /* the matrices' format (never AUTO) */
+    bool bf16;      /* plain matrices stored as bf16 (bf16 weights, and q8/q4's fallback) */
     int q_dim, kv_dim, qkv_dim, ib, max_k;
     fl_cpu_layer *layers; /* (n_layers) */
     fl_mat lm_head;       /* (vocab, hidden) */
     float *final_norm;    /* (hidden) */
     const fl_tensor *embed; /* (vocab, hidden) in the file: rows are widened on lookup */
+    const fl_tensor *embed_s; /* its scales when the file holds it quantized, else NULL */
     size_t page_floats;   /* n_layers * 2 * kv_heads * block * head_dim */
     float *kv;            /* (n_pages, page_floats) */
     /* activations, for up to max_tokens rows */
@@ -85,6 +89,8 @@ typedef struct fl_cpu {
     float *gu;   /* (max_tokens, 2 * inter) gate|up, interleaved */
     float *hb;   /* (max_tokens, inter) silu(gate) * up */
     float *rope; /* (max_tokens, head_dim) cos (hd/2) | sin (hd/2) per token */
+    void *qx;    /* (fl_qx_bytes(max_tokens, max_k)) a projection's input rows quantized, when
+                    its weights are q8/q4 (quant.h) */
     double *inv_freq;   /* (head_dim / 2) */
     int32_t *out_rows;  /* (max_tokens) tokens whose outputs are wanted */
     int32_t *item0;     /* (max_tokens + 1) first attention work item of each segment */
@@ -106,66 +112,268 @@ typedef struct fl_cpu {
 typedef struct fl_conv_job {
     fl_cpu *c;
     char *dst;
-    const fl_tensor *t;
+    const fl_tensor *t, *ts; /* ts: t's scales when t is quantized */
     int rows;
     size_t cols;
+    bool bf16;    /* destination element: bf16, else f32 */
     int grp, off; /* grp > 0: source row r goes to (r / grp) * 2 * grp + off + r % grp */
 } fl_conv_job;
 
-static void fl_convert_row(const fl_cpu *c, void *dst, const void *src, fl_dtype dt, size_t n)
+static void fl_convert_row(const fl_cpu *c, void *dst, const fl_conv_job *j, int r)
 {
-    if (!c->bf16) {
-        if (dt == FL_DT_BF16)
-            c->kk.bf16_to_f32(dst, src, (long)n);
-        else
-            fl_to_f32(dst, src, dt, n); /* F32/F16: the loader admits no other dtype */
+    fl_dtype dt = j->t->dtype;
+    size_t n = j->cols;
+    const void *src = (const char *)j->t->data + (size_t)r * n * fl_dtype_size(dt);
+    if (dt == FL_DT_BF16 && j->bf16) {
+        memcpy(dst, src, n * 2);
         return;
     }
-    uint16_t *d = dst;
     if (dt == FL_DT_BF16) {
-        memcpy(d, src, n * 2);
+        c->kk.bf16_to_f32(dst, src, (long)n);
         return;
     }
+    if (!j->bf16 && dt != FL_DT_I8 && dt != FL_DT_U8) {
+        fl_to_f32(dst, src, dt, n); /* F32/F16: the loader admits no other float dtype */
+        return;
+    }
+    /* to bf16, or from quantized rows: through f32, 1024 values (32 groups) at a time */
     float tmp[1024];
     for (size_t i = 0; i < n; i += 1024) {
         size_t len = n - i < 1024 ? n - i : 1024;
-        fl_to_f32(tmp, (const char *)src + i * fl_dtype_size(dt), dt, len);
-        for (size_t j = 0; j < len; j++)
-            d[i + j] = fl_f32_to_bf16(tmp[j]);
+        if (dt == FL_DT_I8 || dt == FL_DT_U8) {
+            size_t G = n / FL_QG, g0 = i / FL_QG;
+            const uint16_t *d = (const uint16_t *)j->ts->data + (size_t)r * G + g0;
+            if (dt == FL_DT_I8)
+                fl_q8_dequantize(tmp, (const int8_t *)j->t->data + (size_t)r * n + i, d, 1,
+                                 (int)len);
+            else
+                fl_q4_dequantize(tmp, (const uint8_t *)j->t->data + ((size_t)r * n + i) / 2, d,
+                                 1, (int)len);
+        } else {
+            fl_to_f32(tmp, (const char *)src + i * fl_dtype_size(dt), dt, len);
+        }
+        if (j->bf16)
+            for (size_t k = 0; k < len; k++)
+                ((uint16_t *)dst)[i + k] = fl_f32_to_bf16(tmp[k]);
+        else
+            memcpy((float *)dst + i, tmp, len * 4);
     }
 }
 
 static void fl_job_convert(void *ctx, int tid, int nt)
 {
     fl_conv_job *j = ctx;
-    size_t es = j->c->bf16 ? 2 : 4, ss = fl_dtype_size(j->t->dtype);
+    size_t es = j->bf16 ? 2 : 4;
     int lo, hi;
     fl_split(j->rows, nt, tid, 1, &lo, &hi);
     for (int r = lo; r < hi; r++) {
         size_t dr = j->grp ? (size_t)(r / j->grp) * 2 * j->grp + j->off + r % j->grp : (size_t)r;
-        fl_convert_row(j->c, j->dst + dr * j->cols * es,
-                       (const char *)j->t->data + (size_t)r * j->cols * ss, j->t->dtype, j->cols);
+        fl_convert_row(j->c, j->dst + dr * j->cols * es, j, r);
     }
 }
 
-/* Converts tensor t, (rows, cols), into dst; grp/off as in fl_conv_job. */
-static int fl_cpu_convert(fl_cpu *c, void *dst, const fl_tensor *t, size_t rows, size_t cols,
-                          int grp, int off, fl_err *e)
+/* Gives back the file pages a conversion faulted in (whole pages inside t only; the page
+ * cache keeps them): the copy is what forwards read, and else they stay in our RSS for
+ * good, the model's size on top of the arena. */
+static void fl_drop_pages(const fl_tensor *t)
 {
-    if (!t || (size_t)t->numel != rows * cols || rows > INT_MAX ||
-        (t->dtype != FL_DT_F32 && t->dtype != FL_DT_BF16 && t->dtype != FL_DT_F16))
-        return fl_err_set(e, FL_EFORMAT, "cpu backend: tensor %s: expected %zu x %zu values of "
-                          "a float type", t ? t->name : "?", rows, cols);
-    fl_conv_job j = {c, dst, t, (int)rows, cols, grp, off};
-    fl_pool_run(c->pool, fl_job_convert, &j);
-    /* the copy is what forwards read: give back the file pages the conversion faulted in
-     * (whole pages inside the tensor only; the page cache keeps them), else they stay in our
-     * RSS for good, the model's size on top of the arena */
+    if (!t)
+        return;
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)t->data + pg - 1) & ~(pg - 1),
               z = ((uintptr_t)t->data + t->nbytes) & ~(pg - 1);
     if (z > a)
         madvise((void *)a, z - a, MADV_DONTNEED);
+}
+
+/* A weight matrix tensor of the file as (rows, cols) logical weights: float, or q8/q4
+ * quants whose scales the loader checked. */
+static int fl_cpu_check_src(const fl_cpu *c, const fl_tensor *t, const fl_tensor *ts,
+                            size_t rows, size_t cols, fl_err *e)
+{
+    bool q = t && (t->dtype == FL_DT_I8 || t->dtype == FL_DT_U8);
+    size_t per = t && t->dtype == FL_DT_U8 ? 2 : 1;
+    if (!t || rows > INT_MAX || (size_t)t->numel * per != rows * cols ||
+        (q ? !ts || cols % FL_QG
+           : t->dtype != FL_DT_F32 && t->dtype != FL_DT_BF16 && t->dtype != FL_DT_F16))
+        return fl_err_set(e, FL_EFORMAT, "cpu backend: tensor %s: expected %zu x %zu weights "
+                          "of a float type or quantized with scales", t ? t->name : "?", rows,
+                          cols);
     return 0;
+}
+
+/* Converts tensor t, (rows, cols), into dst as bf16 or f32; grp/off as in fl_conv_job. */
+static int fl_cpu_convert(fl_cpu *c, void *dst, bool bf16, const fl_tensor *t, size_t rows,
+                          size_t cols, int grp, int off, fl_err *e)
+{
+    const fl_tensor *ts = fl_model_scales(c->base.model, t);
+    int rc = fl_cpu_check_src(c, t, ts, rows, cols, e);
+    if (rc)
+        return rc;
+    fl_conv_job j = {c, dst, t, ts, (int)rows, cols, bf16, grp, off};
+    fl_pool_run(c->pool, fl_job_convert, &j);
+    fl_drop_pages(t);
+    fl_drop_pages(ts);
+    return 0;
+}
+
+/* ---- quantizing at load: a slot's rows, 16 (one tile of quant.h's repacked layout) at a
+ * time, from whatever the file holds, straight into the arena: no f32 copy of the model is
+ * ever held (per thread: one tile's rows as f32 and as plain quants). */
+
+typedef struct fl_qslot_job {
+    fl_cpu *c;
+    const fl_wslot *s;
+    const fl_tensor *ts[FL_WSLOT_PARTS]; /* the parts' scales when quantized */
+    uint8_t *rq;  /* repacked quants */
+    uint16_t *rd; /* repacked scales */
+    bool q4;
+    int grp;      /* gate|up: rows interleaved in groups of grp (0: parts one after another) */
+    atomic_int next, failed;
+    fl_err e;     /* the first failure's message */
+} fl_qslot_job;
+
+/* The file row behind slot row r: its part and row in that part. */
+static void fl_qslot_src(const fl_qslot_job *j, size_t r, int *part, size_t *row)
+{
+    const fl_wslot *s = j->s;
+    if (j->grp) { /* as fl_conv_job: part 0's row i at (i / grp) * 2 grp + i % grp, part 1 + grp */
+        size_t g2 = 2 * (size_t)j->grp, w = r % g2;
+        *part = w < (size_t)j->grp ? 0 : 1;
+        *row = r / g2 * j->grp + w % j->grp;
+        return;
+    }
+    int k = 0;
+    while (k + 1 < FL_WSLOT_PARTS && s->src[k + 1] && r >= s->part_elems[k] / s->cols)
+        r -= s->part_elems[k++] / s->cols;
+    *part = k;
+    *row = r;
+}
+
+static void fl_qslot_fail(fl_qslot_job *j, const fl_err *e)
+{
+    int want = 0;
+    if (atomic_compare_exchange_strong(&j->failed, &want, 1))
+        j->e = *e;
+}
+
+static void fl_job_qslot(void *ctx, int tid, int nt)
+{
+    fl_qslot_job *j = ctx;
+    const fl_wslot *s = j->s;
+    int k = (int)s->cols, G = k / FL_QG;
+    size_t rows = s->rows, tiles = (rows + FL_QR - 1) / FL_QR;
+    float *x = malloc((size_t)FL_QR * k * sizeof *x);          /* (16, k) */
+    uint8_t *q = malloc((size_t)FL_QR * k);                    /* (16, k) q8 or (16, k/2) q4 */
+    uint16_t *d = malloc((size_t)FL_QR * G * sizeof *d);       /* (16, G) */
+    fl_err e = {0};
+    if (!x || !q || !d) {
+        fl_err_set(&e, FL_ENOMEM, "cpu backend: out of memory quantizing %s", s->src[0]->name);
+        fl_qslot_fail(j, &e);
+    }
+    for (size_t t; x && q && d && !atomic_load(&j->failed) &&
+                   (t = (size_t)fl_pool_next(&j->next)) < tiles;) {
+        size_t r0 = t * FL_QR, nr = rows - r0 < FL_QR ? rows - r0 : FL_QR;
+        bool plain = true; /* every row's file tensor already in the slot's format: copy */
+        for (size_t i = 0; i < nr; i++) {
+            int p;
+            size_t row;
+            fl_qslot_src(j, r0 + i, &p, &row);
+            const fl_tensor *src = s->src[p];
+            if (src->dtype == (j->q4 ? FL_DT_U8 : FL_DT_I8)) {
+                size_t qb = j->q4 ? (size_t)k / 2 : (size_t)k;
+                memcpy(q + i * qb, (const uint8_t *)src->data + row * qb, qb);
+                memcpy(d + i * G, (const uint16_t *)j->ts[p]->data + row * G, (size_t)G * 2);
+                continue;
+            }
+            plain = false;
+            if (fl_matrix_rows_f32(x + i * k, src, j->ts[p], row, 1, (size_t)k, &e)) {
+                fl_qslot_fail(j, &e);
+                break;
+            }
+        }
+        if (atomic_load(&j->failed))
+            break;
+        if (!plain) { /* some rows are float: quantize the tile's float rows, keep the others */
+            for (size_t i = 0; i < nr; i++) {
+                int p;
+                size_t row;
+                fl_qslot_src(j, r0 + i, &p, &row);
+                if (s->src[p]->dtype == (j->q4 ? FL_DT_U8 : FL_DT_I8))
+                    continue;
+                int rc = j->q4 ? fl_q4_quantize(q + i * (k / 2), d + i * G, x + i * k, 1, k, &e)
+                               : fl_q8_quantize((int8_t *)q + i * k, d + i * G, x + i * k, 1, k,
+                                                &e);
+                if (rc) {
+                    fl_err why = e;
+                    fl_err_set(&e, rc, "cpu backend: %s row %zu: %s", s->src[p]->name, row,
+                               why.msg);
+                    fl_qslot_fail(j, &e);
+                    break;
+                }
+            }
+            if (atomic_load(&j->failed))
+                break;
+        }
+        if (j->q4)
+            fl_q4_repack(j->rq + r0 * k / 2, j->rd + r0 * G, q, d, (int)nr, k);
+        else
+            fl_q8_repack(j->rq + r0 * k, j->rd + r0 * G, (const int8_t *)q, d, (int)nr, k);
+    }
+    free(x);
+    free(q);
+    free(d);
+}
+
+/* Fills a q8/q4 slot (quant.h's repacked layout at dst: quants, then the scales at the next
+ * 64 bytes) from its file tensors. */
+static int fl_cpu_quantize_slot(fl_cpu *c, const fl_wslot *s, char *dst, bool q4, fl_err *e)
+{
+    fl_qslot_job j = {.c = c, .s = s, .rq = (uint8_t *)dst, .q4 = q4,
+                      .grp = s->role == FL_W_GATE_UP ? c->ib : 0};
+    j.rd = (uint16_t *)(dst + fl_qr_scales_at((int)s->rows, (int)s->cols, q4));
+    for (int k = 0; k < FL_WSLOT_PARTS && s->src[k]; k++) {
+        j.ts[k] = fl_model_scales(c->base.model, s->src[k]);
+        size_t rows = j.grp ? s->rows / 2 : s->part_elems[k] / s->cols;
+        int rc = fl_cpu_check_src(c, s->src[k], j.ts[k], rows, s->cols, e);
+        if (rc)
+            return rc;
+    }
+    atomic_init(&j.next, 0);
+    atomic_init(&j.failed, 0);
+    fl_pool_run(c->pool, fl_job_qslot, &j);
+    if (atomic_load(&j.failed)) {
+        *e = j.e;
+        return e->code ? e->code : FL_EINVAL;
+    }
+    for (int k = 0; k < FL_WSLOT_PARTS && s->src[k]; k++) {
+        fl_drop_pages(s->src[k]);
+        fl_drop_pages(j.ts[k]);
+    }
+    return 0;
+}
+
+/* The format of a matrix slot: plain (f32 or bf16) for f32/bf16 weights; for q8/q4, q8 for
+ * the LM head (its quality: docs/benchmarks.md), the format asked for elsewhere, and bf16
+ * for a matrix whose rows are not whole groups of 32. */
+static fl_mfmt fl_cpu_slot_fmt(const fl_cpu *c, fl_wrole role, size_t cols)
+{
+    if (c->wf != FL_WEIGHTS_Q8 && c->wf != FL_WEIGHTS_Q4)
+        return c->bf16 ? FL_MF_BF16 : FL_MF_F32;
+    if (cols % FL_QG)
+        return FL_MF_BF16;
+    if (role == FL_W_LM_HEAD || role == FL_W_EMBED || c->wf == FL_WEIGHTS_Q8)
+        return FL_MF_Q8;
+    return FL_MF_Q4;
+}
+
+/* fl_wplan_opts.mat_bytes: a q8/q4 slot's quants, then its scales 64-aligned. */
+static size_t fl_cpu_mat_bytes(void *ctx, fl_wrole role, size_t rows, size_t cols)
+{
+    fl_mfmt f = fl_cpu_slot_fmt(ctx, role, cols);
+    if (f != FL_MF_Q8 && f != FL_MF_Q4)
+        return 0;
+    return fl_qr_scales_at((int)rows, (int)cols, f == FL_MF_Q4) +
+           fl_qr_scale_count((int)rows, (int)cols) * 2;
 }
 
 /* Large buffers (weights, KV pool) come from mmap with transparent huge pages requested:
@@ -203,9 +411,25 @@ static int fl_cpu_norm_vec(float **out, float *dst, const fl_tensor *t, size_t n
 static int fl_cpu_fill(fl_cpu *c, const fl_wslot *s, char *dst, fl_err *e)
 {
     fl_cpu_layer *cl = s->layer >= 0 ? &c->layers[s->layer] : NULL;
-    fl_mat mat = {dst, (int)s->rows, (int)s->cols, c->bf16};
-    size_t es = s->elem;
+    bool vec = s->rows == 1 || s->role == FL_W_ROPE;
+    fl_mfmt fmt = vec ? FL_MF_F32 : fl_cpu_slot_fmt(c, s->role, s->cols);
+    fl_mat mat = {dst, NULL, (int)s->rows, (int)s->cols, fmt};
+    bool bf16 = fmt == FL_MF_BF16;
+    size_t es = bf16 ? 2 : 4;
     int rc;
+    if (fl_mat_quantized(&mat)) {
+        bool q4 = fmt == FL_MF_Q4;
+        mat.scales = (const uint16_t *)(dst + fl_qr_scales_at((int)s->rows, (int)s->cols, q4));
+        switch (s->role) {
+        case FL_W_QKV: cl->wqkv = mat; break;
+        case FL_W_O: cl->wo = mat; break;
+        case FL_W_GATE_UP: cl->wgu = mat; break;
+        case FL_W_DOWN: cl->wdown = mat; break;
+        case FL_W_LM_HEAD: c->lm_head = mat; break;
+        default: abort(); /* the embedding is not asked for */
+        }
+        return fl_cpu_quantize_slot(c, s, dst, q4, e);
+    }
     if (s->mapped) { /* the plan checked that the file's tensor is the matrix as we hold it */
         mat.data = s->src[0]->data;
         c->mapped_bytes += s->rows * s->cols * es;
@@ -220,8 +444,8 @@ static int fl_cpu_fill(fl_cpu *c, const fl_wslot *s, char *dst, fl_err *e)
     case FL_W_QKV:
         cl->wqkv = mat;
         for (int k = 0; k < FL_WSLOT_PARTS; k++) {
-            if ((rc = fl_cpu_convert(c, dst, s->src[k], s->part_elems[k] / s->cols, s->cols, 0,
-                                     0, e)))
+            if ((rc = fl_cpu_convert(c, dst, bf16, s->src[k], s->part_elems[k] / s->cols,
+                                     s->cols, 0, 0, e)))
                 return rc;
             dst += s->part_elems[k] * es;
         }
@@ -237,17 +461,17 @@ static int fl_cpu_fill(fl_cpu *c, const fl_wslot *s, char *dst, fl_err *e)
     }
     case FL_W_O:
         cl->wo = mat;
-        return fl_cpu_convert(c, dst, s->src[0], s->rows, s->cols, 0, 0, e);
+        return fl_cpu_convert(c, dst, bf16, s->src[0], s->rows, s->cols, 0, 0, e);
     case FL_W_GATE_UP:
         /* gate|up interleaved in groups of ib rows, so that a thread holding output columns
          * [16g, 16g + 16) has both halves of SwiGLU's inputs for 8 features */
         cl->wgu = mat;
-        if ((rc = fl_cpu_convert(c, dst, s->src[0], s->rows / 2, s->cols, c->ib, 0, e)))
+        if ((rc = fl_cpu_convert(c, dst, bf16, s->src[0], s->rows / 2, s->cols, c->ib, 0, e)))
             return rc;
-        return fl_cpu_convert(c, dst, s->src[1], s->rows / 2, s->cols, c->ib, c->ib, e);
+        return fl_cpu_convert(c, dst, bf16, s->src[1], s->rows / 2, s->cols, c->ib, c->ib, e);
     case FL_W_DOWN:
         cl->wdown = mat;
-        return fl_cpu_convert(c, dst, s->src[0], s->rows, s->cols, 0, 0, e);
+        return fl_cpu_convert(c, dst, bf16, s->src[0], s->rows, s->cols, 0, 0, e);
     case FL_W_ATTN_NORM:
         return fl_cpu_norm_vec(&cl->attn_norm, (float *)dst, s->src[0], s->cols, e);
     case FL_W_MLP_NORM:
@@ -258,7 +482,7 @@ static int fl_cpu_fill(fl_cpu *c, const fl_wslot *s, char *dst, fl_err *e)
         return fl_cpu_norm_vec(&cl->k_norm, (float *)dst, s->src[0], s->cols, e);
     case FL_W_LM_HEAD:
         c->lm_head = mat;
-        return fl_cpu_convert(c, dst, s->src[0], s->rows, s->cols, 0, 0, e);
+        return fl_cpu_convert(c, dst, bf16, s->src[0], s->rows, s->cols, 0, 0, e);
     case FL_W_FINAL_NORM:
         return fl_cpu_norm_vec(&c->final_norm, (float *)dst, s->src[0], s->cols, e);
     default: /* the embedding and the RoPE table are not asked for */
@@ -270,7 +494,9 @@ static int fl_cpu_fill(fl_cpu *c, const fl_wslot *s, char *dst, fl_err *e)
  * cache lines). FL_ENOMEM without a message when the mapping fails. */
 static int fl_cpu_place_weights(fl_cpu *c, const fl_model *m, fl_err *e)
 {
-    fl_wplan_opts po = {.align = 64, .mat_elem = c->bf16 ? 2 : 4, .map = true};
+    bool q = c->wf == FL_WEIGHTS_Q8 || c->wf == FL_WEIGHTS_Q4;
+    fl_wplan_opts po = {.align = 64, .mat_elem = c->bf16 ? 2 : 4, .map = true,
+                        .mat_bytes = q ? fl_cpu_mat_bytes : NULL, .ctx = c};
     fl_wplan p;
     int rc = fl_wplan_build(&p, m, &po, e);
     c->arena_bytes = rc ? 0 : p.bytes;
@@ -296,6 +522,7 @@ typedef struct fl_fwd {
     const float *x;
     int ldx, m;
     const fl_mat *w;
+    const void *qx; /* the projection's input quantized (c->qx) when its weights are q8/q4 */
     bool acc;
     /* attention */
     atomic_int next;
@@ -322,14 +549,43 @@ static void fl_job_matmul(void *ctx, int tid, int nt)
     int chunk = fl_chunk_rows(f->c, f->m);
     for (int lo; (lo = fl_pool_next(&f->next) * chunk) < f->w->rows;) {
         int cnt = f->w->rows - lo < chunk ? f->w->rows - lo : chunk;
-        fl_matmul(&f->c->kk, f->y + lo, f->ldy, f->x, f->ldx, f->m, f->w, lo, cnt, f->acc,
-                  f->c->sgemm_rows, f->c->ts[tid].mm);
+        fl_matmul(&f->c->kk, f->y + lo, f->ldy, f->x, f->ldx, f->qx, f->m, f->w, lo, cnt,
+                  f->acc, f->c->sgemm_rows, f->c->ts[tid].mm);
     }
+}
+
+static void fl_job_qx(void *ctx, int tid, int nt)
+{
+    fl_fwd *f = ctx;
+    int lo, hi, k = f->w->cols;
+    fl_split(f->m, nt, tid, 1, &lo, &hi);
+    if (hi > lo)
+        f->c->kk.qx_quantize((char *)f->c->qx + (size_t)lo * fl_qx_row_bytes(k),
+                             f->x + (size_t)lo * f->ldx, f->ldx, hi - lo, k);
+}
+
+/* Before a projection by w of the m rows of x: with q8/q4 weights, quantizes the rows into
+ * c->qx once for every thread (on the pool when there are many), and points f->qx at it. */
+static void fl_quantize_input(fl_fwd *f, const float *x, int ldx, int m, const fl_mat *w)
+{
+    f->qx = NULL;
+    if (!fl_mat_quantized(w))
+        return;
+    f->x = x;
+    f->ldx = ldx;
+    f->m = m;
+    f->w = w;
+    if ((size_t)m * w->cols >= (size_t)1 << 16)
+        fl_pool_run(f->c->pool, fl_job_qx, f);
+    else
+        f->c->kk.qx_quantize(f->c->qx, x, ldx, m, w->cols);
+    f->qx = f->c->qx;
 }
 
 static void fl_par_matmul(fl_fwd *f, float *y, int ldy, const float *x, int ldx, int m,
                           const fl_mat *w, bool acc)
 {
+    fl_quantize_input(f, x, ldx, m, w);
     f->y = y;
     f->ldy = ldy;
     f->x = x;
@@ -393,11 +649,16 @@ static void fl_job_qkv(void *ctx, int tid, int nt)
     const fl_config *cf = &c->cfg;
     const fl_cpu_layer *cl = &c->layers[f->layer];
     int hd = cf->head_dim, n = f->n, ld = c->qkv_dim;
-    int rows = fl_chunk_rows(c, n), chunk = hd * (rows / hd > 1 ? rows / hd : 1);
+    /* whole heads; with q8/q4, whole tiles of FL_QR rows too */
+    int unit = hd, rows = fl_chunk_rows(c, n);
+    if (fl_mat_quantized(&cl->wqkv))
+        while (unit % FL_QR)
+            unit += hd;
+    int chunk = unit * (rows / unit > 1 ? rows / unit : 1);
     for (int lo; (lo = fl_pool_next(&f->next) * chunk) < c->qkv_dim;) {
         int hi = lo + chunk < c->qkv_dim ? lo + chunk : c->qkv_dim;
-        fl_matmul(&c->kk, c->qkv + lo, ld, c->xb, cf->hidden, n, &cl->wqkv, lo, hi - lo, false,
-                  c->sgemm_rows, c->ts[tid].mm);
+        fl_matmul(&c->kk, c->qkv + lo, ld, c->xb, cf->hidden, f->qx, n, &cl->wqkv, lo, hi - lo,
+                  false, c->sgemm_rows, c->ts[tid].mm);
         fl_qkv_heads(f, cl, lo, hi);
     }
 }
@@ -485,8 +746,8 @@ static void fl_job_mlp_up(void *ctx, int tid, int nt)
     int NI = c->cfg.intermediate, ib = c->ib, n = f->n, chunk = fl_chunk_rows(c, n);
     for (int lo; (lo = fl_pool_next(&f->next) * chunk) < 2 * NI;) {
         int hi = lo + chunk < 2 * NI ? lo + chunk : 2 * NI;
-        fl_matmul(&c->kk, c->gu + lo, 2 * NI, c->xb, c->cfg.hidden, n, &cl->wgu, lo, hi - lo,
-                  false, c->sgemm_rows, c->ts[tid].mm);
+        fl_matmul(&c->kk, c->gu + lo, 2 * NI, c->xb, c->cfg.hidden, f->qx, n, &cl->wgu, lo,
+                  hi - lo, false, c->sgemm_rows, c->ts[tid].mm);
         for (int t = 0; t < n; t++)
             c->kk.swiglu(c->hb + (size_t)t * NI + lo / 2, c->gu + (size_t)t * 2 * NI + lo,
                          (hi - lo) / (2 * ib), ib);
@@ -505,8 +766,8 @@ static void fl_job_head(void *ctx, int tid, int nt)
     float *buf = c->ts[tid].logits;
     for (int ch; (ch = fl_pool_next(&f->next)) * chunk < V;) {
         int v0 = ch * chunk, vn = V - v0 < chunk ? V - v0 : chunk;
-        fl_matmul(&c->kk, buf, chunk, c->xb, H, no, &c->lm_head, v0, vn, false, c->sgemm_rows,
-                  c->ts[tid].mm);
+        fl_matmul(&c->kk, buf, chunk, c->xb, H, f->qx, no, &c->lm_head, v0, vn, false,
+                  c->sgemm_rows, c->ts[tid].mm);
         for (int i = 0; i < no; i++) {
             const float *l = buf + (size_t)i * chunk;
             for (int s0 = 0; s0 < vn; s0 += FL_VCHUNK) { /* statistics per FL_VCHUNK ids */
@@ -553,25 +814,24 @@ static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, fl
         }
     }
     c->item0[bt->n_segs] = items;
-    size_t esz = fl_dtype_size(c->embed->dtype);
-    for (t = 0; t < n; t++) {
-        const char *row = (const char *)c->embed->data + (size_t)bt->tokens[t] * H * esz;
-        if (fl_to_f32(c->x + (size_t)t * H, row, c->embed->dtype, (size_t)H))
-            return fl_err_set(e, FL_EUNSUPPORTED, "forward: embedding dtype %s",
-                              fl_dtype_name(c->embed->dtype));
-    }
+    for (t = 0; t < n; t++)
+        if ((rc = fl_matrix_rows_f32(c->x + (size_t)t * H, c->embed, c->embed_s,
+                                     (size_t)bt->tokens[t], 1, (size_t)H, e)))
+            return rc;
 
     for (int l = 0; l < cf->n_layers; l++) {
         const fl_cpu_layer *cl = &c->layers[l];
         f.layer = l;
         for (t = 0; t < n; t++)
             fl_rmsnorm(c->xb + (size_t)t * H, c->x + (size_t)t * H, cl->attn_norm, H, cf->rms_eps);
+        fl_quantize_input(&f, c->xb, H, n, &cl->wqkv);
         fl_run(&f, fl_job_qkv);
         f.n_items = items;
         fl_run(&f, fl_job_attention);
         fl_par_matmul(&f, c->x, H, c->att, c->q_dim, n, &cl->wo, true);
         for (t = 0; t < n; t++)
             fl_rmsnorm(c->xb + (size_t)t * H, c->x + (size_t)t * H, cl->mlp_norm, H, cf->rms_eps);
+        fl_quantize_input(&f, c->xb, H, n, &cl->wgu);
         fl_run(&f, fl_job_mlp_up);
         fl_par_matmul(&f, c->x, H, c->hb, NI, n, &cl->wdown, true);
     }
@@ -583,6 +843,7 @@ static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, fl
         fl_rmsnorm(c->xb + (size_t)i * H, c->x + (size_t)c->out_rows[i] * H, c->final_norm, H,
                    cf->rms_eps);
     f.n_out = n_out;
+    fl_quantize_input(&f, c->xb, H, n_out, &c->lm_head);
     fl_run(&f, fl_job_head);
     if (out)
         for (int i = 0; i < n_out; i++) {
@@ -633,6 +894,7 @@ static void fl_cpu_destroy(fl_backend *b)
     free(c->gu);
     free(c->hb);
     free(c->rope);
+    free(c->qx);
     free(c->inv_freq);
     free(c->out_rows);
     free(c->item0);
@@ -696,9 +958,10 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
         return fl_err_set(e, FL_EINVAL, "cpu backend: bad options (n_pages %d, max_tokens %d, "
                           "n_threads %d)", o->n_pages, o->max_tokens, o->n_threads);
     fl_wformat wf = fl_wformat_resolve(o->weights, m);
-    if (wf != FL_WEIGHTS_F32 && wf != FL_WEIGHTS_BF16)
+    if (wf <= FL_WEIGHTS_AUTO || wf >= FL_WEIGHTS_COUNT)
         return fl_err_set(e, FL_EUNSUPPORTED, "cpu backend: weights format %d (%s) is not one "
-                          "it holds (f32, bf16)", (int)o->weights, fl_wformat_name(o->weights));
+                          "it holds (f32, bf16, q8, q4)", (int)o->weights,
+                          fl_wformat_name(o->weights));
     if (cf->head_dim % 2 || cf->n_kv_heads <= 0 || cf->n_heads % cf->n_kv_heads ||
         cf->block_size <= 0 || cf->max_pos <= 0)
         return fl_err_set(e, FL_EUNSUPPORTED, "cpu backend: unsupported shape (head_dim %d, "
@@ -710,7 +973,9 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     c->base = (fl_backend){&fl_cpu_ops, m, o->n_pages, o->max_tokens, 0, c, FL_WEIGHTS_F32};
     c->cfg = *cf;
     c->nt = o->n_threads ? o->n_threads : fl_ncpus();
-    c->bf16 = wf == FL_WEIGHTS_BF16;
+    c->wf = wf;
+    /* a plain matrix under q8/q4 (rows not whole groups) is bf16 */
+    c->bf16 = wf != FL_WEIGHTS_F32;
     c->base.weights = wf;
     fl_kernels_init(&c->kk, getenv("FL_SIMD"));
     c->sgemm_rows = fl_env_int("FL_SGEMM_ROWS", fl_default_sgemm_rows(&c->kk));
@@ -724,6 +989,7 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     if (cf->intermediate > c->max_k)
         c->max_k = cf->intermediate;
     c->embed = m->embed;
+    c->embed_s = fl_model_scales(m, m->embed);
     c->page_floats = fl_kv_page_floats(cf);
     c->base.page_bytes = c->page_floats * 4;
     /* all of OpenBLAS's work happens inside our pool threads, one thread each */
@@ -751,6 +1017,8 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     c->gu = malloc(mt * 2 * cf->intermediate * 4);
     c->hb = malloc(mt * cf->intermediate * 4);
     c->rope = malloc(mt * cf->head_dim * 4);
+    if (c->wf == FL_WEIGHTS_Q8 || c->wf == FL_WEIGHTS_Q4)
+        c->qx = malloc(fl_qx_bytes((int)mt, c->max_k));
     c->inv_freq = malloc((size_t)cf->head_dim / 2 * sizeof(double));
     c->out_rows = malloc(mt * sizeof(int32_t));
     c->item0 = malloc((mt + 1) * sizeof(int32_t));
@@ -771,15 +1039,16 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
             goto oom;
     }
     if (!c->kv || !c->x || !c->xb || !c->qkv || !c->att || !c->gu || !c->hb || !c->rope ||
-        !c->inv_freq || !c->out_rows || !c->item0 || !c->seg_tok0 || !c->lse)
+        !c->inv_freq || !c->out_rows || !c->item0 || !c->seg_tok0 || !c->lse ||
+        ((c->wf == FL_WEIGHTS_Q8 || c->wf == FL_WEIGHTS_Q4) && !c->qx))
         goto oom;
     fl_rope_inv_freq(cf, c->inv_freq);
     *out = &c->base;
     return 0;
 oom:
-    fl_err_set(e, FL_ENOMEM, "cpu backend: out of memory (weights %.1f GB as %s, %d KV pages "
-               "of %zu KB)", (double)m->n_params * (c->bf16 ? 2 : 4) / 1e9,
-               c->bf16 ? "bf16" : "f32", o->n_pages, c->base.page_bytes / 1024);
+    fl_err_set(e, FL_ENOMEM, "cpu backend: out of memory (weights %.2f GB as %s, %d KV pages "
+               "of %zu KB)", (double)c->arena_bytes / 1e9, fl_wformat_name(c->wf), o->n_pages,
+               c->base.page_bytes / 1024);
     rc = FL_ENOMEM;
 fail:
     fl_cpu_destroy(&c->base);

@@ -865,13 +865,25 @@ void fl_kernels_init(fl_kernels *k, const char *want)
 
 /* ---------------------------------------------------------------- matmul dispatch */
 
-void fl_matmul(const fl_kernels *kk, float *y, int ldy, const float *x, int ldx, int m,
-               const fl_mat *w, int n0, int n, bool acc, int sgemm_rows, float *scratch)
+void fl_matmul(const fl_kernels *kk, float *y, int ldy, const float *x, int ldx, const void *qx,
+               int m, const fl_mat *w, int n0, int n, bool acc, int sgemm_rows, float *scratch)
 {
     if (m <= 0 || n <= 0)
         return;
     int k = w->cols;
     float *yc = y;
+    if (fl_mat_quantized(w)) {
+        /* 64 rows of X at a time, as below: the chunk's weights stay in L2 */
+        bool q4 = w->fmt == FL_MF_Q4;
+        const uint8_t *wq = (const uint8_t *)w->data + (size_t)n0 * k / (q4 ? 2 : 1);
+        const uint16_t *wd = w->scales + (size_t)n0 * (k / FL_QG);
+        for (int i0 = 0; i0 < m; i0 += 64) {
+            int mb = m - i0 < 64 ? m - i0 : 64;
+            const void *qb = (const char *)qx + (size_t)i0 * fl_qx_row_bytes(k);
+            (q4 ? kk->mm_q4 : kk->mm_q8)(yc + (size_t)i0 * ldy, ldy, qb, mb, wq, wd, n, k, acc);
+        }
+        return;
+    }
     if (m < sgemm_rows) {
         /* 64 rows of X at a time, so X's block and the weight rows stay in L2 however many
          * rows there are (each X block re-reads this call's weight rows, from L2/L3) */
@@ -879,23 +891,28 @@ void fl_matmul(const fl_kernels *kk, float *y, int ldy, const float *x, int ldx,
             int mb = m - i0 < 64 ? m - i0 : 64;
             float *yb = yc + (size_t)i0 * ldy;
             const float *xb = x + (size_t)i0 * ldx;
-            if (w->bf16)
+            if (w->fmt == FL_MF_BF16)
                 kk->mm_bf16(yb, ldy, xb, ldx, mb, (const uint16_t *)w->data + (size_t)n0 * k, n, k, acc);
             else
                 kk->mm_f32(yb, ldy, xb, ldx, mb, (const float *)w->data + (size_t)n0 * k, n, k, acc);
         }
         return;
     }
-    if (!w->bf16) {
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, ldx,
-                    (const float *)w->data + (size_t)n0 * k, k, acc ? 1.0f : 0.0f, yc, ldy);
-        return;
-    }
-    /* bf16 weights: widen a tile of rows at a time; the tile stays in L2 while sgemm uses it */
+    /* A tile of FL_MM_TILE weight rows per sgemm call, f32 weights read in place and bf16
+     * ones widened into scratch (where the tile stays in L2 while sgemm uses it): the same
+     * calls with the same shapes for both, so bf16 weights of a BF16 file give the same bits
+     * as their f32 widening. With whole ranges for f32 they did not on every CPU: OpenBLAS
+     * picks its kernels and blocking by the call's shape (seen on Zen 5, not on Zen 4). */
     for (int t = 0; t < n; t += FL_MM_TILE) {
         int nt = n - t < FL_MM_TILE ? n - t : FL_MM_TILE;
-        kk->bf16_to_f32(scratch, (const uint16_t *)w->data + (size_t)(n0 + t) * k, (long)nt * k);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nt, k, 1.0f, x, ldx, scratch, k,
+        const float *wt = (const float *)w->data + (size_t)(n0 + t) * k;
+        if (w->fmt == FL_MF_BF16) {
+            kk->bf16_to_f32(scratch, (const uint16_t *)w->data + (size_t)(n0 + t) * k,
+                            (long)nt * k);
+            wt = scratch;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, nt, k, 1.0f, x, ldx, wt, k,
                     acc ? 1.0f : 0.0f, yc + t, ldy);
     }
 }
+

@@ -18,12 +18,23 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The storage format of one weight matrix. */
+typedef enum fl_mfmt {
+    FL_MF_F32,
+    FL_MF_BF16, /* bf16 bit patterns */
+    FL_MF_Q8,   /* quant.h's repacked q8 */
+    FL_MF_Q4,   /* quant.h's repacked q4 */
+} fl_mfmt;
+
 /* A weight matrix in the backend's storage format. */
 typedef struct fl_mat {
-    const void *data; /* (rows, cols) f32, or bf16 bit patterns when bf16 */
+    const void *data;       /* (rows, cols) f32 or bf16; q8/q4: the repacked quants */
+    const uint16_t *scales; /* q8/q4: the repacked f16 scales; else NULL */
     int rows, cols;
-    bool bf16;
+    fl_mfmt fmt;
 } fl_mat;
+
+static inline bool fl_mat_quantized(const fl_mat *w) { return w->fmt == FL_MF_Q8 || w->fmt == FL_MF_Q4; }
 
 /* Softmax statistics of one row of logits, accumulated over chunks of the vocabulary:
  * the max, sums of e^u and e^u * u with u = l - max (rescaled when the max moves), and the
@@ -89,12 +100,16 @@ typedef struct fl_kernels {
  * AVX2. */
 void fl_kernels_init(fl_kernels *k, const char *want);
 
-/* Columns [n0, n0 + n) of Y (m, w->rows) (= or += when acc) X (m, k) * W^T, on one thread:
- * sgemm when m >= sgemm_rows, else the streaming kernel. y points at Y[0][n0], row stride
- * ldy. scratch: (FL_MM_TILE * k) floats, to widen bf16 weights for sgemm. */
+/* Columns [n0, n0 + n) of Y (m, w->rows) (= or += when acc) X (m, k) * W^T, on one thread.
+ * f32/bf16 weights: sgemm when m >= sgemm_rows, else the streaming kernel; x is read, qx
+ * not. q8/q4 weights: the integer kernels at every m (one exact arithmetic, so a row's
+ * result never depends on the others), reading qx, X's rows quantized by kk->qx_quantize
+ * (quant.h; fl_qx_row_bytes(k) per row), not x; n0 % FL_QR == 0 and n0 + n is a multiple
+ * of FL_QR or w->rows. y points at Y[0][n0], row stride ldy. scratch: (FL_MM_TILE * k)
+ * floats, to widen bf16 weights for sgemm. */
 #define FL_MM_TILE 256
-void fl_matmul(const fl_kernels *kk, float *y, int ldy, const float *x, int ldx, int m,
-               const fl_mat *w, int n0, int n, bool acc, int sgemm_rows, float *scratch);
+void fl_matmul(const fl_kernels *kk, float *y, int ldy, const float *x, int ldx, const void *qx,
+               int m, const fl_mat *w, int n0, int n, bool acc, int sgemm_rows, float *scratch);
 
 /* Splits [0, n) into nt near-equal parts aligned to `align`; part t is [*lo, *hi). */
 void fl_split(int n, int nt, int t, int align, int *lo, int *hi);

@@ -42,6 +42,12 @@ static inline int fl_qr_rows(int n) { return (n + FL_QR - 1) / FL_QR * FL_QR; }
  * its scales are fl_qr_rows(n) * (k / 32) f16. */
 size_t fl_qr_quant_bytes(int n, int k, bool q4);
 size_t fl_qr_scale_count(int n, int k);
+/* Where a matrix's repacked scales start when they follow its quants in one block: the
+ * quants' bytes rounded up to 64. */
+static inline size_t fl_qr_scales_at(int n, int k, bool q4)
+{
+    return (fl_qr_quant_bytes(n, k, q4) + 63) & ~(size_t)63;
+}
 /* Plain two-plane (q, d) -> repacked (rq, rd). k % 32 == 0 (the loader checked it). */
 void fl_q8_repack(uint8_t *rq, uint16_t *rd, const int8_t *q, const uint16_t *d, int n, int k);
 void fl_q4_repack(uint8_t *rq, uint16_t *rd, const uint8_t *q, const uint16_t *d, int n, int k);

@@ -47,7 +47,11 @@ typedef struct fl_ours {
     double ms[FL_MAX_BLOCKS];
     double create_ms, prefill_ms; /* backend create; the first forward (the ctx prefill) */
     size_t wbytes;                /* weight bytes streamed per step */
-    long rss_kb, hwm_kb;          /* VmRSS after create; VmHWM after the run */
+    size_t kv_bytes;              /* the KV pool */
+    long rss0_kb;                 /* VmRSS before create (the process without this backend) */
+    long rss_kb, hwm_kb;          /* VmRSS after create; VmHWM after the run (reset before
+                                     create where the kernel allows it, else the process's) */
+    bool hwm_reset;
 } fl_ours;
 
 /* A field of /proc/self/status in kB, -1 when unknown. */
@@ -130,8 +134,9 @@ static void usage(FILE *f)
             "threads, OpenBLAS sgemm at the same shapes, and the bandwidth floor.\n"
             "  --threads N       compute threads for us, torch and sgemm (default: all cores)\n"
             "  --weights LIST    our weights' formats, timed one after the other in one run:\n"
-            "                    auto | f32 | bf16, or a comma list (f32,bf16); default auto\n"
-            "                    (bf16 for a bf16 file, else f32); --bf16 is --weights bf16\n"
+            "                    auto | f32 | bf16 | q8 | q4, or a comma list (f32,bf16,q8,q4);\n"
+            "                    default auto (a quantized directory's format, bf16 for a bf16\n"
+            "                    file, else f32); --bf16 is --weights bf16\n"
             "  --ref-script PATH tests/reference/bench_forward.py (default: found from the binary)\n"
             "  --python PATH     interpreter for it (default /usr/bin/python3)\n"
             "  --no-ref          skip the reference\n"
@@ -359,6 +364,12 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_wformat w
                          .max_tokens = a->ctx > maxb ? a->ctx : maxb, .weights = wf};
     fl_backend *b;
     char chosen[700];
+    /* the peak RSS of this backend alone: /proc/self/clear_refs "5" resets VmHWM */
+    FILE *cr = fopen("/proc/self/clear_refs", "w");
+    res->hwm_reset = cr && fputs("5", cr) >= 0;
+    if (cr && fclose(cr))
+        res->hwm_reset = false;
+    res->rss0_kb = fl_status_kb("VmRSS");
     double c0 = fl_now();
     int rc = fl_backend_open(&b, m, &o, a->device, chosen, sizeof chosen, e);
     if (rc)
@@ -368,7 +379,12 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_wformat w
     res->held = b->weights;
     printf("backend (--weights %s): %s\n", fl_wformat_name(wf), chosen);
     double proj = fl_proj_flops(cf, 1) / 2; /* weights per row of the step */
-    *wbytes = (size_t)(proj * (b->weights == FL_WEIGHTS_BF16 ? 2 : 4));
+    size_t arena = 0, mapped = 0;
+    if (fl_cpu_weight_bytes(b, &arena, &mapped) == 0)
+        *wbytes = arena + mapped; /* every byte a step reads: the embedding is in neither */
+    else
+        *wbytes = (size_t)(proj * (b->weights == FL_WEIGHTS_BF16 ? 2 : 4));
+    res->kv_bytes = (size_t)b->n_pages * b->page_bytes;
     int32_t *pages = malloc((size_t)(ctx_pages + 1) * sizeof *pages);
     int32_t *tok = malloc((size_t)o.max_tokens * sizeof *tok);
     fl_tok_out *out = malloc((size_t)o.max_tokens * sizeof *out);
@@ -534,11 +550,27 @@ int fl_bench_forward(int argc, char **argv)
     printf("ours: %d threads, %s kernels, ctx %d, median of %d steps; model load %.0f ms\n",
            a.threads, fl_cpu_kernels_name(), a.ctx, a.steps, load_ms);
     for (int f = 0; f < a.n_formats; f++)
-        printf("ours --weights %s: %s weights (%.2f GB streamed per step); backend create %.0f ms, "
-               "first forward (prefill) %.0f ms; VmRSS after create %.0f MB, VmHWM after the run "
-               "%.0f MB%s\n", fl_wformat_name(a.formats[f]), fl_wformat_name(ours[f].held),
-               ours[f].wbytes / 1e9, ours[f].create_ms, ours[f].prefill_ms, ours[f].rss_kb / 1024.0,
-               ours[f].hwm_kb / 1024.0, f ? " (peak of the whole process so far)" : "");
+        printf("ours --weights %s: %s weights (%.2f GB streamed per step); ready to serve (model "
+               "load + backend create) %.0f ms, first forward (prefill) %.0f ms\n",
+               fl_wformat_name(a.formats[f]), fl_wformat_name(ours[f].held), ours[f].wbytes / 1e9,
+               load_ms + ours[f].create_ms, ours[f].prefill_ms);
+    printf("\nmemory (MB): weights = bytes a step streams (the embedding is read from the file "
+           "by row); rss = VmRSS after create less VmRSS before it; peak = VmHWM during create "
+           "and the run less VmRSS before it\n");
+    printf("%7s %9s %9s %9s %9s %20s %9s\n", "weights", "weights", "KV pool", "rss", "peak",
+           "rss/(weights+KV)", "peak/rss");
+    for (int f = 0; f < a.n_formats; f++) {
+        const fl_ours *o = &ours[f];
+        double w = o->wbytes / 1048576.0, kv = o->kv_bytes / 1048576.0;
+        double rss = (o->rss_kb - o->rss0_kb) / 1024.0, peak = (o->hwm_kb - o->rss0_kb) / 1024.0;
+        char pk[32] = "n/a", pr[32] = "n/a"; /* no peak where VmHWM could not be reset */
+        if (o->hwm_reset) {
+            snprintf(pk, sizeof pk, "%.0f", peak);
+            snprintf(pr, sizeof pr, "%.2fx", peak / rss);
+        }
+        printf("%7s %9.0f %9.0f %9.0f %9s %19.2fx %9s\n", fl_wformat_name(o->held), w, kv, rss,
+               pk, rss / (w + kv), pr);
+    }
     printf("%s\n", ref_note);
     printf("machine: OpenBLAS sgemm (%s kernels) with %d threads at the same shapes (M = block "
            "rows, weights from DRAM); read bandwidth %.1f GB/s; load average %.2f -> %.2f\n",

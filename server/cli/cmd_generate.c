@@ -120,8 +120,9 @@ static void usage(FILE *f)
                "  --threads N          compute threads (default: all cores)\n"
                "  --device D           auto (the GPU when one is usable) | cpu | cuda\n"
                "                       (default: $FOGLINE_DEVICE or auto)\n"
-               "  --weights F          auto (bf16 when the file's weights are, else f32) | f32 | bf16\n"
-               "                       (default: $FOGLINE_WEIGHTS or auto)\n"
+               "  --weights F          auto (a quantized directory's format, bf16 when the file's\n"
+               "                       weights are, else f32) | f32 | bf16 | q8 | q4 (CPU: 8- or\n"
+               "                       4-bit, quantized at load) (default: $FOGLINE_WEIGHTS or auto)\n"
                "  --chat-template K    override the template: chatml | qwen3 | fogline\n"
                "  --no-thinking        Qwen3 templates: enable_thinking=false (the empty think block)\n"
                "  --enable-thinking    Qwen3 templates: enable_thinking=true (the template's default)\n");

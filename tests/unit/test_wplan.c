@@ -64,9 +64,9 @@ static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 static void check_plan(const fl_model *m, bool qwen2, bool tie, const fl_wplan_opts *o)
 {
     char tag[96];
-    snprintf(tag, sizeof tag, "%s%s align %zu elem %zu%s%s%s", qwen2 ? "qwen2" : "qwen3",
+    snprintf(tag, sizeof tag, "%s%s align %zu elem %zu%s%s%s%s", qwen2 ? "qwen2" : "qwen3",
              tie ? " tied" : "", o->align, o->mat_elem, o->embed ? " embed" : "",
-             o->rope ? " rope" : "", o->map ? " map" : "");
+             o->rope ? " rope" : "", o->map ? " map" : "", o->mat_bytes ? " own-format" : "");
     fl_err e = {0};
     fl_wplan p;
     int rc = fl_wplan_build(&p, m, o, &e);
@@ -87,7 +87,8 @@ static void check_plan(const fl_model *m, bool qwen2, bool tie, const fl_wplan_o
               "%zu x %zu", tag, i, s->rows, s->cols, w[i].rows, w[i].cols);
         bool mat = s->role == FL_W_QKV || s->role == FL_W_O || s->role == FL_W_GATE_UP ||
                    s->role == FL_W_DOWN || s->role == FL_W_EMBED || s->role == FL_W_LM_HEAD;
-        size_t el = mat ? o->mat_elem : s->role == FL_W_ROPE ? sizeof(double) : 4;
+        size_t own = mat && o->mat_bytes ? o->mat_bytes(o->ctx, s->role, s->rows, s->cols) : 0;
+        size_t el = own ? 0 : mat ? o->mat_elem : s->role == FL_W_ROPE ? sizeof(double) : 4;
         CHECK(s->elem == el, "%s: slot %d: element %zu bytes, want %zu", tag, i, s->elem, el);
         size_t parts = 0;
         for (int k = 0; k < FL_WSLOT_PARTS; k++) {
@@ -112,7 +113,7 @@ static void check_plan(const fl_model *m, bool qwen2, bool tie, const fl_wplan_o
             embed = i;
         bool one = s->role == FL_W_O || s->role == FL_W_DOWN || s->role == FL_W_EMBED ||
                    s->role == FL_W_LM_HEAD;
-        bool map = o->map && one && o->mat_elem == 4; /* the kit's tensors are F32 */
+        bool map = o->map && one && !own && o->mat_elem == 4; /* the kit's tensors are F32 */
         CHECK(s->mapped == map, "%s: slot %d (role %d) mapped %d, want %d", tag, i, (int)s->role,
               s->mapped, map);
         if (s->role == FL_W_LM_HEAD && tie && o->embed) {
@@ -127,8 +128,8 @@ static void check_plan(const fl_model *m, bool qwen2, bool tie, const fl_wplan_o
                   i, s->bytes, s->off);
             continue;
         }
-        CHECK(s->bytes == s->rows * s->cols * s->elem, "%s: slot %d: %zu bytes", tag, i,
-              s->bytes);
+        CHECK(s->bytes == (own ? own : s->rows * s->cols * s->elem), "%s: slot %d: %zu bytes",
+              tag, i, s->bytes);
         /* after the previous one, no overlap, no gap beyond the alignment */
         CHECK(s->off == round_up(end, o->align), "%s: slot %d at %zu, previous ends at %zu", tag,
               i, s->off, end);
@@ -144,8 +145,9 @@ static void check_bad(const fl_model *m, const fl_model *no_weights)
 {
     fl_wplan p;
     fl_err e = {0};
-    const fl_wplan_opts bad[] = {{0, 4, false, false, false}, {48, 4, false, false, false},
-                                 {64, 3, false, false, true}, {64, 8, false, false, false}};
+    const fl_wplan_opts bad[] = {{.align = 0, .mat_elem = 4}, {.align = 48, .mat_elem = 4},
+                                 {.align = 64, .mat_elem = 3, .map = true},
+                                 {.align = 64, .mat_elem = 8}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         e = (fl_err){0};
         int rc = fl_wplan_build(&p, m, &bad[i], &e);
@@ -155,7 +157,7 @@ static void check_bad(const fl_model *m, const fl_model *no_weights)
         fl_wplan_free(&p);
     }
     e = (fl_err){0};
-    fl_wplan_opts ok = {64, 4, false, false, false};
+    fl_wplan_opts ok = {.align = 64, .mat_elem = 4};
     int rc = fl_wplan_build(&p, no_weights, &ok, &e);
     CHECK(rc == FL_EINVAL && tk_has(e.msg, "without weights"), "no weights: %d %s", rc, e.msg);
     fl_wplan_free(&p);
@@ -176,17 +178,27 @@ static void check_bump(void)
           y - arena, z - arena);
 }
 
+/* A backend format of its own for every matrix but o: an odd size, so the alignment shows. */
+static size_t own_bytes(void *ctx, fl_wrole role, size_t rows, size_t cols)
+{
+    return role == FL_W_O ? 0 : rows * cols + 7;
+}
+
 int main(void)
 {
     check_bump();
     char dir[TK_PATH];
     const fl_wplan_opts opts[] = {
-        {64, 4, false, false, true},  /* CPU, f32 weights */
-        {64, 2, false, false, true},  /* CPU, bf16 weights */
-        {64, 4, false, false, false},
-        {256, 2, true, true, false},  /* CUDA */
-        {128, 4, true, false, false},
-        {128, 4, true, false, true},  /* a mapped embedding shared by the tied head */
+        {.align = 64, .mat_elem = 4, .map = true}, /* CPU, f32 weights */
+        {.align = 64, .mat_elem = 2, .map = true}, /* CPU, bf16 weights */
+        {.align = 64, .mat_elem = 4},
+        {.align = 256, .mat_elem = 2, .embed = true, .rope = true}, /* CUDA */
+        {.align = 128, .mat_elem = 4, .embed = true},
+        {.align = 128, .mat_elem = 4, .embed = true, .map = true}, /* a mapped embedding
+                                                                       shared by the tied head */
+        /* CPU, quantized: matrices in its own format (o stays plain, and mapped) */
+        {.align = 64, .mat_elem = 4, .map = true, .mat_bytes = own_bytes},
+        {.align = 128, .mat_elem = 2, .embed = true, .map = true, .mat_bytes = own_bytes},
     };
     for (int qwen2 = 0; qwen2 < 2; qwen2++)
         for (int tie = 0; tie < 2; tie++) {
