@@ -15,6 +15,8 @@ FILEs are raw little-endian float32:
   kv     (n_layers, 2, kv_heads, T, head_dim)      each layer's K (after norm and RoPE) and V
   top    (T, 3)                                    argmax id, its softmax prob, entropy (nats),
                                                    from the logits in float64
+and "quant": {"q8": FILE, "q4": FILE}: sequence 0's logits (T, vocab), one full forward, with
+q8 and q4 weights as tests/reference/quant_ref.py computes them from their specification.
 
 The C test runs each sequence through the paged engine in pieces (prefill, then decode
 blocks against the cache; several sequences packed in one batch) and compares with these:
@@ -34,6 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import fogline_ref as ref  # noqa: E402
 import make_random_model as mrm  # noqa: E402
+import quant_ref  # noqa: E402
 
 # Sequences: (length in blocks of B, split in tokens as (blocks, extra) or None). The C
 # test's schedules index these (see test_forward.c). A split sequence is computed by the
@@ -135,9 +138,16 @@ def main():
                 seqs.append({"tokens": ids.tolist(), "split": split and at,
                              "logits": base + "_logits.bin",
                              "kv": base + "_kv.bin", "top": base + "_top.bin"})
+        quant = {}
+        with torch.no_grad():
+            for bits in (8, 4):
+                qm = quant_ref.quantize_model(ref.load_model(d), bits)
+                ql, _ = qm(torch.tensor(seqs[0]["tokens"])[None], pos0=0)
+                quant["q%d" % bits] = "seq0_logits_q%d.bin" % bits
+                write_f32(os.path.join(d, quant["q%d" % bits]), ql[0])
         info = {"name": name, "layout": layout, "dtype": dtype, "tie": tie, "block": B,
                 "vocab": c.vocab, "n_layers": c.n_layers, "n_kv_heads": c.n_kv_heads,
-                "head_dim": c.head_dim, "seqs": seqs}
+                "head_dim": c.head_dim, "seqs": seqs, "quant": quant}
         with open(os.path.join(d, "ref.json"), "w") as f:
             json.dump(info, f)
         names.append(name)
