@@ -93,7 +93,8 @@ void fl_bench_items_free(fl_bench_item *items, int n)
 }
 
 int fl_bench_env_open(fl_bench_env *env, const char *who, const char *model_dir, const char *file,
-                      int n, int conc, int max_tokens, int threads, const char *device)
+                      int n, int conc, int max_tokens, int threads, const char *device,
+                      fl_wformat weights)
 {
     memset(env, 0, sizeof *env);
     fl_err e = {0};
@@ -110,7 +111,8 @@ int fl_bench_env_open(fl_bench_env *env, const char *who, const char *model_dir,
     int32_t B = env->m->cfg.block_size;
     int32_t per_seq = (int32_t)(env->max_prompt + (size_t)max_tokens) / B + 8;
     fl_backend_opts bo = {.n_pages = per_seq * conc + 16, .n_threads = threads,
-                          .max_tokens = conc * (int32_t)(env->max_prompt + 8 * (size_t)B)};
+                          .max_tokens = conc * (int32_t)(env->max_prompt + 8 * (size_t)B),
+                          .weights = weights};
     if (fl_backend_open(&env->b, env->m, &bo, device, env->chosen, sizeof env->chosen, &e)) {
         fprintf(stderr, "fogline bench %s: %s\n", who, e.msg);
         fl_bench_env_close(env);
@@ -125,6 +127,35 @@ void fl_bench_env_close(fl_bench_env *env)
     fl_backend_destroy(env->b);
     fl_model_free(env->m);
     memset(env, 0, sizeof *env);
+}
+
+int fl_bench_formats(const char *list, fl_wformat *out, int cap, char *err, size_t err_cap)
+{
+    int n = 0;
+    for (const char *s = list;;) {
+        size_t len = strcspn(s, ",");
+        char name[32];
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), s);
+        fl_err e = {0};
+        fl_wformat f;
+        if (fl_wformat_parse(name, &f, &e)) {
+            snprintf(err, err_cap, "--weights %.100s (in the list '%.60s')", e.msg, list);
+            return -1;
+        }
+        for (int i = 0; i < n; i++)
+            if (out[i] == f) {
+                snprintf(err, err_cap, "--weights lists '%s' twice", name);
+                return -1;
+            }
+        if (n == cap) {
+            snprintf(err, err_cap, "--weights lists more than %d formats", cap);
+            return -1;
+        }
+        out[n++] = f;
+        if (!s[len])
+            return n;
+        s += len + 1;
+    }
 }
 
 int fl_bench_device_arg(const char *who, const char *arg, const char **device)

@@ -43,12 +43,17 @@ typedef struct fl_bench_env {
 /* Loads model_dir and at most n items of file, and opens `device`. 0, or 1 after printing
  * "fogline bench WHO: <why>" to stderr (nothing left open). */
 int fl_bench_env_open(fl_bench_env *env, const char *who, const char *model_dir, const char *file,
-                      int n, int conc, int max_tokens, int threads, const char *device);
+                      int n, int conc, int max_tokens, int threads, const char *device,
+                      fl_wformat weights);
 void fl_bench_env_close(fl_bench_env *env);
 
 /* --device's value: sets *device, or prints "fogline bench <who>: --device must be ..." and
  * returns 2 (the usage exit status). */
 int fl_bench_device_arg(const char *who, const char *arg, const char **device);
+
+/* "f32,bf16": a comma list of fl_wformat names, each once at most, into out (cap at least
+ * FL_WEIGHTS_COUNT); the count, or -1 with a message in err ("--weights ..."). */
+int fl_bench_formats(const char *list, fl_wformat *out, int cap, char *err, size_t err_cap);
 
 /* Renders msgs with the model's chat template (generation prompt added) and tokenizes them. */
 int fl_bench_encode(const fl_model *m, const fl_chat_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,

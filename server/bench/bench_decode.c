@@ -4,7 +4,10 @@
  *   2 + decode-store overlap   3 + multi-block pipelining   4 + asynchronous persistence
  *   5 row 4 at 1, 4 and 16 concurrent sequences
  * Columns: TPF, forwards per block, tokens/s, the compute thread's persistence wait, exact match
- * against the reference replies in the prompts file. */
+ * against the reference replies in the prompts file.
+ * With --weights LIST, instead: row 4's settings at 1 and 16 concurrent sequences for each
+ * weights format (f32, bf16, q8, q4), one backend at a time: what quantization costs in exact
+ * match and TPF, and buys in tokens/s. */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -111,10 +114,50 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: fogline bench decode [--model DIR] [--prompts FILE] [--n N] [--max-tokens N]\n"
                "                            [--threads N] [--tier-dir DIR] [--no-fsync]\n"
-               "                            [--device cpu|cuda|auto]\n\n"
+               "                            [--device cpu|cuda|auto] [--weights LIST]\n\n"
                "FILE: a JSON array of {\"messages\": [...], \"reply\": \"reference reply\"}\n"
                "(default: tests/data/helpdesk_heldout.json of the default model).\n"
-               "--device: the backend (default cpu; auto: the GPU when one is usable).\n");
+               "--device: the backend (default cpu; auto: the GPU when one is usable).\n"
+               "--weights: a comma list of formats (auto, f32, bf16, q8, q4): instead of the\n"
+               "techniques' table, row 4 (all of them) for each format, one after another.\n");
+}
+
+#define TABLE_HEAD                                                                                 \
+    "| %-34s | conc |    TPF | fwd/blk | tokens/s | forwards | wait (ms) | exact  |\n"           \
+    "|------------------------------------|------|--------|---------|----------|----------|-----------|--------|\n"
+
+/* --weights: row 4 at 1 and 16 sequences per format, a fresh model and backend for each. */
+static int weights_table(const char *model_dir, const char *prompts, int n, int max_tokens,
+                         int threads, const char *device, const char *tier_dir, bool fsync_tier,
+                         const fl_wformat *formats, int n_formats)
+{
+    char tmpdir[] = "/tmp/fogline-bench-tier-XXXXXX";
+    if (!tier_dir && !(tier_dir = mkdtemp(tmpdir))) {
+        fprintf(stderr, "fogline bench decode: cannot make a temporary tier directory\n");
+        return 1;
+    }
+    int rc = 0;
+    for (int f = 0; f < n_formats && !rc; f++) {
+        fl_bench_env env;
+        if (fl_bench_env_open(&env, "decode", model_dir, prompts, n, 16, max_tokens, threads,
+                              device, formats[f]))
+            return 1;
+        if (f == 0)
+            printf("fogline bench decode: %s, %d prompts, max_tokens %d, block %d, row 4's "
+                   "settings (overlap, pipelining, async persistence, threshold 0.9) per weights "
+                   "format\n\n" TABLE_HEAD, model_dir, env.n, max_tokens,
+                   env.m->cfg.block_size, "weights (backend holds)");
+        char name[40];
+        snprintf(name, sizeof name, "%s (%s)", fl_wformat_name(formats[f]),
+                 fl_wformat_name(env.b->weights));
+        for (int conc = 1; conc <= 16 && !rc; conc *= 16) {
+            row rw = {name, true, true, true, conc};
+            rc = run_row(env.m, env.b, &rw, env.items, env.n, max_tokens, tier_dir, threads,
+                         fsync_tier);
+        }
+        fl_bench_env_close(&env);
+    }
+    return rc;
 }
 
 int fl_bench_decode(int argc, char **argv)
@@ -128,7 +171,11 @@ int fl_bench_decode(int argc, char **argv)
                             {"n", required_argument, 0, 'n'},     {"max-tokens", required_argument, 0, 't'},
                             {"threads", required_argument, 0, 'j'}, {"tier-dir", required_argument, 0, 'd'},
                             {"no-fsync", no_argument, 0, 'F'},    {"help", no_argument, 0, 'h'},
-                            {"device", required_argument, 0, 'D'}, {0, 0, 0, 0}};
+                            {"device", required_argument, 0, 'D'},
+                            {"weights", required_argument, 0, 'W'}, {0, 0, 0, 0}};
+    fl_wformat formats[FL_WEIGHTS_COUNT];
+    int n_formats = 0;
+    char ferr[200];
     optind = 1;
     opterr = 0;
     int c;
@@ -145,6 +192,13 @@ int fl_bench_decode(int argc, char **argv)
             if (fl_bench_device_arg("decode", optarg, &device))
                 return 2;
             break;
+        case 'W':
+            if ((n_formats = fl_bench_formats(optarg, formats, FL_WEIGHTS_COUNT, ferr,
+                                              sizeof ferr)) < 0) {
+                fprintf(stderr, "fogline bench decode: %s\n", ferr);
+                return 2;
+            }
+            break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "fogline bench decode: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -157,8 +211,12 @@ int fl_bench_decode(int argc, char **argv)
     }
     if (!model_dir)
         model_dir = FL_DEFAULT_MODEL_DIR;
+    if (n_formats)
+        return weights_table(model_dir, prompts, n, max_tokens, threads, device, tier_dir,
+                             fsync_tier, formats, n_formats);
     fl_bench_env env;
-    if (fl_bench_env_open(&env, "decode", model_dir, prompts, n, 16, max_tokens, threads, device))
+    if (fl_bench_env_open(&env, "decode", model_dir, prompts, n, 16, max_tokens, threads, device,
+                          FL_WEIGHTS_AUTO))
         return 1;
     const fl_model *m = env.m;
     fl_backend *b = env.b;
@@ -177,8 +235,7 @@ int fl_bench_decode(int argc, char **argv)
     printf("fogline bench decode: %s, %d prompts, max_tokens %d, block %d, tier %s (%s)\n"
            "backend: %s\n\n",
            model_dir, n, max_tokens, B, tier_dir, fsync_tier ? "fsync per page" : "no fsync", env.chosen);
-    printf("| %-34s | conc |    TPF | fwd/blk | tokens/s | forwards | wait (ms) | exact  |\n", "configuration");
-    printf("|------------------------------------|------|--------|---------|----------|----------|-----------|--------|\n");
+    printf(TABLE_HEAD, "configuration");
     row rows[] = {
         {"1 baseline (store pass, sync)", false, false, false, 1},
         {"2 + decode-store overlap", true, false, false, 1},

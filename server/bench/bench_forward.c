@@ -23,6 +23,7 @@
 
 #include "backend.h"
 #include "backend_select.h"
+#include "bench_common.h"
 #include "cpu/cpu.h"
 #include "cli/cli.h"
 #include "gen_opts.h"
@@ -74,28 +75,9 @@ static long fl_status_kb(const char *field)
 /* "f32,bf16": a comma list of fl_wformat names, each once at most. */
 static int fl_parse_formats(fl_bench_args *a, const char *list, char *err, size_t cap)
 {
-    a->n_formats = 0;
-    const char *s = list;
-    for (;;) {
-        size_t len = strcspn(s, ",");
-        char name[32];
-        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), s);
-        fl_err e = {0};
-        fl_wformat f;
-        if (fl_wformat_parse(name, &f, &e)) {
-            snprintf(err, cap, "--weights %.100s (in the list '%.60s')", e.msg, list);
-            return -1;
-        }
-        for (int i = 0; i < a->n_formats; i++)
-            if (a->formats[i] == f) {
-                snprintf(err, cap, "--weights lists '%s' twice", name);
-                return -1;
-            }
-        a->formats[a->n_formats++] = f; /* fewer than FL_MAX_FORMATS: each once */
-        if (!s[len])
-            return 0;
-        s += len + 1;
-    }
+    int n = fl_bench_formats(list, a->formats, FL_MAX_FORMATS, err, cap);
+    a->n_formats = n > 0 ? n : a->n_formats;
+    return n > 0 ? 0 : -1;
 }
 
 static int fl_cmp_double(const void *a, const void *b)

@@ -45,7 +45,8 @@ int main(int argc, char **argv)
         return 77;
     }
     fl_bench_env env;
-    if (fl_bench_env_open(&env, "sched", model, prompts, n, 16, max_tokens, 0, device))
+    if (fl_bench_env_open(&env, "sched", model, prompts, n, 16, max_tokens, 0, device,
+                          FL_WEIGHTS_AUTO))
         return 1;
     const fl_model *m = env.m;
     fl_backend *b = env.b;

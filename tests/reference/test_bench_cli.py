@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`fogline bench parallel` and `fogline bench decode` on the built-in model: a short
 parallel run with --repeat (fan-out texts identical to the sequential ones in every run, the
-skeleton table with its forwards column), and bad flags as one-line errors with exit 2;
+skeleton table with its forwards column), bench decode's table per weights format, and bad flags as one-line errors with exit 2;
 --device cuda where no GPU is usable is a one-line error with exit 1.
 
   test_bench_cli.py FOGLINE_BIN MODEL_DIR"""
@@ -51,16 +51,29 @@ def main():
         (["parallel", "--repeat", "16"], "--repeat (1..15): bad value '16'"),
         (["parallel", "--repeat", "x"], "--repeat (1..15): bad value 'x'"),
         (["decode", "--device", "tpu"], "--device must be auto, cpu or cuda, got 'tpu'"),
-        (["forward", "--weights", "q4"], "--weights must be auto, f32 or bf16, got 'q4' (in the list 'q4')"),
-        (["forward", "--weights", "f32,,bf16"], "--weights must be auto, f32 or bf16, got '' (in the list 'f32,,bf16')"),
-        (["forward", "--weights", "f32,"], "--weights must be auto, f32 or bf16, got '' (in the list 'f32,')"),
-        (["forward", "--weights", ""], "--weights must be auto, f32 or bf16, got '' (in the list '')"),
+        (["forward", "--weights", "q5"], "--weights must be auto, f32, bf16, q8 or q4, got 'q5' (in the list 'q5')"),
+        (["forward", "--weights", "f32,,bf16"], "--weights must be auto, f32, bf16, q8 or q4, got '' (in the list 'f32,,bf16')"),
+        (["forward", "--weights", "f32,"], "--weights must be auto, f32, bf16, q8 or q4, got '' (in the list 'f32,')"),
+        (["forward", "--weights", ""], "--weights must be auto, f32, bf16, q8 or q4, got '' (in the list '')"),
+        (["decode", "--weights", "int8"], "--weights must be auto, f32, bf16, q8 or q4, got 'int8' (in the list 'int8')"),
+        (["decode", "--weights", "q8,q4,q8"], "--weights lists 'q8' twice"),
         (["forward", "--weights", "bf16,f32,bf16"], "--weights lists 'bf16' twice"),
     ]:
         r = bench(fogline, *args, "--model", model)
         err = r.stderr.strip()
         check(r.returncode == 2 and want in err and err.count("\n") == 0,
               "%s: exit 2 with %r (%d: %r)" % (" ".join(args), want, r.returncode, err))
+
+    # the weights table: one pair of rows (1 and 16 sequences) per format, in the order given
+    r = bench(fogline, "decode", "--model", model, "--n", "2", "--max-tokens", "16", "--weights",
+              "q4,f32,q8")
+    rows = re.findall(r"^\| (\w+) \((\w+)\) +\| +(\d+) \| +[0-9.]+ \|.*\| +([0-9.]+)% \|$", r.stdout,
+                      re.M)
+    check(r.returncode == 0 and [(a, b, c) for a, b, c, _ in rows] ==
+          [("q4", "q4", "1"), ("q4", "q4", "16"), ("f32", "f32", "1"), ("f32", "f32", "16"),
+           ("q8", "q8", "1"), ("q8", "q8", "16")],
+          "bench decode --weights q4,f32,q8: rows per format and concurrency (%d: %s %s)"
+          % (r.returncode, rows, r.stderr.strip()))
 
     r = bench(fogline, "decode", "--model", model, "--n", "1", "--device", "cuda")
     if r.returncode == 1:

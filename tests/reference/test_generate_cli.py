@@ -74,12 +74,18 @@ def main():
     check(env_f32["weights"] == "f32" and flag_wins["weights"] == "bf16",
           "FOGLINE_WEIGHTS f32 -> %s; with --weights bf16 -> %s" % (env_f32["weights"],
                                                                     flag_wins["weights"]))
+    # q8 / q4: quantized at load, said in the JSON; a reply comes out (its quality is bench
+    # decode's table, its arithmetic test_forward's)
+    for w in ("q8", "q4"):
+        q = gen(fogline, model, prompt, "--temperature", "0", "--weights", w)
+        check(q["weights"] == w and len(q["ids"]) > 0 and q["text"],
+              "--weights %s: holds %s, %d reply tokens" % (w, q["weights"], len(q["ids"])))
     # bad flags
     for args, word in ((["--threshold", "2"], "threshold"), (["--policy", "bogus"], "policy"),
                        (["--max-tokens", "0"], "max-tokens"), (["--top-p", "x"], "top-p"),
-                       (["--weights", "q8"], "--weights must be auto, f32 or bf16, got 'q8'"),
-                       (["--weights", ""], "--weights must be auto, f32 or bf16, got ''"),
-                       ({"FOGLINE_WEIGHTS": "half"}, "FOGLINE_WEIGHTS must be auto, f32 or bf16, got 'half'")):
+                       (["--weights", "q6"], "--weights must be auto, f32, bf16, q8 or q4, got 'q6'"),
+                       (["--weights", ""], "--weights must be auto, f32, bf16, q8 or q4, got ''"),
+                       ({"FOGLINE_WEIGHTS": "half"}, "FOGLINE_WEIGHTS must be auto, f32, bf16, q8 or q4, got 'half'")):
         env = dict(os.environ, **args) if isinstance(args, dict) else None
         args = [] if isinstance(args, dict) else args
         r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", *args],

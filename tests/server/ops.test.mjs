@@ -40,10 +40,10 @@ test('bad flags and variables: one line naming them, exit 2', async () => {
     [['serve', 'extra'], {}, /unexpected argument/],
     [['serve'], { FOGLINE_PORT: 'x' }, /FOGLINE_PORT needs an integer/],
     [['serve'], { FOGLINE_LOG_LEVEL: 'loud' }, /FOGLINE_LOG_LEVEL/],
-    [['serve', '--weights', 'q9'], {}, /--weights must be auto, f32 or bf16, got 'q9'/],
-    [['serve', '--weights', ''], {}, /--weights must be auto, f32 or bf16, got ''/],
-    [['serve', '--weights', 'F32'], {}, /--weights must be auto, f32 or bf16, got 'F32'/],
-    [['serve'], { FOGLINE_WEIGHTS: 'fp16' }, /FOGLINE_WEIGHTS must be auto, f32 or bf16, got 'fp16'/],
+    [['serve', '--weights', 'q9'], {}, /--weights must be auto, f32, bf16, q8 or q4, got 'q9'/],
+    [['serve', '--weights', ''], {}, /--weights must be auto, f32, bf16, q8 or q4, got ''/],
+    [['serve', '--weights', 'F32'], {}, /--weights must be auto, f32, bf16, q8 or q4, got 'F32'/],
+    [['serve'], { FOGLINE_WEIGHTS: 'fp16' }, /FOGLINE_WEIGHTS must be auto, f32, bf16, q8 or q4, got 'fp16'/],
     [['serve', '--max-tokens', '900', '--max-tokens-limit', '100'], {}, /above --max-tokens-limit/],
   ]) {
     const r = await run(args, env);
