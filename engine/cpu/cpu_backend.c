@@ -109,6 +109,28 @@ typedef struct fl_cpu {
 
 /* Weight conversion runs on the pool: 0.75 B parameters take seconds on one core, mostly
  * in page faults on the file mapping and on the fresh destination. */
+/* Gives back the file pages a conversion faulted in (the page cache keeps them): the copy is
+ * what forwards read, and else they stay in our RSS for good, the model's size on top of the
+ * arena. Conversions call it as they go, a chunk of rows at a time, so that the peak while
+ * loading is not the arena plus the largest tensor (the embedding, 311 MB at Qwen3-0.6B's
+ * shape): every page that [p, p + n) touches when `outer` (rows are not page-aligned; a page
+ * a neighbouring chunk still reads is read again from the page cache), else only the pages
+ * inside it (a tensor's ends: the pages beyond may belong to another tensor). */
+static void fl_drop_range(const void *p, size_t n, bool outer)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, z = (uintptr_t)p + n;
+    a = outer ? a & ~(pg - 1) : (a + pg - 1) & ~(pg - 1);
+    z = outer ? (z + pg - 1) & ~(pg - 1) : z & ~(pg - 1);
+    if (z > a)
+        madvise((void *)a, z - a, MADV_DONTNEED);
+}
+
+static void fl_drop_pages(const fl_tensor *t)
+{
+    if (t)
+        fl_drop_range(t->data, t->nbytes, false);
+}
+
 typedef struct fl_conv_job {
     fl_cpu *c;
     char *dst;
@@ -166,23 +188,17 @@ static void fl_job_convert(void *ctx, int tid, int nt)
     size_t es = j->bf16 ? 2 : 4;
     int lo, hi;
     fl_split(j->rows, nt, tid, 1, &lo, &hi);
+    /* the bytes of one source row (quantized: its quants; their scales are small) */
+    size_t rb = j->cols * fl_dtype_size(j->t->dtype) / (j->t->dtype == FL_DT_U8 ? 2 : 1);
     for (int r = lo; r < hi; r++) {
         size_t dr = j->grp ? (size_t)(r / j->grp) * 2 * j->grp + j->off + r % j->grp : (size_t)r;
         fl_convert_row(j->c, j->dst + dr * j->cols * es, j, r);
+        if ((r - lo) % 64 == 63 || r == hi - 1) { /* the rows done since the last drop */
+            int r0 = r - (r - lo) % 64;
+            fl_drop_range((const char *)j->t->data + (size_t)r0 * rb, (size_t)(r + 1 - r0) * rb,
+                          true);
+        }
     }
-}
-
-/* Gives back the file pages a conversion faulted in (whole pages inside t only; the page
- * cache keeps them): the copy is what forwards read, and else they stay in our RSS for
- * good, the model's size on top of the arena. */
-static void fl_drop_pages(const fl_tensor *t)
-{
-    if (!t)
-        return;
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = ((uintptr_t)t->data + pg - 1) & ~(pg - 1),
-              z = ((uintptr_t)t->data + t->nbytes) & ~(pg - 1);
-    if (z > a)
-        madvise((void *)a, z - a, MADV_DONTNEED);
 }
 
 /* A weight matrix tensor of the file as (rows, cols) logical weights: float, or q8/q4
@@ -318,6 +334,14 @@ static void fl_job_qslot(void *ctx, int tid, int nt)
             fl_q4_repack(j->rq + r0 * k / 2, j->rd + r0 * G, q, d, (int)nr, k);
         else
             fl_q8_repack(j->rq + r0 * k, j->rd + r0 * G, (const int8_t *)q, d, (int)nr, k);
+        for (size_t i = 0; i < nr; i++) { /* this tile's source rows, done (fl_drop_range) */
+            int p;
+            size_t row;
+            fl_qslot_src(j, r0 + i, &p, &row);
+            const fl_tensor *src = s->src[p];
+            size_t rb = (size_t)k * fl_dtype_size(src->dtype) / (src->dtype == FL_DT_U8 ? 2 : 1);
+            fl_drop_range((const char *)src->data + row * rb, rb, true);
+        }
     }
     free(x);
     free(q);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "backend.h"
@@ -50,7 +51,8 @@ typedef struct fl_ours {
     size_t wbytes;                /* weight bytes streamed per step */
     size_t kv_bytes;              /* the KV pool */
     long rss0_kb;                 /* VmRSS before create (the process without this backend) */
-    long rss_kb, hwm_kb;          /* VmRSS after create; VmHWM after the run (reset before
+    long rss_kb, load_hwm_kb;     /* VmRSS and VmHWM after create */
+    long run_rss_kb, hwm_kb;      /* VmRSS and VmHWM after the run (VmHWM is reset before
                                      create where the kernel allows it, else the process's) */
     bool hwm_reset;
 } fl_ours;
@@ -332,6 +334,20 @@ static double fl_attn_flops(const fl_config *cf, int ctx, int m)
 
 /* ---------------------------------------------------------------- our side */
 
+/* Drops every page of the model's files from this process (the page cache keeps them), so
+ * that each format's RSS is its own: a format's forwards fault in the file pages it reads in
+ * place, and a later format's conversion would otherwise drop them again and look smaller. */
+static void fl_drop_model_pages(const fl_model *m)
+{
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < fl_weights_count(m->weights); i++) {
+        const fl_tensor *t = fl_weights_at(m->weights, i);
+        uintptr_t a = (uintptr_t)t->data & ~(pg - 1), z = (uintptr_t)t->data + t->nbytes;
+        if (z > a)
+            madvise((void *)a, z - a, MADV_DONTNEED); /* read-only file pages: refetched on use */
+    }
+}
+
 static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_wformat wf, fl_ours *res,
                          fl_err *e)
 {
@@ -346,6 +362,7 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_wformat w
                          .max_tokens = a->ctx > maxb ? a->ctx : maxb, .weights = wf};
     fl_backend *b;
     char chosen[700];
+    fl_drop_model_pages(m);
     /* the peak RSS of this backend alone: /proc/self/clear_refs "5" resets VmHWM */
     FILE *cr = fopen("/proc/self/clear_refs", "w");
     res->hwm_reset = cr && fputs("5", cr) >= 0;
@@ -358,6 +375,7 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_wformat w
         return rc;
     res->create_ms = (fl_now() - c0) * 1e3;
     res->rss_kb = fl_status_kb("VmRSS");
+    res->load_hwm_kb = fl_status_kb("VmHWM");
     res->held = b->weights;
     printf("backend (--weights %s): %s\n", fl_wformat_name(wf), chosen);
     double proj = fl_proj_flops(cf, 1) / 2; /* weights per row of the step */
@@ -406,6 +424,7 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_wformat w
         ours_ms[i] = fl_median(t, steps);
     }
     res->hwm_kb = fl_status_kb("VmHWM");
+    res->run_rss_kb = fl_status_kb("VmRSS");
 done:
     free(pages);
     free(tok);
@@ -536,22 +555,26 @@ int fl_bench_forward(int argc, char **argv)
                "load + backend create) %.0f ms, first forward (prefill) %.0f ms\n",
                fl_wformat_name(a.formats[f]), fl_wformat_name(ours[f].held), ours[f].wbytes / 1e9,
                load_ms + ours[f].create_ms, ours[f].prefill_ms);
-    printf("\nmemory (MB): weights = bytes a step streams (the embedding is read from the file "
-           "by row); rss = VmRSS after create less VmRSS before it; peak = VmHWM during create "
-           "and the run less VmRSS before it\n");
-    printf("%7s %9s %9s %9s %9s %20s %9s\n", "weights", "weights", "KV pool", "rss", "peak",
-           "rss/(weights+KV)", "peak/rss");
+    printf("\nmemory (MB): weights = the bytes a step streams (the embedding is read from the "
+           "file by row); each column less VmRSS before create: after load = VmRSS after create, "
+           "load peak = VmHWM then, steady = VmRSS after the run, peak = VmHWM after the run\n");
+    printf("%7s %9s %9s %11s %9s %9s %9s %22s %20s\n", "weights", "weights", "KV pool",
+           "after load", "load peak", "steady", "peak", "steady/(weights+KV)",
+           "peak/(weights+KV)");
     for (int f = 0; f < a.n_formats; f++) {
         const fl_ours *o = &ours[f];
-        double w = o->wbytes / 1048576.0, kv = o->kv_bytes / 1048576.0;
-        double rss = (o->rss_kb - o->rss0_kb) / 1024.0, peak = (o->hwm_kb - o->rss0_kb) / 1024.0;
-        char pk[32] = "n/a", pr[32] = "n/a"; /* no peak where VmHWM could not be reset */
-        if (o->hwm_reset) {
-            snprintf(pk, sizeof pk, "%.0f", peak);
-            snprintf(pr, sizeof pr, "%.2fx", peak / rss);
+        double w = o->wbytes / 1048576.0, kv = o->kv_bytes / 1048576.0, z = o->rss0_kb / 1024.0;
+        double base = w + kv;
+        if (!o->hwm_reset) { /* VmHWM could not be reset: the peaks are the process's */
+            printf("%7s %9.0f %9.0f %11.0f %9s %9.0f %9s %21.2fx %20s\n",
+                   fl_wformat_name(o->held), w, kv, o->rss_kb / 1024.0 - z, "n/a",
+                   o->run_rss_kb / 1024.0 - z, "n/a", (o->run_rss_kb / 1024.0 - z) / base, "n/a");
+            continue;
         }
-        printf("%7s %9.0f %9.0f %9.0f %9s %19.2fx %9s\n", fl_wformat_name(o->held), w, kv, rss,
-               pk, rss / (w + kv), pr);
+        printf("%7s %9.0f %9.0f %11.0f %9.0f %9.0f %9.0f %21.2fx %19.2fx\n",
+               fl_wformat_name(o->held), w, kv, o->rss_kb / 1024.0 - z,
+               o->load_hwm_kb / 1024.0 - z, o->run_rss_kb / 1024.0 - z, o->hwm_kb / 1024.0 - z,
+               (o->run_rss_kb / 1024.0 - z) / base, (o->hwm_kb / 1024.0 - z) / base);
     }
     printf("%s\n", ref_note);
     printf("machine: OpenBLAS sgemm (%s kernels) with %d threads at the same shapes (M = block "
