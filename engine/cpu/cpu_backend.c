@@ -18,6 +18,7 @@
 
 #include <cblas.h>
 #include <limits.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,8 +194,8 @@ static void fl_job_convert(void *ctx, int tid, int nt)
     for (int r = lo; r < hi; r++) {
         size_t dr = j->grp ? (size_t)(r / j->grp) * 2 * j->grp + j->off + r % j->grp : (size_t)r;
         fl_convert_row(j->c, j->dst + dr * j->cols * es, j, r);
-        if ((r - lo) % 64 == 63 || r == hi - 1) { /* the rows done since the last drop */
-            int r0 = r - (r - lo) % 64;
+        if ((r - lo) % 256 == 255 || r == hi - 1) { /* the rows done since the last drop */
+            int r0 = r - (r - lo) % 256;
             fl_drop_range((const char *)j->t->data + (size_t)r0 * rb, (size_t)(r + 1 - r0) * rb,
                           true);
         }
@@ -235,6 +236,8 @@ static int fl_cpu_convert(fl_cpu *c, void *dst, bool bf16, const fl_tensor *t, s
 /* ---- quantizing at load: a slot's rows, 16 (one tile of quant.h's repacked layout) at a
  * time, from whatever the file holds, straight into the arena: no f32 copy of the model is
  * ever held (per thread: one tile's rows as f32 and as plain quants). */
+
+#define FL_QCHUNK 16 /* tiles (of FL_QR rows) per take of a quantizing job */
 
 typedef struct fl_qslot_job {
     fl_cpu *c;
@@ -286,61 +289,74 @@ static void fl_job_qslot(void *ctx, int tid, int nt)
         fl_err_set(&e, FL_ENOMEM, "cpu backend: out of memory quantizing %s", s->src[0]->name);
         fl_qslot_fail(j, &e);
     }
-    for (size_t t; x && q && d && !atomic_load(&j->failed) &&
-                   (t = (size_t)fl_pool_next(&j->next)) < tiles;) {
-        size_t r0 = t * FL_QR, nr = rows - r0 < FL_QR ? rows - r0 : FL_QR;
-        bool plain = true; /* every row's file tensor already in the slot's format: copy */
-        for (size_t i = 0; i < nr; i++) {
-            int p;
-            size_t row;
-            fl_qslot_src(j, r0 + i, &p, &row);
-            const fl_tensor *src = s->src[p];
-            if (src->dtype == (j->q4 ? FL_DT_U8 : FL_DT_I8)) {
-                size_t qb = j->q4 ? (size_t)k / 2 : (size_t)k;
-                memcpy(q + i * qb, (const uint8_t *)src->data + row * qb, qb);
-                memcpy(d + i * G, (const uint16_t *)j->ts[p]->data + row * G, (size_t)G * 2);
-                continue;
-            }
-            plain = false;
-            if (fl_matrix_rows_f32(x + i * k, src, j->ts[p], row, 1, (size_t)k, &e)) {
-                fl_qslot_fail(j, &e);
-                break;
-            }
-        }
-        if (atomic_load(&j->failed))
-            break;
-        if (!plain) { /* some rows are float: quantize the tile's float rows, keep the others */
+    /* FL_QCHUNK tiles per take: their source pages are given back together (fl_drop_range),
+     * as each madvise costs a TLB shootdown on every core */
+    size_t chunks = (tiles + FL_QCHUNK - 1) / FL_QCHUNK;
+    for (size_t ch; x && q && d && !atomic_load(&j->failed) &&
+                    (ch = (size_t)fl_pool_next(&j->next)) < chunks;) {
+        size_t lo[FL_WSLOT_PARTS], hi[FL_WSLOT_PARTS] = {0}; /* source rows read, per part */
+        for (int p = 0; p < FL_WSLOT_PARTS; p++)
+            lo[p] = SIZE_MAX;
+        for (size_t t = ch * FL_QCHUNK; t < tiles && t < (ch + 1) * FL_QCHUNK; t++) {
+            size_t r0 = t * FL_QR, nr = rows - r0 < FL_QR ? rows - r0 : FL_QR;
+            bool plain = true; /* every row's file tensor already in the slot's format: copy */
             for (size_t i = 0; i < nr; i++) {
                 int p;
                 size_t row;
                 fl_qslot_src(j, r0 + i, &p, &row);
-                if (s->src[p]->dtype == (j->q4 ? FL_DT_U8 : FL_DT_I8))
+                const fl_tensor *src = s->src[p];
+                if (src->dtype == (j->q4 ? FL_DT_U8 : FL_DT_I8)) {
+                    size_t qb = j->q4 ? (size_t)k / 2 : (size_t)k;
+                    memcpy(q + i * qb, (const uint8_t *)src->data + row * qb, qb);
+                    memcpy(d + i * G, (const uint16_t *)j->ts[p]->data + row * G, (size_t)G * 2);
                     continue;
-                int rc = j->q4 ? fl_q4_quantize(q + i * (k / 2), d + i * G, x + i * k, 1, k, &e)
-                               : fl_q8_quantize((int8_t *)q + i * k, d + i * G, x + i * k, 1, k,
-                                                &e);
-                if (rc) {
-                    fl_err why = e;
-                    fl_err_set(&e, rc, "cpu backend: %s row %zu: %s", s->src[p]->name, row,
-                               why.msg);
+                }
+                plain = false;
+                if (fl_matrix_rows_f32(x + i * k, src, j->ts[p], row, 1, (size_t)k, &e)) {
                     fl_qslot_fail(j, &e);
                     break;
                 }
             }
             if (atomic_load(&j->failed))
                 break;
+            if (!plain) { /* some rows are float: quantize the tile's float rows, keep the others */
+                for (size_t i = 0; i < nr; i++) {
+                    int p;
+                    size_t row;
+                    fl_qslot_src(j, r0 + i, &p, &row);
+                    if (s->src[p]->dtype == (j->q4 ? FL_DT_U8 : FL_DT_I8))
+                        continue;
+                    int rc = j->q4 ? fl_q4_quantize(q + i * (k / 2), d + i * G, x + i * k, 1, k, &e)
+                                   : fl_q8_quantize((int8_t *)q + i * k, d + i * G, x + i * k, 1, k,
+                                                    &e);
+                    if (rc) {
+                        fl_err why = e;
+                        fl_err_set(&e, rc, "cpu backend: %s row %zu: %s", s->src[p]->name, row,
+                                   why.msg);
+                        fl_qslot_fail(j, &e);
+                        break;
+                    }
+                }
+                if (atomic_load(&j->failed))
+                    break;
+            }
+            if (j->q4)
+                fl_q4_repack(j->rq + r0 * k / 2, j->rd + r0 * G, q, d, (int)nr, k);
+            else
+                fl_q8_repack(j->rq + r0 * k, j->rd + r0 * G, (const int8_t *)q, d, (int)nr, k);
+            for (size_t i = 0; i < nr; i++) {
+                int p;
+                size_t row;
+                fl_qslot_src(j, r0 + i, &p, &row);
+                lo[p] = row < lo[p] ? row : lo[p];
+                hi[p] = row + 1 > hi[p] ? row + 1 : hi[p];
+            }
         }
-        if (j->q4)
-            fl_q4_repack(j->rq + r0 * k / 2, j->rd + r0 * G, q, d, (int)nr, k);
-        else
-            fl_q8_repack(j->rq + r0 * k, j->rd + r0 * G, (const int8_t *)q, d, (int)nr, k);
-        for (size_t i = 0; i < nr; i++) { /* this tile's source rows, done (fl_drop_range) */
-            int p;
-            size_t row;
-            fl_qslot_src(j, r0 + i, &p, &row);
+        for (int p = 0; p < FL_WSLOT_PARTS && s->src[p]; p++) {
             const fl_tensor *src = s->src[p];
             size_t rb = (size_t)k * fl_dtype_size(src->dtype) / (src->dtype == FL_DT_U8 ? 2 : 1);
-            fl_drop_range((const char *)src->data + row * rb, rb, true);
+            if (hi[p] > lo[p])
+                fl_drop_range((const char *)src->data + lo[p] * rb, (hi[p] - lo[p]) * rb, true);
         }
     }
     free(x);
