@@ -35,34 +35,84 @@ static int fl_q_check(const float *x, int k, int j, fl_err *e)
     return 0;
 }
 
-int fl_q8_quantize(int8_t *q, uint16_t *d, const float *x, int n, int k, fl_err *e)
+/* The f16 bit pattern (sign clear) of a group's scale: the smallest f16 >= mag / levels, at
+ * least the smallest subnormal when mag > 0 (mag / levels may underflow f32: that scale still
+ * bounds the error); FL_EINVAL with a message past the f16 range. */
+static int fl_q_scale(float mag, float levels, int bits, int j, int g, fl_err *e)
+{
+    int h = fl_f16_up(mag / levels);
+    if (h < 0)
+        return fl_err_set(e, FL_EINVAL, "quantize q%d: row %d group %d: |x| = %g beyond the f16 "
+                          "scale range", bits, j, g, (double)mag);
+    return h == 0 && mag > 0 ? 1 : h;
+}
+
+/* One group of 32 weights xg of row j: its scale into *d, its quants into qg (32 int8 for q8,
+ * 16 bytes of nibble pairs for q4). */
+static int fl_q8_group(void *qg, uint16_t *d, const float *xg, int j, int g, fl_err *e)
+{
+    float amax = 0;
+    for (int c = 0; c < FL_QG; c++)
+        amax = fabsf(xg[c]) > amax ? fabsf(xg[c]) : amax;
+    int h = fl_q_scale(amax, 127.0f, 8, j, g, e);
+    if (h < 0)
+        return h;
+    *d = (uint16_t)h;
+    float dv = fl_f16_to_f32((uint16_t)h);
+    for (int c = 0; c < FL_QG; c++)
+        ((int8_t *)qg)[c] = (int8_t)(dv > 0 ? fl_qround(xg[c] / dv, 127) : 0);
+    return 0;
+}
+
+static int fl_q4_group(void *qg, uint16_t *d, const float *xg, int j, int g, fl_err *e)
+{
+    float mx = 0;
+    for (int c = 0; c < FL_QG; c++)
+        if (fabsf(xg[c]) > fabsf(mx))
+            mx = xg[c];
+    int h = fl_q_scale(fabsf(mx), 8.0f, 4, j, g, e);
+    if (h < 0)
+        return h;
+    if (mx > 0)
+        h |= 0x8000; /* d = mx / -8: the largest magnitude lands on nibble 0 */
+    *d = (uint16_t)h;
+    float dv = fl_f16_to_f32((uint16_t)h);
+    for (int b = 0; b < FL_QG / 2; b++) {
+        int lo = dv != 0 ? fl_qround(xg[b] / dv, 8) + 8 : 8;
+        int hi = dv != 0 ? fl_qround(xg[b + 16] / dv, 8) + 8 : 8;
+        lo = lo > 15 ? 15 : lo;
+        hi = hi > 15 ? 15 : hi;
+        ((uint8_t *)qg)[b] = (uint8_t)(lo | hi << 4);
+    }
+    return 0;
+}
+
+/* Rows of x through a group quantizer; qbytes: bytes of quants per group. */
+static int fl_q_rows(uint8_t *q, uint16_t *d, const float *x, int n, int k, size_t qbytes,
+                     int (*group)(void *, uint16_t *, const float *, int, int, fl_err *),
+                     fl_err *e)
 {
     int G = k / FL_QG;
     for (int j = 0; j < n; j++) {
         const float *xr = x + (size_t)j * k;
         int rc = fl_q_check(xr, k, j, e);
+        for (int g = 0; g < G && !rc; g++)
+            rc = group(q + ((size_t)j * G + g) * qbytes, d + (size_t)j * G + g, xr + g * FL_QG, j,
+                       g, e);
         if (rc)
             return rc;
-        for (int g = 0; g < G; g++) {
-            const float *xg = xr + g * FL_QG;
-            float amax = 0;
-            for (int c = 0; c < FL_QG; c++)
-                amax = fabsf(xg[c]) > amax ? fabsf(xg[c]) : amax;
-            int h = fl_f16_up(amax / 127.0f);
-            if (h < 0)
-                return fl_err_set(e, FL_EINVAL,
-                                  "quantize q8: row %d group %d: |x| = %g beyond the f16 scale range",
-                                  j, g, (double)amax);
-            if (h == 0 && amax > 0)
-                h = 1; /* amax / 127 underflowed f32: the smallest scale still bounds the error */
-            d[(size_t)j * G + g] = (uint16_t)h;
-            float dv = fl_f16_to_f32((uint16_t)h);
-            int8_t *qg = q + (size_t)j * k + g * FL_QG;
-            for (int c = 0; c < FL_QG; c++)
-                qg[c] = (int8_t)(dv > 0 ? fl_qround(xg[c] / dv, 127) : 0);
-        }
     }
     return 0;
+}
+
+int fl_q8_quantize(int8_t *q, uint16_t *d, const float *x, int n, int k, fl_err *e)
+{
+    return fl_q_rows((uint8_t *)q, d, x, n, k, FL_QG, fl_q8_group, e);
+}
+
+int fl_q4_quantize(uint8_t *q, uint16_t *d, const float *x, int n, int k, fl_err *e)
+{
+    return fl_q_rows(q, d, x, n, k, FL_QG / 2, fl_q4_group, e);
 }
 
 void fl_q8_dequantize(float *x, const int8_t *q, const uint16_t *d, int n, int k)
@@ -76,44 +126,6 @@ void fl_q8_dequantize(float *x, const int8_t *q, const uint16_t *d, int n, int k
                 x[o] = dv * q[o];
             }
         }
-}
-
-int fl_q4_quantize(uint8_t *q, uint16_t *d, const float *x, int n, int k, fl_err *e)
-{
-    int G = k / FL_QG;
-    for (int j = 0; j < n; j++) {
-        const float *xr = x + (size_t)j * k;
-        int rc = fl_q_check(xr, k, j, e);
-        if (rc)
-            return rc;
-        for (int g = 0; g < G; g++) {
-            const float *xg = xr + g * FL_QG;
-            float mx = 0;
-            for (int c = 0; c < FL_QG; c++)
-                if (fabsf(xg[c]) > fabsf(mx))
-                    mx = xg[c];
-            int h = fl_f16_up(fabsf(mx) / 8.0f);
-            if (h < 0)
-                return fl_err_set(e, FL_EINVAL,
-                                  "quantize q4: row %d group %d: |x| = %g beyond the f16 scale range",
-                                  j, g, (double)fabsf(mx));
-            if (h == 0 && mx != 0)
-                h = 1;
-            if (mx > 0)
-                h |= 0x8000; /* d = mx / -8: the largest magnitude lands on nibble 0 */
-            d[(size_t)j * G + g] = (uint16_t)h;
-            float dv = fl_f16_to_f32((uint16_t)h);
-            uint8_t *qg = q + (size_t)j * (k / 2) + g * (FL_QG / 2);
-            for (int b = 0; b < FL_QG / 2; b++) {
-                int lo = dv != 0 ? fl_qround(xg[b] / dv, 8) + 8 : 8;
-                int hi = dv != 0 ? fl_qround(xg[b + 16] / dv, 8) + 8 : 8;
-                lo = lo > 15 ? 15 : lo;
-                hi = hi > 15 ? 15 : hi;
-                qg[b] = (uint8_t)(lo | hi << 4);
-            }
-        }
-    }
-    return 0;
 }
 
 void fl_q4_dequantize(float *x, const uint8_t *q, const uint16_t *d, int n, int k)
