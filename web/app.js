@@ -785,8 +785,11 @@ $('settings-reset').addEventListener('click', () => {
   fillSettings();
 });
 $('open-settings').addEventListener('click', openSettings);
+// Nothing is stored here: every control stored its own change (input, change above). The close
+// event is queued (headless Chromium fired it up to ~0.4 s after the dialog closed), and the
+// page's copy of the settings written then would go over whatever was stored in between
+// (another tab's change), even when the panel was closed without a change.
 els.settings.addEventListener('close', () => {
-  readSettings();
   if (settings.api_key !== keyAtOpen && !active) reconnectNow(); // show the new key
   els.input.focus();
 });

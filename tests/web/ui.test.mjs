@@ -109,8 +109,25 @@ async function setSettings(values, screenshot) {
   if ('parallel' in values) await page.selectOption('#set-parallel', values.parallel);
   if ('max_tokens' in values) await page.fill('#set-max-tokens', String(values.max_tokens));
   if (screenshot) await shot(screenshot);
-  await page.keyboard.press('Escape'); // the dialog closes on Esc, keyboard only
-  await page.waitForSelector('#settings:not([open])', { state: 'attached' });
+  await closeSettings();
+}
+
+// Closes the settings with Esc (keyboard only, as a user does) and resolves once the page has
+// handled the dialog's close event. That event is queued (headless Chromium fired it up to ~0.4 s
+// after the dialog lost its [open], often after the test's next steps), so
+// `#settings:not([open])` alone does not say that the page's close handler (the focus, a
+// reconnect for a new API key) has run, nor that it will not run in the middle of what the test
+// does next.
+async function closeSettings() {
+  await page.evaluate(() => {
+    const d = document.getElementById('settings');
+    // added after the page's own listener: it runs once the page's has
+    window.__settingsClosed = new Promise((resolve) =>
+      d.addEventListener('close', () => resolve(), { once: true }));
+  });
+  await page.keyboard.press('Escape');
+  await page.evaluate(() => window.__settingsClosed);
+  assert.equal(await page.locator('#settings[open]').count(), 0);
 }
 
 // Types into the composer and sends with Enter; resolves with the chat frame it sent.
@@ -122,6 +139,22 @@ async function sendMessage(text) {
 }
 
 const framesOf = (id) => frames.received.filter((f) => f.id === id);
+
+// The server's frames for chat `id` once Playwright's frame events include its last one (done,
+// or an error for the whole reply): those events may come after the page has handled the frame
+// and shown it, so a reply shown as done does not mean its frames are all in `frames` yet.
+const replyFrames = async (id) => {
+  const last = (f) => f.type === 'done' || (f.type === 'error' && f.segment == null);
+  await until(() => framesOf(id).some(last), 10000, `the last frame event of ${id}`);
+  return framesOf(id);
+};
+
+// Resolves once every finite animation and transition on the page has run to its end (the fog's
+// endless drift aside), for screenshots of where things settle on a machine of any speed.
+// getAnimations() first applies pending style changes, so a transition just triggered is included.
+const animationsDone = () => page.evaluate(() => Promise.all(document.getAnimations()
+  .filter((a) => Number.isFinite(a.effect?.getComputedTiming().endTime))
+  .map((a) => a.finished.catch(() => {})))); // an animation cancelled on the way is over too
 
 // The page's frames for chat `id`, as its code handled them (window.__rx).
 const pageFrames = (id) => page.evaluate((x) => window.__rx.filter((f) => f.id === x), id);
@@ -191,14 +224,12 @@ test('a reply comes out of the fog: masked placeholders resolve in place into th
     await server.release();
   }
   assert.equal(await replyState(), 'done');
-  // (playwright's frame events may come after the page's own handling)
-  await until(() => framesOf(chat.id).some((f) => f.type === 'done'), 10000, 'the done frame event');
+  const mine = await replyFrames(chat.id);
 
   const fog = await page.evaluate(() => window.__fog);
   assert.ok(fog.maxMasked > 0, 'masked placeholders were seen while streaming');
   assert.ok(fog.mixed > 0, 'placeholders and resolved tokens were seen side by side');
 
-  const mine = framesOf(chat.id);
   const commits = mine.filter((f) => f.type === 'commit');
   assert.ok(mine.some((f) => f.type === 'draft'), 'drafts came');
   const done = mine.at(-1);
@@ -259,8 +290,7 @@ test('stop cancels mid-reply and keeps what was committed', async () => {
   assert.deepEqual(mine.slice(seen.length), [{ type: 'done', id: chat.id, finish: 'cancelled' }]);
   assert.ok(!seen.some((f) => f.type === 'done'), 'no done before the stop');
   await until(() => frames.sent.some((f) => f.type === 'cancel' && f.id === chat.id), 5000, 'the cancel frame event');
-  await until(() => framesOf(chat.id).some((f) => f.type === 'done'), 10000, 'the done frame event');
-  const kept = framesOf(chat.id).filter((f) => f.type === 'commit').map((f) => f.text).join('');
+  const kept = (await replyFrames(chat.id)).filter((f) => f.type === 'commit').map((f) => f.text).join('');
   const stored = await page.evaluate((s) => JSON.parse(localStorage.getItem(`fogline.chat.${s}`)), chat.session);
   assert.equal(stored.messages.at(-1).content, kept);
   assert.equal(stored.messages.at(-1).finish, 'cancelled');
@@ -283,7 +313,7 @@ test('screenshots: streaming in light and dark, desktop and phone width', async 
         return l && l.querySelectorAll('.tok').length >= 2 && l.querySelectorAll('.fog').length >= 2;
       });
       await stepPage(async () => (await live()) || (await replyState()) !== 'streaming');
-      if (await live()) await page.waitForTimeout(450); // the newest tokens' defog animation
+      if (await live()) await animationsDone(); // the newest tokens' defog animation
       else process.stderr.write(`# ${scheme}: the reply had no draft with 2 tokens and 2 masks\n`);
       await shot(`desktop-${scheme}-streaming`);
     } finally {
@@ -292,7 +322,8 @@ test('screenshots: streaming in light and dark, desktop and phone width', async 
     await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 30000 });
   }
   await page.setViewportSize(PHONE);
-  await page.waitForTimeout(300); // the chat list's slide-out transition
+  await page.waitForFunction(() => matchMedia('(max-width: 760px)').matches); // the phone layout
+  await animationsDone(); // the chat list's slide-out transition
   for (const scheme of ['light', 'dark']) {
     await page.emulateMedia({ colorScheme: scheme });
     await shot(`phone-${scheme}`);
@@ -300,7 +331,7 @@ test('screenshots: streaming in light and dark, desktop and phone width', async 
   // the chat list slides in on a phone and closes with Esc
   await page.click('#open-sidebar');
   await page.waitForSelector('.app.sidebar-open');
-  await page.waitForTimeout(250);
+  await animationsDone(); // its slide-in transition
   await shot('phone-dark-chats');
   await page.keyboard.press('Escape');
   await page.waitForSelector('.app:not(.sidebar-open)');
@@ -324,7 +355,7 @@ test('a server error is shown on the reply, and the chat goes on', async () => {
   assert.match(text, /max_tokens/);
   assert.match(text, /out_of_range/);
   assert.equal(await lastAssistant().getAttribute('data-state'), 'error');
-  assert.equal(framesOf(chat.id).at(-1).code, 'out_of_range');
+  assert.equal((await replyFrames(chat.id)).at(-1).code, 'out_of_range');
   await shot('desktop-light-error');
   // fixed in the settings, Retry sends it again
   await setSettings({ max_tokens: 64 });
@@ -452,9 +483,8 @@ test('parallel questions: the answers grow side by side, one section per questio
     await stepPage(async () => (await replyState()) !== 'streaming');
     await server.release();
     assert.equal(await replyState(), 'done');
-    await until(() => framesOf(chat.id).some((f) => f.type === 'done'), 10000, 'the done frame event');
+    const mine = await replyFrames(chat.id);
     assert.ok((await page.evaluate(() => window.__seg.both)) > 0, 'both segments were in the fog at the same time');
-    const mine = framesOf(chat.id);
     assert.equal(mine.at(-1).type, 'done');
     const secs = lastAssistant().locator('.segment');
     assert.equal(await secs.count(), 2);
@@ -485,7 +515,7 @@ test('parallel questions found by the model (auto): the outline\'s points become
     assert.equal(chat.session, undefined);
     assert.equal(chat.messages.at(-1).content, 'Where is my order 48213? What are your store hours on Sunday?');
     await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 60000 });
-    const mine = framesOf(chat.id);
+    const mine = await replyFrames(chat.id);
     assert.equal(mine.at(-1).type, 'done');
     const outline = mine.find((f) => f.type === 'outline');
     assert.ok(outline, 'an outline frame');
@@ -522,7 +552,7 @@ test('a server with an API key: the page asks for it, and chats once it is set i
     assert.equal(await page.locator('#send').isDisabled(), true);
     await page.click('#open-settings');
     await page.fill('#set-api-key', 'sesame');
-    await page.keyboard.press('Escape');
+    await closeSettings();
     await connected();
     await until(async () => await banner.isHidden(), 10000, 'the banner to go');
     await page.fill('#composer-input', 'hello');
@@ -545,7 +575,7 @@ test('a thinking model: the reasoning is in a collapsed <details> above the answ
     const sent = await sendMessage('hi');
     const reply = lastAssistant();
     await reply.and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
-    assert.ok(framesOf(sent.id).some((f) => f.type === 'commit' && f.reasoning === 'The user says hi.'));
+    assert.ok((await replyFrames(sent.id)).some((f) => f.type === 'commit' && f.reasoning === 'The user says hi.'));
     for (const when of ['live', 'reloaded']) {
       const d = reply.locator('.reply > details.reasoning');
       assert.equal(await d.count(), 1, when);
@@ -576,14 +606,13 @@ test('decoding settings show the server\'s defaults, and a chat carries only wha
     await page.waitForSelector('#settings[open]');
     const v = { pipeline: await page.isChecked('#set-pipeline'), policy: await page.inputValue('#set-policy'),
                 threshold: await page.textContent('#out-threshold'), note: await page.textContent('#decoding-defaults') };
-    await page.keyboard.press('Escape');
-    await page.waitForSelector('#settings:not([open])', { state: 'attached' });
+    await closeSettings();
     return v;
   };
   const chatOnce = async (text) => {
     const sent = await sendMessage(text);
     await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
-    assert.equal(framesOf(sent.id).at(-1).type, 'done');
+    assert.equal((await replyFrames(sent.id)).at(-1).type, 'done');
     return sent;
   };
   const stored = () => page.evaluate(() => JSON.parse(localStorage.getItem('fogline.settings')));
@@ -622,14 +651,19 @@ test('decoding settings show the server\'s defaults, and a chat carries only wha
     await page.click('#settings-reset');
     assert.equal(await page.isChecked('#set-pipeline'), true);
     assert.equal(await page.inputValue('#set-policy'), 'threshold');
-    await page.keyboard.press('Escape');
-    await page.waitForSelector('#settings:not([open])', { state: 'attached' });
+    await closeSettings();
     sent = await chatOnce('hello');
     assert.equal(sent.decoding, undefined, JSON.stringify(sent.decoding));
     assert.deepEqual((await stored()).overrides, {});
-    // an older page's stored settings: what it stored beyond its defaults was the user's choice
-    await page.evaluate((s) => localStorage.setItem('fogline.settings', JSON.stringify(s)),
-      { ...OLD_PAGE, pipeline: false, threshold: 0.8, max_tokens: 64 });
+    // an older page's stored settings: what it stored beyond its defaults was the user's choice.
+    // Written while the panel is open, as another tab would: closing the panel, which changed
+    // nothing, leaves them as they are (the page used to store its own copy on close, late)
+    const older = { ...OLD_PAGE, pipeline: false, threshold: 0.8, max_tokens: 64 };
+    await page.click('#open-settings');
+    await page.waitForSelector('#settings[open]');
+    await page.evaluate((s) => localStorage.setItem('fogline.settings', JSON.stringify(s)), older);
+    await closeSettings();
+    assert.deepEqual(await stored(), older);
     await page.reload();
     await connected();
     sent = await chatOnce('hello');
