@@ -130,16 +130,19 @@ typedef struct qz_job {
     uint64_t bytes_in, bytes_out; /* tensor data, input and output */
 } qz_job;
 
-static const fl_weights *sort_w; /* qsort has no context argument; set for one sort only */
+/* Where a tensor lies in the input, for sorting into the files' own order. */
+typedef struct qz_place {
+    size_t file, offset, index;
+} qz_place;
 
-static int cmp_file_order(const void *a, const void *b)
+static int cmp_place(const void *a, const void *b)
 {
-    size_t i = *(const size_t *)a, j = *(const size_t *)b;
-    size_t fi = fl_weights_file_of(sort_w, i), fj = fl_weights_file_of(sort_w, j);
-    if (fi != fj)
-        return fi < fj ? -1 : 1;
-    size_t oi = fl_weights_data_offset(sort_w, i), oj = fl_weights_data_offset(sort_w, j);
-    return oi < oj ? -1 : oi > oj ? 1 : (i > j) - (i < j);
+    const qz_place *x = a, *y = b;
+    if (x->file != y->file)
+        return x->file < y->file ? -1 : 1;
+    if (x->offset != y->offset)
+        return x->offset < y->offset ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
 }
 
 /* Marks the matrix roles to quantize: those whose rows are a multiple of 32 long. */
@@ -159,15 +162,20 @@ static int plan(qz_job *j)
     j->n = fl_weights_count(m->weights);
     j->order = calloc(j->n + 1, sizeof *j->order);
     j->kind = calloc(j->n + 1, sizeof *j->kind);
-    if (!j->order || !j->kind)
+    qz_place *pl = calloc(j->n + 1, sizeof *pl);
+    if (!j->order || !j->kind || !pl) {
+        free(pl);
         return fail("out of memory");
+    }
     for (size_t i = 0; i < j->n; i++) {
-        j->order[i] = i;
+        pl[i] = (qz_place){fl_weights_file_of(m->weights, i),
+                           fl_weights_data_offset(m->weights, i), i};
         j->bytes_in += fl_weights_at(m->weights, i)->nbytes;
     }
-    sort_w = m->weights;
-    qsort(j->order, j->n, sizeof *j->order, cmp_file_order);
-    sort_w = NULL;
+    qsort(pl, j->n, sizeof *pl, cmp_place);
+    for (size_t i = 0; i < j->n; i++)
+        j->order[i] = pl[i].index;
+    free(pl);
     mark(j, m->embed, true);
     if (m->lm_head != m->embed)
         mark(j, m->lm_head, true);
