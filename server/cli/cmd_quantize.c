@@ -13,19 +13,19 @@
  * multiple of 16). config.json gets "quantization_config"; the other files of the directory
  * (tokenizer, templates, generation config, README, ...) are copied when small.
  *
- * Memory: the input stays mapped, and a matrix is converted and quantized ROWS rows at a
+ * Memory: the input stays mapped, and a matrix is converted and quantized QZ_ROWS rows at a
  * time, each piece written at its place in the output at once (the header is computed from
  * the shapes up front): never an f32 copy of a tensor, let alone of the model.
  *
  * Failure leaves nothing: everything is written to a temporary directory beside OUT, renamed
  * to OUT only when complete, and removed on any error. */
 #include <dirent.h>
-#include <stdarg.h>
 #include <errno.h>
 #include <ftw.h>
 #include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
