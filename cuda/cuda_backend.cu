@@ -1098,6 +1098,11 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     const fl_config *cf = &m->cfg;
     if (!m->weights || !m->embed || !m->lm_head || !m->final_norm || !m->layers)
         return fl_err_set(e, FL_EINVAL, "cuda backend: the model was loaded without weights");
+    /* the kernels read bf16 matrices only; q8/q4 kernels are the CPU backend's (auto falls
+     * back to it with this reason) */
+    if (m->quant != FL_QUANT_NONE)
+        return fl_err_set(e, FL_EUNSUPPORTED,
+                          "cuda backend: quantized weights (q8/q4) run on the CPU backend only");
     if (o->n_pages < 0 || o->max_tokens <= 0)
         return fl_err_set(e, FL_EINVAL, "cuda backend: bad options (n_pages %d, max_tokens %d)",
                           o->n_pages, o->max_tokens);

@@ -36,6 +36,12 @@ const char *fl_family_name(fl_family f)
     return (unsigned)f < FL_FAMILY_COUNT ? families[f].name : "?";
 }
 
+const char *fl_quant_name(fl_quant q)
+{
+    static const char *const names[FL_QUANT_COUNT] = {"none", "q8", "q4"};
+    return (unsigned)q < FL_QUANT_COUNT ? names[q] : "?";
+}
+
 const char *fl_family_mask_string(fl_family f)
 {
     return (unsigned)f < FL_FAMILY_COUNT ? families[f].mask : NULL;
@@ -151,6 +157,56 @@ static int find_family(fl_config *c, fl_err *e)
                           c->arch[0] ? c->arch : "(none)",
                           c->model_type[0] ? c->model_type : "(none)");
     c->family = (fl_family)f;
+    return 0;
+}
+
+/* "quantization_config": {"quant_method": "fogline", "format": "q8"|"q4", "group_size": 32}.
+ * Other tools' methods (gptq, awq, fp8, ...) store other tensors: refused by name, never
+ * guessed at. An unknown key of ours could change what the tensors mean, so it is refused
+ * too. Values are quoted with a precision bound: the message stays one short line. */
+static int parse_quant(fl_config *c, json_t *q, fl_err *e)
+{
+    if (!json_is_object(q))
+        return fl_err_set(e, FL_EFORMAT, "config.json: quantization_config must be an object");
+    json_t *m = json_object_get(q, "quant_method");
+    if (!json_is_string(m))
+        return fl_err_set(e, FL_EFORMAT,
+                          "config.json: quantization_config.quant_method must be a string");
+    if (strcmp(json_string_value(m), "fogline"))
+        return fl_err_set(e, FL_EUNSUPPORTED,
+                          "config.json: quantization_config.quant_method '%.40s' is not "
+                          "supported (fogline reads its own, \"fogline\")",
+                          json_string_value(m));
+    const char *key;
+    json_t *v;
+    json_object_foreach(q, key, v)
+    {
+        if (strcmp(key, "quant_method") && strcmp(key, "format") && strcmp(key, "group_size"))
+            return fl_err_set(e, FL_EFORMAT,
+                              "config.json: quantization_config.%.64s is not a known key "
+                              "(quant_method, format, group_size)",
+                              key);
+    }
+    json_t *f = json_object_get(q, "format");
+    if (!json_is_string(f))
+        return fl_err_set(e, FL_EFORMAT, "config.json: quantization_config.format must be a string");
+    if (!strcmp(json_string_value(f), "q8"))
+        c->quant = FL_QUANT_Q8;
+    else if (!strcmp(json_string_value(f), "q4"))
+        c->quant = FL_QUANT_Q4;
+    else
+        return fl_err_set(e, FL_EUNSUPPORTED,
+                          "config.json: quantization_config.format '%.40s' is not q8 or q4",
+                          json_string_value(f));
+    json_t *g = json_object_get(q, "group_size");
+    if (!json_is_integer(g))
+        return fl_err_set(e, FL_EFORMAT,
+                          "config.json: quantization_config.group_size must be an integer");
+    if (json_integer_value(g) != 32)
+        return fl_err_set(e, FL_EUNSUPPORTED,
+                          "config.json: quantization_config.group_size %lld is not 32 (fogline's "
+                          "groups are 32 weights)",
+                          (long long)json_integer_value(g));
     return 0;
 }
 
@@ -296,6 +352,10 @@ static int parse_root(fl_config *c, const json_t *root, fl_err *e)
                                                    &c->dec_set, e)))
             return rc;
     }
+
+    json_t *q = json_object_get(root, "quantization_config");
+    if (q && !json_is_null(q) && (rc = parse_quant(c, q, e)))
+        return rc;
 
     /* transformers >= 4.56 writes "dtype"; older ones "torch_dtype" */
     json_t *dt = json_object_get(root, "torch_dtype");

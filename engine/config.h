@@ -13,6 +13,15 @@ typedef enum fl_family {
     FL_FAMILY_COUNT
 } fl_family;
 
+/* A directory's weight quantization (config.json "quantization_config", docs/models.md):
+ * none, or fogline's own q8 / q4 (engine/qformat.h), groups of 32. */
+typedef enum fl_quant {
+    FL_QUANT_NONE = 0,
+    FL_QUANT_Q8,
+    FL_QUANT_Q4,
+    FL_QUANT_COUNT
+} fl_quant;
+
 typedef struct fl_config {
     char arch[96];       /* architectures[0] */
     char model_type[64];
@@ -38,6 +47,7 @@ typedef struct fl_config {
     int n_eos;
     int bos_id;          /* -1 when absent */
     char torch_dtype[16];
+    fl_quant quant;      /* quantization_config.format; FL_QUANT_NONE without the key */
     fl_decode_opts dec;  /* the model's own decoding defaults ("fogline": {"decoding": ...}) */
     uint32_t dec_set;    /* which of dec's fields it sets (FL_DF_BIT) */
 } fl_config;
@@ -59,6 +69,8 @@ size_t fl_kv_page_floats(const fl_config *c);
  * in double as the reference computes them; every backend rotates with these values (the
  * angle of position p is p * inv[i], also in double). inv: (head_dim / 2). */
 void fl_rope_inv_freq(const fl_config *c, double *inv);
+/* "none", "q8", "q4"; "?" out of range. */
+const char *fl_quant_name(fl_quant q);
 /* The mask token's string for the family ("<|MASK|>", "|<MASK>|"), or NULL. */
 const char *fl_family_mask_string(fl_family f);
 

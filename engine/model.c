@@ -1,6 +1,7 @@
 /* model.c: binds a Hugging Face directory's tensors to the roles of the Qwen2/Qwen3 layouts,
- * checking presence, dtype and exact shape of each, and loads the tokenizer that resolves
- * the mask token. Nothing is converted or copied: tensors point into the mmapped files. */
+ * checking presence, dtype and exact shape of each (and, in a quantized directory, each
+ * quantized matrix's scales), and loads the tokenizer that resolves the mask token. Nothing
+ * is converted or copied: tensors point into the mmapped files. */
 #include "model.h"
 
 #include <errno.h>
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "qformat.h"
 #include "tokenizer/tokenizer.h"
 
 static bool is_float(fl_dtype t) { return t == FL_DT_F32 || t == FL_DT_F16 || t == FL_DT_BF16; }
@@ -58,6 +60,146 @@ static int refuse(const fl_model *m, const char *name, const char *why, fl_err *
     return 0;
 }
 
+/* The dtype a quantized matrix must have: q8's I8, q4's U8 for the projections; the
+ * embedding and lm_head are q8 in every quantized directory (docs/models.md: one wrong
+ * logit or embedding row costs more than a projection's, and they are a small share of a
+ * large model's bytes). */
+static fl_dtype quant_dtype(fl_quant q, bool head)
+{
+    return head || q == FL_QUANT_Q8 ? FL_DT_I8 : FL_DT_U8;
+}
+
+/* Checks the F16 scales of quantized matrix t (n, k): present as NAME_scale, F16, shape
+ * (n, k/32) (a file written with another group size shows here), every value finite (a NaN
+ * scale would turn its whole group into NaN at every forward). */
+static int bind_scales(fl_model *m, const fl_tensor *t, int64_t n, int64_t k, fl_err *e)
+{
+    char sn[192], ws[64], hs[160];
+    int64_t G = k / FL_QG, want[2] = {n, G};
+    shape_str(ws, sizeof ws, 2, want);
+    if ((size_t)snprintf(sn, sizeof sn, "%s_scale", t->name) >= sizeof sn)
+        return fl_err_set(e, FL_EINVAL, "%s: tensor name %.100s is too long", m->dir, t->name);
+    const fl_tensor *s = fl_weights_get(m->weights, sn);
+    if (!s)
+        return fl_err_set(e, FL_ENOTFOUND,
+                          "%s: missing tensor %s (the F16 scales of %s %s, expected shape %s)",
+                          m->dir, sn, fl_dtype_name(t->dtype), t->name, ws);
+    if (s->dtype != FL_DT_F16)
+        return fl_err_set(e, FL_EUNSUPPORTED, "%s: tensor %s has dtype %s (scales are F16)",
+                          m->dir, sn, fl_dtype_name(s->dtype));
+    if (s->ndim != 2 || s->shape[0] != n || s->shape[1] != G) {
+        shape_str(hs, sizeof hs, s->ndim, s->shape);
+        return fl_err_set(e, FL_EFORMAT,
+                          "%s: tensor %s has shape %s, config.json and groups of %d imply %s",
+                          m->dir, sn, hs, FL_QG, ws);
+    }
+    /* fl_matrix_rows_f32 and the backends read scales as uint16_t */
+    if ((uintptr_t)s->data % 2)
+        return fl_err_set(e, FL_EFORMAT, "%s: tensor %s starts at an odd offset (F16 scales must "
+                          "be 2-byte aligned)", m->dir, sn);
+    const unsigned char *p = s->data; /* byte order of the file, whatever the host's */
+    for (int64_t i = 0; i < n * G; i++) {
+        unsigned h = (unsigned)p[2 * i] | (unsigned)p[2 * i + 1] << 8;
+        if ((h & 0x7c00) == 0x7c00)
+            return fl_err_set(e, FL_EFORMAT, "%s: tensor %s: the scale of row %lld group %lld is %s",
+                              m->dir, sn, (long long)(i / G), (long long)(i % G),
+                              h & 0x3ff ? "NaN" : (h & 0x8000 ? "-inf" : "inf"));
+    }
+    m->scales[fl_weights_index(m->weights, t)] = s;
+    m->weight_bytes += (int64_t)s->nbytes;
+    return 0;
+}
+
+/* A matrix role (n, k): as bind() for a float tensor; an I8/U8 tensor only in a quantized
+ * directory, with the dtype and packed shape its format gives and its scales. head: the
+ * embedding or lm_head. */
+static int bind_mat(fl_model *m, const fl_tensor **slot, const char *name, int64_t n, int64_t k,
+                    bool head, fl_err *e)
+{
+    const fl_tensor *t = fl_weights_get(m->weights, name);
+    fl_quant q = m->cfg.quant;
+    if (!t || is_float(t->dtype) ||
+        (q == FL_QUANT_NONE && t->dtype != FL_DT_I8 && t->dtype != FL_DT_U8)) {
+        int rc = bind(m, slot, name, n, k, e);
+        if (!rc) {
+            m->n_params += n * k;
+            m->weight_bytes += (int64_t)t->nbytes;
+            m->n_matrices++;
+        }
+        return rc;
+    }
+    if (q == FL_QUANT_NONE)
+        return fl_err_set(e, FL_EUNSUPPORTED,
+                          "%s: tensor %s is quantized (%s), but config.json has no "
+                          "quantization_config",
+                          m->dir, name, fl_dtype_name(t->dtype));
+    fl_dtype want = quant_dtype(q, head);
+    if (t->dtype != want) {
+        if (t->dtype != FL_DT_I8 && t->dtype != FL_DT_U8)
+            return fl_err_set(e, FL_EUNSUPPORTED,
+                              "%s: tensor %s has dtype %s (need F32, F16 or BF16, or %s with F16 "
+                              "scales: quantization_config format %s)",
+                              m->dir, name, fl_dtype_name(t->dtype), fl_dtype_name(want),
+                              fl_quant_name(q));
+        return fl_err_set(e, FL_EUNSUPPORTED,
+                          "%s: tensor %s has dtype %s, but quantization_config format %s stores "
+                          "%s as %s",
+                          m->dir, name, fl_dtype_name(t->dtype), fl_quant_name(q),
+                          head ? "the embedding and lm_head" : "the projections",
+                          fl_dtype_name(want));
+    }
+    if (k % FL_QG)
+        return fl_err_set(e, FL_EFORMAT,
+                          "%s: tensor %s is quantized, but its rows have %lld weights, not a "
+                          "multiple of %d (such a matrix stays F32, F16 or BF16)",
+                          m->dir, name, (long long)k, FL_QG);
+    int64_t cols = want == FL_DT_U8 ? k / 2 : k;
+    if (t->ndim != 2 || t->shape[0] != n || t->shape[1] != cols) {
+        char ws[64], hs[160];
+        int64_t sh[2] = {n, cols};
+        shape_str(ws, sizeof ws, 2, sh);
+        shape_str(hs, sizeof hs, t->ndim, t->shape);
+        return fl_err_set(e, FL_EFORMAT, "%s: tensor %s has shape %s, config.json implies %s%s",
+                          m->dir, name, hs, ws, want == FL_DT_U8 ? " (q4: two weights a byte)" : "");
+    }
+    int rc = bind_scales(m, t, n, k, e);
+    if (rc)
+        return rc;
+    *slot = t;
+    m->n_params += n * k;
+    m->weight_bytes += (int64_t)t->nbytes;
+    m->n_matrices++;
+    m->n_quantized++;
+    return 0;
+}
+
+/* A scale tensor that no quantized matrix of the model owns (a float matrix's, a norm's, a
+ * stored but tied lm_head's) would be ignored, and whatever wrote it meant something else:
+ * refused. */
+static int check_stray_scales(const fl_model *m, fl_err *e)
+{
+    static const char suffix[] = ".weight_scale";
+    const size_t ns = sizeof suffix - 1;
+    for (size_t i = 0; i < fl_weights_count(m->weights); i++) {
+        const fl_tensor *s = fl_weights_at(m->weights, i);
+        size_t len = strlen(s->name);
+        if (len <= ns || strcmp(s->name + len - ns, suffix))
+            continue;
+        char base[192];
+        if (len - 6 >= sizeof base)
+            return fl_err_set(e, FL_EINVAL, "%s: tensor name %.100s is too long", m->dir, s->name);
+        memcpy(base, s->name, len - 6); /* drop "_scale" */
+        base[len - 6] = 0;
+        const fl_tensor *t = fl_weights_get(m->weights, base);
+        if (!t || fl_model_scales(m, t) != s)
+            return fl_err_set(e, FL_EUNSUPPORTED,
+                              "%s: tensor %s is present, but %s is not a quantized matrix of the "
+                              "model",
+                              m->dir, s->name, base);
+    }
+    return 0;
+}
+
 static int bind_layer(fl_model *m, int l, fl_err *e)
 {
     const fl_config *c = &m->cfg;
@@ -68,14 +210,14 @@ static int bind_layer(fl_model *m, int l, fl_err *e)
     int rc;
 #define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), n)
     if ((rc = bind(m, &L->attn_norm, NAME("input_layernorm.weight"), h, -1, e)) ||
-        (rc = bind(m, &L->wq, NAME("self_attn.q_proj.weight"), q, h, e)) ||
-        (rc = bind(m, &L->wk, NAME("self_attn.k_proj.weight"), kv, h, e)) ||
-        (rc = bind(m, &L->wv, NAME("self_attn.v_proj.weight"), kv, h, e)) ||
-        (rc = bind(m, &L->wo, NAME("self_attn.o_proj.weight"), h, q, e)) ||
+        (rc = bind_mat(m, &L->wq, NAME("self_attn.q_proj.weight"), q, h, false, e)) ||
+        (rc = bind_mat(m, &L->wk, NAME("self_attn.k_proj.weight"), kv, h, false, e)) ||
+        (rc = bind_mat(m, &L->wv, NAME("self_attn.v_proj.weight"), kv, h, false, e)) ||
+        (rc = bind_mat(m, &L->wo, NAME("self_attn.o_proj.weight"), h, q, false, e)) ||
         (rc = bind(m, &L->mlp_norm, NAME("post_attention_layernorm.weight"), h, -1, e)) ||
-        (rc = bind(m, &L->w_gate, NAME("mlp.gate_proj.weight"), ff, h, e)) ||
-        (rc = bind(m, &L->w_up, NAME("mlp.up_proj.weight"), ff, h, e)) ||
-        (rc = bind(m, &L->w_down, NAME("mlp.down_proj.weight"), h, ff, e)))
+        (rc = bind_mat(m, &L->w_gate, NAME("mlp.gate_proj.weight"), ff, h, false, e)) ||
+        (rc = bind_mat(m, &L->w_up, NAME("mlp.up_proj.weight"), ff, h, false, e)) ||
+        (rc = bind_mat(m, &L->w_down, NAME("mlp.down_proj.weight"), h, ff, false, e)))
         return rc;
     if (c->qkv_bias) {
         if ((rc = bind(m, &L->bq, NAME("self_attn.q_proj.bias"), q, -1, e)) ||
@@ -102,12 +244,13 @@ static int bind_layer(fl_model *m, int l, fl_err *e)
     if ((rc = refuse(m, NAME("self_attn.o_proj.bias"), "fogline has no o_proj bias", e)))
         return rc;
 #undef NAME
-    const fl_tensor *all[] = {L->attn_norm, L->wq, L->wk,     L->wv,   L->wo,     L->bq,
-                              L->bk,        L->bv, L->q_norm, L->k_norm, L->mlp_norm, L->w_gate,
-                              L->w_up,      L->w_down};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        if (all[i])
-            m->n_params += all[i]->numel;
+    /* the matrices were counted by bind_mat */
+    const fl_tensor *vec[] = {L->attn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->mlp_norm};
+    for (size_t i = 0; i < sizeof vec / sizeof vec[0]; i++)
+        if (vec[i]) {
+            m->n_params += vec[i]->numel;
+            m->weight_bytes += (int64_t)vec[i]->nbytes;
+        }
     return 0;
 }
 
@@ -117,10 +260,14 @@ static int bind_weights(fl_model *m, fl_err *e)
     int rc = fl_weights_open(&m->weights, m->dir, e);
     if (rc)
         return rc;
-    if ((rc = bind(m, &m->embed, "model.embed_tokens.weight", c->vocab, c->hidden, e)) ||
+    m->scales = calloc(fl_weights_count(m->weights) + 1, sizeof *m->scales);
+    if (!m->scales)
+        return fl_err_set(e, FL_ENOMEM, "out of memory");
+    if ((rc = bind_mat(m, &m->embed, "model.embed_tokens.weight", c->vocab, c->hidden, true, e)) ||
         (rc = bind(m, &m->final_norm, "model.norm.weight", c->hidden, -1, e)))
         return rc;
-    m->n_params = m->embed->numel + m->final_norm->numel;
+    m->n_params += m->final_norm->numel;
+    m->weight_bytes += (int64_t)m->final_norm->nbytes;
     if (c->tie_embeddings) {
         /* Hugging Face ties by pointing lm_head at the embedding: a stored lm_head is unused */
         m->lm_head = m->embed;
@@ -130,9 +277,8 @@ static int bind_weights(fl_model *m, fl_err *e)
                               "%s: missing tensor lm_head.weight (expected shape [%d, %d]; "
                               "config.json has tie_word_embeddings false)",
                               m->dir, c->vocab, c->hidden);
-        if ((rc = bind(m, &m->lm_head, "lm_head.weight", c->vocab, c->hidden, e)))
+        if ((rc = bind_mat(m, &m->lm_head, "lm_head.weight", c->vocab, c->hidden, true, e)))
             return rc;
-        m->n_params += m->lm_head->numel;
     }
     m->layers = calloc((size_t)c->n_layers, sizeof *m->layers);
     if (!m->layers)
@@ -146,7 +292,7 @@ static int bind_weights(fl_model *m, fl_err *e)
         return fl_err_set(e, FL_EFORMAT,
                           "%s: the weights hold %s, but config.json has num_hidden_layers %d",
                           m->dir, n, c->n_layers);
-    return 0;
+    return check_stray_scales(m, e);
 }
 
 static int load_tokenizer(fl_model *m, const char *chat_template, fl_err *e)
@@ -196,6 +342,7 @@ int fl_model_load(fl_model **out, const char *dir, const fl_load_opts *opts, fl_
         rc = fl_err_set(e, FL_ENOMEM, "out of memory");
     if (!rc)
         rc = fl_config_load(&m->cfg, dir, e);
+    m->quant = m->cfg.quant;
     if (!rc && !opts->no_weights)
         rc = bind_weights(m, e);
     if (!rc && !opts->no_tokenizer)
@@ -215,6 +362,7 @@ void fl_model_free(fl_model *m)
     if (m->tok)
         fl_tokenizer_free(m->tok);
     fl_weights_close(m->weights);
+    free(m->scales);
     free(m->layers);
     free(m->dir);
     free(m);
@@ -228,7 +376,7 @@ uint64_t fl_model_fingerprint(const fl_model *m)
     int64_t shape[8] = {c->vocab, c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim,
                         c->block_size, c->max_pos};
     uint64_t h = fl_hash64(shape, sizeof shape);
-    const fl_tensor *ts[16];
+    const fl_tensor *ts[32]; /* 14 role tensors of a layer, then up to 7 scales */
     for (int l = -1; l < c->n_layers; l++) {
         int n = 0;
         if (l < 0) {
@@ -242,6 +390,10 @@ uint64_t fl_model_fingerprint(const fl_model *m)
             for (size_t i = 0; i < sizeof lt / sizeof lt[0]; i++)
                 ts[n++] = lt[i];
         }
+        int n_roles = n; /* then each quantized matrix's scales */
+        for (int i = 0; i < n_roles; i++)
+            if (ts[i] && fl_model_scales(m, ts[i]))
+                ts[n++] = fl_model_scales(m, ts[i]);
         for (int i = 0; i < n; i++) {
             const fl_tensor *t = ts[i];
             if (!t)
@@ -257,12 +409,11 @@ uint64_t fl_model_fingerprint(const fl_model *m)
     return h;
 }
 
+/* (model.h) The table is filled by bind_scales, only for matrices it checked. */
 const fl_tensor *fl_model_scales(const fl_model *m, const fl_tensor *t)
 {
-    if (!m || !t || !m->weights || (t->dtype != FL_DT_I8 && t->dtype != FL_DT_U8))
+    if (!m || !t || !m->weights || !m->scales)
         return NULL;
-    char name[512];
-    if ((size_t)snprintf(name, sizeof name, "%s_scale", t->name) >= sizeof name)
-        return NULL;
-    return fl_weights_get(m->weights, name);
+    size_t i = fl_weights_index(m->weights, t);
+    return i == SIZE_MAX ? NULL : m->scales[i];
 }

@@ -460,6 +460,35 @@ const fl_tensor *fl_weights_at(const fl_weights *w, size_t i)
 
 size_t fl_weights_total_bytes(const fl_weights *w) { return w ? w->total_bytes : 0; }
 
+size_t fl_weights_index(const fl_weights *w, const fl_tensor *t)
+{
+    if (!w || !t || !w->n)
+        return SIZE_MAX;
+    /* integer addresses: comparing a pointer from elsewhere with the array's is not defined */
+    uintptr_t a = (uintptr_t)t, b = (uintptr_t)w->t;
+    if (a < b || (a - b) % sizeof *t)
+        return SIZE_MAX;
+    size_t i = (a - b) / sizeof *t;
+    return i < w->n ? i : SIZE_MAX;
+}
+
+size_t fl_weights_file_of(const fl_weights *w, size_t i)
+{
+    return w && i < w->n ? w->t_file[i] : SIZE_MAX;
+}
+
+size_t fl_weights_data_offset(const fl_weights *w, size_t i)
+{
+    if (!w || i >= w->n)
+        return SIZE_MAX;
+    const st_file *f = &w->files[w->t_file[i]];
+    const unsigned char *p = f->map;
+    uint64_t hlen = 0;
+    for (int k = 7; k >= 0; k--)
+        hlen = hlen << 8 | p[k];
+    return (size_t)((uintptr_t)w->t[i].data - (uintptr_t)p) - 8 - (size_t)hlen;
+}
+
 void fl_weights_close(fl_weights *w)
 {
     if (!w)

@@ -33,6 +33,14 @@ const fl_tensor *fl_weights_get(const fl_weights *w, const char *name);
 size_t fl_weights_count(const fl_weights *w);
 const fl_tensor *fl_weights_at(const fl_weights *w, size_t i);
 size_t fl_weights_total_bytes(const fl_weights *w);
+/* The index i of t in w (fl_weights_at(w, i) == t), or SIZE_MAX when t is not one of w's
+ * tensors; O(1), so callers can keep per-tensor tables indexed by it. */
+size_t fl_weights_index(const fl_weights *w, const fl_tensor *t);
+/* Where tensor i lies: the file that holds it (0 .. files - 1, in the order they were
+ * opened: the single file, or the index's shards in first-named order) and its offset in
+ * that file's data section. Sorting by both gives the files' own tensor order. */
+size_t fl_weights_file_of(const fl_weights *w, size_t i);
+size_t fl_weights_data_offset(const fl_weights *w, size_t i);
 void fl_weights_close(fl_weights *w);
 
 #endif

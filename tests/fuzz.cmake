@@ -44,10 +44,12 @@ if(FL_FUZZ)
   set(FL_FUZZ_DIR ${FL_TESTS_DIR}/fuzz)
   set(FL_FUZZ_CFLAGS -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
                      -fno-omit-frame-pointer -g)
-  # just what the targets call: tokenizer, loader, blob codec, request parsing
+  # just what the targets call: tokenizer, loader (model binding, quantized formats), blob
+  # codec, request parsing
   file(GLOB FL_FUZZ_TOK_SRC CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/engine/tokenizer/*.c)
   add_library(fl_fuzz_engine STATIC ${FL_FUZZ_TOK_SRC}
     ${PROJECT_SOURCE_DIR}/engine/util.c ${PROJECT_SOURCE_DIR}/engine/safetensors.c ${PROJECT_SOURCE_DIR}/engine/config.c
+    ${PROJECT_SOURCE_DIR}/engine/model.c ${PROJECT_SOURCE_DIR}/engine/qformat.c
     ${PROJECT_SOURCE_DIR}/engine/persist.c ${PROJECT_SOURCE_DIR}/engine/decode.c
     ${PROJECT_SOURCE_DIR}/server/serve_proto.c
     ${FL_FUZZ_DIR}/fuzz_common.c ${FL_FUZZ_DIR}/fuzz_chat_common.c)
@@ -64,6 +66,13 @@ if(FL_FUZZ)
   target_link_libraries(fuzz_blob_seed PRIVATE fl_fuzz_engine)
   target_link_options(fuzz_blob_seed PRIVATE -fsanitize=address,undefined)
 
+  # fuzz_qmodel's seeds come from the loader tests' tiny-model writer (tests/unit's kit), run
+  # at test time like the blob seeds (corpus/qmodel holds committed copies of the quantized ones)
+  add_executable(fuzz_qmodel_seed ${FL_FUZZ_DIR}/qmodel_seed.c)
+  target_link_libraries(fuzz_qmodel_seed PRIVATE fl_fuzz_engine)
+  target_include_directories(fuzz_qmodel_seed PRIVATE ${FL_TESTS_DIR}/unit)
+  target_link_options(fuzz_qmodel_seed PRIVATE -fsanitize=address,undefined)
+
   # libFuzzer dictionaries (tests/fuzz/dict): the JSON keys and tokens a mutation rarely guesses
   function(fl_fuzz_dict target out)
     set(d "")
@@ -73,6 +82,8 @@ if(FL_FUZZ)
       set(d text)
     elseif(target MATCHES "^(config|safetensors|generate)$")
       set(d ${target})
+    elseif(target STREQUAL "qmodel")
+      set(d safetensors)
     endif()
     set(${out} "" PARENT_SCOPE)
     if(d)
@@ -81,9 +92,9 @@ if(FL_FUZZ)
   endfunction()
 
   set(FL_FUZZ_TARGETS chat_ws chat_openai tokenize detok chat_template safetensors config blob
-                      generate)
+                      generate qmodel)
   add_custom_target(fuzz_all)
-  add_dependencies(fuzz_all fuzz_blob_seed)
+  add_dependencies(fuzz_all fuzz_blob_seed fuzz_qmodel_seed)
   foreach(t ${FL_FUZZ_TARGETS})
     add_executable(fuzz_${t} ${FL_FUZZ_DIR}/fuzz_${t}.c)
     target_link_libraries(fuzz_${t} PRIVATE fl_fuzz_engine)
@@ -97,12 +108,15 @@ if(FL_FUZZ)
     set(pre "mkdir -p ${work} ${art}")
     if(t STREQUAL "blob")
       set(pre "${pre} && $<TARGET_FILE:fuzz_blob_seed> ${work}")
+    elseif(t STREQUAL "qmodel")
+      set(pre "${pre} && $<TARGET_FILE:fuzz_qmodel_seed> ${work}")
     endif()
     add_test(NAME fuzz.${t}
       COMMAND sh -c "${pre} && exec $<TARGET_FILE:fuzz_${t}> -max_total_time=15 -timeout=10 -print_final_stats=1 ${dict} -artifact_prefix=${art}/ ${work} ${FL_FUZZ_DIR}/corpus/${t}")
     set_tests_properties(fuzz.${t} PROPERTIES LABELS fuzz TIMEOUT 120
       ENVIRONMENT "ASAN_OPTIONS=detect_leaks=1;UBSAN_OPTIONS=print_stacktrace=1")
   endforeach()
+  target_include_directories(fuzz_qmodel PRIVATE ${FL_TESTS_DIR}/unit)
   # POST /generate's parser is in its own file (its answer path's engine calls are stubbed)
   target_sources(fuzz_generate PRIVATE ${PROJECT_SOURCE_DIR}/server/serve_generate.c)
 endif()

@@ -5,6 +5,7 @@
 
 int fl_cmd_serve(int argc, char **argv);    /* server/serve.c */
 int fl_cmd_info(int argc, char **argv);
+int fl_cmd_quantize(int argc, char **argv);
 int fl_cmd_generate(int argc, char **argv);
 int fl_cmd_tokenize(int argc, char **argv);
 int fl_cmd_bench(int argc, char **argv);

@@ -11,14 +11,16 @@
 #include "cli.h"
 #include "gen_opts.h"
 #include "model.h"
+#include "qformat.h"
 #include "tokenizer/tokenizer.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: fogline info --model DIR [--json] [--chat-template NAME]\n\n"
                "Prints what a Hugging Face model directory holds: family, layout, shapes,\n"
-               "parameter count, dtypes and bytes on disk, the memory f32 compute weights and\n"
-               "one KV page need, block size, mask and eos tokens, chat template.\n"
+               "parameter count, quantization (none, q8, q4), dtypes and bytes on disk, the\n"
+               "weights' bytes, the memory f32 compute weights and one KV page need, block\n"
+               "size, mask and eos tokens, chat template.\n"
                "Only config.json, the safetensors headers and the tokenizer files are read.\n\n"
                "  --model DIR           the model directory (config.json, *.safetensors)\n"
                "  --json                one JSON object on stdout\n"
@@ -78,7 +80,18 @@ typedef struct info_sum {
     size_t count[FL_DT_COUNT]; /* tensors per dtype */
     int64_t f32_bytes;         /* n_params * 4 */
     int64_t kv_page_bytes;     /* block * layers * 2 (K,V) * kv_heads * head_dim * 4 */
+    int mats_q8, mats_q4, mats_float; /* matrix roles by format (I8, U8, float) */
 } info_sum;
+
+static void count_matrix(info_sum *s, const fl_tensor *t)
+{
+    if (t->dtype == FL_DT_I8)
+        s->mats_q8++;
+    else if (t->dtype == FL_DT_U8)
+        s->mats_q4++;
+    else
+        s->mats_float++;
+}
 
 static void summarise(info_sum *s, const fl_model *m)
 {
@@ -87,6 +100,15 @@ static void summarise(info_sum *s, const fl_model *m)
         const fl_tensor *t = fl_weights_at(m->weights, i);
         s->bytes[t->dtype] += t->nbytes;
         s->count[t->dtype]++;
+    }
+    count_matrix(s, m->embed);
+    if (m->lm_head != m->embed)
+        count_matrix(s, m->lm_head);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const fl_layer_w *L = &m->layers[l];
+        const fl_tensor *mats[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+            count_matrix(s, mats[i]);
     }
     const fl_config *c = &m->cfg;
     s->f32_bytes = m->n_params * 4;
@@ -121,6 +143,11 @@ static void print_text(const fl_model *m, const info_sum *s, const info_tok *it)
            c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->intermediate,
            c->vocab);
     printf("parameters       %lld (%.2f M)\n", (long long)m->n_params, (double)m->n_params / 1e6);
+    if (m->quant == FL_QUANT_NONE)
+        printf("quantization     none\n");
+    else
+        printf("quantization     %s (fogline, groups of %d; matrices: %d q8, %d q4, %d float)\n",
+               fl_quant_name(m->quant), FL_QG, s->mats_q8, s->mats_q4, s->mats_float);
     printf("dtypes on disk  ");
     for (int d = 0; d < FL_DT_COUNT; d++)
         if (s->count[d])
@@ -128,12 +155,16 @@ static void print_text(const fl_model *m, const info_sum *s, const info_tok *it)
     printf("\n");
     human_bytes(hb, sizeof hb, (double)fl_weights_total_bytes(m->weights));
     printf("bytes on disk    %zu (%s)\n", fl_weights_total_bytes(m->weights), hb);
+    human_bytes(hb, sizeof hb, (double)m->weight_bytes);
+    printf("weight bytes     %lld (%s: the tensors the model uses, scales included)\n",
+           (long long)m->weight_bytes, hb);
     human_bytes(hb, sizeof hb, (double)s->f32_bytes);
     printf("f32 weights      %lld bytes (%s)\n", (long long)s->f32_bytes, hb);
-    printf("weights (auto)   %s (%s)\n", fl_wformat_name(fl_wformat_resolve(FL_WEIGHTS_AUTO, m)),
-           fl_wformat_resolve(FL_WEIGHTS_AUTO, m) == FL_WEIGHTS_BF16
-               ? "every matrix is bf16 on disk: held as the file's, exact"
-               : "not every matrix is bf16 on disk: widened to f32, exact");
+    fl_wformat wa = fl_wformat_resolve(FL_WEIGHTS_AUTO, m);
+    printf("weights (auto)   %s (%s)\n", fl_wformat_name(wa),
+           m->quant != FL_QUANT_NONE ? "the backend's choice for a quantized file"
+           : wa == FL_WEIGHTS_BF16   ? "every matrix is bf16 on disk: held as the file's, exact"
+                                     : "not every matrix is bf16 on disk: widened to f32, exact");
     human_bytes(hb, sizeof hb, (double)s->kv_page_bytes);
     printf("kv page          %lld bytes (%s: %d tokens x %d layers x K,V x %d kv heads x %d x 4)\n",
            (long long)s->kv_page_bytes, hb, c->block_size, c->n_layers, c->n_kv_heads,
@@ -207,9 +238,13 @@ static int print_json(const fl_model *m, const info_sum *s, const info_tok *it)
     json_object_set_new(o, "rms_norm_eps", json_real(c->rms_eps));
     json_object_set_new(o, "n_params", json_integer(m->n_params));
     json_object_set_new(o, "n_tensors", json_integer((json_int_t)fl_weights_count(m->weights)));
+    json_object_set_new(o, "quantization", json_string(fl_quant_name(m->quant)));
+    json_object_set_new(o, "matrices", json_pack("{sisisi}", "q8", s->mats_q8, "q4", s->mats_q4,
+                                                  "float", s->mats_float));
     json_object_set_new(o, "dtypes", dt);
     json_object_set_new(o, "bytes_on_disk",
                         json_integer((json_int_t)fl_weights_total_bytes(m->weights)));
+    json_object_set_new(o, "weight_bytes", json_integer(m->weight_bytes));
     json_object_set_new(o, "f32_weight_bytes", json_integer(s->f32_bytes));
     json_object_set_new(o, "kv_page_bytes", json_integer(s->kv_page_bytes));
     json_object_set_new(o, "block_size", json_integer(c->block_size));

@@ -12,6 +12,7 @@ static const struct {
     {"serve", fl_cmd_serve, "the server: WebSocket streaming, OpenAI-compatible HTTP, metrics"},
     {"generate", fl_cmd_generate, "one reply, live in the terminal or --json"},
     {"info", fl_cmd_info, "what a model directory holds (no weights loaded for compute)"},
+    {"quantize", fl_cmd_quantize, "a q8 or q4 copy of a float model directory"},
     {"tokenize", fl_cmd_tokenize, "encode/decode text, render chat templates (tokenizer files only)"},
     {"bench", fl_cmd_bench, "benchmarks that print side-by-side ratios"},
 };

@@ -58,6 +58,7 @@ static void check_config(const fl_config *c)
     for (int i = 0; i < c->n_eos; i++)
         FZ_CHECK(c->eos_ids[i] >= 0 && c->eos_ids[i] < c->vocab, "eos %d", c->eos_ids[i]);
     FZ_CHECK(c->logits_shift == 0 || c->logits_shift == 1, "logits_shift %d", c->logits_shift);
+    FZ_CHECK(c->quant >= FL_QUANT_NONE && c->quant < FL_QUANT_COUNT, "quant %d", (int)c->quant);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

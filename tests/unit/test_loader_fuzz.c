@@ -1,8 +1,11 @@
 /* test_loader_fuzz.c: seeded random mutations of a valid safetensors header (bytes, length
- * field, truncation) and of config.json text. Every load must return 0 or a negative code with
- * a one-line message, and never crash or read outside the file (the ASan build runs this too).
- * When a mutant is accepted, what the loader exposes must still be self-consistent. */
+ * field, truncation), of a float model and of quantized ones (q8, q4: I8/U8 matrices with F16
+ * scales), and of config.json text. Every load must return 0 or a negative code with a
+ * one-line message, and never crash or read outside the file (the ASan build runs this too).
+ * When a mutant is accepted, what the loader exposes must still be self-consistent: for a
+ * quantized model, every matrix's scales as the loader promises and its rows finite. */
 #include <jansson.h>
+#include <math.h>
 #include <time.h>
 
 #include "check.h"
@@ -11,6 +14,7 @@
 #include "test_loader_kit.h"
 
 #define N_ST 2000     /* safetensors mutants */
+#define N_QST 1000    /* ... of each quantized model */
 #define N_CFG 3000    /* config.json mutants */
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull; /* fixed seed: failures reproduce */
@@ -51,7 +55,8 @@ static const char *const tokens[] = {
     "{", "}", "[", "]", "\"", ",", ":", "0", "-1", "1e999", "18446744073709551615",
     "9223372036854775807", "4294967296", "65536", "null", "true", "\"F32\"", "\"BF16\"",
     "\"F8_E5M2\"", "\"shape\"", "\"dtype\"", "\"data_offsets\"", "[0,0]", "[]", "\\u0000", "\\",
-    "\"__metadata__\"", " ", "2", "8", "256", "-0", "0.5", "\xff", "\xc3\xa9",
+    "\"__metadata__\"", " ", "2", "8", "256", "-0", "0.5", "\xff", "\xc3\xa9", "\"I8\"", "\"U8\"",
+    "\"F16\"", "_scale", "16", "32", "64", "48",
 };
 
 /* One random edit of text region [lo, b->n). */
@@ -152,11 +157,62 @@ static void check_weights(const fl_weights *w, int iter)
     (void)sum;
 }
 
-static void fuzz_safetensors(const char *dir)
+/* An accepted model's matrices: a quantized one has the dtype of the directory's format and
+ * scales of shape (n, k/32), all finite; every matrix's rows read as finite f32 (a quantized
+ * weight is at most 127 or 8 times a finite scale). */
+static void check_matrices(const fl_model *m, int iter)
 {
+    const fl_tensor *mats[2 + 7 * TQ_L] = {m->embed, m->lm_head};
+    int n = 2;
+    for (int l = 0; l < m->cfg.n_layers && l < TQ_L; l++) {
+        const fl_layer_w *L = &m->layers[l];
+        const fl_tensor *t[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+        for (int i = 0; i < 7; i++)
+            mats[n++] = t[i];
+    }
+    int quantized = 0;
+    for (int i = 0; i < n; i++) {
+        const fl_tensor *t = mats[i], *s = fl_model_scales(m, t);
+        bool q = t->dtype == FL_DT_I8 || t->dtype == FL_DT_U8;
+        if (!(i == 1 && m->lm_head == m->embed)) /* a tied lm_head is the embedding */
+            quantized += q;
+        CHECK(q == (s != NULL) && (!q || m->quant != FL_QUANT_NONE), "#%d %s: %s, scales %s",
+              iter, t->name, fl_dtype_name(t->dtype), s ? s->name : "none");
+        size_t rows = (size_t)t->shape[0], k = (size_t)t->shape[1] * (t->dtype == FL_DT_U8 ? 2 : 1);
+        if (q) {
+            CHECK(s->dtype == FL_DT_F16 && s->ndim == 2 && s->shape[0] == t->shape[0] &&
+                      s->shape[1] == (int64_t)(k / FL_QG) && k % FL_QG == 0,
+                  "#%d %s: scales shape", iter, t->name);
+            CHECK(t->dtype == (m->quant == FL_QUANT_Q8 || i < 2 ? FL_DT_I8 : FL_DT_U8),
+                  "#%d %s: %s in a %s directory", iter, t->name, fl_dtype_name(t->dtype),
+                  fl_quant_name(m->quant));
+        }
+        float *x = malloc(rows * k * sizeof *x + 1);
+        fl_err e = {0};
+        int rc = fl_matrix_rows_f32(x, t, s, 0, rows, k, &e);
+        CHECK(rc == 0, "#%d %s: %s", iter, t->name, e.msg);
+        for (size_t j = 0; rc == 0 && j < rows * k; j++)
+            if (!isfinite(x[j]) && q) {
+                CHECK(0, "#%d %s: weight %zu is not finite", iter, t->name, j);
+                break;
+            }
+        free(x);
+    }
+    CHECK(quantized == m->n_quantized, "#%d: %d quantized matrices, the model says %d", iter,
+          quantized, m->n_quantized);
+}
+
+/* quant 0: the float tiny model (hidden 8: nothing could be quantized); 8, 4: the quantized
+ * tiny model in its quantized directory. */
+static void fuzz_safetensors(const char *dir, int quant)
+{
+    const int n_iter = quant ? N_QST : N_ST;
     tk_st s;
     tk_st_init(&s);
-    tk_tiny_tensors(&s, false, false);
+    if (quant)
+        tk_qtiny_tensors(&s, quant, 64, false);
+    else
+        tk_tiny_tensors(&s, false, false);
     char p[TK_PATH], base_path[TK_PATH];
     tk_path(base_path, dir, "base.safetensors");
     tk_st_write(&s, base_path);
@@ -164,10 +220,12 @@ static void fuzz_safetensors(const char *dir)
     char *orig = NULL;
     size_t orig_n = 0;
     fl_read_file(base_path, &orig, &orig_n, NULL);
-    tk_write_str(tk_path(p, dir, "config.json"), tk_tiny_config(false, false));
+    tk_write_str(tk_path(p, dir, "config.json"),
+                 quant ? tk_qtiny_config(quant == 8 ? "q8" : "q4", 64, false)
+                       : tk_tiny_config(false, false));
     tk_path(p, dir, "model.safetensors");
     int accepted = 0, loaded = 0;
-    for (int it = 0; it < N_ST; it++) {
+    for (int it = 0; it < n_iter; it++) {
         bytes b = {malloc(orig_n + 1), orig_n};
         memcpy(b.p, orig, orig_n);
         uint64_t hlen = 0;
@@ -212,13 +270,16 @@ static void fuzz_safetensors(const char *dir)
             loaded++;
             CHECK(m->embed && m->lm_head && m->final_norm && m->layers && m->layers[0].wq,
                   "#%d roles", it);
+            check_matrices(m, it);
             fl_model_free(m);
         }
     }
     free(orig);
     /* a fuzzer that never gets past the first check tests nothing */
-    printf("safetensors: %d mutants, %d opened, %d loaded as models\n", N_ST, accepted, loaded);
-    CHECK(accepted > N_ST / 20, "only %d mutants parsed: mutations too destructive", accepted);
+    printf("safetensors%s: %d mutants, %d opened, %d loaded as models\n",
+           quant == 8 ? " (q8)" : quant == 4 ? " (q4)" : "", n_iter, accepted, loaded);
+    CHECK(accepted > n_iter / 20, "only %d mutants parsed: mutations too destructive", accepted);
+    CHECK(loaded > 0, "no mutant loaded as a model: the checks of accepted models never ran");
 }
 
 static void fuzz_config(const char *dir)
@@ -261,15 +322,21 @@ static void fuzz_config(const char *dir)
 
 int main(void)
 {
-    char dir[TK_PATH], d1[TK_PATH], d2[TK_PATH];
+    char dir[TK_PATH], d1[TK_PATH], d2[TK_PATH], d3[TK_PATH], d4[TK_PATH];
     if (tk_mkdtemp_fast(dir, "fuzz"))
         return 1;
     snprintf(d1, sizeof d1, "%.4000s/st", dir);
     snprintf(d2, sizeof d2, "%.4000s/cfg", dir);
+    snprintf(d3, sizeof d3, "%.4000s/q8", dir);
+    snprintf(d4, sizeof d4, "%.4000s/q4", dir);
     mkdir(d1, 0755);
     mkdir(d2, 0755);
+    mkdir(d3, 0755);
+    mkdir(d4, 0755);
     clock_t t0 = clock();
-    fuzz_safetensors(d1);
+    fuzz_safetensors(d1, 0);
+    fuzz_safetensors(d3, 8);
+    fuzz_safetensors(d4, 4);
     fuzz_config(d2);
     printf("%.2f s cpu\n", (double)(clock() - t0) / CLOCKS_PER_SEC);
     int rc = check_summary("test_loader_fuzz");

@@ -1,10 +1,12 @@
 /* test_loader_kit.h: helpers shared by the loader tests: temporary directories, copying a
  * model directory, reading and rewriting safetensors files (to break them on purpose), and a
- * tiny model written from C (for the fuzz test, which must not depend on Python). */
+ * tiny model written from C (for the fuzz test, which must not depend on Python), float or
+ * quantized (q8/q4, engine/qformat.h; also the seeds of tests/fuzz's fuzz_qmodel). */
 #ifndef FL_TEST_LOADER_KIT_H
 #define FL_TEST_LOADER_KIT_H
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <jansson.h>
 #include <stdbool.h>
@@ -13,9 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fl.h"
+#include "qformat.h"
 
 #define TK_PATH 4096
 
@@ -289,6 +293,167 @@ static inline int tk_tiny_model(const char *dir, bool qwen2, bool tie)
     return rc;
 }
 
+/* ---- The quantized tiny model: hidden 32, 2 layers, 2 heads / 1 kv head, head_dim 16,
+ * intermediate ff (64; 48 leaves down_proj's rows 48 long, so it stays F32), vocab 48.
+ * Matrices are quantized with the engine's own quantizers from pseudo-random values. */
+enum { TQ_H = 32, TQ_L = 2, TQ_NH = 2, TQ_KV = 1, TQ_HD = 16, TQ_V = 48 };
+
+/* quant: "q8", "q4" or NULL (no quantization_config). */
+static inline const char *tk_qtiny_config(const char *quant, int ff, bool tie)
+{
+    static char buf[1024], q[160];
+    q[0] = 0;
+    if (quant)
+        snprintf(q, sizeof q, ", \"quantization_config\": {\"quant_method\": \"fogline\", "
+                              "\"format\": \"%s\", \"group_size\": 32}", quant);
+    snprintf(buf, sizeof buf,
+             "{\"architectures\": [\"FoglineForDiffusionLM\"], \"model_type\": \"fogline\", "
+             "\"hidden_size\": %d, \"num_hidden_layers\": %d, \"num_attention_heads\": %d, "
+             "\"num_key_value_heads\": %d, \"head_dim\": %d, \"intermediate_size\": %d, "
+             "\"vocab_size\": %d, \"max_position_embeddings\": 256, \"rope_theta\": 10000.0, "
+             "\"rms_norm_eps\": 1e-6, \"tie_word_embeddings\": %s, \"attention_bias\": false, "
+             "\"block_size\": 4, \"mask_token_id\": 47, \"eos_token_id\": 46%s}",
+             TQ_H, TQ_L, TQ_NH, TQ_KV, TQ_HD, ff, TQ_V, tie ? "true" : "false", q);
+    return buf;
+}
+
+/* (n, k) pseudo-random values in about [-1, 1) from seed (an LCG: the same on every host). */
+static inline float *tk_rand_f32(size_t n, uint32_t seed)
+{
+    float *v = malloc((n ? n : 1) * sizeof *v);
+    uint32_t x = seed * 2654435761u + 1u;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1664525u + 1013904223u;
+        v[i] = (float)((int32_t)(x >> 8) - (1 << 23)) / (float)(1 << 23);
+    }
+    return v;
+}
+
+/* Adds matrix NAME (n, k): F32 when quant is 0 or k % 32 != 0, else its quants (quant 8: I8
+ * (n, k); 4: U8 (n, k/2)) and NAME_scale F16 (n, k/32). */
+static inline void tk_st_add_mat(tk_st *s, const char *name, int n, int k, int quant, uint32_t seed)
+{
+    float *x = tk_rand_f32((size_t)n * k, seed);
+    int64_t sh[2] = {n, k};
+    if (!quant || k % FL_QG) {
+        tk_st_add(s, name, "F32", 2, sh, x, (size_t)n * k * sizeof *x);
+        free(x);
+        return;
+    }
+    size_t qb = quant == 8 ? (size_t)n * k : (size_t)n * k / 2, G = (size_t)k / FL_QG;
+    unsigned char *q = malloc(qb);
+    uint16_t *d = malloc((size_t)n * G * sizeof *d);
+    if (quant == 8)
+        fl_q8_quantize((int8_t *)q, d, x, n, k, NULL);
+    else
+        fl_q4_quantize(q, d, x, n, k, NULL);
+    sh[1] = quant == 8 ? k : k / 2;
+    tk_st_add(s, name, quant == 8 ? "I8" : "U8", 2, sh, q, qb);
+    char sn[192];
+    snprintf(sn, sizeof sn, "%s_scale", name);
+    int64_t ss[2] = {n, (int64_t)G};
+    tk_st_add(s, sn, "F16", 2, ss, d, (size_t)n * G * sizeof *d);
+    free(x);
+    free(q);
+    free(d);
+}
+
+/* Every tensor of the quantized tiny model; quant 8, 4 or 0 (all F32). Norms are F32 near 1. */
+static inline void tk_qtiny_tensors(tk_st *s, int quant, int ff, bool tie)
+{
+    char n[128];
+    uint32_t seed = 0;
+    int head = quant ? 8 : 0; /* embedding and lm_head are q8 in every quantized directory */
+    tk_st_add_mat(s, "model.embed_tokens.weight", TQ_V, TQ_H, head, ++seed);
+    tk_st_add_f32(s, "model.norm.weight", TQ_H, -1, 1.0f);
+    if (!tie)
+        tk_st_add_mat(s, "lm_head.weight", TQ_V, TQ_H, head, ++seed);
+    for (int l = 0; l < TQ_L; l++) {
+#define TQ_M(suffix, d0, d1) \
+    (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), tk_st_add_mat(s, n, d0, d1, quant, ++seed))
+#define TQ_N(suffix, d0) \
+    (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), tk_st_add_f32(s, n, d0, -1, 0.9f))
+        TQ_N("input_layernorm.weight", TQ_H);
+        TQ_N("post_attention_layernorm.weight", TQ_H);
+        TQ_M("self_attn.q_proj.weight", TQ_NH * TQ_HD, TQ_H);
+        TQ_M("self_attn.k_proj.weight", TQ_KV * TQ_HD, TQ_H);
+        TQ_M("self_attn.v_proj.weight", TQ_KV * TQ_HD, TQ_H);
+        TQ_M("self_attn.o_proj.weight", TQ_H, TQ_NH * TQ_HD);
+        TQ_M("mlp.gate_proj.weight", ff, TQ_H);
+        TQ_M("mlp.up_proj.weight", ff, TQ_H);
+        TQ_M("mlp.down_proj.weight", TQ_H, ff);
+        TQ_N("self_attn.q_norm.weight", TQ_HD);
+        TQ_N("self_attn.k_norm.weight", TQ_HD);
+#undef TQ_M
+#undef TQ_N
+    }
+}
+
+/* Writes dir/config.json and dir/model.safetensors of the quantized tiny model (quant 8, 4,
+ * or 0: a float model without quantization_config). */
+static inline int tk_qtiny_model(const char *dir, int quant, int ff, bool tie)
+{
+    char p[TK_PATH];
+    const char *qn = quant == 8 ? "q8" : quant == 4 ? "q4" : NULL;
+    if (tk_write_str(tk_path(p, dir, "config.json"), tk_qtiny_config(qn, ff, tie)))
+        return -1;
+    tk_st s;
+    tk_st_init(&s);
+    tk_qtiny_tensors(&s, quant, ff, tie);
+    int rc = tk_st_write(&s, tk_path(p, dir, "model.safetensors"));
+    tk_st_free(&s);
+    return rc;
+}
+
 static inline bool tk_has(const char *msg, const char *needle) { return strstr(msg, needle) != NULL; }
+
+/* ---- Running the fogline binary ($FL_BIN). */
+typedef struct tk_run_out {
+    int status; /* exit code, or -1 when it did not exit normally */
+    char *out, *err;
+} tk_run_out;
+
+static inline void tk_run_free(tk_run_out *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+/* Runs $FL_BIN with args (NULL-terminated, at most 14), capturing stdout and stderr in files
+ * under scratch. */
+static inline tk_run_out tk_run(const char *scratch, const char *const *args)
+{
+    tk_run_out r = {-1, NULL, NULL};
+    const char *bin = getenv("FL_BIN");
+    char po[TK_PATH], pe[TK_PATH];
+    tk_path(po, scratch, "stdout");
+    tk_path(pe, scratch, "stderr");
+    const char *argv[16] = {bin ? bin : "fogline"};
+    int n = 1;
+    for (; args[n - 1] && n < 15; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fo = open(po, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int fe = open(pe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        dup2(fo, 1);
+        dup2(fe, 2);
+        execv(argv[0], (char *const *)argv);
+        _exit(127);
+    }
+    int st = 0;
+    if (pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st))
+        r.status = WEXITSTATUS(st);
+    fl_read_file(po, &r.out, NULL, NULL);
+    fl_read_file(pe, &r.err, NULL, NULL);
+    if (!r.out)
+        r.out = strdup("");
+    if (!r.err)
+        r.err = strdup("");
+    return r;
+}
 
 #endif
