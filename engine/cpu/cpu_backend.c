@@ -80,6 +80,10 @@ typedef struct fl_cpu {
     float *final_norm;    /* (hidden) */
     const fl_tensor *embed; /* (vocab, hidden) in the file: rows are widened on lookup */
     const fl_tensor *embed_s; /* its scales when the file holds it quantized, else NULL */
+    bool embed_q8;            /* q8/q4 weights and a float file embedding: rows are read as
+                                 q8 would hold them, as from a quantized directory's file */
+    int8_t *emb_q;            /* (hidden) a row's quants then */
+    uint16_t *emb_d;          /* (hidden / 32) its scales */
     size_t page_floats;   /* n_layers * 2 * kv_heads * block * head_dim */
     float *kv;            /* (n_pages, page_floats) */
     /* activations, for up to max_tokens rows */
@@ -854,10 +858,17 @@ static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, fl
         }
     }
     c->item0[bt->n_segs] = items;
-    for (t = 0; t < n; t++)
-        if ((rc = fl_matrix_rows_f32(c->x + (size_t)t * H, c->embed, c->embed_s,
-                                     (size_t)bt->tokens[t], 1, (size_t)H, e)))
+    for (t = 0; t < n; t++) {
+        float *xr = c->x + (size_t)t * H;
+        if ((rc = fl_matrix_rows_f32(xr, c->embed, c->embed_s, (size_t)bt->tokens[t], 1,
+                                     (size_t)H, e)))
             return rc;
+        if (c->embed_q8) { /* finite: the loader's file; a failure leaves the row exact */
+            fl_err qe = {0};
+            if (!fl_q8_quantize(c->emb_q, c->emb_d, xr, 1, H, &qe))
+                fl_q8_dequantize(xr, c->emb_q, c->emb_d, 1, H);
+        }
+    }
 
     for (int l = 0; l < cf->n_layers; l++) {
         const fl_cpu_layer *cl = &c->layers[l];
@@ -935,6 +946,8 @@ static void fl_cpu_destroy(fl_backend *b)
     free(c->hb);
     free(c->rope);
     free(c->qx);
+    free(c->emb_q);
+    free(c->emb_d);
     free(c->inv_freq);
     free(c->out_rows);
     free(c->item0);
@@ -1030,6 +1043,10 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
         c->max_k = cf->intermediate;
     c->embed = m->embed;
     c->embed_s = fl_model_scales(m, m->embed);
+    /* q8/q4: the embedding at 8 bits, whether the file holds it so (a quantized directory) or
+     * not (quantized at load): the two give the same outputs */
+    c->embed_q8 = (wf == FL_WEIGHTS_Q8 || wf == FL_WEIGHTS_Q4) && !c->embed_s &&
+                  cf->hidden % FL_QG == 0;
     c->page_floats = fl_kv_page_floats(cf);
     c->base.page_bytes = c->page_floats * 4;
     /* all of OpenBLAS's work happens inside our pool threads, one thread each */
@@ -1059,6 +1076,10 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     c->rope = malloc(mt * cf->head_dim * 4);
     if (c->wf == FL_WEIGHTS_Q8 || c->wf == FL_WEIGHTS_Q4)
         c->qx = malloc(fl_qx_bytes((int)mt, c->max_k));
+    if (c->embed_q8) {
+        c->emb_q = malloc((size_t)cf->hidden);
+        c->emb_d = malloc((size_t)cf->hidden / FL_QG * sizeof *c->emb_d);
+    }
     c->inv_freq = malloc((size_t)cf->head_dim / 2 * sizeof(double));
     c->out_rows = malloc(mt * sizeof(int32_t));
     c->item0 = malloc((mt + 1) * sizeof(int32_t));
@@ -1080,7 +1101,8 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     }
     if (!c->kv || !c->x || !c->xb || !c->qkv || !c->att || !c->gu || !c->hb || !c->rope ||
         !c->inv_freq || !c->out_rows || !c->item0 || !c->seg_tok0 || !c->lse ||
-        ((c->wf == FL_WEIGHTS_Q8 || c->wf == FL_WEIGHTS_Q4) && !c->qx))
+        ((c->wf == FL_WEIGHTS_Q8 || c->wf == FL_WEIGHTS_Q4) && !c->qx) ||
+        (c->embed_q8 && (!c->emb_q || !c->emb_d)))
         goto oom;
     fl_rope_inv_freq(cf, c->inv_freq);
     *out = &c->base;

@@ -14,8 +14,9 @@ activations), not from the C code:
   y = x' . w' (accumulated here in float64; the kernels' exact int32 group sums differ from it
   only by the f32 rounding of the group scale products and sums).
 
-With q4 the LM head is q8 (the backend's choice, docs/models.md); the embedding stays as the
-file holds it. Biases are added after the product, as the backend does."""
+The embedding and the LM head are q8 in both modes (the backend's choice, docs/models.md): an
+embedding row is looked up as its q8 dequantization. Biases are added after the product, as
+the backend does."""
 import torch
 import torch.nn as nn
 
@@ -86,5 +87,7 @@ def quantize_model(m, bits):
             setattr(p, name, QLinear(getattr(p, name), bits))
     w = m.model.embed_tokens.weight if m.c.tie else m.lm_head.weight
     head_w = quantize_weight(w.detach(), 8).double()  # the head is q8 in both modes
+    with torch.no_grad():  # so is the embedding (after the head took the tied original)
+        m.model.embed_tokens.weight.copy_(quantize_weight(m.model.embed_tokens.weight, 8))
     m.head = lambda h: (quantize_rows(h).double() @ head_w.t()).float()
     return m

@@ -4,7 +4,8 @@
  * every matrix must be exactly the engine quantizer's output for the input's rows (quants,
  * scales, and their dequantization through fl_matrix_rows_f32), everything else byte for byte
  * the input's, in the input's order, config.json the input's plus quantization_config, the
- * other files identical, and `fogline info` must say q8/q4. Then each refusal, by its exact
+ * other files identical, `fogline info` must say q8/q4, and the CPU backend must compute the
+ * same logits from it as from the input with --weights q8/q4. Then each refusal, by its exact
  * line, and a failure half-way that must leave nothing behind. */
 #include <jansson.h>
 #include <math.h>
@@ -12,6 +13,7 @@
 
 #include "backend.h"
 #include "check.h"
+#include "cpu/cpu.h"
 #include "fl_cuda.h"
 #include "model.h"
 #include "test_loader_kit.h"
@@ -276,6 +278,51 @@ static void check_info(const char *out, const fl_model *m, const char *fmt, int 
 
 /* The whole round trip of input directory in with format fmt; want_float: whether down_proj
  * stays float (rows not a multiple of 32). */
+/* The CPU backend on the output (auto: the file's format) computes the same bits as on the
+ * input quantized at load (--weights q8/q4): the same quantizer, the embedding at 8 bits in
+ * both. Two blocks, logits of every position. */
+static void check_same_forward(const fl_model *f, const fl_model *q, int wq)
+{
+    int B = f->cfg.block_size, n = 2 * B, V = f->cfg.vocab;
+    int32_t pages[2] = {0, 1}, *tok = malloc((size_t)n * sizeof *tok);
+    float *lg[2] = {malloc((size_t)n * V * sizeof(float)), malloc((size_t)n * V * sizeof(float))};
+    fl_tok_out *out = malloc((size_t)n * sizeof *out);
+    for (int i = 0; i < n; i++)
+        tok[i] = (i * 7 + 3) % V;
+    fl_segment sg = {n, 0, n, 0, pages};
+    fl_batch bt = {tok, n, &sg, 1};
+    int ok = 0;
+    for (int k = 0; k < 2 && tok && lg[0] && lg[1] && out; k++) {
+        fl_backend_opts o = {.n_pages = 2, .n_threads = 2, .max_tokens = n,
+                             .weights = k ? FL_WEIGHTS_AUTO
+                                          : wq == 8 ? FL_WEIGHTS_Q8 : FL_WEIGHTS_Q4};
+        fl_backend *b = NULL;
+        fl_err e = {0};
+        int rc = fl_backend_cpu_create(&b, k ? q : f, &o, &e);
+        CHECK(rc == 0, "cpu backend on the %s: %s", k ? "quantized file" : "input", e.msg);
+        if (!rc) {
+            CHECK(b->weights == o.weights || (k && b->weights == (wq == 8 ? FL_WEIGHTS_Q8
+                                                                            : FL_WEIGHTS_Q4)),
+                  "auto on a q%d file holds %s", wq, fl_wformat_name(b->weights));
+            rc = fl_forward(b, &bt, out, lg[k], &e);
+            CHECK(rc == 0, "forward: %s", e.msg);
+            ok += rc == 0;
+        }
+        fl_backend_destroy(b);
+    }
+    if (ok == 2) {
+        size_t diff = 0;
+        for (size_t i = 0; i < (size_t)n * V; i++)
+            diff += memcmp(&lg[0][i], &lg[1][i], sizeof(float)) != 0;
+        CHECK(diff == 0, "q%d: the quantized file's logits differ from --weights q%d's at %zu of "
+              "%zu", wq, wq, diff, (size_t)n * V);
+    }
+    free(tok);
+    free(lg[0]);
+    free(lg[1]);
+    free(out);
+}
+
 static void round_trip(const char *in, const char *fmt, bool down_float)
 {
     static int n;
@@ -344,6 +391,7 @@ static void round_trip(const char *in, const char *fmt, bool down_float)
     int q8 = 1 + (f->lm_head != f->embed), mats = f->n_matrices - q8;
     int fl = down_float ? f->cfg.n_layers : 0;
     check_info(out, q, fmt, wq == 8 ? f->n_matrices - fl : q8, wq == 4 ? mats - fl : 0, fl);
+    check_same_forward(f, q, wq);
 
     /* the CUDA backend refuses it, before looking for a GPU */
     if (fl_cuda_built()) {
