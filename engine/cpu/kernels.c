@@ -905,8 +905,21 @@ FL_AVX512 static void fl_mm_bf16_avx512(float *y, int ldy, const float *x, int l
     FL_MM_AVX512_BODY(uint16_t, fl_load_bf16x16, fl_tail_bf16)
 }
 
+/* bf16 -> f32 of n values, 16 at a time: the widening of the bf16 attention kernels, which
+ * runs once per key row and query tile */
+FL_AVX512 static void fl_bf16_to_f32_avx512(float *dst, const uint16_t *src, long n)
+{
+    long i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+    }
+    for (; i < n; i++)
+        dst[i] = fl_bf16_to_f32(src[i]);
+}
+
 FL_ATT_BF16(fl_qk_bf16_avx512, fl_pv_bf16_avx512, fl_qk_avx512, fl_pv_avx512,
-            fl_bf16_to_f32_avx2, FL_AVX512)
+            fl_bf16_to_f32_avx512, FL_AVX512)
 
 #endif /* FL_HAVE_X86 */
 
