@@ -110,8 +110,9 @@ typedef struct fl_kernels {
 
 #define FL_KV_CHUNK 64 /* bf16 key/value rows widened per qk / pv call (16 KB at head_dim 64,
                           32 KB at 128: in L1/L2 while the products read them); the next
-                          chunk's rows are prefetched while this one is computed. 32 and 128
-                          measured no better (docs/benchmarks.md, bf16 KV) */
+                          chunk's rows are prefetched while this one is computed. 32 did
+                          better at short contexts, worse at long ones; 128 worse at both
+                          (docs/benchmarks.md, "KV pages in bf16") */
 
 /* Picks the fastest versions this CPU runs, capped by want: NULL or "" (no cap), "avx2"
  * (no AVX-512), "plain" (no SIMD at all). The AVX-512 level replaces the streaming matmuls
