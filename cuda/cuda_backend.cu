@@ -1112,6 +1112,11 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
         return fl_err_set(e, FL_EUNSUPPORTED, "cuda backend: --weights %s: it holds bf16 "
                           "weights only (use --weights bf16 or auto, or --device cpu)",
                           fl_wformat_name(o->weights));
+    /* its pages and attention are bf16 only (this forward's K/V rounded as pages hold them) */
+    if (o->kv != FL_KV_AUTO && o->kv != FL_KV_BF16)
+        return fl_err_set(e, FL_EUNSUPPORTED, "cuda backend: --kv-format %s: it holds bf16 KV "
+                          "pages only (use --kv-format bf16 or auto, or --device cpu)",
+                          fl_kvformat_name(o->kv));
     if (cf->head_dim % 8 || cf->head_dim > FLC_HD_MAX || cf->n_kv_heads <= 0 ||
         cf->n_heads % cf->n_kv_heads || cf->block_size <= 0 || cf->max_pos <= 0)
         return fl_err_set(e, FL_EUNSUPPORTED, "cuda backend: unsupported shape (head_dim %d: "
@@ -1132,6 +1137,7 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     c->base.max_tokens = o->max_tokens;
     c->base.impl = c;
     c->base.weights = FL_WEIGHTS_BF16;
+    c->base.kv = FL_KV_BF16;
     c->cfg = *cf;
     c->dev = dev;
     c->n_sm = prop.multiProcessorCount > 0 ? prop.multiProcessorCount : 1;

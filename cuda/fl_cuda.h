@@ -43,7 +43,8 @@ bool fl_cuda_built(void);
  * convert to and from the f32 host layout). n_pages 0, or more than fits, sizes the pool from
  * the free device memory (read the result from (*out)->n_pages). The caller owns *out
  * (fl_backend_destroy); m must outlive it. FL_EUNSUPPORTED when the build has no CUDA or no
- * GPU is usable; *out is NULL on failure. */
+ * GPU is usable, or for o->weights or o->kv other than AUTO or BF16; *out is NULL on
+ * failure. */
 int fl_backend_cuda_create(fl_backend **out, const fl_model *m, const fl_backend_opts *o,
                            fl_err *e);
 

@@ -6,26 +6,49 @@
 
 static const char *const fl_wformat_names[FL_WEIGHTS_COUNT] = {"auto", "f32", "bf16", "q8",
                                                                     "q4"};
+static const char *const fl_kvformat_names[FL_KV_COUNT] = {"auto", "f32", "bf16"};
 
 const char *fl_wformat_name(fl_wformat f)
 {
     return f >= 0 && f < FL_WEIGHTS_COUNT ? fl_wformat_names[f] : "?";
 }
 
-int fl_wformat_parse(const char *s, fl_wformat *out, fl_err *e)
+const char *fl_kvformat_name(fl_kvformat f)
 {
-    for (int f = 0; s && f < FL_WEIGHTS_COUNT; f++)
-        if (!strcmp(s, fl_wformat_names[f])) {
-            *out = (fl_wformat)f;
+    return f >= 0 && f < FL_KV_COUNT ? fl_kvformat_names[f] : "?";
+}
+
+/* The index of s in names[0..n), or FL_EINVAL with "must be a, b or c, got 's'". */
+static int fl_name_parse(const char *const *names, int n, const char *s, int *out, fl_err *e)
+{
+    for (int f = 0; s && f < n; f++)
+        if (!strcmp(s, names[f])) {
+            *out = f;
             return 0;
         }
     char allowed[128] = "";
-    for (int f = 0; f < FL_WEIGHTS_COUNT; f++) {
+    for (int f = 0; f < n; f++) {
         size_t k = strlen(allowed);
-        snprintf(allowed + k, sizeof allowed - k, "%s%s", f ? (f == FL_WEIGHTS_COUNT - 1 ? " or " : ", ") : "",
-                 fl_wformat_names[f]);
+        snprintf(allowed + k, sizeof allowed - k, "%s%s", f ? (f == n - 1 ? " or " : ", ") : "",
+                 names[f]);
     }
     return fl_err_set(e, FL_EINVAL, "must be %s, got '%.40s'", allowed, s ? s : "");
+}
+
+int fl_wformat_parse(const char *s, fl_wformat *out, fl_err *e)
+{
+    int f = 0, rc = fl_name_parse(fl_wformat_names, FL_WEIGHTS_COUNT, s, &f, e);
+    if (!rc)
+        *out = (fl_wformat)f;
+    return rc;
+}
+
+int fl_kvformat_parse(const char *s, fl_kvformat *out, fl_err *e)
+{
+    int f = 0, rc = fl_name_parse(fl_kvformat_names, FL_KV_COUNT, s, &f, e);
+    if (!rc)
+        *out = (fl_kvformat)f;
+    return rc;
 }
 
 static bool fl_is_bf16(const fl_tensor *t) { return t && t->dtype == FL_DT_BF16; }

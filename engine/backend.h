@@ -67,6 +67,21 @@ int fl_wformat_parse(const char *s, fl_wformat *out, fl_err *e);
  * have its weights loaded (else F32). */
 fl_wformat fl_wformat_resolve(fl_wformat f, const fl_model *m);
 
+/* The format a backend holds its KV pages in. The host layout (page_read/page_write,
+ * persistence blobs, Redis) is f32 whatever it is, so page_bytes does not change with it. */
+typedef enum fl_kvformat {
+    FL_KV_AUTO = 0, /* the backend's own: f32 on the CPU (exact), bf16 on CUDA (its only one) */
+    FL_KV_F32,
+    FL_KV_BF16,     /* half the bytes for attention to read; every key and value attention
+                       reads is rounded to bf16 (nearest even), cached or this forward's own */
+    FL_KV_COUNT
+} fl_kvformat;
+
+/* "auto", "f32", "bf16"; "?" for a value out of range. */
+const char *fl_kvformat_name(fl_kvformat f);
+/* As fl_wformat_parse: FL_EINVAL with "must be auto, f32 or bf16, got 'x'". */
+int fl_kvformat_parse(const char *s, fl_kvformat *out, fl_err *e);
+
 typedef struct fl_backend_opts {
     int n_pages;    /* KV pages to allocate */
     int n_threads;  /* compute threads (shared budget with BLAS); 0: all cores */
@@ -75,6 +90,8 @@ typedef struct fl_backend_opts {
                            backend that cannot hold a format says so (FL_EUNSUPPORTED) */
     int gpu_n_pages;   /* CUDA, when non-zero: replaces n_pages (-1: as many pages as the free
                           device memory holds); see server/backend_select.h */
+    fl_kvformat kv;    /* the KV pages' format; AUTO (0): the backend's own. A backend that
+                          cannot hold a format says so (FL_EUNSUPPORTED) */
 } fl_backend_opts;
 
 typedef struct fl_backend fl_backend;
@@ -101,6 +118,7 @@ struct fl_backend {
     size_t page_bytes; /* host layout size of one page */
     void *impl;
     fl_wformat weights; /* what it holds, never AUTO (set by the backend or its chooser) */
+    fl_kvformat kv;     /* what its KV pages hold, never AUTO (set by the backend) */
 };
 
 /* The checks every backend's forward runs first (sizes, segments, positions against cf's

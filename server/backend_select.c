@@ -35,7 +35,7 @@ static void fl_say(char *chosen, size_t cap, const char *fmt, ...)
 }
 
 /* What the weights line of `chosen` says: the format b holds and, when AUTO picked it or it
- * differs from the file's, why. */
+ * differs from the file's, why; then the KV pages' format. */
 static void fl_say_weights(char *chosen, size_t cap, const fl_backend *b, const fl_model *m,
                            fl_wformat asked)
 {
@@ -49,7 +49,8 @@ static void fl_say_weights(char *chosen, size_t cap, const fl_backend *b, const 
     else if (asked == FL_WEIGHTS_AUTO)
         why = file == FL_WEIGHTS_BF16 ? " (auto: the file's bf16, exact)"
                                       : " (auto: the file is not all bf16)";
-    fl_say(chosen + k, cap - k, "; weights %s%s", fl_wformat_name(b->weights), why);
+    fl_say(chosen + k, cap - k, "; weights %s%s; kv %s", fl_wformat_name(b->weights), why,
+           fl_kvformat_name(b->kv));
 }
 
 /* Whether a GPU is usable; why says which, or why not. */
@@ -93,10 +94,10 @@ int fl_backend_open(fl_backend **out, const fl_model *m, const fl_backend_opts *
     }
     /* auto */
     char fallback[640];
-    if (gpu && o->weights == FL_WEIGHTS_F32) {
+    if (gpu && (o->weights == FL_WEIGHTS_F32 || o->kv == FL_KV_F32)) {
         /* the GPU holds bf16 only: an explicit f32 is the CPU's to honour */
-        snprintf(fallback, sizeof fallback, "weights f32 asked, the CUDA backend on %.150s holds "
-                 "bf16 only", why);
+        snprintf(fallback, sizeof fallback, "%s f32 asked, the CUDA backend on %.150s holds "
+                 "bf16 only", o->weights == FL_WEIGHTS_F32 ? "weights" : "kv", why);
     } else if (gpu) {
         fl_err ce = {0, {0}};
         int rc = fl_backend_cuda_create(out, m, &go, &ce);

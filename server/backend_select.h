@@ -7,8 +7,8 @@
 
 /* Creates the backend `device` names ("auto", "cpu" or "cuda"; NULL or "" is "auto").
  * chosen (may be NULL, cap bytes) gets one line for a startup log: the backend and why, e.g.
- * "cuda: NVIDIA H200 (device 0, ...); weights ..." or "cpu: auto: no usable GPU (no NVIDIA
- * driver ...)". "cuda" fails (FL_EUNSUPPORTED) when no GPU is usable or the build has no
+ * "cuda: NVIDIA H200 (device 0, ...); weights ...; kv bf16" or "cpu: auto: no usable GPU (no
+ * NVIDIA driver ...)". "cuda" fails (FL_EUNSUPPORTED) when no GPU is usable or the build has no
  * CUDA; "auto" falls back to the CPU then, and also when creating the CUDA backend fails
  * (the reason is in chosen). An unknown name is FL_EINVAL.
  *

@@ -43,6 +43,7 @@ typedef struct srv_config {
     int threads;
     char device[8];         /* --device: auto | cpu | cuda (engine/backend_select.h) */
     fl_wformat weights;     /* --weights (backend.h); AUTO by default */
+    fl_kvformat kv;         /* --kv-format (backend.h); AUTO by default */
     int max_connections;    /* WebSocket connections at once */
     int max_conn_requests;  /* running requests per WebSocket connection */
     int max_queued;         /* requests waiting for the engine, server-wide */

@@ -16,7 +16,7 @@ enum {
     O_HOST = 1000, O_PORT, O_MODEL, O_TMPL, O_WEB, O_KEY, O_ORIGINS, O_THREADS, O_MAX_CONN,
     O_MAX_CONN_REQ, O_MAX_QUEUED, O_MAX_SEQS, O_MAX_BATCH, O_MAX_MSG, O_MAX_PROMPT, O_MAX_TOK_LIMIT,
     O_KV_PAGES, O_KV_HOST_MB, O_DRAIN, O_WS_BACKLOG, O_WS_STALL, O_WS_SNDBUF, O_LOG_LEVEL, O_REDIS, O_REDIS_SES_TTL, O_REDIS_KV_TTL, O_REDIS_KV_CAP,
-    O_REDIS_TIMEOUT, O_REDIS_CONN_TIMEOUT, O_DEVICE, O_TMPL_KWARGS, O_WEIGHTS, O_HELP
+    O_REDIS_TIMEOUT, O_REDIS_CONN_TIMEOUT, O_DEVICE, O_TMPL_KWARGS, O_WEIGHTS, O_KV_FORMAT, O_HELP
 };
 
 static const struct option serve_opts[] = {
@@ -31,6 +31,7 @@ static const struct option serve_opts[] = {
     {"threads", required_argument, 0, O_THREADS},
     {"device", required_argument, 0, O_DEVICE},
     {"weights", required_argument, 0, O_WEIGHTS},
+    {"kv-format", required_argument, 0, O_KV_FORMAT},
     {"max-connections", required_argument, 0, O_MAX_CONN},
     {"max-conn-requests", required_argument, 0, O_MAX_CONN_REQ},
     {"max-queued", required_argument, 0, O_MAX_QUEUED},
@@ -81,6 +82,10 @@ void srv_config_usage(FILE *f)
             "                           format, bf16 when the file's are, else f32) | f32 | bf16 |\n"
             "                           q8 | q4 (CPU; quantized at load) (auto); logged, and shown\n"
             "                           in /v1/models and the WebSocket hello\n"
+            "  --kv-format F            format the KV pages are held in: auto (f32 on the CPU, bf16\n"
+            "                           on CUDA) | f32 (CPU only) | bf16 (half the bytes attention\n"
+            "                           reads; keys and values rounded) (auto); logged and shown\n"
+            "                           where --weights is\n"
             "limits:\n"
             "  --max-connections N      WebSocket connections at once (1024)\n"
             "  --max-conn-requests N    running requests per WebSocket connection (8)\n"
@@ -226,6 +231,12 @@ static int apply(srv_config *c, int code, const char *arg, const char *name, cha
         fl_err we = {0};
         if (fl_wformat_parse(arg, &c->weights, &we))
             BAD("%s %s", name, we.msg);
+        break;
+    }
+    case O_KV_FORMAT: {
+        fl_err ke = {0};
+        if (fl_kvformat_parse(arg, &c->kv, &ke))
+            BAD("%s %s", name, ke.msg);
         break;
     }
     case O_MAX_CONN: LONG(1, 1000000, c->max_connections); break;

@@ -153,7 +153,7 @@ int srv_engine_start(srv *s, fl_err *e)
                           c->max_tokens_limit, per_req);
     /* on a GPU the KV pool takes the free device memory unless --kv-pages says otherwise */
     fl_backend_opts bo = {.n_pages = s->n_pages, .n_threads = c->threads,
-                          .max_tokens = c->max_batch_tokens, .weights = c->weights,
+                          .max_tokens = c->max_batch_tokens, .weights = c->weights, .kv = c->kv,
                           .gpu_n_pages = c->kv_pages > 0 ? c->kv_pages : -1};
     fl_backend *inner = NULL;
     char chosen[700];
@@ -162,8 +162,9 @@ int srv_engine_start(srv *s, fl_err *e)
         return rc;
     s->n_pages = inner->n_pages;
     char qc[800];
-    SRV_INFO(&s->log, "event=backend device=%s pages=%d weights=%s chosen=%s", c->device,
-             inner->n_pages, fl_wformat_name(inner->weights), srv_log_q(qc, sizeof qc, chosen));
+    SRV_INFO(&s->log, "event=backend device=%s pages=%d weights=%s kv=%s chosen=%s", c->device,
+             inner->n_pages, fl_wformat_name(inner->weights), fl_kvformat_name(inner->kv),
+             srv_log_q(qc, sizeof qc, chosen));
     s->backend = timed_backend_wrap(inner, &s->m.step);
     if (!s->backend) {
         fl_backend_destroy(inner);

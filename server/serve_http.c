@@ -288,6 +288,7 @@ static void route_models(srv_http *h)
     json_object_set_new(m, "block_size", json_integer(s->model->cfg.block_size));
     json_object_set_new(m, "family", json_string(fl_family_name(s->model->cfg.family)));
     json_object_set_new(m, "weights", json_string(fl_wformat_name(s->backend->weights)));
+    json_object_set_new(m, "kv_format", json_string(fl_kvformat_name(s->backend->kv)));
     if (fl_gen_opts_json(m, &s->cfg->gen.dec, s->dec_src)) {
         json_decref(o);
         json_decref(data);

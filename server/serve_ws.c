@@ -748,6 +748,7 @@ static void on_established(srv *s, struct lws *wsi, srv_pss *pss)
     json_object_set_new(o, "model", json_string(s->model_id));
     json_object_set_new(o, "block_size", json_integer(s->model->cfg.block_size));
     json_object_set_new(o, "weights", json_string(fl_wformat_name(s->backend->weights)));
+    json_object_set_new(o, "kv_format", json_string(fl_kvformat_name(s->backend->kv)));
     json_object_set_new(o, "auth_required", json_boolean(!c->authed));
     json_t *l = json_object();
     json_object_set_new(l, "max_message_bytes", json_integer((json_int_t)s->cfg->max_message));

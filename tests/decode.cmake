@@ -7,6 +7,9 @@ set_tests_properties(decode.random_models PROPERTIES FIXTURES_SETUP decode_model
 set_tests_properties(unit.test_sched PROPERTIES FIXTURES_REQUIRED decode_models)
 add_test(NAME unit.test_sched_qwen2 COMMAND test_sched ${CMAKE_BINARY_DIR}/fixtures/dec_q2)
 set_tests_properties(unit.test_sched_qwen2 PROPERTIES FIXTURES_REQUIRED decode_models LABELS "unit")
+# the same with KV pages in bf16: overlap, batching and cached prefixes stay exact
+add_test(NAME unit.test_sched_kvbf16 COMMAND test_sched ${CMAKE_BINARY_DIR}/fixtures/dec_q3 bf16)
+set_tests_properties(unit.test_sched_kvbf16 PROPERTIES FIXTURES_REQUIRED decode_models LABELS "unit")
 # greedy decoding token for token against tests/reference/ref_decode.py (no cache, no scheduler)
 add_test(NAME decode.parity_reference
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/parity_decode.py $<TARGET_FILE:fogline>

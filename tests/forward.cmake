@@ -27,7 +27,7 @@ set_tests_properties(parity.forward PROPERTIES
 # probes) on a tiny model: it must run and print its table. Timings here mean nothing.
 add_test(NAME bench.forward.smoke
   COMMAND fogline bench forward --model ${CMAKE_BINARY_DIR}/forward_ref/q3_f32 --ctx 16
-          --blocks 4,8 --steps 2 --threads 2
+          --blocks 4,8 --steps 2 --threads 2 --kv-format f32,bf16
           --ref-script ${CMAKE_CURRENT_SOURCE_DIR}/reference/bench_forward.py)
 set_tests_properties(bench.forward.smoke PROPERTIES
   FIXTURES_REQUIRED forward_ref LABELS bench TIMEOUT 300)

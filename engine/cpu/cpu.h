@@ -9,8 +9,9 @@
 /* Creates the CPU backend for m (which must outlive it): weights in o->weights' format (f32
  * or bf16; AUTO as fl_wformat_resolve picks), converted into the backend's arena where its
  * layout differs from the file's and read from the file's mapping where it does not (o,
- * down, lm_head in the file's own format), o->n_pages KV pages, a pool of o->n_threads
- * threads (0: every core). The caller owns *out (fl_backend_destroy). FL_ENOMEM, FL_EINVAL
+ * down, lm_head in the file's own format), o->n_pages KV pages in o->kv's format (f32 for
+ * AUTO; bf16 rounds every key and value attention reads), a pool of o->n_threads threads
+ * (0: every core). The caller owns *out (fl_backend_destroy). FL_ENOMEM, FL_EINVAL
  * or FL_EUNSUPPORTED (a format it does not hold), with a message, on failure; *out is NULL
  * then. */
 int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_opts *o,

@@ -5,6 +5,11 @@
  * pages of it are first touched by the first forward that reads them. One forward runs ~4 pool jobs per layer; the
  * serial code between them is tiny (norms of a few rows).
  *
+ * KV pages hold f32 (the default: exact) or bf16 (opts.kv: half the bytes for attention to
+ * read, which dominates at long contexts); page_read/page_write convert to and from the f32
+ * host layout. With bf16 pages every key and value attention reads is the bf16 value, this
+ * forward's own as well as cached ones (fl_qkv_heads says why).
+ *
  * One thread budget: our pool does all the parallel work, OpenBLAS runs single-threaded
  * inside each pool thread (each thread multiplies its own slice of the weight rows). Two
  * pools, ours and OpenBLAS's, spinning on the same cores made attention 10x slower
@@ -60,8 +65,10 @@ typedef struct fl_tscratch {
     float *att_s;       /* (FL_QTILE * max_pos) scores / probabilities */
     float *att_q;       /* (head_dim * FL_QT) a tile of queries, transposed */
     float *att_o;       /* (FL_QTILE * head_dim) its outputs */
-    const float **kr;   /* (max_pos) rows of the keys an item attends to */
+    const float **kr;   /* (max_pos) rows of the keys an item attends to (f32 KV) */
     const float **vr;   /* (max_pos) rows of their values */
+    const uint16_t **kr16, **vr16; /* (max_pos) the same with bf16 KV */
+    float *att_w;       /* bf16 KV: (FL_KV_CHUNK * head_dim) rows widened for qk / pv */
     float *logits;      /* (max_tokens * FL_VCHUNK_GEMM) logits of one vocabulary chunk */
 } fl_tscratch;
 
@@ -85,7 +92,10 @@ typedef struct fl_cpu {
     int8_t *emb_q;            /* (hidden) a row's quants then */
     uint16_t *emb_d;          /* (hidden / 32) its scales */
     size_t page_floats;   /* n_layers * 2 * kv_heads * block * head_dim */
-    float *kv;            /* (n_pages, page_floats) */
+    bool kv16;            /* KV pages in bf16 (opts.kv); else f32 */
+    void *kv;             /* (n_pages, page_floats) f32, or bf16 when kv16 */
+    uint16_t *kvown;      /* kv16: (max_tokens, 2 * kv_dim) this forward's K | V rounded to
+                             bf16, the values its pages get: attention reads only these */
     /* activations, for up to max_tokens rows */
     float *x;    /* (max_tokens, hidden) residual stream */
     float *xb;   /* (max_tokens, hidden) normed input of a sublayer */
@@ -640,15 +650,36 @@ static void fl_par_matmul(fl_fwd *f, float *y, int ldy, const float *x, int ldx,
     fl_run(f, fl_job_matmul);
 }
 
-static float *fl_page_kv(const fl_cpu *c, int32_t page, int layer, int kv, int head)
+/* The first value of one (page, layer, k|v, kv head) in the pool: block_size rows of
+ * head_dim, in the host layout's order whatever the element. */
+static size_t fl_page_at(const fl_cpu *c, int32_t page, int layer, int kv, int head)
 {
     const fl_config *cf = &c->cfg;
-    return c->kv + (size_t)page * c->page_floats +
+    return (size_t)page * c->page_floats +
            ((((size_t)layer * 2 + kv) * cf->n_kv_heads + head) * cf->block_size) * cf->head_dim;
 }
 
+static float *fl_page_kv(const fl_cpu *c, int32_t page, int layer, int kv, int head)
+{
+    return (float *)c->kv + fl_page_at(c, page, layer, kv, head);
+}
+
+static uint16_t *fl_page_kv16(const fl_cpu *c, int32_t page, int layer, int kv, int head)
+{
+    return (uint16_t *)c->kv + fl_page_at(c, page, layer, kv, head);
+}
+
 /* Finishes q|k|v columns [lo, hi) (whole heads) of every token: bias, q/k norm, RoPE, and
- * the store of the first n_store tokens' K/V of each segment to its pages. */
+ * the store of the first n_store tokens' K/V of each segment to its pages.
+ *
+ * With bf16 pages, every token's K/V is rounded to bf16 here (into c->kvown), stored or not,
+ * and attention reads only those rounded values, for this forward's keys as for cached ones.
+ * Reading this forward's own keys in f32 instead would make a position's outputs depend on
+ * whether its keys were cached or computed in the same pass: a store-and-decode pass would
+ * differ from a store pass followed by a decode pass, and pipelining would change outputs.
+ * Rounded, a key is the same bf16 value wherever it comes from (the CUDA backend does the
+ * same, docs/cuda.md), and the rounding happens once per token here, on the pool, not once
+ * per attention tile. */
 static void fl_qkv_heads(fl_fwd *f, const fl_cpu_layer *cl, int lo, int hi)
 {
     fl_cpu *c = f->c;
@@ -672,12 +703,22 @@ static void fl_qkv_heads(fl_fwd *f, const fl_cpu_layer *cl, int lo, int hi)
             continue;
         int kv = head < nh + kvh ? 0 : 1, g = head - nh - kv * kvh;
         int B = cf->block_size, t0 = 0;
+        /* kv16: row t of this head in kvown */
+        size_t own = (size_t)kv * c->kv_dim + (size_t)g * hd, ldo = 2 * (size_t)c->kv_dim;
+        if (c->kv16)
+            for (int t = 0; t < n; t++)
+                c->kk.f32_to_bf16(c->kvown + t * ldo + own, c->qkv + (size_t)t * ld + col, hd);
         for (int s = 0; s < f->bt->n_segs; s++) {
             const fl_segment *sg = &f->bt->segs[s];
             for (int i = 0; i < sg->n_store; i++) {
                 int p = sg->pos0 + i;
-                float *dst = fl_page_kv(c, sg->pages[p / B], f->layer, kv, g) + (size_t)(p % B) * hd;
-                memcpy(dst, c->qkv + (size_t)(t0 + i) * ld + col, (size_t)hd * 4);
+                int32_t pg = sg->pages[p / B];
+                if (c->kv16)
+                    memcpy(fl_page_kv16(c, pg, f->layer, kv, g) + (size_t)(p % B) * hd,
+                           c->kvown + (t0 + i) * ldo + own, (size_t)hd * 2);
+                else
+                    memcpy(fl_page_kv(c, pg, f->layer, kv, g) + (size_t)(p % B) * hd,
+                           c->qkv + (size_t)(t0 + i) * ld + col, (size_t)hd * 4);
             }
             t0 += sg->n;
         }
@@ -740,23 +781,42 @@ static void fl_attend_item(fl_fwd *f, int it, int tid)
     int last = pos0 + (r1 - 1) / rep;
     int kmax = (last / B + 1) * B < seg_end ? (last / B + 1) * B : seg_end;
     float scale = 1.0f / sqrtf((float)hd);
-    /* rows of keys [0, kmax): from the pages below pos0, from this forward above */
-    const float **kr = ts->kr, **vr = ts->vr;
+    /* rows of keys [0, kmax): from the pages below pos0, from this forward above (with bf16
+     * pages, its K/V as rounded for them: fl_qkv_heads) */
     int cached = pos0 < kmax ? pos0 : kmax;
-    for (int j = 0; j < cached; j += B) {
-        const float *kp = fl_page_kv(c, sg->pages[j / B], f->layer, 0, g);
-        const float *vp = fl_page_kv(c, sg->pages[j / B], f->layer, 1, g);
-        for (int t = 0; t < B && j + t < cached; t++) {
-            kr[j + t] = kp + (size_t)t * hd;
-            vr[j + t] = vp + (size_t)t * hd;
+    if (c->kv16) {
+        const uint16_t **kr = ts->kr16, **vr = ts->vr16;
+        for (int j = 0; j < cached; j += B) {
+            const uint16_t *kp = fl_page_kv16(c, sg->pages[j / B], f->layer, 0, g);
+            const uint16_t *vp = fl_page_kv16(c, sg->pages[j / B], f->layer, 1, g);
+            for (int t = 0; t < B && j + t < cached; t++) {
+                kr[j + t] = kp + (size_t)t * hd;
+                vr[j + t] = vp + (size_t)t * hd;
+            }
         }
+        const uint16_t *kown = c->kvown + (size_t)tok0 * 2 * c->kv_dim + (size_t)g * hd;
+        for (int j = cached; j < kmax; j++) {
+            kr[j] = kown + (size_t)(j - pos0) * 2 * c->kv_dim;
+            vr[j] = kr[j] + c->kv_dim;
+        }
+        c->kk.qk_bf16(S, lds, q, nr, kr, kmax, hd, scale, ts->att_w);
+    } else {
+        const float **kr = ts->kr, **vr = ts->vr;
+        for (int j = 0; j < cached; j += B) {
+            const float *kp = fl_page_kv(c, sg->pages[j / B], f->layer, 0, g);
+            const float *vp = fl_page_kv(c, sg->pages[j / B], f->layer, 1, g);
+            for (int t = 0; t < B && j + t < cached; t++) {
+                kr[j + t] = kp + (size_t)t * hd;
+                vr[j + t] = vp + (size_t)t * hd;
+            }
+        }
+        const float *kown = c->qkv + (size_t)tok0 * ld + c->q_dim + (size_t)g * hd;
+        for (int j = cached; j < kmax; j++) {
+            kr[j] = kown + (size_t)(j - pos0) * ld;
+            vr[j] = kr[j] + c->kv_dim;
+        }
+        c->kk.qk(S, lds, q, nr, kr, kmax, hd, scale);
     }
-    const float *kown = c->qkv + (size_t)tok0 * ld + c->q_dim + (size_t)g * hd;
-    for (int j = cached; j < kmax; j++) {
-        kr[j] = kown + (size_t)(j - pos0) * ld;
-        vr[j] = kr[j] + c->kv_dim;
-    }
-    c->kk.qk(S, lds, q, nr, kr, kmax, hd, scale);
     for (int r = r0; r < r1; r++) {
         int p = pos0 + r / rep;
         int kend = (p / B + 1) * B < seg_end ? (p / B + 1) * B : seg_end;
@@ -766,7 +826,10 @@ static void fl_attend_item(fl_fwd *f, int it, int tid)
             srow[j] = 0; /* a later block: weight exactly 0, so it adds exactly nothing */
     }
     memset(o, 0, (size_t)nr * hd * 4);
-    c->kk.pv(o, hd, S, lds, nr, vr, kmax, hd);
+    if (c->kv16)
+        c->kk.pv_bf16(o, hd, S, lds, nr, ts->vr16, kmax, hd, ts->att_w);
+    else
+        c->kk.pv(o, hd, S, lds, nr, ts->vr, kmax, hd);
     for (int r = r0; r < r1; r++) {
         int i = r / rep, h = g * rep + r % rep;
         memcpy(c->att + (size_t)(tok0 + i) * c->q_dim + (size_t)h * hd,
@@ -914,7 +977,11 @@ static int fl_cpu_page_read(fl_backend *b, int32_t page, void *dst, fl_err *e)
     fl_cpu *c = b->impl;
     if (page < 0 || page >= b->n_pages || !dst)
         return fl_err_set(e, FL_EINVAL, "page_read: page %d not in 0..%d", page, b->n_pages - 1);
-    memcpy(dst, c->kv + (size_t)page * c->page_floats, b->page_bytes);
+    if (c->kv16) /* widened to the host layout: exact */
+        c->kk.bf16_to_f32(dst, (const uint16_t *)c->kv + (size_t)page * c->page_floats,
+                          (long)c->page_floats);
+    else
+        memcpy(dst, (const float *)c->kv + (size_t)page * c->page_floats, b->page_bytes);
     return 0;
 }
 
@@ -923,7 +990,13 @@ static int fl_cpu_page_write(fl_backend *b, int32_t page, const void *src, fl_er
     fl_cpu *c = b->impl;
     if (page < 0 || page >= b->n_pages || !src)
         return fl_err_set(e, FL_EINVAL, "page_write: page %d not in 0..%d", page, b->n_pages - 1);
-    memcpy(c->kv + (size_t)page * c->page_floats, src, b->page_bytes);
+    /* kv16: rounded to nearest even, so a page_read's values (or a persistence blob's, which
+     * are bf16 too) come back bit for bit */
+    if (c->kv16)
+        c->kk.f32_to_bf16((uint16_t *)c->kv + (size_t)page * c->page_floats, src,
+                          (long)c->page_floats);
+    else
+        memcpy((float *)c->kv + (size_t)page * c->page_floats, src, b->page_bytes);
     return 0;
 }
 
@@ -941,6 +1014,7 @@ static void fl_cpu_destroy(fl_backend *b)
     free(c->x);
     free(c->xb);
     free(c->qkv);
+    free(c->kvown);
     free(c->att);
     free(c->gu);
     free(c->hb);
@@ -961,6 +1035,9 @@ static void fl_cpu_destroy(fl_backend *b)
         free(ts->att_o);
         free(ts->kr);
         free(ts->vr);
+        free(ts->kr16);
+        free(ts->vr16);
+        free(ts->att_w);
         free(ts->logits);
     }
     free(c->ts);
@@ -1015,6 +1092,9 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
         return fl_err_set(e, FL_EUNSUPPORTED, "cpu backend: weights format %d (%s) is not one "
                           "it holds (f32, bf16, q8, q4)", (int)o->weights,
                           fl_wformat_name(o->weights));
+    if ((int)o->kv < 0 || (int)o->kv >= FL_KV_COUNT)
+        return fl_err_set(e, FL_EUNSUPPORTED, "cpu backend: KV format %d is not one it holds "
+                          "(f32, bf16)", (int)o->kv);
     if (cf->head_dim % 2 || cf->n_kv_heads <= 0 || cf->n_heads % cf->n_kv_heads ||
         cf->block_size <= 0 || cf->max_pos <= 0)
         return fl_err_set(e, FL_EUNSUPPORTED, "cpu backend: unsupported shape (head_dim %d, "
@@ -1023,13 +1103,16 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     fl_cpu *c = calloc(1, sizeof *c);
     if (!c)
         return fl_err_set(e, FL_ENOMEM, "cpu backend: out of memory");
-    c->base = (fl_backend){&fl_cpu_ops, m, o->n_pages, o->max_tokens, 0, c, FL_WEIGHTS_F32};
+    c->base = (fl_backend){&fl_cpu_ops, m, o->n_pages, o->max_tokens, 0, c, FL_WEIGHTS_F32,
+                           FL_KV_F32};
     c->cfg = *cf;
     c->nt = o->n_threads ? o->n_threads : fl_ncpus();
     c->wf = wf;
     /* a plain matrix under q8/q4 (rows not whole groups) is bf16 */
     c->bf16 = wf != FL_WEIGHTS_F32;
     c->base.weights = wf;
+    c->kv16 = o->kv == FL_KV_BF16; /* AUTO: f32, exact */
+    c->base.kv = c->kv16 ? FL_KV_BF16 : FL_KV_F32;
     fl_kernels_init(&c->kk, getenv("FL_SIMD"));
     c->sgemm_rows = fl_env_int("FL_SGEMM_ROWS", fl_default_sgemm_rows(&c->kk));
     c->q_dim = cf->n_heads * cf->head_dim;
@@ -1048,7 +1131,8 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     c->embed_q8 = (wf == FL_WEIGHTS_Q8 || wf == FL_WEIGHTS_Q4) && !c->embed_s &&
                   cf->hidden % FL_QG == 0;
     c->page_floats = fl_kv_page_floats(cf);
-    c->base.page_bytes = c->page_floats * 4;
+    c->base.page_bytes = c->page_floats * 4; /* the host layout's, whatever the pool holds */
+    size_t pool_page = c->page_floats * (c->kv16 ? 2 : 4);
     /* all of OpenBLAS's work happens inside our pool threads, one thread each */
     openblas_set_num_threads(1);
 
@@ -1065,11 +1149,13 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     if (rc)
         goto fail;
     rc = FL_ENOMEM;
-    if ((c->kv_mem = fl_big_alloc((size_t)o->n_pages * c->base.page_bytes, &c->kv_len)))
+    if ((c->kv_mem = fl_big_alloc((size_t)o->n_pages * pool_page, &c->kv_len)))
         c->kv = fl_huge_align(c->kv_mem); /* zero-filled by mmap */
     c->x = malloc(mt * cf->hidden * 4);
     c->xb = malloc(mt * cf->hidden * 4);
     c->qkv = malloc(mt * c->qkv_dim * 4);
+    if (c->kv16)
+        c->kvown = malloc(mt * 2 * c->kv_dim * sizeof *c->kvown);
     c->att = malloc(mt * c->q_dim * 4);
     c->gu = malloc(mt * 2 * cf->intermediate * 4);
     c->hb = malloc(mt * cf->intermediate * 4);
@@ -1093,13 +1179,20 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
         ts->att_s = malloc((size_t)FL_QTILE * cf->max_pos * sizeof(float));
         ts->att_q = malloc((size_t)cf->head_dim * FL_QT * sizeof(float));
         ts->att_o = malloc((size_t)FL_QTILE * cf->head_dim * sizeof(float));
-        ts->kr = malloc((size_t)cf->max_pos * sizeof *ts->kr);
-        ts->vr = malloc((size_t)cf->max_pos * sizeof *ts->vr);
+        if (c->kv16) {
+            ts->kr16 = malloc((size_t)cf->max_pos * sizeof *ts->kr16);
+            ts->vr16 = malloc((size_t)cf->max_pos * sizeof *ts->vr16);
+            ts->att_w = malloc((size_t)FL_KV_CHUNK * cf->head_dim * sizeof(float));
+        } else {
+            ts->kr = malloc((size_t)cf->max_pos * sizeof *ts->kr);
+            ts->vr = malloc((size_t)cf->max_pos * sizeof *ts->vr);
+        }
         ts->logits = malloc(mt * FL_VCHUNK_GEMM * sizeof(float));
-        if (!ts->mm || !ts->att_s || !ts->att_q || !ts->att_o || !ts->kr || !ts->vr || !ts->logits)
+        if (!ts->mm || !ts->att_s || !ts->att_q || !ts->att_o || !ts->logits ||
+            (c->kv16 ? !ts->kr16 || !ts->vr16 || !ts->att_w : !ts->kr || !ts->vr))
             goto oom;
     }
-    if (!c->kv || !c->x || !c->xb || !c->qkv || !c->att || !c->gu || !c->hb || !c->rope ||
+    if (!c->kv || !c->x || !c->xb || !c->qkv || (c->kv16 && !c->kvown) || !c->att || !c->gu || !c->hb || !c->rope ||
         !c->inv_freq || !c->out_rows || !c->item0 || !c->seg_tok0 || !c->lse ||
         ((c->wf == FL_WEIGHTS_Q8 || c->wf == FL_WEIGHTS_Q4) && !c->qx) ||
         (c->embed_q8 && (!c->emb_q || !c->emb_d)))
@@ -1109,8 +1202,8 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     return 0;
 oom:
     fl_err_set(e, FL_ENOMEM, "cpu backend: out of memory (weights %.2f GB as %s, %d KV pages "
-               "of %zu KB)", (double)c->arena_bytes / 1e9, fl_wformat_name(c->wf), o->n_pages,
-               c->base.page_bytes / 1024);
+               "of %zu KB as %s)", (double)c->arena_bytes / 1e9, fl_wformat_name(c->wf),
+               o->n_pages, c->page_floats * (c->kv16 ? 2 : 4) / 1024, fl_kvformat_name(c->base.kv));
     rc = FL_ENOMEM;
 fail:
     fl_cpu_destroy(&c->base);

@@ -192,6 +192,52 @@ static void fl_bf16_to_f32_c(float *dst, const uint16_t *src, long n)
         dst[i] = fl_bf16_to_f32(src[i]);
 }
 
+static void fl_f32_to_bf16_c(uint16_t *dst, const float *src, long n)
+{
+    for (long i = 0; i < n; i++)
+        dst[i] = fl_f32_to_bf16(src[i]);
+}
+
+/* The bf16 attention kernels of every level (kernels.h): rows[t] points at row j0 + t
+ * widened into wide. The source rows n ahead are prefetched, as qk and pv prefetch theirs:
+ * page blocks are far apart. */
+static inline void fl_widen_rows(const float **rows, float *wide, const uint16_t *const *r,
+                                 int j0, int n, int nk, int hd,
+                                 void (*cvt)(float *, const uint16_t *, long))
+{
+    for (int t = 0; t < n; t++) {
+        if (j0 + n + t < nk)
+            for (int c = 0; c < hd; c += 32)
+                __builtin_prefetch(r[j0 + n + t] + c, 0, 3);
+        cvt(wide + (size_t)t * hd, r[j0 + t], hd);
+        rows[t] = wide + (size_t)t * hd;
+    }
+}
+
+#define FL_ATT_BF16(QK_BF16, PV_BF16, QK, PV, CVT, ATTR)                                        \
+    ATTR static void QK_BF16(float *s, int lds, const float *qt, int nq,                          \
+                             const uint16_t *const *kr, int nk, int hd, float scale, float *wide) \
+    {                                                                                             \
+        const float *rows[FL_KV_CHUNK];                                                           \
+        for (int j0 = 0; j0 < nk; j0 += FL_KV_CHUNK) {                                            \
+            int n = nk - j0 < FL_KV_CHUNK ? nk - j0 : FL_KV_CHUNK;                                \
+            fl_widen_rows(rows, wide, kr, j0, n, nk, hd, CVT);                                    \
+            QK(s + j0, lds, qt, nq, rows, n, hd, scale);                                          \
+        }                                                                                         \
+    }                                                                                             \
+    ATTR static void PV_BF16(float *o, int ldo, const float *p, int ldp, int nq,                  \
+                             const uint16_t *const *vr, int nk, int hd, float *wide)              \
+    {                                                                                             \
+        const float *rows[FL_KV_CHUNK];                                                           \
+        for (int j0 = 0; j0 < nk; j0 += FL_KV_CHUNK) {                                            \
+            int n = nk - j0 < FL_KV_CHUNK ? nk - j0 : FL_KV_CHUNK;                                \
+            fl_widen_rows(rows, wide, vr, j0, n, nk, hd, CVT);                                    \
+            PV(o, ldo, p + j0, ldp, nq, rows, n, hd);                                             \
+        }                                                                                         \
+    }
+
+FL_ATT_BF16(fl_qk_bf16_c, fl_pv_bf16_c, fl_qk_c, fl_pv_c, fl_bf16_to_f32_c, )
+
 static void fl_lse_add_c(fl_lse *s, const float *l, int n, int32_t id0)
 {
     float cmax = -INFINITY;
@@ -505,6 +551,31 @@ FL_AVX2 static void fl_bf16_to_f32_avx2(float *dst, const uint16_t *src, long n)
     for (; i < n; i++)
         dst[i] = fl_bf16_to_f32(src[i]);
 }
+
+/* fl_f32_to_bf16 on 8 lanes: u + 0x7fff + (bit 16 of u), the high half; a NaN keeps its
+ * high half with the quiet bit set. */
+FL_AVX2 static void fl_f32_to_bf16_avx2(uint16_t *dst, const float *src, long n)
+{
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1);
+    const __m256i quiet = _mm256_set1_epi32(0x40);
+    long i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i u = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs), inf);
+        __m256i r = _mm256_add_epi32(u, _mm256_add_epi32(half, _mm256_and_si256(
+                                                                  _mm256_srli_epi32(u, 16), one)));
+        r = _mm256_srli_epi32(r, 16);
+        r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(u, 16), quiet), nan);
+        /* 8 values < 2^16 in 32-bit lanes -> 16-bit: packus works per 128-bit lane */
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+        _mm_storeu_si128((__m128i *)(dst + i), _mm256_castsi256_si128(p));
+    }
+    for (; i < n; i++)
+        dst[i] = fl_f32_to_bf16(src[i]);
+}
+
+FL_ATT_BF16(fl_qk_bf16_avx2, fl_pv_bf16_avx2, fl_qk_avx2, fl_pv_avx2, fl_bf16_to_f32_avx2, FL_AVX2)
 
 /* e^x: 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2], p the degree-6 Taylor polynomial
  * (relative error ~2e-7). x is clamped to [-87, 88] so 2^n stays a normal float: e^-87 ~
@@ -834,12 +905,29 @@ FL_AVX512 static void fl_mm_bf16_avx512(float *y, int ldy, const float *x, int l
     FL_MM_AVX512_BODY(uint16_t, fl_load_bf16x16, fl_tail_bf16)
 }
 
+/* bf16 -> f32 of n values, 16 at a time: the widening of the bf16 attention kernels, which
+ * runs once per key row and query tile */
+FL_AVX512 static void fl_bf16_to_f32_avx512(float *dst, const uint16_t *src, long n)
+{
+    long i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(src + i)));
+        _mm512_storeu_ps(dst + i, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
+    }
+    for (; i < n; i++)
+        dst[i] = fl_bf16_to_f32(src[i]);
+}
+
+FL_ATT_BF16(fl_qk_bf16_avx512, fl_pv_bf16_avx512, fl_qk_avx512, fl_pv_avx512,
+            fl_bf16_to_f32_avx512, FL_AVX512)
+
 #endif /* FL_HAVE_X86 */
 
 void fl_kernels_init(fl_kernels *k, const char *want)
 {
     *k = (fl_kernels){"plain C", 8, fl_mm_f32_c, fl_mm_bf16_c, fl_qk_c, fl_pv_c, fl_bf16_to_f32_c,
-                      fl_lse_add_c, fl_softmax_c, fl_swiglu_c, NULL, NULL, NULL, NULL};
+                      fl_lse_add_c, fl_softmax_c, fl_swiglu_c, NULL, NULL, NULL, NULL,
+                      fl_qk_bf16_c, fl_pv_bf16_c, fl_f32_to_bf16_c};
     if (!want)
         want = "";
 #ifdef FL_HAVE_X86
@@ -847,7 +935,8 @@ void fl_kernels_init(fl_kernels *k, const char *want)
     if (strcmp(want, "plain") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         *k = (fl_kernels){"AVX2+FMA", 32, fl_mm_f32_avx2, fl_mm_bf16_avx2, fl_qk_avx2, fl_pv_avx2,
                           fl_bf16_to_f32_avx2, fl_lse_add_avx2, fl_softmax_avx2, fl_swiglu_avx2,
-                          NULL, NULL, NULL, NULL}; /* fl_quant_kernels_init fills these */
+                          NULL, NULL, NULL, NULL, /* fl_quant_kernels_init fills these */
+                          fl_qk_bf16_avx2, fl_pv_bf16_avx2, fl_f32_to_bf16_avx2};
     if (!strcmp(want, "") && k->mm_f32 == fl_mm_f32_avx2 && __builtin_cpu_supports("avx512f")) {
         k->name = "AVX-512";
         /* against OpenBLAS's AVX-512 (Cooperlake) sgemm, one thread, 0.6B model: 366 vs
@@ -858,6 +947,8 @@ void fl_kernels_init(fl_kernels *k, const char *want)
         k->mm_bf16 = fl_mm_bf16_avx512;
         k->qk = fl_qk_avx512;
         k->pv = fl_pv_avx512;
+        k->qk_bf16 = fl_qk_bf16_avx512;
+        k->pv_bf16 = fl_pv_bf16_avx512;
     }
 #endif
     fl_quant_kernels_init(k, want);

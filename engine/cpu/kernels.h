@@ -92,7 +92,27 @@ typedef struct fl_kernels {
                   const uint16_t *wd, int n, int k, bool acc);
     void (*mm_q4)(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
                   const uint16_t *wd, int n, int k, bool acc);
+    /* Attention over bf16 keys and values (KV pages in bf16): qk and pv with rows kr[j] /
+     * vr[j] of hd bf16 values. Each gives exactly what this level's qk / pv give for the rows
+     * widened to f32 (an exact conversion), as that is how they compute: FL_KV_CHUNK rows at
+     * a time widened into wide, (FL_KV_CHUNK * hd) floats of scratch, then qk / pv on them.
+     * Widening a chunk once costs a few instructions per 16 values next to the hd FMAs per
+     * key and query tile (or per key and 4 query rows), so the products run at f32 speed
+     * while memory gives up half the bytes. Exactness rests on qk's and pv's contracts: a
+     * score or output's sum never depends on how the keys are split into calls. */
+    void (*qk_bf16)(float *s, int lds, const float *qt, int nq, const uint16_t *const *kr,
+                    int nk, int hd, float scale, float *wide);
+    void (*pv_bf16)(float *o, int ldo, const float *p, int ldp, int nq,
+                    const uint16_t *const *vr, int nk, int hd, float *wide);
+    /* f32 -> bf16 of n values: fl_f32_to_bf16's bits (nearest even; a NaN stays a NaN). */
+    void (*f32_to_bf16)(uint16_t *dst, const float *src, long n);
 } fl_kernels;
+
+#define FL_KV_CHUNK 64 /* bf16 key/value rows widened per qk / pv call (16 KB at head_dim 64,
+                          32 KB at 128: in L1/L2 while the products read them); the next
+                          chunk's rows are prefetched while this one is computed. 32 did
+                          better at short contexts, worse at long ones; 128 worse at both
+                          (docs/benchmarks.md, "KV pages in bf16") */
 
 /* Picks the fastest versions this CPU runs, capped by want: NULL or "" (no cap), "avx2"
  * (no AVX-512), "plain" (no SIMD at all). The AVX-512 level replaces the streaming matmuls

@@ -129,7 +129,25 @@ void fl_bench_env_close(fl_bench_env *env)
     memset(env, 0, sizeof *env);
 }
 
-int fl_bench_formats(const char *list, fl_wformat *out, int cap, char *err, size_t err_cap)
+static int fl_parse_wformat(const char *s, int *out, fl_err *e)
+{
+    fl_wformat f = FL_WEIGHTS_AUTO;
+    int rc = fl_wformat_parse(s, &f, e);
+    *out = (int)f;
+    return rc;
+}
+
+static int fl_parse_kvformat(const char *s, int *out, fl_err *e)
+{
+    fl_kvformat f = FL_KV_AUTO;
+    int rc = fl_kvformat_parse(s, &f, e);
+    *out = (int)f;
+    return rc;
+}
+
+/* A comma list of the names `parse` takes, each once at most, for `flag`. */
+static int fl_bench_list(const char *flag, int (*parse)(const char *, int *, fl_err *),
+                         const char *list, int *out, int cap, char *err, size_t err_cap)
 {
     int n = 0;
     for (const char *s = list;;) {
@@ -137,18 +155,18 @@ int fl_bench_formats(const char *list, fl_wformat *out, int cap, char *err, size
         char name[32];
         snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), s);
         fl_err e = {0};
-        fl_wformat f;
-        if (fl_wformat_parse(name, &f, &e)) {
-            snprintf(err, err_cap, "--weights %.100s (in the list '%.60s')", e.msg, list);
+        int f;
+        if (parse(name, &f, &e)) {
+            snprintf(err, err_cap, "%s %.100s (in the list '%.60s')", flag, e.msg, list);
             return -1;
         }
         for (int i = 0; i < n; i++)
             if (out[i] == f) {
-                snprintf(err, err_cap, "--weights lists '%s' twice", name);
+                snprintf(err, err_cap, "%s lists '%s' twice", flag, name);
                 return -1;
             }
         if (n == cap) {
-            snprintf(err, err_cap, "--weights lists more than %d formats", cap);
+            snprintf(err, err_cap, "%s lists more than %d formats", flag, cap);
             return -1;
         }
         out[n++] = f;
@@ -156,6 +174,26 @@ int fl_bench_formats(const char *list, fl_wformat *out, int cap, char *err, size
             return n;
         s += len + 1;
     }
+}
+
+int fl_bench_formats(const char *list, fl_wformat *out, int cap, char *err, size_t err_cap)
+{
+    int v[FL_WEIGHTS_COUNT];
+    int n = fl_bench_list("--weights", fl_parse_wformat, list, v,
+                          cap < FL_WEIGHTS_COUNT ? cap : FL_WEIGHTS_COUNT, err, err_cap);
+    for (int i = 0; i < n; i++)
+        out[i] = (fl_wformat)v[i];
+    return n;
+}
+
+int fl_bench_kvformats(const char *list, fl_kvformat *out, int cap, char *err, size_t err_cap)
+{
+    int v[FL_KV_COUNT];
+    int n = fl_bench_list("--kv-format", fl_parse_kvformat, list, v,
+                          cap < FL_KV_COUNT ? cap : FL_KV_COUNT, err, err_cap);
+    for (int i = 0; i < n; i++)
+        out[i] = (fl_kvformat)v[i];
+    return n;
 }
 
 int fl_bench_device_arg(const char *who, const char *arg, const char **device)

@@ -54,6 +54,8 @@ int fl_bench_device_arg(const char *who, const char *arg, const char **device);
 /* "f32,bf16": a comma list of fl_wformat names, each once at most, into out (cap at least
  * FL_WEIGHTS_COUNT); the count, or -1 with a message in err ("--weights ..."). */
 int fl_bench_formats(const char *list, fl_wformat *out, int cap, char *err, size_t err_cap);
+/* The same for --kv-format: fl_kvformat names (cap at least FL_KV_COUNT). */
+int fl_bench_kvformats(const char *list, fl_kvformat *out, int cap, char *err, size_t err_cap);
 
 /* Renders msgs with the model's chat template (generation prompt added) and tokenizes them. */
 int fl_bench_encode(const fl_model *m, const fl_chat_msg *msgs, size_t n, int32_t **ids, size_t *n_ids,

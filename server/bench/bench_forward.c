@@ -9,7 +9,8 @@
  *    be streamed once per step (the floor: weight bytes / bandwidth).
  * Our GFLOP/s counts every flop of the step (projections, lm_head, attention) over our time;
  * sgemm's counts the projections and lm_head over its time. With several --weights formats
- * ours runs once per format, one backend at a time, in the order given. */
+ * or --kv-format formats ours runs once per pair (weights major), one backend at a time, in
+ * the order given. */
 #include <cblas.h>
 #include <errno.h>
 #include <jansson.h>
@@ -33,6 +34,7 @@
 #define FL_MAX_BLOCKS 16
 #define FL_MAX_FORMATS 8
 _Static_assert(FL_WEIGHTS_COUNT <= FL_MAX_FORMATS, "each format can be listed once");
+#define FL_MAX_RUNS (FL_MAX_FORMATS * FL_KV_COUNT)
 
 typedef struct fl_bench_args {
     const char *model, *ref_script, *python, *device;
@@ -41,15 +43,20 @@ typedef struct fl_bench_args {
     bool no_ref;
     fl_wformat formats[FL_MAX_FORMATS];
     int n_formats;
+    fl_kvformat kvs[FL_KV_COUNT];
+    int n_kvs;
 } fl_bench_args;
 
-/* One run of ours: the format it held, its step times and what its start cost. */
+/* One run of ours: the formats asked and held, its step times and what its start cost. */
 typedef struct fl_ours {
+    fl_wformat asked;
+    fl_kvformat kv_asked;
     fl_wformat held;
+    fl_kvformat kv_held;
     double ms[FL_MAX_BLOCKS];
     double create_ms, prefill_ms; /* backend create; the first forward (the ctx prefill) */
     size_t wbytes;                /* weight bytes streamed per step */
-    size_t kv_bytes;              /* the KV pool */
+    size_t kv_bytes;              /* the KV pool, as it holds the pages */
     long rss0_kb;                 /* VmRSS before create (the process without this backend) */
     long rss_kb, load_hwm_kb;     /* VmRSS and VmHWM after create */
     long run_rss_kb, hwm_kb;      /* VmRSS and VmHWM after the run (VmHWM is reset before
@@ -110,7 +117,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: fogline bench forward --model DIR [--threads N] [--ctx 512] [--blocks 4,8,32]\n"
-            "                             [--steps 5] [--weights auto] [--ref-script PATH]\n"
+            "                             [--steps 5] [--weights auto] [--kv-format auto]\n"
+            "                             [--ref-script PATH]\n"
             "                             [--python PATH]"
             "                             [--no-ref] [--device cpu|cuda|auto]\n\n"
             "Times one forward of a block of new tokens against ctx cached positions (median of\n"
@@ -121,6 +129,8 @@ static void usage(FILE *f)
             "                    auto | f32 | bf16 | q8 | q4, or a comma list (f32,bf16,q8,q4);\n"
             "                    default auto (a quantized directory's format, bf16 for a bf16\n"
             "                    file, else f32); --bf16 is --weights bf16\n"
+            "  --kv-format LIST  our KV pages' formats: auto | f32 | bf16, or a comma list\n"
+            "                    (f32,bf16); every pair with --weights is timed (default auto)\n"
             "  --ref-script PATH tests/reference/bench_forward.py (default: found from the binary)\n"
             "  --python PATH     interpreter for it (default /usr/bin/python3)\n"
             "  --no-ref          skip the reference\n"
@@ -348,9 +358,9 @@ static void fl_drop_model_pages(const fl_model *m)
     }
 }
 
-static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_wformat wf, fl_ours *res,
-                         fl_err *e)
+static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res, fl_err *e)
 {
+    fl_wformat wf = res->asked;
     double *ours_ms = res->ms, *prefill_ms = &res->prefill_ms;
     size_t *wbytes = &res->wbytes;
     const fl_config *cf = &m->cfg;
@@ -359,7 +369,8 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_wformat w
         maxb = a->blocks[i] > maxb ? a->blocks[i] : maxb;
     int ctx_pages = (a->ctx + B - 1) / B;
     fl_backend_opts o = {.n_pages = ctx_pages + 1, .n_threads = a->threads,
-                         .max_tokens = a->ctx > maxb ? a->ctx : maxb, .weights = wf};
+                         .max_tokens = a->ctx > maxb ? a->ctx : maxb, .weights = wf,
+                         .kv = res->kv_asked};
     fl_backend *b;
     char chosen[700];
     fl_drop_model_pages(m);
@@ -377,14 +388,17 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_wformat w
     res->rss_kb = fl_status_kb("VmRSS");
     res->load_hwm_kb = fl_status_kb("VmHWM");
     res->held = b->weights;
-    printf("backend (--weights %s): %s\n", fl_wformat_name(wf), chosen);
+    res->kv_held = b->kv;
+    printf("backend (--weights %s --kv-format %s): %s\n", fl_wformat_name(wf),
+           fl_kvformat_name(res->kv_asked), chosen);
     double proj = fl_proj_flops(cf, 1) / 2; /* weights per row of the step */
     size_t arena = 0, mapped = 0;
     if (fl_cpu_weight_bytes(b, &arena, &mapped) == 0)
         *wbytes = arena + mapped; /* every byte a step reads: the embedding is in neither */
     else
         *wbytes = (size_t)(proj * (b->weights == FL_WEIGHTS_BF16 ? 2 : 4));
-    res->kv_bytes = (size_t)b->n_pages * b->page_bytes;
+    /* page_bytes is the f32 host layout's; a bf16 pool holds half */
+    res->kv_bytes = (size_t)b->n_pages * b->page_bytes / (b->kv == FL_KV_BF16 ? 2 : 1);
     int32_t *pages = malloc((size_t)(ctx_pages + 1) * sizeof *pages);
     int32_t *tok = malloc((size_t)o.max_tokens * sizeof *tok);
     fl_tok_out *out = malloc((size_t)o.max_tokens * sizeof *out);
@@ -439,6 +453,7 @@ int fl_bench_forward(int argc, char **argv)
                        .device = "cpu"};
     fl_parse_blocks(&a, "4,8,32");
     a.formats[a.n_formats++] = FL_WEIGHTS_AUTO;
+    a.kvs[a.n_kvs++] = FL_KV_AUTO;
     char ferr[200];
     for (int i = 1; i < argc; i++) {
         const char *k = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -466,6 +481,14 @@ int fl_bench_forward(int argc, char **argv)
                 fprintf(stderr, "fogline bench forward: %s\n", ferr);
                 return 2;
             }
+            i++;
+        } else if (!strcmp(k, "--kv-format")) {
+            int n = fl_bench_kvformats(v, a.kvs, FL_KV_COUNT, ferr, sizeof ferr);
+            if (n < 0) {
+                fprintf(stderr, "fogline bench forward: %s\n", ferr);
+                return 2;
+            }
+            a.n_kvs = n;
             i++;
         } else if (!strcmp(k, "--threads") && !fl_parse_int(v, 0, 1024, &a.threads)) {
             i++;
@@ -520,16 +543,23 @@ int fl_bench_forward(int argc, char **argv)
         return 1;
     }
     double load_ms = (fl_now() - l0) * 1e3;
-    fl_ours ours[FL_MAX_FORMATS];
-    for (int f = 0; f < a.n_formats; f++) {
-        fprintf(stderr, "running ours (--weights %s)...\n", fl_wformat_name(a.formats[f]));
-        if (fl_bench_ours(&a, m, a.formats[f], &ours[f], &e)) {
-            fprintf(stderr, "fogline bench forward: --weights %s: %s\n",
-                    fl_wformat_name(a.formats[f]), e.msg);
-            fl_model_free(m);
-            return 1;
+    fl_ours ours[FL_MAX_RUNS];
+    int n_runs = 0;
+    for (int f = 0; f < a.n_formats; f++)
+        for (int k = 0; k < a.n_kvs; k++) {
+            fl_ours *o = &ours[n_runs++];
+            memset(o, 0, sizeof *o);
+            o->asked = a.formats[f];
+            o->kv_asked = a.kvs[k];
+            fprintf(stderr, "running ours (--weights %s --kv-format %s)...\n",
+                    fl_wformat_name(o->asked), fl_kvformat_name(o->kv_asked));
+            if (fl_bench_ours(&a, m, o, &e)) {
+                fprintf(stderr, "fogline bench forward: --weights %s --kv-format %s: %s\n",
+                        fl_wformat_name(o->asked), fl_kvformat_name(o->kv_asked), e.msg);
+                fl_model_free(m);
+                return 1;
+            }
         }
-    }
     int64_t n_params = m->n_params;
     fl_model_free(m);
 
@@ -550,51 +580,61 @@ int fl_bench_forward(int argc, char **argv)
            cf.vocab, n_params / 1e9, cf.block_size);
     printf("ours: %d threads, %s kernels, ctx %d, median of %d steps; model load %.0f ms\n",
            a.threads, fl_cpu_kernels_name(), a.ctx, a.steps, load_ms);
-    for (int f = 0; f < a.n_formats; f++)
-        printf("ours --weights %s: %s weights (%.2f GB streamed per step); ready to serve (model "
-               "load + backend create) %.0f ms, first forward (prefill) %.0f ms\n",
-               fl_wformat_name(a.formats[f]), fl_wformat_name(ours[f].held), ours[f].wbytes / 1e9,
-               load_ms + ours[f].create_ms, ours[f].prefill_ms);
+    for (int f = 0; f < n_runs; f++)
+        printf("ours --weights %s --kv-format %s: %s weights (%.2f GB streamed per step), %s KV; "
+               "ready to serve (model load + backend create) %.0f ms, first forward (prefill) "
+               "%.0f ms\n", fl_wformat_name(ours[f].asked), fl_kvformat_name(ours[f].kv_asked),
+               fl_wformat_name(ours[f].held), ours[f].wbytes / 1e9,
+               fl_kvformat_name(ours[f].kv_held), load_ms + ours[f].create_ms,
+               ours[f].prefill_ms);
     printf("\nmemory (MB): weights = the bytes a step streams (the embedding is read from the "
            "file by row); each column less VmRSS before create: after load = VmRSS after create, "
            "load peak = VmHWM then, steady = VmRSS after the run, peak = VmHWM after the run\n");
-    printf("%7s %9s %9s %11s %9s %9s %9s %22s %20s\n", "weights", "weights", "KV pool",
-           "after load", "load peak", "steady", "peak", "steady/(weights+KV)",
+    printf("%7s %4s %9s %9s %11s %9s %9s %9s %22s %20s\n", "weights", "kv", "weights",
+           "KV pool", "after load", "load peak", "steady", "peak", "steady/(weights+KV)",
            "peak/(weights+KV)");
-    for (int f = 0; f < a.n_formats; f++) {
+    for (int f = 0; f < n_runs; f++) {
         const fl_ours *o = &ours[f];
         double w = o->wbytes / 1048576.0, kv = o->kv_bytes / 1048576.0, z = o->rss0_kb / 1024.0;
         double base = w + kv;
         if (!o->hwm_reset) { /* VmHWM could not be reset: the peaks are the process's */
-            printf("%7s %9.0f %9.0f %11.0f %9s %9.0f %9s %21.2fx %20s\n",
-                   fl_wformat_name(o->held), w, kv, o->rss_kb / 1024.0 - z, "n/a",
+            printf("%7s %4s %9.0f %9.0f %11.0f %9s %9.0f %9s %21.2fx %20s\n",
+                   fl_wformat_name(o->held), fl_kvformat_name(o->kv_held), w, kv,
+                   o->rss_kb / 1024.0 - z, "n/a",
                    o->run_rss_kb / 1024.0 - z, "n/a", (o->run_rss_kb / 1024.0 - z) / base, "n/a");
             continue;
         }
-        printf("%7s %9.0f %9.0f %11.0f %9.0f %9.0f %9.0f %21.2fx %19.2fx\n",
-               fl_wformat_name(o->held), w, kv, o->rss_kb / 1024.0 - z,
-               o->load_hwm_kb / 1024.0 - z, o->run_rss_kb / 1024.0 - z, o->hwm_kb / 1024.0 - z,
-               (o->run_rss_kb / 1024.0 - z) / base, (o->hwm_kb / 1024.0 - z) / base);
+        printf("%7s %4s %9.0f %9.0f %11.0f %9.0f %9.0f %9.0f %21.2fx %19.2fx\n",
+               fl_wformat_name(o->held), fl_kvformat_name(o->kv_held), w, kv,
+               o->rss_kb / 1024.0 - z, o->load_hwm_kb / 1024.0 - z, o->run_rss_kb / 1024.0 - z,
+               o->hwm_kb / 1024.0 - z, (o->run_rss_kb / 1024.0 - z) / base,
+               (o->hwm_kb / 1024.0 - z) / base);
     }
     printf("%s\n", ref_note);
     printf("machine: OpenBLAS sgemm (%s kernels) with %d threads at the same shapes (M = block "
            "rows, weights from DRAM); read bandwidth %.1f GB/s; load average %.2f -> %.2f\n",
            openblas_get_corename(), a.threads, bw, load0, load1);
-    printf("\n%5s %7s %9s %9s %7s %11s %13s %9s %9s\n", "block", "weights", "ours ms",
-           "ref ms", "ratio", "our GFLOP/s", "sgemm GFLOP/s", "fraction", "floor ms");
+    printf("\n%5s %7s %4s %8s %9s %9s %7s %11s %13s %9s %9s\n", "block", "weights", "kv",
+           "cache MB", "ours ms", "ref ms", "ratio", "our GFLOP/s", "sgemm GFLOP/s", "fraction",
+           "floor ms");
     for (int i = 0; i < a.n_blocks; i++)
-        for (int f = 0; f < a.n_formats; f++) {
+        for (int f = 0; f < n_runs; f++) {
             int nb = a.blocks[i];
             const double *ours_ms = ours[f].ms;
             double fl = fl_proj_flops(&cf, nb) + fl_attn_flops(&cf, a.ctx, nb);
             double ours_g = fl / (ours_ms[i] * 1e-3) / 1e9;
             double sg = fl_proj_flops(&cf, nb) / sgemm_s[i] / 1e9;
             double floor_ms = ours[f].wbytes / (bw * 1e9) * 1e3;
-            printf("%5d %7s %9.1f %9.1f %6.2fx %11.1f %13.1f %9.2f %9.1f\n", nb,
-                   fl_wformat_name(ours[f].held), ours_ms[i], ref_ms[i], ref_ms[i] / ours_ms[i],
-                   ours_g, sg, ours_g / sg, floor_ms);
+            /* the cached K/V the step attends to, as the pool holds it */
+            double cache = (double)a.ctx * cf.n_layers * 2 * cf.n_kv_heads * cf.head_dim *
+                           (ours[f].kv_held == FL_KV_BF16 ? 2 : 4);
+            printf("%5d %7s %4s %8.0f %9.1f %9.1f %6.2fx %11.1f %13.1f %9.2f %9.1f\n", nb,
+                   fl_wformat_name(ours[f].held), fl_kvformat_name(ours[f].kv_held),
+                   cache / 1048576.0, ours_ms[i], ref_ms[i], ref_ms[i] / ours_ms[i], ours_g, sg,
+                   ours_g / sg, floor_ms);
         }
     printf("\nratio = reference ms / ours; fraction = our GFLOP/s / sgemm GFLOP/s; floor = "
-           "weight bytes / read bandwidth\n");
+           "weight bytes / read bandwidth; cache = the ctx positions' K/V as the pool holds "
+           "them (read once per kv head and tile of 16 query rows)\n");
     return 0;
 }

@@ -123,6 +123,9 @@ static void usage(FILE *f)
                "  --weights F          auto (a quantized directory's format, bf16 when the file's\n"
                "                       weights are, else f32) | f32 | bf16 | q8 | q4 (CPU: 8- or\n"
                "                       4-bit, quantized at load) (default: $FOGLINE_WEIGHTS or auto)\n"
+               "  --kv-format F        KV pages: auto (f32 on the CPU, bf16 on CUDA) | f32 | bf16\n"
+               "                       (half the bytes attention reads; keys and values rounded)\n"
+               "                       (default: $FOGLINE_KV_FORMAT or auto)\n"
                "  --chat-template K    override the template: chatml | qwen3 | fogline\n"
                "  --no-thinking        Qwen3 templates: enable_thinking=false (the empty think block)\n"
                "  --enable-thinking    Qwen3 templates: enable_thinking=true (the template's default)\n");
@@ -138,10 +141,12 @@ int fl_cmd_generate(int argc, char **argv)
     const char *device = getenv("FOGLINE_DEVICE");
     const char *weights = getenv("FOGLINE_WEIGHTS");
     const char *weights_from = "FOGLINE_WEIGHTS";
+    const char *kvformat = getenv("FOGLINE_KV_FORMAT");
+    const char *kvformat_from = "FOGLINE_KV_FORMAT";
     fl_gen_opts g;
     fl_gen_opts_default(&g);
     enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
-           O_IDS, O_DEVICE, O_NO_THINK, O_THINK, O_WEIGHTS };
+           O_IDS, O_DEVICE, O_NO_THINK, O_THINK, O_WEIGHTS, O_KV_FORMAT };
     struct option base[] = {
         {"model", required_argument, 0, O_MODEL},     {"prompt", required_argument, 0, O_PROMPT},
         {"system", required_argument, 0, O_SYSTEM},   {"messages", required_argument, 0, O_MESSAGES},
@@ -150,6 +155,7 @@ int fl_cmd_generate(int argc, char **argv)
         {"help", no_argument, 0, O_HELP},             {"prompt-ids", required_argument, 0, O_IDS},
         {"device", required_argument, 0, O_DEVICE},   {"no-thinking", no_argument, 0, O_NO_THINK},
         {"enable-thinking", no_argument, 0, O_THINK}, {"weights", required_argument, 0, O_WEIGHTS},
+        {"kv-format", required_argument, 0, O_KV_FORMAT},
     };
     struct option opts[64];
     int nopt = fl_gen_opts_longopts(opts, 64, base, (int)(sizeof base / sizeof base[0]));
@@ -171,6 +177,7 @@ int fl_cmd_generate(int argc, char **argv)
         case O_IDS: prompt_ids = optarg; break;
         case O_DEVICE: device = optarg; break;
         case O_WEIGHTS: weights = optarg; weights_from = "--weights"; break;
+        case O_KV_FORMAT: kvformat = optarg; kvformat_from = "--kv-format"; break;
         case O_NO_THINK: thinking = false; break;
         case O_THINK: thinking = true; break;
         case O_HELP: usage(stdout); return 0;
@@ -198,6 +205,12 @@ int fl_cmd_generate(int argc, char **argv)
     fl_err we = {0};
     if (weights && fl_wformat_parse(weights, &wf, &we)) {
         fprintf(stderr, "fogline generate: %s %s\n", weights_from, we.msg);
+        fl_gen_opts_free(&g);
+        return 2;
+    }
+    fl_kvformat kvf = FL_KV_AUTO;
+    if (kvformat && fl_kvformat_parse(kvformat, &kvf, &we)) {
+        fprintf(stderr, "fogline generate: %s %s\n", kvformat_from, we.msg);
         fl_gen_opts_free(&g);
         return 2;
     }
@@ -314,7 +327,7 @@ int fl_cmd_generate(int argc, char **argv)
         goto out;
     }
     int32_t B = m->cfg.block_size;
-    fl_backend_opts bo = {.n_threads = threads, .weights = wf};
+    fl_backend_opts bo = {.n_threads = threads, .weights = wf, .kv = kvf};
     bo.n_pages = fl_pages_needed(&m->cfg, (int32_t)n_ids, g.max_tokens, &g.dec);
     /* the whole prompt can ride in the first forward with the deepest pipeline */
     bo.max_tokens = (int32_t)n_ids + (FL_MAX_RUN_BLOCKS + 1) * B;
@@ -373,6 +386,7 @@ int fl_cmd_generate(int argc, char **argv)
         json_object_set_new(o, "finish", json_string(finish_name(L.finish)));
         json_object_set_new(o, "prompt_tokens", json_integer((json_int_t)n_ids));
         json_object_set_new(o, "weights", json_string(fl_wformat_name(b->weights)));
+        json_object_set_new(o, "kv_format", json_string(fl_kvformat_name(b->kv)));
         json_t *st = json_object();
         json_object_set_new(st, "forwards", json_integer(L.st.forwards));
         json_object_set_new(st, "decode_forwards", json_integer(L.st.decode_forwards));

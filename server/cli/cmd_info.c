@@ -169,6 +169,9 @@ static void print_text(const fl_model *m, const info_sum *s, const info_tok *it)
     printf("kv page          %lld bytes (%s: %d tokens x %d layers x K,V x %d kv heads x %d x 4)\n",
            (long long)s->kv_page_bytes, hb, c->block_size, c->n_layers, c->n_kv_heads,
            c->head_dim);
+    human_bytes(hb, sizeof hb, (double)(s->kv_page_bytes / 2));
+    printf("kv format (auto) f32 on the CPU (exact), bf16 on CUDA; a bf16 page (--kv-format bf16) "
+           "holds %lld bytes (%s)\n", (long long)(s->kv_page_bytes / 2), hb);
     printf("block size       %d\n", c->block_size);
     printf("sub-block        %d\n", c->sub_block);
     printf("logits shift     %d\n", c->logits_shift);
@@ -247,6 +250,11 @@ static int print_json(const fl_model *m, const info_sum *s, const info_tok *it)
     json_object_set_new(o, "weight_bytes", json_integer(m->weight_bytes));
     json_object_set_new(o, "f32_weight_bytes", json_integer(s->f32_bytes));
     json_object_set_new(o, "kv_page_bytes", json_integer(s->kv_page_bytes));
+    json_object_set_new(o, "kv_page_bytes_bf16", json_integer(s->kv_page_bytes / 2));
+    json_t *kva = json_object();
+    json_object_set_new(kva, "cpu", json_string(fl_kvformat_name(FL_KV_F32)));
+    json_object_set_new(kva, "cuda", json_string(fl_kvformat_name(FL_KV_BF16)));
+    json_object_set_new(o, "kv_format_auto", kva);
     json_object_set_new(o, "block_size", json_integer(c->block_size));
     json_object_set_new(o, "sub_block", json_integer(c->sub_block));
     json_object_set_new(o, "logits_shift", json_integer(c->logits_shift));

@@ -58,6 +58,9 @@ def main():
         (["decode", "--weights", "int8"], "--weights must be auto, f32, bf16, q8 or q4, got 'int8' (in the list 'int8')"),
         (["decode", "--weights", "q8,q4,q8"], "--weights lists 'q8' twice"),
         (["forward", "--weights", "bf16,f32,bf16"], "--weights lists 'bf16' twice"),
+        (["forward", "--kv-format", "f16"], "--kv-format must be auto, f32 or bf16, got 'f16' (in the list 'f16')"),
+        (["forward", "--kv-format", "bf16,"], "--kv-format must be auto, f32 or bf16, got '' (in the list 'bf16,')"),
+        (["forward", "--kv-format", "f32,bf16,f32"], "--kv-format lists 'f32' twice"),
     ]:
         r = bench(fogline, *args, "--model", model)
         err = r.stderr.strip()

@@ -80,12 +80,31 @@ def main():
         q = gen(fogline, model, prompt, "--temperature", "0", "--weights", w)
         check(q["weights"] == w and len(q["ids"]) > 0 and q["text"],
               "--weights %s: holds %s, %d reply tokens" % (w, q["weights"], len(q["ids"])))
+    # --kv-format (on the CPU, where auto is f32): bf16 pages round the keys and values, a
+    # reply comes out and the JSON says what the pages hold; the flag wins over
+    # FOGLINE_KV_FORMAT (the exactness of bf16 pages is test_forward's and test_sched's)
+    kv_auto = gen(fogline, model, prompt, "--temperature", "0", "--device", "cpu")
+    kv16 = gen(fogline, model, prompt, "--temperature", "0", "--device", "cpu", "--kv-format", "bf16")
+    check(kv_auto["kv_format"] == "f32" and kv16["kv_format"] == "bf16" and len(kv16["ids"]) > 0,
+          "kv auto -> %s; --kv-format bf16 -> %s, %d reply tokens" % (kv_auto["kv_format"],
+                                                                       kv16["kv_format"],
+                                                                       len(kv16["ids"])))
+    os.environ["FOGLINE_KV_FORMAT"] = "bf16"
+    env16 = gen(fogline, model, prompt, "--temperature", "0", "--device", "cpu")
+    kv_flag = gen(fogline, model, prompt, "--temperature", "0", "--device", "cpu", "--kv-format", "f32")
+    del os.environ["FOGLINE_KV_FORMAT"]
+    check(env16["kv_format"] == "bf16" and kv_flag["kv_format"] == "f32",
+          "FOGLINE_KV_FORMAT bf16 -> %s; with --kv-format f32 -> %s" % (env16["kv_format"],
+                                                                        kv_flag["kv_format"]))
     # bad flags
     for args, word in ((["--threshold", "2"], "threshold"), (["--policy", "bogus"], "policy"),
                        (["--max-tokens", "0"], "max-tokens"), (["--top-p", "x"], "top-p"),
                        (["--weights", "q6"], "--weights must be auto, f32, bf16, q8 or q4, got 'q6'"),
                        (["--weights", ""], "--weights must be auto, f32, bf16, q8 or q4, got ''"),
-                       ({"FOGLINE_WEIGHTS": "half"}, "FOGLINE_WEIGHTS must be auto, f32, bf16, q8 or q4, got 'half'")):
+                       ({"FOGLINE_WEIGHTS": "half"}, "FOGLINE_WEIGHTS must be auto, f32, bf16, q8 or q4, got 'half'"),
+                       (["--kv-format", "f16"], "--kv-format must be auto, f32 or bf16, got 'f16'"),
+                       (["--kv-format", ""], "--kv-format must be auto, f32 or bf16, got ''"),
+                       ({"FOGLINE_KV_FORMAT": "BF16"}, "FOGLINE_KV_FORMAT must be auto, f32 or bf16, got 'BF16'")):
         env = dict(os.environ, **args) if isinstance(args, dict) else None
         args = [] if isinstance(args, dict) else args
         r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", *args],

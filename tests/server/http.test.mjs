@@ -178,13 +178,16 @@ test('/metrics parses as Prometheus text and its values move', async () => {
 });
 
 test('decoding defaults: a flag overrides the model, and says so', async () => {
-  const s2 = await startServer(['--no-pipeline', '--threshold', '0.8', '--weights', 'f32'],
-    { env: { FOGLINE_TAU_ADD: '0.3', FOGLINE_WEIGHTS: 'bf16' } });
+  const s2 = await startServer(['--no-pipeline', '--threshold', '0.8', '--weights', 'f32',
+    '--kv-format', 'bf16'],
+    { env: { FOGLINE_TAU_ADD: '0.3', FOGLINE_WEIGHTS: 'bf16', FOGLINE_KV_FORMAT: 'f32' } });
   try {
     const model = (await (await fetch(`${s2.url}/v1/models`)).json()).data[0];
-    // the weights flag wins over FOGLINE_WEIGHTS, and the log says what was chosen
+    // the weights and KV flags win over FOGLINE_WEIGHTS and FOGLINE_KV_FORMAT, and the log
+    // says what was chosen (f32 weights: the CPU, wherever a GPU is)
     assert.equal(model.weights, 'f32');
-    await s2.waitLog(/event=backend .*weights=f32 .*; weights f32/);
+    assert.equal(model.kv_format, 'bf16');
+    await s2.waitLog(/event=backend .*weights=f32 kv=bf16 .*; weights f32.*; kv bf16/);
     assert.equal(model.decoding.pipeline, false);
     assert.equal(model.decoding.threshold, 0.8);
     assert.equal(model.decoding.tau_add, 0.3);

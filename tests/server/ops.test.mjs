@@ -44,6 +44,9 @@ test('bad flags and variables: one line naming them, exit 2', async () => {
     [['serve', '--weights', ''], {}, /--weights must be auto, f32, bf16, q8 or q4, got ''/],
     [['serve', '--weights', 'F32'], {}, /--weights must be auto, f32, bf16, q8 or q4, got 'F32'/],
     [['serve'], { FOGLINE_WEIGHTS: 'fp16' }, /FOGLINE_WEIGHTS must be auto, f32, bf16, q8 or q4, got 'fp16'/],
+    [['serve', '--kv-format', 'f16'], {}, /--kv-format must be auto, f32 or bf16, got 'f16'/],
+    [['serve', '--kv-format', ''], {}, /--kv-format must be auto, f32 or bf16, got ''/],
+    [['serve'], { FOGLINE_KV_FORMAT: 'half' }, /FOGLINE_KV_FORMAT must be auto, f32 or bf16, got 'half'/],
     [['serve', '--max-tokens', '900', '--max-tokens-limit', '100'], {}, /above --max-tokens-limit/],
   ]) {
     const r = await run(args, env);

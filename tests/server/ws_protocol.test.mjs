@@ -50,6 +50,9 @@ test('hello describes the server on connect', async () => {
     : 'bf16';
   assert.equal(model.weights, auto);
   assert.equal(c.hello.weights, auto);
+  // the KV pages' format: auto is f32 on the CPU, bf16 on CUDA
+  assert.ok(['f32', 'bf16'].includes(model.kv_format), model.kv_format);
+  assert.equal(c.hello.kv_format, model.kv_format);
   assert.deepEqual(c.hello.decoding, model.decoding);
   assert.deepEqual(c.hello.decoding_source, model.decoding_source);
   c.close();

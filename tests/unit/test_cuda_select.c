@@ -1,7 +1,9 @@
 /* test_cuda_select.c: fl_backend_open (server/backend_select.c) on the built-in model: the
  * names it takes, "cpu", and what "auto" and "cuda" do here, in whichever build this is
  * (CUDA or not) and on whichever machine (GPU or not): without a usable GPU "auto" is the
- * CPU with the reason, "cuda" is a clear error; with one, both are the CUDA backend. */
+ * CPU with the reason, "cuda" is a clear error; with one, both are the CUDA backend. KV
+ * formats: the CPU holds what it is asked (auto: f32), CUDA refuses f32, so "auto" with f32
+ * KV is the CPU. */
 #include <stdio.h>
 #include <string.h>
 
@@ -40,6 +42,26 @@ int main(void)
     CHECK(rc == 0 && b && !strcmp(b->ops->name, "cpu") && b->n_pages == 16,
           "cpu: rc %d (%s), %s", rc, rc ? e.msg : chosen, b ? b->ops->name : "-");
     CHECK(starts(chosen, "cpu: asked for"), "cpu: chosen says '%s'", chosen);
+    CHECK(b && b->kv == FL_KV_F32 && strstr(chosen, "; kv f32"), "cpu: kv auto is f32: '%s'",
+          chosen);
+    fl_backend_destroy(b);
+    b = NULL;
+    fl_backend_opts ob = o;
+    ob.kv = FL_KV_BF16;
+    rc = fl_backend_open(&b, m, &ob, "cpu", chosen, sizeof chosen, &e);
+    CHECK(rc == 0 && b && b->kv == FL_KV_BF16 && strstr(chosen, "; kv bf16") &&
+              b->page_bytes == fl_kv_page_floats(&m->cfg) * sizeof(float),
+          "cpu --kv-format bf16: rc %d, '%s' (page_bytes stays the f32 host layout's)", rc,
+          rc ? e.msg : chosen);
+    fl_backend_destroy(b);
+    b = NULL;
+    /* auto with f32 KV asked: the CPU, which holds it, wherever a GPU is */
+    fl_backend_opts of = o;
+    of.kv = FL_KV_F32;
+    rc = fl_backend_open(&b, m, &of, "auto", chosen, sizeof chosen, &e);
+    CHECK(rc == 0 && b && !strcmp(b->ops->name, "cpu") && b->kv == FL_KV_F32,
+          "auto with kv f32: rc %d, '%s'", rc, rc ? e.msg : chosen);
+    printf("auto, kv f32 -> %s\n", rc ? e.msg : chosen);
     fl_backend_destroy(b);
     b = NULL;
 
@@ -82,6 +104,17 @@ int main(void)
               "cuda without a GPU says why: '%s'", e.msg);
         printf("cuda -> %s\n", e.msg);
     }
+    fl_backend_destroy(b);
+
+    /* the CUDA backend holds bf16 KV only: f32 is refused before any GPU is looked for */
+    b = NULL;
+    rc = fl_backend_cuda_create(&b, m, &of, &e);
+    CHECK(rc == FL_EUNSUPPORTED && !b &&
+              (fl_backend_have_cuda()
+                   ? !strcmp(e.msg, "cuda backend: --kv-format f32: it holds bf16 KV pages only "
+                                    "(use --kv-format bf16 or auto, or --device cpu)")
+                   : strstr(e.msg, "built without the CUDA backend") != NULL),
+          "fl_backend_cuda_create with kv f32: rc %d, %s", rc, e.msg);
     fl_backend_destroy(b);
 
     /* the CUDA constructor itself, in any build: refuses cleanly without a GPU */

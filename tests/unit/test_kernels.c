@@ -3,7 +3,9 @@
  * exercise every tile remainder (rows, weight rows and widths that are not multiples of the
  * tiles or vector widths). Also: a row's matmul result is bit-identical whatever the other
  * rows and their number (the forward's block-causality rests on it); the fused softmax
- * statistics agree with a plain two-pass computation, across chunk merges and ties. */
+ * statistics agree with a plain two-pass computation, across chunk merges and ties; the bf16
+ * attention kernels equal the f32 ones on widened rows bit for bit, and f32 -> bf16 equals
+ * fl_f32_to_bf16. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,6 +166,147 @@ static void test_attention(const fl_kernels *kk)
             }
 }
 
+/* bf16 keys and values (KV pages in bf16): qk_bf16 / pv_bf16 give exactly what qk / pv give
+ * for the rows widened to f32 (bit for bit, kernels.h), and agree with double loops; key counts
+ * below, at and past FL_KV_CHUNK so that chunk ends fall inside the kernels' key groups. */
+static void test_attention_bf16(const fl_kernels *kk)
+{
+    const int nqs[] = {1, 4, 7, 16}, nks[] = {1, 9, FL_KV_CHUNK, FL_KV_CHUNK + 3, 2 * FL_KV_CHUNK + 5};
+    const int hds[] = {8, 20, 64, 128};
+    for (size_t a = 0; a < 4; a++)
+        for (size_t b = 0; b < 5; b++)
+            for (size_t c = 0; c < 4; c++) {
+                int nq = nqs[a], nk = nks[b], hd = hds[c], ld = hd + 5, lds = nk + 3;
+                float *q = malloc(sizeof(float) * nq * ld), *qt = malloc(sizeof(float) * hd * FL_QT);
+                uint16_t *k16 = malloc(sizeof(uint16_t) * nk * ld), *v16 = malloc(sizeof(uint16_t) * nk * ld);
+                float *kw = malloc(sizeof(float) * nk * ld), *vw = malloc(sizeof(float) * nk * ld);
+                float *s = malloc(sizeof(float) * nq * lds), *s2 = malloc(sizeof(float) * nq * lds);
+                float *o = malloc(sizeof(float) * nq * ld), *o2 = malloc(sizeof(float) * nq * ld);
+                float *wide = malloc(sizeof(float) * FL_KV_CHUNK * hd);
+                float *sg = malloc(sizeof(float) * nq * nk), *og = malloc(sizeof(float) * nq * hd);
+                double *rs = malloc(sizeof(double) * nq * nk), *ro = malloc(sizeof(double) * nq * hd);
+                const uint16_t **kr = malloc(sizeof *kr * nk), **vr = malloc(sizeof *vr * nk);
+                const float **kf = malloc(sizeof *kf * nk), **vf = malloc(sizeof *vf * nk);
+                fill(q, (size_t)nq * ld);
+                for (int i = 0; i < nk * ld; i++) {
+                    k16[i] = fl_f32_to_bf16(frand());
+                    v16[i] = fl_f32_to_bf16(frand());
+                    kw[i] = fl_bf16_to_f32(k16[i]);
+                    vw[i] = fl_bf16_to_f32(v16[i]);
+                }
+                for (int j = 0; j < nk; j++) { /* scrambled rows, as pages are */
+                    int rk = (j * 5) % nk, rv = (j * 3) % nk;
+                    kr[j] = k16 + (size_t)rk * ld;
+                    vr[j] = v16 + (size_t)rv * ld;
+                    kf[j] = kw + (size_t)rk * ld;
+                    vf[j] = vw + (size_t)rv * ld;
+                }
+                fl_transpose_q(qt, q, ld, nq, hd);
+                for (int i = 0; i < nq * lds; i++)
+                    s[i] = s2[i] = -1; /* padding past nk stays */
+                kk->qk_bf16(s, lds, qt, nq, kr, nk, hd, 0.25f, wide);
+                kk->qk(s2, lds, qt, nq, kf, nk, hd, 0.25f);
+                CHECK(!memcmp(s, s2, sizeof(float) * nq * lds), "%s qk_bf16 != qk on widened rows "
+                      "nq=%d nk=%d hd=%d", kk->name, nq, nk, hd);
+                for (int i = 0; i < nq; i++)
+                    for (int j = 0; j < nk; j++) {
+                        double d = 0;
+                        for (int x = 0; x < hd; x++)
+                            d += (double)q[i * ld + x] * fl_bf16_to_f32(kr[j][x]);
+                        rs[i * nk + j] = d * 0.25;
+                        sg[i * nk + j] = s[i * lds + j];
+                    }
+                CHECK(err(sg, rs, (size_t)nq * nk) < 1e-5, "%s qk_bf16 nq=%d nk=%d hd=%d", kk->name,
+                      nq, nk, hd);
+                for (int i = 0; i < nq * ld; i++)
+                    o[i] = o2[i] = 0.25f;
+                kk->pv_bf16(o, ld, s, lds, nq, vr, nk, hd, wide);
+                kk->pv(o2, ld, s, lds, nq, vf, nk, hd);
+                CHECK(!memcmp(o, o2, sizeof(float) * nq * ld), "%s pv_bf16 != pv on widened rows "
+                      "nq=%d nk=%d hd=%d", kk->name, nq, nk, hd);
+                for (int i = 0; i < nq; i++)
+                    for (int x = 0; x < hd; x++) {
+                        double d = 0.25;
+                        for (int j = 0; j < nk; j++)
+                            d += (double)s[i * lds + j] * fl_bf16_to_f32(vr[j][x]);
+                        ro[i * hd + x] = d;
+                        og[i * hd + x] = o[i * ld + x];
+                    }
+                CHECK(err(og, ro, (size_t)nq * hd) < 1e-5, "%s pv_bf16 nq=%d nk=%d hd=%d", kk->name,
+                      nq, nk, hd);
+                free(q);
+                free(qt);
+                free(k16);
+                free(v16);
+                free(kw);
+                free(vw);
+                free(s);
+                free(s2);
+                free(o);
+                free(o2);
+                free(wide);
+                free(sg);
+                free(og);
+                free(rs);
+                free(ro);
+                free(kr);
+                free(vr);
+                free(kf);
+                free(vf);
+            }
+}
+
+/* f32 -> bf16 gives fl_f32_to_bf16's bits: random values, ties both ways, the largest finite
+ * values (which round to infinity), infinities, zeros, subnormals, NaNs quiet and signalling;
+ * lengths that leave every tail. */
+static void test_f32_to_bf16(const fl_kernels *kk)
+{
+    static const uint32_t special[] = {
+        0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00008000u, 0x00018000u,
+        0x3f808000u, 0x3f818000u, 0x3f80c000u, 0xbf808000u, 0x7f7fffffu, 0xff7fffffu,
+        0x7f7f8000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0xffc00001u, 0x7f800001u,
+        0x7fbfffffu, 0xff80ffffu, 0x3f7fffffu, 0x4b7fffffu,
+    };
+    const int ns[] = {1, 7, 8, 9, 23, 64, 1000};
+    for (size_t a = 0; a < sizeof ns / sizeof *ns; a++) {
+        int n = ns[a];
+        float *x = malloc(sizeof(float) * n);
+        uint16_t *got = malloc(sizeof(uint16_t) * (n + 1));
+        for (int i = 0; i < n; i++) {
+            uint32_t u;
+            float f = frand() * (float)(1 << (i % 20));
+            memcpy(&u, &f, 4);
+            if (i % 5 == 1) /* exactly halfway between two bf16 values */
+                u = (u & 0xffff0000u) | 0x8000u;
+            if (i % 7 == 2)
+                u = special[(size_t)(i / 7) % (sizeof special / sizeof *special)];
+            memcpy(&x[i], &u, 4);
+        }
+        got[n] = 0xabcd;
+        kk->f32_to_bf16(got, x, n);
+        int bad = 0;
+        for (int i = 0; i < n; i++)
+            bad += got[i] != fl_f32_to_bf16(x[i]);
+        CHECK(bad == 0 && got[n] == 0xabcd, "%s f32_to_bf16 n=%d: %d values differ from "
+              "fl_f32_to_bf16 (or wrote past n)", kk->name, n, bad);
+        free(x);
+        free(got);
+    }
+    /* all the specials, in every lane position */
+    int ns2 = (int)(sizeof special / sizeof *special);
+    float x[64];
+    uint16_t got[64];
+    for (int sh = 0; sh < 8; sh++) {
+        for (int i = 0; i < 64; i++)
+            memcpy(&x[i], &special[(size_t)(i + sh) % (size_t)ns2], 4);
+        kk->f32_to_bf16(got, x, 64);
+        int bad = 0;
+        for (int i = 0; i < 64; i++)
+            bad += got[i] != fl_f32_to_bf16(x[i]);
+        CHECK(bad == 0, "%s f32_to_bf16 of special values (shift %d): %d differ", kk->name, sh, bad);
+    }
+}
+
 static void test_softmax_stats(const fl_kernels *kk)
 {
     const int ns[] = {1, 5, 8, 17, 300, 1000};
@@ -247,6 +390,8 @@ int main(void)
         printf("kernels: %s\n", kk.name);
         test_matmul(&kk);
         test_attention(&kk);
+        test_attention_bf16(&kk);
+        test_f32_to_bf16(&kk);
         test_softmax_stats(&kk);
         test_swiglu(&kk);
     }

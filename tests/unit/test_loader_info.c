@@ -113,6 +113,12 @@ static void test_json(const char *name)
         CHECK(json_integer_value(json_object_get(o, "kv_page_bytes")) == page,
               "%s kv page %lld, want %lld", name,
               (long long)json_integer_value(json_object_get(o, "kv_page_bytes")), (long long)page);
+        CHECK(json_integer_value(json_object_get(o, "kv_page_bytes_bf16")) == page / 2 &&
+                  !strcmp(json_string_value(json_object_get(json_object_get(o, "kv_format_auto"),
+                                                            "cpu")), "f32"),
+              "%s bf16 kv page %lld, want %lld; cpu kv auto f32", name,
+              (long long)json_integer_value(json_object_get(o, "kv_page_bytes_bf16")),
+              (long long)(page / 2));
         CHECK(json_integer_value(json_object_get(o, "block_size")) == block, "%s block", name);
         CHECK(json_integer_value(json_object_get(o, "sub_block")) == (qwen2 ? 8 : block), "%s sub",
               name);

@@ -1,6 +1,8 @@
 /* test_sched.c: the scheduler on the real CPU backend with a random model (argv[1]):
  * exactness of decode-store overlap and batching, pipelined output validity, persistence
- * modes, cancellation and page accounting, a full pool queueing requests. */
+ * modes, cancellation and page accounting, a full pool queueing requests. argv[2], a KV
+ * format (backend.h; default auto): every backend holds its pages so, and the exactness
+ * checks hold all the same (bf16 pages round every key attention reads, cached or not). */
 #include "check.h"
 #include "cpu/cpu.h"
 #include "engine.h"
@@ -44,6 +46,7 @@ static void sink(const fl_event *ev, void *ctx)
 
 static const fl_model *M;
 static fl_backend *BK;
+static fl_kvformat KVF; /* argv[2] */
 
 /* One scheduler step; when it had nothing to run (a queued request waits for pages the
    persistence thread still holds), wait for that thread as the engine thread does, instead of
@@ -109,6 +112,10 @@ int main(int argc, char **argv)
     snprintf(dflt, sizeof dflt, "%s/fixtures/dec_q3", bd ? bd : ".");
     const char *dir = argc > 1 ? argv[1] : dflt;
     fl_err e = {0};
+    if (argc > 2 && fl_kvformat_parse(argv[2], &KVF, &e)) {
+        fprintf(stderr, "KV format %s\n", e.msg);
+        return 1;
+    }
     fl_model *m;
     fl_load_opts lo = {.no_tokenizer = true};
     if (fl_model_load(&m, dir, &lo, &e)) {
@@ -118,7 +125,8 @@ int main(int argc, char **argv)
     if (m->cfg.mask_token_id < 0) /* Fast-dLLM v2 takes it from the tokenizer; random models have none */
         m->cfg.mask_token_id = m->cfg.vocab - 1;
     M = m;
-    fl_backend_opts bo = {.n_pages = 256, .n_threads = 2, .max_tokens = 512};
+    printf("KV pages: %s\n", fl_kvformat_name(KVF));
+    fl_backend_opts bo = {.n_pages = 256, .n_threads = 2, .max_tokens = 512, .kv = KVF};
     if (fl_backend_cpu_create(&BK, m, &bo, &e)) {
         fprintf(stderr, "backend: %s\n", e.msg);
         return 1;
@@ -183,7 +191,8 @@ int main(int argc, char **argv)
     /* 4. a pool too small for all at once: requests wait, none fail, outputs unchanged */
     {
         fl_backend *big = BK;
-        fl_backend_opts so2 = {.n_pages = (30 + MT) / B + 4 + 3, .n_threads = 2, .max_tokens = 512};
+        fl_backend_opts so2 = {.n_pages = (30 + MT) / B + 4 + 3, .n_threads = 2, .max_tokens = 512,
+                               .kv = KVF};
         fl_backend *small;
         CHECK(fl_backend_cpu_create(&small, m, &so2, &e) == 0, "small backend: %s", e.msg);
         BK = small;
@@ -331,7 +340,8 @@ int main(int argc, char **argv)
         }
         {
             /* a pool that holds one request: cached pages of one prompt are evicted for the next */
-            fl_backend_opts so2 = {.n_pages = (llen + MT + B - 1) / B + 2, .n_threads = 2, .max_tokens = 512};
+            fl_backend_opts so2 = {.n_pages = (llen + MT + B - 1) / B + 2, .n_threads = 2,
+                                   .max_tokens = 512, .kv = KVF};
             fl_backend *small;
             CHECK(fl_backend_cpu_create(&small, m, &so2, &e) == 0, "small backend: %s", e.msg);
             fl_sched_opts so = {.max_batch_tokens = small->max_tokens, .max_seqs = 4, .model_id = 7};
