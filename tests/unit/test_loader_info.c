@@ -13,55 +13,12 @@
 
 static char root[TK_PATH];
 
-typedef struct run_out {
-    int status;     /* exit code, or -1 when killed */
-    char *out, *err;
-    long maxrss_kb; /* the child's peak resident memory */
-} run_out;
-
-static void run_free(run_out *r)
-{
-    free(r->out);
-    free(r->err);
-}
+typedef tk_run_out run_out;
 
 /* Runs $FL_BIN with args (NULL-terminated), capturing stdout and stderr. */
-static run_out run(const char *const *args)
-{
-    run_out r = {-1, NULL, NULL, 0};
-    const char *bin = getenv("FL_BIN");
-    char po[TK_PATH], pe[TK_PATH];
-    tk_path(po, root, "stdout");
-    tk_path(pe, root, "stderr");
-    const char *argv[16] = {bin ? bin : "fogline"};
-    int n = 1;
-    for (; args[n - 1] && n < 15; n++)
-        argv[n] = args[n - 1];
-    argv[n] = NULL;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int fo = open(po, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        int fe = open(pe, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        dup2(fo, 1);
-        dup2(fe, 2);
-        execv(argv[0], (char *const *)argv);
-        _exit(127);
-    }
-    int st = 0;
-    struct rusage ru;
-    memset(&ru, 0, sizeof ru);
-    if (pid > 0 && wait4(pid, &st, 0, &ru) == pid && WIFEXITED(st))
-        r.status = WEXITSTATUS(st);
-    r.maxrss_kb = ru.ru_maxrss;
-    fl_read_file(po, &r.out, NULL, NULL);
-    fl_read_file(pe, &r.err, NULL, NULL);
-    if (!r.out)
-        r.out = strdup("");
-    if (!r.err)
-        r.err = strdup("");
-    return r;
-}
+static run_out run(const char *const *args) { return tk_run(root, args); }
+
+static void run_free(run_out *r) { tk_run_free(r); }
 
 static int count_lines(const char *s)
 {

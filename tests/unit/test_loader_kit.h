@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -411,6 +412,7 @@ static inline bool tk_has(const char *msg, const char *needle) { return strstr(m
 typedef struct tk_run_out {
     int status; /* exit code, or -1 when it did not exit normally */
     char *out, *err;
+    long maxrss_kb; /* the child's peak resident memory */
 } tk_run_out;
 
 static inline void tk_run_free(tk_run_out *r)
@@ -423,7 +425,7 @@ static inline void tk_run_free(tk_run_out *r)
  * under scratch. */
 static inline tk_run_out tk_run(const char *scratch, const char *const *args)
 {
-    tk_run_out r = {-1, NULL, NULL};
+    tk_run_out r = {-1, NULL, NULL, 0};
     const char *bin = getenv("FL_BIN");
     char po[TK_PATH], pe[TK_PATH];
     tk_path(po, scratch, "stdout");
@@ -445,8 +447,11 @@ static inline tk_run_out tk_run(const char *scratch, const char *const *args)
         _exit(127);
     }
     int st = 0;
-    if (pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st))
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    if (pid > 0 && wait4(pid, &st, 0, &ru) == pid && WIFEXITED(st))
         r.status = WEXITSTATUS(st);
+    r.maxrss_kb = ru.ru_maxrss;
     fl_read_file(po, &r.out, NULL, NULL);
     fl_read_file(pe, &r.err, NULL, NULL);
     if (!r.out)
