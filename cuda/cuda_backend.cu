@@ -1103,6 +1103,12 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     if (m->quant != FL_QUANT_NONE)
         return fl_err_set(e, FL_EUNSUPPORTED,
                           "cuda backend: quantized weights (q8/q4) run on the CPU backend only");
+    /* mixture-of-experts layers, LLaDA2's fused q|k|v and partial rotary: the CPU's (the GPU
+     * issue brings them to CUDA) */
+    if (cf->moe.router != FL_ROUTER_NONE || cf->fused_qkv || fl_config_rotary_dim(cf) != cf->head_dim)
+        return fl_err_set(e, FL_EUNSUPPORTED,
+                          "cuda backend: %s models (mixture of experts) run on the CPU backend only",
+                          fl_family_name(cf->family));
     if (o->n_pages < 0 || o->max_tokens <= 0)
         return fl_err_set(e, FL_EINVAL, "cuda backend: bad options (n_pages %d, max_tokens %d)",
                           o->n_pages, o->max_tokens);

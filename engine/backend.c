@@ -57,20 +57,30 @@ fl_wformat fl_wformat_resolve(fl_wformat f, const fl_model *m)
 {
     if (f != FL_WEIGHTS_AUTO)
         return f;
-    if (!m || !m->weights || !m->layers || !m->layers[0].wq)
+    const fl_tensor *q0 = m && m->weights && m->layers
+                              ? (m->layers[0].wq ? m->layers[0].wq : m->layers[0].wqkv)
+                              : NULL;
+    if (!q0)
         return FL_WEIGHTS_F32;
-    if (m->layers[0].wq->dtype == FL_DT_I8) /* a quantized directory (the loader checked it) */
+    if (q0->dtype == FL_DT_I8) /* a quantized directory (the loader checked it) */
         return FL_WEIGHTS_Q8;
-    if (m->layers[0].wq->dtype == FL_DT_U8)
+    if (q0->dtype == FL_DT_U8)
         return FL_WEIGHTS_Q4;
     if (!fl_is_bf16(m->lm_head) || !fl_is_bf16(m->embed))
         return FL_WEIGHTS_F32;
+    /* every projection and expert matrix; the router is held in f32 whatever it is */
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const fl_layer_w *w = &m->layers[l];
-        if (!fl_is_bf16(w->wq) || !fl_is_bf16(w->wk) || !fl_is_bf16(w->wv) ||
-            !fl_is_bf16(w->wo) || !fl_is_bf16(w->w_gate) || !fl_is_bf16(w->w_up) ||
-            !fl_is_bf16(w->w_down))
-            return FL_WEIGHTS_F32;
+        const fl_tensor *mats[] = {w->wq ? w->wq : w->wqkv, w->wk, w->wv, w->wo,
+                                   w->w_gate, w->w_up, w->w_down, w->shared.gate,
+                                   w->shared.up, w->shared.down};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+            if (mats[i] && !fl_is_bf16(mats[i]))
+                return FL_WEIGHTS_F32;
+        for (int x = 0; w->experts && x < m->cfg.moe.n_experts; x++)
+            if (!fl_is_bf16(w->experts[x].gate) || !fl_is_bf16(w->experts[x].up) ||
+                !fl_is_bf16(w->experts[x].down))
+                return FL_WEIGHTS_F32;
     }
     return FL_WEIGHTS_BF16;
 }

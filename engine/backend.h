@@ -148,7 +148,15 @@ typedef enum fl_wrole {
     FL_W_EMBED,      /* (vocab, hidden); only with fl_wplan_opts.embed */
     FL_W_LM_HEAD,    /* (vocab, hidden) */
     FL_W_FINAL_NORM, /* (hidden) f32 */
-    FL_W_ROPE,       /* (head_dim / 2) f64, fl_rope_inv_freq; only with fl_wplan_opts.rope */
+    FL_W_ROPE,       /* (rotary_dim / 2) f64, fl_rope_inv_freq; only with fl_wplan_opts.rope */
+    /* a mixture-of-experts layer, instead of GATE_UP and DOWN (fl_wslot.expert numbers the
+       routed expert) */
+    FL_W_ROUTER,         /* (n_experts, hidden) f32 whatever the matrices' format: fp32 routing */
+    FL_W_EXPERT_BIAS,    /* (n_experts) f32; only when the layer has one */
+    FL_W_EXPERT_GATE_UP, /* (2 moe_inter, hidden): expert x's gate and up rows */
+    FL_W_EXPERT_DOWN,    /* (hidden, moe_inter) */
+    FL_W_SHARED_GATE_UP, /* (2 moe_inter n_shared, hidden): the shared expert's; when present */
+    FL_W_SHARED_DOWN,    /* (hidden, moe_inter n_shared) */
     FL_W_ROLE_COUNT
 } fl_wrole;
 
@@ -157,6 +165,7 @@ typedef enum fl_wrole {
 typedef struct fl_wslot {
     fl_wrole role;
     int layer;                /* -1 for the model's own slots */
+    int expert;               /* FL_W_EXPERT_*: the routed expert's number; else -1 */
     const fl_tensor *src[FL_WSLOT_PARTS]; /* its file tensors in order, NULL after the last
                                              (all NULL for FL_W_ROPE) */
     size_t part_elems[FL_WSLOT_PARTS];    /* elements of each src: part k starts at the sum of
@@ -191,8 +200,10 @@ typedef struct fl_wplan_opts {
 } fl_wplan_opts;
 
 typedef struct fl_wplan {
-    fl_wslot *slot; /* (n) in the order they are placed: per layer QKV, QKV_BIAS, O, GATE_UP,
-                       DOWN, ATTN_NORM, MLP_NORM, Q_NORM, K_NORM; then EMBED, LM_HEAD,
+    fl_wslot *slot; /* (n) in the order they are placed: per layer QKV (one part when the
+                       file fuses it), QKV_BIAS, O, GATE_UP, DOWN (a MoE layer: ROUTER,
+                       EXPERT_BIAS, EXPERT_GATE_UP and EXPERT_DOWN per expert, SHARED_GATE_UP,
+                       SHARED_DOWN), ATTN_NORM, MLP_NORM, Q_NORM, K_NORM; then EMBED, LM_HEAD,
                        FINAL_NORM, ROPE */
     int n;
     size_t bytes;   /* the arena's size: the end of the last slot */

@@ -29,6 +29,8 @@ static const struct {
     [FL_FAMILY_SDAR] = {"SDARForCausalLM", "sdar", "sdar", "<|MASK|>"},
     [FL_FAMILY_FASTDLLM] = {"Fast_dLLM_QwenForCausalLM", "Fast_dLLM_Qwen", "fast-dllm-v2", "|<MASK>|"},
     [FL_FAMILY_FOGLINE] = {"FoglineForDiffusionLM", "fogline", "fogline", NULL},
+    [FL_FAMILY_LLADA2] = {"LLaDA2MoeModelLM", "llada2_moe", "llada2", "<|mask|>"},
+    [FL_FAMILY_SDAR_MOE] = {"SDARMoeForCausalLM", "sdar_moe", "sdar-moe", "<|MASK|>"},
 };
 
 const char *fl_family_name(fl_family f)
@@ -45,6 +47,11 @@ const char *fl_quant_name(fl_quant q)
 const char *fl_family_mask_string(fl_family f)
 {
     return (unsigned)f < FL_FAMILY_COUNT ? families[f].mask : NULL;
+}
+
+const char *fl_family_end_string(fl_family f)
+{
+    return f == FL_FAMILY_LLADA2 ? "<|endoftext|>" : NULL;
 }
 
 /* Reads an integer field. Absent or null -> *out = def and returns 1 when !required. */
@@ -152,7 +159,8 @@ static int find_family(fl_config *c, fl_err *e)
     if (f < 0)
         return fl_err_set(e, FL_EUNSUPPORTED,
                           "config.json: unsupported architecture '%s' (model_type '%s'); fogline "
-                          "serves SDARForCausalLM, Fast_dLLM_QwenForCausalLM and "
+                          "serves SDARForCausalLM, SDARMoeForCausalLM, "
+                          "Fast_dLLM_QwenForCausalLM, LLaDA2MoeModelLM and "
                           "FoglineForDiffusionLM",
                           c->arch[0] ? c->arch : "(none)",
                           c->model_type[0] ? c->model_type : "(none)");
@@ -207,6 +215,145 @@ static int parse_quant(fl_config *c, json_t *q, fl_err *e)
                           "config.json: quantization_config.group_size %lld is not 32 (fogline's "
                           "groups are 32 weights)",
                           (long long)json_integer_value(g));
+    return 0;
+}
+
+/* A key the served code never reads but whose other values would change the maths: refused
+ * unless absent, null or the one value the forward implements. */
+static int want_false(const json_t *root, const char *key, const char *why, fl_err *e)
+{
+    bool v = false;
+    int rc = get_bool(root, key, false, &v, e);
+    if (!rc && v)
+        return fl_err_set(e, FL_EUNSUPPORTED, "config.json: %s true is not supported (%s)", key,
+                          why);
+    return rc;
+}
+
+static void set_dense(fl_config *c, int l) { c->dense_mask[l / 64] |= (uint64_t)1 << (l % 64); }
+
+bool fl_config_layer_moe(const fl_config *c, int l)
+{
+    return c->moe.router != FL_ROUTER_NONE && l >= 0 && l < c->n_layers &&
+           !(c->dense_mask[l / 64] >> (l % 64) & 1);
+}
+
+int fl_config_rotary_dim(const fl_config *c) { return c->rotary_dim ? c->rotary_dim : c->head_dim; }
+
+/* The mixture-of-experts keys of LLaDA2 (llada2_moe) and SDAR-MoE (Qwen3-MoE's keys), each
+ * checked; MOE.md has the routers. */
+static int parse_moe(fl_config *c, const json_t *root, fl_err *e)
+{
+    fl_moe *m = &c->moe;
+    int rc;
+    if ((rc = get_size(root, "num_experts", true, 0, 1 << 16, &m->n_experts, e)) ||
+        (rc = get_size(root, "num_experts_per_tok", true, 0, 1 << 16, &m->top_k, e)) ||
+        (rc = get_size(root, "moe_intermediate_size", true, 0, FL_CFG_MAX_DIM, &m->inter, e)))
+        return rc;
+    if (m->top_k > m->n_experts)
+        return fl_err_set(e, FL_ERANGE,
+                          "config.json: num_experts_per_tok (%d) is more than num_experts (%d)",
+                          m->top_k, m->n_experts);
+    if (m->top_k > FL_MOE_MAX_TOPK)
+        return fl_err_set(e, FL_EUNSUPPORTED,
+                          "config.json: num_experts_per_tok %d is above fogline's limit of %d",
+                          m->top_k, FL_MOE_MAX_TOPK);
+    m->scaling = 1.0f;
+    m->n_group = m->topk_group = 1;
+    m->sparse_step = 1;
+    if (c->family == FL_FAMILY_LLADA2) {
+        m->router = FL_ROUTER_SIGMOID_GROUPED;
+        long long shared = 0, first = 0;
+        float factor = 1.0f;
+        if ((rc = get_int(root, "num_shared_experts", false, 0, &shared, e)) ||
+            (rc = get_size(root, "n_group", false, 1, m->n_experts, &m->n_group, e)) ||
+            (rc = get_size(root, "topk_group", false, 1, m->n_experts, &m->topk_group, e)) ||
+            (rc = get_bool(root, "moe_router_enable_expert_bias", true, &m->expert_bias, e)) ||
+            (rc = get_bool(root, "norm_topk_prob", true, &m->norm_topk, e)) ||
+            (rc = get_real(root, "routed_scaling_factor", 1.0, &m->scaling, e)) ||
+            (rc = get_int(root, "first_k_dense_replace", false, 0, &first, e)) ||
+            (rc = get_real(root, "partial_rotary_factor", 1.0, &factor, e)) ||
+            (rc = get_bool(root, "use_qk_norm", false, &c->qk_norm, e)) ||
+            (rc = want_false(root, "use_qkv_bias", "no query_key_value bias", e)) ||
+            (rc = want_false(root, "use_bias", "no attention.dense bias", e)))
+            return rc;
+        if (shared < 0 || shared > 64)
+            return fl_err_set(e, FL_ERANGE, "config.json: num_shared_experts is %lld, must be in "
+                              "0..64", shared);
+        m->n_shared = (int)shared;
+        if (first < 0 || first > c->n_layers)
+            return fl_err_set(e, FL_ERANGE, "config.json: first_k_dense_replace is %lld, must be "
+                              "in 0..num_hidden_layers (%d)", first, c->n_layers);
+        m->first_dense = (int)first;
+        for (int l = 0; l < m->first_dense; l++)
+            set_dense(c, l);
+        if (m->n_experts % m->n_group)
+            return fl_err_set(e, FL_ERANGE, "config.json: n_group (%d) does not divide num_experts "
+                              "(%d)", m->n_group, m->n_experts);
+        if (m->n_experts / m->n_group < 2)
+            return fl_err_set(e, FL_ERANGE, "config.json: n_group %d leaves %d expert(s) a group "
+                              "(a group's score is its two best)", m->n_group,
+                              m->n_experts / m->n_group);
+        if (m->topk_group > m->n_group)
+            return fl_err_set(e, FL_ERANGE, "config.json: topk_group (%d) is more than n_group "
+                              "(%d)", m->topk_group, m->n_group);
+        if (m->top_k > m->topk_group * (m->n_experts / m->n_group))
+            return fl_err_set(e, FL_ERANGE, "config.json: num_experts_per_tok (%d) is more than "
+                              "the %d experts of topk_group (%d) groups", m->top_k,
+                              m->topk_group * (m->n_experts / m->n_group), m->topk_group);
+        json_t *sf = json_object_get(root, "score_function");
+        if (sf && !json_is_null(sf) &&
+            (!json_is_string(sf) || strcmp(json_string_value(sf), "sigmoid")))
+            return fl_err_set(e, FL_EUNSUPPORTED, "config.json: score_function must be "
+                              "\"sigmoid\" (LLaDA2's router)");
+        json_t *rd = json_object_get(root, "router_dtype");
+        if (rd && !json_is_null(rd) &&
+            (!json_is_string(rd) || (strcmp(json_string_value(rd), "fp32") &&
+                                     strcmp(json_string_value(rd), "float32"))))
+            return fl_err_set(e, FL_EUNSUPPORTED, "config.json: router_dtype must be \"fp32\" "
+                              "(fogline routes in fp32, as the authors' code does)");
+        if (!(factor > 0) || factor > 1)
+            return fl_err_set(e, FL_ERANGE, "config.json: partial_rotary_factor is %g, must be in "
+                              "(0, 1]", (double)factor);
+        c->rotary_dim = (int)((double)c->head_dim * (double)factor);
+        if (c->rotary_dim < 2 || c->rotary_dim % 2)
+            return fl_err_set(e, FL_ERANGE, "config.json: partial_rotary_factor %g gives %d rotary "
+                              "dims of head_dim %d (need an even number, at least 2)",
+                              (double)factor, c->rotary_dim, c->head_dim);
+        c->fused_qkv = true;
+    } else { /* SDAR-MoE: Qwen3-MoE */
+        m->router = FL_ROUTER_SOFTMAX;
+        if ((rc = get_bool(root, "norm_topk_prob", false, &m->norm_topk, e)) ||
+            (rc = get_size(root, "decoder_sparse_step", false, 1, c->n_layers, &m->sparse_step, e)))
+            return rc;
+        for (int l = 0; l < c->n_layers; l++)
+            if ((l + 1) % m->sparse_step)
+                set_dense(c, l);
+        json_t *only = json_object_get(root, "mlp_only_layers");
+        if (only && !json_is_null(only)) {
+            if (!json_is_array(only))
+                return fl_err_set(e, FL_EFORMAT, "config.json: mlp_only_layers must be a list of "
+                                  "layer numbers");
+            size_t i;
+            json_t *v;
+            json_array_foreach(only, i, v)
+            {
+                if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+                    json_integer_value(v) >= c->n_layers)
+                    return fl_err_set(e, FL_ERANGE, "config.json: mlp_only_layers[%zu] is not a "
+                                      "layer number (0..%d)", i, c->n_layers - 1);
+                set_dense(c, (int)json_integer_value(v));
+            }
+        }
+        json_t *sh = json_object_get(root, "shared_expert_intermediate_size");
+        if (sh && !json_is_null(sh) && !(json_is_integer(sh) && json_integer_value(sh) == 0))
+            return fl_err_set(e, FL_EUNSUPPORTED, "config.json: shared_expert_intermediate_size "
+                              "is set, but Qwen3-MoE (SDAR-MoE) has no shared expert");
+    }
+    json_t *rs = json_object_get(root, "rope_scaling");
+    if (rs && !json_is_null(rs))
+        return fl_err_set(e, FL_EUNSUPPORTED, "config.json: rope_scaling is not supported (plain "
+                          "RoPE only)");
     return 0;
 }
 
@@ -289,13 +436,19 @@ static int parse_root(fl_config *c, const json_t *root, fl_err *e)
         c->sub_block = c->block_size < 8 ? c->block_size : 8;
     } else {
         c->qkv_bias = attn_bias;
-        c->qk_norm = true;
+        c->qk_norm = true; /* LLaDA2: use_qk_norm (parse_moe) */
         c->logits_shift = 0;
         bool need = c->family == FL_FAMILY_FOGLINE;
-        if ((rc = get_size(root, "block_size", need, 4, FL_MAX_BLOCK, &c->block_size, e)))
+        /* LLaDA2's configs have no block key: the authors decode with block_length 32 */
+        int def = c->family == FL_FAMILY_LLADA2 ? 32 : 4;
+        if ((rc = get_size(root, "block_size", need, def, FL_MAX_BLOCK, &c->block_size, e)))
             return rc;
         c->sub_block = c->block_size;
     }
+    c->rotary_dim = c->head_dim;
+    if ((c->family == FL_FAMILY_LLADA2 || c->family == FL_FAMILY_SDAR_MOE) &&
+        (rc = parse_moe(c, root, e)))
+        return rc;
     if (c->block_size % c->sub_block)
         return fl_err_set(e, FL_ERANGE, "config.json: bd_size %d is not a multiple of the sub-block %d",
                           c->block_size, c->sub_block);
@@ -382,6 +535,8 @@ static void family_defaults(fl_family f, fl_decode_opts *o)
     o->policy = FL_POLICY_THRESHOLD;
     o->threshold = 0.9f;
     o->pipeline = f == FL_FAMILY_FOGLINE;
+    if (f == FL_FAMILY_LLADA2) /* the authors' generate and SGLang's LowConfidence */
+        o->threshold = 0.95f;
     if (f == FL_FAMILY_FOGLINE) {
         o->tau_add = 0.5f;
         o->tau_act = 0.75f;
@@ -450,6 +605,7 @@ size_t fl_kv_page_floats(const fl_config *c)
 
 void fl_rope_inv_freq(const fl_config *c, double *inv)
 {
-    for (int i = 0; i < c->head_dim / 2; i++)
-        inv[i] = 1.0 / pow((double)c->rope_theta, (double)(2 * i) / c->head_dim);
+    int rd = fl_config_rotary_dim(c);
+    for (int i = 0; i < rd / 2; i++)
+        inv[i] = 1.0 / pow((double)c->rope_theta, (double)(2 * i) / rd);
 }

@@ -10,4 +10,8 @@
 /* Running blocks per sequence at most (decoding option max_blocks): the pipeline's depth. */
 #define FL_MAX_RUN_BLOCKS 16
 
+/* Experts one token is routed to at most (config.json num_experts_per_tok): the per-token
+ * routing state is fixed-size. Real models use 8. */
+#define FL_MOE_MAX_TOPK 32
+
 #endif

@@ -200,49 +200,152 @@ static int check_stray_scales(const fl_model *m, fl_err *e)
     return 0;
 }
 
+/* The three matrices of a SwiGLU at prefix P (P.gate_proj, P.up_proj, P.down_proj), ff wide. */
+static int bind_swiglu(fl_model *m, fl_expert_w *w, const char *prefix, int64_t ff, fl_err *e)
+{
+    const fl_config *c = &m->cfg;
+    char n[192];
+    int rc;
+#define PNAME(suffix) (snprintf(n, sizeof n, "%s.%s", prefix, suffix), n)
+    if ((rc = bind_mat(m, &w->gate, PNAME("gate_proj.weight"), ff, c->hidden, false, e)) ||
+        (rc = bind_mat(m, &w->up, PNAME("up_proj.weight"), ff, c->hidden, false, e)) ||
+        (rc = bind_mat(m, &w->down, PNAME("down_proj.weight"), c->hidden, ff, false, e)))
+        return rc;
+#undef PNAME
+    return 0;
+}
+
+/* A float vector of n values that may be F32, F16 or BF16 (the router's expert_bias: BF16 in
+ * LLaDA2.0, F32 in 2.1); anything else is refused by name. */
+static int bind_bias(const fl_model *m, const fl_tensor **slot, const char *name, int64_t n,
+                     fl_err *e)
+{
+    const fl_tensor *t = fl_weights_get(m->weights, name);
+    if (t && !is_float(t->dtype))
+        return fl_err_set(e, FL_EUNSUPPORTED, "%s: tensor %s has dtype %s (the router's expert "
+                          "bias is F32, F16 or BF16)", m->dir, name, fl_dtype_name(t->dtype));
+    return bind(m, slot, name, n, -1, e);
+}
+
+/* A mixture-of-experts layer's router, experts and shared expert. */
+static int bind_moe(fl_model *m, int l, fl_err *e)
+{
+    const fl_config *c = &m->cfg;
+    const fl_moe *mo = &c->moe;
+    fl_layer_w *L = &m->layers[l];
+    char n[192], p[160];
+    int rc;
+#define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), n)
+    /* the router stays float: it is computed in fp32, as the authors do */
+    if ((rc = bind(m, &L->router, NAME("mlp.gate.weight"), mo->n_experts, c->hidden, e)))
+        return rc;
+    m->n_params += L->router->numel;
+    m->weight_bytes += (int64_t)L->router->nbytes;
+    if (mo->expert_bias) {
+        if ((rc = bind_bias(m, &L->expert_bias, NAME("mlp.gate.expert_bias"), mo->n_experts, e)))
+            return rc;
+        m->weight_bytes += (int64_t)L->expert_bias->nbytes;
+    } else if ((rc = refuse(m, NAME("mlp.gate.expert_bias"), "config.json has "
+                            "moe_router_enable_expert_bias false", e))) {
+        return rc;
+    }
+    if (!(L->experts = calloc((size_t)mo->n_experts, sizeof *L->experts)))
+        return fl_err_set(e, FL_ENOMEM, "out of memory");
+    int64_t before = m->n_params;
+    for (int x = 0; x < mo->n_experts; x++) {
+        snprintf(p, sizeof p, "model.layers.%d.mlp.experts.%d", l, x);
+        if ((rc = bind_swiglu(m, &L->experts[x], p, mo->inter, e)))
+            return rc;
+    }
+    /* one token uses top_k of the n_experts */
+    int64_t per = (m->n_params - before) / mo->n_experts;
+    m->n_active -= per * (mo->n_experts - mo->top_k);
+    snprintf(p, sizeof p, "model.layers.%d.mlp.experts.%d.gate_proj.weight", l, mo->n_experts);
+    if (fl_weights_get(m->weights, p))
+        return fl_err_set(e, FL_EFORMAT, "%s: the weights hold %s, but config.json has "
+                          "num_experts %d", m->dir, p, mo->n_experts);
+    if (mo->n_shared) {
+        snprintf(p, sizeof p, "model.layers.%d.mlp.shared_experts", l);
+        if ((rc = bind_swiglu(m, &L->shared, p, (int64_t)mo->inter * mo->n_shared, e)))
+            return rc;
+    } else if ((rc = refuse(m, NAME("mlp.shared_experts.gate_proj.weight"),
+                            "config.json has no shared experts", e))) {
+        return rc;
+    }
+    if ((rc = refuse(m, NAME("mlp.gate_proj.weight"), "the layer is a mixture of experts", e)))
+        return rc;
+#undef NAME
+    return 0;
+}
+
 static int bind_layer(fl_model *m, int l, fl_err *e)
 {
     const fl_config *c = &m->cfg;
     fl_layer_w *L = &m->layers[l];
     int64_t h = c->hidden, hd = c->head_dim, q = (int64_t)c->n_heads * hd,
             kv = (int64_t)c->n_kv_heads * hd, ff = c->intermediate;
-    char n[160];
+    bool ll = c->family == FL_FAMILY_LLADA2;
+    const char *at = ll ? "attention" : "self_attn";
+    char n[160], a[64];
     int rc;
 #define NAME(suffix) (snprintf(n, sizeof n, "model.layers.%d.%s", l, suffix), n)
-    if ((rc = bind(m, &L->attn_norm, NAME("input_layernorm.weight"), h, -1, e)) ||
-        (rc = bind_mat(m, &L->wq, NAME("self_attn.q_proj.weight"), q, h, false, e)) ||
-        (rc = bind_mat(m, &L->wk, NAME("self_attn.k_proj.weight"), kv, h, false, e)) ||
-        (rc = bind_mat(m, &L->wv, NAME("self_attn.v_proj.weight"), kv, h, false, e)) ||
-        (rc = bind_mat(m, &L->wo, NAME("self_attn.o_proj.weight"), h, q, false, e)) ||
-        (rc = bind(m, &L->mlp_norm, NAME("post_attention_layernorm.weight"), h, -1, e)) ||
-        (rc = bind_mat(m, &L->w_gate, NAME("mlp.gate_proj.weight"), ff, h, false, e)) ||
-        (rc = bind_mat(m, &L->w_up, NAME("mlp.up_proj.weight"), ff, h, false, e)) ||
-        (rc = bind_mat(m, &L->w_down, NAME("mlp.down_proj.weight"), h, ff, false, e)))
+#define ANAME(suffix) (snprintf(a, sizeof a, "%s.%s", at, suffix), NAME(a))
+    if ((rc = bind(m, &L->attn_norm, NAME("input_layernorm.weight"), h, -1, e)))
         return rc;
+    if (c->fused_qkv) {
+        if ((rc = bind_mat(m, &L->wqkv, ANAME("query_key_value.weight"), q + 2 * kv, h, false, e)) ||
+            (rc = refuse(m, ANAME("query_key_value.bias"), "config.json has use_qkv_bias false",
+                         e)))
+            return rc;
+    } else if ((rc = bind_mat(m, &L->wq, ANAME("q_proj.weight"), q, h, false, e)) ||
+               (rc = bind_mat(m, &L->wk, ANAME("k_proj.weight"), kv, h, false, e)) ||
+               (rc = bind_mat(m, &L->wv, ANAME("v_proj.weight"), kv, h, false, e))) {
+        return rc;
+    }
+    if ((rc = bind_mat(m, &L->wo, ANAME(ll ? "dense.weight" : "o_proj.weight"), h, q, false, e)) ||
+        (rc = bind(m, &L->mlp_norm, NAME("post_attention_layernorm.weight"), h, -1, e)))
+        return rc;
+    if (fl_config_layer_moe(c, l)) {
+        if ((rc = bind_moe(m, l, e)))
+            return rc;
+    } else {
+        fl_expert_w d = {0};
+        if ((rc = bind_swiglu(m, &d, NAME("mlp"), ff, e)))
+            return rc;
+        L->w_gate = d.gate;
+        L->w_up = d.up;
+        L->w_down = d.down;
+        if (c->moe.router != FL_ROUTER_NONE &&
+            (rc = refuse(m, NAME("mlp.gate.weight"), "config.json makes this layer dense", e)))
+            return rc;
+    }
     if (c->qkv_bias) {
-        if ((rc = bind(m, &L->bq, NAME("self_attn.q_proj.bias"), q, -1, e)) ||
-            (rc = bind(m, &L->bk, NAME("self_attn.k_proj.bias"), kv, -1, e)) ||
-            (rc = bind(m, &L->bv, NAME("self_attn.v_proj.bias"), kv, -1, e)))
+        if ((rc = bind(m, &L->bq, ANAME("q_proj.bias"), q, -1, e)) ||
+            (rc = bind(m, &L->bk, ANAME("k_proj.bias"), kv, -1, e)) ||
+            (rc = bind(m, &L->bv, ANAME("v_proj.bias"), kv, -1, e)))
             return rc;
-    } else {
+    } else if (!c->fused_qkv) {
         const char *why = "config.json has no attention bias (attention_bias false)";
-        if ((rc = refuse(m, NAME("self_attn.q_proj.bias"), why, e)) ||
-            (rc = refuse(m, NAME("self_attn.k_proj.bias"), why, e)) ||
-            (rc = refuse(m, NAME("self_attn.v_proj.bias"), why, e)))
+        if ((rc = refuse(m, ANAME("q_proj.bias"), why, e)) ||
+            (rc = refuse(m, ANAME("k_proj.bias"), why, e)) ||
+            (rc = refuse(m, ANAME("v_proj.bias"), why, e)))
             return rc;
     }
+    const char *qn = ll ? "query_layernorm.weight" : "q_norm.weight";
+    const char *kn = ll ? "key_layernorm.weight" : "k_norm.weight";
     if (c->qk_norm) {
-        if ((rc = bind(m, &L->q_norm, NAME("self_attn.q_norm.weight"), hd, -1, e)) ||
-            (rc = bind(m, &L->k_norm, NAME("self_attn.k_norm.weight"), hd, -1, e)))
+        if ((rc = bind(m, &L->q_norm, ANAME(qn), hd, -1, e)) ||
+            (rc = bind(m, &L->k_norm, ANAME(kn), hd, -1, e)))
             return rc;
     } else {
-        const char *why = "the Qwen2 layout has no q/k norm";
-        if ((rc = refuse(m, NAME("self_attn.q_norm.weight"), why, e)) ||
-            (rc = refuse(m, NAME("self_attn.k_norm.weight"), why, e)))
+        const char *why = ll ? "config.json has use_qk_norm false" : "the Qwen2 layout has no q/k norm";
+        if ((rc = refuse(m, ANAME(qn), why, e)) || (rc = refuse(m, ANAME(kn), why, e)))
             return rc;
     }
-    if ((rc = refuse(m, NAME("self_attn.o_proj.bias"), "fogline has no o_proj bias", e)))
+    if ((rc = refuse(m, ANAME(ll ? "dense.bias" : "o_proj.bias"), "fogline has no o_proj bias",
+                     e)))
         return rc;
+#undef ANAME
 #undef NAME
     /* the matrices were counted by bind_mat */
     const fl_tensor *vec[] = {L->attn_norm, L->bq, L->bk, L->bv, L->q_norm, L->k_norm, L->mlp_norm};
@@ -263,7 +366,9 @@ static int bind_weights(fl_model *m, fl_err *e)
     m->scales = calloc(fl_weights_count(m->weights) + 1, sizeof *m->scales);
     if (!m->scales)
         return fl_err_set(e, FL_ENOMEM, "out of memory");
-    if ((rc = bind_mat(m, &m->embed, "model.embed_tokens.weight", c->vocab, c->hidden, true, e)) ||
+    const char *emb = c->family == FL_FAMILY_LLADA2 ? "model.word_embeddings.weight"
+                                                     : "model.embed_tokens.weight";
+    if ((rc = bind_mat(m, &m->embed, emb, c->vocab, c->hidden, true, e)) ||
         (rc = bind(m, &m->final_norm, "model.norm.weight", c->hidden, -1, e)))
         return rc;
     m->n_params += m->final_norm->numel;
@@ -286,6 +391,7 @@ static int bind_weights(fl_model *m, fl_err *e)
     for (int l = 0; l < c->n_layers; l++)
         if ((rc = bind_layer(m, l, e)))
             return rc;
+    m->n_active += m->n_params; /* bind_moe subtracted the experts a token skips */
     char n[64];
     snprintf(n, sizeof n, "model.layers.%d.input_layernorm.weight", c->n_layers);
     if (fl_weights_get(m->weights, n))
@@ -323,6 +429,16 @@ static int load_tokenizer(fl_model *m, const char *chat_template, fl_err *e)
                               "%s: mask token %s is id %d, outside the model's vocab_size %d",
                               m->dir, ms, id, c->vocab);
         c->mask_token_id = id;
+    }
+    const char *es = fl_family_end_string(c->family);
+    if (c->n_eos == 0 && es) { /* LLaDA2's configs name no end token: its tokenizer's */
+        int id = fl_tokenizer_find(m->tok, es);
+        if (id < 0 || id >= c->vocab)
+            return fl_err_set(e, FL_ENOTFOUND,
+                              "%s: config.json has no eos_token_id and tokenizer.json has no %s "
+                              "token inside the vocabulary",
+                              m->dir, es);
+        c->eos_ids[c->n_eos++] = id;
     }
     return 0;
 }
@@ -363,9 +479,26 @@ void fl_model_free(fl_model *m)
         fl_tokenizer_free(m->tok);
     fl_weights_close(m->weights);
     free(m->scales);
+    for (int l = 0; m->layers && l < m->cfg.n_layers; l++)
+        free(m->layers[l].experts);
     free(m->layers);
     free(m->dir);
     free(m);
+}
+
+/* Folds t (its name, dtype, shape and 3 x 256 sampled bytes) into h; with scales, then its
+ * scales when quantized. NULL: h unchanged. */
+static uint64_t hash_tensor(const fl_model *m, uint64_t h, const fl_tensor *t, bool scales)
+{
+    if (!t)
+        return h;
+    h ^= fl_hash64(t->name, strlen(t->name)) + (uint64_t)t->dtype * 31u;
+    h = fl_hash64(&h, sizeof h) ^ fl_hash64(t->shape, sizeof t->shape);
+    size_t k = t->nbytes < 256 ? t->nbytes : 256;
+    size_t offs[3] = {0, t->nbytes / 2 - k / 2, t->nbytes - k};
+    for (int j = 0; j < 3; j++)
+        h = h * 0x100000001b3ull ^ fl_hash64((const char *)t->data + offs[j], k);
+    return scales ? hash_tensor(m, h, fl_model_scales(m, t), false) : h;
 }
 
 /* (model.h) A full hash of gigabytes of weights at every start would cost seconds; the
@@ -394,17 +527,23 @@ uint64_t fl_model_fingerprint(const fl_model *m)
         for (int i = 0; i < n_roles; i++)
             if (ts[i] && fl_model_scales(m, ts[i]))
                 ts[n++] = fl_model_scales(m, ts[i]);
-        for (int i = 0; i < n; i++) {
-            const fl_tensor *t = ts[i];
-            if (!t)
-                continue;
-            h ^= fl_hash64(t->name, strlen(t->name)) + (uint64_t)t->dtype * 31u;
-            h = fl_hash64(&h, sizeof h) ^ fl_hash64(t->shape, sizeof t->shape);
-            size_t k = t->nbytes < 256 ? t->nbytes : 256;
-            size_t offs[3] = {0, t->nbytes / 2 - k / 2, t->nbytes - k};
-            for (int j = 0; j < 3; j++)
-                h = h * 0x100000001b3ull ^ fl_hash64((const char *)t->data + offs[j], k);
+        for (int i = 0; i < n; i++)
+            h = hash_tensor(m, h, ts[i], false);
+        if (l < 0)
+            continue;
+        /* the other layouts' tensors (none in a dense Qwen model: its hash is unchanged) */
+        const fl_layer_w *w = &m->layers[l];
+        h = hash_tensor(m, h, w->wqkv, true);
+        h = hash_tensor(m, h, w->router, true);
+        h = hash_tensor(m, h, w->expert_bias, true);
+        for (int x = 0; w->experts && x < c->moe.n_experts; x++) {
+            h = hash_tensor(m, h, w->experts[x].gate, true);
+            h = hash_tensor(m, h, w->experts[x].up, true);
+            h = hash_tensor(m, h, w->experts[x].down, true);
         }
+        h = hash_tensor(m, h, w->shared.gate, true);
+        h = hash_tensor(m, h, w->shared.up, true);
+        h = hash_tensor(m, h, w->shared.down, true);
     }
     return h;
 }

@@ -16,6 +16,11 @@
 
 struct fl_tokenizer;
 
+/* One SwiGLU expert: gate and up (inter, hidden), down (hidden, inter). */
+typedef struct fl_expert_w {
+    const fl_tensor *gate, *up, *down;
+} fl_expert_w;
+
 typedef struct fl_layer_w {
     const fl_tensor *attn_norm;          /* (hidden) input_layernorm */
     const fl_tensor *wq, *wk, *wv, *wo;  /* (n_heads*hd, hidden) (kv*hd, hidden) x2 (hidden, n_heads*hd);
@@ -25,6 +30,14 @@ typedef struct fl_layer_w {
     const fl_tensor *mlp_norm;           /* (hidden) post_attention_layernorm */
     const fl_tensor *w_gate, *w_up;      /* (intermediate, hidden) */
     const fl_tensor *w_down;             /* (hidden, intermediate) */
+    /* LLaDA2: the fused query_key_value (q_dim + 2 kv_dim, hidden), rows q heads | k | v;
+       wq, wk, wv are NULL then */
+    const fl_tensor *wqkv;
+    /* a mixture-of-experts layer (fl_config_layer_moe; w_gate, w_up, w_down NULL) */
+    const fl_tensor *router;      /* (n_experts, hidden) mlp.gate.weight, float */
+    const fl_tensor *expert_bias; /* (n_experts) float, or NULL */
+    fl_expert_w *experts;         /* (n_experts) each (moe.inter) wide */
+    fl_expert_w shared;           /* (moe.inter * moe.n_shared) wide; NULLs when none */
 } fl_layer_w;
 
 typedef struct fl_model {
@@ -41,7 +54,10 @@ typedef struct fl_model {
                                     although its U8 plane has n*k/2 elements; scales are not
                                     parameters */
     fl_quant quant;              /* the directory's quantization, == cfg.quant */
-    int n_matrices;              /* matrix roles bound (7 per layer, embedding, untied lm_head) */
+    int64_t n_active;            /* parameters one token's forward uses: n_params less the
+                                    routed experts it is not sent to (== n_params when dense) */
+    int n_matrices;              /* matrix roles bound (7 per dense layer, 1-3 + 3 per expert
+                                    in a MoE layer, embedding, untied lm_head) */
     int n_quantized;             /* of which quantized (I8 or U8 with scales) */
     int64_t weight_bytes;        /* file bytes of the bound tensors, scales included: what a
                                     backend reads */
@@ -55,7 +71,10 @@ typedef struct fl_load_opts {
     const char *chat_template; /* override: "chatml", "qwen3", "fogline", or NULL to detect */
 } fl_load_opts;
 
-/* Loads a Hugging Face directory. Every tensor the layout needs is checked for presence,
+/* Loads a Hugging Face directory: the Qwen2/Qwen3 layouts (SDAR, Fast-dLLM v2, ours), Qwen3-MoE
+ * (SDAR-MoE) and LLaDA2's (model.word_embeddings, attention.query_key_value/dense/
+ * query_layernorm/key_layernorm, mlp.gate with expert_bias, mlp.experts.E, mlp.shared_experts).
+ * Every tensor the layout needs is checked for presence,
  * dtype (F32/F16/BF16; a quantized matrix: I8/U8 as config.json's quantization_config says,
  * with F16 scales of the right shape, every one finite) and exact shape; the error names
  * the tensor. The caller owns *out

@@ -14,8 +14,8 @@ static fl_wslot *fl_walk_add(fl_walk *w, fl_wrole role, int layer, size_t rows, 
                              size_t elem)
 {
     fl_wslot *s = &w->p->slot[w->p->n++];
-    *s = (fl_wslot){.role = role, .layer = layer, .rows = rows, .cols = cols, .elem = elem,
-                    .shares = -1};
+    *s = (fl_wslot){.role = role, .layer = layer, .expert = -1, .rows = rows, .cols = cols,
+                    .elem = elem, .shares = -1};
     s->bytes = rows * cols * elem;
     return s;
 }
@@ -67,6 +67,41 @@ static fl_wslot *fl_walk_mat(fl_walk *w, const fl_wplan_opts *o, fl_wrole role, 
     return s;
 }
 
+/* A SwiGLU's two slots: gate|up (2 ff, H) and down (H, ff), the latter mappable. */
+static void fl_walk_swiglu(fl_walk *w, const fl_wplan_opts *o, fl_wrole gu, fl_wrole dn, int layer,
+                           int expert, const fl_tensor *gate, const fl_tensor *up,
+                           const fl_tensor *down, size_t ff, size_t H)
+{
+    fl_wslot *s = fl_walk_matrix(w, gu, layer, 2 * ff, H);
+    s->expert = expert;
+    fl_walk_part(s, 0, gate, ff * H);
+    fl_walk_part(s, 1, up, ff * H);
+    s = fl_walk_mat(w, o, dn, layer, H, ff, down);
+    s->expert = expert;
+}
+
+/* A mixture-of-experts layer: the router in f32 (it routes in fp32 whatever the matrices'
+ * format), its bias, each routed expert, the shared expert. */
+static void fl_walk_moe(fl_walk *w, const fl_wplan_opts *o, const fl_model *m, int l)
+{
+    const fl_config *cf = &m->cfg;
+    const fl_layer_w *lw = &m->layers[l];
+    size_t H = (size_t)cf->hidden, E = (size_t)cf->moe.n_experts, mi = (size_t)cf->moe.inter;
+    fl_wslot *s = fl_walk_add(w, FL_W_ROUTER, l, E, H, 4);
+    fl_walk_place(w, s);
+    fl_walk_part(s, 0, lw->router, E * H);
+    if (lw->expert_bias)
+        fl_walk_part(fl_walk_vec(w, FL_W_EXPERT_BIAS, l, E, 4), 0, lw->expert_bias, E);
+    for (size_t x = 0; x < E; x++) {
+        const fl_expert_w *ex = &lw->experts[x];
+        fl_walk_swiglu(w, o, FL_W_EXPERT_GATE_UP, FL_W_EXPERT_DOWN, l, (int)x, ex->gate, ex->up,
+                       ex->down, mi, H);
+    }
+    if (lw->shared.gate)
+        fl_walk_swiglu(w, o, FL_W_SHARED_GATE_UP, FL_W_SHARED_DOWN, l, -1, lw->shared.gate,
+                       lw->shared.up, lw->shared.down, mi * (size_t)cf->moe.n_shared, H);
+}
+
 int fl_wplan_build(fl_wplan *p, const fl_model *m, const fl_wplan_opts *o, fl_err *e)
 {
     *p = (fl_wplan){0};
@@ -77,8 +112,9 @@ int fl_wplan_build(fl_wplan *p, const fl_model *m, const fl_wplan_opts *o, fl_er
         return fl_err_set(e, FL_EINVAL, "weight plan: alignment %zu (not a power of two) or "
                           "element size %zu (not 2 or 4)", o->align, o->mat_elem);
     const fl_config *cf = &m->cfg;
-    /* 9 slots per layer at most, then embed, lm_head, final norm, RoPE */
-    size_t cap = (size_t)cf->n_layers * 9 + 4;
+    /* 9 slots per layer at most (a MoE layer: 2 more, 2 per expert, 2 shared), then embed,
+     * lm_head, final norm, RoPE */
+    size_t cap = (size_t)cf->n_layers * (13 + 2 * (size_t)cf->moe.n_experts) + 4;
     if (!(p->slot = calloc(cap, sizeof *p->slot)))
         return fl_err_set(e, FL_ENOMEM, "weight plan: out of memory (%zu slots)", cap);
     fl_walk w = {p, {NULL, 0, o->align}, o};
@@ -88,9 +124,13 @@ int fl_wplan_build(fl_wplan *p, const fl_model *m, const fl_wplan_opts *o, fl_er
     for (int l = 0; l < cf->n_layers; l++) {
         const fl_layer_w *lw = &m->layers[l];
         fl_wslot *s = fl_walk_matrix(&w, FL_W_QKV, l, qd + 2 * kd, H);
-        fl_walk_part(s, 0, lw->wq, qd * H);
-        fl_walk_part(s, 1, lw->wk, kd * H);
-        fl_walk_part(s, 2, lw->wv, kd * H);
+        if (lw->wqkv) {
+            fl_walk_part(s, 0, lw->wqkv, (qd + 2 * kd) * H);
+        } else {
+            fl_walk_part(s, 0, lw->wq, qd * H);
+            fl_walk_part(s, 1, lw->wk, kd * H);
+            fl_walk_part(s, 2, lw->wv, kd * H);
+        }
         if (lw->bq && lw->bk && lw->bv) {
             s = fl_walk_vec(&w, FL_W_QKV_BIAS, l, qd + 2 * kd, 4);
             fl_walk_part(s, 0, lw->bq, qd);
@@ -98,10 +138,11 @@ int fl_wplan_build(fl_wplan *p, const fl_model *m, const fl_wplan_opts *o, fl_er
             fl_walk_part(s, 2, lw->bv, kd);
         }
         fl_walk_mat(&w, o, FL_W_O, l, H, qd, lw->wo);
-        s = fl_walk_matrix(&w, FL_W_GATE_UP, l, 2 * NI, H);
-        fl_walk_part(s, 0, lw->w_gate, NI * H);
-        fl_walk_part(s, 1, lw->w_up, NI * H);
-        fl_walk_mat(&w, o, FL_W_DOWN, l, H, NI, lw->w_down);
+        if (lw->experts)
+            fl_walk_moe(&w, o, m, l);
+        else
+            fl_walk_swiglu(&w, o, FL_W_GATE_UP, FL_W_DOWN, l, -1, lw->w_gate, lw->w_up,
+                           lw->w_down, NI, H);
         fl_walk_part(fl_walk_vec(&w, FL_W_ATTN_NORM, l, H, 4), 0, lw->attn_norm, H);
         fl_walk_part(fl_walk_vec(&w, FL_W_MLP_NORM, l, H, 4), 0, lw->mlp_norm, H);
         if (lw->q_norm && lw->k_norm) {
@@ -126,7 +167,7 @@ int fl_wplan_build(fl_wplan *p, const fl_model *m, const fl_wplan_opts *o, fl_er
     }
     fl_walk_part(fl_walk_vec(&w, FL_W_FINAL_NORM, -1, H, 4), 0, m->final_norm, H);
     if (o->rope)
-        fl_walk_vec(&w, FL_W_ROPE, -1, hd / 2, sizeof(double));
+        fl_walk_vec(&w, FL_W_ROPE, -1, (size_t)fl_config_rotary_dim(cf) / 2, sizeof(double));
     p->bytes = w.b.used;
     return 0;
 }

@@ -22,6 +22,27 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
  * backend. */
 int fl_cpu_weight_bytes(const fl_backend *b, size_t *arena, size_t *mapped);
 
+/* What the mixture-of-experts layers of a CPU backend's last forward did (all 0 for a dense
+ * model). */
+typedef struct fl_cpu_moe_stats {
+    int moe_layers;         /* layers with experts */
+    int64_t touched;        /* routed experts at least one token went to, summed over layers */
+    int64_t assignments;    /* (token, expert) pairs, summed over layers */
+    int64_t expert_bytes;   /* bytes of expert weights the forward read (routed ones touched,
+                               shared ones, routers), each read once */
+} fl_cpu_moe_stats;
+
+/* Copies the MoE statistics of b's last forward to *st. FL_EINVAL for another backend. */
+int fl_cpu_moe_stats_get(const fl_backend *b, fl_cpu_moe_stats *st);
+
+/* From now on, b (a CPU backend) records every forward's routing: after a forward of n tokens,
+ * fl_cpu_routes gives, per layer, the top_k experts each token went to (best first; -1 for a
+ * dense layer) and their weights. For tests; costs a copy per layer. FL_ENOMEM / FL_EINVAL. */
+int fl_cpu_record_routes(fl_backend *b, fl_err *e);
+/* ids: (n_layers, max_tokens, top_k) and w the same, row t of layer l at (l * max_tokens + t)
+ * * top_k; valid for the tokens of the last forward. NULLs before fl_cpu_record_routes. */
+void fl_cpu_routes(const fl_backend *b, const int32_t **ids, const float **w);
+
 /* The number of online CPUs (>= 1): the backend's thread count when n_threads is 0. */
 int fl_ncpus(void);
 

@@ -32,6 +32,7 @@
 
 #include "kernels.h"
 #include "model.h"
+#include "moe.h"
 #include "quant.h"
 #include "threadpool.h"
 
@@ -57,7 +58,20 @@ typedef struct fl_cpu_layer {
     float *mlp_norm;  /* (hidden) */
     float *q_norm;    /* (head_dim) or NULL */
     float *k_norm;    /* (head_dim) or NULL */
+    /* a mixture-of-experts layer (wgu, wdown unused) */
+    bool moe;
+    fl_mat router;    /* (n_experts, hidden) f32 */
+    float *ebias;     /* (n_experts) or NULL */
+    fl_mat *egu;      /* (n_experts) (2 moe_inter, hidden), gate|up interleaved by eib */
+    fl_mat *edown;    /* (n_experts) (hidden, moe_inter) */
+    fl_mat sgu, sdown; /* the shared expert, gate|up interleaved by sib; rows 0 when none */
 } fl_cpu_layer;
+
+/* A work item of an expert job: rows [lo, lo + n) of expert e's matrix (e == n_experts: the
+ * shared expert). */
+typedef struct fl_moe_item {
+    int32_t e, lo, n;
+} fl_moe_item;
 
 /* Scratch of one pool thread. */
 typedef struct fl_tscratch {
@@ -82,6 +96,7 @@ typedef struct fl_cpu {
     fl_wformat wf;  /* the matrices' format (never AUTO) */
     bool bf16;      /* plain matrices stored as bf16 (bf16 weights, and q8/q4's fallback) */
     int q_dim, kv_dim, qkv_dim, ib, max_k;
+    int rd;         /* rotated dims of a head (fl_config_rotary_dim) */
     fl_cpu_layer *layers; /* (n_layers) */
     fl_mat lm_head;       /* (vocab, hidden) */
     float *final_norm;    /* (hidden) */
@@ -103,7 +118,7 @@ typedef struct fl_cpu {
     float *att;  /* (max_tokens, q_dim) attention output */
     float *gu;   /* (max_tokens, 2 * inter) gate|up, interleaved */
     float *hb;   /* (max_tokens, inter) silu(gate) * up */
-    float *rope; /* (max_tokens, head_dim) cos (hd/2) | sin (hd/2) per token */
+    float *rope; /* (max_tokens, rd) cos (rd/2) | sin (rd/2) per token */
     void *qx;    /* (fl_qx_bytes(max_tokens, max_k)) a projection's input rows quantized, when
                     its weights are q8/q4 (quant.h) */
     double *inv_freq;   /* (head_dim / 2) */
@@ -112,6 +127,32 @@ typedef struct fl_cpu {
     int32_t *seg_tok0;  /* (max_tokens) first token of each segment */
     fl_lse *lse;        /* (vocab / FL_VCHUNK, max_tokens) softmax statistics per chunk */
     fl_tscratch *ts;    /* (nt) per-thread scratch */
+    /* mixture of experts (cfg.moe.router != NONE); A = max_tokens * top_k assignments */
+    int eib, sib;       /* gate|up interleave of the routed and the shared experts (as ib) */
+    bool moe_qup;       /* the experts' gate|up are q8/q4 (their input rows are quantized) */
+    bool moe_qdown;     /* the routed experts' down is (moe_inter % 32 == 0) */
+    bool moe_qsdown;    /* the shared expert's down is */
+    int s_inter;        /* the shared expert's width, moe.inter * moe.n_shared */
+    float *rlog;        /* (max_tokens, n_experts) router logits */
+    float *rscr;        /* (fl_moe_scratch) the router's scratch */
+    int32_t *rid;       /* (max_tokens, top_k) chosen experts, best first */
+    float *rw;          /* (max_tokens, top_k) their weights */
+    int32_t *eoff;      /* (n_experts + 2) first assignment of each expert; the shared last */
+    int32_t *atok;      /* (A) the token of each assignment, in expert order */
+    int32_t *apos;      /* (max_tokens * top_k) the assignment of (token, k) */
+    float *xg;          /* (A, hidden) the normed rows gathered in expert order (f32/bf16) */
+    void *qxg;          /* (A) their quantized rows (q8/q4) */
+    float *egu_o;       /* (A, 2 moe_inter) */
+    float *eh;          /* (A, moe_inter) silu(gate) * up */
+    void *qxe;          /* (A) eh's rows quantized */
+    float *ey;          /* (A, hidden) each assignment's expert output */
+    float *sgu_o, *sh;  /* (max_tokens, 2 s_inter), (max_tokens, s_inter): the shared expert */
+    void *qxs;          /* (max_tokens) sh's rows quantized */
+    float *sy;          /* (max_tokens, hidden) its output */
+    fl_moe_item *items; /* the expert jobs' work items */
+    int32_t *rec_ids;   /* fl_cpu_record_routes: (n_layers, max_tokens, top_k) or NULL */
+    float *rec_w;
+    fl_cpu_moe_stats st; /* of the last forward */
     void *weights_mem;  /* one mapping holding all converted weights */
     size_t weights_len;
     size_t arena_bytes;  /* of the weight plan's arena (the converted weights) */
@@ -378,12 +419,23 @@ static void fl_job_qslot(void *ctx, int tid, int nt)
     free(d);
 }
 
+/* The interleave of a gate|up slot's rows (groups of this many gate rows, then as many up
+ * rows), 0 for any other slot. */
+static int fl_slot_grp(const fl_cpu *c, const fl_wslot *s)
+{
+    switch (s->role) {
+    case FL_W_GATE_UP: return c->ib;
+    case FL_W_EXPERT_GATE_UP: return c->eib;
+    case FL_W_SHARED_GATE_UP: return c->sib;
+    default: return 0;
+    }
+}
+
 /* Fills a q8/q4 slot (quant.h's repacked layout at dst: quants, then the scales at the next
  * 64 bytes) from its file tensors. */
 static int fl_cpu_quantize_slot(fl_cpu *c, const fl_wslot *s, char *dst, bool q4, fl_err *e)
 {
-    fl_qslot_job j = {.c = c, .s = s, .rq = (uint8_t *)dst, .q4 = q4,
-                      .grp = s->role == FL_W_GATE_UP ? c->ib : 0};
+    fl_qslot_job j = {.c = c, .s = s, .rq = (uint8_t *)dst, .q4 = q4, .grp = fl_slot_grp(c, s)};
     j.rd = (uint16_t *)(dst + fl_qr_scales_at((int)s->rows, (int)s->cols, q4));
     for (int k = 0; k < FL_WSLOT_PARTS && s->src[k]; k++) {
         j.ts[k] = fl_model_scales(c->base.model, s->src[k]);
@@ -465,7 +517,8 @@ static int fl_cpu_norm_vec(float **out, float *dst, const fl_tensor *t, size_t n
 static int fl_cpu_fill(fl_cpu *c, const fl_wslot *s, char *dst, fl_err *e)
 {
     fl_cpu_layer *cl = s->layer >= 0 ? &c->layers[s->layer] : NULL;
-    bool vec = s->rows == 1 || s->role == FL_W_ROPE;
+    /* the router is f32 whatever the matrices are: it routes in fp32 */
+    bool vec = s->rows == 1 || s->role == FL_W_ROPE || s->role == FL_W_ROUTER;
     fl_mfmt fmt = vec ? FL_MF_F32 : fl_cpu_slot_fmt(c, s->role, s->cols);
     fl_mat mat = {dst, NULL, (int)s->rows, (int)s->cols, fmt};
     bool bf16 = fmt == FL_MF_BF16;
@@ -480,6 +533,10 @@ static int fl_cpu_fill(fl_cpu *c, const fl_wslot *s, char *dst, fl_err *e)
         case FL_W_GATE_UP: cl->wgu = mat; break;
         case FL_W_DOWN: cl->wdown = mat; break;
         case FL_W_LM_HEAD: c->lm_head = mat; break;
+        case FL_W_EXPERT_GATE_UP: cl->egu[s->expert] = mat; break;
+        case FL_W_EXPERT_DOWN: cl->edown[s->expert] = mat; break;
+        case FL_W_SHARED_GATE_UP: cl->sgu = mat; break;
+        case FL_W_SHARED_DOWN: cl->sdown = mat; break;
         default: abort(); /* the embedding is not asked for */
         }
         return fl_cpu_quantize_slot(c, s, dst, q4, e);
@@ -491,13 +548,15 @@ static int fl_cpu_fill(fl_cpu *c, const fl_wslot *s, char *dst, fl_err *e)
         case FL_W_O: cl->wo = mat; return 0;
         case FL_W_DOWN: cl->wdown = mat; return 0;
         case FL_W_LM_HEAD: c->lm_head = mat; return 0;
+        case FL_W_EXPERT_DOWN: cl->edown[s->expert] = mat; return 0;
+        case FL_W_SHARED_DOWN: cl->sdown = mat; return 0;
         default: abort(); /* the plan maps no other slot we ask for */
         }
     }
     switch (s->role) {
     case FL_W_QKV:
         cl->wqkv = mat;
-        for (int k = 0; k < FL_WSLOT_PARTS; k++) {
+        for (int k = 0; k < FL_WSLOT_PARTS && s->src[k]; k++) { /* one part when fused */
             if ((rc = fl_cpu_convert(c, dst, bf16, s->src[k], s->part_elems[k] / s->cols,
                                      s->cols, 0, 0, e)))
                 return rc;
@@ -526,6 +585,29 @@ static int fl_cpu_fill(fl_cpu *c, const fl_wslot *s, char *dst, fl_err *e)
     case FL_W_DOWN:
         cl->wdown = mat;
         return fl_cpu_convert(c, dst, bf16, s->src[0], s->rows, s->cols, 0, 0, e);
+    case FL_W_EXPERT_GATE_UP:
+    case FL_W_SHARED_GATE_UP: {
+        int grp = fl_slot_grp(c, s);
+        if (s->role == FL_W_SHARED_GATE_UP)
+            cl->sgu = mat;
+        else
+            cl->egu[s->expert] = mat;
+        if ((rc = fl_cpu_convert(c, dst, bf16, s->src[0], s->rows / 2, s->cols, grp, 0, e)))
+            return rc;
+        return fl_cpu_convert(c, dst, bf16, s->src[1], s->rows / 2, s->cols, grp, grp, e);
+    }
+    case FL_W_EXPERT_DOWN:
+    case FL_W_SHARED_DOWN:
+        if (s->role == FL_W_SHARED_DOWN)
+            cl->sdown = mat;
+        else
+            cl->edown[s->expert] = mat;
+        return fl_cpu_convert(c, dst, bf16, s->src[0], s->rows, s->cols, 0, 0, e);
+    case FL_W_ROUTER:
+        cl->router = mat;
+        return fl_cpu_convert(c, dst, false, s->src[0], s->rows, s->cols, 0, 0, e);
+    case FL_W_EXPERT_BIAS:
+        return fl_cpu_norm_vec(&cl->ebias, (float *)dst, s->src[0], s->cols, e);
     case FL_W_ATTN_NORM:
         return fl_cpu_norm_vec(&cl->attn_norm, (float *)dst, s->src[0], s->cols, e);
     case FL_W_MLP_NORM:
@@ -577,6 +659,8 @@ typedef struct fl_fwd {
     int ldx, m;
     const fl_mat *w;
     const void *qx; /* the projection's input quantized (c->qx) when its weights are q8/q4 */
+    void *qdst;     /* fl_quantize_rows: where the rows go, and their width */
+    int qk;
     bool acc;
     /* attention */
     atomic_int next;
@@ -611,28 +695,36 @@ static void fl_job_matmul(void *ctx, int tid, int nt)
 static void fl_job_qx(void *ctx, int tid, int nt)
 {
     fl_fwd *f = ctx;
-    int lo, hi, k = f->w->cols;
+    int lo, hi, k = f->qk;
     fl_split(f->m, nt, tid, 1, &lo, &hi);
     if (hi > lo)
-        f->c->kk.qx_quantize((char *)f->c->qx + (size_t)lo * fl_qx_row_bytes(k),
+        f->c->kk.qx_quantize((char *)f->qdst + (size_t)lo * fl_qx_row_bytes(k),
                              f->x + (size_t)lo * f->ldx, f->ldx, hi - lo, k);
 }
 
+/* Quantizes the m rows of x (k wide) into dst (fl_qx_row_bytes(k) each) for the integer
+ * kernels, on the pool when there are many. */
+static void fl_quantize_rows(fl_fwd *f, void *dst, const float *x, int ldx, int m, int k)
+{
+    f->qdst = dst;
+    f->x = x;
+    f->ldx = ldx;
+    f->m = m;
+    f->qk = k;
+    if ((size_t)m * k >= (size_t)1 << 16)
+        fl_pool_run(f->c->pool, fl_job_qx, f);
+    else
+        f->c->kk.qx_quantize(dst, x, ldx, m, k);
+}
+
 /* Before a projection by w of the m rows of x: with q8/q4 weights, quantizes the rows into
- * c->qx once for every thread (on the pool when there are many), and points f->qx at it. */
+ * c->qx once for every thread, and points f->qx at it. */
 static void fl_quantize_input(fl_fwd *f, const float *x, int ldx, int m, const fl_mat *w)
 {
     f->qx = NULL;
     if (!fl_mat_quantized(w))
         return;
-    f->x = x;
-    f->ldx = ldx;
-    f->m = m;
-    f->w = w;
-    if ((size_t)m * w->cols >= (size_t)1 << 16)
-        fl_pool_run(f->c->pool, fl_job_qx, f);
-    else
-        f->c->kk.qx_quantize(f->c->qx, x, ldx, m, w->cols);
+    fl_quantize_rows(f, f->c->qx, x, ldx, m, w->cols);
     f->qx = f->c->qx;
 }
 
@@ -696,7 +788,7 @@ static void fl_qkv_heads(fl_fwd *f, const fl_cpu_layer *cl, int lo, int hi)
                 const float *nw = head < nh ? cl->q_norm : cl->k_norm;
                 if (nw)
                     fl_rmsnorm(v, v, nw, hd, cf->rms_eps);
-                fl_rope(v, c->rope + (size_t)t * hd, hd);
+                fl_rope(v, c->rope + (size_t)t * c->rd, c->rd); /* the first rd dims */
             }
         }
         if (head < nh)
@@ -888,6 +980,182 @@ static void fl_job_head(void *ctx, int tid, int nt)
     }
 }
 
+/* ---------------------------------------------------------------- mixture of experts
+ *
+ * A MoE layer's MLP, for the n rows of c->xb (normed): the router's logits (one f32
+ * projection), each token's top_k experts (moe.h, serial: n x n_experts), the assignments
+ * ordered by expert, then two pool jobs whose items are (expert, chunk of rows): gate|up with
+ * SwiGLU over the rows of the tokens sent to that expert, then down. Each touched expert's
+ * weights are read once per forward, whatever the number of its tokens; an untouched one not
+ * at all. The shared expert is one more item list over every token. Each token's output is
+ * then summed in a fixed order (its experts best first, then the shared one), so it never
+ * depends on the batch or on which thread took which item. */
+
+#define FL_MOE_ROWS 64 /* weight rows per item: whole FL_QR tiles and gate|up groups */
+
+static size_t fl_mat_bytes(const fl_mat *w)
+{
+    size_t n = (size_t)w->rows * w->cols;
+    switch (w->fmt) {
+    case FL_MF_F32: return n * 4;
+    case FL_MF_BF16: return n * 2;
+    case FL_MF_Q8: return n + n / FL_QG * 2;
+    default: return n / 2 + n / FL_QG * 2;
+    }
+}
+
+/* Appends the items of matrix w (rows split in FL_MOE_ROWS) for expert e; returns the new
+ * count. */
+static int fl_moe_add_items(fl_moe_item *it, int n, int e, int rows)
+{
+    for (int lo = 0; lo < rows; lo += FL_MOE_ROWS)
+        it[n++] = (fl_moe_item){e, lo, rows - lo < FL_MOE_ROWS ? rows - lo : FL_MOE_ROWS};
+    return n;
+}
+
+static void fl_job_moe_up(void *ctx, int tid, int nt)
+{
+    fl_fwd *f = ctx;
+    fl_cpu *c = f->c;
+    const fl_cpu_layer *cl = &c->layers[f->layer];
+    int E = c->cfg.moe.n_experts, H = c->cfg.hidden, mi = c->cfg.moe.inter, smi = c->s_inter;
+    size_t qr = fl_qx_row_bytes(H);
+    for (int i; (i = fl_pool_next(&f->next)) < f->n_items;) {
+        fl_moe_item it = c->items[i];
+        if (it.e < E) {
+            int a0 = c->eoff[it.e], m = c->eoff[it.e + 1] - a0, ld = 2 * mi;
+            float *y = c->egu_o + (size_t)a0 * ld;
+            fl_matmul(&c->kk, y + it.lo, ld, c->moe_qup ? NULL : c->xg + (size_t)a0 * H, H,
+                      c->moe_qup ? (const char *)c->qxg + (size_t)a0 * qr : NULL, m, &cl->egu[it.e],
+                      it.lo, it.n, false, c->sgemm_rows, c->ts[tid].mm);
+            for (int r = 0; r < m; r++)
+                c->kk.swiglu(c->eh + (size_t)(a0 + r) * mi + it.lo / 2, y + (size_t)r * ld + it.lo,
+                             it.n / (2 * c->eib), c->eib);
+        } else {
+            int ld = 2 * smi;
+            fl_matmul(&c->kk, c->sgu_o + it.lo, ld, c->xb, H, f->qx, f->n, &cl->sgu, it.lo, it.n,
+                      false, c->sgemm_rows, c->ts[tid].mm);
+            for (int r = 0; r < f->n; r++)
+                c->kk.swiglu(c->sh + (size_t)r * smi + it.lo / 2,
+                             c->sgu_o + (size_t)r * ld + it.lo, it.n / (2 * c->sib), c->sib);
+        }
+    }
+}
+
+static void fl_job_moe_down(void *ctx, int tid, int nt)
+{
+    fl_fwd *f = ctx;
+    fl_cpu *c = f->c;
+    const fl_cpu_layer *cl = &c->layers[f->layer];
+    int E = c->cfg.moe.n_experts, H = c->cfg.hidden, mi = c->cfg.moe.inter, smi = c->s_inter;
+    for (int i; (i = fl_pool_next(&f->next)) < f->n_items;) {
+        fl_moe_item it = c->items[i];
+        if (it.e < E) {
+            int a0 = c->eoff[it.e], m = c->eoff[it.e + 1] - a0;
+            fl_matmul(&c->kk, c->ey + (size_t)a0 * H + it.lo, H, c->eh + (size_t)a0 * mi, mi,
+                      c->moe_qdown ? (const char *)c->qxe + (size_t)a0 * fl_qx_row_bytes(mi)
+                                   : NULL, m,
+                      &cl->edown[it.e], it.lo, it.n, false, c->sgemm_rows, c->ts[tid].mm);
+        } else {
+            fl_matmul(&c->kk, c->sy + it.lo, H, c->sh, smi, c->moe_qsdown ? c->qxs : NULL, f->n,
+                      &cl->sdown,
+                      it.lo, it.n, false, c->sgemm_rows, c->ts[tid].mm);
+        }
+    }
+}
+
+/* x += the MoE MLP of the n rows of xb, layer f->layer. */
+static void fl_moe_forward(fl_fwd *f, const fl_cpu_layer *cl)
+{
+    fl_cpu *c = f->c;
+    const fl_moe *mo = &c->cfg.moe;
+    int n = f->n, E = mo->n_experts, K = mo->top_k, H = c->cfg.hidden, mi = mo->inter;
+    bool shared = cl->sgu.rows > 0, q = c->moe_qup;
+    /* route */
+    fl_par_matmul(f, c->rlog, E, c->xb, H, n, &cl->router, false);
+    for (int t = 0; t < n; t++)
+        fl_moe_route(mo, c->rlog + (size_t)t * E, cl->ebias, c->rid + (size_t)t * K,
+                     c->rw + (size_t)t * K, c->rscr);
+    if (c->rec_ids) {
+        size_t at = ((size_t)f->layer * c->base.max_tokens) * K;
+        memcpy(c->rec_ids + at, c->rid, (size_t)n * K * sizeof *c->rid);
+        memcpy(c->rec_w + at, c->rw, (size_t)n * K * sizeof *c->rw);
+    }
+    /* assignments in expert order, tokens ascending within an expert */
+    int32_t *cnt = c->eoff + E + 2; /* (E) fill counters */
+    memset(c->eoff, 0, (size_t)(2 * E + 2) * sizeof *c->eoff);
+    for (int a = 0; a < n * K; a++)
+        c->eoff[c->rid[a] + 1]++;
+    for (int e = 0; e < E; e++)
+        c->eoff[e + 1] += c->eoff[e];
+    c->eoff[E + 1] = c->eoff[E];
+    for (int a = 0; a < n * K; a++) {
+        int e = c->rid[a], at = c->eoff[e] + cnt[e]++;
+        c->atok[at] = a / K;
+        c->apos[a] = at;
+    }
+    /* the inputs in expert order: f32 rows, or their quants */
+    if (q) {
+        fl_quantize_input(f, c->xb, H, n, &cl->egu[0]);
+        size_t qr = fl_qx_row_bytes(H);
+        for (int a = 0; a < n * K; a++)
+            memcpy((char *)c->qxg + (size_t)a * qr, (const char *)c->qx + (size_t)c->atok[a] * qr,
+                   qr);
+    } else {
+        f->qx = NULL;
+        for (int a = 0; a < n * K; a++)
+            memcpy(c->xg + (size_t)a * H, c->xb + (size_t)c->atok[a] * H, (size_t)H * 4);
+    }
+    /* gate|up and SwiGLU per touched expert, and the shared one (reading c->qx as is) */
+    int ni = 0;
+    fl_cpu_moe_stats *st = &c->st;
+    st->moe_layers++;
+    st->assignments += (int64_t)n * K;
+    st->expert_bytes += (int64_t)fl_mat_bytes(&cl->router);
+    for (int e = 0; e < E; e++)
+        if (c->eoff[e + 1] > c->eoff[e]) {
+            ni = fl_moe_add_items(c->items, ni, e, 2 * mi);
+            st->touched++;
+            st->expert_bytes += (int64_t)(fl_mat_bytes(&cl->egu[e]) + fl_mat_bytes(&cl->edown[e]));
+        }
+    if (shared) {
+        ni = fl_moe_add_items(c->items, ni, E, 2 * c->s_inter);
+        st->expert_bytes += (int64_t)(fl_mat_bytes(&cl->sgu) + fl_mat_bytes(&cl->sdown));
+    }
+    f->n_items = ni;
+    fl_run(f, fl_job_moe_up);
+    /* down: the rows quantized first with q8/q4 weights */
+    if (c->moe_qdown)
+        fl_quantize_rows(f, c->qxe, c->eh, mi, n * K, mi);
+    if (shared && c->moe_qsdown)
+        fl_quantize_rows(f, c->qxs, c->sh, c->s_inter, n, c->s_inter);
+    ni = 0;
+    for (int e = 0; e < E; e++)
+        if (c->eoff[e + 1] > c->eoff[e])
+            ni = fl_moe_add_items(c->items, ni, e, H);
+    if (shared)
+        ni = fl_moe_add_items(c->items, ni, E, H);
+    f->n_items = ni;
+    fl_run(f, fl_job_moe_down);
+    /* each token: its experts' outputs weighted, best first, then the shared expert's */
+    for (int t = 0; t < n; t++) {
+        float *acc = c->xb + (size_t)t * H, *xr = c->x + (size_t)t * H; /* xb is free now */
+        for (int d = 0; d < H; d++)
+            acc[d] = 0;
+        for (int k = 0; k < K; k++) {
+            const float *y = c->ey + (size_t)c->apos[t * K + k] * H;
+            float w = c->rw[t * K + k];
+            for (int d = 0; d < H; d++)
+                acc[d] += w * y[d];
+        }
+        if (shared)
+            for (int d = 0; d < H; d++)
+                acc[d] += c->sy[(size_t)t * H + d];
+        for (int d = 0; d < H; d++)
+            xr[d] += acc[d];
+    }
+}
+
 static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float *logits,
                           fl_err *e)
 {
@@ -896,9 +1164,10 @@ static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, fl
     int rc = fl_batch_check(&c->base, &c->cfg, bt, e);
     if (rc)
         return rc;
-    int n = bt->n_tokens, H = cf->hidden, hd = cf->head_dim, NI = cf->intermediate;
+    int n = bt->n_tokens, H = cf->hidden, NI = cf->intermediate;
     int kvh = cf->n_kv_heads, rep = cf->n_heads / kvh;
     fl_fwd f = {.c = c, .bt = bt, .n = n, .logits = logits};
+    c->st = (fl_cpu_moe_stats){0};
 
     /* per segment: its first token and attention work items; per token: whether its output
      * is wanted, the RoPE angles of its absolute position (in double, as the reference
@@ -912,11 +1181,11 @@ static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, fl
         for (int i = 0; i < sg->n; i++, t++) {
             if (i >= sg->out_from)
                 c->out_rows[n_out++] = t;
-            float *cs = c->rope + (size_t)t * hd;
-            for (int d = 0; d < hd / 2; d++) {
+            float *cs = c->rope + (size_t)t * c->rd;
+            for (int d = 0; d < c->rd / 2; d++) {
                 double a = (double)(sg->pos0 + i) * c->inv_freq[d];
                 cs[d] = (float)cos(a);
-                cs[hd / 2 + d] = (float)sin(a);
+                cs[c->rd / 2 + d] = (float)sin(a);
             }
         }
     }
@@ -945,6 +1214,13 @@ static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, fl
         fl_par_matmul(&f, c->x, H, c->att, c->q_dim, n, &cl->wo, true);
         for (t = 0; t < n; t++)
             fl_rmsnorm(c->xb + (size_t)t * H, c->x + (size_t)t * H, cl->mlp_norm, H, cf->rms_eps);
+        if (cl->moe) {
+            fl_moe_forward(&f, cl);
+            continue;
+        }
+        if (c->rec_ids) /* a dense layer routes nowhere */
+            for (size_t i = 0; i < (size_t)n * cf->moe.top_k; i++)
+                c->rec_ids[(size_t)l * c->base.max_tokens * cf->moe.top_k + i] = -1;
         fl_quantize_input(&f, c->xb, H, n, &cl->wgu);
         fl_run(&f, fl_job_mlp_up);
         fl_par_matmul(&f, c->x, H, c->hb, NI, n, &cl->wdown, true);
@@ -1010,7 +1286,31 @@ static void fl_cpu_destroy(fl_backend *b)
         munmap(c->weights_mem, c->weights_len);
     if (c->kv_mem)
         munmap(c->kv_mem, c->kv_len);
+    for (int l = 0; c->layers && l < c->cfg.n_layers; l++) {
+        free(c->layers[l].egu);
+        free(c->layers[l].edown);
+    }
     free(c->layers);
+    free(c->rlog);
+    free(c->rscr);
+    free(c->rid);
+    free(c->rw);
+    free(c->eoff);
+    free(c->atok);
+    free(c->apos);
+    free(c->xg);
+    free(c->qxg);
+    free(c->egu_o);
+    free(c->eh);
+    free(c->qxe);
+    free(c->ey);
+    free(c->sgu_o);
+    free(c->sh);
+    free(c->qxs);
+    free(c->sy);
+    free(c->items);
+    free(c->rec_ids);
+    free(c->rec_w);
     free(c->x);
     free(c->xb);
     free(c->qkv);
@@ -1066,6 +1366,46 @@ static int fl_default_sgemm_rows(const fl_kernels *kk)
     return kk->sgemm_rows;
 }
 
+static bool fl_mat_fmt_q(fl_mfmt f) { return f == FL_MF_Q8 || f == FL_MF_Q4; }
+
+/* The MoE buffers for mt tokens; FL_ENOMEM. */
+static int fl_cpu_moe_alloc(fl_cpu *c, size_t mt)
+{
+    const fl_moe *mo = &c->cfg.moe;
+    size_t E = (size_t)mo->n_experts, A = mt * (size_t)mo->top_k, H = (size_t)c->cfg.hidden,
+           mi = (size_t)mo->inter, smi = (size_t)c->s_inter;
+    size_t widest = 2 * mi > H ? 2 * mi : H;
+    widest = 2 * smi > widest ? 2 * smi : widest;
+    c->rlog = malloc(mt * E * 4);
+    c->rscr = malloc(fl_moe_scratch(mo) * 4);
+    c->rid = malloc(A * sizeof *c->rid);
+    c->rw = malloc(A * sizeof *c->rw);
+    c->eoff = malloc((2 * E + 2) * sizeof *c->eoff);
+    c->atok = malloc(A * sizeof *c->atok);
+    c->apos = malloc(A * sizeof *c->apos);
+    c->egu_o = malloc(A * 2 * mi * 4);
+    c->eh = malloc(A * mi * 4);
+    c->ey = malloc(A * H * 4);
+    c->items = malloc((E + 1) * ((widest + FL_MOE_ROWS - 1) / FL_MOE_ROWS) * sizeof *c->items);
+    bool ok = c->rlog && c->rscr && c->rid && c->rw && c->eoff && c->atok && c->apos && c->egu_o &&
+              c->eh && c->ey && c->items;
+    if (c->moe_qup)
+        ok = ok && (c->qxg = malloc(fl_qx_bytes((int)A, (int)H)));
+    else
+        ok = ok && (c->xg = malloc(A * H * 4));
+    if (c->moe_qdown)
+        ok = ok && (c->qxe = malloc(fl_qx_bytes((int)A, (int)mi)));
+    if (smi) {
+        c->sgu_o = malloc(mt * 2 * smi * 4);
+        c->sh = malloc(mt * smi * 4);
+        c->sy = malloc(mt * H * 4);
+        ok = ok && c->sgu_o && c->sh && c->sy;
+        if (c->moe_qsdown)
+            ok = ok && (c->qxs = malloc(fl_qx_bytes((int)mt, (int)smi)));
+    }
+    return ok ? 0 : FL_ENOMEM;
+}
+
 static int fl_env_int(const char *name, int def)
 {
     const char *s = getenv(name);
@@ -1119,7 +1459,17 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     c->kv_dim = cf->n_kv_heads * cf->head_dim;
     c->qkv_dim = c->q_dim + 2 * c->kv_dim;
     c->ib = cf->intermediate % 8 == 0 ? 8 : 1;
+    c->rd = fl_config_rotary_dim(cf);
+    const fl_moe *mo = &cf->moe;
+    bool moe = mo->router != FL_ROUTER_NONE;
+    c->s_inter = mo->inter * mo->n_shared;
+    c->eib = mo->inter % 8 == 0 ? 8 : 1;
+    c->sib = c->s_inter % 8 == 0 ? 8 : 1;
     c->max_k = cf->hidden;
+    if (mo->inter > c->max_k)
+        c->max_k = mo->inter;
+    if (c->s_inter > c->max_k)
+        c->max_k = c->s_inter;
     if (c->q_dim > c->max_k)
         c->max_k = c->q_dim;
     if (cf->intermediate > c->max_k)
@@ -1144,6 +1494,19 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     c->layers = calloc((size_t)cf->n_layers, sizeof *c->layers);
     if (!c->layers)
         goto oom;
+    for (int l = 0; l < cf->n_layers; l++) {
+        fl_cpu_layer *cl = &c->layers[l];
+        if (!(cl->moe = fl_config_layer_moe(cf, l)))
+            continue;
+        cl->egu = calloc((size_t)mo->n_experts, sizeof *cl->egu);
+        cl->edown = calloc((size_t)mo->n_experts, sizeof *cl->edown);
+        if (!cl->egu || !cl->edown)
+            goto oom;
+    }
+    c->moe_qup = moe && fl_mat_fmt_q(fl_cpu_slot_fmt(c, FL_W_EXPERT_GATE_UP, (size_t)cf->hidden));
+    c->moe_qdown = moe && fl_mat_fmt_q(fl_cpu_slot_fmt(c, FL_W_EXPERT_DOWN, (size_t)mo->inter));
+    c->moe_qsdown = moe && c->s_inter &&
+                    fl_mat_fmt_q(fl_cpu_slot_fmt(c, FL_W_SHARED_DOWN, (size_t)c->s_inter));
     if ((rc = fl_cpu_place_weights(c, m, e)) == FL_ENOMEM)
         goto oom;
     if (rc)
@@ -1167,6 +1530,8 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
         c->emb_d = malloc((size_t)cf->hidden / FL_QG * sizeof *c->emb_d);
     }
     c->inv_freq = malloc((size_t)cf->head_dim / 2 * sizeof(double));
+    if (moe && fl_cpu_moe_alloc(c, mt))
+        goto oom;
     c->out_rows = malloc(mt * sizeof(int32_t));
     c->item0 = malloc((mt + 1) * sizeof(int32_t));
     c->seg_tok0 = malloc(mt * sizeof(int32_t));
@@ -1208,6 +1573,41 @@ oom:
 fail:
     fl_cpu_destroy(&c->base);
     return rc;
+}
+
+int fl_cpu_moe_stats_get(const fl_backend *b, fl_cpu_moe_stats *st)
+{
+    if (!b || b->ops != &fl_cpu_ops)
+        return FL_EINVAL;
+    *st = ((const fl_cpu *)b->impl)->st;
+    return 0;
+}
+
+int fl_cpu_record_routes(fl_backend *b, fl_err *e)
+{
+    if (!b || b->ops != &fl_cpu_ops)
+        return fl_err_set(e, FL_EINVAL, "record routes: not a CPU backend");
+    fl_cpu *c = b->impl;
+    size_t n = (size_t)c->cfg.n_layers * b->max_tokens * c->cfg.moe.top_k;
+    if (c->rec_ids || !n)
+        return 0;
+    c->rec_ids = malloc(n * sizeof *c->rec_ids);
+    c->rec_w = calloc(n, sizeof *c->rec_w);
+    if (!c->rec_ids || !c->rec_w) {
+        free(c->rec_ids);
+        free(c->rec_w);
+        c->rec_ids = NULL;
+        c->rec_w = NULL;
+        return fl_err_set(e, FL_ENOMEM, "record routes: out of memory");
+    }
+    return 0;
+}
+
+void fl_cpu_routes(const fl_backend *b, const int32_t **ids, const float **w)
+{
+    const fl_cpu *c = b && b->ops == &fl_cpu_ops ? b->impl : NULL;
+    *ids = c ? c->rec_ids : NULL;
+    *w = c ? c->rec_w : NULL;
 }
 
 int fl_cpu_weight_bytes(const fl_backend *b, size_t *arena, size_t *mapped)

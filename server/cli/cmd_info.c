@@ -81,10 +81,22 @@ typedef struct info_sum {
     int64_t f32_bytes;         /* n_params * 4 */
     int64_t kv_page_bytes;     /* block * layers * 2 (K,V) * kv_heads * head_dim * 4 */
     int mats_q8, mats_q4, mats_float; /* matrix roles by format (I8, U8, float) */
+    int moe_layers;            /* layers with experts */
+    int64_t expert_bytes;      /* file bytes (scales included) of one routed expert, the mean */
+    int64_t active_bytes;      /* weight bytes one token's forward reads: weight_bytes less the
+                                  routed experts it is not sent to */
 } info_sum;
+
+static int64_t tensor_bytes(const fl_model *m, const fl_tensor *t)
+{
+    const fl_tensor *sc = fl_model_scales(m, t);
+    return t ? (int64_t)t->nbytes + (sc ? (int64_t)sc->nbytes : 0) : 0;
+}
 
 static void count_matrix(info_sum *s, const fl_tensor *t)
 {
+    if (!t)
+        return;
     if (t->dtype == FL_DT_I8)
         s->mats_q8++;
     else if (t->dtype == FL_DT_U8)
@@ -106,16 +118,46 @@ static void summarise(info_sum *s, const fl_model *m)
         count_matrix(s, m->lm_head);
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const fl_layer_w *L = &m->layers[l];
-        const fl_tensor *mats[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+        const fl_tensor *mats[] = {L->wq,     L->wk,          L->wv,        L->wo,
+                                   L->w_gate, L->w_up,        L->w_down,    L->wqkv,
+                                   L->shared.gate, L->shared.up, L->shared.down};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
             count_matrix(s, mats[i]);
+        if (!L->experts)
+            continue;
+        int64_t all = 0;
+        for (int x = 0; x < m->cfg.moe.n_experts; x++) {
+            const fl_expert_w *ex = &L->experts[x];
+            count_matrix(s, ex->gate);
+            count_matrix(s, ex->up);
+            count_matrix(s, ex->down);
+            all += tensor_bytes(m, ex->gate) + tensor_bytes(m, ex->up) + tensor_bytes(m, ex->down);
+        }
+        s->moe_layers++;
+        s->expert_bytes = all / m->cfg.moe.n_experts;
+        s->active_bytes -= all / m->cfg.moe.n_experts * (m->cfg.moe.n_experts - m->cfg.moe.top_k);
     }
+    s->active_bytes += m->weight_bytes;
     const fl_config *c = &m->cfg;
     s->f32_bytes = m->n_params * 4;
     s->kv_page_bytes = (int64_t)(fl_kv_page_floats(c) * sizeof(float));
 }
 
-static const char *layout_name(const fl_config *c) { return c->qk_norm ? "qwen3" : "qwen2"; }
+static const char *layout_name(const fl_config *c)
+{
+    if (c->family == FL_FAMILY_LLADA2)
+        return "llada2-moe";
+    if (c->family == FL_FAMILY_SDAR_MOE)
+        return "qwen3-moe";
+    return c->qk_norm ? "qwen3" : "qwen2";
+}
+
+static const char *router_name(fl_router r)
+{
+    return r == FL_ROUTER_SOFTMAX           ? "softmax"
+           : r == FL_ROUTER_SIGMOID_GROUPED ? "sigmoid, group-limited"
+                                            : "none";
+}
 
 static void human_bytes(char *dst, size_t cap, double b)
 {
@@ -143,6 +185,24 @@ static void print_text(const fl_model *m, const info_sum *s, const info_tok *it)
            c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->intermediate,
            c->vocab);
     printf("parameters       %lld (%.2f M)\n", (long long)m->n_params, (double)m->n_params / 1e6);
+    if (c->moe.router != FL_ROUTER_NONE) {
+        const fl_moe *mo = &c->moe;
+        printf("experts          %d routed of width %d, top %d (router: %s", mo->n_experts,
+               mo->inter, mo->top_k, router_name(mo->router));
+        if (mo->router == FL_ROUTER_SIGMOID_GROUPED)
+            printf(", %d groups keep %d, %s, scaling %g", mo->n_group, mo->topk_group,
+                   mo->expert_bias ? "expert bias" : "no expert bias", (double)mo->scaling);
+        else
+            printf(", %s", mo->norm_topk ? "renormalised" : "not renormalised");
+        printf("), %d shared; %d of %d layers\n", mo->n_shared, s->moe_layers, c->n_layers);
+        printf("active params    %lld (%.2f M per token)\n", (long long)m->n_active,
+               (double)m->n_active / 1e6);
+        human_bytes(hb, sizeof hb, (double)s->active_bytes);
+        printf("bytes per token  %lld (%s: the weights one token's forward reads; a block reads "
+               "each expert any of its tokens is sent to)\n", (long long)s->active_bytes, hb);
+    }
+    if (fl_config_rotary_dim(c) != c->head_dim)
+        printf("rotary dims      %d of %d per head\n", fl_config_rotary_dim(c), c->head_dim);
     if (m->quant == FL_QUANT_NONE)
         printf("quantization     none\n");
     else
@@ -240,6 +300,21 @@ static int print_json(const fl_model *m, const info_sum *s, const info_tok *it)
     json_object_set_new(o, "rope_theta", json_real(c->rope_theta));
     json_object_set_new(o, "rms_norm_eps", json_real(c->rms_eps));
     json_object_set_new(o, "n_params", json_integer(m->n_params));
+    json_object_set_new(o, "n_active_params", json_integer(m->n_active));
+    json_object_set_new(o, "rotary_dim", json_integer(fl_config_rotary_dim(c)));
+    if (c->moe.router != FL_ROUTER_NONE) {
+        const fl_moe *mo = &c->moe;
+        json_object_set_new(
+            o, "experts",
+            json_pack("{sssisisisisisisbsbsfsisIsI}", "router", router_name(mo->router),
+                      "num_experts", mo->n_experts, "num_experts_per_tok", mo->top_k,
+                      "moe_intermediate_size", mo->inter, "num_shared_experts", mo->n_shared,
+                      "n_group", mo->n_group, "topk_group", mo->topk_group, "norm_topk_prob",
+                      mo->norm_topk, "expert_bias", mo->expert_bias, "routed_scaling_factor",
+                      (double)mo->scaling, "moe_layers", s->moe_layers, "expert_bytes",
+                      (json_int_t)s->expert_bytes, "active_weight_bytes",
+                      (json_int_t)s->active_bytes));
+    }
     json_object_set_new(o, "n_tensors", json_integer((json_int_t)fl_weights_count(m->weights)));
     json_object_set_new(o, "quantization", json_string(fl_quant_name(m->quant)));
     json_object_set_new(o, "matrices", json_pack("{sisisi}", "q8", s->mats_q8, "q4", s->mats_q4,

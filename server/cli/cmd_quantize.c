@@ -4,8 +4,9 @@
  *
  * What it writes: OUT/model.safetensors, one file whatever the input's sharding, with the
  * input's tensors in the input's order (file by file, by data offset): every projection
- * matrix (q, k, v, o, gate, up, down) in the chosen format, the embedding and an untied
- * lm_head in q8 whichever format is chosen, each as its quants `NAME.weight`, and after all
+ * matrix (q, k, v, o, gate, up, down; LLaDA2's fused query_key_value; every expert's and
+ * shared expert's gate, up, down, but not the routers) in the chosen format, the embedding
+ * and an untied lm_head in q8 whichever format is chosen, each as its quants `NAME.weight`, and after all
  * of them, in the same order, their scales `NAME.weight_scale`; everything else (norms,
  * biases, a matrix whose rows are not a multiple of 32 long, tensors the model does not use)
  * copied unchanged. Scales go last so that the tensors before them keep the alignment their
@@ -181,9 +182,17 @@ static int plan(qz_job *j)
         mark(j, m->lm_head, true);
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const fl_layer_w *L = &m->layers[l];
-        const fl_tensor *mats[] = {L->wq, L->wk, L->wv, L->wo, L->w_gate, L->w_up, L->w_down};
+        const fl_tensor *mats[] = {L->wq,     L->wk,         L->wv,        L->wo,
+                                   L->w_gate, L->w_up,       L->w_down,    L->wqkv,
+                                   L->shared.gate, L->shared.up, L->shared.down};
         for (size_t k = 0; k < sizeof mats / sizeof mats[0]; k++)
-            mark(j, mats[k], false);
+            mark(j, mats[k], false); /* NULLs are skipped */
+        /* every routed expert; the router (mlp.gate) stays float: it routes in fp32 */
+        for (int x = 0; L->experts && x < m->cfg.moe.n_experts; x++) {
+            mark(j, L->experts[x].gate, false);
+            mark(j, L->experts[x].up, false);
+            mark(j, L->experts[x].down, false);
+        }
     }
     return 0;
 }
