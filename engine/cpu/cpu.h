@@ -30,6 +30,8 @@ typedef struct fl_cpu_moe_stats {
     int64_t assignments;    /* (token, expert) pairs, summed over layers */
     int64_t expert_bytes;   /* bytes of expert weights the forward read (routed ones touched,
                                shared ones, routers), each read once */
+    int64_t expert_bytes_all; /* bytes of every expert, shared expert and router the backend
+                                 holds (a forward that touched every expert reads these) */
 } fl_cpu_moe_stats;
 
 /* Copies the MoE statistics of b's last forward to *st. FL_EINVAL for another backend. */

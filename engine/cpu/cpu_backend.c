@@ -1167,7 +1167,7 @@ static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, fl
     int n = bt->n_tokens, H = cf->hidden, NI = cf->intermediate;
     int kvh = cf->n_kv_heads, rep = cf->n_heads / kvh;
     fl_fwd f = {.c = c, .bt = bt, .n = n, .logits = logits};
-    c->st = (fl_cpu_moe_stats){0};
+    c->st = (fl_cpu_moe_stats){.expert_bytes_all = c->st.expert_bytes_all};
 
     /* per segment: its first token and attention work items; per token: whether its output
      * is wanted, the RoPE angles of its absolute position (in double, as the reference
@@ -1563,6 +1563,17 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
         (c->embed_q8 && (!c->emb_q || !c->emb_d)))
         goto oom;
     fl_rope_inv_freq(cf, c->inv_freq);
+    for (int l = 0; l < cf->n_layers; l++) {
+        const fl_cpu_layer *cl = &c->layers[l];
+        if (!cl->moe)
+            continue;
+        int64_t *all = &c->st.expert_bytes_all;
+        *all += (int64_t)fl_mat_bytes(&cl->router);
+        for (int x = 0; x < mo->n_experts; x++)
+            *all += (int64_t)(fl_mat_bytes(&cl->egu[x]) + fl_mat_bytes(&cl->edown[x]));
+        if (cl->sgu.rows)
+            *all += (int64_t)(fl_mat_bytes(&cl->sgu) + fl_mat_bytes(&cl->sdown));
+    }
     *out = &c->base;
     return 0;
 oom:

@@ -41,6 +41,7 @@ typedef struct fl_bench_args {
     int threads, ctx, steps;
     int blocks[FL_MAX_BLOCKS], n_blocks;
     bool no_ref;
+    int masked;                   /* the last this many tokens of a timed block are the mask */
     fl_wformat formats[FL_MAX_FORMATS];
     int n_formats;
     fl_kvformat kvs[FL_KV_COUNT];
@@ -56,6 +57,10 @@ typedef struct fl_ours {
     double ms[FL_MAX_BLOCKS];
     double create_ms, prefill_ms; /* backend create; the first forward (the ctx prefill) */
     size_t wbytes;                /* weight bytes streamed per step */
+    /* mixture of experts, per block size: routed experts touched per MoE layer (mean) and the
+       weight bytes the step read (the untouched experts' not) */
+    double touched[FL_MAX_BLOCKS], read_bytes[FL_MAX_BLOCKS];
+    int moe_layers;
     size_t kv_bytes;              /* the KV pool, as it holds the pages */
     long rss0_kb;                 /* VmRSS before create (the process without this backend) */
     long rss_kb, load_hwm_kb;     /* VmRSS and VmHWM after create */
@@ -120,7 +125,7 @@ static void usage(FILE *f)
             "                             [--steps 5] [--weights auto] [--kv-format auto]\n"
             "                             [--ref-script PATH]\n"
             "                             [--python PATH]"
-            "                             [--no-ref] [--device cpu|cuda|auto]\n\n"
+            "                             [--no-ref] [--masked N] [--device cpu|cuda|auto]\n\n"
             "Times one forward of a block of new tokens against ctx cached positions (median of\n"
             "--steps after a warm-up), next to the PyTorch reference on the same weights and\n"
             "threads, OpenBLAS sgemm at the same shapes, and the bandwidth floor.\n"
@@ -134,6 +139,8 @@ static void usage(FILE *f)
             "  --ref-script PATH tests/reference/bench_forward.py (default: found from the binary)\n"
             "  --python PATH     interpreter for it (default /usr/bin/python3)\n"
             "  --no-ref          skip the reference\n"
+            "  --masked N        the last N tokens of each timed block are the mask token (a\n"
+            "                    block being denoised: its masks route alike); default 0\n"
             "  --device D        the backend timed (default cpu); the sgemm, bandwidth and floor\n"
             "                    columns are this CPU's (tests/gpu/gpu_bench.c measures a GPU's)\n");
 }
@@ -327,8 +334,13 @@ static double fl_proj_flops(const fl_config *cf, int m)
 {
     double qkv = (double)(cf->n_heads + 2 * cf->n_kv_heads) * cf->head_dim * cf->hidden;
     double o = (double)cf->hidden * cf->n_heads * cf->head_dim;
-    double mlp = 3.0 * cf->intermediate * cf->hidden;
-    return 2.0 * m * (cf->n_layers * (qkv + o + mlp) + (double)cf->vocab * cf->hidden);
+    double mlp = 0;
+    for (int l = 0; l < cf->n_layers; l++) /* a MoE layer: the router, top_k and the shared */
+        mlp += fl_config_layer_moe(cf, l)
+                   ? (double)cf->hidden * (cf->moe.n_experts + 3.0 * cf->moe.inter *
+                                                                 (cf->moe.top_k + cf->moe.n_shared))
+                   : 3.0 * cf->intermediate * cf->hidden;
+    return 2.0 * m * (cf->n_layers * (qkv + o) + mlp + (double)cf->vocab * cf->hidden);
 }
 
 static double fl_attn_flops(const fl_config *cf, int ctx, int m)
@@ -400,7 +412,7 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
     /* page_bytes is the f32 host layout's; a bf16 pool holds half */
     res->kv_bytes = (size_t)b->n_pages * b->page_bytes / (b->kv == FL_KV_BF16 ? 2 : 1);
     int32_t *pages = malloc((size_t)(ctx_pages + 1) * sizeof *pages);
-    int32_t *tok = malloc((size_t)o.max_tokens * sizeof *tok);
+    int32_t *tok = malloc((size_t)(a->ctx + o.max_tokens) * sizeof *tok);
     fl_tok_out *out = malloc((size_t)o.max_tokens * sizeof *out);
     if (!pages || !tok || !out) {
         rc = fl_err_set(e, FL_ENOMEM, "out of memory");
@@ -409,7 +421,7 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
     for (int i = 0; i <= ctx_pages; i++)
         pages[i] = i;
     uint32_t rng = 12345;
-    for (int i = 0; i < o.max_tokens; i++) {
+    for (int i = 0; i < a->ctx + o.max_tokens; i++) {
         rng = rng * 1664525u + 1013904223u;
         tok[i] = (int32_t)(rng % (uint32_t)cf->vocab);
     }
@@ -422,10 +434,16 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
             goto done;
         *prefill_ms = (fl_now() - t0) * 1e3;
     }
+    int mask = cf->mask_token_id >= 0 ? cf->mask_token_id : cf->vocab - 1;
     for (int i = 0; i < a->n_blocks; i++) {
         int nb = a->blocks[i];
         fl_segment s = {nb, a->ctx, 0, 0, pages};
-        fl_batch bt = {tok, nb, &s, 1};
+        /* the block's tokens: random, its last `masked` ones the mask (a block being denoised) */
+        int32_t *bt_tok = tok + a->ctx;
+        for (int j = nb - a->masked; j < nb; j++)
+            if (j >= 0)
+                bt_tok[j] = mask;
+        fl_batch bt = {bt_tok, nb, &s, 1};
         double t[64];
         int steps = a->steps > 64 ? 64 : a->steps;
         for (int r = 0; r <= steps; r++) { /* r == 0: warm-up */
@@ -436,6 +454,14 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
                 t[r - 1] = (fl_now() - t0) * 1e3;
         }
         ours_ms[i] = fl_median(t, steps);
+        fl_cpu_moe_stats st;
+        res->read_bytes[i] = (double)*wbytes;
+        if (fl_cpu_moe_stats_get(b, &st) == 0 && st.moe_layers) {
+            res->moe_layers = st.moe_layers;
+            res->touched[i] = (double)st.touched / st.moe_layers;
+            res->read_bytes[i] = (double)(*wbytes - (size_t)st.expert_bytes_all) +
+                                 (double)st.expert_bytes;
+        }
     }
     res->hwm_kb = fl_status_kb("VmHWM");
     res->run_rss_kb = fl_status_kb("VmRSS");
@@ -465,6 +491,8 @@ int fl_bench_forward(int argc, char **argv)
             a.n_formats = 1;
         } else if (!strcmp(k, "--no-ref")) {
             a.no_ref = true;
+        } else if (!strcmp(k, "--masked") && v && !fl_parse_int(v, 0, 4096, &a.masked)) {
+            i++;
         } else if (!v) {
             fprintf(stderr, "fogline bench forward: %s needs a value (try --help)\n", k);
             return 2;
@@ -529,7 +557,10 @@ int fl_bench_forward(int argc, char **argv)
     char ref_note[512] = "reference: skipped (--no-ref)";
     for (int i = 0; i < a.n_blocks; i++)
         ref_ms[i] = NAN;
-    if (!a.no_ref) {
+    if (!a.no_ref && cf.moe.router != FL_ROUTER_NONE) {
+        snprintf(ref_note, sizeof ref_note, "reference: not run (bench_forward.py times the "
+                 "dense layouts; MoE parity is tests/reference/moe_ref.py's)");
+    } else if (!a.no_ref) {
         ref_note[0] = 0;
         fprintf(stderr, "running the PyTorch reference...\n");
         fl_run_reference(&a, ref_ms, ref_note, sizeof ref_note);
@@ -636,5 +667,24 @@ int fl_bench_forward(int argc, char **argv)
     printf("\nratio = reference ms / ours; fraction = our GFLOP/s / sgemm GFLOP/s; floor = "
            "weight bytes / read bandwidth; cache = the ctx positions' K/V as the pool holds "
            "them (read once per kv head and tile of 16 query rows)\n");
+    if (ours[0].moe_layers) {
+        printf("\nmixture of experts (%d MoE layers, %d experts, top %d; the last %d tokens of "
+               "each block are the mask):\n", ours[0].moe_layers, cf.moe.n_experts,
+               cf.moe.top_k, a.masked);
+        printf("%5s %7s %4s %15s %14s %13s %9s %9s %11s\n", "block", "weights", "kv",
+               "experts/layer", "GB read/step", "of all (%)", "ours ms", "floor ms",
+               "ms / floor");
+        for (int i = 0; i < a.n_blocks; i++)
+            for (int f = 0; f < n_runs; f++) {
+                double rb = ours[f].read_bytes[i], fms = rb / (bw * 1e9) * 1e3;
+                printf("%5d %7s %4s %15.1f %14.3f %13.1f %9.1f %9.1f %10.2fx\n", a.blocks[i],
+                       fl_wformat_name(ours[f].held), fl_kvformat_name(ours[f].kv_held),
+                       ours[f].touched[i], rb / 1e9, 100.0 * rb / (double)ours[f].wbytes,
+                       ours[f].ms[i], fms, ours[f].ms[i] / fms);
+            }
+        printf("GB read/step = the weights a step reads: every non-expert matrix, the routers, "
+               "the shared experts and the routed experts its tokens went to, each once; floor = "
+               "that / read bandwidth\n");
+    }
     return 0;
 }
