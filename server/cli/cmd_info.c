@@ -2,6 +2,7 @@
  * the safetensors headers and the tokenizer files. Weights are only mmapped and their headers
  * parsed: no tensor data is converted or copied, so this is instant even for an 8B model. */
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,6 +153,15 @@ static const char *layout_name(const fl_config *c)
     return c->qk_norm ? "qwen3" : "qwen2";
 }
 
+/* The experts a layer's forward of one block touches when every token picks top_k of the
+ * n_experts uniformly (distinct ones): E (1 - (1 - K/E)^B). An estimate: real routers favour
+ * some experts (fewer), and bench forward measures what a model does. */
+static double block_experts(const fl_config *c)
+{
+    double E = c->moe.n_experts, K = c->moe.top_k;
+    return E * (1 - pow(1 - K / E, c->block_size));
+}
+
 static const char *router_name(fl_router r)
 {
     return r == FL_ROUTER_SOFTMAX           ? "softmax"
@@ -198,8 +208,15 @@ static void print_text(const fl_model *m, const info_sum *s, const info_tok *it)
         printf("active params    %lld (%.2f M per token)\n", (long long)m->n_active,
                (double)m->n_active / 1e6);
         human_bytes(hb, sizeof hb, (double)s->active_bytes);
-        printf("bytes per token  %lld (%s: the weights one token's forward reads; a block reads "
-               "each expert any of its tokens is sent to)\n", (long long)s->active_bytes, hb);
+        printf("bytes per token  %lld (%s: the weights one token's forward reads)\n",
+               (long long)s->active_bytes, hb);
+        double touched = block_experts(c);
+        double blk = (double)s->active_bytes +
+                     (touched - mo->top_k) * (double)s->expert_bytes * s->moe_layers;
+        human_bytes(hb, sizeof hb, blk);
+        printf("bytes per block  %.0f (%s: a forward of one block of %d tokens, routed "
+               "uniformly, touches %.1f of %d experts a layer; each is read once)\n",
+               blk, hb, c->block_size, touched, mo->n_experts);
     }
     if (fl_config_rotary_dim(c) != c->head_dim)
         printf("rotary dims      %d of %d per head\n", fl_config_rotary_dim(c), c->head_dim);
@@ -314,6 +331,8 @@ static int print_json(const fl_model *m, const info_sum *s, const info_tok *it)
                       (double)mo->scaling, "moe_layers", s->moe_layers, "expert_bytes",
                       (json_int_t)s->expert_bytes, "active_weight_bytes",
                       (json_int_t)s->active_bytes));
+        json_object_set_new(json_object_get(o, "experts"), "block_experts_uniform",
+                            json_real(block_experts(c)));
     }
     json_object_set_new(o, "n_tensors", json_integer((json_int_t)fl_weights_count(m->weights)));
     json_object_set_new(o, "quantization", json_string(fl_quant_name(m->quant)));
