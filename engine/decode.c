@@ -115,6 +115,17 @@ int fl_decode_preset(const char *name, fl_decode_opts *o, uint32_t *set)
     return 0;
 }
 
+void fl_decode_opts_llada2(fl_decode_opts *o)
+{
+    o->policy = FL_POLICY_DYNAMIC;
+    o->threshold = 0.95f;
+    o->steps = 32;
+    o->k = 1;
+    o->pipeline = false;
+    o->edit_threshold = FL_EDIT_OFF;
+    o->max_post_steps = 16;
+}
+
 int fl_steps_quota(int steps, int max_tokens, int block, int step)
 {
     int s = steps < max_tokens ? steps : max_tokens;

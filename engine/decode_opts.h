@@ -98,6 +98,10 @@ int fl_decode_opts_check_ranges(const fl_decode_opts *o, fl_err *e);
 int fl_decode_preset(const char *name, fl_decode_opts *o, uint32_t *set);
 /* "quality, speed": for messages that list the names */
 #define FL_DECODE_PRESETS "quality, speed"
+/* The LLaDA2 family's defaults over fogline's (family_defaults in config.c calls it for
+ * LLaDA2.0/2.1 models): the authors' generate, policy dynamic with steps 32 and threshold 0.95,
+ * one block at a time, no token editing (LLaDA2.1's modes are the presets). */
+void fl_decode_opts_llada2(fl_decode_opts *o);
 /* LLaDA2.0's per-step quota (the authors' generate, modeling_llada2_moe.py): a block of
  * `block` positions gets s = min(steps, max_tokens) steps, step i (0-based) unmasking
  * block / s positions, one more in the first block % s steps. At least 1 (past the schedule

@@ -62,6 +62,13 @@ static void llada2_options(void)
     CHECK(fl_steps_quota(32, 100, 4, 0) == 1 && fl_steps_quota(32, 100, 4, 7) == 1,
           "more steps than positions: 1 (never 0)");
 
+    /* the LLaDA2 family's defaults: the authors' 2.0 rule, valid as they are */
+    fl_decode_opts_default(&o);
+    fl_decode_opts_llada2(&o);
+    CHECK(o.policy == FL_POLICY_DYNAMIC && o.threshold == 0.95f && o.steps == 32 && o.k == 1 &&
+              !o.pipeline && o.edit_threshold == FL_EDIT_OFF && fl_decode_opts_check(&o, &e) == 0,
+          "LLaDA2 defaults: %s", e.msg);
+
     /* presets: the model card's modes; an unknown name leaves o alone */
     fl_decode_opts_default(&o);
     set = 0;
