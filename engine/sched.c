@@ -227,8 +227,8 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     q->block_steps = calloc((size_t)nb, sizeof(int32_t));
     q->ids = malloc(sizeof(int32_t) * (size_t)(max_tokens + 1));
     q->stop = r->n_stop ? calloc((size_t)r->n_stop, sizeof(char *)) : NULL;
-    if (!q->x || !q->fixed || !q->fresh || !q->edited || !q->pages || !q->keys || !q->block_steps || !q->ids ||
-        (r->n_stop && !q->stop)) {
+    if (!q->x || !q->fixed || !q->fresh || !q->edited || !q->pages || !q->keys ||
+        !q->block_steps || !q->ids || (r->n_stop && !q->stop)) {
         seq_free(q);
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     }
