@@ -13,7 +13,10 @@ void fl_decode_opts_default(fl_decode_opts *o)
     o->policy = FL_POLICY_THRESHOLD;
     o->threshold = 0.9f;
     o->k = 1;
+    o->steps = 0;
     o->entropy_bound = 0.35f;
+    o->edit_threshold = FL_EDIT_OFF;
+    o->max_post_steps = 16;
     o->store_overlap = true;
     o->pipeline = true;
     o->tau_add = 0.25f;
@@ -41,7 +44,7 @@ int fl_policy_parse(const char *s, fl_policy *out)
     return FL_EINVAL;
 }
 
-int fl_decode_opts_check(const fl_decode_opts *o, fl_err *e)
+int fl_decode_opts_check_ranges(const fl_decode_opts *o, fl_err *e)
 {
     if ((unsigned)o->policy >= FL_POLICY_COUNT)
         return fl_err_set(e, FL_EINVAL, "unknown decoding policy");
@@ -56,6 +59,8 @@ int fl_decode_opts_check(const fl_decode_opts *o, fl_err *e)
     RANGE(o->entropy_bound, 0.0f, 100.0f, "entropy_bound");
     RANGE(o->temperature, 0.0f, 10.0f, "temperature");
     RANGE(o->top_p, 0.0f, 1.0f, "top_p");
+    if (o->edit_threshold != FL_EDIT_OFF)
+        RANGE(o->edit_threshold, 0.0f, 1.0f, "edit_threshold");
 #undef RANGE
     if (o->top_p <= 0.0f)
         return fl_err_set(e, FL_ERANGE, "top_p must be > 0");
@@ -67,12 +72,74 @@ int fl_decode_opts_check(const fl_decode_opts *o, fl_err *e)
     if (o->max_blocks < 1 || o->max_blocks > FL_MAX_RUN_BLOCKS)
         return fl_err_set(e, FL_ERANGE, "max_blocks must be in [1, %d], got %d",
                           FL_MAX_RUN_BLOCKS, o->max_blocks);
+    if (o->steps < 0 || o->steps > FL_MAX_STEPS)
+        return fl_err_set(e, FL_ERANGE, "steps must be in [0, %d], got %d", FL_MAX_STEPS, o->steps);
+    if (o->max_post_steps < 0 || o->max_post_steps > FL_MAX_POST_STEPS)
+        return fl_err_set(e, FL_ERANGE, "max_post_steps must be in [0, %d], got %d",
+                          FL_MAX_POST_STEPS, o->max_post_steps);
     return 0;
+}
+
+int fl_decode_opts_check(const fl_decode_opts *o, fl_err *e)
+{
+    int rc = fl_decode_opts_check_ranges(o, e);
+    if (rc)
+        return rc;
+    /* an edited block stays open until its post steps end, and a successor running beside
+       it would have read tokens that may still change: refused rather than given a meaning */
+    if (o->edit_threshold != FL_EDIT_OFF && o->pipeline)
+        return fl_err_set(e, FL_EINVAL, "edit_threshold (token editing) works on one block at a "
+                                        "time: it needs pipeline false");
+    return 0;
+}
+
+int fl_decode_preset(const char *name, fl_decode_opts *o, uint32_t *set)
+{
+    float th, edit;
+    if (!strcmp(name, "quality")) {
+        th = 0.7f;
+        edit = 0.5f;
+    } else if (!strcmp(name, "speed")) {
+        th = 0.5f;
+        edit = 0.0f;
+    } else {
+        return FL_EINVAL;
+    }
+    o->policy = FL_POLICY_THRESHOLD;
+    o->threshold = th;
+    o->edit_threshold = edit;
+    o->max_post_steps = 16;
+    o->pipeline = false;
+    *set |= FL_DF_BIT(FL_DF_POLICY) | FL_DF_BIT(FL_DF_THRESHOLD) | FL_DF_BIT(FL_DF_EDIT_THRESHOLD) |
+            FL_DF_BIT(FL_DF_MAX_POST_STEPS) | FL_DF_BIT(FL_DF_PIPELINE);
+    return 0;
+}
+
+void fl_decode_opts_llada2(fl_decode_opts *o)
+{
+    o->policy = FL_POLICY_DYNAMIC;
+    o->threshold = 0.95f;
+    o->steps = 32;
+    o->k = 1;
+    o->pipeline = false;
+    o->edit_threshold = FL_EDIT_OFF;
+    o->max_post_steps = 16;
+}
+
+int fl_steps_quota(int steps, int max_tokens, int block, int step)
+{
+    int s = steps < max_tokens ? steps : max_tokens;
+    if (s < 1 || step >= s)
+        return 1;
+    int q = block / s + (step < block % s ? 1 : 0);
+    return q > 0 ? q : 1;
 }
 
 static const char *fnames[FL_DF_COUNT] = {
     [FL_DF_POLICY] = "policy",       [FL_DF_THRESHOLD] = "threshold", [FL_DF_K] = "k",
-    [FL_DF_ENTROPY_BOUND] = "entropy_bound", [FL_DF_OVERLAP] = "overlap",
+    [FL_DF_STEPS] = "steps",         [FL_DF_ENTROPY_BOUND] = "entropy_bound",
+    [FL_DF_EDIT_THRESHOLD] = "edit_threshold", [FL_DF_MAX_POST_STEPS] = "max_post_steps",
+    [FL_DF_OVERLAP] = "overlap",
     [FL_DF_PIPELINE] = "pipeline",   [FL_DF_TAU_ADD] = "tau_add",     [FL_DF_TAU_ACT] = "tau_act",
     [FL_DF_TAU_CONF] = "tau_conf",   [FL_DF_MAX_BLOCKS] = "max_blocks",
     [FL_DF_TEMPERATURE] = "temperature", [FL_DF_TOP_K] = "top_k", [FL_DF_TOP_P] = "top_p",
@@ -95,7 +162,10 @@ static void copy_field(fl_decode_opts *d, const fl_decode_opts *s, fl_dec_field 
     case FL_DF_POLICY: d->policy = s->policy; break;
     case FL_DF_THRESHOLD: d->threshold = s->threshold; break;
     case FL_DF_K: d->k = s->k; break;
+    case FL_DF_STEPS: d->steps = s->steps; break;
     case FL_DF_ENTROPY_BOUND: d->entropy_bound = s->entropy_bound; break;
+    case FL_DF_EDIT_THRESHOLD: d->edit_threshold = s->edit_threshold; break;
+    case FL_DF_MAX_POST_STEPS: d->max_post_steps = s->max_post_steps; break;
     case FL_DF_OVERLAP: d->store_overlap = s->store_overlap; break;
     case FL_DF_PIPELINE: d->pipeline = s->pipeline; break;
     case FL_DF_TAU_ADD: d->tau_add = s->tau_add; break;
@@ -127,6 +197,14 @@ void fl_dec_field_json(const fl_decode_opts *o, fl_dec_field f, char *buf, size_
     case FL_DF_OVERLAP: snprintf(buf, cap, "%s", o->store_overlap ? "true" : "false"); break;
     case FL_DF_PIPELINE: snprintf(buf, cap, "%s", o->pipeline ? "true" : "false"); break;
     case FL_DF_K: snprintf(buf, cap, "%d", o->k); break;
+    case FL_DF_STEPS: snprintf(buf, cap, "%d", o->steps); break;
+    case FL_DF_MAX_POST_STEPS: snprintf(buf, cap, "%d", o->max_post_steps); break;
+    case FL_DF_EDIT_THRESHOLD:
+        if (o->edit_threshold == FL_EDIT_OFF)
+            snprintf(buf, cap, "false");
+        else
+            snprintf(buf, cap, "%g", (double)o->edit_threshold);
+        break;
     case FL_DF_MAX_BLOCKS: snprintf(buf, cap, "%d", o->max_blocks); break;
     case FL_DF_TOP_K: snprintf(buf, cap, "%d", o->top_k); break;
     case FL_DF_THRESHOLD: snprintf(buf, cap, "%g", (double)o->threshold); break;
@@ -148,10 +226,16 @@ int fl_decode_opts_parse_json(const struct json_t *obj, const char *where, fl_de
         return fl_err_set(e, FL_EFORMAT, "%s must be an object", where);
     fl_decode_opts t = *o;
     uint32_t mask = 0;
+    /* the preset first, whatever the keys' order: the object's own keys override it */
+    const json_t *pre = json_object_get(d, "preset");
+    if (pre && (!json_is_string(pre) || fl_decode_preset(json_string_value(pre), &t, &mask)))
+        return fl_err_set(e, FL_EFORMAT, "%s.preset must be one of " FL_DECODE_PRESETS, where);
     const char *key;
     json_t *v;
     json_object_foreach((json_t *)d, key, v)
     {
+        if (!strcmp(key, "preset"))
+            continue;
         int f = 0;
         while (f < FL_DF_COUNT && strcmp(key, fnames[f]))
             f++;
@@ -171,6 +255,8 @@ int fl_decode_opts_parse_json(const struct json_t *obj, const char *where, fl_de
             *(f == FL_DF_OVERLAP ? &t.store_overlap : &t.pipeline) = json_is_true(v);
             break;
         case FL_DF_K:
+        case FL_DF_STEPS:
+        case FL_DF_MAX_POST_STEPS:
         case FL_DF_MAX_BLOCKS:
         case FL_DF_TOP_K: {
             if (!json_is_integer(v) || json_integer_value(v) < 0 ||
@@ -178,9 +264,27 @@ int fl_decode_opts_parse_json(const struct json_t *obj, const char *where, fl_de
                 return fl_err_set(e, FL_EFORMAT, "%s.%s must be a non-negative integer", where,
                                   key);
             int x = (int)json_integer_value(v);
-            *(f == FL_DF_K ? &t.k : f == FL_DF_MAX_BLOCKS ? &t.max_blocks : &t.top_k) = x;
+            *(f == FL_DF_K           ? &t.k
+              : f == FL_DF_STEPS     ? &t.steps
+              : f == FL_DF_MAX_POST_STEPS ? &t.max_post_steps
+              : f == FL_DF_MAX_BLOCKS ? &t.max_blocks
+                                      : &t.top_k) = x;
             break;
         }
+        case FL_DF_EDIT_THRESHOLD:
+            if (json_is_false(v)) {
+                t.edit_threshold = FL_EDIT_OFF;
+                break;
+            }
+            if (!json_is_number(v))
+                return fl_err_set(e, FL_EFORMAT, "%s.edit_threshold must be a number or false",
+                                  where);
+            /* checked here: the sentinel for false (FL_EDIT_OFF) is not a number to accept */
+            if (!(json_number_value(v) >= 0.0 && json_number_value(v) <= 1.0))
+                return fl_err_set(e, FL_ERANGE, "%s: edit_threshold must be in [0, 1] or false, "
+                                  "got %g", where, json_number_value(v));
+            t.edit_threshold = (float)json_number_value(v);
+            break;
         default: {
             if (!json_is_number(v))
                 return fl_err_set(e, FL_EFORMAT, "%s.%s must be a number", where, key);
@@ -198,7 +302,7 @@ int fl_decode_opts_parse_json(const struct json_t *obj, const char *where, fl_de
         }
         mask |= FL_DF_BIT(f);
     }
-    int rc = fl_decode_opts_check(&t, e);
+    int rc = fl_decode_opts_check_ranges(&t, e);
     if (rc) {
         fl_err_prefix(e, "%s", where);
         return rc;

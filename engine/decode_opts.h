@@ -18,11 +18,25 @@ typedef enum fl_policy {
     FL_POLICY_COUNT
 } fl_policy;
 
+/* The decoding options' own limits (the block-shaped ones are in fl_limits.h): steps per
+ * block for LLaDA2.0's quota schedule, and post steps of an edited block. */
+#define FL_MAX_STEPS 4096
+#define FL_MAX_POST_STEPS 1024
+
+/* edit_threshold's value when token editing is off (JSON false) */
+#define FL_EDIT_OFF (-1.0f)
+
 typedef struct fl_decode_opts {
     fl_policy policy;
     float threshold;     /* threshold, dynamic (0.9) */
     int k;               /* static: tokens per step; dynamic: quota per step */
+    int steps;           /* static, dynamic: > 0 replaces k by LLaDA2.0's schedule of quotas
+                            for this many steps per block (fl_steps_quota); 0: off */
     float entropy_bound; /* entropy (0.35 nats) */
+    float edit_threshold; /* LLaDA2.1 token editing: a decided reply position of the running
+                             block is rewritten when the model's token for it differs with
+                             p > this; FL_EDIT_OFF: no editing (and no post steps) */
+    int max_post_steps;  /* editing: steps a block may take after its last mask (16) */
     bool store_overlap;  /* store a finished block in the next block's first forward */
     bool pipeline;       /* multi-block (D2F / MBD-LMs) */
     float tau_add;       /* add the next block when the last one is this unmasked */
@@ -41,7 +55,10 @@ typedef enum fl_dec_field {
     FL_DF_POLICY = 0,
     FL_DF_THRESHOLD,
     FL_DF_K,
+    FL_DF_STEPS,
     FL_DF_ENTROPY_BOUND,
+    FL_DF_EDIT_THRESHOLD,
+    FL_DF_MAX_POST_STEPS,
     FL_DF_OVERLAP,
     FL_DF_PIPELINE,
     FL_DF_TAU_ADD,
@@ -68,8 +85,28 @@ typedef enum fl_dec_source {
 /* fogline's generic defaults (threshold 0.9, overlap and pipelining on); a family's own
  * start from these (fl_config_decode_defaults). */
 void fl_decode_opts_default(fl_decode_opts *o);
-/* Checks ranges; the message names the option. */
+/* Checks ranges and combinations (token editing runs one block at a time: no pipelining);
+ * the message names the option. For options that are complete (a request, resolved flags). */
 int fl_decode_opts_check(const fl_decode_opts *o, fl_err *e);
+/* Ranges only: for a partial set of options that later sources complete (flags and config
+ * objects over the generic defaults, before the model's own are known). */
+int fl_decode_opts_check_ranges(const fl_decode_opts *o, fl_err *e);
+/* Named presets, LLaDA2.1's model card modes: "quality" (threshold 0.7, edit_threshold 0.5)
+ * and "speed" (threshold 0.5, edit_threshold 0). Each also sets policy threshold,
+ * max_post_steps 16 and pipeline false (editing runs one block at a time). Sets those fields
+ * in o and their bits in *set; FL_EINVAL for an unknown name (o untouched). */
+int fl_decode_preset(const char *name, fl_decode_opts *o, uint32_t *set);
+/* "quality, speed": for messages that list the names */
+#define FL_DECODE_PRESETS "quality, speed"
+/* The LLaDA2 family's defaults over fogline's (family_defaults in config.c calls it for
+ * LLaDA2.0/2.1 models): the authors' generate, policy dynamic with steps 32 and threshold 0.95,
+ * one block at a time, no token editing (LLaDA2.1's modes are the presets). */
+void fl_decode_opts_llada2(fl_decode_opts *o);
+/* LLaDA2.0's per-step quota (the authors' generate, modeling_llada2_moe.py): a block of
+ * `block` positions gets s = min(steps, max_tokens) steps, step i (0-based) unmasking
+ * block / s positions, one more in the first block % s steps. At least 1 (past the schedule
+ * too: a block that still has masks must make progress). */
+int fl_steps_quota(int steps, int max_tokens, int block, int step);
 const char *fl_policy_name(fl_policy p);
 int fl_policy_parse(const char *s, fl_policy *out); /* 0 or FL_EINVAL */
 
@@ -81,9 +118,11 @@ void fl_decode_opts_overlay(fl_decode_opts *dst, uint8_t src_of[FL_DF_COUNT],
 /* Writes field f's value as JSON text ("0.9", "true", "\"threshold\"") into buf. */
 void fl_dec_field_json(const fl_decode_opts *o, fl_dec_field f, char *buf, size_t cap);
 
-/* Parses a JSON object of decoding defaults (keys as fl_dec_field_name) into o, setting a bit
- * in *set for each key given; `where` prefixes messages ("config.json: fogline.decoding").
- * Unknown keys, wrong types and out-of-range values are errors that name the key. obj is a
+/* Parses a JSON object of decoding defaults (keys as fl_dec_field_name, plus "preset": a
+ * preset's name, applied first so that the object's own keys win) into o, setting a bit in
+ * *set for each field given; `where` prefixes messages ("config.json: fogline.decoding").
+ * Unknown keys, wrong types and out-of-range values are errors that name the key; the
+ * result's ranges are checked, not its combinations (fl_decode_opts_check_ranges). obj is a
  * jansson json_t (opaque here so that this header needs no jansson). */
 struct json_t;
 int fl_decode_opts_parse_json(const struct json_t *obj, const char *where, fl_decode_opts *o,

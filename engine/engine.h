@@ -66,6 +66,8 @@ typedef struct fl_seq_stats {
                                 cache, or loaded from the request's prefix (Redis) */
     int32_t shared_tokens;   /* of those, from the engine's own prefix cache */
     int32_t prefix_rejected; /* prefix pages refused (damaged, wrong key or tokens) */
+    int32_t edits;           /* token editing: decided tokens rewritten (any block position) */
+    int32_t post_steps;      /* token editing: forwards of a block after its last mask */
     double ms_queued, ms_prefill, ms_decode, ms_total;
 } fl_seq_stats;
 
@@ -78,6 +80,8 @@ typedef struct fl_event {
     int32_t n;              /* (draft) reply positions in the block */
     const int32_t *tokens;  /* (n) token id, or -1 where still masked */
     const uint8_t *fresh;   /* (n) 1 where unmasked in this step */
+    const uint8_t *edited;  /* (n) 1 where a decided token was rewritten in this step (token
+                               editing); a block's commit comes only after its last edit */
     const char *text;       /* commit: the block's text; done: the whole reply */
     size_t text_len;
     const int32_t *ids;     /* commit: the block's committed ids; done: the reply's ids */

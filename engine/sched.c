@@ -8,7 +8,12 @@
  * With decode-store overlap the clean blocks and the running blocks go in one segment (the
  * store rides along with the next block's denoise step; block-causal attention makes it
  * exact). Without it, clean blocks get a forward of their own (the "store pass" bubble).
- * With pipelining, the next block starts when the last running one is tau_add unmasked. */
+ * With pipelining, the next block starts when the last running one is tau_add unmasked.
+ *
+ * Token editing (LLaDA2.1, decode_opts edit_threshold): every step of the running block may
+ * also rewrite its decided reply positions, and once its last mask is gone the block keeps
+ * taking "post" steps until one changes nothing or max_post_steps were taken (the authors'
+ * generate). Only then is it final: committed, stored, persisted. One block at a time. */
 #include "engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -33,10 +38,13 @@ typedef struct seq {
     int32_t *x;        /* (cap) token per position; mask id where undecided */
     uint8_t *fixed;    /* (cap) 1 when decided */
     uint8_t *fresh;    /* (cap) 1 when decided in the current step */
+    uint8_t *edited;   /* (cap) 1 when rewritten in the current step (token editing) */
     int32_t *pages;    /* (cap / B) page table, -1 when none */
     fl_page_key *keys; /* (cap / B) chained key of each stored block */
     int32_t n_cached, run_start, n_run;
     int32_t *block_steps; /* (cap / B) denoising steps per block */
+    int32_t post;         /* token editing: post steps the first running block took */
+    bool settled;         /* token editing: the first running block's post steps are over */
     int32_t reserve;      /* pages it may still allocate (reserved at admission) */
     bool ended;           /* an end was committed: no new blocks */
     fl_finish finish;
@@ -157,6 +165,7 @@ static void seq_free(seq *q)
     free(q->x);
     free(q->fixed);
     free(q->fresh);
+    free(q->edited);
     free(q->pages);
     free(q->keys);
     free(q->block_steps);
@@ -212,13 +221,14 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     q->x = malloc(sizeof(int32_t) * (size_t)q->cap);
     q->fixed = calloc((size_t)q->cap, 1);
     q->fresh = calloc((size_t)q->cap, 1);
+    q->edited = calloc((size_t)q->cap, 1);
     q->pages = malloc(sizeof(int32_t) * (size_t)nb);
     q->keys = calloc((size_t)nb, sizeof(fl_page_key));
     q->block_steps = calloc((size_t)nb, sizeof(int32_t));
     q->ids = malloc(sizeof(int32_t) * (size_t)(max_tokens + 1));
     q->stop = r->n_stop ? calloc((size_t)r->n_stop, sizeof(char *)) : NULL;
-    if (!q->x || !q->fixed || !q->fresh || !q->pages || !q->keys || !q->block_steps || !q->ids ||
-        (r->n_stop && !q->stop)) {
+    if (!q->x || !q->fixed || !q->fresh || !q->edited || !q->pages || !q->keys ||
+        !q->block_steps || !q->ids || (r->n_stop && !q->stop)) {
         seq_free(q);
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     }
@@ -475,6 +485,14 @@ static float block_ratio(const fl_sched *s, const seq *q, int32_t start)
  * what follows it is never read, so decoding it would only cost forwards). */
 static bool block_ready(const fl_sched *s, const seq *q, int32_t start)
 {
+    if (q->dec.edit_threshold != FL_EDIT_OFF) {
+        /* editing: any position may still change an earlier one (or the end token itself)
+           until the post steps are over, those past the limit included */
+        for (int32_t p = start; p < start + s->B; p++)
+            if (!q->fixed[p])
+                return false;
+        return q->settled;
+    }
     int32_t end = start + s->B < q->limit ? start + s->B : q->limit;
     for (int32_t p = start; p < end; p++) {
         if (!q->fixed[p])
@@ -557,10 +575,11 @@ static void emit_draft(fl_sched *s, seq *q, int32_t start)
     if (n <= 0 || !q->sink)
         return;
     int32_t toks[FL_MAX_BLOCK];
-    uint8_t fr[FL_MAX_BLOCK];
+    uint8_t fr[FL_MAX_BLOCK], ed[FL_MAX_BLOCK];
     for (int32_t i = 0; i < n; i++) {
         toks[i] = q->fixed[from + i] ? q->x[from + i] : -1;
         fr[i] = q->fresh[from + i];
+        ed[i] = q->edited[from + i];
     }
     fl_event ev = {0};
     ev.type = FL_EV_DRAFT;
@@ -570,6 +589,7 @@ static void emit_draft(fl_sched *s, seq *q, int32_t start)
     ev.n = n;
     ev.tokens = toks;
     ev.fresh = fr;
+    ev.edited = ed;
     q->sink(&ev, q->ctx);
 }
 
@@ -636,6 +656,8 @@ static bool commit_block(fl_sched *s, seq *q)
     }
     q->run_start += B;
     q->n_run--;
+    q->post = 0;
+    q->settled = false;
     return end;
 }
 
@@ -709,6 +731,7 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
            committed at once (greedy even when sampling, as upstream does) */
         int32_t p = q->ar_pos;
         memset(q->fresh + q->run_start, 0, (size_t)B);
+        memset(q->edited + q->run_start, 0, (size_t)B);
         q->x[p] = out[p - 1 - sg->pos0].token;
         q->fixed[p] = 1;
         q->fresh[p] = 1;
@@ -731,9 +754,12 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
     bool semi[FL_MAX_RUN_BLOCKS] = {0};
     for (int32_t i = 1; i < q->n_run && i < FL_MAX_RUN_BLOCKS; i++)
         semi[i] = block_ratio(s, q, q->run_start + (i - 1) * B) < q->dec.tau_act;
+    bool editing = q->dec.edit_threshold != FL_EDIT_OFF;
     fl_tok_out pred[FL_MAX_BLOCK];
-    uint8_t elig[FL_MAX_BLOCK], sel[FL_MAX_BLOCK];
+    uint8_t elig[FL_MAX_BLOCK], sel[FL_MAX_BLOCK], edit[FL_MAX_BLOCK];
+    int32_t etok[FL_MAX_BLOCK];
     memset(q->fresh + q->run_start, 0, (size_t)(q->n_run * B));
+    memset(q->edited + q->run_start, 0, (size_t)(q->n_run * B));
     for (int32_t i = 0; i < q->n_run; i++) {
         int32_t start = q->run_start + i * B;
         /* Fast-dLLM v2 sub-blocks: only the first sub-block that still has masks */
@@ -750,9 +776,11 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
             }
         }
         int32_t any = 0;
+        bool masked = false; /* the block has a mask before this step */
         for (int32_t j = 0; j < B; j++) {
             int32_t p = start + j;
             elig[j] = 0;
+            masked |= !q->fixed[p];
             if (q->fixed[p] || p < sub_lo || p >= sub_hi)
                 continue;
             const fl_tok_out *pr = pred_at(s, q, sg, out, p);
@@ -768,10 +796,46 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
             elig[j] = 1;
             any = 1;
         }
-        if (!any)
+        /* token editing, on the state before this step's unmasking (a position unmasked now
+           is not edited in the same step): a decided reply position whose token here differs
+           and is above edit_threshold is rewritten. Never into the mask token: that would
+           re-mask the position, which this engine does not do. Only the first running block
+           edits (fl_decode_opts_check refuses pipelining with editing). */
+        int n_edit = 0;
+        bool edits_here = editing && i == 0;
+        for (int32_t j = 0; edits_here && j < B; j++) {
+            int32_t p = start + j;
+            edit[j] = 0;
+            if (!q->fixed[p] || p < q->L)
+                continue;
+            const fl_tok_out *pr = pred_at(s, q, sg, out, p);
+            if (!pr)
+                continue;
+            fl_tok_out cand = *pr;
+            if (logits && q->dec.temperature > 0) {
+                int32_t src = p - c->logits_shift;
+                if (src >= sg->pos0)
+                    fl_sample(&q->dec, logits + (size_t)(src - sg->pos0) * (size_t)c->vocab,
+                              c->vocab, &q->rng, s->sample_tmp, &cand);
+            }
+            if (cand.token != q->x[p] && cand.prob > q->dec.edit_threshold &&
+                cand.token != s->mask_id) {
+                edit[j] = 1;
+                etok[j] = cand.token;
+                n_edit++;
+            }
+        }
+        bool post = edits_here && !masked; /* a post step: the block had no mask left */
+        if (!any && !post && !n_edit)
             continue;
         q->block_steps[start / B]++;
-        int nsel = fl_policy_select(&q->dec, pred, elig, B, i < FL_MAX_RUN_BLOCKS && semi[i], sel);
+        int nsel = 0;
+        if (any) {
+            fl_decode_opts d = q->dec;
+            if (d.steps > 0 && (d.policy == FL_POLICY_STATIC || d.policy == FL_POLICY_DYNAMIC))
+                d.k = fl_steps_quota(d.steps, q->max_tokens, B, q->block_steps[start / B] - 1);
+            nsel = fl_policy_select(&d, pred, elig, B, i < FL_MAX_RUN_BLOCKS && semi[i], sel);
+        }
         for (int32_t j = 0; j < B && nsel; j++)
             if (sel[j]) {
                 q->x[start + j] = pred[j].token;
@@ -780,7 +844,28 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
                 if (start + j < q->limit)
                     q->produced++;
             }
-        if (nsel)
+        for (int32_t j = 0; j < B && n_edit; j++)
+            if (edit[j]) {
+                q->x[start + j] = etok[j];
+                q->edited[start + j] = 1;
+            }
+        q->st.edits += n_edit;
+        if (edits_here) {
+            /* the authors' loop: a step that starts with no mask is post step k; the block
+               ends after one that edits nothing, or after post step max_post_steps */
+            if (post) {
+                q->post++;
+                q->st.post_steps++;
+                if (!n_edit || q->post >= q->dec.max_post_steps)
+                    q->settled = true;
+            } else if (q->dec.max_post_steps == 0) {
+                bool left = false;
+                for (int32_t p = start; p < start + B && !left; p++)
+                    left = !q->fixed[p];
+                q->settled = !left;
+            }
+        }
+        if (nsel || n_edit)
             emit_draft(s, q, start);
     }
     return advance(s, q);

@@ -9,7 +9,7 @@
 enum {
     G_MAX_TOKENS = 2000, G_POLICY, G_THRESHOLD, G_K, G_ENTROPY, G_OVERLAP, G_NO_OVERLAP,
     G_PIPELINE, G_NO_PIPELINE, G_TAU_ADD, G_TAU_ACT, G_TAU_CONF, G_MAX_BLOCKS, G_TEMP, G_TOP_K,
-    G_TOP_P, G_SEED, G_STOP
+    G_TOP_P, G_SEED, G_STOP, G_STEPS, G_EDIT, G_MAX_POST, G_PRESET
 };
 
 static const struct option gopts[] = {
@@ -22,6 +22,8 @@ static const struct option gopts[] = {
     {"max-blocks", required_argument, 0, G_MAX_BLOCKS}, {"temperature", required_argument, 0, G_TEMP},
     {"top-k", required_argument, 0, G_TOP_K},           {"top-p", required_argument, 0, G_TOP_P},
     {"seed", required_argument, 0, G_SEED},             {"stop", required_argument, 0, G_STOP},
+    {"steps", required_argument, 0, G_STEPS},           {"edit-threshold", required_argument, 0, G_EDIT},
+    {"max-post-steps", required_argument, 0, G_MAX_POST}, {"preset", required_argument, 0, G_PRESET},
 };
 
 void fl_gen_opts_default(fl_gen_opts *g)
@@ -48,11 +50,20 @@ void fl_gen_opts_usage(FILE *f)
                "  --policy P           sequential | static | threshold | dynamic | entropy\n"
                "  --threshold T        confidence to unmask (threshold, dynamic)\n"
                "  --k N                tokens per step (static) / per-step quota (dynamic)\n"
+               "  --steps N            static, dynamic: LLaDA2.0's quota schedule for N steps per\n"
+               "                       block instead of k (0: off)\n"
                "  --entropy-bound E    summed entropy per step (entropy)\n"
                "  --overlap, --no-overlap    store a finished block in the next block's first forward\n"
                "                       (never changes outputs; on)\n"
                "  --pipeline, --no-pipeline  multi-block pipelining: a speed mode that changes outputs\n"
                "                       unless the model was trained for it (on for fogline's models)\n"
+               "  --edit-threshold X   token editing (LLaDA2.1): rewrite a decided token of the\n"
+               "                       running block when the model's differs with p > X; off\n"
+               "                       (the default) or a number in [0, 1]; needs --no-pipeline\n"
+               "  --max-post-steps N   editing: steps a block may take after its last mask (16)\n"
+               "  --preset NAME        quality (threshold 0.7, edit 0.5) or speed (0.5, 0): also\n"
+               "                       policy threshold, max-post-steps 16, no pipelining; other\n"
+               "                       flags win over it\n"
                "  --tau-add X          start the next block when the last is X unmasked\n"
                "  --tau-act X          a block is fully active once its predecessor is X unmasked\n"
                "  --tau-conf X         a semi-active block commits only above X\n"
@@ -126,6 +137,45 @@ int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size
     case G_TAU_CONF: if (parse_f(arg, &d->tau_conf)) BADF("tau-conf"); break;
     case G_TEMP: if (parse_f(arg, &d->temperature)) BADF("temperature"); break;
     case G_TOP_P: if (parse_f(arg, &d->top_p)) BADF("top-p"); break;
+    case G_EDIT: {
+        float x;
+        if (!strcmp(arg, "off")) {
+            d->edit_threshold = FL_EDIT_OFF;
+        } else if (parse_f(arg, &x) || !(x >= 0.0f && x <= 1.0f)) {
+            snprintf(err, errlen, "--edit-threshold needs off or a number in [0, 1], got '%s'", arg);
+            return -1;
+        } else {
+            d->edit_threshold = x;
+        }
+        break;
+    }
+    case G_STEPS:
+        if (fl_parse_long(arg, 0, FL_MAX_STEPS, &v)) {
+            snprintf(err, errlen, "--steps needs an integer in [0, %d], got '%s'", FL_MAX_STEPS, arg);
+            return -1;
+        }
+        d->steps = (int)v;
+        break;
+    case G_MAX_POST:
+        if (fl_parse_long(arg, 0, FL_MAX_POST_STEPS, &v)) {
+            snprintf(err, errlen, "--max-post-steps needs an integer in [0, %d], got '%s'",
+                     FL_MAX_POST_STEPS, arg);
+            return -1;
+        }
+        d->max_post_steps = (int)v;
+        break;
+    case G_PRESET: {
+        /* the preset's fields, except those a flag of their own set (before or after it) */
+        fl_decode_opts p = *d;
+        uint32_t pm = 0;
+        if (fl_decode_preset(arg, &p, &pm)) {
+            snprintf(err, errlen, "unknown --preset '%s' (" FL_DECODE_PRESETS ")", arg);
+            return -1;
+        }
+        fl_decode_opts_overlay(d, NULL, &p, pm & ~g->explicit_set, FL_DS_FLAG);
+        g->set |= pm;
+        break;
+    }
     case G_K:
         if (fl_parse_long(arg, 1, FL_MAX_BLOCK, &v)) {
             snprintf(err, errlen, "--k needs an integer in [1, %d], got '%s'", FL_MAX_BLOCK, arg);
@@ -184,11 +234,16 @@ int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size
         [G_TAU_CONF - G_MAX_TOKENS] = FL_DF_TAU_CONF + 1, [G_MAX_BLOCKS - G_MAX_TOKENS] = FL_DF_MAX_BLOCKS + 1,
         [G_TEMP - G_MAX_TOKENS] = FL_DF_TEMPERATURE + 1, [G_TOP_K - G_MAX_TOKENS] = FL_DF_TOP_K + 1,
         [G_TOP_P - G_MAX_TOKENS] = FL_DF_TOP_P + 1, [G_STOP - G_MAX_TOKENS] = 0,
+        [G_STEPS - G_MAX_TOKENS] = FL_DF_STEPS + 1, [G_EDIT - G_MAX_TOKENS] = FL_DF_EDIT_THRESHOLD + 1,
+        [G_MAX_POST - G_MAX_TOKENS] = FL_DF_MAX_POST_STEPS + 1, [G_PRESET - G_MAX_TOKENS] = 0,
     };
-    if (field_of[code - G_MAX_TOKENS])
+    if (field_of[code - G_MAX_TOKENS]) {
         g->set |= FL_DF_BIT(field_of[code - G_MAX_TOKENS] - 1);
+        g->explicit_set |= FL_DF_BIT(field_of[code - G_MAX_TOKENS] - 1);
+    }
+    /* ranges only: the model's defaults complete these (pipelining, say) at resolve */
     fl_err e = {0};
-    if (fl_decode_opts_check(d, &e)) {
+    if (fl_decode_opts_check_ranges(d, &e)) {
         snprintf(err, errlen, "%s", e.msg);
         return -1;
     }

@@ -10,7 +10,9 @@
 
 typedef struct fl_gen_opts {
     fl_decode_opts dec; /* the flags' values over the generic defaults until resolved */
-    uint32_t set;       /* the fields a flag set (FL_DF_BIT) */
+    uint32_t set;       /* the fields a flag or --preset set (FL_DF_BIT) */
+    uint32_t explicit_set; /* of those, the ones a flag of their own set: a preset, whenever
+                              it comes, leaves them alone */
     int max_tokens;
     char **stop;
     int n_stop;

@@ -262,10 +262,14 @@ int fl_cmd_serve(int argc, char **argv)
              s->n_pages, cfg.max_seqs, cfg.api_key ? "on" : "off");
     {
         const fl_decode_opts *d = &cfg.gen.dec;
+        char edit[32];
+        fl_dec_field_json(d, FL_DF_EDIT_THRESHOLD, edit, sizeof edit);
         SRV_ALWAYS(&s->log, "event=decoding policy=%s threshold=%g pipeline=%s overlap=%s "
-                 "max_blocks=%d temperature=%g sources=policy:%s,threshold:%s,pipeline:%s",
+                 "max_blocks=%d temperature=%g edit_threshold=%s max_post_steps=%d "
+                 "sources=policy:%s,threshold:%s,pipeline:%s",
                  fl_policy_name(d->policy), (double)d->threshold, d->pipeline ? "on" : "off",
                  d->store_overlap ? "on" : "off", d->max_blocks, (double)d->temperature,
+                 !strcmp(edit, "false") ? "off" : edit, d->max_post_steps,
                  fl_dec_source_name(s->dec_src[FL_DF_POLICY]),
                  fl_dec_source_name(s->dec_src[FL_DF_THRESHOLD]),
                  fl_dec_source_name(s->dec_src[FL_DF_PIPELINE]));

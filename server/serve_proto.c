@@ -196,12 +196,25 @@ static int parse_decoding(pctx *P, const json_t *d, fl_decode_opts *o)
     if (!json_is_object(d))
         return bad(P, SRV_E_BAD_REQUEST, "decoding", "'decoding' must be an object");
     static const char *const known[] = {"policy", "threshold", "k", "entropy_bound", "overlap",
-                                        "pipeline", "tau_add", "tau_act", "tau_conf", "max_blocks"};
+                                        "pipeline", "tau_add", "tau_act", "tau_conf", "max_blocks",
+                                        "steps", "edit_threshold", "max_post_steps", "preset"};
     const char *key = srv_json_unknown_key(d, known, sizeof known / sizeof known[0]);
     if (key)
         return bad(P, SRV_E_BAD_REQUEST, "decoding",
                    "unknown decoding option '%.64s' (policy, threshold, k, entropy_bound, "
-                   "overlap, pipeline, tau_add, tau_act, tau_conf, max_blocks)", key);
+                   "overlap, pipeline, tau_add, tau_act, tau_conf, max_blocks, steps, "
+                   "edit_threshold, max_post_steps, preset)", key);
+    /* a preset first, over the server's defaults: the object's other keys win over it */
+    const json_t *pre = json_object_get(d, "preset");
+    if (pre && !json_is_null(pre)) {
+        uint32_t unused = 0;
+        if (!json_is_string(pre))
+            return bad(P, SRV_E_BAD_REQUEST, "decoding.preset", "'decoding.preset' must be a string");
+        if (fl_decode_preset(json_string_value(pre), o, &unused))
+            return bad(P, SRV_E_OUT_OF_RANGE, "decoding.preset",
+                       "unknown decoding.preset '%.64s' (" FL_DECODE_PRESETS ")",
+                       json_string_value(pre));
+    }
     const json_t *pol = json_object_get(d, "policy");
     if (pol && !json_is_null(pol)) {
         if (!json_is_string(pol))
@@ -230,6 +243,25 @@ static int parse_decoding(pctx *P, const json_t *d, fl_decode_opts *o)
         return -1;
     if (!r)
         o->max_blocks = (int)x;
+    if ((r = get_int(P, d, "steps", "decoding.steps", 0, FL_MAX_STEPS, &x)) < 0)
+        return -1;
+    if (!r)
+        o->steps = (int)x;
+    if ((r = get_int(P, d, "max_post_steps", "decoding.max_post_steps", 0, FL_MAX_POST_STEPS,
+                     &x)) < 0)
+        return -1;
+    if (!r)
+        o->max_post_steps = (int)x;
+    /* edit_threshold: a number turns token editing on, false turns it off */
+    const json_t *ed = json_object_get(d, "edit_threshold");
+    if (ed && json_is_false(ed))
+        o->edit_threshold = FL_EDIT_OFF;
+    else if (ed && !json_is_null(ed) && !json_is_number(ed))
+        return bad(P, SRV_E_BAD_REQUEST, "decoding.edit_threshold",
+                   "'decoding.edit_threshold' must be a number or false");
+    else if (get_num(P, d, "edit_threshold", "decoding.edit_threshold", 0, 1, false,
+                     &o->edit_threshold))
+        return -1;
     return 0;
 }
 

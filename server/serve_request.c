@@ -34,9 +34,11 @@ static void req_free(srv_req *r)
 {
     free(r->group_text);
     /* a queued draft must not point at a freed request */
-    for (int i = 0; i < SRV_DRAFT_SLOTS; i++)
+    for (int i = 0; i < SRV_DRAFT_SLOTS; i++) {
         if (r->draft_slot[i])
             r->draft_slot[i]->req = NULL;
+        free(r->view[i]);
+    }
     srv_chat_free(&r->chat);
     free(r->ids);
     free(r);

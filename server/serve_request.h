@@ -29,8 +29,8 @@ struct srv_ev {
     struct srv_req *req;
     fl_event_type type;
     int32_t block, step, n; /* draft/commit */
-    int32_t *tokens;        /* (n) -1 where masked */
-    uint8_t *fresh;         /* (n) */
+    int32_t *tokens;        /* (n) -1 where masked (what changed is the owner's to work out:
+                               it knows what its client was sent) */
     char *text;             /* commit: the block's text; done: the whole reply */
     size_t text_len;
     fl_finish finish;
@@ -99,6 +99,12 @@ struct srv_req {
     double t_first;       /* loop ms of the first draft or commit, 0 before */
     double t_last;        /* loop ms of the last update */
     srv_out *draft_slot[SRV_DRAFT_SLOTS]; /* queued, unsent drafts by block % SLOTS */
+    /* by the same slots, what the client saw of a running block, for the drafts' "new" and
+       "edited" lists (docs/protocol.md): view[i] is NULL until the slot's first draft, then
+       (2, FL_MAX_BLOCK) tokens, -1 masked: [0] the block as the client was last sent it (all
+       masked before its first draft), [1] the newest draft of it, sent or still queued */
+    int32_t *view[SRV_DRAFT_SLOTS];
+    int32_t view_block[SRV_DRAFT_SLOTS]; /* the block view[i] holds (with view[i] only) */
     srv_reason reason;    /* the reply's reasoning/answer split (set up with the prompt) */
     /* fan-out ("parallel"): a group owns branch requests and has no engine work of its own;
        the group is in its owner's list, the branches in the server's */

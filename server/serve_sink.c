@@ -56,7 +56,7 @@ void srv_sink(const fl_event *ev, void *ctx)
     size_t ntext = ev->type == FL_EV_DRAFT ? 0 : ev->text_len;
     size_t nerr = ev->error ? strlen(ev->error) + 1 : 0;
     size_t nids = ev->type == FL_EV_DONE && ev->ids && ev->n_ids > 0 ? (size_t)ev->n_ids : 0;
-    size_t sz = sizeof(srv_ev) + (ntok + nids) * sizeof(int32_t) + ntok + ntext + 1 + nerr;
+    size_t sz = sizeof(srv_ev) + (ntok + nids) * sizeof(int32_t) + ntext + 1 + nerr;
     srv_fault_site site = ev->type == FL_EV_DRAFT    ? SRV_FAULT_DRAFT_EVENT
                           : ev->type == FL_EV_COMMIT ? SRV_FAULT_COMMIT_EVENT
                                                      : SRV_FAULT_DONE_EVENT;
@@ -88,10 +88,6 @@ void srv_sink(const fl_event *ev, void *ctx)
     if (nids)
         memcpy(x->ids, ev->ids, nids * sizeof(int32_t));
     p += nids * sizeof(int32_t);
-    x->fresh = (uint8_t *)p;
-    if (ntok)
-        memcpy(x->fresh, ev->fresh, ntok);
-    p += ntok;
     x->text = p;
     if (ntext)
         memcpy(x->text, ev->text, ntext);

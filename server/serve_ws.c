@@ -326,12 +326,32 @@ static json_t *draft_tokens(const fl_tokenizer *t, const int32_t *tokens, int32_
 }
 
 
+/* A draft's "new" and "edited" lists (docs/protocol.md) say what changed since the draft of
+   the block that this client was last sent: new, masked there and decided now; edited,
+   decided there with another token (token editing). A draft that replaces a queued one is
+   compared with what the client had before that one, so nothing a client never saw is
+   missed, and a token edited back to what the client shows is not marked. */
 static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
 {
     srv *s = c->s;
+    int slot = ev->block % SRV_DRAFT_SLOTS;
+    srv_out *old = r->draft_slot[slot];
+    bool queued = old && old->block == ev->block; /* still waiting: replaced in place */
+    if (ev->n > FL_MAX_BLOCK)
+        return;
+    if (!r->view[slot]) {
+        if (!(r->view[slot] = malloc(sizeof(int32_t) * 2 * FL_MAX_BLOCK)))
+            return; /* out of memory: a draft may be dropped (a later one or the commit follows) */
+        r->view_block[slot] = -1;
+    }
+    int32_t *seen = r->view[slot], *last = seen + FL_MAX_BLOCK;
+    bool same = r->view_block[slot] == ev->block;
+    int32_t base[FL_MAX_BLOCK]; /* (n) what the client has of this block */
+    for (int32_t i = 0; i < ev->n; i++)
+        base[i] = !same ? -1 : queued ? seen[i] : last[i];
     json_t *toks = draft_tokens(s->model->tok, ev->tokens, ev->n);
     if (!toks)
-        return; /* out of memory: a draft may be dropped (a later one or the commit follows) */
+        return;
     json_t *o = json_object();
     json_object_set_new(o, "type", json_string("draft"));
     json_object_set_new(o, "id", json_string(r->chat.id));
@@ -340,17 +360,19 @@ static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
     json_object_set_new(o, "block", json_integer(ev->block));
     json_object_set_new(o, "step", json_integer(ev->step));
     json_object_set_new(o, "tokens", toks);
-    json_t *fresh = json_array();
-    for (int32_t i = 0; i < ev->n; i++)
-        if (ev->fresh[i])
+    json_t *fresh = json_array(), *edited = json_array();
+    for (int32_t i = 0; i < ev->n; i++) {
+        if (ev->tokens[i] >= 0 && base[i] < 0)
             json_array_append_new(fresh, json_integer(i));
+        else if (ev->tokens[i] >= 0 && ev->tokens[i] != base[i])
+            json_array_append_new(edited, json_integer(i));
+    }
     json_object_set_new(o, "new", fresh);
+    json_object_set_new(o, "edited", edited);
     char *str = dumps(o);
     if (!str)
         return;
-    int slot = ev->block % SRV_DRAFT_SLOTS;
-    srv_out *old = r->draft_slot[slot];
-    if (old && old->block == ev->block) {
+    if (queued) {
         /* still queued: the newer draft replaces it in place */
         size_t len = strlen(str);
         unsigned char *nb = malloc(LWS_PRE + len + 1);
@@ -361,6 +383,7 @@ static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
             old->buf = nb;
             old->len = len;
             s->m.drafts_coalesced++;
+            memcpy(last, ev->tokens, sizeof(int32_t) * (size_t)ev->n);
         }
         free(str);
         return;
@@ -372,6 +395,9 @@ static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
         o2->req = r;
         o2->block = ev->block;
         r->draft_slot[slot] = o2;
+        memcpy(seen, base, sizeof(int32_t) * (size_t)ev->n);
+        memcpy(last, ev->tokens, sizeof(int32_t) * (size_t)ev->n);
+        r->view_block[slot] = ev->block;
     }
 }
 
@@ -447,6 +473,8 @@ static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
     json_object_set_new(x, "decode_forwards", json_integer(st->decode_forwards));
     json_object_set_new(x, "store_forwards", json_integer(st->store_forwards));
     json_object_set_new(x, "blocks", json_integer(st->blocks));
+    json_object_set_new(x, "edits", json_integer(st->edits));
+    json_object_set_new(x, "post_steps", json_integer(st->post_steps));
     json_object_set_new(x, "ms_queued", json_real(st->ms_queued));
     json_object_set_new(x, "ms_prefill", json_real(st->ms_prefill));
     json_object_set_new(x, "ms_decode", json_real(st->ms_decode));

@@ -15,6 +15,16 @@ add_test(NAME decode.parity_reference
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/parity_decode.py $<TARGET_FILE:fogline>
           ${CMAKE_BINARY_DIR}/fixtures/dec_q3 ${CMAKE_BINARY_DIR}/fixtures/dec_q2)
 set_tests_properties(decode.parity_reference PROPERTIES FIXTURES_REQUIRED decode_models LABELS "integration")
+# LLaDA2's rules token for token against ref_decode.py: LLaDA2.0's threshold with the authors'
+# quota schedule, LLaDA2.1's token editing and post steps (edits, post steps and forwards
+# counted against the reference's loop, with and without decode-store overlap), on sharpened
+# copies of the dense random model at its block and at block 32. LLaDA2-format directories
+# (make_moe_model.py) go on the same command line when the loader has them.
+add_test(NAME decode.parity_llada2
+  COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/parity_llada2.py $<TARGET_FILE:fogline>
+          ${CMAKE_BINARY_DIR}/fixtures/dec_q3)
+set_tests_properties(decode.parity_llada2 PROPERTIES FIXTURES_REQUIRED decode_models
+  LABELS "integration" TIMEOUT 1200)
 # The built-in model: prompt ids (template + tokenizer) and greedy one-token-per-step replies
 # equal to the training-side reference decoder (engine/train/eval.py --greedy-out).
 add_test(NAME decode.parity_default_model

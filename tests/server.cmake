@@ -26,6 +26,18 @@ foreach(suite ws_protocol openai http ops backpressure redis parallel faults gen
   set_tests_properties(server.${suite} PROPERTIES LABELS integration TIMEOUT 300
     ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_SERVE_MODEL=${FL_SERVE_MODEL}")
 endforeach()
+# token editing (LLaDA2.1's decoding) on a random dense model that edits, with the built-in
+# model's tokenizer: drafts' new/edited lists, commits after the last edit, OpenAI streaming of
+# committed text only, the options' errors
+set(FL_EDIT_MODEL ${CMAKE_BINARY_DIR}/fixtures/edit_model)
+add_test(NAME server.edit_model
+  COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/server/make_edit_model.py ${FL_EDIT_MODEL}
+          --tokenizer ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
+set_tests_properties(server.edit_model PROPERTIES FIXTURES_SETUP edit_model LABELS python)
+add_test(NAME server.editing COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/editing.test.mjs)
+set_tests_properties(server.editing PROPERTIES LABELS integration TIMEOUT 300
+  FIXTURES_REQUIRED edit_model
+  ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_EDIT_MODEL=${FL_EDIT_MODEL}")
 # the outline parser (server/outline.c) is a pure module: its unit test compiles it in
 target_sources(test_outline PRIVATE ${CMAKE_SOURCE_DIR}/server/outline.c)
 target_include_directories(test_outline PRIVATE ${CMAKE_SOURCE_DIR}/server)

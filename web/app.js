@@ -356,6 +356,7 @@ function onDraft(f) {
     }
   }
   const fresh = new Set(f.new || []);
+  const edited = new Set(f.edited || []); // token editing: a shown token was rewritten
   let decided = 0;
   f.tokens.forEach((tok, i) => {
     const s = b.el.childNodes[i];
@@ -364,7 +365,15 @@ function onDraft(f) {
     } else {
       decided++;
       const t = tok.t ?? '';
-      if (s.dataset.t !== t || s.className === 'fog') {
+      if (edited.has(i)) {
+        // it flickers back into focus as a new token does; a fresh span restarts the animation
+        // even when the last one had not ended (or the text reads the same)
+        const n = document.createElement('span');
+        n.dataset.t = t;
+        n.textContent = t;
+        n.className = 'tok drafting new edited';
+        s.replaceWith(n);
+      } else if (s.dataset.t !== t || s.className === 'fog') {
         s.dataset.t = t;
         s.textContent = t;
         s.className = fresh.has(i) ? 'tok drafting new' : 'tok drafting';

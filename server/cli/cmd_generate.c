@@ -392,6 +392,8 @@ int fl_cmd_generate(int argc, char **argv)
         json_object_set_new(st, "decode_forwards", json_integer(L.st.decode_forwards));
         json_object_set_new(st, "store_forwards", json_integer(L.st.store_forwards));
         json_object_set_new(st, "blocks", json_integer(L.st.blocks));
+        json_object_set_new(st, "edits", json_integer(L.st.edits));
+        json_object_set_new(st, "post_steps", json_integer(L.st.post_steps));
         json_object_set_new(st, "tpf", json_real(L.st.tpf));
         json_object_set_new(st, "ms_prefill", json_real(L.st.ms_prefill));
         json_object_set_new(st, "ms_decode", json_real(L.st.ms_decode));

@@ -1,10 +1,147 @@
 /* test_decode.c: the unmasking policies on predictions whose right answer is known, the
- * option checks, sampling, and the KV page pool. */
+ * option checks, LLaDA2's options (the steps schedule, token editing, presets) and their JSON
+ * parsing with its exact errors, sampling, and the KV page pool. */
 #include "check.h"
 #include "decode.h"
 #include "kvpool.h"
 
+#include <jansson.h>
 #include <math.h>
+
+/* Parses JSON text as a decoding object over the defaults; *o gets the result. */
+static int parse(const char *text, fl_decode_opts *o, uint32_t *set, fl_err *e)
+{
+    fl_decode_opts_default(o);
+    *set = 0;
+    json_t *j = json_loads(text, 0, NULL);
+    if (!j)
+        return -999;
+    int rc = fl_decode_opts_parse_json(j, "cfg", o, set, e);
+    json_decref(j);
+    return rc;
+}
+
+/* The JSON text of a field */
+static const char *field(const fl_decode_opts *o, fl_dec_field f)
+{
+    static char buf[64];
+    fl_dec_field_json(o, f, buf, sizeof buf);
+    return buf;
+}
+
+static void llada2_options(void)
+{
+    fl_decode_opts o;
+    fl_err e = {0};
+    uint32_t set;
+    fl_decode_opts_default(&o);
+    CHECK(o.edit_threshold == FL_EDIT_OFF && o.max_post_steps == 16 && o.steps == 0,
+          "defaults: no editing, 16 post steps, no schedule");
+    CHECK(!strcmp(field(&o, FL_DF_EDIT_THRESHOLD), "false"), "off shows as false: %s",
+          field(&o, FL_DF_EDIT_THRESHOLD));
+    CHECK(!strcmp(fl_dec_field_name(FL_DF_EDIT_THRESHOLD), "edit_threshold") &&
+              !strcmp(fl_dec_field_name(FL_DF_MAX_POST_STEPS), "max_post_steps") &&
+              !strcmp(fl_dec_field_name(FL_DF_STEPS), "steps"),
+          "field names");
+
+    /* LLaDA2.0's quota schedule: steps 32 over a block of 32 is one per step; a reply of 10
+       tokens caps it at 10 steps of 4, 4, 3, ... (32 = 2*4 + 8*3); past the schedule, 1 */
+    for (int i = 0; i < 32; i++)
+        CHECK(fl_steps_quota(32, 2048, 32, i) == 1, "steps 32 block 32 step %d", i);
+    int want10[10] = {4, 4, 3, 3, 3, 3, 3, 3, 3, 3}, sum = 0;
+    for (int i = 0; i < 10; i++) {
+        CHECK(fl_steps_quota(32, 10, 32, i) == want10[i], "max_tokens 10 step %d: %d", i,
+              fl_steps_quota(32, 10, 32, i));
+        sum += fl_steps_quota(32, 10, 32, i);
+    }
+    CHECK(sum == 32, "the quotas fill the block");
+    CHECK(fl_steps_quota(32, 10, 32, 10) == 1, "past the schedule: 1");
+    CHECK(fl_steps_quota(32, 3, 4, 0) == 2 && fl_steps_quota(32, 3, 4, 1) == 1 &&
+              fl_steps_quota(32, 3, 4, 2) == 1,
+          "block 4, 3 tokens: 2, 1, 1");
+    CHECK(fl_steps_quota(32, 100, 4, 0) == 1 && fl_steps_quota(32, 100, 4, 7) == 1,
+          "more steps than positions: 1 (never 0)");
+
+    /* the LLaDA2 family's defaults: the authors' 2.0 rule, valid as they are */
+    fl_decode_opts_default(&o);
+    fl_decode_opts_llada2(&o);
+    CHECK(o.policy == FL_POLICY_DYNAMIC && o.threshold == 0.95f && o.steps == 32 && o.k == 1 &&
+              !o.pipeline && o.edit_threshold == FL_EDIT_OFF && fl_decode_opts_check(&o, &e) == 0,
+          "LLaDA2 defaults: %s", e.msg);
+
+    /* presets: the model card's modes; an unknown name leaves o alone */
+    fl_decode_opts_default(&o);
+    set = 0;
+    CHECK(fl_decode_preset("quality", &o, &set) == 0 && o.policy == FL_POLICY_THRESHOLD &&
+              o.threshold == 0.7f && o.edit_threshold == 0.5f && o.max_post_steps == 16 &&
+              !o.pipeline,
+          "quality");
+    CHECK(set == (FL_DF_BIT(FL_DF_POLICY) | FL_DF_BIT(FL_DF_THRESHOLD) |
+                  FL_DF_BIT(FL_DF_EDIT_THRESHOLD) | FL_DF_BIT(FL_DF_MAX_POST_STEPS) |
+                  FL_DF_BIT(FL_DF_PIPELINE)),
+          "quality sets its fields' bits: %x", set);
+    CHECK(fl_decode_opts_check(&o, &e) == 0, "quality is valid: %s", e.msg);
+    CHECK(fl_decode_preset("speed", &o, &set) == 0 && o.threshold == 0.5f && o.edit_threshold == 0.0f,
+          "speed");
+    CHECK(!strcmp(field(&o, FL_DF_EDIT_THRESHOLD), "0"), "edit 0 shows as 0: %s",
+          field(&o, FL_DF_EDIT_THRESHOLD));
+    fl_decode_opts before = o;
+    CHECK(fl_decode_preset("fast", &o, &set) == FL_EINVAL && !memcmp(&o, &before, sizeof o),
+          "unknown preset");
+
+    /* checks: ranges, and editing with pipelining only in the full check */
+    fl_decode_opts_default(&o);
+    o.edit_threshold = 0.5f; /* pipeline is on in the generic defaults */
+    CHECK(fl_decode_opts_check_ranges(&o, &e) == 0, "ranges alone accept it: %s", e.msg);
+    CHECK(fl_decode_opts_check(&o, &e) == FL_EINVAL &&
+              !strcmp(e.msg, "edit_threshold (token editing) works on one block at a time: it "
+                             "needs pipeline false"),
+          "%s", e.msg);
+    o.pipeline = false;
+    CHECK(fl_decode_opts_check(&o, &e) == 0, "without pipelining: %s", e.msg);
+    o.edit_threshold = 1.5f;
+    CHECK(fl_decode_opts_check(&o, &e) == FL_ERANGE &&
+              !strcmp(e.msg, "edit_threshold must be in [0, 1], got 1.5"), "%s", e.msg);
+    o.edit_threshold = 0.5f;
+    o.max_post_steps = -1;
+    CHECK(fl_decode_opts_check(&o, &e) == FL_ERANGE &&
+              !strcmp(e.msg, "max_post_steps must be in [0, 1024], got -1"), "%s", e.msg);
+    o.max_post_steps = 16;
+    o.steps = 5000;
+    CHECK(fl_decode_opts_check(&o, &e) == FL_ERANGE &&
+              !strcmp(e.msg, "steps must be in [0, 4096], got 5000"), "%s", e.msg);
+
+    /* JSON: a preset first whatever the order, the object's keys over it */
+    CHECK(parse("{\"threshold\": 0.8, \"preset\": \"quality\"}", &o, &set, &e) == 0 &&
+              o.threshold == 0.8f && o.edit_threshold == 0.5f && !o.pipeline,
+          "explicit threshold wins over the preset: %g %s", (double)o.threshold, e.msg);
+    CHECK(set & FL_DF_BIT(FL_DF_EDIT_THRESHOLD), "the preset's fields count as set");
+    CHECK(parse("{\"preset\": \"speed\", \"edit_threshold\": false}", &o, &set, &e) == 0 &&
+              o.edit_threshold == FL_EDIT_OFF && o.threshold == 0.5f,
+          "false turns editing off: %s", e.msg);
+    CHECK(parse("{\"edit_threshold\": 0.25, \"max_post_steps\": 4, \"steps\": 32}", &o, &set,
+                &e) == 0 &&
+              o.edit_threshold == 0.25f && o.max_post_steps == 4 && o.steps == 32 && o.pipeline,
+          "plain keys (combinations are checked later): %s", e.msg);
+    struct { const char *json; int rc; const char *msg; } bad[] = {
+        {"{\"edit_threshold\": 2}", FL_ERANGE, "cfg: edit_threshold must be in [0, 1] or false, got 2"},
+        {"{\"edit_threshold\": -1}", FL_ERANGE, "cfg: edit_threshold must be in [0, 1] or false, got -1"},
+        {"{\"edit_threshold\": true}", FL_EFORMAT, "cfg.edit_threshold must be a number or false"},
+        {"{\"edit_threshold\": \"0.5\"}", FL_EFORMAT, "cfg.edit_threshold must be a number or false"},
+        {"{\"preset\": \"fast\"}", FL_EFORMAT, "cfg.preset must be one of quality, speed"},
+        {"{\"preset\": 1}", FL_EFORMAT, "cfg.preset must be one of quality, speed"},
+        {"{\"max_post_steps\": 2000}", FL_ERANGE, "cfg: max_post_steps must be in [0, 1024], got 2000"},
+        {"{\"max_post_steps\": 1.5}", FL_EFORMAT, "cfg.max_post_steps must be a non-negative integer"},
+        {"{\"steps\": -1}", FL_EFORMAT, "cfg.steps must be a non-negative integer"},
+        {"{\"steps\": 4097}", FL_ERANGE, "cfg: steps must be in [0, 4096], got 4097"},
+        {"{\"edit\": 0.5}", FL_EFORMAT, "cfg: unknown decoding option 'edit'"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        fl_err e2 = {0};
+        int rc = parse(bad[i].json, &o, &set, &e2);
+        CHECK(rc == bad[i].rc && !strcmp(e2.msg, bad[i].msg), "%s: %d %s", bad[i].json, rc, e2.msg);
+    }
+}
 
 static int sel_mask(const uint8_t *sel, int n)
 {
@@ -108,6 +245,8 @@ int main(void)
         fl_sample(&so_o, logits, 4, &rng, tmp, &so);
         CHECK(so.token == 1 || so.token == 2, "top_p excluded token %d", so.token);
     }
+
+    llada2_options();
 
     /* page pool: refs, exhaustion, return */
     fl_kvpool pool;

@@ -1,6 +1,8 @@
 /* test_sched.c: the scheduler on the real CPU backend with a random model (argv[1]):
  * exactness of decode-store overlap and batching, pipelined output validity, persistence
- * modes, cancellation and page accounting, a full pool queueing requests. argv[2], a KV
+ * modes, cancellation and page accounting, a full pool queueing requests, token editing
+ * (edits and post steps counted and bounded, a block committed and stored only with its final
+ * tokens, overlap and batching exact, pipelining refused). argv[2], a KV
  * format (backend.h; default auto): every backend holds its pages so, and the exactness
  * checks hold all the same (bf16 pages round every key attention reads, cached or not). */
 #include "check.h"
@@ -22,16 +24,36 @@ typedef struct rec {
     int order_ok;
     int drafts;
     fl_seq_stats st;
+    /* one block at a time (token editing): the newest draft's tokens, to hold its commit to */
+    int32_t dlast[FL_MAX_BLOCK];
+    int32_t dlast_n, dlast_block;
+    int edited_shown;  /* positions drafts marked edited */
+    int drafts_ok;     /* no draft of a committed block; every commit is its last draft */
 } rec;
+
+static int CHECK_DRAFTS; /* set around runs of one block at a time */
 
 static void sink(const fl_event *ev, void *ctx)
 {
     rec *r = ctx;
     if (ev->type == FL_EV_DRAFT) {
         r->drafts++;
+        if (CHECK_DRAFTS) {
+            if (ev->block < r->next_block)
+                r->drafts_ok = 0;
+            memcpy(r->dlast, ev->tokens, sizeof(int32_t) * (size_t)ev->n);
+            r->dlast_n = ev->n;
+            r->dlast_block = ev->block;
+            for (int i = 0; i < ev->n; i++)
+                r->edited_shown += ev->edited[i];
+        }
     } else if (ev->type == FL_EV_COMMIT) {
         if (ev->block != r->next_block)
             r->order_ok = 0;
+        /* a commit is final: the block's newest draft, edits and all (up to its cut) */
+        if (CHECK_DRAFTS && (r->dlast_block != ev->block || ev->n_ids > r->dlast_n ||
+                             memcmp(ev->ids, r->dlast, sizeof(int32_t) * (size_t)ev->n_ids)))
+            r->drafts_ok = 0;
         r->next_block++;
         for (int i = 0; i < ev->n_ids && r->n_commit < 512; i++)
             r->commit_ids[r->n_commit++] = ev->ids[i];
@@ -75,6 +97,8 @@ static int run(const fl_decode_opts *d, bool async, fl_kv_tier *tier, int32_t ma
     for (int i = 0; i < nprompts; i++) {
         memset(&out[i], 0, sizeof out[i]);
         out[i].order_ok = 1;
+        out[i].drafts_ok = 1;
+        out[i].dlast_block = -1;
         fl_request r = {.prompt = prompts[i], .n_prompt = plen[i], .max_tokens = max_tokens, .dec = *d};
         if (fl_sched_add(s, &r, sink, &out[i], (uint64_t)i + 1, &e)) {
             fprintf(stderr, "add: %s\n", e.msg);
@@ -441,7 +465,103 @@ int main(int argc, char **argv)
         CHECK(fl_sched_idle(s), "idle after cancel");
         fl_sched_destroy(s);
     }
-    /* 8. bad requests are refused with a message */
+    /* 8. token editing (LLaDA2.1): a random model's top probabilities are 0.02-0.05, so an
+       edit threshold of 0.02 rewrites tokens often. Edits and post steps happen and are
+       bounded; overlap and batching change nothing; each commit is its block's final draft
+       and each stored page holds final tokens (a page stored before the post steps would be
+       keyed by tokens that changed); max_post_steps 0 takes no post step; pipelining is
+       refused. */
+    {
+        fl_decode_opts ed = base;
+        ed.edit_threshold = 0.02f;
+        ed.max_post_steps = 3;
+        rec e1[MAXR], e2[MAXR], e3[MAXR], e4[MAXR];
+        char d2[] = "/tmp/fl-sched-edit-XXXXXX";
+        CHECK(mkdtemp(d2) != NULL, "mkdtemp");
+        fl_kv_tier *et;
+        CHECK(fl_tier_dir_create(&et, d2, false, &e) == 0, "tier: %s", e.msg);
+        CHECK_DRAFTS = 1;
+        fl_decode_opts edo = ed;
+        edo.store_overlap = true;
+        int32_t edits = 0, posts = 0, shown = 0;
+        for (int i = 0; i < MAXR; i++) {
+            CHECK(run(&ed, false, NULL, 1, 1, &prompts[i], &plen[i], MT, &e1[i], NULL) == 0, "edit %d", i);
+            CHECK(run(&edo, false, et, 1, 1, &prompts[i], &plen[i], MT, &e2[i], NULL) == 0, "edit+overlap %d", i);
+            CHECK(same_ids(&e1[i], &e2[i]) && e1[i].st.edits == e2[i].st.edits &&
+                      e1[i].st.post_steps == e2[i].st.post_steps,
+                  "editing: overlap changes nothing (prompt %d: %d/%d edits)", i, e1[i].st.edits,
+                  e2[i].st.edits);
+            CHECK(e1[i].order_ok && e1[i].drafts_ok && e2[i].drafts_ok,
+                  "editing: commits in order, each its block's final draft (%d)", i);
+            CHECK(e1[i].n_commit == e1[i].n_ids, "editing: commits add up to the reply (%d)", i);
+            CHECK(e1[i].st.post_steps <= e1[i].st.blocks * ed.max_post_steps,
+                  "post steps within max_post_steps per block (%d: %d over %d blocks)", i,
+                  e1[i].st.post_steps, e1[i].st.blocks);
+            edits += e1[i].st.edits;
+            posts += e1[i].st.post_steps;
+            shown += e1[i].edited_shown;
+        }
+        printf("editing: %d edits (%d shown in drafts), %d post steps\n", edits, shown, posts);
+        CHECK(edits > 0 && posts > 0 && shown > 0, "edits happened (%d), post steps ran (%d), drafts "
+              "showed edits (%d)", edits, posts, shown);
+        CHECK(shown <= edits, "drafts show no more edits than were made");
+        /* the stored pages: every whole reply block that was stored (all but the last) is
+           found under the key chained from its final tokens */
+        int found = 0;
+        for (int i = 0; i < MAXR; i++) {
+            int32_t all[40 + 512], n = 0;
+            memcpy(all, prompts[i], sizeof(int32_t) * (size_t)plen[i]);
+            n = plen[i];
+            memcpy(all + n, e2[i].ids, sizeof(int32_t) * (size_t)e2[i].n_ids);
+            n += e2[i].n_ids;
+            int32_t stored = (plen[i] / B + e2[i].st.blocks - 1) * B; /* the last block is not */
+            fl_page_key parent = {0, 0};
+            size_t bl = fl_blob_size(&m->cfg);
+            unsigned char *blob = malloc(bl);
+            for (int32_t b = 0; (b + 1) * B <= stored && (b + 1) * B <= n; b++) {
+                parent = fl_page_key_chain(7, parent, all + b * B, B);
+                bool reply = (b + 1) * B > plen[i];
+                if (reply) {
+                    CHECK(et->get(et->ctx, parent, blob, bl, &e) == 0,
+                          "prompt %d block %d stored with its final tokens: %s", i, b, e.msg);
+                    found++;
+                }
+            }
+            free(blob);
+        }
+        CHECK(found > 0, "some edited reply blocks were stored (%d)", found);
+        fl_tier_destroy(et);
+        /* batched: every prompt in one scheduler, each its lone output */
+        CHECK(run(&edo, true, NULL, MAXR, MAXR, prompts, plen, MT, e3, &left) == 0, "batched editing run");
+        for (int i = 0; i < MAXR; i++)
+            CHECK(same_ids(&e1[i], &e3[i]) && e1[i].st.edits == e3[i].st.edits,
+                  "editing: batched equals alone (prompt %d)", i);
+        CHECK(left == 0, "pages back after editing: %d", left);
+        /* no post steps: edits still happen while masks remain, no step after the last */
+        fl_decode_opts np = edo;
+        np.max_post_steps = 0;
+        int32_t np_edits = 0;
+        for (int i = 0; i < MAXR; i++) {
+            CHECK(run(&np, false, NULL, 1, 1, &prompts[i], &plen[i], MT, &e4[i], NULL) == 0, "no post %d", i);
+            CHECK(e4[i].st.post_steps == 0, "max_post_steps 0 takes none (%d: %d)", i, e4[i].st.post_steps);
+            np_edits += e4[i].st.edits;
+        }
+        CHECK(np_edits > 0, "edits without post steps (%d)", np_edits);
+        CHECK_DRAFTS = 0;
+        /* editing with pipelining is refused with one line */
+        fl_sched_opts so = {.max_batch_tokens = BK->max_tokens, .max_seqs = 4};
+        fl_sched *s;
+        CHECK(fl_sched_create(&s, m, BK, &so, &e) == 0, "sched");
+        fl_decode_opts pe = edo;
+        pe.pipeline = true;
+        fl_request rq = {.prompt = prompts[0], .n_prompt = plen[0], .max_tokens = 8, .dec = pe};
+        CHECK(fl_sched_add(s, &rq, sink, NULL, 1, &e) == FL_EINVAL &&
+                  !strcmp(e.msg, "edit_threshold (token editing) works on one block at a time: "
+                                 "it needs pipeline false"),
+              "%s", e.msg);
+        fl_sched_destroy(s);
+    }
+    /* 9. bad requests are refused with a message */
     {
         fl_sched_opts so = {.max_batch_tokens = BK->max_tokens, .max_seqs = 4};
         fl_sched *s;

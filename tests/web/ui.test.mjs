@@ -1,7 +1,8 @@
 // The browser chat UI (web/) in a real headless Chromium (Debian's /usr/bin/chromium, driven by
 // npm playwright-core; no browser is downloaded) against a real `fogline serve` with the default
 // model: masked placeholders resolve into the committed reply, stop mid-reply, reload resumes the
-// conversation, server errors and disconnects are shown, reconnect keeps the session.
+// conversation, server errors and disconnects are shown, reconnect keeps the session; with a
+// model that edits (token editing), rewritten tokens flicker back into focus.
 // Screenshots (light/dark, desktop/phone) go to tests/artifacts/web/ (FL_ARTIFACTS overrides).
 //
 // A reply of the default model takes ~100 ms, too fast to see its fog or stop it by chance. The
@@ -165,10 +166,10 @@ const pageSync = () => page.evaluate(() => window.__sync());
 
 // With the engine held (server.hold()): one forward at a time until pred() holds for the page,
 // each forward's frames handled by the page before the next. Fails after max forwards.
-async function stepPage(pred, max = 2000) {
+async function stepPage(pred, max = 2000, srv = server) {
   for (let i = 0; !(await pred()); i++) {
     if (i >= max) throw new Error(`stepPage: not there after ${max} forwards`);
-    await server.step();
+    await srv.step();
     await pageSync();
   }
 }
@@ -693,6 +694,52 @@ test('decoding settings show the server\'s defaults, and a chat carries only wha
     assert.deepEqual((await chatOnce('hello')).decoding, { pipeline: true });
   } finally {
     assert.equal(await flat.stop(), 0);
+  }
+});
+
+// Token editing (LLaDA2.1's decoding): with a model that rewrites tokens it already showed
+// (tests/server/make_edit_model.py, a server started with --preset quality), a draft's `edited`
+// positions flicker back into focus as new tokens do, and the reply settles into the commits.
+test('token editing: a token rewritten in a draft flickers back into focus', async () => {
+  const editor = await startServer([...SERVER_ARGS, '--preset', 'quality'],
+    { model: process.env.FL_EDIT_MODEL, ...HOLDABLE });
+  try {
+    await page.goto(editor.url); // a new origin: no stored settings, the server's defaults
+    await connected();
+    // every span that enters the live block as an edit, with its text and the text it replaced
+    await page.evaluate(() => {
+      window.__edits = [];
+      new MutationObserver((ms) => {
+        for (const m of ms) for (const n of m.addedNodes) {
+          if (n.nodeType === 1 && n.classList.contains('edited'))
+            window.__edits.push({ text: n.textContent, was: m.removedNodes[0]?.textContent,
+                                  animated: n.getAnimations().length > 0 });
+        }
+      }).observe(document.getElementById('thread'), { childList: true, subtree: true });
+    });
+    await editor.hold();
+    let sent;
+    try {
+      sent = await sendMessage('my printer says offline');
+      assert.equal(sent.decoding, undefined, 'the preset is the server\'s: the page sends no decoding');
+      await stepPage(async () => (await replyState()) !== 'streaming', 2000, editor);
+    } finally {
+      await editor.release();
+    }
+    assert.equal(await replyState(), 'done');
+    const mine = await replyFrames(sent.id);
+    const drafted = mine.filter((f) => f.type === 'draft').reduce((n, f) => n + f.edited.length, 0);
+    assert.ok(drafted > 0, 'drafts carried edited positions');
+    const edits = await page.evaluate(() => window.__edits);
+    assert.equal(edits.length, drafted, 'every edited position was redrawn as an edit');
+    assert.ok(edits.every((x) => x.animated), 'each edit runs the new-token animation');
+    assert.ok(edits.some((x) => x.text !== x.was), 'an edit changed the text shown');
+    const reply = mine.filter((f) => f.type === 'commit').map((f) => f.text).join('');
+    assert.equal(await page.locator('.fog').count(), 0);
+    assert.equal(await page.locator('.tok.edited').count(), 0, 'committed: no draft token left');
+    assert.ok(reply.length > 0, 'the commits are the reply');
+  } finally {
+    assert.equal(await editor.stop(), 0);
   }
 });
 
