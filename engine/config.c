@@ -535,8 +535,8 @@ static void family_defaults(fl_family f, fl_decode_opts *o)
     o->policy = FL_POLICY_THRESHOLD;
     o->threshold = 0.9f;
     o->pipeline = f == FL_FAMILY_FOGLINE;
-    if (f == FL_FAMILY_LLADA2) /* the authors' generate and SGLang's LowConfidence */
-        o->threshold = 0.95f;
+    if (f == FL_FAMILY_LLADA2) /* the authors' LLaDA2.0 generate (decode_opts.h) */
+        fl_decode_opts_llada2(o);
     if (f == FL_FAMILY_FOGLINE) {
         o->tau_add = 0.5f;
         o->tau_act = 0.75f;
