@@ -11,6 +11,17 @@ set_tests_properties(forward.fixture.ref PROPERTIES
   ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
 set_tests_properties(unit.test_forward PROPERTIES FIXTURES_REQUIRED forward_ref)
 
+# Mixture-of-experts models (LLaDA2, SDAR-MoE): the reference's logits, routes and route
+# weights (tests/reference/parity_forward_moe.py, written from the authors' modeling code);
+# unit.test_forward_moe compares routing, logits, schedules and batching in several variants.
+add_test(NAME forward.fixture.moe
+  COMMAND ${FL_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/parity_forward_moe.py
+          ${CMAKE_BINARY_DIR}/forward_moe_ref)
+set_tests_properties(forward.fixture.moe PROPERTIES
+  FIXTURES_SETUP forward_moe_ref LABELS python
+  ENVIRONMENT "OMP_NUM_THREADS=1;OMP_WAIT_POLICY=PASSIVE")
+set_tests_properties(unit.test_forward_moe PROPERTIES FIXTURES_REQUIRED forward_moe_ref)
+
 # The same checks on the larger "small" shape and more seeds and layouts (slower).
 add_test(NAME parity.forward.fixture
   COMMAND ${FL_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/reference/parity_forward.py

@@ -1064,6 +1064,16 @@ static void fl_job_moe_down(void *ctx, int tid, int nt)
     }
 }
 
+static void fl_job_router(void *ctx, int tid, int nt)
+{
+    fl_fwd *f = ctx;
+    fl_cpu *c = f->c;
+    int E = f->w->rows;
+    for (int lo; (lo = fl_pool_next(&f->next) * FL_ROWS) < E;)
+        fl_matmul(&c->kk, f->y + lo, E, c->xb, c->cfg.hidden, NULL, f->n, f->w, lo,
+                  E - lo < FL_ROWS ? E - lo : FL_ROWS, false, INT_MAX, c->ts[tid].mm);
+}
+
 /* x += the MoE MLP of the n rows of xb, layer f->layer. */
 static void fl_moe_forward(fl_fwd *f, const fl_cpu_layer *cl)
 {
@@ -1071,8 +1081,11 @@ static void fl_moe_forward(fl_fwd *f, const fl_cpu_layer *cl)
     const fl_moe *mo = &c->cfg.moe;
     int n = f->n, E = mo->n_experts, K = mo->top_k, H = c->cfg.hidden, mi = mo->inter;
     bool shared = cl->sgu.rows > 0, q = c->moe_qup;
-    /* route */
-    fl_par_matmul(f, c->rlog, E, c->xb, H, n, &cl->router, false);
+    /* route: the logits by the streaming kernel at every row count (never sgemm, whose sums
+     * depend on the call's shape), so that a token's experts never depend on its batch */
+    f->y = c->rlog;
+    f->w = &cl->router;
+    fl_run(f, fl_job_router);
     for (int t = 0; t < n; t++)
         fl_moe_route(mo, c->rlog + (size_t)t * E, cl->ebias, c->rid + (size_t)t * K,
                      c->rw + (size_t)t * K, c->rscr);
