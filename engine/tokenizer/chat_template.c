@@ -535,6 +535,24 @@ static bool array_index(const char *k, size_t n, uint64_t *v)
     return *v < 4294967295u;
 }
 
+/* How much of a key an error message shows: at most 40 bytes, up to a control character (the
+ * message stays one line). */
+static int shown(const fl__json *key)
+{
+    size_t k = 0;
+    while (k < key->n && k < 40 && (unsigned char)key->str[k] >= 0x20)
+        k++;
+    return (int)k;
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+    const fl__json *x = *(const fl__json *const *)a, *y = *(const fl__json *const *)b;
+    if (x->n != y->n)
+        return x->n < y->n ? -1 : 1;
+    return memcmp(x->str, y->str, x->n);
+}
+
 /* Refuses an object that Python and @huggingface/jinja would see differently: a key written
  * twice, or integer-like keys that JavaScript would move. */
 static int check_object(const fl__json *v, const char *what, fl_err *e)
@@ -543,12 +561,6 @@ static int check_object(const fl__json *v, const char *what, fl_err *e)
     uint64_t last = 0, x;
     for (uint32_t k = 0; k < v->n; k++) {
         const fl__json *key = &v->items[2 * k];
-        for (uint32_t j = 0; j < k; j++) {
-            const fl__json *b = &v->items[2 * j];
-            if (b->n == key->n && !memcmp(b->str, key->str, key->n))
-                return fl_err_set(e, FL_EUNSUPPORTED, "%s: the key \"%.40s\" appears twice (not "
-                                  "supported by the built-in ling renderer)", what, key->str);
-        }
         if (array_index(key->str, key->n, &x)) {
             if (other || (index && x <= last))
                 return fl_err_set(e, FL_EUNSUPPORTED, "%s: the integer-like key \"%s\" is not first "
@@ -560,7 +572,22 @@ static int check_object(const fl__json *v, const char *what, fl_err *e)
             other = true;
         }
     }
-    return 0;
+    if (v->n < 2)
+        return 0;
+    /* duplicates: sorted, they are neighbours (a request may carry many keys) */
+    const fl__json **keys = malloc(v->n * sizeof *keys); /* (n) */
+    if (!keys)
+        return fl_err_set(e, FL_ENOMEM, "out of memory");
+    for (uint32_t k = 0; k < v->n; k++)
+        keys[k] = &v->items[2 * k];
+    qsort(keys, v->n, sizeof *keys, key_cmp);
+    int rc = 0;
+    for (uint32_t k = 1; k < v->n && !rc; k++)
+        if (!key_cmp(&keys[k - 1], &keys[k]))
+            rc = fl_err_set(e, FL_EUNSUPPORTED, "%s: the key \"%.*s\" appears twice (not "
+                            "supported by the built-in ling renderer)", what, shown(keys[k]), keys[k]->str);
+    free(keys);
+    return rc;
 }
 
 /* The template's `tojson` (transformers: json.dumps with ensure_ascii=False; @huggingface/jinja:

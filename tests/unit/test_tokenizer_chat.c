@@ -330,6 +330,8 @@ static void test_ling(void)
          "which JavaScript would change (not supported by the built-in ling renderer)", FL_EUNSUPPORTED},
         {"[{\"k\": 1, \"k\": 2}]", NULL, NULL, "tools: the key \"k\" appears twice (not supported by the "
          "built-in ling renderer)", FL_EUNSUPPORTED},
+        {"[{\"a\\nb\": 1, \"x\": 2, \"a\\nb\": 3}]", NULL, NULL, "tools: the key \"a\" appears twice (not "
+         "supported by the built-in ling renderer)", FL_EUNSUPPORTED},
         {"{\"name\": \"f\"}", NULL, NULL, "tools must be a JSON array", FL_EINVAL},
         {"[1,", NULL, NULL, "tools: malformed JSON at line 1 column 4: unexpected end of input", FL_EINVAL},
         {NULL, "{}", NULL, "message 1: tool_calls must be a JSON array", FL_EINVAL},
