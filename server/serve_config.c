@@ -66,7 +66,7 @@ void srv_config_usage(FILE *f)
             "  --host ADDR              address to listen on (127.0.0.1; 0.0.0.0 for all)\n"
             "  --port N                 port (8080)\n"
             "  --model DIR              model directory (the built-in model)\n"
-            "  --chat-template K        override the template: chatml | qwen3 | fogline\n"
+            "  --chat-template K        override the template: chatml | qwen3 | fogline | ling\n"
             "  --chat-template-kwargs J the template variables requests get unless they set\n"
             "                           chat_template_kwargs: a JSON object, e.g.\n"
             "                           '{\"enable_thinking\": false}' (default: the template's own)\n"

@@ -5,8 +5,10 @@
  * Recognition works on a canonical form of the template: whitespace inside {% %} and {{ }}
  * outside string literals removed, literals decoded and re-quoted with ', whitespace control
  * (-) and trim_blocks / lstrip_blocks (what transformers renders with) applied to the text
- * between tags, comments dropped. Fogline's template must match exactly in that form; Qwen3's
- * and Qwen2.5's are recognised by their distinctive statements. */
+ * between tags, comments dropped. Fogline's and Ling's templates must match exactly in that
+ * form; Qwen3's and Qwen2.5's are recognised by their distinctive statements. */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +18,97 @@ static const char FOGLINE_TEMPLATE[] =
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] "
     "+ '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' "
     "}}{% endif %}";
+
+/* The chat template of the Ling 2.0 family's chat tokenizer (inclusionAI/Ling-V2,
+ * resource/tokenizer/config_sft/tokenizer_config.json), which LLaDA2.0/2.1 (converted from Ling
+ * 2.0) render their prompts with; tests/data/tokenizer/llada2_chat.jinja holds the same text. */
+static const char LING_TEMPLATE[] =
+    "{% set thinking_option = 'off' %}\n"
+    "{{- '<role>SYSTEM</role>' }}\n"
+    "{%- if messages[0].role == 'system' %}\n"
+    "    {{- messages[0].content + '\\n' }}\n"
+    "{%- endif %}\n"
+    "{%- if tools %}\n"
+    "    {{- \"# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\nYou are provided with function signatures within <tools></tools> XML tags:\\n<tools>\" }}\n"
+    "    {%- for tool in tools %}\n"
+    "        {{- \"\\n\" }}\n"
+    "        {{- tool | tojson }}\n"
+    "    {%- endfor %}\n"
+    "    {{- \"\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}\\n</tool_call>\\n\" }}\n"
+    "{%- endif %}\n"
+    "{{- 'detailed thinking ' + thinking_option + '<|role_end|>' }}\n"
+    "{%- set ns = namespace(multi_step_tool=true, last_query_index=messages|length - 1) %}\n"
+    "{%- for message in messages[::-1] %}\n"
+    "    {%- set index = (messages|length - 1) - loop.index0 %}\n"
+    "    {%- if ns.multi_step_tool and message.role == \"user\" and message.content is string and not(message.content.startswith('<tool_response>') and message.content.endswith('</tool_response>')) %}\n"
+    "        {%- set ns.multi_step_tool = false %}\n"
+    "        {%- set ns.last_query_index = index %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if message.content is string %}\n"
+    "        {%- set content = message.content %}\n"
+    "    {%- else %}\n"
+    "        {%- set content = '' %}\n"
+    "    {%- endif %}\n"
+    "    {%- if message.role == \"user\" %}\n"
+    "        {{- '<role>HUMAN</role>' + message.content + '<|role_end|>' }}\n"
+    "    {%- elif message.role == \"system\" and not loop.first %}\n"
+    "        {{- '<role>SYSTEM</role>' + message.content + '<|role_end|>' }}\n"
+    "    {%- elif message.role == \"assistant\" %}\n"
+    "        {%- set reasoning_content = '' %}\n"
+    "        {%- if message.reasoning_content is string %}\n"
+    "            {%- set reasoning_content = message.reasoning_content %}\n"
+    "        {%- else %}\n"
+    "            {%- if '</think>' in content %}\n"
+    "                {%- set reasoning_content = content.split('</think>')[0].rstrip('\\n').split('<think>')[-1].lstrip('\\n') %}\n"
+    "                {%- set content = content.split('</think>')[-1].lstrip('\\n') %}\n"
+    "            {%- endif %}\n"
+    "        {%- endif %}\n"
+    "        {%- if loop.index0 > ns.last_query_index %}\n"
+    "            {%- if reasoning_content %}\n"
+    "                {{- '<role>ASSISTANT</role>' + '\\n<think>\\n' + reasoning_content.strip('\\n') + '\\n</think>\\n\\n' + content.lstrip('\\n') }}\n"
+    "            {%- else %}\n"
+    "                {{- '<role>ASSISTANT</role>' + content }}\n"
+    "            {%- endif %}\n"
+    "        {%- else %}\n"
+    "            {{- '<role>ASSISTANT</role>' + content }}\n"
+    "        {%- endif %}\n"
+    "        {%- if message.tool_calls %}\n"
+    "            {%- for tool_call in message.tool_calls %}\n"
+    "                {%- if (loop.first and content) or (not loop.first) %}\n"
+    "                    {{- '\\n' }}\n"
+    "                {%- endif %}\n"
+    "                {%- if tool_call.function %}\n"
+    "                    {%- set tool_call = tool_call.function %}\n"
+    "                {%- endif %}\n"
+    "                {{- '<tool_call>\\n{\"name\": \"' }}\n"
+    "                {{- tool_call.name }}\n"
+    "                {{- '\", \"arguments\": ' }}\n"
+    "                {%- if tool_call.arguments is string %}\n"
+    "                    {{- tool_call.arguments }}\n"
+    "                {%- else %}\n"
+    "                    {{- tool_call.arguments | tojson }}\n"
+    "                {%- endif %}\n"
+    "                {{- '}\\n</tool_call>' }}\n"
+    "            {%- endfor %}\n"
+    "        {%- endif %}\n"
+    "        {{- '<|role_end|>' }}\n"
+    "    {%- elif message.role == \"tool\" %}\n"
+    "        {%- if loop.first or (messages[loop.index0 - 1].role != \"tool\") %}\n"
+    "            {{- '<role>OBSERVATION</role>' }}\n"
+    "        {%- endif %}\n"
+    "        {{- '\\n<tool_response>\\n' }}\n"
+    "        {{- content }}\n"
+    "        {{- '\\n</tool_response>' }}\n"
+    "        {%- if loop.last or (messages[loop.index0 + 1].role != \"tool\") %}\n"
+    "            {{- '<|role_end|>' }}\n"
+    "        {%- endif %}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<role>ASSISTANT</role>' }}\n"
+    "{%- endif %}";
 
 static const char FALLBACK_SYSTEM[] = "You are a helpful assistant.";
 
@@ -28,6 +121,8 @@ const char *fl_chat_kind_name(fl_chat_kind k)
         return "qwen3";
     case FL_CHAT_FOGLINE:
         return "fogline";
+    case FL_CHAT_LING:
+        return "ling";
     default:
         return "none";
     }
@@ -189,12 +284,16 @@ fl_chat_kind fl_chat_detect(const char *jinja)
 {
     if (!jinja)
         return FL_CHAT_NONE;
-    char *c = canonical(jinja), *f = canonical(FOGLINE_TEMPLATE);
+    char *c = canonical(jinja), *f = canonical(FOGLINE_TEMPLATE), *l = canonical(LING_TEMPLATE);
     fl_chat_kind k = FL_CHAT_NONE;
-    if (!c || !f)
+    if (!c || !f || !l)
         goto out;
     if (!strcmp(c, f)) {
         k = FL_CHAT_FOGLINE;
+        goto out;
+    }
+    if (!strcmp(c, l)) {
+        k = FL_CHAT_LING;
         goto out;
     }
     bool chatml = has(c, "<|im_start|>") && has(c, "<|im_end|>") && has(c, "add_generation_prompt") &&
@@ -215,6 +314,7 @@ fl_chat_kind fl_chat_detect(const char *jinja)
 out:
     free(c);
     free(f);
+    free(l);
     return k;
 }
 
@@ -247,15 +347,44 @@ static const char *find_first(const char *s, size_t n, const char *needle)
 
 static bool role_is(const fl_chat_msg *m, const char *r) { return m->role && !strcmp(m->role, r); }
 
-static int check_roles(const fl_chat_msg *m, size_t n, fl_chat_kind k, fl_err *e)
+static bool extra_set(const fl_chat_extra *x, size_t n)
+{
+    if (!x)
+        return false;
+    if (x->tools)
+        return true;
+    for (size_t i = 0; i < n; i++)
+        if ((x->tool_calls && x->tool_calls[i]) || (x->reasoning_content && x->reasoning_content[i]))
+            return true;
+    return false;
+}
+
+static int check_roles(const fl_chat_msg *m, size_t n, fl_chat_kind k, const fl_chat_extra *x,
+                       fl_err *e)
 {
     if (n == 0)
         return fl_err_set(e, FL_EINVAL, "the conversation has no messages");
+    if (k != FL_CHAT_LING && extra_set(x, n))
+        return fl_err_set(e, FL_EUNSUPPORTED, "tools, tool_calls and reasoning_content are not "
+                          "supported by the built-in %s renderer", fl_chat_kind_name(k));
     for (size_t i = 0; i < n; i++) {
         if (!m[i].role || !m[i].content)
             return fl_err_set(e, FL_EINVAL, "message %zu has no role or no content", i);
         if (k == FL_CHAT_FOGLINE)
             continue; /* its template writes any role as given */
+        if (k == FL_CHAT_LING) {
+            /* the template silently drops other roles: refused rather than lost */
+            if (!role_is(&m[i], "system") && !role_is(&m[i], "user") &&
+                !role_is(&m[i], "assistant") && !role_is(&m[i], "tool"))
+                return fl_err_set(e, FL_EINVAL, "message %zu: role \"%s\" is not one the ling "
+                                  "template knows (system, user, assistant, tool)", i, m[i].role);
+            /* it reads them on assistant messages only */
+            if (!role_is(&m[i], "assistant") && x &&
+                ((x->tool_calls && x->tool_calls[i]) || (x->reasoning_content && x->reasoning_content[i])))
+                return fl_err_set(e, FL_EINVAL, "message %zu: tool_calls and reasoning_content "
+                                  "belong to assistant messages", i);
+            continue;
+        }
         if (role_is(&m[i], "tool"))
             return fl_err_set(e, FL_EUNSUPPORTED, "message %zu: tool messages are not supported by "
                               "the built-in %s renderer", i, fl_chat_kind_name(k));
@@ -365,8 +494,339 @@ static int render_qwen3(const fl_chat_msg *m, size_t n, const fl_chat_opts *op, 
     return rc ? FL_ENOMEM : 0;
 }
 
-int fl_chat_render(const fl_tokenizer *t, const fl_chat_msg *msgs, size_t n,
-                   const fl_chat_opts *opts, fl_buf *out, fl_err *e)
+/* ---- Ling ---- */
+
+/* A JSON string as json.dumps(ensure_ascii=False) and JSON.stringify both write it: the two
+ * escape the same characters the same way (", \, \b \f \n \r \t, other controls as \u00xx). */
+static void json_string(fl_buf *o, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    putn(o, "\"", 1);
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        putn(o, s + run, i - run);
+        run = i + 1;
+        const char *esc = c == '"' ? "\\\"" : c == '\\' ? "\\\\" : c == '\n' ? "\\n" : c == '\r' ? "\\r"
+                        : c == '\t' ? "\\t" : c == '\b' ? "\\b" : c == '\f' ? "\\f" : NULL;
+        if (esc)
+            put(o, esc);
+        else
+            putn(o, (char[]){'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]}, 6);
+    }
+    putn(o, s + run, n - run);
+    putn(o, "\"", 1);
+}
+
+/* An array index ("0", "17", below 2^32 - 1): JavaScript lists such keys of an object first, in
+ * numeric order, where Python keeps the text's order. */
+static bool array_index(const char *k, size_t n, uint64_t *v)
+{
+    if (n == 0 || n > 10 || (k[0] == '0' && n > 1))
+        return false;
+    *v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (k[i] < '0' || k[i] > '9')
+            return false;
+        *v = *v * 10 + (uint64_t)(k[i] - '0');
+    }
+    return *v < 4294967295u;
+}
+
+/* How much of a key an error message shows: at most 40 bytes, up to a control character (the
+ * message stays one line). */
+static int shown(const fl__json *key)
+{
+    size_t k = 0;
+    while (k < key->n && k < 40 && (unsigned char)key->str[k] >= 0x20)
+        k++;
+    return (int)k;
+}
+
+static int key_cmp(const void *a, const void *b)
+{
+    const fl__json *x = *(const fl__json *const *)a, *y = *(const fl__json *const *)b;
+    if (x->n != y->n)
+        return x->n < y->n ? -1 : 1;
+    return memcmp(x->str, y->str, x->n);
+}
+
+/* Refuses an object that Python and @huggingface/jinja would see differently: a key written
+ * twice, or integer-like keys that JavaScript would move. */
+static int check_object(const fl__json *v, const char *what, fl_err *e)
+{
+    bool other = false, index = false;
+    uint64_t last = 0, x;
+    for (uint32_t k = 0; k < v->n; k++) {
+        const fl__json *key = &v->items[2 * k];
+        if (array_index(key->str, key->n, &x)) {
+            if (other || (index && x <= last))
+                return fl_err_set(e, FL_EUNSUPPORTED, "%s: the integer-like key \"%s\" is not first "
+                                  "and in order, which JavaScript would change (not supported by "
+                                  "the built-in ling renderer)", what, key->str);
+            index = true;
+            last = x;
+        } else {
+            other = true;
+        }
+    }
+    if (v->n < 2)
+        return 0;
+    /* duplicates: sorted, they are neighbours (a request may carry many keys) */
+    const fl__json **keys = malloc(v->n * sizeof *keys); /* (n) */
+    if (!keys)
+        return fl_err_set(e, FL_ENOMEM, "out of memory");
+    for (uint32_t k = 0; k < v->n; k++)
+        keys[k] = &v->items[2 * k];
+    qsort(keys, v->n, sizeof *keys, key_cmp);
+    int rc = 0;
+    for (uint32_t k = 1; k < v->n && !rc; k++)
+        if (!key_cmp(&keys[k - 1], &keys[k]))
+            rc = fl_err_set(e, FL_EUNSUPPORTED, "%s: the key \"%.*s\" appears twice (not "
+                            "supported by the built-in ling renderer)", what, shown(keys[k]), keys[k]->str);
+    free(keys);
+    return rc;
+}
+
+/* The template's `tojson` (transformers: json.dumps with ensure_ascii=False; @huggingface/jinja:
+ * the same separators ", " and ": "). */
+static int tojson(fl_buf *o, const fl__json *v, const char *what, fl_err *e)
+{
+    int rc;
+    switch (v->type) {
+    case FL_JSON_NULL:
+        put(o, "null");
+        return 0;
+    case FL_JSON_TRUE:
+        put(o, "true");
+        return 0;
+    case FL_JSON_FALSE:
+        put(o, "false");
+        return 0;
+    case FL_JSON_NUMBER:
+        /* Python writes 1.0 and 1e-07 where JavaScript writes 1 and 1e-7, and JavaScript rounds
+           integers beyond 2^53 */
+        if (!v->is_int || v->i > (INT64_C(1) << 53) || v->i < -(INT64_C(1) << 53))
+            return fl_err_set(e, FL_EUNSUPPORTED, "%s: numbers with a fraction or an exponent or "
+                              "beyond 2^53 are not supported by the built-in ling renderer "
+                              "(Python and JavaScript print them differently)", what);
+        fl_buf_printf(o, "%lld", (long long)v->i);
+        return 0;
+    case FL_JSON_STRING:
+        json_string(o, v->str, v->n);
+        return 0;
+    case FL_JSON_ARRAY:
+        put(o, "[");
+        for (uint32_t k = 0; k < v->n; k++) {
+            if (k)
+                put(o, ", ");
+            if ((rc = tojson(o, &v->items[k], what, e)))
+                return rc;
+        }
+        put(o, "]");
+        return 0;
+    default:
+        if ((rc = check_object(v, what, e)))
+            return rc;
+        put(o, "{");
+        for (uint32_t k = 0; k < v->n; k++) {
+            if (k)
+                put(o, ", ");
+            json_string(o, v->items[2 * k].str, v->items[2 * k].n);
+            put(o, ": ");
+            if ((rc = tojson(o, &v->items[2 * k + 1], what, e)))
+                return rc;
+        }
+        put(o, "}");
+        return 0;
+    }
+}
+
+static int parse_json(const char *text, const char *what, fl__json_doc *doc, fl_err *e)
+{
+    char why[FL_ERR_MSG];
+    int rc = fl__json_parse(text, strlen(text), doc, why, sizeof why);
+    if (rc)
+        return fl_err_set(e, rc == FL_ENOMEM ? FL_ENOMEM : FL_EINVAL, "%s: %s", what, why);
+    return 0;
+}
+
+/* One element of an assistant's tool_calls: {"function": {"name", "arguments"}} (OpenAI) or
+ * {"name", "arguments"}; arguments written as given when a string, else through tojson. */
+static int ling_tool_call(fl_buf *o, const fl__json *tc, size_t i, size_t j, fl_err *e)
+{
+    char what[64];
+    snprintf(what, sizeof what, "message %zu: tool_calls[%zu]", i, j);
+    if (!fl__json_is(tc, FL_JSON_OBJECT))
+        return fl_err_set(e, FL_EINVAL, "%s is not an object", what);
+    int rc = check_object(tc, what, e);
+    if (rc)
+        return rc;
+    const fl__json *f = fl__json_get(tc, "function");
+    if (f) { /* the template takes it when it is truthy: refuse the cases where it is not */
+        if (!fl__json_is(f, FL_JSON_OBJECT) || f->n == 0)
+            return fl_err_set(e, FL_EINVAL, "%s: \"function\" must be a non-empty object", what);
+        if ((rc = check_object(f, what, e)))
+            return rc;
+        tc = f;
+    }
+    const fl__json *name = fl__json_get(tc, "name"), *args = fl__json_get(tc, "arguments");
+    if (!fl__json_is(name, FL_JSON_STRING))
+        return fl_err_set(e, FL_EINVAL, "%s has no string \"name\"", what);
+    if (!args)
+        return fl_err_set(e, FL_EINVAL, "%s has no \"arguments\"", what);
+    put(o, "<tool_call>\n{\"name\": \"");
+    putn(o, name->str, name->n);
+    put(o, "\", \"arguments\": ");
+    if (args->type == FL_JSON_STRING)
+        putn(o, args->str, args->n);
+    else if ((rc = tojson(o, args, what, e)))
+        return rc;
+    put(o, "}\n</tool_call>");
+    return 0;
+}
+
+/* An assistant turn: the reasoning split (as Qwen3's), the think block after the last real
+ * user query, then the tool calls. */
+static int ling_assistant(fl_buf *o, const fl_chat_msg *m, size_t i, size_t last_query,
+                          const char *reasoning, const char *calls, fl_err *e)
+{
+    const char *c = m->content, *rs = reasoning ? reasoning : "";
+    size_t cn = strlen(c), rn = strlen(rs);
+    const char *close = reasoning ? NULL : find_first(c, cn, "</think>");
+    if (close) {
+        /* reasoning = c.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n')
+         * content = c.split('</think>')[-1].lstrip('\n') */
+        const char *after = fl_memrstr(c, cn, "</think>") + 8;
+        rs = c;
+        rn = (size_t)(close - c);
+        rstrip_nl(rs, &rn);
+        const char *open = fl_memrstr(rs, rn, "<think>");
+        if (open) {
+            rn -= (size_t)(open + 7 - rs);
+            rs = open + 7;
+        }
+        lstrip_nl(&rs, &rn);
+        cn -= (size_t)(after - c);
+        c = after;
+        lstrip_nl(&c, &cn);
+    }
+    put(o, "<role>ASSISTANT</role>");
+    if (i > last_query && rn) {
+        const char *r2 = rs, *c2 = c;
+        size_t r2n = rn, c2n = cn;
+        lstrip_nl(&r2, &r2n);
+        rstrip_nl(r2, &r2n);
+        lstrip_nl(&c2, &c2n);
+        put(o, "\n<think>\n");
+        putn(o, r2, r2n);
+        put(o, "\n</think>\n\n");
+        putn(o, c2, c2n);
+    } else {
+        putn(o, c, cn);
+    }
+    if (calls) {
+        char what[48];
+        snprintf(what, sizeof what, "message %zu: tool_calls", i);
+        fl__json_doc doc;
+        int rc = parse_json(calls, what, &doc, e);
+        if (rc)
+            return rc;
+        if (!fl__json_is(&doc.root, FL_JSON_ARRAY))
+            rc = fl_err_set(e, FL_EINVAL, "%s must be a JSON array", what);
+        for (uint32_t j = 0; !rc && j < doc.root.n; j++) {
+            if (j || cn) /* (loop.first and content) or (not loop.first) */
+                put(o, "\n");
+            rc = ling_tool_call(o, &doc.root.items[j], i, j, e);
+        }
+        fl__json_free(&doc);
+        if (rc)
+            return rc;
+    }
+    put(o, "<|role_end|>");
+    return 0;
+}
+
+static const char LING_TOOLS_HEAD[] =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are "
+    "provided with function signatures within <tools></tools> XML tags:\n<tools>";
+static const char LING_TOOLS_TAIL[] =
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+    "\"arguments\": <args-json-object>}\n</tool_call>\n";
+
+static int render_ling(const fl_chat_msg *m, size_t n, const fl_chat_opts *op,
+                       const fl_chat_extra *x, fl_buf *o, fl_err *e)
+{
+    int rc = 0;
+    put(o, "<role>SYSTEM</role>");
+    if (role_is(&m[0], "system")) {
+        put(o, m[0].content);
+        put(o, "\n");
+    }
+    if (x && x->tools) {
+        fl__json_doc doc;
+        if ((rc = parse_json(x->tools, "tools", &doc, e)))
+            return rc;
+        if (!fl__json_is(&doc.root, FL_JSON_ARRAY))
+            rc = fl_err_set(e, FL_EINVAL, "tools must be a JSON array");
+        if (!rc && doc.root.n) { /* an empty list is false to the template's `if tools` */
+            put(o, LING_TOOLS_HEAD);
+            for (uint32_t k = 0; !rc && k < doc.root.n; k++) {
+                put(o, "\n");
+                rc = tojson(o, &doc.root.items[k], "tools", e);
+            }
+            put(o, LING_TOOLS_TAIL);
+        }
+        fl__json_free(&doc);
+        if (rc)
+            return rc;
+    }
+    /* thinking_option is set to 'off' by the template itself: no request can change it */
+    put(o, "detailed thinking off<|role_end|>");
+    /* the last user message that is not a tool response; n - 1 when there is none */
+    size_t last_query = n - 1;
+    for (size_t i = n; i-- > 0;)
+        if (role_is(&m[i], "user") && !(starts_with(m[i].content, "<tool_response>") &&
+                                         ends_with(m[i].content, "</tool_response>"))) {
+            last_query = i;
+            break;
+        }
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (role_is(&m[i], "user")) {
+            put(o, "<role>HUMAN</role>");
+            put(o, m[i].content);
+            put(o, "<|role_end|>");
+        } else if (role_is(&m[i], "system")) {
+            if (i == 0)
+                continue; /* written above */
+            put(o, "<role>SYSTEM</role>");
+            put(o, m[i].content);
+            put(o, "<|role_end|>");
+        } else if (role_is(&m[i], "assistant")) {
+            rc = ling_assistant(o, &m[i], i, last_query,
+                                x && x->reasoning_content ? x->reasoning_content[i] : NULL,
+                                x && x->tool_calls ? x->tool_calls[i] : NULL, e);
+        } else { /* tool: consecutive results share one observation turn */
+            if (i == 0 || !role_is(&m[i - 1], "tool"))
+                put(o, "<role>OBSERVATION</role>");
+            put(o, "\n<tool_response>\n");
+            put(o, m[i].content);
+            put(o, "\n</tool_response>");
+            if (i == n - 1 || !role_is(&m[i + 1], "tool"))
+                put(o, "<|role_end|>");
+        }
+    }
+    if (!rc && op->add_generation_prompt)
+        put(o, "<role>ASSISTANT</role>");
+    return rc;
+}
+
+int fl_chat_render_extra(const fl_tokenizer *t, const fl_chat_msg *msgs, size_t n,
+                         const fl_chat_opts *opts, const fl_chat_extra *extra, fl_buf *out,
+                         fl_err *e)
 {
     static const fl_chat_opts dflt = {false, true};
     if (!opts)
@@ -374,21 +834,37 @@ int fl_chat_render(const fl_tokenizer *t, const fl_chat_msg *msgs, size_t n,
     if (t->chat == FL_CHAT_NONE)
         return fl_err_set(e, FL_ESTATE, "cannot render a chat: %s",
                           t->chat_none_reason ? t->chat_none_reason : "no chat template");
-    int rc = check_roles(msgs, n, t->chat, e);
+    int rc = check_roles(msgs, n, t->chat, extra, e);
     if (rc)
         return rc;
+    /* rendered apart, so that an error found on the way (ling's JSON) leaves out untouched */
+    fl_buf text = {0};
     switch (t->chat) {
     case FL_CHAT_FOGLINE:
-        rc = render_fogline(msgs, n, opts, out);
+        rc = render_fogline(msgs, n, opts, &text);
         break;
     case FL_CHAT_CHATML:
-        rc = render_chatml(t, msgs, n, opts, out);
+        rc = render_chatml(t, msgs, n, opts, &text);
+        break;
+    case FL_CHAT_LING:
+        rc = render_ling(msgs, n, opts, extra, &text, e);
         break;
     default:
-        rc = render_qwen3(msgs, n, opts, out);
+        rc = render_qwen3(msgs, n, opts, &text);
         break;
     }
+    if (!rc && text.err)
+        rc = text.err;
     if (!rc)
-        rc = fl_buf_append(out, "", 0);
-    return rc ? fl_err_set(e, rc, "out of memory while rendering the chat") : 0;
+        rc = fl_buf_append(out, text.data ? text.data : "", text.len);
+    fl_buf_free(&text);
+    if (rc == FL_ENOMEM)
+        return fl_err_set(e, rc, "out of memory while rendering the chat");
+    return rc;
+}
+
+int fl_chat_render(const fl_tokenizer *t, const fl_chat_msg *msgs, size_t n,
+                   const fl_chat_opts *opts, fl_buf *out, fl_err *e)
+{
+    return fl_chat_render_extra(t, msgs, n, opts, NULL, out, e);
 }

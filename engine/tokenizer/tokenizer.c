@@ -712,6 +712,8 @@ static int chat_kind_parse(const char *s, fl_chat_kind *k)
         *k = FL_CHAT_QWEN3;
     else if (!strcmp(s, "fogline"))
         *k = FL_CHAT_FOGLINE;
+    else if (!strcmp(s, "ling"))
+        *k = FL_CHAT_LING;
     else
         return -1;
     return 0;
@@ -761,7 +763,7 @@ static int load_chat(fl_tokenizer *t, const char *dir, const char *override, fl_
     if (override) {
         if (chat_kind_parse(override, &t->chat)) {
             rc = fl_err_set(e, FL_EINVAL, "unknown chat template \"%s\" (--chat-template takes chatml, "
-                            "qwen3 or fogline)", override);
+                            "qwen3, fogline or ling)", override);
             goto out;
         }
         if (t->chat_template)
@@ -770,8 +772,8 @@ static int load_chat(fl_tokenizer *t, const char *dir, const char *override, fl_
         t->chat = fl_chat_detect(t->chat_template);
         if (t->chat == FL_CHAT_NONE) {
             rc = fl_err_set(e, FL_EUNSUPPORTED, "%s: chat template not recognised (not Qwen3's, "
-                            "Qwen2.5's ChatML or fogline's); choose a renderer with --chat-template "
-                            "chatml|qwen3|fogline", t->chat_source);
+                            "Qwen2.5's ChatML, fogline's or Ling's); choose a renderer with "
+                            "--chat-template chatml|qwen3|fogline|ling", t->chat_source);
             goto out;
         }
         if (t->chat == FL_CHAT_CHATML)
@@ -781,7 +783,7 @@ static int load_chat(fl_tokenizer *t, const char *dir, const char *override, fl_
         char msg[FL_ERR_MSG];
         snprintf(msg, sizeof msg, "%s has no chat template (no \"chat_template\" in "
                  "tokenizer_config.json, no chat_template.jinja); pass --chat-template "
-                 "chatml|qwen3|fogline to choose one", dir);
+                 "chatml|qwen3|fogline|ling to choose one", dir);
         t->chat_none_reason = strdup(msg);
     }
 out:

@@ -15,10 +15,11 @@ typedef enum fl_chat_kind {
     FL_CHAT_CHATML,  /* Qwen2.5 / Fast-dLLM v2: default system prompt when none given */
     FL_CHAT_QWEN3,   /* Qwen3 / SDAR: <think> handling, enable_thinking */
     FL_CHAT_FOGLINE, /* our default model */
+    FL_CHAT_LING,    /* LLaDA2.0/2.1 and Ling 2.0: <role>…</role>, tools, observations */
 } fl_chat_kind;
 
 /* Loads dir/tokenizer.json and dir/tokenizer_config.json (and dir/chat_template.jinja when
- * present). chat_override: NULL to recognise the template, else "chatml"/"qwen3"/"fogline". */
+ * present). chat_override: NULL to recognise the template, else "chatml"/"qwen3"/"fogline"/"ling". */
 int fl_tokenizer_load(fl_tokenizer **out, const char *dir, const char *chat_override, fl_err *e);
 void fl_tokenizer_free(fl_tokenizer *t);
 
@@ -48,7 +49,7 @@ const unsigned char *fl_tokenizer_token_bytes(const fl_tokenizer *t, int id, siz
 
 /* Chat templates. */
 typedef struct fl_chat_msg {
-    const char *role;    /* "system" | "user" | "assistant" */
+    const char *role;    /* "system" | "user" | "assistant" (| "tool": ling) */
     const char *content;
 } fl_chat_msg;
 
@@ -56,16 +57,33 @@ typedef struct fl_chat_opts {
     bool add_generation_prompt;
     bool enable_thinking; /* Qwen3: false adds the empty think block, as its template does
                            * (so a zeroed fl_chat_opts turns thinking off; the template's own
-                           * default, enable_thinking undefined, is true) */
+                           * default, enable_thinking undefined, is true). Ling: no effect, its
+                           * template always writes "detailed thinking off" */
 } fl_chat_opts;
 
 fl_chat_kind fl_tokenizer_chat_kind(const fl_tokenizer *t);
 const char *fl_chat_kind_name(fl_chat_kind k);
-/* Renders msgs with the tokenizer's template into out (appends). Errors on a role the
- * template does not know, on tool messages (not supported), on an empty conversation, and
- * (FL_ESTATE) when the model has no chat template. opts NULL: {false, true}. */
+/* Renders msgs with the tokenizer's template into out (appends; nothing on an error). Errors
+ * on a role the template does not know, on tool messages (except ling), on an empty
+ * conversation, and (FL_ESTATE) when the model has no chat template. opts NULL: {false, true}. */
 int fl_chat_render(const fl_tokenizer *t, const fl_chat_msg *msgs, size_t n,
                    const fl_chat_opts *opts, fl_buf *out, fl_err *e);
+
+/* What a template may render beyond roles and contents: tool definitions, an assistant's tool
+ * calls and its reasoning given apart from its content. JSON values travel as their text.
+ * Only the ling renderer takes them; the others refuse any that is set. */
+typedef struct fl_chat_extra {
+    const char *tools;                    /* a JSON array of tool definitions, or NULL */
+    const char *const *tool_calls;        /* NULL, or (n msgs): a JSON array text or NULL each */
+    const char *const *reasoning_content; /* NULL, or (n msgs): a string or NULL each */
+} fl_chat_extra;
+/* fl_chat_render with extra (NULL: none). The ling renderer reproduces its template's `tojson`
+ * only where Python's json.dumps and @huggingface/jinja agree: numbers with a fraction or an
+ * exponent or beyond 2^53, duplicate keys, and objects whose integer-like keys JavaScript
+ * would reorder are refused (FL_EUNSUPPORTED). */
+int fl_chat_render_extra(const fl_tokenizer *t, const fl_chat_msg *msgs, size_t n,
+                         const fl_chat_opts *opts, const fl_chat_extra *extra, fl_buf *out,
+                         fl_err *e);
 /* Recognises a Jinja chat template text; FL_CHAT_NONE when unknown. */
 fl_chat_kind fl_chat_detect(const char *jinja);
 

@@ -126,7 +126,7 @@ static void usage(FILE *f)
                "  --kv-format F        KV pages: auto (f32 on the CPU, bf16 on CUDA) | f32 | bf16\n"
                "                       (half the bytes attention reads; keys and values rounded)\n"
                "                       (default: $FOGLINE_KV_FORMAT or auto)\n"
-               "  --chat-template K    override the template: chatml | qwen3 | fogline\n"
+               "  --chat-template K    override the template: chatml | qwen3 | fogline | ling\n"
                "  --no-thinking        Qwen3 templates: enable_thinking=false (the empty think block)\n"
                "  --enable-thinking    Qwen3 templates: enable_thinking=true (the template's default)\n");
     fl_gen_opts_usage(f);

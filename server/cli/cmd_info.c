@@ -25,7 +25,7 @@ static void usage(FILE *f)
                "Only config.json, the safetensors headers and the tokenizer files are read.\n\n"
                "  --model DIR           the model directory (config.json, *.safetensors)\n"
                "  --json                one JSON object on stdout\n"
-               "  --chat-template NAME  override template detection (chatml, qwen3, fogline)\n"
+               "  --chat-template NAME  override template detection (chatml, qwen3, fogline, ling)\n"
                "  --help                this text\n");
 }
 

@@ -35,7 +35,9 @@ static void usage(FILE *f)
             "  --chat                   a JSON array of messages [{\"role\":...,\"content\":...}]\n"
             "                           -> the rendered prompt as a JSON string; a line may also\n"
             "                           be {\"messages\":[...], \"add_generation_prompt\":bool,\n"
-            "                           \"enable_thinking\":bool} to set those for that line\n"
+            "                           \"enable_thinking\":bool, \"tools\":[...]} to set those for\n"
+            "                           that line (tools, and messages' \"tool_calls\" and\n"
+            "                           \"reasoning_content\": the ling template only)\n"
             "  --chat --ids             ... -> the rendered prompt's token ids\n\n"
             "options:\n"
             "  --model DIR              the model directory (required)\n"
@@ -45,7 +47,8 @@ static void usage(FILE *f)
             "  --no-thinking            Qwen3 templates: enable_thinking=false (adds the empty\n"
             "                           think block after the generation prompt)\n"
             "  --enable-thinking        Qwen3 templates: enable_thinking=true (the default)\n"
-            "  --chat-template NAME     render with the built-in chatml, qwen3 or fogline renderer\n"
+            "  --chat-template NAME     render with the built-in chatml, qwen3, fogline or ling\n"
+            "                           renderer\n"
             "                           instead of recognising the model's template\n"
             "  -h, --help               this text\n\n"
             "Invalid UTF-8 cannot reach the tokenizer through JSON; the library replaces each\n"
@@ -128,19 +131,45 @@ static int emit_string(fl_buf *out, const char *s, size_t n)
     return rc;
 }
 
-/* Reads a conversation line into msgs (pointers into the JSON) and per-line options. */
-static int parse_chat(json_t *v, fl_chat_msg **msgs, size_t *n, fl_chat_opts *co, char *why,
-                      size_t whyn)
+/* A conversation line: messages (pointers into the JSON) and what the ling template renders
+ * besides (tools and tool calls re-serialised as JSON text, reasoning_content). */
+typedef struct chat_line {
+    fl_chat_msg *msgs;       /* (n) */
+    size_t n;
+    char **calls;            /* (n) JSON text or NULL */
+    const char **reasoning;  /* (n) or NULL */
+    char *tools;             /* JSON text or NULL */
+    fl_chat_extra extra;
+} chat_line;
+
+static void chat_line_free(chat_line *c)
+{
+    for (size_t i = 0; c->calls && i < c->n; i++)
+        free(c->calls[i]);
+    free(c->calls);
+    free(c->reasoning);
+    free(c->tools);
+    free(c->msgs);
+}
+
+/* A JSON value as text for the library (which parses it again). */
+static int dump(const json_t *v, char **out, char *why, size_t whyn)
+{
+    *out = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!*out)
+        snprintf(why, whyn, "out of memory");
+    return *out ? 0 : -1;
+}
+
+/* Reads a conversation line into c and per-line options. */
+static int parse_chat(json_t *v, chat_line *c, fl_chat_opts *co, char *why, size_t whyn)
 {
     json_t *list = v;
     if (json_is_object(v)) {
         list = json_object_get(v, "messages");
         json_t *agp = json_object_get(v, "add_generation_prompt");
         json_t *th = json_object_get(v, "enable_thinking");
-        if (json_object_get(v, "tools")) {
-            snprintf(why, whyn, "\"tools\" are not supported by the built-in renderers");
-            return -1;
-        }
+        json_t *tools = json_object_get(v, "tools");
         if (agp && !json_is_boolean(agp)) {
             snprintf(why, whyn, "\"add_generation_prompt\" must be true or false");
             return -1;
@@ -153,36 +182,51 @@ static int parse_chat(json_t *v, fl_chat_msg **msgs, size_t *n, fl_chat_opts *co
             co->add_generation_prompt = json_is_true(agp);
         if (th)
             co->enable_thinking = json_is_true(th);
+        if (tools && !json_is_null(tools) && dump(tools, &c->tools, why, whyn)) /* null: none */
+            return -1;
     }
     if (!json_is_array(list)) {
         snprintf(why, whyn, "expected a JSON array of messages (or {\"messages\": [...]})");
         return -1;
     }
-    *n = json_array_size(list);
-    *msgs = calloc(*n ? *n : 1, sizeof **msgs);
-    if (!*msgs) {
+    c->n = json_array_size(list);
+    c->msgs = calloc(c->n ? c->n : 1, sizeof *c->msgs);
+    c->calls = calloc(c->n ? c->n : 1, sizeof *c->calls);
+    c->reasoning = calloc(c->n ? c->n : 1, sizeof *c->reasoning);
+    if (!c->msgs || !c->calls || !c->reasoning) {
         snprintf(why, whyn, "out of memory");
         return -1;
     }
-    for (size_t i = 0; i < *n; i++) {
+    for (size_t i = 0; i < c->n; i++) {
         json_t *m = json_array_get(list, i);
         json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
-        if (!json_is_object(m) || !json_is_string(role) || !json_is_string(content)) {
-            snprintf(why, whyn, "message %zu: needs a string \"role\" and a string \"content\"", i);
+        json_t *calls = json_object_get(m, "tool_calls"), *rs = json_object_get(m, "reasoning_content");
+        /* an assistant's or a tool's null content is "" to the ling template */
+        bool null_ok = json_is_string(role) && (!strcmp(json_string_value(role), "assistant") ||
+                                                !strcmp(json_string_value(role), "tool"));
+        if (!json_is_object(m) || !json_is_string(role) ||
+            !(json_is_string(content) || (null_ok && json_is_null(content)))) {
+            snprintf(why, whyn, "message %zu: needs a string \"role\" and a string \"content\"%s", i,
+                     null_ok ? " (or null)" : "");
             return -1;
         }
-        if (json_object_get(m, "tool_calls") || json_object_get(m, "reasoning_content")) {
-            snprintf(why, whyn, "message %zu: \"tool_calls\" and \"reasoning_content\" are not "
-                     "supported (write reasoning as <think>...</think> in content)", i);
-            return -1;
-        }
-        if (strlen(json_string_value(content)) != json_string_length(content)) {
+        if (json_is_string(content) && strlen(json_string_value(content)) != json_string_length(content)) {
             snprintf(why, whyn, "message %zu: content contains a NUL character", i);
             return -1;
         }
-        (*msgs)[i].role = json_string_value(role);
-        (*msgs)[i].content = json_string_value(content);
+        if (rs && !json_is_null(rs) &&
+            (!json_is_string(rs) || strlen(json_string_value(rs)) != json_string_length(rs))) {
+            snprintf(why, whyn, "message %zu: \"reasoning_content\" must be a string (without NUL) "
+                     "or null", i);
+            return -1;
+        }
+        if (calls && !json_is_null(calls) && dump(calls, &c->calls[i], why, whyn))
+            return -1;
+        c->msgs[i].role = json_string_value(role);
+        c->msgs[i].content = json_is_string(content) ? json_string_value(content) : "";
+        c->reasoning[i] = json_is_string(rs) ? json_string_value(rs) : NULL;
     }
+    c->extra = (fl_chat_extra){c->tools, (const char *const *)c->calls, c->reasoning};
     return 0;
 }
 
@@ -235,16 +279,15 @@ static int do_line(const fl_tokenizer *t, const opts *o, json_t *v, fl_buf *out,
         fl_buf_free(&text);
         return rc ? (snprintf(why, whyn, "%s", e.msg[0] ? e.msg : "out of memory"), -1) : 0;
     }
-    fl_chat_msg *msgs = NULL;
-    size_t n = 0;
+    chat_line c = {0};
     fl_chat_opts co = o->chat;
-    if (parse_chat(v, &msgs, &n, &co, why, whyn)) {
-        free(msgs);
+    if (parse_chat(v, &c, &co, why, whyn)) {
+        chat_line_free(&c);
         return -1;
     }
     fl_buf text = {0};
-    int rc = fl_chat_render(t, msgs, n, &co, &text, &e);
-    free(msgs);
+    int rc = fl_chat_render_extra(t, c.msgs, c.n, &co, &c.extra, &text, &e);
+    chat_line_free(&c);
     if (rc) {
         fl_buf_free(&text);
         snprintf(why, whyn, "%s", e.msg);

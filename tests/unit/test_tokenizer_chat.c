@@ -1,9 +1,10 @@
-/* test_tokenizer_chat.c: template recognition (fogline's exact text in any formatting, Qwen3's,
- * Qwen2.5's and Qwen2's ChatML with their default system prompts; others not), and the renderers
- * where the byte-for-byte parity test (tests/node/tok_chat.mjs) cannot reach: Python's
- * str.strip('\n') in Qwen3's reasoning split (@huggingface/jinja trims all whitespace there),
- * roles a template does not know, tool messages, an empty conversation. Expected strings are
- * worked out by hand from the templates. */
+/* test_tokenizer_chat.c: template recognition (fogline's and LLaDA2's Ling template's exact text
+ * in any formatting, Qwen3's, Qwen2.5's and Qwen2's ChatML with their default system prompts;
+ * others not), and the renderers where the byte-for-byte parity test (tests/node/tok_chat.mjs)
+ * cannot reach: Python's str.strip('\n') in Qwen3's and Ling's reasoning split (@huggingface/jinja
+ * trims all whitespace there), roles a template does not know, tool messages, an empty
+ * conversation, and the tool JSON the ling renderer refuses because Python and JavaScript print
+ * it differently. Expected strings are worked out by hand from the templates. */
 #include "check.h"
 #include "test_tokenizer_fixture.h"
 #include "tokenizer/tokenizer.h"
@@ -43,6 +44,59 @@ static char *config_template(const char *path)
     fl_buf_append(&b, "", 0);
     free(cfg);
     return b.data;
+}
+
+/* s with every `from` replaced by `to`; malloc'd. */
+static char *replace_all(const char *s, const char *from, const char *to)
+{
+    fl_buf b = {0};
+    size_t fn = strlen(from);
+    for (const char *p = s, *q; *p; p = q + fn) {
+        q = strstr(p, from);
+        if (!q) {
+            fl_buf_puts(&b, p);
+            break;
+        }
+        fl_buf_append(&b, p, (size_t)(q - p));
+        fl_buf_puts(&b, to);
+    }
+    fl_buf_append(&b, "", 0);
+    return b.data;
+}
+
+static char *ling_fixture(void)
+{
+    char path[1200];
+    snprintf(path, sizeof path, "%s/data/tokenizer/llada2_chat.jinja", check_tests_dir());
+    return read_text(path);
+}
+
+static void test_detect_ling(void)
+{
+    char *t = ling_fixture();
+    CHECK(t && fl_chat_detect(t) == FL_CHAT_LING, "LLaDA2's (Ling 2.0's) template");
+    if (!t)
+        return;
+    /* no indentation (every line starts with a trimming tag) and another quote style */
+    char *a = replace_all(t, "\n    ", "\n");
+    char *b = replace_all(a, "'<role>HUMAN</role>'", "\"<role>HUMAN</role>\"");
+    CHECK(fl_chat_detect(b) == FL_CHAT_LING, "Ling's template reformatted");
+    free(a);
+    free(b);
+    a = replace_all(t, "thinking_option = 'off'", "thinking_option = 'on'");
+    CHECK(fl_chat_detect(a) == FL_CHAT_NONE, "thinking on is another template");
+    free(a);
+    /* without the '-' the newline after the first tag is printed */
+    a = replace_all(t, "{%- if messages[0].role == 'system' %}", "{% if messages[0].role == 'system' %}");
+    CHECK(fl_chat_detect(a) == FL_CHAT_NONE, "a printed newline is another template");
+    free(a);
+    /* Ling 2.0's pretraining tokenizer_config.json carries this one */
+    CHECK(fl_chat_detect("{% for message in messages %}{% set role = message['role'] | lower %}{% if role == "
+                         "'user' %}{% set role = 'HUMAN' %}{% endif %}{% set role = role | upper %}{{ '<role>' + "
+                         "role + '</role>' + message['content'] }}{% endfor %}{% if add_generation_prompt %}{{ "
+                         "'<role>ASSISTANT</role>' }}{% endif %}") == FL_CHAT_NONE,
+          "Ling's pretraining template is not the chat one");
+    free(t);
 }
 
 static void test_detect(void)
@@ -159,9 +213,170 @@ static void test_render(void)
     fx_rmdir(dir);
 }
 
+/* A tokenizer directory (the tiny BPE) whose tokenizer_config.json carries Ling's template. */
+static char *ling_dir(void)
+{
+    char *t = ling_fixture();
+    if (!t)
+        return NULL;
+    fl_buf c = {0};
+    fl_buf_puts(&c, "{\"chat_template\": \"");
+    for (const char *p = t; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fl_buf_printf(&c, "\\%c", *p);
+        else if (*p == '\n')
+            fl_buf_puts(&c, "\\n");
+        else
+            fl_buf_append(&c, p, 1);
+    }
+    fl_buf_puts(&c, "\"}");
+    char *d = fx_tiny_dir(c.data);
+    fl_buf_free(&c);
+    free(t);
+    return d;
+}
+
+/* Renders with extra into a buffer that already holds "X" (an error must leave it so). */
+static char *render_x(const fl_tokenizer *t, const fl_chat_msg *m, size_t n, bool agp, bool think,
+                      const fl_chat_extra *x, int *rc, char *msg)
+{
+    fl_chat_opts o = {agp, think};
+    fl_buf out = {0};
+    fl_buf_puts(&out, "X");
+    fl_err e = {0};
+    *rc = fl_chat_render_extra(t, m, n, &o, x, &out, &e);
+    snprintf(msg, FL_ERR_MSG, "%s", e.msg);
+    if (*rc) {
+        CHECK(out.len == 1 && !strcmp(out.data, "X"), "an error leaves the output as it was: %s", out.data);
+        fl_buf_free(&out);
+        return NULL;
+    }
+    char *r = strdup(out.data + 1);
+    fl_buf_free(&out);
+    return r;
+}
+
+#define LING_HEAD "<role>SYSTEM</role>detailed thinking off<|role_end|>"
+
+static void test_ling(void)
+{
+    char *d = ling_dir();
+    fl_tokenizer *t = NULL;
+    fl_err e = {0};
+    CHECK(d && fl_tokenizer_load(&t, d, NULL, &e) == 0, "load: %s", e.msg);
+    if (!t) {
+        if (d)
+            fx_rmdir(d);
+        return;
+    }
+    CHECK(fl_tokenizer_chat_kind(t) == FL_CHAT_LING && !strcmp(fl_chat_kind_name(FL_CHAT_LING), "ling"),
+          "the kind is ling");
+    int rc;
+    char msg[FL_ERR_MSG];
+
+    /* thinking is off whatever enable_thinking says */
+    fl_chat_msg a[] = {{"user", "hi"}};
+    char *s1 = render_x(t, a, 1, true, true, NULL, &rc, msg);
+    char *s2 = render_x(t, a, 1, true, false, NULL, &rc, msg);
+    CHECK(s1 && s2 && !strcmp(s1, LING_HEAD "<role>HUMAN</role>hi<|role_end|><role>ASSISTANT</role>") &&
+              !strcmp(s1, s2),
+          "generation prompt, thinking off either way: %s", s1 ? s1 : msg);
+    free(s1);
+    free(s2);
+
+    /* Python's strip('\n') keeps the spaces that @huggingface/jinja's strip() trims too */
+    fl_chat_msg b[] = {{"system", " S "}, {"user", "q"}, {"assistant", "<think>\n  r  \n</think>\n\n  ans "}};
+    char *s = render_x(t, b, 3, false, true, NULL, &rc, msg);
+    CHECK(s && !strcmp(s, "<role>SYSTEM</role> S \ndetailed thinking off<|role_end|><role>HUMAN</role>q<|role_end|>"
+                          "<role>ASSISTANT</role>\n<think>\n  r  \n</think>\n\n  ans <|role_end|>"),
+          "reasoning with spaces: %s", s ? s : msg);
+    free(s);
+    const char *rs[] = {NULL, NULL, "\n\t r\n"};
+    fl_chat_msg b2[] = {{"system", " S "}, {"user", "q"}, {"assistant", "\n ans"}};
+    fl_chat_extra xr = {NULL, NULL, rs};
+    s = render_x(t, b2, 3, false, true, &xr, &rc, msg);
+    CHECK(s && !strcmp(s, "<role>SYSTEM</role> S \ndetailed thinking off<|role_end|><role>HUMAN</role>q<|role_end|>"
+                          "<role>ASSISTANT</role>\n<think>\n\t r\n</think>\n\n ans<|role_end|>"),
+          "reasoning_content with a tab: %s", s ? s : msg);
+    free(s);
+
+    /* tool JSON that both print alike: integer-like keys first and in order, 2^53, escapes */
+    fl_chat_extra xt = {.tools = "[{\"0\":1,\"7\":[9007199254740992,-9007199254740992],\"a\":\"\\u001f\\\"/\\n\\u00e9\"}]"};
+    s = render_x(t, a, 1, false, true, &xt, &rc, msg);
+    CHECK(s && strstr(s, "<tools>\n{\"0\": 1, \"7\": [9007199254740992, -9007199254740992], \"a\": "
+                         "\"\\u001f\\\"/\\n\xc3\xa9\"}\n</tools>"),
+          "tools: %s", s ? s : msg);
+    free(s);
+    fl_chat_extra xe = {.tools = "[]"};
+    s = render_x(t, a, 1, false, true, &xe, &rc, msg);
+    CHECK(s && !strcmp(s, LING_HEAD "<role>HUMAN</role>hi<|role_end|>"), "an empty tool list writes nothing: %s",
+          s ? s : msg);
+    free(s);
+
+    /* what is refused, in one line, with nothing written */
+    static const struct {
+        const char *tools, *calls, *role, *want;
+        int code;
+    } bad[] = {
+        {"[{\"x\": 1.5}]", NULL, NULL, "tools: numbers with a fraction or an exponent or beyond 2^53 are not "
+         "supported by the built-in ling renderer (Python and JavaScript print them differently)", FL_EUNSUPPORTED},
+        {"[{\"x\": 1e3}]", NULL, NULL, "tools: numbers with a fraction or an exponent or beyond 2^53 are not "
+         "supported by the built-in ling renderer (Python and JavaScript print them differently)", FL_EUNSUPPORTED},
+        {"[9007199254740993]", NULL, NULL, "tools: numbers with a fraction or an exponent or beyond 2^53 are not "
+         "supported by the built-in ling renderer (Python and JavaScript print them differently)", FL_EUNSUPPORTED},
+        {"[{\"a\": 1, \"2\": 2}]", NULL, NULL, "tools: the integer-like key \"2\" is not first and in order, "
+         "which JavaScript would change (not supported by the built-in ling renderer)", FL_EUNSUPPORTED},
+        {"[{\"10\": 1, \"2\": 2}]", NULL, NULL, "tools: the integer-like key \"2\" is not first and in order, "
+         "which JavaScript would change (not supported by the built-in ling renderer)", FL_EUNSUPPORTED},
+        {"[{\"k\": 1, \"k\": 2}]", NULL, NULL, "tools: the key \"k\" appears twice (not supported by the "
+         "built-in ling renderer)", FL_EUNSUPPORTED},
+        {"[{\"a\\nb\": 1, \"x\": 2, \"a\\nb\": 3}]", NULL, NULL, "tools: the key \"a\" appears twice (not "
+         "supported by the built-in ling renderer)", FL_EUNSUPPORTED},
+        {"{\"name\": \"f\"}", NULL, NULL, "tools must be a JSON array", FL_EINVAL},
+        {"[1,", NULL, NULL, "tools: malformed JSON at line 1 column 4: unexpected end of input", FL_EINVAL},
+        {NULL, "{}", NULL, "message 1: tool_calls must be a JSON array", FL_EINVAL},
+        {NULL, "[\"f\"]", NULL, "message 1: tool_calls[0] is not an object", FL_EINVAL},
+        {NULL, "[{\"function\": {}}]", NULL, "message 1: tool_calls[0]: \"function\" must be a non-empty object",
+         FL_EINVAL},
+        {NULL, "[{\"function\": {\"arguments\": {}}}]", NULL, "message 1: tool_calls[0] has no string \"name\"",
+         FL_EINVAL},
+        {NULL, "[{\"name\": \"f\"}]", NULL, "message 1: tool_calls[0] has no \"arguments\"", FL_EINVAL},
+        {NULL, "[{\"name\": \"f\", \"arguments\": {\"n\": 0.5}}]", NULL, "message 1: tool_calls[0]: numbers "
+         "with a fraction or an exponent or beyond 2^53 are not supported by the built-in ling renderer (Python "
+         "and JavaScript print them differently)", FL_EUNSUPPORTED},
+        {NULL, NULL, "developer", "message 1: role \"developer\" is not one the ling template knows (system, user, "
+         "assistant, tool)", FL_EINVAL},
+        {NULL, "[]", "user", "message 1: tool_calls and reasoning_content belong to assistant messages", FL_EINVAL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        fl_chat_msg m[] = {{"user", "q"}, {bad[i].role ? bad[i].role : "assistant", "a"}};
+        const char *calls[] = {NULL, bad[i].calls};
+        fl_chat_extra x = {bad[i].tools, calls, NULL};
+        s = render_x(t, m, 2, true, true, &x, &rc, msg);
+        CHECK(!s && rc == bad[i].code && !strcmp(msg, bad[i].want), "refusal %zu: %d %s", i, rc, msg);
+        free(s);
+    }
+    fl_tokenizer_free(t);
+
+    /* the other renderers take no extras */
+    CHECK(fl_tokenizer_load(&t, d, "qwen3", &e) == 0, "load qwen3: %s", e.msg);
+    fl_chat_extra xq = {.tools = "[]"};
+    s = render_x(t, a, 1, true, true, &xq, &rc, msg);
+    CHECK(!s && rc == FL_EUNSUPPORTED && !strcmp(msg, "tools, tool_calls and reasoning_content are not supported by "
+                                                      "the built-in qwen3 renderer"),
+          "qwen3 with tools: %d %s", rc, msg);
+    fl_tokenizer_free(t);
+    CHECK(fl_tokenizer_load(&t, d, "ling", &e) == 0 && fl_tokenizer_chat_kind(t) == FL_CHAT_LING,
+          "the ling override: %s", e.msg);
+    fl_tokenizer_free(t);
+    fx_rmdir(d);
+}
+
 int main(void)
 {
     test_detect();
+    test_detect_ling();
     test_render();
+    test_ling();
     return check_summary("test_tokenizer_chat");
 }

@@ -119,6 +119,23 @@ int main(void)
     EXPECT_ERR(st, 1, "tool_calls", "tool calls");
     st = run(d, args, "{\"messages\":[],\"add_generation_prompt\":\"yes\"}\n");
     EXPECT_ERR(st, 1, "add_generation_prompt", "a non-boolean option");
+    /* ling: tools, tool calls, a tool's null content */
+    snprintf(args, sizeof args, "--model '%s' --chat --chat-template ling", d);
+    st = run(d, args, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\","
+                      "\"content\":null,\"tool_calls\":[{\"name\":\"f\",\"arguments\":{\"a\":1}}]},"
+                      "{\"role\":\"tool\",\"content\":null}],\"tools\":null}\n");
+    CHECK(st == 0 && !strcmp(out, "\"<role>SYSTEM</role>detailed thinking off<|role_end|><role>HUMAN</role>q"
+                                  "<|role_end|><role>ASSISTANT</role><tool_call>\\n{\\\"name\\\": \\\"f\\\", "
+                                  "\\\"arguments\\\": {\\\"a\\\": 1}}\\n</tool_call><|role_end|>"
+                                  "<role>OBSERVATION</role>\\n<tool_response>\\n\\n</tool_response><|role_end|>\"\n"),
+          "ling with tools: %d %s %s", st, out, err);
+    st = run(d, args, "[{\"role\":\"user\",\"content\":null}]\n");
+    EXPECT_ERR(st, 1, "line 1: message 0: needs a string \"role\" and a string \"content\"\n", "a user's null content");
+    st = run(d, args, "[{\"role\":\"assistant\",\"content\":\"a\",\"reasoning_content\":7}]\n");
+    EXPECT_ERR(st, 1, "line 1: message 0: \"reasoning_content\" must be a string (without NUL) or null\n",
+               "a number as reasoning_content");
+    st = run(d, args, "{\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],\"tools\":[0.5]}\n");
+    EXPECT_ERR(st, 1, "line 1: tools: numbers with a fraction", "a float in tools");
     snprintf(args, sizeof args, "--model '%s' --chat --chat-template qwen9", d);
     st = run(d, args, "[]\n");
     EXPECT_ERR(st, 1, "qwen9", "an unknown --chat-template");

@@ -129,7 +129,7 @@ int main(void)
     fx_rmdir(d);
     d = fx_tiny_dir("{\"chat_template\": \"{{ bos_token }}{% for m in messages %}[INST] {{ m.content }} "
                     "[/INST]{% endfor %}\"}");
-    expect_fail(d, NULL, FL_EUNSUPPORTED, "--chat-template chatml|qwen3|fogline", "unrecognised template");
+    expect_fail(d, NULL, FL_EUNSUPPORTED, "--chat-template chatml|qwen3|fogline|ling", "unrecognised template");
     expect_fail(d, "llama", FL_EINVAL, "chatml", "unknown override");
     fl_tokenizer *t;
     fl_err e = {0};
