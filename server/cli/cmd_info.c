@@ -46,11 +46,14 @@ typedef struct info_tok {
     const char *mask_str;      /* points at mask_buf, or NULL when unknown */
     char mask_buf[256];        /* copied out: the tokenizer is freed before printing */
     char chat[64];             /* template kind name when ok */
+    int end_id;                /* the family's end token from the tokenizer when config.json
+                                  names none (LLaDA2), else -1 */
 } info_tok;
 
 static void probe_tokenizer(info_tok *it, const fl_model *m, const char *tmpl)
 {
     it->mask_id = m->cfg.mask_token_id;
+    it->end_id = -1;
     char path[4096];
     struct stat sb;
     snprintf(path, sizeof path, "%s/tokenizer.json", m->dir);
@@ -73,6 +76,8 @@ static void probe_tokenizer(info_tok *it, const fl_model *m, const char *tmpl)
         it->mask_str = it->mask_buf;
     }
     snprintf(it->chat, sizeof it->chat, "%s", fl_chat_kind_name(fl_tokenizer_chat_kind(tok)));
+    if (!m->cfg.n_eos && fl_family_end_string(m->cfg.family))
+        it->end_id = fl_tokenizer_find(tok, fl_family_end_string(m->cfg.family));
     fl_tokenizer_free(tok);
 }
 
@@ -260,7 +265,10 @@ static void print_text(const fl_model *m, const info_sum *s, const info_tok *it)
         printf("mask token       unresolved (needs the tokenizer's %s)\n",
                fl_family_mask_string(c->family) ? fl_family_mask_string(c->family) : "mask token");
     printf("eos ids         ");
-    if (!c->n_eos)
+    if (!c->n_eos && it->end_id >= 0)
+        printf(" %d %s (the tokenizer's; config.json has no eos_token_id)", it->end_id,
+               fl_family_end_string(c->family));
+    else if (!c->n_eos)
         printf(" none");
     for (int i = 0; i < c->n_eos; i++)
         printf(" %d", c->eos_ids[i]);
@@ -299,6 +307,8 @@ static int print_json(const fl_model *m, const info_sum *s, const info_tok *it)
                                           (json_int_t)s->bytes[d]));
     for (int i = 0; i < c->n_eos; i++)
         json_array_append_new(eos, json_integer(c->eos_ids[i]));
+    if (!c->n_eos && it->end_id >= 0)
+        json_array_append_new(eos, json_integer(it->end_id));
     json_object_set_new(o, "model", json_string(m->dir));
     json_object_set_new(o, "family", json_string(fl_family_name(c->family)));
     json_object_set_new(o, "architecture", json_string(c->arch));

@@ -83,8 +83,8 @@ def load_reference(d, family):
     """The PyTorch model of a directory: any object with model(torch.tensor([x])) ->
     (logits, _), no logits shift."""
     if family == "llada2":
-        import make_moe_model  # the MoE reference beside make_random_model.py
-        return make_moe_model.load_model(d)
+        import moe_ref  # the MoE reference, written from the authors' modeling code
+        return moe_ref.load_model(d)
     return ref.load_model(d)
 
 
