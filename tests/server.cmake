@@ -38,6 +38,16 @@ add_test(NAME server.editing COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/ed
 set_tests_properties(server.editing PROPERTIES LABELS integration TIMEOUT 300
   FIXTURES_REQUIRED edit_model
   ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_EDIT_MODEL=${FL_EDIT_MODEL}")
+# a LLaDA2-format model (real config keys, tensor names and vocabulary; the stand-in Ling
+# tokenizer) served: the family's defaults, drafts with edits and commits, the openai client
+set(FL_LLADA2_MODEL ${CMAKE_BINARY_DIR}/fixtures/llada2_model)
+add_test(NAME server.llada2_model
+  COMMAND sh -c "${FL_PYTHON} ${FL_TESTS_DIR}/reference/make_moe_model.py ${FL_LLADA2_MODEL} --family llada2 --seed 41 && ${FL_PYTHON} ${FL_TESTS_DIR}/reference/make_ling_tokenizer.py ${FL_LLADA2_MODEL}")
+set_tests_properties(server.llada2_model PROPERTIES FIXTURES_SETUP llada2_model LABELS python)
+add_test(NAME server.llada2 COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/llada2.test.mjs)
+set_tests_properties(server.llada2 PROPERTIES LABELS integration TIMEOUT 300
+  FIXTURES_REQUIRED llada2_model
+  ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_LLADA2_MODEL=${FL_LLADA2_MODEL}")
 # the outline parser (server/outline.c) is a pure module: its unit test compiles it in
 target_sources(test_outline PRIVATE ${CMAKE_SOURCE_DIR}/server/outline.c)
 target_include_directories(test_outline PRIVATE ${CMAKE_SOURCE_DIR}/server)
