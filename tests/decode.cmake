@@ -11,10 +11,16 @@ set_tests_properties(unit.test_sched_qwen2 PROPERTIES FIXTURES_REQUIRED decode_m
 add_test(NAME unit.test_sched_kvbf16 COMMAND test_sched ${CMAKE_BINARY_DIR}/fixtures/dec_q3 bf16)
 set_tests_properties(unit.test_sched_kvbf16 PROPERTIES FIXTURES_REQUIRED decode_models LABELS "unit")
 # greedy decoding token for token against tests/reference/ref_decode.py (no cache, no scheduler)
+# an SDAR-MoE model (Qwen3-MoE keys and names; vocabulary shrunk, so its mask is a config key)
+add_test(NAME decode.sdarmoe_model
+  COMMAND sh -c "${FL_PYTHON} ${FL_TESTS_DIR}/reference/make_moe_model.py ${CMAKE_BINARY_DIR}/fixtures/dec_sdarmoe --family sdar-moe --seed 45 --vocab 1024 && ${FL_PYTHON} -c \"import json;p='${CMAKE_BINARY_DIR}/fixtures/dec_sdarmoe/config.json';c=json.load(open(p));c['mask_token_id']=1023;json.dump(c,open(p,'w'),indent=2)\"")
+set_tests_properties(decode.sdarmoe_model PROPERTIES FIXTURES_SETUP sdarmoe_dec_model LABELS python)
 add_test(NAME decode.parity_reference
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/parity_decode.py $<TARGET_FILE:fogline>
-          ${CMAKE_BINARY_DIR}/fixtures/dec_q3 ${CMAKE_BINARY_DIR}/fixtures/dec_q2)
-set_tests_properties(decode.parity_reference PROPERTIES FIXTURES_REQUIRED decode_models LABELS "integration")
+          ${CMAKE_BINARY_DIR}/fixtures/dec_q3 ${CMAKE_BINARY_DIR}/fixtures/dec_q2
+          ${CMAKE_BINARY_DIR}/fixtures/dec_sdarmoe)
+set_tests_properties(decode.parity_reference PROPERTIES
+  FIXTURES_REQUIRED "decode_models;sdarmoe_dec_model" LABELS "integration")
 # LLaDA2's rules token for token against ref_decode.py: LLaDA2.0's threshold with the authors'
 # quota schedule, LLaDA2.1's token editing and post steps (edits, post steps and forwards
 # counted against the reference's loop, with and without decode-store overlap), on sharpened

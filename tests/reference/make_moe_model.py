@@ -176,13 +176,16 @@ def tensor_list(cfg, fmt):
     return out
 
 
-def fill(kind, shape, rng):
+def fill(kind, shape, rng, embed=False):
     n = int(np.prod(shape))
     if kind in ("q8", "q4"):
         return rng.integers(0, 256, size=n, dtype=np.uint8).tobytes()
     if kind.startswith("scale"):  # d so that d * q has about randn / sqrt(fan_in)'s spread:
         k = shape[1] * 32          # random q8 quants have a std of 74, q4 nibbles - 8 of 4.6
-        mag = (1.0 / k ** 0.5) / (74.0 if kind == "scale8" else 4.6)
+        # the embedding's rows about N(0, 1), as make_random_model.py's: with rows of
+        # 1/sqrt(hidden) the layers' outputs swamp the tokens, every token's hidden state looks
+        # alike, and all of a block's tokens route to the same few experts
+        mag = (1.0 if embed else 1.0 / k ** 0.5) / (74.0 if kind == "scale8" else 4.6)
         d = (mag * (0.5 + rng.random(n, dtype=np.float32))).astype(np.float16)
         return d.tobytes()
     if kind == "norm":
@@ -223,7 +226,8 @@ def write_quantized(out, cfg, fmt, seed, shard_bytes=4 << 30):
             f.write(struct.pack("<Q", len(hb)))
             f.write(hb)
             for name, dt, shape, kind in part:
-                f.write(fill(kind, shape, rng))
+                f.write(fill(kind, shape, rng, name.startswith(("model.word_embeddings",
+                                                                "model.embed_tokens"))))
     with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
 

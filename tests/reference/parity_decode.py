@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Greedy decoding parity: `fogline generate --prompt-ids` against ref_decode.py on random
-models of both layouts, token for token.
+models of both layouts (and SDAR-MoE, through moe_ref.py), token for token.
 
 For each model: both policies (one token per step; threshold) with explicit flags, and the
 model's own defaults (no decoding flag but --temperature 0: the family's authors' settings);
@@ -22,6 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fogline_ref as ref  # noqa: E402
+import moe_ref  # noqa: E402
 import ref_decode  # noqa: E402
 
 FAILS = 0
@@ -80,7 +81,9 @@ def main():
         for d in sys.argv[2:]:
             with open(os.path.join(d, "config.json")) as f:
                 cfg = json.load(f)
-            m = ref.load_model(d)
+            # SDAR-MoE decodes as SDAR does: the MoE reference behind the same loop
+            moe = cfg["architectures"][0] == "SDARMoeForCausalLM"
+            m = moe_ref.load_model(d) if moe else ref.load_model(d)
             V = cfg["vocab_size"]
             rng = random.Random(7)
             B = m.c.block_size
