@@ -186,7 +186,10 @@ def fill(kind, shape, rng, embed=False):
         # 1/sqrt(hidden) the layers' outputs swamp the tokens, every token's hidden state looks
         # alike, and all of a block's tokens route to the same few experts
         mag = (1.0 if embed else 1.0 / k ** 0.5) / (74.0 if kind == "scale8" else 4.6)
-        d = (mag * (0.5 + rng.random(n, dtype=np.float32))).astype(np.float16)
+        # random signs: random quants' mean (-0.5) times a scale of one sign would give every
+        # matrix a common rank-one part, every token the same hidden state and the same experts
+        sign = np.where(rng.random(n) < 0.5, -1.0, 1.0).astype(np.float32)
+        d = (sign * mag * (0.5 + rng.random(n, dtype=np.float32))).astype(np.float16)
         return d.tobytes()
     if kind == "norm":
         v = (1.0 + 0.1 * rng.standard_normal(n, dtype=np.float32))
