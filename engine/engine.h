@@ -34,6 +34,10 @@ typedef struct fl_request {
      * is always computed. */
     void *prefix;
     int32_t n_prefix;
+    /* A draft event for every denoising step of a block, also for one that decided nothing (a
+     * semi-active block below tau_conf), so that the steps of a block are numbered without
+     * gaps. Off: a draft only when the block changed. Outputs are the same either way. */
+    bool every_step;
 } fl_request;
 
 typedef enum fl_seq_state {

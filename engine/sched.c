@@ -29,6 +29,7 @@ typedef struct seq {
     fl_sink sink;
     void *ctx;
     fl_decode_opts dec;
+    bool every_step; /* a draft for each step, also one that changed nothing */
     int32_t max_tokens;
     char **stop;
     int32_t n_stop;
@@ -213,6 +214,7 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     q->sink = sink;
     q->ctx = ctx;
     q->dec = r->dec;
+    q->every_step = r->every_step;
     q->max_tokens = max_tokens;
     q->L = r->n_prompt;
     q->limit = q->L + max_tokens;
@@ -865,7 +867,7 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
                 q->settled = !left;
             }
         }
-        if (nsel || n_edit)
+        if (nsel || n_edit || q->every_step)
             emit_draft(s, q, start);
     }
     return advance(s, q);
