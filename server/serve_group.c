@@ -179,6 +179,7 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
     c->msgs = calloc(c->n_msgs ? c->n_msgs : 1, sizeof *c->msgs);
     c->max_tokens = g->chat.max_tokens;
     c->dec = g->chat.dec;
+    c->every_step = g->chat.every_step;
     c->enable_thinking = g->chat.enable_thinking;
     c->stop = g->chat.n_stop ? calloc((size_t)g->chat.n_stop, sizeof(char *)) : NULL;
     bool oom = !c->id || !c->msgs || (g->chat.n_stop && !c->stop);

@@ -134,6 +134,10 @@ int srv_metrics_render(const srv_metrics *m, const srv_gauges *g, fl_buf *b)
     gauge(b, "fogline_up", "1 when the model is loaded and the engine runs", g->ready ? 1 : 0);
     gauge(b, "fogline_draining", "1 while shutting down (no new requests)", g->draining ? 1 : 0);
     gauge(b, "fogline_ws_connections", "open WebSocket connections", g->ws_open);
+    gauge(b, "fogline_ws_backlog_bytes", "output queued in the server for WebSocket clients",
+          (double)g->ws_backlog);
+    gauge(b, "fogline_ws_input_paused",
+          "WebSocket connections not read while their output backlog drains", g->ws_input_paused);
     counter(b, "fogline_ws_connections_total", "WebSocket connections accepted",
             (double)m->ws_accepted);
     counter(b, "fogline_ws_refused_total",
@@ -168,6 +172,9 @@ int srv_metrics_render(const srv_metrics *m, const srv_gauges *g, fl_buf *b)
     counter(b, "fogline_drafts_coalesced_total",
             "drafts replaced by a newer draft of the same block before a slow client took them",
             (double)m->drafts_coalesced);
+    counter(b, "fogline_step_fallbacks_total",
+            "requests for every step's draft that fell back to coalescing (a slow client)",
+            (double)m->steps_coalesced);
     counter(b, "fogline_commits_sent_total", "commit frames and SSE chunks sent",
             (double)m->commits_sent);
     head(b, "fogline_kv_pages", "gauge", "KV cache pages by state");

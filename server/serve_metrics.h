@@ -36,6 +36,7 @@ typedef struct srv_metrics {
     uint64_t requests[SRV_OUT_COUNT];
     uint64_t prompt_tokens, reply_tokens;
     uint64_t drafts_sent, drafts_coalesced, commits_sent;
+    uint64_t steps_coalesced; /* every-step requests that fell back to coalescing */
     uint64_t slow_closed;
     struct { const char *code; uint64_t n; } errors[SRV_ERR_CODES];
     struct { int status; uint64_t n; } http[SRV_HTTP_CODES];
@@ -54,6 +55,8 @@ typedef struct srv_metrics {
 /* Live values read when /metrics is asked for. */
 typedef struct srv_gauges {
     int ws_open;
+    size_t ws_backlog;     /* output bytes queued for WebSocket clients, all connections */
+    int ws_input_paused;   /* connections whose input waits while their output is backed up */
     int http_open;
     int requests_live;     /* tokenizing or inside the engine */
     int tokenizing;

@@ -558,10 +558,18 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     c->dec = L->dec_default;
     static const char *const known[] = {"type", "id", "session", "messages", "max_tokens",
                                         "temperature", "top_p", "top_k", "seed", "stop", "decoding",
-                                        "parallel", "chat_template_kwargs"};
+                                        "parallel", "chat_template_kwargs", "drafts"};
     const char *key = srv_json_unknown_key(o, known, sizeof known / sizeof known[0]);
     if (key)
         return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);
+    const json_t *dr = json_object_get(o, "drafts");
+    if (dr && !json_is_null(dr)) {
+        const char *v = json_string_value(dr);
+        if (!v || (strcmp(v, "latest") && strcmp(v, "every_step")))
+            return bad(&P, SRV_E_BAD_REQUEST, "drafts", "'drafts' must be \"latest\" (the "
+                       "newest draft of a block, older ones coalesced) or \"every_step\"");
+        c->every_step = !strcmp(v, "every_step");
+    }
     const json_t *id = json_object_get(o, "id");
     if (!srv_id_ok(id))
         return bad(&P, SRV_E_BAD_REQUEST, "id", "'id' must be a string of 1..%d bytes", SRV_ID_MAX);

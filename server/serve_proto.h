@@ -54,6 +54,9 @@ typedef struct srv_chat {
     bool enable_thinking; /* the template's enable_thinking: chat_template_kwargs, else the
                              server's default (--chat-template-kwargs), else true as the
                              template's own default (the variable undefined) */
+    /* WebSocket only: "drafts": "every_step" asks for a draft of every denoising step, none
+       coalesced ("latest", the default: a queued draft is replaced by the block's newer one) */
+    bool every_step;
     /* OpenAI only */
     bool stream;
     bool include_usage;

@@ -179,6 +179,7 @@ void srv_req_submit(srv_req *r, void *prefix, int32_t n_prefix)
     q.n_prompt = (int32_t)r->n_ids;
     q.max_tokens = r->chat.max_tokens;
     q.dec = r->chat.dec;
+    q.every_step = r->chat.every_step;
     q.prefix = prefix;
     q.n_prefix = prefix ? n_prefix : 0;
     if (r->chat.n_stop) {

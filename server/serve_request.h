@@ -29,6 +29,7 @@ struct srv_ev {
     struct srv_req *req;
     fl_event_type type;
     int32_t block, step, n; /* draft/commit */
+    double t_ms;            /* srv_now_ms when the engine gave it (engine thread) */
     int32_t *tokens;        /* (n) -1 where masked (what changed is the owner's to work out:
                                it knows what its client was sent) */
     char *text;             /* commit: the block's text; done: the whole reply */
@@ -105,6 +106,7 @@ struct srv_req {
        masked before its first draft), [1] the newest draft of it, sent or still queued */
     int32_t *view[SRV_DRAFT_SLOTS];
     int32_t view_block[SRV_DRAFT_SLOTS]; /* the block view[i] holds (with view[i] only) */
+    bool steps_coalesced; /* "drafts": "every_step" gave way to coalescing (a slow client) */
     srv_reason reason;    /* the reply's reasoning/answer split (set up with the prompt) */
     /* fan-out ("parallel"): a group owns branch requests and has no engine work of its own;
        the group is in its owner's list, the branches in the server's */

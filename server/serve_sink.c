@@ -78,6 +78,7 @@ void srv_sink(const fl_event *ev, void *ctx)
     x->type = ev->type;
     x->block = ev->block;
     x->step = ev->step;
+    x->t_ms = srv_now_ms(s);
     x->n = (int32_t)ntok;
     char *p = (char *)(x + 1);
     x->tokens = (int32_t *)p;

@@ -336,9 +336,32 @@ static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
     srv *s = c->s;
     int slot = ev->block % SRV_DRAFT_SLOTS;
     srv_out *old = r->draft_slot[slot];
-    bool queued = old && old->block == ev->block; /* still waiting: replaced in place */
     if (ev->n > FL_MAX_BLOCK)
         return;
+    bool every = r->chat.every_step && !r->steps_coalesced;
+    if (every && c->out.bytes > s->cfg->ws_max_backlog / 2) {
+        /* a client that reads slower than the steps come: it gets the newest draft of each
+           block from here on, and is told so once, instead of being closed */
+        r->steps_coalesced = true;
+        every = false;
+        s->m.steps_coalesced++;
+        json_t *n = json_object();
+        json_object_set_new(n, "type", json_string("notice"));
+        json_object_set_new(n, "id", json_string(r->chat.id));
+        if (r->parent)
+            json_object_set_new(n, "segment", json_integer(r->segment));
+        json_object_set_new(n, "code", json_string("drafts_coalesced"));
+        json_object_set_new(n, "message",
+                            json_string("the client reads slower than the steps come: from here "
+                                        "on drafts are coalesced (the newest of each block)"));
+        json_object_set_new(n, "block", json_integer(ev->block));
+        json_object_set_new(n, "step", json_integer(ev->step));
+        send_str(c, dumps(n));
+        if (c->closing)
+            return;
+    }
+    /* every step: each draft is a frame of its own, never replaced nor killed by the commit */
+    bool queued = !every && old && old->block == ev->block; /* still waiting: replaced in place */
     if (!r->view[slot]) {
         if (!(r->view[slot] = malloc(sizeof(int32_t) * 2 * FL_MAX_BLOCK)))
             return; /* out of memory: a draft may be dropped (a later one or the commit follows) */
@@ -359,6 +382,8 @@ static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
         json_object_set_new(o, "segment", json_integer(r->segment));
     json_object_set_new(o, "block", json_integer(ev->block));
     json_object_set_new(o, "step", json_integer(ev->step));
+    if (r->chat.every_step) /* when the engine gave it, from the chat frame (ms) */
+        json_object_set_new(o, "ms", json_real(ev->t_ms - (r->parent ? r->parent : r)->t_start));
     json_object_set_new(o, "tokens", toks);
     json_t *fresh = json_array(), *edited = json_array();
     for (int32_t i = 0; i < ev->n; i++) {
@@ -392,9 +417,9 @@ static void on_draft(srv_conn *c, srv_req *r, const srv_ev *ev)
         old->req = NULL; /* a different block's draft keeps its place but loses the slot */
     srv_out *o2 = send_str(c, str);
     if (o2) {
-        o2->req = r;
+        o2->req = every ? NULL : r;
         o2->block = ev->block;
-        r->draft_slot[slot] = o2;
+        r->draft_slot[slot] = every ? NULL : o2;
         memcpy(seen, base, sizeof(int32_t) * (size_t)ev->n);
         memcpy(last, ev->tokens, sizeof(int32_t) * (size_t)ev->n);
         r->view_block[slot] = ev->block;
@@ -882,6 +907,16 @@ int srv_ws_callback(struct lws *wsi, int reason, void *user, void *in, size_t le
         break;
     }
     return 0;
+}
+
+void srv_ws_backlog(srv *s, size_t *bytes, int *paused)
+{
+    *bytes = 0;
+    *paused = 0;
+    for (srv_conn *c = s->conns; c; c = c->next) {
+        *bytes += c->out.bytes;
+        *paused += c->rx_paused;
+    }
 }
 
 void srv_ws_tick(srv *s)

@@ -13,6 +13,7 @@
 #   server.reasoning     enable_thinking defaults and chat_template_kwargs (prompt tokens against
 #                        @huggingface/jinja), the reasoning split over HTTP/SSE/WebSocket, bad kwargs
 #   server.alloc         allocation failures on demand (FOGLINE_TEST_FAIL_ALLOC)
+#   server.steps         "drafts": "every_step": every step in order, counts adding up, fallback
 # The model: FL_SERVE_MODEL (cache variable or environment), the built-in model by default.
 find_program(FL_NODE NAMES node nodejs)
 if(NOT FL_NODE)
@@ -20,7 +21,7 @@ if(NOT FL_NODE)
 endif()
 set(FL_SERVE_MODEL "${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk" CACHE PATH
     "model directory the server tests load")
-foreach(suite ws_protocol openai http ops backpressure redis parallel faults generate alloc)
+foreach(suite ws_protocol openai http ops backpressure redis parallel faults generate alloc steps)
   add_test(NAME server.${suite}
     COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/${suite}.test.mjs)
   set_tests_properties(server.${suite} PROPERTIES LABELS integration TIMEOUT 300

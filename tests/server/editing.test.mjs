@@ -139,6 +139,33 @@ test('a free-running chat keeps the draft rules (coalesced drafts included) and 
   c.close();
 });
 
+// "drafts": "every_step" (watching it denoise): free-running, no draft is coalesced, so every
+// edit the engine made reaches the client, each step of a block is numbered, post steps included
+test('every step with editing: each step numbered, every edit shown, the same reply', async () => {
+  const c = await connect(server);
+  const req = { messages: user('my printer says offline'), max_tokens: 40, temperature: 0, decoding: QUALITY };
+  c.send({ type: 'chat', id: 'steps', ...req, drafts: 'every_step' });
+  const fr = await c.collect('steps');
+  c.send({ type: 'chat', id: 'plain', ...req });
+  const plain = await c.collect('plain');
+  const done = fr.at(-1);
+  assert.equal(done.type, 'done', JSON.stringify(done));
+  const edited = checkDrafts(fr);
+  assert.ok(edited > 0, 'some step edited a token');
+  assert.equal(edited, done.stats.edits, 'every edit was in a draft');
+  const ds = fr.filter((f) => f.type === 'draft');
+  assert.equal(ds.length, done.stats.decode_forwards, 'one draft per step (blocks one at a time)');
+  const last = new Map();
+  for (const d of ds) {
+    assert.equal(d.step, (last.get(d.block) ?? 0) + 1, `block ${d.block}: steps without a gap`);
+    last.set(d.block, d.step);
+  }
+  const text = (x) => x.filter((f) => f.type === 'commit').map((f) => f.text).join('');
+  assert.equal(text(fr), text(plain), 'the same reply as with the default drafts');
+  assert.equal(done.stats.edits, plain.at(-1).stats.edits);
+  c.close();
+});
+
 test('OpenAI streaming sends committed text only, the WebSocket\'s commits in order', async () => {
   const c = await connect(server);
   c.send({ type: 'chat', id: 'w', messages: user('where is my order?'), max_tokens: 48, temperature: 0,
