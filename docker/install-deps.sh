@@ -34,7 +34,7 @@ case "$codename" in
   *) PKGS_RUNTIME="" ;;
 esac
 PKGS_IMAGE="podman runc debootstrap python3-yaml"
-PKGS_TEST="clang libclang-rt-14-dev valgrind redis-server nginx python3-torch python3-numpy chromium"
+PKGS_TEST="clang libclang-rt-14-dev valgrind redis-server nginx python3-torch python3-numpy chromium tmux"
 
 want=""
 node=0

@@ -48,6 +48,11 @@ add_test(NAME decode.generate_cli
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/test_generate_cli.py $<TARGET_FILE:fogline>
           ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
 set_tests_properties(decode.generate_cli PROPERTIES LABELS "integration")
+# generate --json --trace (every step's draft) and --visual in a real terminal (tmux)
+add_test(NAME decode.generate_steps
+  COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/test_generate_steps.py $<TARGET_FILE:fogline>
+          ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
+set_tests_properties(decode.generate_steps PROPERTIES LABELS "integration" TIMEOUT 300)
 # bench parallel / bench decode: a short --repeat run and their bad flags
 add_test(NAME decode.bench_cli
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/test_bench_cli.py $<TARGET_FILE:fogline>

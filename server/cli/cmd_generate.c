@@ -1,11 +1,13 @@
 /* cmd_generate.c: `fogline generate`: one reply from a model, shown live in the terminal
  * (each block resolving out of its masks) or printed as one JSON object with --json. The
  * scheduler is stepped on this thread: one process, one request, no server. */
+#include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend_select.h"
@@ -17,6 +19,10 @@
 typedef struct live {
     const fl_tokenizer *tok;
     bool tty, json;
+    bool visual;        /* --visual: every step drawn as a whole frame, then --pace ms */
+    int pace_ms;
+    json_t *steps;      /* --json --trace: one object per draft, NULL otherwise */
+    int n_frames;
     fl_buf committed;   /* reply text committed so far */
     int32_t draft[FL_MAX_RUN_BLOCKS][FL_MAX_BLOCK]; /* running blocks' tokens, -1 masked */
     int32_t draft_n[FL_MAX_RUN_BLOCKS];
@@ -30,6 +36,14 @@ typedef struct live {
     fl_buf text;
 } live;
 
+static void put_token(const fl_tokenizer *tok, int32_t t)
+{
+    fl_buf one = {0};
+    if (!fl_tokenizer_decode(tok, &t, 1, true, &one, NULL) && one.len)
+        fwrite(one.data, 1, one.len, stdout);
+    fl_buf_free(&one);
+}
+
 static void redraw(live *L)
 {
     if (!L->tty || L->json)
@@ -39,18 +53,69 @@ static void redraw(live *L)
     for (int b = 0; b < FL_MAX_RUN_BLOCKS; b++) {
         for (int i = 0; i < L->draft_n[b]; i++) {
             int32_t t = L->draft[b][i];
-            if (t < 0) {
+            if (t < 0)
                 fputs("\xe2\x96\x91", stdout); /* ░: a masked position */
-            } else {
-                fl_buf one = {0};
-                if (!fl_tokenizer_decode(L->tok, &t, 1, true, &one, NULL) && one.len)
-                    fwrite(one.data, 1, one.len, stdout);
-                fl_buf_free(&one);
-            }
+            else
+                put_token(L->tok, t);
         }
     }
     fputs("\033[0m", stdout);
     fflush(stdout);
+}
+
+/* --visual: one whole frame per step (clear, home): the committed text, the running blocks
+   with masks as fog and this step's positions marked (new: bold cyan, edited: bold yellow),
+   then a line saying which step of which block it was. */
+static void visual_frame(live *L, const fl_event *ev)
+{
+    int masked = 0, fresh = 0, edited = 0;
+    fputs("\033[2J\033[H", stdout);
+    fwrite(L->committed.data ? L->committed.data : "", 1, L->committed.len, stdout);
+    for (int b = 0; b < FL_MAX_RUN_BLOCKS; b++) {
+        bool cur = L->first_block + b == ev->block;
+        for (int i = 0; i < L->draft_n[b]; i++) {
+            int32_t t = L->draft[b][i];
+            if (t < 0) {
+                fputs("\033[2m\xe2\x96\x91\033[0m", stdout); /* ░: a masked position */
+                masked++;
+                continue;
+            }
+            bool nw = cur && ev->fresh && ev->fresh[i], ed = cur && ev->edited && ev->edited[i];
+            fresh += nw;
+            edited += ed;
+            fputs(nw ? "\033[1;36m" : ed ? "\033[1;33m" : "\033[2m", stdout);
+            put_token(L->tok, t);
+            fputs("\033[0m", stdout);
+        }
+    }
+    printf("\n\n\033[2m[block %d · step %d · %d new · %d edited · %d masked]\033[0m\n", ev->block,
+           ev->step, fresh, edited, masked);
+    fflush(stdout);
+    L->n_frames++;
+    if (L->pace_ms > 0) {
+        struct timespec ts = {L->pace_ms / 1000, (long)(L->pace_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) && errno == EINTR)
+            ;
+    }
+}
+
+/* --json --trace: the draft as the trace's next item */
+static void trace_step(live *L, const fl_event *ev)
+{
+    json_t *o = json_object(), *toks = json_array(), *nw = json_array(), *ed = json_array();
+    for (int32_t i = 0; i < ev->n; i++) {
+        json_array_append_new(toks, json_integer(ev->tokens[i]));
+        if (ev->fresh && ev->fresh[i])
+            json_array_append_new(nw, json_integer(i));
+        if (ev->edited && ev->edited[i])
+            json_array_append_new(ed, json_integer(i));
+    }
+    json_object_set_new(o, "block", json_integer(ev->block));
+    json_object_set_new(o, "step", json_integer(ev->step));
+    json_object_set_new(o, "tokens", toks);
+    json_object_set_new(o, "new", nw);
+    json_object_set_new(o, "edited", ed);
+    json_array_append_new(L->steps, o);
 }
 
 static void sink(const fl_event *ev, void *ctx)
@@ -63,11 +128,16 @@ static void sink(const fl_event *ev, void *ctx)
             L->draft_n[slot] = ev->n;
             memcpy(L->draft[slot], ev->tokens, sizeof(int32_t) * (size_t)ev->n);
         }
-        redraw(L);
+        if (L->steps)
+            trace_step(L, ev);
+        if (L->visual)
+            visual_frame(L, ev);
+        else
+            redraw(L);
         break;
     }
     case FL_EV_COMMIT:
-        if (L->tty && !L->json) {
+        if (L->tty && !L->json && !L->visual) {
             fputs("\0338\033[J", stdout);
             fwrite(ev->text, 1, ev->text_len, stdout);
             fputs("\0337", stdout);
@@ -78,7 +148,8 @@ static void sink(const fl_event *ev, void *ctx)
         memmove(L->draft_n, L->draft_n + 1, sizeof L->draft_n - sizeof L->draft_n[0]);
         L->draft_n[FL_MAX_RUN_BLOCKS - 1] = 0;
         L->first_block = ev->block + 1;
-        redraw(L);
+        if (!L->visual)
+            redraw(L);
         break;
     case FL_EV_DONE:
         L->done = 1;
@@ -117,6 +188,12 @@ static void usage(FILE *f)
                "  --raw                use --prompt as the exact prompt text (no template)\n"
                "  --prompt-ids 1,2,3   the exact prompt token ids (no tokenizer needed)\n"
                "  --json               print one JSON object: text, ids, finish, stats\n"
+               "  --trace              with --json: also \"steps\", every denoising step's draft\n"
+               "                       (block, step, tokens with -1 masked, new, edited)\n"
+               "  --visual             watch it denoise: every step redrawn on the terminal,\n"
+               "                       masks as fog, the step's new tokens marked\n"
+               "  --pace MS            with --visual: wait MS ms after each step (0..10000;\n"
+               "                       default 60; 0 is real time)\n"
                "  --threads N          compute threads (default: all cores)\n"
                "  --device D           auto (the GPU when one is usable) | cpu | cuda\n"
                "                       (default: $FOGLINE_DEVICE or auto)\n"
@@ -137,6 +214,8 @@ int fl_cmd_generate(int argc, char **argv)
     const char *model_dir = getenv("FOGLINE_MODEL");
     const char *prompt = NULL, *system = NULL, *messages = NULL, *tmpl = NULL, *prompt_ids = NULL;
     bool raw = false, json = false, thinking = true; /* the template's own default */
+    bool steps = false, visual = false;
+    const char *pace = NULL;
     int threads = 0;
     const char *device = getenv("FOGLINE_DEVICE");
     const char *weights = getenv("FOGLINE_WEIGHTS");
@@ -146,7 +225,8 @@ int fl_cmd_generate(int argc, char **argv)
     fl_gen_opts g;
     fl_gen_opts_default(&g);
     enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
-           O_IDS, O_DEVICE, O_NO_THINK, O_THINK, O_WEIGHTS, O_KV_FORMAT };
+           O_IDS, O_DEVICE, O_NO_THINK, O_THINK, O_WEIGHTS, O_KV_FORMAT, O_STEPS, O_VISUAL,
+           O_PACE };
     struct option base[] = {
         {"model", required_argument, 0, O_MODEL},     {"prompt", required_argument, 0, O_PROMPT},
         {"system", required_argument, 0, O_SYSTEM},   {"messages", required_argument, 0, O_MESSAGES},
@@ -155,7 +235,8 @@ int fl_cmd_generate(int argc, char **argv)
         {"help", no_argument, 0, O_HELP},             {"prompt-ids", required_argument, 0, O_IDS},
         {"device", required_argument, 0, O_DEVICE},   {"no-thinking", no_argument, 0, O_NO_THINK},
         {"enable-thinking", no_argument, 0, O_THINK}, {"weights", required_argument, 0, O_WEIGHTS},
-        {"kv-format", required_argument, 0, O_KV_FORMAT},
+        {"kv-format", required_argument, 0, O_KV_FORMAT}, {"trace", no_argument, 0, O_STEPS},
+        {"visual", no_argument, 0, O_VISUAL},         {"pace", required_argument, 0, O_PACE},
     };
     struct option opts[64];
     int nopt = fl_gen_opts_longopts(opts, 64, base, (int)(sizeof base / sizeof base[0]));
@@ -178,6 +259,9 @@ int fl_cmd_generate(int argc, char **argv)
         case O_DEVICE: device = optarg; break;
         case O_WEIGHTS: weights = optarg; weights_from = "--weights"; break;
         case O_KV_FORMAT: kvformat = optarg; kvformat_from = "--kv-format"; break;
+        case O_STEPS: steps = true; break;
+        case O_VISUAL: visual = true; break;
+        case O_PACE: pace = optarg; break;
         case O_NO_THINK: thinking = false; break;
         case O_THINK: thinking = true; break;
         case O_HELP: usage(stdout); return 0;
@@ -194,6 +278,31 @@ int fl_cmd_generate(int argc, char **argv)
     }
     if (optind < argc) {
         fprintf(stderr, "fogline generate: unexpected argument '%s'\n", argv[optind]);
+        return 2;
+    }
+    long pace_ms = 60;
+    if (steps && !json) {
+        fprintf(stderr, "fogline generate: --trace adds the step trace to --json's output; give "
+                        "--json too\n");
+        return 2;
+    }
+    if (visual && json) {
+        fprintf(stderr, "fogline generate: --visual draws on the terminal and --json prints JSON; "
+                        "give one (--json --trace for a trace)\n");
+        return 2;
+    }
+    if (pace && !visual) {
+        fprintf(stderr, "fogline generate: --pace is for --visual\n");
+        return 2;
+    }
+    if (pace && fl_parse_long(pace, 0, 10000, &pace_ms)) {
+        fprintf(stderr, "fogline generate: --pace needs milliseconds in [0, 10000], got '%s'\n",
+                pace);
+        return 2;
+    }
+    if (visual && !isatty(STDOUT_FILENO)) {
+        fprintf(stderr, "fogline generate: --visual draws on a terminal and stdout is not one "
+                        "(--json --trace prints every step)\n");
         return 2;
     }
     if (!fl_backend_device_valid(device)) {
@@ -347,14 +456,25 @@ int fl_cmd_generate(int argc, char **argv)
     req.stop = (const char *const *)g.stop;
     req.n_stop = g.n_stop;
     req.dec = g.dec;
+    req.every_step = steps || visual;
     L.tok = m->tok;
     L.json = json;
     L.tty = isatty(STDOUT_FILENO) && !json && m->tok;
+    L.visual = visual && m->tok;
+    L.pace_ms = (int)pace_ms;
+    if (steps && !(L.steps = json_array())) {
+        fprintf(stderr, "fogline generate: out of memory\n");
+        goto out;
+    }
+    if (visual && !m->tok) {
+        fprintf(stderr, "fogline generate: --visual needs the model's tokenizer to show text\n");
+        goto out;
+    }
     if (fl_sched_add(s, &req, sink, &L, 1, &e)) {
         fprintf(stderr, "fogline generate: %s\n", e.msg);
         goto out;
     }
-    if (L.tty)
+    if (L.tty && !L.visual)
         fputs("\0337", stdout);
     while (!L.done) {
         int r = fl_sched_step(s, &e);
@@ -399,11 +519,19 @@ int fl_cmd_generate(int argc, char **argv)
         json_object_set_new(st, "ms_decode", json_real(L.st.ms_decode));
         json_object_set_new(st, "ms_total", json_real(L.st.ms_total));
         json_object_set_new(o, "stats", st);
+        if (L.steps)
+            json_object_set(o, "steps", L.steps);
         char *dump = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
         if (dump)
             puts(dump);
         free(dump);
         json_decref(o);
+    } else if (L.visual) {
+        /* the last frame: the whole reply, settled */
+        fputs("\033[2J\033[H", stdout);
+        fwrite(L.text.data ? L.text.data : "", 1, L.text.len, stdout);
+        printf("\n\n\033[2m[%s · %d tokens · %d forwards · %d steps shown · %.2f tokens/forward]"
+               "\033[0m\n", finish_name(L.finish), L.n_ids, L.st.forwards, L.n_frames, L.st.tpf);
     } else if (L.tty) {
         fputs("\0338\033[J", stdout);
         printf("\n\033[2m[%s · %d tokens · %d forwards · %.2f tokens/forward · %.0f ms]\033[0m\n",
@@ -424,6 +552,7 @@ out:
     fl_buf_free(&L.text);
     free(L.ids);
     free(L.error);
+    json_decref(L.steps);
     fl_gen_opts_free(&g);
     return rc;
 }
