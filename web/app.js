@@ -4,8 +4,12 @@
 //   fogline.chats          [{id, title, updated}]  the chat list, newest first
 //   fogline.chat.<id>      {id, title, messages: [{role, content, finish?, usage?, stats?, error?}]}
 //   fogline.current        the open chat's id (also its protocol `session`)
-//   fogline.settings       the settings panel: {parallel, max_tokens, api_key, overrides}, where
-//                          overrides holds only the decoding fields the user changed
+//   fogline.settings       the settings panel: {parallel, max_tokens, api_key, watch, overrides},
+//                          where overrides holds only the decoding fields the user changed
+// "Watch it denoise" (settings.watch: 'off', or a pace 1, 5, 20, 100) asks the server for every
+// denoising step's draft ("drafts": "every_step") and shows each one: at 1 as it arrives, slower
+// paces replayed from the steps' server times stretched that many times (each step on screen for
+// at least a frame).
 // A reply is drawn from draft frames (masked positions resolve in place) and settles into
 // Markdown when its blocks are committed; only commits become the stored reply.
 import { renderMarkdown, escapeHtml } from './markdown.js';
@@ -48,7 +52,9 @@ const DECODING = ['temperature', 'policy', 'threshold', 'pipeline'];
 // older page had these hard-coded and stored every field with any change in the panel, so a
 // stored value equal to one of them is no choice of the user's and is dropped.
 const OLD_DEFAULTS = { temperature: 0, policy: 'threshold', threshold: 0.9, pipeline: true };
-const DEFAULTS = { parallel: 'off', max_tokens: 256, api_key: '' };
+const DEFAULTS = { parallel: 'off', max_tokens: 256, api_key: '', watch: 'off' };
+const WATCH = ['off', '1', '5', '20', '100'];
+const MIN_STEP_MS = 17; // a replayed step stays on screen at least this long (about one frame)
 let serverDecoding = null; // the latest hello's `decoding`
 let settings = loadSettings();
 function loadSettings() {
@@ -66,6 +72,7 @@ function loadSettings() {
     delete s.fanout;
   }
   if (!['off', 'fanout', 'auto'].includes(s.parallel)) s.parallel = 'off';
+  if (!WATCH.includes(s.watch)) s.watch = 'off';
   return s;
 }
 function decodingDefault(k) {
@@ -200,14 +207,11 @@ function onFrame(f) {
     case 'auth':
       if (f.ok) hideBanner();
       return;
-    case 'draft': if (active && f.id === active.id) onDraft(f); return;
-    case 'commit': if (active && f.id === active.id) onCommit(f); return;
-    case 'segment_done': if (active && f.id === active.id) onSegmentDone(f); return;
-    case 'outline': if (active && f.id === active.id) onOutline(f); return;
-    case 'done': if (active && f.id === active.id) onDone(f); return;
+    case 'draft': case 'commit': case 'segment_done': case 'outline': case 'done': case 'notice':
+      if (active && f.id === active.id) replay(f);
+      return;
     case 'error':
-      if (active && f.id === active.id && f.segment != null && active.segs) { onSegmentDone(f); return; }
-      if (active && f.id === active.id) { failReply(f); return; }
+      if (active && f.id === active.id) { replay(f); return; }
       if (f.code === 'unknown_id') return; // a cancel that crossed the reply's done
       showBanner(`Server error: ${f.message || f.code}`, { kind: 'error' });
       return;
@@ -216,6 +220,68 @@ function onFrame(f) {
 }
 
 // ---------------------------------------------------------------- a reply in flight
+
+// A frame of the active reply: shown now, or, while a slowed replay is behind, after the frames
+// before it. A draft's turn comes when the time since the last shown step, in the server's
+// times (`ms`), stretched by the pace, has passed.
+function replay(f) {
+  const a = active;
+  if (a.pace > 1 || a.queue.length) { a.queue.push(f); pump(); } else apply(f);
+}
+
+function pump() {
+  const a = active;
+  if (!a || a.replayTimer) return;
+  while (active === a && a.queue.length) {
+    const f = a.queue[0];
+    if (f.type === 'draft' && a.pace > 1 && a.shownAt != null && f.ms != null) {
+      const due = a.shownAt + Math.max(MIN_STEP_MS, (f.ms - a.shownMs) * a.pace);
+      const now = performance.now();
+      if (now < due) {
+        a.replayTimer = setTimeout(() => { a.replayTimer = null; pump(); }, due - now);
+        return;
+      }
+    }
+    a.queue.shift();
+    const step = f.type === 'draft' && a.pace > 1;
+    if (f.type === 'draft' && f.ms != null) { a.shownAt = performance.now(); a.shownMs = f.ms; }
+    apply(f);
+    if (step && active === a && a.queue.length) { // one step per task: each is drawn on its own
+      a.replayTimer = setTimeout(() => { a.replayTimer = null; pump(); }, 0);
+      return;
+    }
+  }
+}
+
+function apply(f) {
+  switch (f.type) {
+    case 'draft': onDraft(f); return;
+    case 'commit': onCommit(f); return;
+    case 'segment_done': onSegmentDone(f); return;
+    case 'outline': onOutline(f); return;
+    case 'done': onDone(f); return;
+    case 'notice': onNotice(f); return;
+    case 'error':
+      if (f.segment != null && active.segs) onSegmentDone(f); else failReply(f);
+      return;
+    default:
+  }
+}
+
+// The server could not send every step (this page read too slowly): it coalesces from here on.
+function onNotice(f) {
+  if (f.code !== 'drafts_coalesced') return;
+  active.coalesced = true;
+  showBanner('Some denoising steps were skipped: the page could not keep up, so the server sends the newest draft of each block from here on.', { kind: 'info', timeout: 6000 });
+}
+
+// Stopping, or leaving, a replay: what is still queued is shown at once.
+function flushReplay(a) {
+  a.pace = 0;
+  clearTimeout(a.replayTimer);
+  a.replayTimer = null;
+  pump();
+}
 
 let active = null; // {id, msg, el, blocks: Map(block -> {el, tokens}), committed, nextBlock, t0, tFirst, decided}
 
@@ -235,6 +301,7 @@ function buildRequest(history, segments, auto) {
   };
   if ('temperature' in o) req.temperature = o.temperature;
   if (Object.keys(decoding).length) req.decoding = decoding;
+  if (settings.watch !== 'off') req.drafts = 'every_step';
   if (segments) {
     // fan-out: the earlier turns are the shared context, each question a branch (no session:
     // branches have no single conversation to store)
@@ -290,7 +357,11 @@ function send(text) {
   active = {
     id: req.id, msg, el, blocks: new Map(), committed: '', nextBlock: 0,
     t0: performance.now(), tFirst: null, decided: 0, timer: null,
+    // watch it denoise: pace 0 is off; frames wait in `queue` while a slowed replay shows them
+    pace: settings.watch === 'off' ? 0 : Number(settings.watch), queue: [], replayTimer: null,
+    shownAt: null, shownMs: null, steps: 0, step: null, coalesced: false, watching: settings.watch !== 'off',
   };
+  el.classList.toggle('watching', active.watching);
   if (segments) addSegments(active, segments);
   el.dataset.state = 'streaming';
   el.setAttribute('aria-busy', 'true');
@@ -357,6 +428,8 @@ function onDraft(f) {
   }
   const fresh = new Set(f.new || []);
   const edited = new Set(f.edited || []); // token editing: a shown token was rewritten
+  a.steps++;
+  a.step = { block: f.block, step: f.step, segment: f.segment, new: fresh.size, edited: edited.size };
   let decided = 0;
   f.tokens.forEach((tok, i) => {
     const s = b.el.childNodes[i];
@@ -377,6 +450,8 @@ function onDraft(f) {
         s.dataset.t = t;
         s.textContent = t;
         s.className = fresh.has(i) ? 'tok drafting new' : 'tok drafting';
+      } else if (a.watching && s.className !== 'tok drafting') {
+        s.className = 'tok drafting'; // watching: only this step's positions stay marked
       }
     }
   });
@@ -435,7 +510,8 @@ function onDone(f) {
   a.msg.finish = f.finish;
   a.msg.usage = f.usage;
   a.msg.stats = f.stats;
-  a.msg.client = { ms_first: a.tFirst == null ? null : a.tFirst - a.t0, ms_total: performance.now() - a.t0 };
+  a.msg.client = { ms_first: a.tFirst == null ? null : a.tFirst - a.t0, ms_total: performance.now() - a.t0,
+                   ...(a.watching ? { steps: a.steps } : {}) };
   saveChat();
   // a fanned-out reply keeps its segments in place (reloaded, it shows as joined Markdown)
   renderReply(a.el, a.segs ? '' : shown(a), { streaming: false, reasoning: a.segs ? null : a.reasoning });
@@ -515,6 +591,8 @@ function finishActive() {
 function abandonActive() {
   if (!active) return;
   const a = active;
+  a.queue = [];
+  clearTimeout(a.replayTimer);
   if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: 'cancel', id: a.id }));
   finishActive();
   a.msg.content = a.committed;
@@ -524,6 +602,12 @@ function abandonActive() {
 
 function stopReply() {
   if (!active) return;
+  const a = active;
+  if (a.queue.length) { // a replay behind the server: its steps are shown at once
+    flushReplay(a);
+    if (active !== a) return; // the reply's end was already here
+  }
+  a.pace = 0;
   if (ws && ws.readyState === WebSocket.OPEN) {
     ws.send(JSON.stringify({ type: 'cancel', id: active.id }));
     active.el.dataset.stopping = '1';
@@ -606,8 +690,13 @@ function renderLiveStats() {
   const tokens = (a.committedTokens || 0) + a.decided;
   const masked = a.el.querySelectorAll('.live .fog').length;
   const state = a.el.dataset.stopping ? 'stopping…' : (a.tFirst == null ? 'waiting for the first draft…' : 'denoising…');
+  const st = a.step;
+  const watch = a.watching
+    ? pill('showing', st ? `${st.segment != null ? `§${st.segment + 1} ` : ''}block ${st.block + 1} · step ${st.step}` : '–', 'the denoising step on screen')
+      + pill('steps shown', fmt(a.steps)) + (a.queue.length ? pill('replay', `×${a.pace}`, `${a.queue.length} frames still to show`) : '')
+    : '';
   el.innerHTML = `<span class="pill state-streaming" data-stat="state">${state}</span>`
-    + pill('tokens', fmt(tokens)) + pill('masked', fmt(masked))
+    + watch + pill('tokens', fmt(tokens)) + pill('masked', fmt(masked))
     + (a.tFirst != null ? pill('first draft', ms(a.tFirst - a.t0)) : '')
     + pill('elapsed', ms(elapsed));
 }
@@ -625,6 +714,7 @@ function renderStats(li, m) {
   if (s.tpf != null) parts.push(pill('TPF', fmt(s.tpf, 2), `tokens per forward pass: ${s.forwards} forwards (${s.decode_forwards} denoising), ${s.blocks} blocks`));
   if (secs > 0) parts.push(pill('tok/s', fmt(n / secs, 0), `${n} tokens in ${ms(s.ms_total)} (prefill ${ms(s.ms_prefill)}, decode ${ms(s.ms_decode)})`));
   parts.push(pill('first draft', ms(s.ms_first_update ?? m.client?.ms_first), `measured by the server; in this browser ${ms(m.client?.ms_first)}`));
+  if (m.client?.steps != null) parts.push(pill('steps shown', fmt(m.client.steps), 'watch it denoise: the denoising steps this page showed'));
   el.innerHTML = parts.join('');
 }
 
@@ -738,6 +828,7 @@ function fillSettings() {
   form.parallel.value = settings.parallel;
   form.max_tokens.value = settings.max_tokens;
   form.api_key.value = settings.api_key || '';
+  form.watch.value = settings.watch;
 }
 function fillDecoding() {
   form.temperature.value = decodingValue('temperature');
@@ -775,6 +866,7 @@ function readSettings(e) {
     else settings.overrides[k] = v;
   }
   settings.parallel = form.parallel.value;
+  settings.watch = WATCH.includes(form.watch.value) ? form.watch.value : 'off';
   settings.max_tokens = Math.max(1, Math.round(Number(form.max_tokens.value) || DEFAULTS.max_tokens));
   settings.api_key = form.api_key.value;
   store.set('fogline.settings', settings);

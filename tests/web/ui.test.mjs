@@ -31,6 +31,7 @@ const DESKTOP = { width: 1280, height: 820 };
 const PHONE = { width: 390, height: 844 };
 
 let server;
+let home;
 let ctx;
 let page;
 let profile;
@@ -83,7 +84,8 @@ before(async () => {
     w.on('framesent', ({ payload }) => frames.sent.push(JSON.parse(payload)));
     w.on('framereceived', ({ payload }) => frames.received.push(JSON.parse(payload)));
   });
-  await page.goto(server.url);
+  home = server.url; // (the server restarted by the reconnect test listens on this port again)
+  await page.goto(home);
   await connected();
 });
 
@@ -109,6 +111,7 @@ async function setSettings(values, screenshot) {
   if ('pipeline' in values) await page.setChecked('#set-pipeline', values.pipeline);
   if ('parallel' in values) await page.selectOption('#set-parallel', values.parallel);
   if ('max_tokens' in values) await page.fill('#set-max-tokens', String(values.max_tokens));
+  if ('watch' in values) await page.selectOption('#set-watch', values.watch);
   if (screenshot) await shot(screenshot);
   await closeSettings();
 }
@@ -741,6 +744,82 @@ test('token editing: a token rewritten in a draft flickers back into focus', asy
   } finally {
     assert.equal(await editor.stop(), 0);
   }
+});
+
+// Watch it denoise (settings: every step, slowed): the chat asks for every step's draft, and the
+// page shows each one in its own task, so a MutationObserver sees every step the server sent,
+// in order, with the masked positions thinning out over several frames. Stopping a replay that
+// is behind shows what is queued at once and cancels the rest.
+test('watch it denoise: a slowed replay shows every step, masked positions resolving frame by frame', async () => {
+  await page.goto(home); // back from the editing test's server
+  await connected();
+  await page.click('#new-chat');
+  await page.click('#open-settings');
+  await page.waitForSelector('#settings[open]');
+  await page.selectOption('#set-watch', '20');
+  await page.selectOption('#set-policy', 'threshold');
+  await page.setChecked('#set-pipeline', false);
+  await closeSettings();
+  await page.evaluate(() => {
+    window.__steps = [];
+    new MutationObserver(() => {
+      const a = document.querySelector('.msg[data-role="assistant"][data-state="streaming"]');
+      const m = a?.querySelector('.stats')?.textContent.match(/showing (?:§\d+ )?block (\d+) · step (\d+)/);
+      if (!m) return;
+      const key = `${Number(m[1]) - 1}/${m[2]}`;
+      if (window.__steps.at(-1)?.key === key) return;
+      window.__steps.push({ key, masked: a.querySelectorAll('.live .fog').length,
+                            marked: a.querySelectorAll('.live .tok.new').length });
+    }).observe(document.getElementById('thread'), { childList: true, subtree: true, characterData: true });
+  });
+  const chat = await sendMessage('Where is my order 48213? How long does express shipping take?');
+  assert.equal(chat.drafts, 'every_step');
+  await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 60000 });
+  const mine = await replyFrames(chat.id);
+  const drafts = mine.filter((f) => f.type === 'draft');
+  const seen = await page.evaluate(() => window.__steps);
+  // every step the server sent was on the page, in order
+  assert.deepEqual(seen.map((x) => x.key), drafts.map((f) => `${f.block}/${f.step}`));
+  assert.ok(drafts.length >= 4, `several steps (${drafts.length})`);
+  // the fog thins over several frames, and each frame marks the positions its step unmasked
+  assert.ok(new Set(seen.map((x) => x.masked)).size >= 3, `masked counts ${seen.map((x) => x.masked)}`);
+  seen.forEach((x, i) => assert.equal(x.marked, drafts[i].new.length, `step ${x.key}: its new positions marked`));
+  // settled: the committed reply, no fog
+  const reply = mine.filter((f) => f.type === 'commit').map((f) => f.text).join('');
+  const stored = await page.evaluate((x) => JSON.parse(localStorage.getItem(`fogline.chat.${x}`)), chat.session);
+  assert.equal(stored.messages.at(-1).content, reply);
+  assert.equal(await page.locator('.fog').count(), 0);
+  await shot('watch-done');
+
+  // stop while the replay is behind: 100x slower, the engine held and stepped so that the
+  // reply is still running when the stop comes
+  await page.click('#open-settings');
+  await page.waitForSelector('#settings[open]');
+  await page.selectOption('#set-watch', '100');
+  await page.selectOption('#set-policy', 'sequential'); // one token per step: many steps
+  await closeSettings();
+  await server.hold();
+  let second;
+  try {
+    second = await sendMessage('My invoice shows the wrong amount.');
+    const got = async () => (await pageFrames(second.id)).filter((f) => f.type === 'draft').length;
+    await stepPage(async () => (await got()) >= 6 || (await pageFrames(second.id)).some((f) => f.type === 'done'));
+    // (the engine is held: nothing more comes until the stop)
+    const shown = async () => Number((await lastAssistant().locator('.stats').textContent()).match(/steps shown (\d+)/)?.[1]);
+    const received = await got();
+    assert.ok(await shown() < received, `the replay is behind (${await shown()} of ${received} steps shown)`);
+    await shot('watch-replaying');
+    await page.click('#stop');
+    // the steps still queued are shown at once (a replay that went on would take minutes), then
+    // the cancel's done
+    await lastAssistant().and(page.locator('[data-state="cancelled"]')).waitFor({ timeout: 20000 });
+    assert.equal(await shown(), received, 'every step received was shown');
+  } finally {
+    await server.release();
+  }
+  assert.equal(await page.locator('.fog').count(), 0);
+  assert.equal(await page.locator('#stop').isVisible(), false);
+  await setSettings({ watch: 'off' });
 });
 
 test('the page made no script errors; the server exits 0 on SIGTERM', async () => {
