@@ -187,9 +187,9 @@ void srv_engine_stop(srv *s);
 /* serve_ws.c: WebSocket connections (each the owner of its requests, through its own ops) */
 typedef struct srv_conn srv_conn;
 void srv_ws_tick(srv *s);              /* slow-client checks */
-/* Output bytes queued for all WebSocket clients, and how many connections have their input
- * paused (flow control), for /metrics. */
-void srv_ws_backlog(srv *s, size_t *bytes, int *paused);
+/* Output bytes queued for all WebSocket clients, how many connections have their input paused
+ * (flow control), and how many have a full socket (the kernel takes no more), for /metrics. */
+void srv_ws_backlog(srv *s, size_t *bytes, int *paused, int *choked);
 void srv_ws_close_all(srv *s, int code, const char *reason);
 /* LWS_CALLBACK_HTTP_CONFIRM_UPGRADE: path, origin, key and limits checked before the upgrade
    so a refused client reads an HTTP status. 0 allows, 1 a response was written, -1 hangs up. */

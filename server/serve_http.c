@@ -307,7 +307,7 @@ static void route_metrics(srv_http *h)
     srv *s = h->s;
     srv_gauges g = {0};
     g.ws_open = s->n_conns;
-    srv_ws_backlog(s, &g.ws_backlog, &g.ws_input_paused);
+    srv_ws_backlog(s, &g.ws_backlog, &g.ws_input_paused, &g.ws_choked);
     g.http_open = s->n_https;
     g.requests_live = s->n_reqs;
     for (srv_req *r = s->reqs; r; r = r->s_next)

@@ -138,6 +138,8 @@ int srv_metrics_render(const srv_metrics *m, const srv_gauges *g, fl_buf *b)
           (double)g->ws_backlog);
     gauge(b, "fogline_ws_input_paused",
           "WebSocket connections not read while their output backlog drains", g->ws_input_paused);
+    gauge(b, "fogline_ws_choked", "WebSocket connections whose socket takes no more output for now",
+          g->ws_choked);
     counter(b, "fogline_ws_connections_total", "WebSocket connections accepted",
             (double)m->ws_accepted);
     counter(b, "fogline_ws_refused_total",

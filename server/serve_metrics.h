@@ -57,6 +57,7 @@ typedef struct srv_gauges {
     int ws_open;
     size_t ws_backlog;     /* output bytes queued for WebSocket clients, all connections */
     int ws_input_paused;   /* connections whose input waits while their output is backed up */
+    int ws_choked;         /* connections whose socket takes no more for now */
     int http_open;
     int requests_live;     /* tokenizing or inside the engine */
     int tokenizing;

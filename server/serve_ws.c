@@ -909,13 +909,14 @@ int srv_ws_callback(struct lws *wsi, int reason, void *user, void *in, size_t le
     return 0;
 }
 
-void srv_ws_backlog(srv *s, size_t *bytes, int *paused)
+void srv_ws_backlog(srv *s, size_t *bytes, int *paused, int *choked)
 {
     *bytes = 0;
-    *paused = 0;
+    *paused = *choked = 0;
     for (srv_conn *c = s->conns; c; c = c->next) {
         *bytes += c->out.bytes;
         *paused += c->rx_paused;
+        *choked += c->wsi && lws_send_pipe_choked(c->wsi);
     }
 }
 

@@ -13,7 +13,7 @@
 #   server.reasoning     enable_thinking defaults and chat_template_kwargs (prompt tokens against
 #                        @huggingface/jinja), the reasoning split over HTTP/SSE/WebSocket, bad kwargs
 #   server.alloc         allocation failures on demand (FOGLINE_TEST_FAIL_ALLOC)
-#   server.steps         "drafts": "every_step": every step in order, counts adding up, fallback
+#   server.steps         "drafts": "every_step": every step in order, counts adding up
 # The model: FL_SERVE_MODEL (cache variable or environment), the built-in model by default.
 find_program(FL_NODE NAMES node nodejs)
 if(NOT FL_NODE)
@@ -65,3 +65,8 @@ add_test(NAME server.reasoning COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/
 set_tests_properties(server.reasoning PROPERTIES LABELS integration TIMEOUT 300
   FIXTURES_REQUIRED think_model
   ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_THINK_MODEL=${FL_THINK_MODEL}")
+# a client too slow for every step (a socket whose receive buffer it sized itself, so the
+# kernel holds a known amount): "drafts": "every_step" falls back with a notice, not a close
+add_test(NAME server.slow_steps
+  COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/server/slow_steps.py $<TARGET_FILE:fogline> ${FL_SERVE_MODEL})
+set_tests_properties(server.slow_steps PROPERTIES LABELS integration TIMEOUT 300)

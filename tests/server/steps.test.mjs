@@ -1,12 +1,11 @@
 // "drafts": "every_step" (docs/protocol.md, "Watching it denoise"): every denoising step of a
 // reply reaches the client as its own draft, none coalesced: numbered by step within its block
 // without gaps, in order, each listing the positions that step unmasked, the lists adding up to
-// the block; the reply is the one the default drafts give. A client that cannot keep up is told
-// (a notice) and gets coalesced drafts from there on, not a closed connection. Bad values are
-// bad_request.
+// the block; the reply is the one the default drafts give. Bad values are bad_request. (A
+// client that cannot keep up: slow_steps.py.)
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, connect, user, metrics, until, FOUR_QUESTIONS } from './lib.mjs';
+import { startServer, connect, user, FOUR_QUESTIONS } from './lib.mjs';
 
 let server;
 before(async () => { server = await startServer(['--threads', '1']); });
@@ -140,53 +139,4 @@ test('bad values of drafts are bad_request and name the field', async () => {
   c.close();
 });
 
-// A client that reads slower than the steps come: its output backlog passes half of
-// --ws-max-backlog, so the request falls back to coalesced drafts and says so once; the
-// connection stays open and the reply is whole. The engine is held while the client's own
-// pongs back its output up (its input paused), so the steps come only once that is so.
-test('a client that cannot keep up gets a notice and coalesced drafts, not a closed connection', async () => {
-  const s = await startServer(['--threads', '1', '--ws-sndbuf', '4096', '--ws-max-backlog', '32768'], { hold: true });
-  try {
-    const m0 = await metrics(s);
-    const c = await connect(s);
-    c.send({ type: 'chat', id: 'slow', messages: user(FOUR_QUESTIONS), max_tokens: 96,
-             decoding: { policy: 'sequential', pipeline: false }, drafts: 'every_step' });
-    c.ws.pause(); // stop reading: the kernel's buffers fill, then the server's queue
-    for (let i = 0; i < 20000; i++) c.send({ type: 'ping', id: `p${i}` });
-    // the server stops reading a client once its backlog passes a quarter of the limit
-    await until(async () => (await metrics(s)).get('fogline_ws_input_paused') === 1, 20000,
-                'the client\'s output to back up');
-    await s.release();
-    // the reply ends while the client still does not read
-    await until(async () => (await metrics(s)).get('fogline_requests_active') === 0, 30000, 'the reply to end');
-    const m1 = await metrics(s);
-    assert.equal(m1.get('fogline_step_fallbacks_total') - m0.get('fogline_step_fallbacks_total'), 1);
-    assert.equal(m1.get('fogline_ws_slow_closed_total'), m0.get('fogline_ws_slow_closed_total'), 'not closed');
-    c.ws.resume();
-    const fr = await c.collect('slow');
-    const notice = fr.findIndex((f) => f.type === 'notice');
-    assert.ok(notice >= 0, 'a notice came');
-    assert.equal(fr[notice].code, 'drafts_coalesced');
-    assert.match(fr[notice].message, /coalesced/);
-    assert.equal(fr.filter((f) => f.type === 'notice').length, 1, 'once');
-    assert.equal(fr.at(-1).type, 'done');
-    // before the notice, every step of its block so far; after it, fewer drafts than steps
-    const before = drafts(fr.slice(0, notice));
-    for (const [i, d] of before.entries())
-      if (i && before[i - 1].block === d.block) assert.equal(d.step, before[i - 1].step + 1);
-    const after = drafts(fr.slice(notice));
-    const stepsAfter = fr.at(-1).stats.decode_forwards - before.length;
-    assert.ok(after.length < stepsAfter, `drafts coalesced after the notice (${after.length} of ${stepsAfter} steps)`);
-    // the reply is whole: the same as a client that reads
-    const d = await connect(s);
-    d.send({ type: 'chat', id: 'fast', messages: user(FOUR_QUESTIONS), max_tokens: 96,
-             decoding: { policy: 'sequential', pipeline: false } });
-    const ff = await d.collect('fast');
-    assert.equal(commits(fr).map((f) => f.text).join(''), commits(ff).map((f) => f.text).join(''));
-    c.close();
-    d.close();
-  } finally {
-    await s.release().catch(() => {});
-    assert.equal(await s.stop(), 0, s.log());
-  }
-});
+// A client too slow for every step: tests/server/slow_steps.py (a socket whose buffers it sized).
