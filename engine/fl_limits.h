@@ -14,4 +14,17 @@
  * routing state is fixed-size. Real models use 8. */
 #define FL_MOE_MAX_TOPK 32
 
+/* Output constraints (constrain.h): automaton states at most (NFA and DFA each), the nesting
+ * of objects and arrays, $refs expanded inside each other, an array's minItems/maxItems, and
+ * the length of a JSON pointer in an error message. */
+#define FL_CONSTRAIN_MAX_STATES 200000
+#define FL_CONSTRAIN_MAX_DEPTH 8
+#define FL_CONSTRAIN_ANY_DEPTH 4 /* "any JSON" (json_object, a schema without a type) nests less */
+#define FL_CONSTRAIN_MAX_REFS 32
+#define FL_CONSTRAIN_MAX_ITEMS 64
+#define FL_CONSTRAIN_PATH 256
+
+#define FL_STR_(x) #x
+#define FL_STR(x) FL_STR_(x)
+
 #endif

@@ -45,12 +45,13 @@ if(FL_FUZZ)
   set(FL_FUZZ_CFLAGS -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
                      -fno-omit-frame-pointer -g)
   # just what the targets call: tokenizer, loader (model binding, quantized formats), blob
-  # codec, request parsing
+  # codec, request parsing, response constraints
   file(GLOB FL_FUZZ_TOK_SRC CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/engine/tokenizer/*.c)
   add_library(fl_fuzz_engine STATIC ${FL_FUZZ_TOK_SRC}
     ${PROJECT_SOURCE_DIR}/engine/util.c ${PROJECT_SOURCE_DIR}/engine/safetensors.c ${PROJECT_SOURCE_DIR}/engine/config.c
     ${PROJECT_SOURCE_DIR}/engine/model.c ${PROJECT_SOURCE_DIR}/engine/qformat.c
     ${PROJECT_SOURCE_DIR}/engine/persist.c ${PROJECT_SOURCE_DIR}/engine/decode.c
+    ${PROJECT_SOURCE_DIR}/engine/constrain.c
     ${PROJECT_SOURCE_DIR}/server/serve_proto.c
     ${FL_FUZZ_DIR}/fuzz_common.c ${FL_FUZZ_DIR}/fuzz_chat_common.c)
   target_include_directories(fl_fuzz_engine PUBLIC ${PROJECT_SOURCE_DIR}/engine
@@ -80,7 +81,7 @@ if(FL_FUZZ)
       set(d chat)
     elseif(target MATCHES "^(tokenize|chat_template)$")
       set(d text)
-    elseif(target MATCHES "^(config|safetensors|generate)$")
+    elseif(target MATCHES "^(config|safetensors|generate|schema)$")
       set(d ${target})
     elseif(target STREQUAL "qmodel")
       set(d safetensors)
@@ -92,7 +93,7 @@ if(FL_FUZZ)
   endfunction()
 
   set(FL_FUZZ_TARGETS chat_ws chat_openai tokenize detok chat_template safetensors config blob
-                      generate qmodel)
+                      generate qmodel schema)
   add_custom_target(fuzz_all)
   add_dependencies(fuzz_all fuzz_blob_seed fuzz_qmodel_seed)
   foreach(t ${FL_FUZZ_TARGETS})

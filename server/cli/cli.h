@@ -9,6 +9,7 @@ int fl_cmd_quantize(int argc, char **argv);
 int fl_cmd_generate(int argc, char **argv);
 int fl_cmd_tokenize(int argc, char **argv);
 int fl_cmd_bench(int argc, char **argv);
+int fl_cmd_schema(int argc, char **argv);
 int fl_bench_tokenizer(int argc, char **argv); /* server/bench/bench_tokenizer.c */
 int fl_bench_forward(int argc, char **argv);   /* server/bench/bench_forward.c */
 int fl_bench_decode(int argc, char **argv);

@@ -15,6 +15,7 @@ static const struct {
     {"quantize", fl_cmd_quantize, "a q8 or q4 copy of a float model directory"},
     {"tokenize", fl_cmd_tokenize, "encode/decode text, render chat templates (tokenizer files only)"},
     {"bench", fl_cmd_bench, "benchmarks that print side-by-side ratios"},
+    {"schema", fl_cmd_schema, "check a JSON schema for response_format, sample and match texts"},
 };
 
 static void usage(FILE *f)

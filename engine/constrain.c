@@ -1,0 +1,918 @@
+/* constrain.c: JSON schemas (OpenAI's strict subset) and "any JSON object" as automata over
+ * bytes (constrain.h). The schema is walked once into a Thompson NFA (byte-set edges and
+ * epsilon edges), which the subset construction turns into a DFA; each DFA state then gets its
+ * distance to acceptance, which the decoder uses to finish the text within its token budget. */
+#include "constrain.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fl_limits.h"
+
+/* ---- the NFA ---- */
+
+typedef struct nst {
+    int32_t e1, e2; /* epsilon edges, -1 none */
+    int32_t to;     /* the byte-set edge's target, -1 none */
+    int32_t set;    /* its byte set (index into nfa.sets) */
+} nst;
+
+typedef struct frag {
+    int32_t in, out; /* out has no edges yet */
+} frag;
+
+typedef struct nfa {
+    nst *s;
+    int32_t n, cap;
+    uint8_t (*sets)[32];
+    int32_t nsets, setcap;
+    int32_t max;
+    const json_t *root; /* the schema, for $ref */
+    const json_t *refs[FL_CONSTRAIN_MAX_REFS]; /* the $refs being expanded (recursion) */
+    int n_refs;
+    int32_t max_depth;
+    fl_err *e;
+    int failed;
+} nfa;
+
+static int32_t st_new(nfa *N)
+{
+    if (N->failed)
+        return 0;
+    if (N->n >= N->max) {
+        N->failed = fl_err_set(N->e, FL_ERANGE, "the constraint is too large: its automaton "
+                                                "passed %d states", N->max);
+        return 0;
+    }
+    if (N->n == N->cap) {
+        int32_t cap = N->cap ? N->cap * 2 : 256;
+        nst *s = realloc(N->s, sizeof *s * (size_t)cap);
+        if (!s) {
+            N->failed = fl_err_set(N->e, FL_ENOMEM, "out of memory");
+            return 0;
+        }
+        N->s = s;
+        N->cap = cap;
+    }
+    N->s[N->n] = (nst){-1, -1, -1, -1};
+    return N->n++;
+}
+
+static void eps(nfa *N, int32_t from, int32_t to)
+{
+    if (N->failed)
+        return;
+    nst *x = &N->s[from];
+    if (x->e1 < 0)
+        x->e1 = to;
+    else
+        x->e2 = to; /* (never a third: a fragment's out is fresh, and gets at most two) */
+}
+
+static int32_t set_add(nfa *N, const uint8_t set[32])
+{
+    for (int32_t i = 0; i < N->nsets; i++) /* few distinct sets: reuse them */
+        if (!memcmp(N->sets[i], set, 32))
+            return i;
+    if (N->nsets == N->setcap) {
+        int32_t cap = N->setcap ? N->setcap * 2 : 32;
+        uint8_t(*s)[32] = realloc(N->sets, 32 * (size_t)cap);
+        if (!s) {
+            N->failed = fl_err_set(N->e, FL_ENOMEM, "out of memory");
+            return 0;
+        }
+        N->sets = s;
+        N->setcap = cap;
+    }
+    memcpy(N->sets[N->nsets], set, 32);
+    return N->nsets++;
+}
+
+static void set_range(uint8_t set[32], int lo, int hi)
+{
+    for (int c = lo; c <= hi; c++)
+        set[c >> 3] |= (uint8_t)(1u << (c & 7));
+}
+
+static frag f_set(nfa *N, const uint8_t set[32])
+{
+    int32_t a = st_new(N), b = st_new(N);
+    int32_t k = set_add(N, set);
+    if (!N->failed) {
+        N->s[a].to = b;
+        N->s[a].set = k;
+    }
+    return (frag){a, b};
+}
+
+static frag f_range(nfa *N, int lo, int hi)
+{
+    uint8_t set[32] = {0};
+    set_range(set, lo, hi);
+    return f_set(N, set);
+}
+
+static frag f_empty(nfa *N)
+{
+    int32_t a = st_new(N);
+    return (frag){a, a};
+}
+
+static frag f_cat(nfa *N, frag a, frag b)
+{
+    eps(N, a.out, b.in);
+    return (frag){a.in, b.out};
+}
+
+static frag f_lit(nfa *N, const char *p, size_t n)
+{
+    frag f = f_empty(N);
+    for (size_t i = 0; i < n; i++)
+        f = f_cat(N, f, f_range(N, (unsigned char)p[i], (unsigned char)p[i]));
+    return f;
+}
+
+static frag f_alt(nfa *N, frag a, frag b)
+{
+    int32_t s = st_new(N), t = st_new(N);
+    eps(N, s, a.in);
+    eps(N, s, b.in);
+    eps(N, a.out, t);
+    eps(N, b.out, t);
+    return (frag){s, t};
+}
+
+static frag f_star(nfa *N, frag a)
+{
+    int32_t s = st_new(N), t = st_new(N);
+    eps(N, s, a.in);
+    eps(N, s, t);
+    eps(N, a.out, a.in);
+    eps(N, a.out, t);
+    return (frag){s, t};
+}
+
+static frag f_opt(nfa *N, frag a)
+{
+    int32_t s = st_new(N), t = st_new(N);
+    eps(N, s, a.in);
+    eps(N, s, t);
+    eps(N, a.out, t);
+    return (frag){s, t};
+}
+
+/* ---- JSON's lexical parts ---- */
+
+static frag f_ws(nfa *N)
+{
+    uint8_t set[32] = {0};
+    set_range(set, ' ', ' ');
+    set_range(set, '\t', '\t');
+    set_range(set, '\n', '\n');
+    set_range(set, '\r', '\r');
+    return f_star(N, f_set(N, set));
+}
+
+/* One character of a JSON string: unescaped ASCII, an escape, or a valid UTF-8 sequence
+   (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF). */
+static frag f_char(nfa *N)
+{
+    uint8_t plain[32] = {0};
+    set_range(plain, 0x20, 0x7f);
+    plain['"' >> 3] &= (uint8_t)~(1u << ('"' & 7));
+    plain['\\' >> 3] &= (uint8_t)~(1u << ('\\' & 7));
+    frag c = f_set(N, plain);
+    uint8_t esc[32] = {0};
+    for (const char *p = "\"\\/bfnrt"; *p; p++)
+        set_range(esc, (unsigned char)*p, (unsigned char)*p);
+    frag simple = f_set(N, esc);
+    uint8_t hex[32] = {0};
+    set_range(hex, '0', '9');
+    set_range(hex, 'a', 'f');
+    set_range(hex, 'A', 'F');
+    frag u = f_range(N, 'u', 'u');
+    for (int i = 0; i < 4; i++)
+        u = f_cat(N, u, f_set(N, hex));
+    c = f_alt(N, c, f_cat(N, f_range(N, '\\', '\\'), f_alt(N, simple, u)));
+#define CONT() f_range(N, 0x80, 0xbf)
+    c = f_alt(N, c, f_cat(N, f_range(N, 0xc2, 0xdf), CONT()));
+    c = f_alt(N, c, f_cat(N, f_cat(N, f_range(N, 0xe0, 0xe0), f_range(N, 0xa0, 0xbf)), CONT()));
+    c = f_alt(N, c, f_cat(N, f_cat(N, f_range(N, 0xe1, 0xec), CONT()), CONT()));
+    c = f_alt(N, c, f_cat(N, f_cat(N, f_range(N, 0xed, 0xed), f_range(N, 0x80, 0x9f)), CONT()));
+    c = f_alt(N, c, f_cat(N, f_cat(N, f_range(N, 0xee, 0xef), CONT()), CONT()));
+    c = f_alt(N, c, f_cat(N, f_cat(N, f_cat(N, f_range(N, 0xf0, 0xf0), f_range(N, 0x90, 0xbf)),
+                                   CONT()), CONT()));
+    c = f_alt(N, c, f_cat(N, f_cat(N, f_cat(N, f_range(N, 0xf1, 0xf3), CONT()), CONT()), CONT()));
+    c = f_alt(N, c, f_cat(N, f_cat(N, f_cat(N, f_range(N, 0xf4, 0xf4), f_range(N, 0x80, 0x8f)),
+                                   CONT()), CONT()));
+#undef CONT
+    return c;
+}
+
+static frag f_string(nfa *N)
+{
+    frag q = f_range(N, '"', '"');
+    return f_cat(N, f_cat(N, q, f_star(N, f_char(N))), f_range(N, '"', '"'));
+}
+
+static frag f_integer(nfa *N)
+{
+    frag sign = f_opt(N, f_range(N, '-', '-'));
+    frag digits = f_alt(N, f_range(N, '0', '0'),
+                        f_cat(N, f_range(N, '1', '9'), f_star(N, f_range(N, '0', '9'))));
+    return f_cat(N, sign, digits);
+}
+
+static frag f_number(nfa *N)
+{
+    frag frac = f_opt(N, f_cat(N, f_range(N, '.', '.'),
+                               f_cat(N, f_range(N, '0', '9'), f_star(N, f_range(N, '0', '9')))));
+    uint8_t ee[32] = {0}, pm[32] = {0};
+    set_range(ee, 'e', 'e');
+    set_range(ee, 'E', 'E');
+    set_range(pm, '+', '+');
+    set_range(pm, '-', '-');
+    frag ex = f_opt(N, f_cat(N, f_cat(N, f_set(N, ee), f_opt(N, f_set(N, pm))),
+                             f_cat(N, f_range(N, '0', '9'), f_star(N, f_range(N, '0', '9')))));
+    return f_cat(N, f_cat(N, f_integer(N), frac), ex);
+}
+
+static frag f_ws(nfa *N);
+
+/* a given JSON value (enum, const, property names): strings and numbers as jansson writes them
+   (the canonical escapes), arrays and objects with JSON's whitespace between their parts */
+static frag f_json_literal(nfa *N, const json_t *v)
+{
+    if (json_is_array(v) || json_is_object(v)) {
+        bool arr = json_is_array(v);
+        frag f = f_cat(N, f_range(N, arr ? '[' : '{', arr ? '[' : '{'), f_ws(N));
+        size_t i = 0;
+        const char *key;
+        const json_t *x;
+        if (arr) {
+            json_array_foreach((json_t *)v, i, x)
+            {
+                if (i)
+                    f = f_cat(N, f, f_cat(N, f_range(N, ',', ','), f_ws(N)));
+                f = f_cat(N, f, f_cat(N, f_json_literal(N, x), f_ws(N)));
+            }
+        } else {
+            json_object_foreach((json_t *)v, key, x)
+            {
+                if (i++)
+                    f = f_cat(N, f, f_cat(N, f_range(N, ',', ','), f_ws(N)));
+                json_t *k = json_string(key);
+                f = f_cat(N, f, f_cat(N, k ? f_json_literal(N, k) : f_empty(N), f_ws(N)));
+                json_decref(k);
+                f = f_cat(N, f, f_cat(N, f_range(N, ':', ':'), f_ws(N)));
+                f = f_cat(N, f, f_cat(N, f_json_literal(N, x), f_ws(N)));
+            }
+        }
+        return f_cat(N, f, f_range(N, arr ? ']' : '}', arr ? ']' : '}'));
+    }
+    char *s = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    if (!s) {
+        N->failed = fl_err_set(N->e, FL_ENOMEM, "out of memory");
+        return f_empty(N);
+    }
+    frag f = f_lit(N, s, strlen(s));
+    free(s);
+    return f;
+}
+
+/* ---- lists: arrays and objects ---- */
+
+typedef frag (*item_fn)(nfa *N, const json_t *node, const char *path, int32_t depth);
+
+/* "[" ws (item ws ("," ws item ws)*)? "]" with min..max items (max < 0: unbounded); each item
+   a fresh fragment of build(node) */
+static frag f_array(nfa *N, item_fn build, const json_t *node, const char *path, int32_t depth,
+                    int64_t mn, int64_t mx)
+{
+    frag open = f_cat(N, f_range(N, '[', '['), f_ws(N));
+    frag close = f_range(N, ']', ']');
+    if (mx == 0)
+        return f_cat(N, open, close);
+    /* items after the first: "," ws item ws; the first mn-1 of them required */
+    frag first = f_cat(N, build(N, node, path, depth), f_ws(N));
+    frag rest = f_empty(N);
+    if (mx < 0) {
+        for (int64_t i = 1; i < mn && !N->failed; i++)
+            rest = f_cat(N, rest, f_cat(N, f_cat(N, f_range(N, ',', ','), f_ws(N)),
+                                        f_cat(N, build(N, node, path, depth), f_ws(N))));
+        frag more = f_cat(N, f_cat(N, f_range(N, ',', ','), f_ws(N)),
+                          f_cat(N, build(N, node, path, depth), f_ws(N)));
+        rest = f_cat(N, rest, f_star(N, more));
+    } else {
+        /* the optional tail, built from its end: opt(, item opt(, item ...)) */
+        frag tail = f_empty(N);
+        for (int64_t i = mx - 1; i >= 1 && !N->failed; i--) {
+            frag one = f_cat(N, f_cat(N, f_range(N, ',', ','), f_ws(N)),
+                             f_cat(N, build(N, node, path, depth), f_ws(N)));
+            tail = i >= mn ? f_opt(N, f_cat(N, one, tail)) : f_cat(N, one, tail);
+        }
+        rest = tail;
+    }
+    frag items = f_cat(N, first, rest);
+    if (mn == 0)
+        items = f_opt(N, items);
+    return f_cat(N, f_cat(N, open, items), close);
+}
+
+static frag f_value(nfa *N, const json_t *node, const char *path, int32_t depth);
+static frag f_any(nfa *N, const json_t *node, const char *path, int32_t depth);
+
+static frag f_any_member(nfa *N, const json_t *node, const char *path, int32_t depth)
+{
+    frag k = f_cat(N, f_cat(N, f_string(N), f_ws(N)), f_cat(N, f_range(N, ':', ':'), f_ws(N)));
+    return f_cat(N, k, f_any(N, node, path, depth));
+}
+
+/* "{" ws (member ws ("," ws member ws)*)? "}" for any members: a loop over one member */
+static frag f_any_object(nfa *N, const char *path, int32_t depth)
+{
+    if (depth > FL_CONSTRAIN_ANY_DEPTH)
+        depth = FL_CONSTRAIN_ANY_DEPTH;
+    frag open = f_cat(N, f_range(N, '{', '{'), f_ws(N));
+    int32_t L = st_new(N), M = st_new(N), J = st_new(N);
+    eps(N, open.out, L);
+    eps(N, open.out, J);
+    frag m = f_cat(N, f_any_member(N, NULL, path, depth), f_ws(N));
+    eps(N, L, m.in);
+    eps(N, m.out, M);
+    frag comma = f_cat(N, f_range(N, ',', ','), f_ws(N));
+    eps(N, M, comma.in);
+    eps(N, comma.out, L);
+    eps(N, M, J);
+    frag close = f_range(N, '}', '}');
+    eps(N, J, close.in);
+    return (frag){open.in, close.out};
+}
+
+/* any JSON value, objects and arrays nested up to the depth left, at most
+   FL_CONSTRAIN_ANY_DEPTH (each level holds two copies of the next: objects' values and
+   arrays' items cannot share one in a finite automaton) */
+static frag f_any(nfa *N, const json_t *node, const char *path, int32_t depth)
+{
+    (void)node;
+    if (depth > FL_CONSTRAIN_ANY_DEPTH)
+        depth = FL_CONSTRAIN_ANY_DEPTH;
+    frag v = f_alt(N, f_string(N), f_number(N));
+    v = f_alt(N, v, f_lit(N, "true", 4));
+    v = f_alt(N, v, f_lit(N, "false", 5));
+    v = f_alt(N, v, f_lit(N, "null", 4));
+    if (depth > 0) {
+        v = f_alt(N, v, f_any_object(N, path, depth - 1));
+        v = f_alt(N, v, f_array(N, f_any, NULL, path, depth - 1, 0, -1));
+    }
+    return v;
+}
+
+/* ---- the schema ---- */
+
+static int bad(nfa *N, const char *path, const char *fmt, const char *what)
+{
+    if (!N->failed) {
+        char m[300];
+        snprintf(m, sizeof m, fmt, what);
+        N->failed = fl_err_set(N->e, FL_EINVAL, "%s (at %s)", m, path[0] ? path : "the schema's root");
+    }
+    return -1;
+}
+
+/* the keywords a schema may have; anything else changes what is valid and is refused */
+static int check_keys(nfa *N, const json_t *node, const char *path)
+{
+    static const char *const ok[] = {
+        "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
+        "enum", "const", "anyOf", "$ref", "$defs", "definitions", "title", "description",
+        "$schema", "$id", "$comment", "default", "examples"};
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)node, key, v)
+    {
+        bool known = false;
+        for (size_t i = 0; i < sizeof ok / sizeof ok[0] && !known; i++)
+            known = !strcmp(key, ok[i]);
+        if (!known)
+            return bad(N, path, "unsupported keyword '%.64s' (fogline constrains to OpenAI's strict "
+                                "subset: type, properties, required, additionalProperties false, "
+                                "items, minItems, maxItems, enum, const, anyOf, $defs and $ref)",
+                       key);
+    }
+    return 0;
+}
+
+static void subpath(char *out, size_t n, const char *path, const char *a, const char *b)
+{
+    snprintf(out, n, "%s/%s%s%s", path, a, b ? "/" : "", b ? b : "");
+}
+
+static frag f_object(nfa *N, const json_t *node, const char *path, int32_t depth)
+{
+    const json_t *props = json_object_get(node, "properties");
+    const json_t *req = json_object_get(node, "required");
+    const json_t *addl = json_object_get(node, "additionalProperties");
+    if (addl && !json_is_boolean(addl))
+        bad(N, path, "'additionalProperties' must be false or true%s (a schema there is not "
+                     "supported)", "");
+    if (props && !json_is_object(props))
+        bad(N, path, "'properties' must be an object%s", "");
+    if (req && !json_is_array(req))
+        bad(N, path, "'required' must be an array of property names%s", "");
+    if (N->failed)
+        return f_empty(N);
+    if (!props || !json_object_size(props)) {
+        /* no properties: {} when nothing else may come, else any object */
+        if (json_is_false(addl)) /* "{" ws "}" */
+            return f_cat(N, f_cat(N, f_range(N, '{', '{'), f_ws(N)), f_range(N, '}', '}'));
+        return f_any_object(N, path, depth);
+    }
+    size_t i;
+    const json_t *r;
+    json_array_foreach(req, i, r)
+    {
+        if (!json_is_string(r) || !json_object_get(props, json_string_value(r)))
+            return bad(N, path, "'required' names '%.64s', which is not in 'properties'",
+                       json_is_string(r) ? json_string_value(r) : "(not a string)"),
+                   f_empty(N);
+    }
+    /* Members in the schema's order. A_i: nothing written yet before property i; B_i: some
+       member written. J_i: property i's member starts (from A_i directly, from B_i after ",").
+       A required property cannot be skipped. */
+    frag open = f_cat(N, f_range(N, '{', '{'), f_ws(N));
+    int32_t A = open.out, B = st_new(N);
+    bool can_be_empty = true;
+    const char *key;
+    const json_t *sub;
+    json_object_foreach((json_t *)props, key, sub)
+    {
+        bool required = false;
+        json_array_foreach(req, i, r) required |= !strcmp(json_string_value(r), key);
+        char p2[FL_CONSTRAIN_PATH];
+        subpath(p2, sizeof p2, path, "properties", key);
+        json_t *k = json_string(key);
+        frag name = f_json_literal(N, k);
+        json_decref(k);
+        frag member = f_cat(N, f_cat(N, name, f_ws(N)), f_cat(N, f_range(N, ':', ':'), f_ws(N)));
+        member = f_cat(N, f_cat(N, member, f_value(N, sub, p2, depth)), f_ws(N));
+        int32_t J = st_new(N), A2 = st_new(N), B2 = st_new(N);
+        frag comma = f_cat(N, f_range(N, ',', ','), f_ws(N));
+        eps(N, A, J);
+        eps(N, B, comma.in);
+        eps(N, comma.out, J);
+        eps(N, J, member.in);
+        eps(N, member.out, B2);
+        if (!required) { /* skipped: the state carries over */
+            eps(N, A, A2);
+            eps(N, B, B2);
+        }
+        can_be_empty &= !required;
+        A = A2;
+        B = B2;
+        if (N->failed)
+            return f_empty(N);
+    }
+    int32_t end = st_new(N);
+    if (can_be_empty)
+        eps(N, A, end);
+    eps(N, B, end);
+    frag close = f_range(N, '}', '}');
+    eps(N, end, close.in);
+    return (frag){open.in, close.out};
+}
+
+static frag f_typed(nfa *N, const json_t *node, const char *type, const char *path, int32_t depth)
+{
+    if (!strcmp(type, "string"))
+        return f_string(N);
+    if (!strcmp(type, "number"))
+        return f_number(N);
+    if (!strcmp(type, "integer"))
+        return f_integer(N);
+    if (!strcmp(type, "boolean"))
+        return f_alt(N, f_lit(N, "true", 4), f_lit(N, "false", 5));
+    if (!strcmp(type, "null"))
+        return f_lit(N, "null", 4);
+    if (!strcmp(type, "object") || !strcmp(type, "array")) {
+        if (depth <= 0) {
+            bad(N, path, "the schema nests objects and arrays deeper than %s levels", "the allowed");
+            return f_empty(N);
+        }
+        if (!strcmp(type, "object"))
+            return f_object(N, node, path, depth - 1);
+        const json_t *items = json_object_get(node, "items");
+        const json_t *mn = json_object_get(node, "minItems"), *mx = json_object_get(node, "maxItems");
+        if ((mn && (!json_is_integer(mn) || json_integer_value(mn) < 0)) ||
+            (mx && (!json_is_integer(mx) || json_integer_value(mx) < 0))) {
+            bad(N, path, "'minItems' and 'maxItems' must be integers >= 0%s", "");
+            return f_empty(N);
+        }
+        int64_t lo = mn ? json_integer_value(mn) : 0, hi = mx ? json_integer_value(mx) : -1;
+        if (hi >= 0 && lo > hi) {
+            bad(N, path, "'minItems' is above 'maxItems'%s", "");
+            return f_empty(N);
+        }
+        if (lo > FL_CONSTRAIN_MAX_ITEMS || hi > FL_CONSTRAIN_MAX_ITEMS) {
+            bad(N, path, "'minItems'/'maxItems' above %s are not supported", FL_STR(FL_CONSTRAIN_MAX_ITEMS));
+            return f_empty(N);
+        }
+        if (items && !json_is_object(items)) {
+            bad(N, path, "'items' must be one schema (an object)%s", "");
+            return f_empty(N);
+        }
+        char p2[FL_CONSTRAIN_PATH];
+        subpath(p2, sizeof p2, path, "items", NULL);
+        return f_array(N, items ? f_value : f_any, items, p2, depth - 1, lo, hi);
+    }
+    bad(N, path, "unknown type '%.32s' (string, number, integer, boolean, null, object, array)", type);
+    return f_empty(N);
+}
+
+/* "#/$defs/name" or "#/definitions/name" */
+static const json_t *resolve_ref(nfa *N, const char *ref, const char *path)
+{
+    const char *name = NULL;
+    const json_t *defs = NULL;
+    if (!strncmp(ref, "#/$defs/", 8)) {
+        defs = json_object_get(N->root, "$defs");
+        name = ref + 8;
+    } else if (!strncmp(ref, "#/definitions/", 14)) {
+        defs = json_object_get(N->root, "definitions");
+        name = ref + 14;
+    } else if (!strcmp(ref, "#")) {
+        return N->root;
+    }
+    const json_t *t = name && !strchr(name, '/') ? json_object_get(defs, name) : NULL;
+    if (!t || !json_is_object(t)) {
+        bad(N, path, "'$ref' '%.64s' does not name a schema under #/$defs or #/definitions", ref);
+        return NULL;
+    }
+    return t;
+}
+
+static frag f_value(nfa *N, const json_t *node, const char *path, int32_t depth)
+{
+    if (N->failed)
+        return f_empty(N);
+    if (json_is_true(node))
+        return f_any(N, node, path, depth);
+    if (!json_is_object(node)) {
+        bad(N, path, "a schema must be an object (or true)%s", "");
+        return f_empty(N);
+    }
+    if (check_keys(N, node, path))
+        return f_empty(N);
+    const json_t *ref = json_object_get(node, "$ref");
+    if (ref) {
+        if (!json_is_string(ref)) {
+            bad(N, path, "'$ref' must be a string%s", "");
+            return f_empty(N);
+        }
+        const json_t *t = resolve_ref(N, json_string_value(ref), path);
+        if (!t)
+            return f_empty(N);
+        for (int i = 0; i < N->n_refs; i++)
+            if (N->refs[i] == t) {
+                bad(N, path, "'$ref' '%.64s' is recursive (fogline constrains to schemas without "
+                             "recursion)", json_string_value(ref));
+                return f_empty(N);
+            }
+        if (N->n_refs == FL_CONSTRAIN_MAX_REFS) {
+            bad(N, path, "'$ref's nest deeper than %s", FL_STR(FL_CONSTRAIN_MAX_REFS));
+            return f_empty(N);
+        }
+        N->refs[N->n_refs++] = t;
+        char p2[FL_CONSTRAIN_PATH];
+        snprintf(p2, sizeof p2, "%s", json_string_value(ref) + 1);
+        frag f = f_value(N, t, p2, depth);
+        N->n_refs--;
+        return f;
+    }
+    const json_t *cst = json_object_get(node, "const");
+    if (cst)
+        return f_json_literal(N, cst);
+    const json_t *en = json_object_get(node, "enum");
+    if (en) {
+        if (!json_is_array(en) || !json_array_size(en)) {
+            bad(N, path, "'enum' must be a non-empty array%s", "");
+            return f_empty(N);
+        }
+        frag f = f_json_literal(N, json_array_get(en, 0));
+        for (size_t i = 1; i < json_array_size(en) && !N->failed; i++)
+            f = f_alt(N, f, f_json_literal(N, json_array_get(en, i)));
+        return f;
+    }
+    const json_t *any = json_object_get(node, "anyOf");
+    if (any) {
+        if (!json_is_array(any) || !json_array_size(any)) {
+            bad(N, path, "'anyOf' must be a non-empty array of schemas%s", "");
+            return f_empty(N);
+        }
+        frag f = {0, 0};
+        for (size_t i = 0; i < json_array_size(any) && !N->failed; i++) {
+            char p2[FL_CONSTRAIN_PATH], idx[24];
+            snprintf(idx, sizeof idx, "%zu", i);
+            subpath(p2, sizeof p2, path, "anyOf", idx);
+            frag g = f_value(N, json_array_get(any, i), p2, depth);
+            f = i ? f_alt(N, f, g) : g;
+        }
+        return f;
+    }
+    const json_t *type = json_object_get(node, "type");
+    if (!type)
+        return f_any(N, node, path, depth);
+    if (json_is_string(type))
+        return f_typed(N, node, json_string_value(type), path, depth);
+    if (!json_is_array(type) || !json_array_size(type)) {
+        bad(N, path, "'type' must be a type name or a non-empty array of them%s", "");
+        return f_empty(N);
+    }
+    frag f = {0, 0};
+    for (size_t i = 0; i < json_array_size(type) && !N->failed; i++) {
+        const char *t = json_string_value(json_array_get(type, i));
+        if (!t) {
+            bad(N, path, "'type' must be a type name or a non-empty array of them%s", "");
+            return f_empty(N);
+        }
+        frag g = f_typed(N, node, t, path, depth);
+        f = i ? f_alt(N, f, g) : g;
+    }
+    return f;
+}
+
+/* ---- NFA -> DFA (subset construction) ---- */
+
+typedef struct dset {
+    int32_t *v; /* sorted NFA states */
+    int32_t n;
+    uint64_t h;
+} dset;
+
+typedef struct builder {
+    const nfa *N;
+    int32_t final;
+    dset *sets;
+    int32_t n, cap;
+    int32_t *tab; /* hash table of set indices, -1 empty */
+    size_t tabn;
+    int32_t *stack, *mark;
+    int32_t epoch;
+} builder;
+
+static uint64_t hash_set(const int32_t *v, int32_t n)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t i = 0; i < n; i++) {
+        h ^= (uint64_t)(uint32_t)v[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* the epsilon closure of v[0..n) (marked in this epoch), sorted, in buf; returns its size */
+static int32_t closure(builder *B, int32_t *buf, int32_t n)
+{
+    const nst *s = B->N->s;
+    int32_t sp = 0, m = 0;
+    B->epoch++;
+    for (int32_t i = 0; i < n; i++)
+        if (B->mark[buf[i]] != B->epoch) {
+            B->mark[buf[i]] = B->epoch;
+            B->stack[sp++] = buf[i];
+        }
+    while (sp) {
+        int32_t x = B->stack[--sp];
+        buf[m++] = x;
+        int32_t e[2] = {s[x].e1, s[x].e2};
+        for (int k = 0; k < 2; k++)
+            if (e[k] >= 0 && B->mark[e[k]] != B->epoch) {
+                B->mark[e[k]] = B->epoch;
+                B->stack[sp++] = e[k];
+            }
+    }
+    qsort(buf, (size_t)m, sizeof(int32_t), cmp_i32);
+    return m;
+}
+
+/* the DFA state of a closed set: found, or added (-2 on failure) */
+static int32_t intern(builder *B, const int32_t *v, int32_t n, int32_t max, fl_err *e)
+{
+    uint64_t h = hash_set(v, n);
+    size_t j = (size_t)h & (B->tabn - 1);
+    for (; B->tab[j] >= 0; j = (j + 1) & (B->tabn - 1)) {
+        const dset *d = &B->sets[B->tab[j]];
+        if (d->h == h && d->n == n && !memcmp(d->v, v, sizeof(int32_t) * (size_t)n))
+            return B->tab[j];
+    }
+    if (B->n >= max) {
+        fl_err_set(e, FL_ERANGE, "the constraint is too large: its automaton passed %d states", max);
+        return -2;
+    }
+    if (B->n == B->cap) {
+        int32_t cap = B->cap ? B->cap * 2 : 64;
+        dset *s = realloc(B->sets, sizeof *s * (size_t)cap);
+        if (!s)
+            return fl_err_set(e, FL_ENOMEM, "out of memory"), -2;
+        B->sets = s;
+        B->cap = cap;
+    }
+    if ((size_t)B->n * 2 >= B->tabn) { /* grow the table: rehash every set */
+        size_t tn = B->tabn * 2;
+        int32_t *t = malloc(sizeof(int32_t) * tn);
+        if (!t)
+            return fl_err_set(e, FL_ENOMEM, "out of memory"), -2;
+        memset(t, 0xff, sizeof(int32_t) * tn);
+        for (int32_t i = 0; i < B->n; i++) {
+            size_t k = (size_t)B->sets[i].h & (tn - 1);
+            while (t[k] >= 0)
+                k = (k + 1) & (tn - 1);
+            t[k] = i;
+        }
+        free(B->tab);
+        B->tab = t;
+        B->tabn = tn;
+        j = (size_t)h & (tn - 1);
+        while (t[j] >= 0)
+            j = (j + 1) & (tn - 1);
+    }
+    int32_t *copy = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
+    if (!copy)
+        return fl_err_set(e, FL_ENOMEM, "out of memory"), -2;
+    memcpy(copy, v, sizeof(int32_t) * (size_t)n);
+    B->sets[B->n] = (dset){copy, n, h};
+    B->tab[j] = B->n;
+    return B->n++;
+}
+
+static int to_dfa(const nfa *N, frag f, int32_t max, fl_dfa **out, fl_err *e)
+{
+    builder B = {.N = N, .final = f.out, .tabn = 1024};
+    int32_t *buf = malloc(sizeof(int32_t) * (size_t)N->n);
+    B.stack = malloc(sizeof(int32_t) * (size_t)N->n);
+    B.mark = calloc((size_t)N->n, sizeof(int32_t));
+    B.tab = malloc(sizeof(int32_t) * B.tabn);
+    int32_t *next = NULL;
+    size_t next_cap = 0;
+    int rc = 0;
+    if (!buf || !B.stack || !B.mark || !B.tab) {
+        rc = fl_err_set(e, FL_ENOMEM, "out of memory");
+        goto out;
+    }
+    memset(B.tab, 0xff, sizeof(int32_t) * B.tabn);
+    buf[0] = f.in;
+    if (intern(&B, buf, closure(&B, buf, 1), max, e) < 0) {
+        rc = e->code;
+        goto out;
+    }
+    for (int32_t d = 0; d < B.n; d++) {
+        if ((size_t)(d + 1) * 256 > next_cap) {
+            size_t cap = next_cap ? next_cap * 2 : 256 * 64;
+            int32_t *t = realloc(next, sizeof(int32_t) * cap);
+            if (!t) {
+                rc = fl_err_set(e, FL_ENOMEM, "out of memory");
+                goto out;
+            }
+            next = t;
+            next_cap = cap;
+        }
+        for (int c = 0; c < 256; c++) {
+            int32_t m = 0;
+            const dset *ds = &B.sets[d];
+            for (int32_t i = 0; i < ds->n; i++) {
+                const nst *x = &N->s[ds->v[i]];
+                if (x->to >= 0 && (N->sets[x->set][c >> 3] >> (c & 7) & 1))
+                    buf[m++] = x->to;
+            }
+            int32_t t = -1;
+            if (m) {
+                t = intern(&B, buf, closure(&B, buf, m), max, e);
+                if (t < 0) {
+                    rc = e->code;
+                    goto out;
+                }
+            }
+            next[(size_t)d * 256 + (size_t)c] = t;
+        }
+    }
+    fl_dfa *D = calloc(1, sizeof *D);
+    if (!D) {
+        rc = fl_err_set(e, FL_ENOMEM, "out of memory");
+        goto out;
+    }
+    D->n = B.n;
+    D->next = next;
+    next = NULL;
+    D->accept = calloc((size_t)B.n, 1);
+    D->dist = malloc(sizeof(int32_t) * (size_t)B.n);
+    if (!D->accept || !D->dist) {
+        fl_dfa_free(D);
+        rc = fl_err_set(e, FL_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int32_t d = 0; d < B.n; d++)
+        for (int32_t i = 0; i < B.sets[d].n; i++)
+            D->accept[d] |= B.sets[d].v[i] == B.final;
+    /* distances to acceptance: relaxation until nothing changes (the graphs are small) */
+    for (int32_t d = 0; d < B.n; d++)
+        D->dist[d] = D->accept[d] ? 0 : INT32_MAX;
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t d = B.n - 1; d >= 0; d--)
+            for (int c = 0; c < 256; c++) {
+                int32_t t = D->next[(size_t)d * 256 + (size_t)c];
+                if (t >= 0 && D->dist[t] != INT32_MAX && D->dist[t] + 1 < D->dist[d]) {
+                    D->dist[d] = D->dist[t] + 1;
+                    changed = true;
+                }
+            }
+    }
+    *out = D;
+out:
+    for (int32_t i = 0; i < B.n; i++)
+        free(B.sets[i].v);
+    free(B.sets);
+    free(B.tab);
+    free(B.stack);
+    free(B.mark);
+    free(buf);
+    free(next);
+    return rc;
+}
+
+static int compile(const json_t *schema, bool object, const fl_constrain_opts *o, fl_dfa **out,
+                   fl_err *e)
+{
+    *out = NULL;
+    nfa N = {0};
+    N.e = e;
+    N.root = schema;
+    N.max = o && o->max_states > 0 ? o->max_states : FL_CONSTRAIN_MAX_STATES;
+    N.max_depth = o && o->max_depth > 0 ? o->max_depth : FL_CONSTRAIN_MAX_DEPTH;
+    frag f = object ? f_any_object(&N, "", N.max_depth - 1) : f_value(&N, schema, "", N.max_depth);
+    int rc = N.failed;
+    if (!rc)
+        rc = to_dfa(&N, f, N.max, out, e);
+    free(N.s);
+    free(N.sets);
+    return rc ? -1 : 0;
+}
+
+int fl_dfa_from_schema(const json_t *schema, const fl_constrain_opts *o, fl_dfa **out, fl_err *e)
+{
+    return compile(schema, false, o, out, e);
+}
+
+int fl_dfa_json_object(const fl_constrain_opts *o, fl_dfa **out, fl_err *e)
+{
+    return compile(NULL, true, o, out, e);
+}
+
+void fl_dfa_free(fl_dfa *d)
+{
+    if (!d)
+        return;
+    free(d->next);
+    free(d->accept);
+    free(d->dist);
+    free(d);
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    /* splitmix64 */
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+int fl_dfa_sample(const fl_dfa *d, uint64_t *rng, int32_t max_len, fl_buf *out)
+{
+    int32_t s = 0;
+    if (d->dist[0] > max_len)
+        return -1;
+    for (int32_t left = max_len;; left--) {
+        int cand[256], nc = 0;
+        for (int c = 0; c < 256; c++) {
+            int32_t t = d->next[(size_t)s * 256 + (size_t)c];
+            if (t >= 0 && d->dist[t] < left)
+                cand[nc++] = c;
+        }
+        if (d->accept[s] && (!nc || rnd(rng) % 4 == 0))
+            return out->err ? -1 : 0;
+        if (!nc)
+            return -1; /* (cannot happen: dist[s] <= left holds on the way) */
+        int c = cand[rnd(rng) % (uint64_t)nc];
+        char ch = (char)c;
+        fl_buf_append(out, &ch, 1);
+        s = d->next[(size_t)s * 256 + (size_t)c];
+    }
+}

@@ -1,0 +1,228 @@
+// The constraint compiler (engine/constrain.c, through `fogline schema`) against a real JSON
+// Schema validator (npm ajv) and JSON.parse, on hand-written schemas and a few hundred random
+// ones of the supported subset:
+// - sound: every text the automaton samples parses, and ajv finds it valid;
+// - complete for the schema's order: random valid instances, written compactly, with
+//   indentation and with odd whitespace, are accepted; broken ones (a required property left
+//   out, a value of another type, a cut text) are rejected, and ajv rejects them too;
+// - response_format json_object: samples are JSON objects;
+// - schemas outside the subset get one-line errors naming the keyword and where it is.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { require } from '../server/lib.mjs';
+
+const Ajv = require('ajv');
+const BIN = process.env.FL_BIN;
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fogline-schema-'));
+process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
+
+let files = 0;
+function run(schema, args, input) {
+  const f = path.join(dir, `s${files++}.json`);
+  fs.writeFileSync(f, typeof schema === 'string' ? schema : JSON.stringify(schema));
+  return spawnSync(BIN, ['schema', '--schema', f, ...args], { input, encoding: 'utf8', maxBuffer: 64 << 20 });
+}
+
+function compile(schema, args = [], input) {
+  const r = run(schema, args, input);
+  assert.equal(r.status, 0, `fogline schema failed: ${r.stderr}\n${JSON.stringify(schema)}`);
+  const lines = r.stdout.split('\n').filter(Boolean);
+  return { info: JSON.parse(lines[0]), rest: lines.slice(1) };
+}
+
+const samples = (schema, n, seed, maxBytes = 4000) =>
+  compile(schema, ['--sample', String(n), '--seed', String(seed), '--max-bytes', String(maxBytes)]).rest.map((l) => JSON.parse(l));
+
+// ---- a seeded generator of schemas in the subset, and of instances of a schema ----
+
+function rng(seed) {
+  let s = seed >>> 0 || 1;
+  return () => { s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0; return s / 2 ** 32; };
+}
+const pick = (r, a) => a[Math.floor(r() * a.length)];
+const WORDS = ['order_id', 'status', 'qty', 'sku', 'name', 'email', 'refund', 'note', 'items', 'é_ключ', 'a b', 'quote"d', 'x'];
+
+function genSchema(r, depth) {
+  const kinds = ['string', 'number', 'integer', 'boolean', 'null', 'enum', 'const', 'anyOf', 'types'];
+  if (depth > 0) kinds.push('object', 'object', 'array', 'array');
+  switch (pick(r, kinds)) {
+    case 'enum': return { enum: [...new Set(Array.from({ length: 1 + Math.floor(r() * 4) }, () => pick(r, ['a', 'b', 'shipped', 1, 2.5, true, null, 'ünï'])))] };
+    case 'const': return { const: pick(r, ['refund', 42, false, null, 'x"y']) };
+    case 'anyOf': return { anyOf: [genSchema(r, depth - 1 < 0 ? 0 : depth - 1), genSchema(r, 0)] };
+    case 'types': return { type: ['string', 'null'] };
+    case 'object': {
+      const n = 1 + Math.floor(r() * 4);
+      const props = {};
+      for (let i = 0; i < n; i++) props[pick(r, WORDS)] = genSchema(r, depth - 1);
+      const keys = Object.keys(props);
+      const required = r() < 0.7 ? keys : keys.filter(() => r() < 0.5);
+      return { type: 'object', properties: props, required, additionalProperties: false };
+    }
+    case 'array': {
+      const s = { type: 'array', items: genSchema(r, depth - 1) };
+      if (r() < 0.4) s.minItems = Math.floor(r() * 3);
+      if (r() < 0.4) s.maxItems = (s.minItems || 0) + Math.floor(r() * 3);
+      return s;
+    }
+    default: return { type: pick(r, ['string', 'number', 'integer', 'boolean', 'null']) };
+  }
+}
+
+function genInstance(r, s, root = s) {
+  if (s.$ref) return genInstance(r, root.$defs[s.$ref.split('/').pop()], root);
+  if ('const' in s) return s.const;
+  if (s.enum) return pick(r, s.enum);
+  if (s.anyOf) return genInstance(r, pick(r, s.anyOf), root);
+  const type = Array.isArray(s.type) ? pick(r, s.type) : s.type;
+  switch (type) {
+    case 'string': return pick(r, ['', 'ok', 'line\nbreak', 'tab\t"quote"\\', 'ünïcødé ✓ 😀', 'x'.repeat(30)]);
+    case 'number': return pick(r, [0, -1.5, 3.25e10, 12, 0.001]);
+    case 'integer': return pick(r, [0, 7, -42, 123456]);
+    case 'boolean': return r() < 0.5;
+    case 'null': return null;
+    case 'object': {
+      if (!s.properties || !Object.keys(s.properties).length)
+        return s.additionalProperties === false ? {} : { k: [1, 'x', { deep: null }], n: 2 };
+      const o = {};
+      for (const [k, v] of Object.entries(s.properties)) if ((s.required || []).includes(k) || r() < 0.5) o[k] = genInstance(r, v, root);
+      return o;
+    }
+    case 'array': {
+      const lo = s.minItems || 0, hi = s.maxItems ?? lo + 3;
+      return Array.from({ length: lo + Math.floor(r() * (hi - lo + 1)) }, () => genInstance(r, s.items, root));
+    }
+    default: throw new Error(`no type ${type}`);
+  }
+}
+
+// whitespace JSON allows, in odd amounts: around every structural character
+const spaced = (text) => text.replace(/("(?:[^"\\]|\\.)*")|([{}[\]:,])/g, (m, str, p) => (str ? str : ` \n\t${p}\r `)).trim();
+
+const ajv = new Ajv({ strict: false });
+
+const HAND = [
+  { type: 'object', properties: { order_id: { type: 'string' }, status: { enum: ['shipped', 'pending', 'lost'] },
+    eta_days: { anyOf: [{ type: 'integer' }, { type: 'null' }] } }, required: ['order_id', 'status', 'eta_days'], additionalProperties: false },
+  { type: 'object', properties: { name: { const: 'refund' }, arguments: { type: 'object', properties: { order: { type: 'string' },
+    amount: { type: 'number' }, items: { type: 'array', items: { type: 'string' }, minItems: 1, maxItems: 3 } },
+    required: ['order', 'amount', 'items'], additionalProperties: false } }, required: ['name', 'arguments'], additionalProperties: false },
+  { $defs: { addr: { type: 'object', properties: { city: { type: 'string' }, zip: { type: ['string', 'null'] } }, required: ['city', 'zip'], additionalProperties: false } },
+    type: 'object', properties: { from: { $ref: '#/$defs/addr' }, to: { $ref: '#/$defs/addr' } }, required: ['from', 'to'], additionalProperties: false },
+  { type: 'object', properties: { a: { type: 'boolean' }, b: { type: 'integer' }, c: { type: 'string' } }, required: ['b'], additionalProperties: false },
+  { type: 'array', items: { type: 'array', items: { type: 'number' }, maxItems: 2 }, minItems: 2 },
+  { type: 'object', properties: {}, additionalProperties: false },
+  { type: 'object' },
+  { enum: ['a', 1, null, [1, 2], { k: 'v' }] },
+  { type: 'string' },
+  true,
+];
+
+function checkSchema(schema, seed) {
+  const validate = ajv.compile(schema);
+  const r = rng(seed * 7919);
+  const good = [], bad = [];
+  for (let i = 0; i < 6; i++) {
+    const inst = schema === true ? { any: [1, 'x'] } : genInstance(r, schema);
+    assert.ok(validate(inst), `the generator made an invalid instance ${JSON.stringify(inst)}`);
+    const t = JSON.stringify(inst);
+    good.push(t, JSON.stringify(inst, null, 2), spaced(t));
+    if (t.length > 1) bad.push(t.slice(0, -1)); // cut short
+    if (inst && typeof inst === 'object' && !Array.isArray(inst)) {
+      const req = (schema.required || []).filter((k) => k in inst);
+      if (req.length) { const o = { ...inst }; delete o[req[0]]; bad.push(JSON.stringify(o)); }
+    }
+    bad.push(t + ' x', '[' + t, 'nul');
+  }
+  // one run: 12 samples, then whether each text is accepted
+  const N = 12;
+  const out = compile(schema, ['--sample', String(N), '--seed', String(seed), '--max-bytes', '4000', '--match'],
+                      [...good, ...bad].map((t) => JSON.stringify(t)).join('\n') + '\n').rest;
+  assert.equal(out.length, N + good.length + bad.length);
+  const okGood = out.slice(N, N + good.length).map((l) => l === 'true');
+  const okBad = out.slice(N + good.length).map((l) => l === 'true');
+  // sound: what the automaton accepts is valid
+  for (const text of out.slice(0, N).map((l) => JSON.parse(l))) {
+    let v;
+    assert.doesNotThrow(() => { v = JSON.parse(text); }, `a sample does not parse: ${JSON.stringify(text)} of ${JSON.stringify(schema)}`);
+    assert.ok(validate(v), `a sample is invalid: ${text}\n${JSON.stringify(validate.errors)}\nschema ${JSON.stringify(schema)}`);
+  }
+  // complete in the schema's order; broken texts rejected by both
+  good.forEach((t, i) => assert.ok(okGood[i], `a valid text is rejected: ${JSON.stringify(t)}\nschema ${JSON.stringify(schema)}`));
+  bad.forEach((t, i) => {
+    let valid = false;
+    try { valid = validate(JSON.parse(t)); } catch { /* not JSON */ }
+    if (!valid) assert.ok(!okBad[i], `an invalid text is accepted: ${JSON.stringify(t)}\nschema ${JSON.stringify(schema)}`);
+  });
+}
+
+test('hand-written schemas: samples valid (ajv), valid texts accepted, broken ones rejected', () => {
+  HAND.forEach((s, i) => checkSchema(s, i + 1));
+});
+
+test('200 random schemas of the subset: samples valid, instances accepted in any JSON whitespace', () => {
+  const r = rng(20261203);
+  for (let i = 0; i < 200; i++) checkSchema(genSchema(r, 3), i + 100);
+});
+
+test('the shortest valid text: min_bytes, and a budget below it has no sample', () => {
+  const s = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false };
+  const { info } = compile(s);
+  assert.equal(info.min_bytes, '{"ok":true}'.length);
+  const r = run(s, ['--sample', '1', '--max-bytes', String(info.min_bytes - 1)]);
+  assert.equal(r.status, 1);
+  assert.match(r.stderr.trim(), /^fogline schema: no text of at most 10 bytes is accepted \(the shortest has 11\)$/);
+  for (const t of samples(s, 5, 1, info.min_bytes)) assert.equal(t.length, info.min_bytes);
+});
+
+test('response_format json_object: samples are JSON objects', () => {
+  const r = spawnSync(BIN, ['schema', '--json-object', '--sample', '40', '--seed', '9'], { encoding: 'utf8', maxBuffer: 64 << 20 });
+  assert.equal(r.status, 0, r.stderr);
+  const lines = r.stdout.split('\n').filter(Boolean).slice(1);
+  assert.equal(lines.length, 40);
+  for (const l of lines) {
+    const v = JSON.parse(JSON.parse(l));
+    assert.ok(v && typeof v === 'object' && !Array.isArray(v), l);
+  }
+});
+
+test('schemas outside the subset: one-line errors naming the keyword and where', () => {
+  const cases = [
+    [{ type: 'string', pattern: '^a' }, /unsupported keyword 'pattern' .* \(at the schema's root\)$/],
+    [{ type: 'object', properties: { a: { type: 'string', format: 'email' } }, required: ['a'] }, /unsupported keyword 'format' .*\(at \/properties\/a\)$/],
+    [{ $defs: { n: { type: 'object', properties: { next: { $ref: '#/$defs/n' } }, required: ['next'] } }, $ref: '#/$defs/n' }, /'\$ref' '#\/\$defs\/n' is recursive/],
+    [{ $ref: '#/$defs/missing' }, /'\$ref' '#\/\$defs\/missing' does not name a schema/],
+    [{ type: 'text' }, /unknown type 'text'/],
+    [{ type: 'object', properties: { a: { type: 'string' } }, required: ['b'] }, /'required' names 'b', which is not in 'properties'/],
+    [{ type: 'object', additionalProperties: { type: 'string' } }, /'additionalProperties' must be false or true/],
+    [{ type: 'array', items: { type: 'string' }, minItems: 3, maxItems: 1 }, /'minItems' is above 'maxItems'/],
+    [{ type: 'array', maxItems: 1000 }, /'minItems'\/'maxItems' above 64 are not supported/],
+    [{ anyOf: [] }, /'anyOf' must be a non-empty array/],
+    [{ enum: 'a' }, /'enum' must be a non-empty array/],
+    [{ oneOf: [{ type: 'string' }] }, /unsupported keyword 'oneOf'/],
+    [[1, 2], /a schema must be an object \(or true\)/],
+    ['{"type": ', /line 1: /],
+  ];
+  let deep = { type: 'string' };
+  for (let i = 0; i < 9; i++) deep = { type: 'array', items: deep };
+  cases.push([deep, /nests objects and arrays deeper than the allowed levels/]);
+  for (const [schema, re] of cases) {
+    const r = run(schema, []);
+    assert.equal(r.status, 1, `${JSON.stringify(schema)}: ${r.stderr}`);
+    const lines = r.stderr.trim().split('\n');
+    assert.equal(lines.length, 1, r.stderr);
+    assert.match(lines[0], /^fogline schema: /);
+    assert.match(lines[0], re);
+    assert.equal(r.stdout, '');
+  }
+  // bad flags
+  for (const [args, re] of [[['--json-object', '--sample', 'x'], /--sample needs an integer/], [[], /give one of --schema FILE and --json-object/],
+                            [['--json-object', '--max-bytes', '0'], /--max-bytes needs an integer in \[1,/]]) {
+    const r = spawnSync(BIN, ['schema', ...args], { encoding: 'utf8' });
+    assert.equal(r.status, 2);
+    assert.match(r.stderr.trim(), re);
+  }
+});
