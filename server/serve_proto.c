@@ -599,6 +599,23 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
         if (!(c->model = strdup(json_string_value(model))))
             return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
     }
+    /* structured output is not built yet (docs/structured.md): a program that asks for it is
+       told so, never handed free text it would trust */
+    const json_t *rf = json_object_get(o, "response_format");
+    if (rf && !json_is_null(rf)) {
+        const char *t = json_string_value(json_object_get(rf, "type"));
+        if (!json_is_object(rf) || !t)
+            return bad(&P, SRV_E_BAD_REQUEST, "response_format", "'response_format' must be an "
+                       "object with a 'type'");
+        if (strcmp(t, "text"))
+            return bad(&P, SRV_E_BAD_REQUEST, "response_format", "'response_format' type '%.32s' "
+                       "is not supported yet: this server cannot guarantee the reply matches it "
+                       "(only \"text\")", t);
+    }
+    const json_t *tools = json_object_get(o, "tools");
+    if (tools && !json_is_null(tools) && !(json_is_array(tools) && !json_array_size(tools)))
+        return bad(&P, SRV_E_BAD_REQUEST, "tools", "'tools' is not supported yet: this server "
+                   "does not make tool calls");
     double x;
     int r = get_int(&P, o, "n", "n", 1, 1, &x);
     if (r < 0)

@@ -101,6 +101,19 @@ test('errors come in the OpenAI shape with the right status', async () => {
     (e) => e.status === 400 && e.param === 'temperature');
   await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: user('hi'), n: 3 }),
     (e) => e.status === 400 && e.param === 'n');
+  // structured output is not there yet: asked for, it is refused, never ignored
+  const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false };
+  await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: user('hi'),
+    response_format: { type: 'json_schema', json_schema: { name: 'x', schema, strict: true } } }),
+    (e) => e.status === 400 && e.param === 'response_format' && /'json_schema' is not supported yet/.test(e.message));
+  await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: user('hi'), response_format: { type: 'json_object' } }),
+    (e) => e.status === 400 && e.param === 'response_format');
+  await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: user('hi'),
+    tools: [{ type: 'function', function: { name: 'refund', parameters: schema } }] }),
+    (e) => e.status === 400 && e.param === 'tools' && /not supported yet/.test(e.message));
+  const plain = await client.chat.completions.create({ model: 'fogline', messages: user('hi'), max_tokens: 8,
+    response_format: { type: 'text' }, tools: [] });
+  assert.ok(plain.choices[0].message.content !== undefined, 'text and no tools are fine');
   const words = Array.from({ length: 200 }, (_, i) => `w${i}`).join(' ');
   await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: user(words), stream: true }),
     (e) => e.status === 400 && e.code === 'context_length_exceeded');
