@@ -143,16 +143,6 @@ static frag f_alt(nfa *N, frag a, frag b)
     return (frag){s, t};
 }
 
-static frag f_star(nfa *N, frag a)
-{
-    int32_t s = st_new(N), t = st_new(N);
-    eps(N, s, a.in);
-    eps(N, s, t);
-    eps(N, a.out, a.in);
-    eps(N, a.out, t);
-    return (frag){s, t};
-}
-
 static frag f_opt(nfa *N, frag a)
 {
     int32_t s = st_new(N), t = st_new(N);
@@ -160,6 +150,14 @@ static frag f_opt(nfa *N, frag a)
     eps(N, s, t);
     eps(N, a.out, t);
     return (frag){s, t};
+}
+
+/* a*: a? with a way back from a's end to its start */
+static frag f_star(nfa *N, frag a)
+{
+    frag f = f_opt(N, a);
+    eps(N, a.out, a.in);
+    return f;
 }
 
 /* ---- JSON's lexical parts ---- */
