@@ -32,6 +32,7 @@ typedef struct nfa {
     const json_t *refs[FL_CONSTRAIN_MAX_REFS]; /* the $refs being expanded (recursion) */
     int n_refs;
     int32_t max_depth;
+    int32_t max_ws;
     fl_err *e;
     int failed;
 } nfa;
@@ -169,7 +170,13 @@ static frag f_ws(nfa *N)
     set_range(set, '\t', '\t');
     set_range(set, '\n', '\n');
     set_range(set, '\r', '\r');
-    return f_star(N, f_set(N, set));
+    if (N->max_ws <= 0)
+        return f_star(N, f_set(N, set));
+    /* (w (w (w)?)?)?: up to max_ws of them */
+    frag f = f_empty(N);
+    for (int i = 0; i < N->max_ws && !N->failed; i++)
+        f = f_opt(N, f_cat(N, f_set(N, set), f));
+    return f;
 }
 
 /* One character of a JSON string: unescaped ASCII, an escape, or a valid UTF-8 sequence
@@ -854,6 +861,7 @@ static int compile(const json_t *schema, bool object, const fl_constrain_opts *o
     N.root = schema;
     N.max = o && o->max_states > 0 ? o->max_states : FL_CONSTRAIN_MAX_STATES;
     N.max_depth = o && o->max_depth > 0 ? o->max_depth : FL_CONSTRAIN_MAX_DEPTH;
+    N.max_ws = o && o->max_ws > 0 ? o->max_ws : 0;
     frag f = object ? f_any_object(&N, "", N.max_depth - 1) : f_value(&N, schema, "", N.max_depth);
     int rc = N.failed;
     if (!rc)

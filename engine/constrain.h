@@ -24,6 +24,9 @@ typedef struct fl_dfa {
 typedef struct fl_constrain_opts {
     int32_t max_depth;   /* nesting of objects and arrays at most (0: 8) */
     int32_t max_states;  /* automaton states at most, NFA and DFA each (0: 200000) */
+    int32_t max_ws;      /* whitespace bytes between two tokens of JSON at most (0: any number,
+                            as JSON allows; a decoder wants a bound, or a model that does not
+                            want to write JSON spends its tokens on whitespace) */
 } fl_constrain_opts;
 
 /* The automaton of a JSON schema. -1 with a message naming the keyword and where it is

@@ -410,6 +410,34 @@ static int cmp_desc(const void *a, const void *b)
     return (x < y) - (x > y);
 }
 
+float fl_sample_cut(const fl_decode_opts *o, const float *w, double z, int vocab)
+{
+    float cut = 0.0f;
+    if ((o->top_k > 0 && o->top_k < vocab) || o->top_p < 1.0f) {
+        float *sorted = malloc(sizeof(float) * (size_t)vocab);
+        if (sorted) {
+            memcpy(sorted, w, sizeof(float) * (size_t)vocab);
+            qsort(sorted, (size_t)vocab, sizeof(float), cmp_desc);
+            int keep = vocab;
+            if (o->top_k > 0 && o->top_k < keep)
+                keep = o->top_k;
+            if (o->top_p < 1.0f) {
+                double acc = 0;
+                for (int i = 0; i < keep; i++) {
+                    acc += sorted[i] / z;
+                    if (acc >= o->top_p) {
+                        keep = i + 1;
+                        break;
+                    }
+                }
+            }
+            cut = sorted[keep - 1];
+            free(sorted);
+        }
+    }
+    return cut;
+}
+
 void fl_sample(const fl_decode_opts *o, const float *logits, int vocab, uint64_t *rng, float *tmp,
                fl_tok_out *out)
 {
@@ -429,30 +457,7 @@ void fl_sample(const fl_decode_opts *o, const float *logits, int vocab, uint64_t
         if (p > 0)
             ent -= p * log(p);
     }
-    /* the cut-off probability below which tokens are excluded (top_k, then top_p) */
-    float cut = 0.0f;
-    if ((o->top_k > 0 && o->top_k < vocab) || o->top_p < 1.0f) {
-        float *sorted = malloc(sizeof(float) * (size_t)vocab);
-        if (sorted) {
-            memcpy(sorted, tmp, sizeof(float) * (size_t)vocab);
-            qsort(sorted, (size_t)vocab, sizeof(float), cmp_desc);
-            int keep = vocab;
-            if (o->top_k > 0 && o->top_k < keep)
-                keep = o->top_k;
-            if (o->top_p < 1.0f) {
-                double acc = 0;
-                for (int i = 0; i < keep; i++) {
-                    acc += sorted[i] / z;
-                    if (acc >= o->top_p) {
-                        keep = i + 1;
-                        break;
-                    }
-                }
-            }
-            cut = sorted[keep - 1];
-            free(sorted);
-        }
-    }
+    float cut = fl_sample_cut(o, tmp, z, vocab);
     double zk = 0;
     for (int i = 0; i < vocab; i++)
         if (tmp[i] >= cut)

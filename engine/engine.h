@@ -38,6 +38,10 @@ typedef struct fl_request {
      * semi-active block below tau_conf), so that the steps of a block are numbered without
      * gaps. Off: a draft only when the block changed. Outputs are the same either way. */
     bool every_step;
+    /* An output constraint (cdecode.h), or NULL: the reply is a whole text the automaton
+     * accepts, ended by an end token or by max_tokens. The engine takes its own reference.
+     * Token editing is refused with it. */
+    struct fl_cons *constraint;
 } fl_request;
 
 typedef enum fl_seq_state {
@@ -72,6 +76,8 @@ typedef struct fl_seq_stats {
     int32_t prefix_rejected; /* prefix pages refused (damaged, wrong key or tokens) */
     int32_t edits;           /* token editing: decided tokens rewritten (any block position) */
     int32_t post_steps;      /* token editing: forwards of a block after its last mask */
+    int32_t constrained;     /* output constraint: committed reply positions whose token is not
+                                the one the model's own choice would have been */
     double ms_queued, ms_prefill, ms_decode, ms_total;
 } fl_seq_stats;
 

@@ -23,6 +23,11 @@
 #define FL_CONSTRAIN_MAX_REFS 32
 #define FL_CONSTRAIN_MAX_ITEMS 64
 #define FL_CONSTRAIN_PATH 256
+/* Whitespace between two JSON tokens in a constrained reply, at most (bytes): room for a
+ * newline and the indentation of pretty-printed JSON nested a few levels deep, and a bound on
+ * what a model that would rather not write JSON spends on whitespace (llama.cpp's JSON
+ * grammar bounds it likewise). */
+#define FL_CONSTRAIN_DECODE_WS 20
 
 #define FL_STR_(x) #x
 #define FL_STR(x) FL_STR_(x)

@@ -15,6 +15,7 @@
  * taking "post" steps until one changes nothing or max_post_steps were taken (the authors'
  * generate). Only then is it final: committed, stored, persisted. One block at a time. */
 #include "engine.h"
+#include "cdecode.h"
 #include "tokenizer/tokenizer.h"
 
 #include <math.h>
@@ -50,6 +51,12 @@ typedef struct seq {
     bool ended;           /* an end was committed: no new blocks */
     fl_finish finish;
     const char *fail; /* with FL_FINISH_ERROR: why (a static string) */
+    fl_cons *cons;    /* output constraint (cdecode.h), or NULL */
+    int32_t cstate;   /* its automaton's state after the committed reply (FL_CONS_END after
+                         the end) */
+    float *carry_lg;  /* constrained with shifted logits: the carry's logits (vocab) */
+    int32_t *cprev;   /* constrained: the last assignment's token per position (cap), -1 */
+    float *cprob;     /* (cap) and its probability */
     fl_tok_out carry; /* shifted logits: prediction for position n_cached made when the block
                          before it was stored */
     int32_t carry_pos;
@@ -87,6 +94,7 @@ struct fl_sched {
     fl_tok_out *out;    /* (max_batch_tokens) */
     float *logits;      /* (max_batch_tokens, vocab) only when someone samples */
     float *sample_tmp;  /* (vocab) */
+    fl_cdp *cdp;        /* constrained decoding's scratch, made at the first use */
     int32_t *reap;      /* (n_pages) */
     fl_sched_stats st;
 };
@@ -172,6 +180,10 @@ static void seq_free(seq *q)
     free(q->block_steps);
     free(q->ids);
     free(q->prefix);
+    free(q->carry_lg);
+    free(q->cprev);
+    free(q->cprob);
+    fl_cons_unref(q->cons);
     fl_buf_free(&q->text);
     free(q);
 }
@@ -202,6 +214,15 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     int32_t max_tokens = r->max_tokens;
     if (r->n_prompt + max_tokens > max_pos - B) /* stay inside the model's positions */
         max_tokens = max_pos - B - r->n_prompt;
+    if (r->constraint && r->dec.edit_threshold != FL_EDIT_OFF)
+        return fl_err_set(e, FL_EINVAL, "edit_threshold (token editing) cannot be combined with "
+                                        "an output constraint: an edit could leave the language");
+    if (r->constraint && r->constraint->tv->n != c->vocab)
+        return fl_err_set(e, FL_EINVAL, "the output constraint was built for another vocabulary");
+    if (r->constraint && fl_cons_min_tokens(r->constraint) > max_tokens)
+        return fl_err_set(e, FL_ERANGE, "the shortest reply the constraint allows takes %d tokens; "
+                                        "max_tokens is %d", fl_cons_min_tokens(r->constraint),
+                          max_tokens);
     int32_t run_blocks = r->dec.pipeline ? r->dec.max_blocks : 1;
     if ((run_blocks + 1) * B > s->o.max_batch_tokens)
         return fl_err_set(e, FL_ERANGE, "max_blocks %d needs %d tokens per forward; the limit is %d",
@@ -229,8 +250,15 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     q->block_steps = calloc((size_t)nb, sizeof(int32_t));
     q->ids = malloc(sizeof(int32_t) * (size_t)(max_tokens + 1));
     q->stop = r->n_stop ? calloc((size_t)r->n_stop, sizeof(char *)) : NULL;
+    if (r->constraint && c->logits_shift)
+        q->carry_lg = malloc(sizeof(float) * (size_t)c->vocab);
+    if (r->constraint) {
+        q->cprev = malloc(sizeof(int32_t) * (size_t)q->cap);
+        q->cprob = malloc(sizeof(float) * (size_t)q->cap);
+    }
     if (!q->x || !q->fixed || !q->fresh || !q->edited || !q->pages || !q->keys ||
-        !q->block_steps || !q->ids || (r->n_stop && !q->stop)) {
+        !q->block_steps || !q->ids || (r->n_stop && !q->stop) ||
+        (r->constraint && c->logits_shift && !q->carry_lg) || (r->constraint && (!q->cprev || !q->cprob))) {
         seq_free(q);
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     }
@@ -253,6 +281,8 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     }
     for (int32_t i = 0; i < q->cap; i++)
         q->x[i] = s->mask_id;
+    for (int32_t i = 0; q->cprev && i < q->cap; i++)
+        q->cprev[i] = -1;
     memcpy(q->x, r->prompt, sizeof(int32_t) * (size_t)q->L);
     memset(q->fixed, 1, (size_t)q->L);
     for (int32_t i = 0; i < nb; i++)
@@ -270,6 +300,8 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
         for (int32_t b = 0; b < q->L / B; b++)
             parent = q->keys[b] = fl_page_key_chain(s->o.model_id, parent, q->x + b * B, B);
     }
+    q->cons = fl_cons_ref(r->constraint);
+    q->cstate = 0;
     if (r->prefix && r->n_prefix > 0) { /* taken only now that nothing can fail */
         q->prefix = r->prefix;
         q->n_prefix = r->n_prefix;
@@ -567,6 +599,47 @@ static const fl_tok_out *pred_at(const fl_sched *s, const seq *q, const fl_segme
     return NULL;
 }
 
+/* The logits behind pred_at's prediction for p (constrained sequences keep the carry's). */
+static const float *logits_at(const fl_sched *s, const seq *q, const fl_segment *sg,
+                              const float *logits, int32_t p)
+{
+    int32_t src = p - s->m->cfg.logits_shift;
+    if (!logits)
+        return NULL;
+    if (src >= sg->pos0 && src - sg->pos0 >= sg->out_from && src < sg->pos0 + sg->n)
+        return logits + (size_t)(src - sg->pos0) * (size_t)s->m->cfg.vocab;
+    if (src == q->carry_pos)
+        return q->carry_lg;
+    return NULL;
+}
+
+/* Output constraint: the most probable assignment of the running blocks' reply positions that
+ * the automaton accepts from the state after the committed reply (cdecode.h), into cprev and
+ * cprob; the blocks' policies then take their positions' tokens from it. -1 when none exists
+ * (cannot happen while every decided token came from such an assignment). */
+static int constrain_window(fl_sched *s, seq *q, const fl_segment *sg, const float *logits)
+{
+    int32_t start = q->run_start, from = start < q->L ? q->L : start;
+    int32_t end = start + q->n_run * s->B;
+    if (end > q->limit)
+        end = q->limit;
+    int32_t n = end - from;
+    if (n <= 0)
+        return 0;
+    if (!s->cdp && !(s->cdp = fl_cdp_new()))
+        return -1;
+    fl_cpos cp[FL_CONS_MAX_POS];
+    for (int32_t j = 0; j < n; j++) {
+        int32_t p = from + j;
+        cp[j].fixed = q->fixed[p] ? q->x[p] : -1;
+        cp[j].logits = q->fixed[p] ? NULL : logits_at(s, q, sg, logits, p);
+        cp[j].prev = q->cprev[p];
+    }
+    return fl_cons_best(q->cons, s->cdp, q->cstate, cp, n, q->limit - from, s->m->cfg.vocab,
+                        s->m->cfg.eos_ids, s->m->cfg.n_eos, &q->dec, &q->rng, q->cprev + from,
+                        q->cprob + from);
+}
+
 static void emit_draft(fl_sched *s, seq *q, int32_t start)
 {
     int32_t B = s->B;
@@ -611,6 +684,14 @@ static bool commit_block(fl_sched *s, seq *q)
             break;
         }
         int32_t t = q->x[p];
+        if (q->cons) {
+            q->cstate = fl_cons_step(q->cons, q->cstate, t, s->m->cfg.eos_ids, s->m->cfg.n_eos);
+            if (q->cstate == -1) { /* the decoder chose only tokens it accepts: never */
+                q->finish = FL_FINISH_ERROR;
+                q->fail = "the reply left its output constraint";
+                return true;
+            }
+        }
         if (is_eos(s, t)) {
             end = true;
             q->finish = FL_FINISH_STOP;
@@ -721,7 +802,10 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
         if (c->logits_shift && sg->out_from <= sg->n_store - 1 && q->n_cached == q->run_start) {
             q->carry = out[last - sg->pos0];
             q->carry_pos = last;
-            if (logits && q->dec.temperature > 0)
+            if (q->cons && logits)
+                memcpy(q->carry_lg, logits + (size_t)(last - sg->pos0) * (size_t)c->vocab,
+                       sizeof(float) * (size_t)c->vocab);
+            else if (logits && q->dec.temperature > 0)
                 fl_sample(&q->dec, logits + (size_t)(last - sg->pos0) * (size_t)c->vocab, c->vocab,
                           &q->rng, s->sample_tmp, &q->carry);
         }
@@ -735,6 +819,24 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
         memset(q->fresh + q->run_start, 0, (size_t)B);
         memset(q->edited + q->run_start, 0, (size_t)B);
         q->x[p] = out[p - 1 - sg->pos0].token;
+        if (q->cons) { /* the best first token the constraint allows */
+            fl_cpos cp = {-1, logits ? logits + (size_t)(p - 1 - sg->pos0) * (size_t)c->vocab : NULL,
+                          -1};
+            int32_t t;
+            float pr;
+            if (!s->cdp && !(s->cdp = fl_cdp_new()))
+                cp.logits = NULL;
+            if (!cp.logits || fl_cons_best(q->cons, s->cdp, q->cstate, &cp, 1, q->limit - p,
+                                           c->vocab, c->eos_ids, c->n_eos, &q->dec, &q->rng, &t,
+                                           &pr)) {
+                q->finish = FL_FINISH_ERROR;
+                q->fail = "out of memory for constrained decoding";
+                return true;
+            }
+            if (t != q->x[p])
+                q->st.constrained++;
+            q->x[p] = t;
+        }
         q->fixed[p] = 1;
         q->fresh[p] = 1;
         if (p < q->limit)
@@ -758,10 +860,16 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
         semi[i] = block_ratio(s, q, q->run_start + (i - 1) * B) < q->dec.tau_act;
     bool editing = q->dec.edit_threshold != FL_EDIT_OFF;
     fl_tok_out pred[FL_MAX_BLOCK];
-    uint8_t elig[FL_MAX_BLOCK], sel[FL_MAX_BLOCK], edit[FL_MAX_BLOCK];
+    uint8_t elig[FL_MAX_BLOCK], sel[FL_MAX_BLOCK], edit[FL_MAX_BLOCK], changed[FL_MAX_BLOCK] = {0};
     int32_t etok[FL_MAX_BLOCK];
     memset(q->fresh + q->run_start, 0, (size_t)(q->n_run * B));
     memset(q->edited + q->run_start, 0, (size_t)(q->n_run * B));
+    if (q->cons && (!logits || constrain_window(s, q, sg, logits))) {
+        q->finish = FL_FINISH_ERROR;
+        q->fail = logits ? "no reply within the output constraint fits (internal error)"
+                         : "out of memory for constrained decoding";
+        return true;
+    }
     for (int32_t i = 0; i < q->n_run; i++) {
         int32_t start = q->run_start + i * B;
         /* Fast-dLLM v2 sub-blocks: only the first sub-block that still has masks */
@@ -789,7 +897,7 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
             if (!pr)
                 continue;
             pred[j] = *pr;
-            if (logits && q->dec.temperature > 0) {
+            if (logits && q->dec.temperature > 0 && !q->cons) {
                 int32_t src = p - c->logits_shift;
                 if (src >= sg->pos0)
                     fl_sample(&q->dec, logits + (size_t)(src - sg->pos0) * (size_t)c->vocab,
@@ -832,6 +940,15 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
             continue;
         q->block_steps[start / B]++;
         int nsel = 0;
+        for (int32_t j = 0; j < B && q->cons; j++) { /* the constraint's assignment */
+            int32_t p = start + j;
+            changed[j] = 0;
+            if (!elig[j] || p < q->L || p >= q->limit)
+                continue;
+            changed[j] = pred[j].token != q->cprev[p];
+            pred[j].token = q->cprev[p];
+            pred[j].prob = q->cprob[p];
+        }
         if (any) {
             fl_decode_opts d = q->dec;
             if (d.steps > 0 && (d.policy == FL_POLICY_STATIC || d.policy == FL_POLICY_DYNAMIC))
@@ -845,6 +962,8 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
                 q->fresh[start + j] = 1;
                 if (start + j < q->limit)
                     q->produced++;
+                if (q->cons && changed[j] && start + j < q->limit)
+                    q->st.constrained++;
             }
         for (int32_t j = 0; j < B && n_edit; j++)
             if (edit[j]) {
@@ -896,7 +1015,7 @@ int fl_sched_step(fl_sched *s, fl_err *e)
         memcpy(s->tokens + used, q->x + sg->pos0, sizeof(int32_t) * (size_t)n);
         used += n;
         s->seg_seq[nseg++] = q;
-        if (q->dec.temperature > 0 && sg->out_from < sg->n)
+        if ((q->dec.temperature > 0 || q->cons) && sg->out_from < sg->n)
             want_logits = true;
     }
     if (!nseg)
@@ -989,6 +1108,7 @@ void fl_sched_destroy(fl_sched *s)
     free(s->out);
     free(s->logits);
     free(s->sample_tmp);
+    fl_cdp_free(s->cdp);
     free(s->reap);
     free(s);
 }

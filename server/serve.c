@@ -310,6 +310,7 @@ out:
     fl_backend_destroy(s->backend);
     if (s->tier)
         fl_tier_destroy(s->tier);
+    fl_cons_cache_free(s->cons);
     fl_model_free(s->model);
     free(s);
     srv_config_free(&cfg);

@@ -137,6 +137,7 @@ struct srv {
     srv_log log;
     srv_metrics m;
     fl_model *model;
+    struct fl_cons_cache *cons; /* compiled response_format constraints (constraint.h) */
     fl_backend *backend;     /* the timing wrapper around the CPU backend */
     fl_kv_tier *tier;
     struct srv_redis *redis; /* NULL without --redis */

@@ -116,6 +116,8 @@ int srv_engine_start(srv *s, fl_err *e)
     const fl_config *mc = &s->model->cfg;
     if (!s->model->tok)
         return fl_err_set(e, FL_EINVAL, "%s has no tokenizer; serve needs one", c->model_dir);
+    if (!(s->cons = fl_cons_cache_new(s->model, 32)))
+        return fl_err_set(e, FL_ENOMEM, "out of memory");
     /* the request defaults: the model's (family, then its directory's), flags on top */
     char de[300];
     if (fl_gen_opts_resolve(&c->gen, mc, s->dec_src, de, sizeof de))

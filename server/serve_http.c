@@ -966,7 +966,7 @@ static void http_on_reject(void *owner, srv_req *r, const char *code, const char
         sse_error(h, status, oc, msg);
         return;
     }
-    char *body = srv_openai_error(openai_type(status), oc, NULL, msg);
+    char *body = srv_openai_error(openai_type(status), oc, r->work_param, msg);
     respond(h, status, "application/json", body);
 }
 

@@ -28,6 +28,7 @@ void srv_chat_free(srv_chat *c)
         free(c->segments[i]);
     free(c->segments);
     free(c->model);
+    free(c->schema);
     memset(c, 0, sizeof *c);
 }
 
@@ -542,11 +543,74 @@ static int parse_template_kwargs(pctx *P, const json_t *o, srv_chat *c)
     return 0;
 }
 
+/* OpenAI's response_format: {"type": "text"}, {"type": "json_object"}, or {"type":
+ * "json_schema", "json_schema": {"name", "schema", "strict", "description"}}. The schema is
+ * compiled later (off the loop); here its shape is checked. */
+static int parse_response_format(pctx *P, const json_t *o, srv_chat *c)
+{
+    const json_t *rf = json_object_get(o, "response_format");
+    if (!rf || json_is_null(rf))
+        return 0;
+    const char *t = json_string_value(json_object_get(rf, "type"));
+    if (!json_is_object(rf) || !t)
+        return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format' must be an object "
+                   "with a 'type': \"text\", \"json_object\" or \"json_schema\"");
+    static const char *const known[] = {"type", "json_schema"};
+    const char *key = srv_json_unknown_key(rf, known, 2);
+    if (key)
+        return bad(P, SRV_E_BAD_REQUEST, "response_format", "unknown field '%.64s' in "
+                   "'response_format'", key);
+    if (!strcmp(t, "text") || !strcmp(t, "json_object")) {
+        if (json_object_get(rf, "json_schema"))
+            return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format.json_schema' "
+                       "goes with type \"json_schema\" only");
+        c->format = strcmp(t, "text") ? FL_FMT_JSON_OBJECT : FL_FMT_TEXT;
+    } else if (!strcmp(t, "json_schema")) {
+        const json_t *js = json_object_get(rf, "json_schema");
+        if (!json_is_object(js))
+            return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format.json_schema' "
+                       "must be an object with a 'schema'");
+        static const char *const jknown[] = {"name", "schema", "strict", "description"};
+        if ((key = srv_json_unknown_key(js, jknown, 4)))
+            return bad(P, SRV_E_BAD_REQUEST, "response_format", "unknown field '%.64s' in "
+                       "'response_format.json_schema'", key);
+        const json_t *name = json_object_get(js, "name");
+        if (name && !json_is_string(name))
+            return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format.json_schema."
+                       "name' must be a string");
+        const json_t *strict = json_object_get(js, "strict");
+        if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+            return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format.json_schema."
+                       "strict' must be true or false");
+        const json_t *desc = json_object_get(js, "description");
+        if (desc && !json_is_null(desc) && !json_is_string(desc))
+            return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format.json_schema."
+                       "description' must be a string");
+        const json_t *sch = json_object_get(js, "schema");
+        if (!json_is_object(sch) && !json_is_boolean(sch))
+            return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format.json_schema."
+                       "schema' must be a JSON schema (an object)");
+        if (!(c->schema = json_dumps(sch, JSON_COMPACT | JSON_ENCODE_ANY)))
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        c->format = FL_FMT_JSON_SCHEMA;
+    } else {
+        return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format' type '%.32s' is "
+                   "not one of \"text\", \"json_object\", \"json_schema\"", t);
+    }
+    if (c->format != FL_FMT_TEXT && c->parallel)
+        return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format' and 'parallel' "
+                   "cannot be combined (the branches' texts are not one value)");
+    return 0;
+}
+
 static int check_decoding(pctx *P, srv_chat *c)
 {
     fl_err e = {0};
     if (fl_decode_opts_check(&c->dec, &e))
         return bad(P, SRV_E_OUT_OF_RANGE, "decoding", "%s", e.msg);
+    if (c->format != FL_FMT_TEXT && c->dec.edit_threshold != FL_EDIT_OFF)
+        return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format' cannot be combined "
+                   "with token editing (decoding.edit_threshold): an edit could leave the format");
     return 0;
 }
 
@@ -558,7 +622,8 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     c->dec = L->dec_default;
     static const char *const known[] = {"type", "id", "session", "messages", "max_tokens",
                                         "temperature", "top_p", "top_k", "seed", "stop", "decoding",
-                                        "parallel", "chat_template_kwargs", "drafts"};
+                                        "parallel", "chat_template_kwargs", "drafts",
+                                        "response_format"};
     const char *key = srv_json_unknown_key(o, known, sizeof known / sizeof known[0]);
     if (key)
         return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);
@@ -577,7 +642,7 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
         return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
     c->enable_thinking = L->enable_thinking;
     if (parse_conversation(&P, o, false, c) || parse_template_kwargs(&P, o, c) ||
-        parse_sampling(&P, o, L, c, "max_tokens") ||
+        parse_response_format(&P, o, c) || parse_sampling(&P, o, L, c, "max_tokens") ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
         return -1;
     return 0;
@@ -599,19 +664,6 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
         if (!(c->model = strdup(json_string_value(model))))
             return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
     }
-    /* structured output is not built yet (docs/structured.md): a program that asks for it is
-       told so, never handed free text it would trust */
-    const json_t *rf = json_object_get(o, "response_format");
-    if (rf && !json_is_null(rf)) {
-        const char *t = json_string_value(json_object_get(rf, "type"));
-        if (!json_is_object(rf) || !t)
-            return bad(&P, SRV_E_BAD_REQUEST, "response_format", "'response_format' must be an "
-                       "object with a 'type'");
-        if (strcmp(t, "text"))
-            return bad(&P, SRV_E_BAD_REQUEST, "response_format", "'response_format' type '%.32s' "
-                       "is not supported yet: this server cannot guarantee the reply matches it "
-                       "(only \"text\")", t);
-    }
     const json_t *tools = json_object_get(o, "tools");
     if (tools && !json_is_null(tools) && !(json_is_array(tools) && !json_array_size(tools)))
         return bad(&P, SRV_E_BAD_REQUEST, "tools", "'tools' is not supported yet: this server "
@@ -631,7 +683,8 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
     }
     /* fogline extensions, as on the WebSocket: session (continued from Redis), parallel */
     c->enable_thinking = L->enable_thinking;
-    if (parse_conversation(&P, o, true, c) || parse_template_kwargs(&P, o, c))
+    if (parse_conversation(&P, o, true, c) || parse_template_kwargs(&P, o, c) ||
+        parse_response_format(&P, o, c))
         return -1;
     /* max_completion_tokens is the newer name; either is accepted, the newer wins */
     const char *max_key = json_object_get(o, "max_completion_tokens") &&

@@ -7,6 +7,7 @@
 
 #include <jansson.h>
 
+#include "constraint.h"
 #include "decode.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,6 +37,7 @@
 #define SRV_MAX_SEGMENTS 16 /* branches of one parallel request */
 enum { SRV_PAR_NONE = 0, SRV_PAR_FANOUT, SRV_PAR_SKELETON, SRV_PAR_AUTO };
 
+
 typedef struct srv_chat {
     char *id;            /* the client's request id (WebSocket); OpenAI: generated */
     char *session;       /* continued from / saved to Redis when the server has one */
@@ -57,6 +59,10 @@ typedef struct srv_chat {
     /* WebSocket only: "drafts": "every_step" asks for a draft of every denoising step, none
        coalesced ("latest", the default: a queued draft is replaced by the block's newer one) */
     bool every_step;
+    /* "response_format" (both transports, OpenAI's shape): FL_FMT_*, and for a schema its
+       compact JSON text (properties keep their order: they are written in it) */
+    int format;
+    char *schema;
     /* OpenAI only */
     bool stream;
     bool include_usage;

@@ -40,6 +40,7 @@ static void req_free(srv_req *r)
         free(r->view[i]);
     }
     srv_chat_free(&r->chat);
+    fl_cons_unref(r->cons);
     free(r->ids);
     free(r);
 }
@@ -139,6 +140,16 @@ static void tokenize_work(uv_work_t *w)
         r->n_dropped += droppable - r->n_dropped >= 2 ? 2 : 1; /* a user+assistant turn */
     }
     free(view);
+    /* response_format: compiled here, off the loop (a json_object automaton takes a fraction
+       of a second the first time; then it is cached) */
+    if (!r->work_rc && r->chat.format != FL_FMT_TEXT && !r->cons) {
+        r->work_rc = fl_cons_cache_get(r->s->cons, r->chat.format, r->chat.schema, &r->cons,
+                                       &r->work_err);
+        if (r->work_rc) {
+            r->work_param = "response_format";
+            fl_err_prefix(&r->work_err, "response_format");
+        }
+    }
 }
 
 /* The request ended before the engine saw it (cancelled while tokenizing or waiting for
@@ -180,6 +191,7 @@ void srv_req_submit(srv_req *r, void *prefix, int32_t n_prefix)
     q.max_tokens = r->chat.max_tokens;
     q.dec = r->chat.dec;
     q.every_step = r->chat.every_step;
+    q.constraint = r->cons;
     q.prefix = prefix;
     q.n_prefix = prefix ? n_prefix : 0;
     if (r->chat.n_stop) {
@@ -236,6 +248,13 @@ static void tokenize_done(uv_work_t *w, int status)
         snprintf(msg, sizeof msg, "the prompt has %zu tokens after the chat template; the limit "
                  "is %d", r->n_ids, max_prompt);
         srv_req_reject(r, SRV_E_PROMPT_TOO_LONG, msg);
+        return;
+    }
+    if (r->cons && fl_cons_min_tokens(r->cons) > r->chat.max_tokens) {
+        snprintf(msg, sizeof msg, "the shortest reply response_format allows takes %d tokens; "
+                 "max_tokens is %d", fl_cons_min_tokens(r->cons), r->chat.max_tokens);
+        r->work_param = "max_tokens";
+        srv_req_reject(r, SRV_E_BAD_REQUEST, msg);
         return;
     }
     if (fl_pages_needed(&s->model->cfg, (int32_t)r->n_ids, r->chat.max_tokens, &r->chat.dec) >

@@ -95,6 +95,8 @@ struct srv_req {
     size_t n_dropped;     /* oldest history messages dropped to fit the prompt limit */
     int work_rc;
     fl_err work_err;
+    const char *work_param; /* the request field a work_rc is about (OpenAI's param), or NULL */
+    struct fl_cons *cons;   /* response_format's compiled constraint, or NULL */
     uint64_t eid;         /* engine id once submitted */
     double t_start;       /* loop ms when the chat arrived */
     double t_first;       /* loop ms of the first draft or commit, 0 before */

@@ -12,6 +12,7 @@
 
 #include "backend_select.h"
 #include "cli.h"
+#include "constraint.h"
 #include "engine.h"
 #include "gen_opts.h"
 #include "tokenizer/tokenizer.h"
@@ -205,7 +206,10 @@ static void usage(FILE *f)
                "                       (default: $FOGLINE_KV_FORMAT or auto)\n"
                "  --chat-template K    override the template: chatml | qwen3 | fogline | ling\n"
                "  --no-thinking        Qwen3 templates: enable_thinking=false (the empty think block)\n"
-               "  --enable-thinking    Qwen3 templates: enable_thinking=true (the template's default)\n");
+               "  --enable-thinking    Qwen3 templates: enable_thinking=true (the template's default)\n"
+               "  --schema FILE        the reply is a JSON value of this JSON schema (OpenAI's strict\n"
+               "                       subset, docs/structured.md), decoded under the constraint\n"
+               "  --json-object        the reply is a JSON object (response_format json_object)\n");
     fl_gen_opts_usage(f);
 }
 
@@ -215,7 +219,8 @@ int fl_cmd_generate(int argc, char **argv)
     const char *prompt = NULL, *system = NULL, *messages = NULL, *tmpl = NULL, *prompt_ids = NULL;
     bool raw = false, json = false, thinking = true; /* the template's own default */
     bool steps = false, visual = false;
-    const char *pace = NULL;
+    const char *pace = NULL, *schema_file = NULL;
+    bool json_object_fmt = false;
     int threads = 0;
     const char *device = getenv("FOGLINE_DEVICE");
     const char *weights = getenv("FOGLINE_WEIGHTS");
@@ -226,7 +231,7 @@ int fl_cmd_generate(int argc, char **argv)
     fl_gen_opts_default(&g);
     enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
            O_IDS, O_DEVICE, O_NO_THINK, O_THINK, O_WEIGHTS, O_KV_FORMAT, O_STEPS, O_VISUAL,
-           O_PACE };
+           O_PACE, O_SCHEMA, O_JSON_OBJECT };
     struct option base[] = {
         {"model", required_argument, 0, O_MODEL},     {"prompt", required_argument, 0, O_PROMPT},
         {"system", required_argument, 0, O_SYSTEM},   {"messages", required_argument, 0, O_MESSAGES},
@@ -237,6 +242,7 @@ int fl_cmd_generate(int argc, char **argv)
         {"enable-thinking", no_argument, 0, O_THINK}, {"weights", required_argument, 0, O_WEIGHTS},
         {"kv-format", required_argument, 0, O_KV_FORMAT}, {"trace", no_argument, 0, O_STEPS},
         {"visual", no_argument, 0, O_VISUAL},         {"pace", required_argument, 0, O_PACE},
+        {"schema", required_argument, 0, O_SCHEMA},   {"json-object", no_argument, 0, O_JSON_OBJECT},
     };
     struct option opts[64];
     int nopt = fl_gen_opts_longopts(opts, 64, base, (int)(sizeof base / sizeof base[0]));
@@ -262,6 +268,8 @@ int fl_cmd_generate(int argc, char **argv)
         case O_STEPS: steps = true; break;
         case O_VISUAL: visual = true; break;
         case O_PACE: pace = optarg; break;
+        case O_SCHEMA: schema_file = optarg; break;
+        case O_JSON_OBJECT: json_object_fmt = true; break;
         case O_NO_THINK: thinking = false; break;
         case O_THINK: thinking = true; break;
         case O_HELP: usage(stdout); return 0;
@@ -281,6 +289,10 @@ int fl_cmd_generate(int argc, char **argv)
         return 2;
     }
     long pace_ms = 60;
+    if (schema_file && json_object_fmt) {
+        fprintf(stderr, "fogline generate: give --schema FILE or --json-object, not both\n");
+        return 2;
+    }
     if (steps && !json) {
         fprintf(stderr, "fogline generate: --trace adds the step trace to --json's output; give "
                         "--json too\n");
@@ -380,6 +392,9 @@ int fl_cmd_generate(int argc, char **argv)
     int rc = 1;
     fl_backend *b = NULL;
     fl_sched *s = NULL;
+    fl_cons_cache *cc = NULL;
+    fl_cons *cons = NULL;
+    char *schema_text = NULL;
     int32_t *ids = NULL;
     size_t n_ids = 0;
     json_t *jmsgs = NULL;
@@ -449,7 +464,31 @@ int fl_cmd_generate(int argc, char **argv)
         fprintf(stderr, "fogline generate: %s\n", e.msg);
         goto out;
     }
+    if (schema_file || json_object_fmt) {
+        if (schema_file) {
+            json_error_t je;
+            json_t *sj = json_load_file(schema_file, JSON_DECODE_ANY, &je);
+            if (!sj) {
+                fprintf(stderr, "fogline generate: %s: %s (line %d)\n", schema_file, je.text,
+                        je.line);
+                goto out;
+            }
+            schema_text = json_dumps(sj, JSON_COMPACT | JSON_ENCODE_ANY);
+            json_decref(sj);
+        }
+        if (!(cc = fl_cons_cache_new(m, 1)) || (schema_file && !schema_text)) {
+            fprintf(stderr, "fogline generate: out of memory\n");
+            goto out;
+        }
+        if (fl_cons_cache_get(cc, schema_file ? FL_FMT_JSON_SCHEMA : FL_FMT_JSON_OBJECT,
+                              schema_text, &cons, &e)) {
+            fprintf(stderr, "fogline generate: %s%s%s\n", schema_file ? schema_file : "",
+                    schema_file ? ": " : "", e.msg);
+            goto out;
+        }
+    }
     fl_request req = {0};
+    req.constraint = cons;
     req.prompt = ids;
     req.n_prompt = (int32_t)n_ids;
     req.max_tokens = g.max_tokens;
@@ -514,6 +553,8 @@ int fl_cmd_generate(int argc, char **argv)
         json_object_set_new(st, "blocks", json_integer(L.st.blocks));
         json_object_set_new(st, "edits", json_integer(L.st.edits));
         json_object_set_new(st, "post_steps", json_integer(L.st.post_steps));
+        if (cons)
+            json_object_set_new(st, "constrained", json_integer(L.st.constrained));
         json_object_set_new(st, "tpf", json_real(L.st.tpf));
         json_object_set_new(st, "ms_prefill", json_real(L.st.ms_prefill));
         json_object_set_new(st, "ms_decode", json_real(L.st.ms_decode));
@@ -543,6 +584,9 @@ int fl_cmd_generate(int argc, char **argv)
     rc = 0;
 out:
     fl_sched_destroy(s);
+    fl_cons_unref(cons);
+    fl_cons_cache_free(cc);
+    free(schema_text);
     fl_backend_destroy(b);
     fl_model_free(m);
     free(ids);

@@ -22,6 +22,7 @@ static void usage(FILE *f)
                "  --sample N           then N random texts it accepts, one JSON string per line\n"
                "  --seed N             their seed (default 1)\n"
                "  --max-bytes N        each at most N bytes (default 2000)\n"
+               "  --max-ws N           whitespace between two JSON tokens at most N bytes (0: any)\n"
                "  --match              then read one JSON string per line on stdin and print\n"
                "                       true or false: whether the constraint accepts it\n");
 }
@@ -30,19 +31,22 @@ int fl_cmd_schema(int argc, char **argv)
 {
     const char *file = NULL;
     bool object = false, match = false;
-    long n_sample = 0, seed = 1, max_bytes = 2000;
-    enum { O_SCHEMA = 1000, O_OBJECT, O_SAMPLE, O_SEED, O_MAX, O_MATCH, O_HELP };
+    long n_sample = 0, seed = 1, max_bytes = 2000, max_ws = 0;
+    enum { O_SCHEMA = 1000, O_OBJECT, O_SAMPLE, O_SEED, O_MAX, O_MATCH, O_HELP, O_WS };
     static const struct option opts[] = {
         {"schema", required_argument, 0, O_SCHEMA}, {"json-object", no_argument, 0, O_OBJECT},
         {"sample", required_argument, 0, O_SAMPLE}, {"seed", required_argument, 0, O_SEED},
         {"max-bytes", required_argument, 0, O_MAX}, {"match", no_argument, 0, O_MATCH},
-        {"help", no_argument, 0, O_HELP},           {0, 0, 0, 0}};
+        {"help", no_argument, 0, O_HELP},           {"max-ws", required_argument, 0, O_WS},
+        {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        long *num = c == O_SAMPLE ? &n_sample : c == O_SEED ? &seed : c == O_MAX ? &max_bytes : NULL;
-        long hi = c == O_SAMPLE ? 1000000 : c == O_SEED ? 0x7fffffffL : 1 << 24;
+        long *num = c == O_SAMPLE ? &n_sample : c == O_SEED ? &seed : c == O_MAX ? &max_bytes
+                  : c == O_WS     ? &max_ws
+                                  : NULL;
+        long hi = c == O_SAMPLE ? 1000000 : c == O_SEED ? 0x7fffffffL : c == O_WS ? 64 : 1 << 24;
         switch (c) {
         case O_SCHEMA: file = optarg; break;
         case O_OBJECT: object = true; break;
@@ -51,9 +55,11 @@ int fl_cmd_schema(int argc, char **argv)
         case O_SAMPLE:
         case O_SEED:
         case O_MAX:
+        case O_WS:
             if (fl_parse_long(optarg, c == O_MAX ? 1 : 0, hi, num)) {
                 fprintf(stderr, "fogline schema: --%s needs an integer in [%d, %ld], got '%s'\n",
-                        c == O_SAMPLE ? "sample" : c == O_SEED ? "seed" : "max-bytes",
+                        c == O_SAMPLE ? "sample" : c == O_SEED ? "seed" : c == O_WS ? "max-ws"
+                                                                           : "max-bytes",
                         c == O_MAX ? 1 : 0, hi, optarg);
                 return 2;
             }
@@ -88,7 +94,8 @@ int fl_cmd_schema(int argc, char **argv)
     }
     fl_err e = {0};
     fl_dfa *d = NULL;
-    int rc = object ? fl_dfa_json_object(NULL, &d, &e) : fl_dfa_from_schema(schema, NULL, &d, &e);
+    fl_constrain_opts co = {.max_ws = (int32_t)max_ws};
+    int rc = object ? fl_dfa_json_object(&co, &d, &e) : fl_dfa_from_schema(schema, &co, &d, &e);
     json_decref(schema);
     if (rc) {
         fprintf(stderr, "fogline schema: %s\n", e.msg);

@@ -1,0 +1,24 @@
+/* constraint.h: output constraints for a loaded model, compiled once and shared (serve, and
+ * generate/bench): response_format's json_object or json_schema becomes an fl_cons
+ * (engine/cdecode.h) over the model's tokens. The cache is safe to use from several threads
+ * (the server compiles on its work pool); the model's token table is built at the first use. */
+#ifndef FL_CONSTRAINT_H
+#define FL_CONSTRAINT_H
+
+#include "cdecode.h"
+#include "model.h"
+
+enum { FL_FMT_TEXT = 0, FL_FMT_JSON_OBJECT, FL_FMT_JSON_SCHEMA };
+
+typedef struct fl_cons_cache fl_cons_cache;
+
+/* cap: compiled constraints kept (the least recently used goes first). */
+fl_cons_cache *fl_cons_cache_new(const fl_model *m, int cap);
+void fl_cons_cache_free(fl_cons_cache *c);
+/* The constraint of a format (FL_FMT_JSON_OBJECT, or FL_FMT_JSON_SCHEMA with the schema's
+ * JSON text), a reference the caller drops with fl_cons_unref. A schema outside the subset is
+ * FL_EUNSUPPORTED (FL_EFORMAT when it is not JSON) with constrain.h's message: the keyword
+ * and where it is. */
+int fl_cons_cache_get(fl_cons_cache *c, int format, const char *schema, fl_cons **out, fl_err *e);
+
+#endif
