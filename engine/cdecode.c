@@ -333,7 +333,7 @@ static float gumbel(uint64_t *rng)
 
 /* The candidates of a free position with logits, best first: the top FL_CONS_TOPK tokens by
  * score, then every single-byte token and end token. */
-static int free_cands(const fl_cons *c, fl_cdp *w, const float *lg, int32_t prev, int vocab,
+static int free_cands(const fl_cons *c, fl_cdp *w, const float *lg, float lse, int32_t prev, int vocab,
                       const int32_t *eos, int n_eos, const fl_decode_opts *o, uint64_t *rng,
                       pnorm *pn)
 {
@@ -373,10 +373,14 @@ static int free_cands(const fl_cons *c, fl_cdp *w, const float *lg, int32_t prev
                                         : base - (float)pn->lz + gumbel(rng) - 1e4f;
         }
         sc = w->w;
+    } else if (isfinite(lse) && lse >= mx) {
+        pn->lz = pn->lzk = (double)lse - mx; /* log z of the logits less their maximum */
+        pn->cut = 0;
     } else {
+        float zf = 0;
         for (int i = 0; i < vocab; i++)
-            z += exp((double)(lg[i] - mx));
-        pn->lz = pn->lzk = log(z);
+            zf += expf(lg[i] - mx);
+        pn->lz = pn->lzk = log((double)zf);
         pn->cut = 0;
     }
     w->n_cand = 0;
@@ -479,7 +483,7 @@ int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, in
             if (add_cand(w, pos[j].fixed, 0.0f))
                 return -1;
         } else if (pos[j].logits) {
-            if (free_cands(c, w, pos[j].logits, pos[j].prev, vocab, eos, n_eos, o, rng,
+            if (free_cands(c, w, pos[j].logits, pos[j].lse, pos[j].prev, vocab, eos, n_eos, o, rng,
                            &w->norm[j]))
                 return -1;
         } else {

@@ -88,6 +88,8 @@ typedef struct fl_cpos {
     int32_t fixed;         /* a decided token, or -1 for a masked position */
     const float *logits;   /* masked: (vocab) the model's logits for it, or NULL (no prediction
                               this step: any token, scored 0) */
+    float lse;             /* masked with logits: their log-sum-exp when known (the backend's
+                              prediction gives it), else NAN */
     int32_t prev;          /* masked: the token the previous step's assignment gave it, or -1.
                               Always a candidate, so that the previous assignment, which the
                               decided positions were taken from, stays reachable */

@@ -617,7 +617,8 @@ static const float *logits_at(const fl_sched *s, const seq *q, const fl_segment 
  * the automaton accepts from the state after the committed reply (cdecode.h), into cprev and
  * cprob; the blocks' policies then take their positions' tokens from it. -1 when none exists
  * (cannot happen while every decided token came from such an assignment). */
-static int constrain_window(fl_sched *s, seq *q, const fl_segment *sg, const float *logits)
+static int constrain_window(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *out,
+                            const float *logits)
 {
     int32_t start = q->run_start, from = start < q->L ? q->L : start;
     int32_t end = start + q->n_run * s->B;
@@ -634,6 +635,11 @@ static int constrain_window(fl_sched *s, seq *q, const fl_segment *sg, const flo
         cp[j].fixed = q->fixed[p] ? q->x[p] : -1;
         cp[j].logits = q->fixed[p] ? NULL : logits_at(s, q, sg, logits, p);
         cp[j].prev = q->cprev[p];
+        cp[j].lse = NAN;
+        /* the backend's prediction: the argmax's probability gives the log-sum-exp */
+        const fl_tok_out *pr = cp[j].logits ? pred_at(s, q, sg, out, p) : NULL;
+        if (pr && pr->prob > 0 && pr->token >= 0 && pr->token < s->m->cfg.vocab)
+            cp[j].lse = cp[j].logits[pr->token] - logf(pr->prob);
     }
     return fl_cons_best(q->cons, s->cdp, q->cstate, cp, n, q->limit - from, s->m->cfg.vocab,
                         s->m->cfg.eos_ids, s->m->cfg.n_eos, &q->dec, &q->rng, q->cprev + from,
@@ -821,7 +827,7 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
         q->x[p] = out[p - 1 - sg->pos0].token;
         if (q->cons) { /* the best first token the constraint allows */
             fl_cpos cp = {-1, logits ? logits + (size_t)(p - 1 - sg->pos0) * (size_t)c->vocab : NULL,
-                          -1};
+                          NAN, -1};
             int32_t t;
             float pr;
             if (!s->cdp && !(s->cdp = fl_cdp_new()))
@@ -864,7 +870,7 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
     int32_t etok[FL_MAX_BLOCK];
     memset(q->fresh + q->run_start, 0, (size_t)(q->n_run * B));
     memset(q->edited + q->run_start, 0, (size_t)(q->n_run * B));
-    if (q->cons && (!logits || constrain_window(s, q, sg, logits))) {
+    if (q->cons && (!logits || constrain_window(s, q, sg, out, logits))) {
         q->finish = FL_FINISH_ERROR;
         q->fail = logits ? "no reply within the output constraint fits (internal error)"
                          : "out of memory for constrained decoding";

@@ -605,6 +605,7 @@ static json_t *stats_json(const fl_seq_stats *st)
     json_object_set_new(x, "tpf", json_real(st->tpf));
     json_object_set_new(x, "forwards", json_integer(st->forwards));
     json_object_set_new(x, "blocks", json_integer(st->blocks));
+    json_object_set_new(x, "constrained", json_integer(st->constrained));
     json_object_set_new(x, "ms_total", json_real(st->ms_total));
     return x;
 }

@@ -500,6 +500,7 @@ static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
     json_object_set_new(x, "blocks", json_integer(st->blocks));
     json_object_set_new(x, "edits", json_integer(st->edits));
     json_object_set_new(x, "post_steps", json_integer(st->post_steps));
+    json_object_set_new(x, "constrained", json_integer(st->constrained));
     json_object_set_new(x, "ms_queued", json_real(st->ms_queued));
     json_object_set_new(x, "ms_prefill", json_real(st->ms_prefill));
     json_object_set_new(x, "ms_decode", json_real(st->ms_decode));

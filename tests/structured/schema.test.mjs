@@ -14,6 +14,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { require } from '../server/lib.mjs';
+import { rng, pick, WORDS, genSchema } from './gen.mjs';
 
 const Ajv = require('ajv');
 const BIN = process.env.FL_BIN;
@@ -38,39 +39,6 @@ const samples = (schema, n, seed, maxBytes = 4000) =>
   compile(schema, ['--sample', String(n), '--seed', String(seed), '--max-bytes', String(maxBytes)]).rest.map((l) => JSON.parse(l));
 
 // ---- a seeded generator of schemas in the subset, and of instances of a schema ----
-
-function rng(seed) {
-  let s = seed >>> 0 || 1;
-  return () => { s ^= s << 13; s >>>= 0; s ^= s >>> 17; s ^= s << 5; s >>>= 0; return s / 2 ** 32; };
-}
-const pick = (r, a) => a[Math.floor(r() * a.length)];
-const WORDS = ['order_id', 'status', 'qty', 'sku', 'name', 'email', 'refund', 'note', 'items', 'é_ключ', 'a b', 'quote"d', 'x'];
-
-function genSchema(r, depth) {
-  const kinds = ['string', 'number', 'integer', 'boolean', 'null', 'enum', 'const', 'anyOf', 'types'];
-  if (depth > 0) kinds.push('object', 'object', 'array', 'array');
-  switch (pick(r, kinds)) {
-    case 'enum': return { enum: [...new Set(Array.from({ length: 1 + Math.floor(r() * 4) }, () => pick(r, ['a', 'b', 'shipped', 1, 2.5, true, null, 'ünï'])))] };
-    case 'const': return { const: pick(r, ['refund', 42, false, null, 'x"y']) };
-    case 'anyOf': return { anyOf: [genSchema(r, depth - 1 < 0 ? 0 : depth - 1), genSchema(r, 0)] };
-    case 'types': return { type: ['string', 'null'] };
-    case 'object': {
-      const n = 1 + Math.floor(r() * 4);
-      const props = {};
-      for (let i = 0; i < n; i++) props[pick(r, WORDS)] = genSchema(r, depth - 1);
-      const keys = Object.keys(props);
-      const required = r() < 0.7 ? keys : keys.filter(() => r() < 0.5);
-      return { type: 'object', properties: props, required, additionalProperties: false };
-    }
-    case 'array': {
-      const s = { type: 'array', items: genSchema(r, depth - 1) };
-      if (r() < 0.4) s.minItems = Math.floor(r() * 3);
-      if (r() < 0.4) s.maxItems = (s.minItems || 0) + Math.floor(r() * 3);
-      return s;
-    }
-    default: return { type: pick(r, ['string', 'number', 'integer', 'boolean', 'null']) };
-  }
-}
 
 function genInstance(r, s, root = s) {
   if (s.$ref) return genInstance(r, root.$defs[s.$ref.split('/').pop()], root);

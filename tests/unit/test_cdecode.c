@@ -114,6 +114,7 @@ static void test_brute(void)
             pos[j].logits = lg[j];
             pos[j].fixed = unif() < 0.25 ? (int32_t)(rnd() % TOY_V) : -1;
             pos[j].prev = -1;
+            pos[j].lse = NAN;
         }
         /* brute force: every assignment of the free positions */
         double lse[N];
@@ -122,6 +123,8 @@ static void test_brute(void)
             for (int t = 0; t < TOY_V; t++)
                 z += exp(lg[j][t]);
             lse[j] = log(z);
+            if (tr & 1) /* the log-sum-exp given, as the scheduler gives it */
+                pos[j].lse = (float)lse[j];
         }
         double best = -INFINITY;
         int a[N];
@@ -220,6 +223,7 @@ static int decode_random(const fl_cons *c, fl_cdp *w, int V, const int32_t *eos,
                 pos[j].fixed = x[j];
                 pos[j].logits = x[j] < 0 ? lg + (size_t)j * V : NULL;
                 pos[j].prev = prev[j];
+                pos[j].lse = NAN;
                 masked += x[j] < 0;
             }
             if (!masked)
@@ -364,6 +368,7 @@ static void test_tokenizer(void)
                     lg[(size_t)j * V + want] = 9.0f;
                     pos[j].fixed = -1;
                     pos[j].prev = -1;
+            pos[j].lse = NAN;
                     pos[j].logits = lg + (size_t)j * V;
                 }
                 int32_t tok[64];
