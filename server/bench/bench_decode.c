@@ -7,7 +7,11 @@
  * against the reference replies in the prompts file.
  * With --weights LIST, instead: row 4's settings at 1 and 16 concurrent sequences for each
  * weights format (f32, bf16, q8, q4), one backend at a time: what quantization costs in exact
- * match and TPF, and buys in tokens/s. */
+ * match and TPF, and buys in tokens/s.
+ * With --schema FILE (or --json-object), instead: row 4's settings at 1 and 16 concurrent
+ * sequences unconstrained and under the constraint, on the same prompts: what constrained
+ * denoising costs in TPF and tokens/s, the share of committed positions it changed, and the
+ * share of replies the automaton accepts and jansson parses. */
 #include <getopt.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -18,6 +22,7 @@
 #include "backend_select.h"
 #include "bench_common.h"
 #include "cli/cli.h"
+#include "constraint.h"
 #include "engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -29,8 +34,29 @@ typedef struct row {
     int conc;
 } row;
 
+/* What a row measured (for the constrained table, which prints its own rows). */
+typedef struct row_res {
+    double tpf, tps;
+    int64_t tokens, changed;
+    int valid, replies;
+} row_res;
+
+static bool reply_valid(const fl_cons *cons, const char *text)
+{
+    size_t len = text ? strlen(text) : 0;
+    int32_t st = fl_dfa_walk(cons->dfa, 0, text ? text : "", len);
+    json_error_t je;
+    json_t *j = json_loadb(text ? text : "", len, JSON_DECODE_ANY, &je);
+    bool ok = st >= 0 && cons->dfa->accept[st] && j;
+    json_decref(j);
+    return ok;
+}
+
+/* Runs a row; prints it unless rr is given (then fills it). cons: the output constraint of
+   every request, or NULL. */
 static int run_row(const fl_model *m, fl_backend *b, const row *rw, const item *items, int n,
-                   int max_tokens, const char *tier_dir, int threads_unused, bool fsync_tier)
+                   int max_tokens, const char *tier_dir, int threads_unused, bool fsync_tier,
+                   fl_cons *cons, row_res *rr)
 {
     (void)threads_unused;
     fl_err e = {0};
@@ -65,7 +91,7 @@ static int run_row(const fl_model *m, fl_backend *b, const row *rw, const item *
         int inflight = next - finished;
         while (next < n && inflight < rw->conc) {
             fl_request rq = {.prompt = items[next].ids, .n_prompt = (int32_t)items[next].n,
-                             .max_tokens = max_tokens, .dec = d};
+                             .max_tokens = max_tokens, .dec = d, .constraint = cons};
             if (fl_sched_add(s, &rq, fl_bench_sink, &res[next], (uint64_t)next + 1, &e)) {
                 fprintf(stderr, "fogline bench decode: %s\n", e.msg);
                 return 1;
@@ -97,10 +123,22 @@ static int run_row(const fl_model *m, fl_backend *b, const row *rw, const item *
     }
     /* TPF per sequence: its reply tokens over the forwards it took part in */
     double tpf = fw_seq ? (double)tokens / (double)fw_seq : 0;
-    printf("| %-34s | %4d | %6.2f | %6.2f | %8.1f | %8.1f | %9.1f | %5.1f%% |\n", rw->name, rw->conc,
-           tpf, blocks ? (double)fw_seq / (double)blocks : 0, (double)tokens / wall,
-           (double)(st.forwards - fw0), st.persist_wait_ms,
-           graded ? 100.0 * exact / graded : 0.0);
+    if (rr) {
+        memset(rr, 0, sizeof *rr);
+        rr->tpf = tpf;
+        rr->tps = (double)tokens / wall;
+        rr->tokens = tokens;
+        rr->replies = n;
+        for (int i = 0; i < n; i++) {
+            rr->changed += res[i].st.constrained;
+            rr->valid += cons && reply_valid(cons, res[i].text);
+        }
+    } else {
+        printf("| %-34s | %4d | %6.2f | %6.2f | %8.1f | %8.1f | %9.1f | %5.1f%% |\n", rw->name,
+               rw->conc, tpf, blocks ? (double)fw_seq / (double)blocks : 0, (double)tokens / wall,
+               (double)(st.forwards - fw0), st.persist_wait_ms,
+               graded ? 100.0 * exact / graded : 0.0);
+    }
     fflush(stdout);
     for (int i = 0; i < n; i++)
         free(res[i].text);
@@ -114,12 +152,15 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: fogline bench decode [--model DIR] [--prompts FILE] [--n N] [--max-tokens N]\n"
                "                            [--threads N] [--tier-dir DIR] [--no-fsync]\n"
-               "                            [--device cpu|cuda|auto] [--weights LIST]\n\n"
+               "                            [--device cpu|cuda|auto] [--weights LIST]\n"
+               "                            [--schema FILE | --json-object]\n\n"
                "FILE: a JSON array of {\"messages\": [...], \"reply\": \"reference reply\"}\n"
                "(default: tests/data/helpdesk_heldout.json of the default model).\n"
                "--device: the backend (default cpu; auto: the GPU when one is usable).\n"
                "--weights: a comma list of formats (auto, f32, bf16, q8, q4): instead of the\n"
-               "techniques' table, row 4 (all of them) for each format, one after another.\n");
+               "techniques' table, row 4 (all of them) for each format, one after another.\n"
+               "--schema FILE | --json-object: instead, row 4 unconstrained and under the\n"
+               "constraint (response_format): TPF, tokens/s, changed positions, valid replies.\n");
 }
 
 #define TABLE_HEAD                                                                                 \
@@ -153,10 +194,59 @@ static int weights_table(const char *model_dir, const char *prompts, int n, int 
         for (int conc = 1; conc <= 16 && !rc; conc *= 16) {
             row rw = {name, true, true, true, conc};
             rc = run_row(env.m, env.b, &rw, env.items, env.n, max_tokens, tier_dir, threads,
-                         fsync_tier);
+                         fsync_tier, NULL, NULL);
         }
         fl_bench_env_close(&env);
     }
+    return rc;
+}
+
+/* --schema / --json-object: row 4 at 1 and 16 sequences, unconstrained then constrained, the
+   same prompts, one backend. */
+static int constrained_table(const fl_bench_env *env, const char *model_dir, int max_tokens,
+                             const char *tier_dir, bool fsync_tier, const char *schema_file,
+                             const char *schema_text)
+{
+    fl_err e = {0};
+    fl_cons_cache *cc = fl_cons_cache_new(env->m, 1);
+    fl_cons *cons = NULL;
+    if (!cc || fl_cons_cache_get(cc, schema_text ? FL_FMT_JSON_SCHEMA : FL_FMT_JSON_OBJECT,
+                                 schema_text, &cons, &e)) {
+        fprintf(stderr, "fogline bench decode: %s%s%s\n", schema_file ? schema_file : "",
+                schema_file ? ": " : "", cc ? e.msg : "out of memory");
+        fl_cons_cache_free(cc);
+        return 1;
+    }
+    printf("fogline bench decode: %s, %d prompts, max_tokens %d, block %d, row 4's settings "
+           "(overlap, pipelining, async persistence, threshold 0.9)\nconstraint: %s (%d automaton "
+           "states, at least %d tokens)\nbackend: %s\n\n",
+           model_dir, env->n, max_tokens, env->m->cfg.block_size,
+           schema_file ? schema_file : "json_object", cons->dfa->n, fl_cons_min_tokens(cons),
+           env->chosen);
+    printf("| conc | constraint | TPF    | TPF ratio | tokens/s | tokens/s ratio | changed | valid   |\n"
+           "|------|------------|--------|-----------|----------|----------------|---------|---------|\n");
+    int rc = 0;
+    for (int conc = 1; conc <= 16 && !rc; conc *= 16) {
+        row rw = {"", true, true, true, conc};
+        row_res free_r, cons_r;
+        rc = run_row(env->m, env->b, &rw, env->items, env->n, max_tokens, tier_dir, 0, fsync_tier,
+                     NULL, &free_r);
+        if (!rc)
+            rc = run_row(env->m, env->b, &rw, env->items, env->n, max_tokens, tier_dir, 0,
+                         fsync_tier, cons, &cons_r);
+        if (rc)
+            break;
+        printf("| %4d | none       | %6.2f |           | %8.1f |                |         |         |\n",
+               conc, free_r.tpf, free_r.tps);
+        printf("| %4d | yes        | %6.2f | %8.0f%% | %8.1f | %13.0f%% | %6.1f%% | %3d/%-3d |\n",
+               conc, cons_r.tpf, free_r.tpf > 0 ? 100.0 * cons_r.tpf / free_r.tpf : 0, cons_r.tps,
+               free_r.tps > 0 ? 100.0 * cons_r.tps / free_r.tps : 0,
+               cons_r.tokens ? 100.0 * (double)cons_r.changed / (double)cons_r.tokens : 0,
+               cons_r.valid, cons_r.replies);
+        fflush(stdout);
+    }
+    fl_cons_unref(cons);
+    fl_cons_cache_free(cc);
     return rc;
 }
 
@@ -172,7 +262,11 @@ int fl_bench_decode(int argc, char **argv)
                             {"threads", required_argument, 0, 'j'}, {"tier-dir", required_argument, 0, 'd'},
                             {"no-fsync", no_argument, 0, 'F'},    {"help", no_argument, 0, 'h'},
                             {"device", required_argument, 0, 'D'},
-                            {"weights", required_argument, 0, 'W'}, {0, 0, 0, 0}};
+                            {"weights", required_argument, 0, 'W'},
+                            {"schema", required_argument, 0, 'S'},
+                            {"json-object", no_argument, 0, 'O'}, {0, 0, 0, 0}};
+    const char *schema_file = NULL;
+    bool json_object_fmt = false;
     fl_wformat formats[FL_WEIGHTS_COUNT];
     int n_formats = 0;
     char ferr[200];
@@ -199,6 +293,8 @@ int fl_bench_decode(int argc, char **argv)
                 return 2;
             }
             break;
+        case 'S': schema_file = optarg; break;
+        case 'O': json_object_fmt = true; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "fogline bench decode: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -211,6 +307,27 @@ int fl_bench_decode(int argc, char **argv)
     }
     if (!model_dir)
         model_dir = FL_DEFAULT_MODEL_DIR;
+    if ((schema_file || json_object_fmt) && n_formats) {
+        fprintf(stderr, "fogline bench decode: --schema/--json-object and --weights are separate "
+                        "tables; give one\n");
+        return 2;
+    }
+    char *schema_text = NULL;
+    if (schema_file) {
+        json_error_t je;
+        json_t *sj = json_load_file(schema_file, JSON_DECODE_ANY, &je);
+        if (!sj) {
+            fprintf(stderr, "fogline bench decode: %s: %s (line %d)\n", schema_file, je.text,
+                    je.line);
+            return 1;
+        }
+        schema_text = json_dumps(sj, JSON_COMPACT | JSON_ENCODE_ANY);
+        json_decref(sj);
+        if (!schema_text) {
+            fprintf(stderr, "fogline bench decode: out of memory\n");
+            return 1;
+        }
+    }
     if (n_formats)
         return weights_table(model_dir, prompts, n, max_tokens, threads, device, tier_dir,
                              fsync_tier, formats, n_formats);
@@ -232,6 +349,13 @@ int fl_bench_decode(int argc, char **argv)
         }
         tier_dir = tmpdir;
     }
+    if (schema_file || json_object_fmt) {
+        int rc = constrained_table(&env, model_dir, max_tokens, tier_dir, fsync_tier, schema_file,
+                                   schema_text);
+        free(schema_text);
+        fl_bench_env_close(&env);
+        return rc;
+    }
     printf("fogline bench decode: %s, %d prompts, max_tokens %d, block %d, tier %s (%s)\n"
            "backend: %s\n\n",
            model_dir, n, max_tokens, B, tier_dir, fsync_tier ? "fsync per page" : "no fsync", env.chosen);
@@ -246,7 +370,8 @@ int fl_bench_decode(int argc, char **argv)
     };
     int rc = 0;
     for (size_t r = 0; r < sizeof rows / sizeof rows[0] && !rc; r++)
-        rc = run_row(m, b, &rows[r], items, n, max_tokens, tier_dir, threads, fsync_tier);
+        rc = run_row(m, b, &rows[r], items, n, max_tokens, tier_dir, threads, fsync_tier, NULL,
+                     NULL);
     fl_bench_env_close(&env);
     return rc;
 }
