@@ -359,25 +359,38 @@ static bool extra_set(const fl_chat_extra *x, size_t n)
     return false;
 }
 
-static int check_roles(const fl_chat_msg *m, size_t n, fl_chat_kind k, const fl_chat_extra *x,
-                       fl_err *e)
+bool fl_chat_takes_tools(const fl_tokenizer *t)
+{
+    if (t->chat == FL_CHAT_LING)
+        return true;
+    /* Qwen2.5's and Qwen3's templates write tools, tool calls and tool results; a ChatML
+       template without them (or an unrecognised one under --chat-template) does not */
+    return (t->chat == FL_CHAT_CHATML || t->chat == FL_CHAT_QWEN3) &&
+           (!t->chat_template || strstr(t->chat_template, "<tool_call>"));
+}
+
+static int check_roles(const fl_tokenizer *t, const fl_chat_msg *m, size_t n, fl_chat_kind k,
+                       const fl_chat_extra *x, fl_err *e)
 {
     if (n == 0)
         return fl_err_set(e, FL_EINVAL, "the conversation has no messages");
-    if (k != FL_CHAT_LING && extra_set(x, n))
+    bool tools = fl_chat_takes_tools(t);
+    if (!tools && extra_set(x, n))
         return fl_err_set(e, FL_EUNSUPPORTED, "tools, tool_calls and reasoning_content are not "
-                          "supported by the built-in %s renderer", fl_chat_kind_name(k));
+                          "supported by this model's chat template (the built-in %s renderer)",
+                          fl_chat_kind_name(k));
     for (size_t i = 0; i < n; i++) {
         if (!m[i].role || !m[i].content)
             return fl_err_set(e, FL_EINVAL, "message %zu has no role or no content", i);
         if (k == FL_CHAT_FOGLINE)
             continue; /* its template writes any role as given */
-        if (k == FL_CHAT_LING) {
-            /* the template silently drops other roles: refused rather than lost */
+        if (tools) {
+            /* the templates silently drop other roles: refused rather than lost */
             if (!role_is(&m[i], "system") && !role_is(&m[i], "user") &&
                 !role_is(&m[i], "assistant") && !role_is(&m[i], "tool"))
-                return fl_err_set(e, FL_EINVAL, "message %zu: role \"%s\" is not one the ling "
-                                  "template knows (system, user, assistant, tool)", i, m[i].role);
+                return fl_err_set(e, FL_EINVAL, "message %zu: role \"%s\" is not one the %s "
+                                  "template knows (system, user, assistant, tool)", i, m[i].role,
+                                  fl_chat_kind_name(k));
             /* it reads them on assistant messages only */
             if (!role_is(&m[i], "assistant") && x &&
                 ((x->tool_calls && x->tool_calls[i]) || (x->reasoning_content && x->reasoning_content[i])))
@@ -395,6 +408,13 @@ static int check_roles(const fl_chat_msg *m, size_t n, fl_chat_kind k, const fl_
     return 0;
 }
 
+/* Qwen2.5's and Qwen3's tools, tool calls and tool results (defined with Ling's, below) */
+static int qwen_tools(fl_buf *o, const fl_chat_msg *m, const char *tools, const char *sys_default,
+                      bool *wrote, fl_err *e);
+static int qwen_tool_calls(fl_buf *o, const char *calls, size_t i, bool lead, bool qwen25,
+                           bool *any, fl_err *e);
+static void qwen_tool_result(fl_buf *o, const fl_chat_msg *m, size_t n, size_t i);
+
 static int turn(fl_buf *o, const char *role, const char *content)
 {
     return put(o, "<|im_start|>") || put(o, role) || put(o, "\n") || put(o, content) ||
@@ -410,19 +430,53 @@ static int render_fogline(const fl_chat_msg *m, size_t n, const fl_chat_opts *op
 }
 
 static int render_chatml(const fl_tokenizer *t, const fl_chat_msg *m, size_t n,
-                         const fl_chat_opts *op, fl_buf *o)
+                         const fl_chat_opts *op, const fl_chat_extra *x, fl_buf *o, fl_err *e)
 {
     int rc = 0;
-    if (role_is(&m[0], "system"))
+    const char *sys = t->default_system ? t->default_system : FALLBACK_SYSTEM;
+    bool wrote = false;
+    if (x && x->tools && (rc = qwen_tools(o, m, x->tools, sys, &wrote, e)))
+        return rc;
+    if (wrote)
+        ; /* the system turn with the tools */
+    else if (role_is(&m[0], "system"))
         rc = turn(o, "system", m[0].content);
     else
-        rc = turn(o, "system", t->default_system ? t->default_system : FALLBACK_SYSTEM);
-    for (size_t i = 0; i < n && !rc; i++)
-        if (!(i == 0 && role_is(&m[0], "system")))
-            rc = turn(o, m[i].role, m[i].content);
+        rc = turn(o, "system", sys);
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (i == 0 && role_is(&m[0], "system"))
+            continue;
+        const char *calls = x && x->tool_calls ? x->tool_calls[i] : NULL;
+        if (role_is(&m[i], "tool")) {
+            qwen_tool_result(o, m, n, i);
+            continue;
+        }
+        if (role_is(&m[i], "assistant") && calls) {
+            /* '<|im_start|>assistant' ('\n' + content if content) then each call: only when
+               tool_calls is a non-empty list (else the plain turn below) */
+            fl_buf t2 = {0};
+            bool any = false;
+            putn(&t2, "<|im_start|>assistant", 21);
+            if (m[i].content[0]) {
+                put(&t2, "\n");
+                put(&t2, m[i].content);
+            }
+            rc = qwen_tool_calls(&t2, calls, i, true, true, &any, e);
+            if (!rc && any) {
+                put(&t2, "<|im_end|>\n");
+                rc = t2.err ? t2.err : putn(o, t2.data, t2.len);
+                fl_buf_free(&t2);
+                continue;
+            }
+            fl_buf_free(&t2);
+            if (rc)
+                return rc;
+        }
+        rc = turn(o, m[i].role, m[i].content);
+    }
     if (!rc && op->add_generation_prompt)
         rc = put(o, "<|im_start|>assistant\n");
-    return rc ? FL_ENOMEM : 0;
+    return rc;
 }
 
 static bool starts_with(const char *s, const char *p) { return !strncmp(s, p, strlen(p)); }
@@ -432,10 +486,14 @@ static bool ends_with(const char *s, const char *p)
     return a >= b && !memcmp(s + a - b, p, b);
 }
 
-static int render_qwen3(const fl_chat_msg *m, size_t n, const fl_chat_opts *op, fl_buf *o)
+static int render_qwen3(const fl_chat_msg *m, size_t n, const fl_chat_opts *op,
+                        const fl_chat_extra *x, fl_buf *o, fl_err *e)
 {
     int rc = 0;
-    if (role_is(&m[0], "system"))
+    bool wrote = false;
+    if (x && x->tools && (rc = qwen_tools(o, m, x->tools, NULL, &wrote, e)))
+        return rc;
+    if (!wrote && role_is(&m[0], "system"))
         rc = turn(o, "system", m[0].content);
     /* the last user message that is not a tool response: reasoning is kept only after it */
     size_t last_query = n - 1;
@@ -450,11 +508,21 @@ static int render_qwen3(const fl_chat_msg *m, size_t n, const fl_chat_opts *op, 
             rc = turn(o, m[i].role, m[i].content);
             continue;
         }
+        if (role_is(&m[i], "tool")) {
+            qwen_tool_result(o, m, n, i);
+            continue;
+        }
         if (!role_is(&m[i], "assistant"))
             continue;
         const char *c = m[i].content, *rs = "";
         size_t cn = strlen(c), rn = 0;
-        const char *close = find_first(c, cn, "</think>");
+        const char *given = x && x->reasoning_content ? x->reasoning_content[i] : NULL;
+        /* reasoning_content given (even empty): no split of the content */
+        const char *close = given ? NULL : find_first(c, cn, "</think>");
+        if (given) {
+            rs = given;
+            rn = strlen(given);
+        }
         if (close) {
             /* content = c.split('</think>')[-1].lstrip('\n')
              * reasoning = c.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n') */
@@ -475,6 +543,7 @@ static int render_qwen3(const fl_chat_msg *m, size_t n, const fl_chat_opts *op, 
             lstrip_nl(&c, &cn);
         }
         rc = put(o, "<|im_start|>assistant\n");
+        bool has_content = cn > 0; /* the template's `content`, before any lstrip */
         if (!rc && i > last_query && (i == n - 1 || rn > 0)) {
             const char *r2 = rs;
             size_t r2n = rn;
@@ -484,7 +553,12 @@ static int render_qwen3(const fl_chat_msg *m, size_t n, const fl_chat_opts *op, 
             rc = put(o, "<think>\n") || putn(o, r2, r2n) || put(o, "\n</think>\n\n");
         }
         if (!rc)
-            rc = putn(o, c, cn) || put(o, "<|im_end|>\n");
+            rc = putn(o, c, cn);
+        bool any = false;
+        if (!rc && x && x->tool_calls && x->tool_calls[i])
+            rc = qwen_tool_calls(o, x->tool_calls[i], i, has_content, false, &any, e);
+        if (!rc)
+            rc = put(o, "<|im_end|>\n");
     }
     if (!rc && op->add_generation_prompt) {
         rc = put(o, "<|im_start|>assistant\n");
@@ -655,7 +729,8 @@ static int parse_json(const char *text, const char *what, fl__json_doc *doc, fl_
 
 /* One element of an assistant's tool_calls: {"function": {"name", "arguments"}} (OpenAI) or
  * {"name", "arguments"}; arguments written as given when a string, else through tojson. */
-static int ling_tool_call(fl_buf *o, const fl__json *tc, size_t i, size_t j, fl_err *e)
+static int ling_tool_call(fl_buf *o, const fl__json *tc, size_t i, size_t j, bool args_tojson,
+                          fl_err *e)
 {
     char what[64];
     snprintf(what, sizeof what, "message %zu: tool_calls[%zu]", i, j);
@@ -680,7 +755,7 @@ static int ling_tool_call(fl_buf *o, const fl__json *tc, size_t i, size_t j, fl_
     put(o, "<tool_call>\n{\"name\": \"");
     putn(o, name->str, name->n);
     put(o, "\", \"arguments\": ");
-    if (args->type == FL_JSON_STRING)
+    if (args->type == FL_JSON_STRING && !args_tojson)
         putn(o, args->str, args->n);
     else if ((rc = tojson(o, args, what, e)))
         return rc;
@@ -739,7 +814,7 @@ static int ling_assistant(fl_buf *o, const fl_chat_msg *m, size_t i, size_t last
         for (uint32_t j = 0; !rc && j < doc.root.n; j++) {
             if (j || cn) /* (loop.first and content) or (not loop.first) */
                 put(o, "\n");
-            rc = ling_tool_call(o, &doc.root.items[j], i, j, e);
+            rc = ling_tool_call(o, &doc.root.items[j], i, j, false, e);
         }
         fl__json_free(&doc);
         if (rc)
@@ -824,6 +899,87 @@ static int render_ling(const fl_chat_msg *m, size_t n, const fl_chat_opts *op,
     return rc;
 }
 
+/* ---- Qwen2.5 and Qwen3: tools ---- */
+
+static const char QWEN_TOOLS_TAIL[] =
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+    "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+    "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+
+/* The system turn with the tools when the list is not empty (*wrote): Qwen2.5 (sys_default
+   given) writes the system message or its default, then "\n\n# Tools..."; Qwen3 the system
+   message and "\n\n" if there is one, then "# Tools...". */
+static int qwen_tools(fl_buf *o, const fl_chat_msg *m, const char *tools, const char *sys_default,
+                      bool *wrote, fl_err *e)
+{
+    fl__json_doc doc;
+    int rc = parse_json(tools, "tools", &doc, e);
+    if (rc)
+        return rc;
+    *wrote = false;
+    if (!fl__json_is(&doc.root, FL_JSON_ARRAY))
+        rc = fl_err_set(e, FL_EINVAL, "tools must be a JSON array");
+    if (!rc && doc.root.n) {
+        fl_buf t = {0};
+        put(&t, "<|im_start|>system\n");
+        if (role_is(&m[0], "system")) {
+            put(&t, m[0].content);
+            put(&t, "\n\n");
+        } else if (sys_default) {
+            put(&t, sys_default);
+            put(&t, "\n\n");
+        }
+        put(&t, LING_TOOLS_HEAD);
+        for (uint32_t k = 0; !rc && k < doc.root.n; k++) {
+            put(&t, "\n");
+            rc = tojson(&t, &doc.root.items[k], "tools", e);
+        }
+        put(&t, QWEN_TOOLS_TAIL);
+        if (!rc)
+            rc = t.err ? t.err : putn(o, t.data, t.len);
+        fl_buf_free(&t);
+        *wrote = !rc;
+    }
+    fl__json_free(&doc);
+    return rc;
+}
+
+/* An assistant's tool calls when the list is not empty (*any): Qwen2.5 writes "\n" before each
+   and arguments always through tojson; Qwen3 "\n" before all but a first one after no
+   content (lead false) and string arguments as they are. */
+static int qwen_tool_calls(fl_buf *o, const char *calls, size_t i, bool lead, bool qwen25,
+                           bool *any, fl_err *e)
+{
+    char what[48];
+    snprintf(what, sizeof what, "message %zu: tool_calls", i);
+    fl__json_doc doc;
+    int rc = parse_json(calls, what, &doc, e);
+    if (rc)
+        return rc;
+    if (!fl__json_is(&doc.root, FL_JSON_ARRAY))
+        rc = fl_err_set(e, FL_EINVAL, "%s must be a JSON array", what);
+    *any = !rc && doc.root.n > 0;
+    for (uint32_t j = 0; !rc && j < doc.root.n; j++) {
+        if (qwen25 || j || lead)
+            put(o, "\n");
+        rc = ling_tool_call(o, &doc.root.items[j], i, j, qwen25, e);
+    }
+    fl__json_free(&doc);
+    return rc;
+}
+
+/* A tool result: consecutive ones share one user turn. */
+static void qwen_tool_result(fl_buf *o, const fl_chat_msg *m, size_t n, size_t i)
+{
+    if (i == 0 || !role_is(&m[i - 1], "tool"))
+        put(o, "<|im_start|>user");
+    put(o, "\n<tool_response>\n");
+    put(o, m[i].content);
+    put(o, "\n</tool_response>");
+    if (i == n - 1 || !role_is(&m[i + 1], "tool"))
+        put(o, "<|im_end|>\n");
+}
+
 int fl_chat_render_extra(const fl_tokenizer *t, const fl_chat_msg *msgs, size_t n,
                          const fl_chat_opts *opts, const fl_chat_extra *extra, fl_buf *out,
                          fl_err *e)
@@ -834,7 +990,7 @@ int fl_chat_render_extra(const fl_tokenizer *t, const fl_chat_msg *msgs, size_t 
     if (t->chat == FL_CHAT_NONE)
         return fl_err_set(e, FL_ESTATE, "cannot render a chat: %s",
                           t->chat_none_reason ? t->chat_none_reason : "no chat template");
-    int rc = check_roles(msgs, n, t->chat, extra, e);
+    int rc = check_roles(t, msgs, n, t->chat, extra, e);
     if (rc)
         return rc;
     /* rendered apart, so that an error found on the way (ling's JSON) leaves out untouched */
@@ -844,13 +1000,13 @@ int fl_chat_render_extra(const fl_tokenizer *t, const fl_chat_msg *msgs, size_t 
         rc = render_fogline(msgs, n, opts, &text);
         break;
     case FL_CHAT_CHATML:
-        rc = render_chatml(t, msgs, n, opts, &text);
+        rc = render_chatml(t, msgs, n, opts, extra, &text, e);
         break;
     case FL_CHAT_LING:
         rc = render_ling(msgs, n, opts, extra, &text, e);
         break;
     default:
-        rc = render_qwen3(msgs, n, opts, &text);
+        rc = render_qwen3(msgs, n, opts, extra, &text, e);
         break;
     }
     if (!rc && text.err)

@@ -71,7 +71,8 @@ int fl_chat_render(const fl_tokenizer *t, const fl_chat_msg *msgs, size_t n,
 
 /* What a template may render beyond roles and contents: tool definitions, an assistant's tool
  * calls and its reasoning given apart from its content. JSON values travel as their text.
- * Only the ling renderer takes them; the others refuse any that is set. */
+ * The renderers of templates with tools take them (fl_chat_takes_tools); the others refuse
+ * any that is set. */
 typedef struct fl_chat_extra {
     const char *tools;                    /* a JSON array of tool definitions, or NULL */
     const char *const *tool_calls;        /* NULL, or (n msgs): a JSON array text or NULL each */
@@ -84,6 +85,9 @@ typedef struct fl_chat_extra {
 int fl_chat_render_extra(const fl_tokenizer *t, const fl_chat_msg *msgs, size_t n,
                          const fl_chat_opts *opts, const fl_chat_extra *extra, fl_buf *out,
                          fl_err *e);
+/* Whether the model's chat template writes tools, tool calls and tool results (Ling's; Qwen2.5's
+ * and Qwen3's when the template has their tool syntax): fl_chat_render_extra takes them then. */
+bool fl_chat_takes_tools(const fl_tokenizer *t);
 /* Recognises a Jinja chat template text; FL_CHAT_NONE when unknown. */
 fl_chat_kind fl_chat_detect(const char *jinja);
 

@@ -199,9 +199,20 @@ function modelDir(name, { config, jinja }) {
   if (jinja !== undefined) fs.writeFileSync(path.join(d, "chat_template.jinja"), jinja);
   return d;
 }
+// Qwen2.5's and Qwen3's tools, tool calls and tool results: the same conversations as Ling's,
+// with null contents made "" (Python's Jinja writes None where @huggingface/jinja writes
+// nothing; fogline's API never passes null)
+const qwenToolConvs = lingConvs.map((line) => ({
+  ...line,
+  messages: line.messages.map((m) => (m.content === null ? { ...m, content: "" } : m)),
+}));
+const qwen3Dir = modelDir("qwen3", { config: qwen3Cfg });
+const qwen25Dir = modelDir("qwen25", { config: { ...qwen3Cfg, chat_template: qwen25 } });
 const cases = [
-  { name: "qwen3", template: qwen3Cfg.chat_template, dir: modelDir("qwen3", { config: qwen3Cfg }), kind: "qwen3" },
-  { name: "qwen2.5-instruct", template: qwen25, dir: modelDir("qwen25", { config: { ...qwen3Cfg, chat_template: qwen25 } }), kind: "chatml" },
+  { name: "qwen3", template: qwen3Cfg.chat_template, dir: qwen3Dir, kind: "qwen3" },
+  { name: "qwen3 with tools", template: qwen3Cfg.chat_template, dir: qwen3Dir, kind: "qwen3", lines: qwenToolConvs },
+  { name: "qwen2.5-instruct", template: qwen25, dir: qwen25Dir, kind: "chatml" },
+  { name: "qwen2.5-instruct with tools", template: qwen25, dir: qwen25Dir, kind: "chatml", lines: qwenToolConvs },
   { name: "qwen2.5-base/fast-dllm-v2 style (chat_template.jinja)", template: qwen25base,
     dir: modelDir("qwen25base", { config: { eos_token: "<|im_end|>" }, jinja: qwen25base }), kind: "chatml" },
   { name: "fogline", template: FOGLINE, dir: modelDir("fogline", { config: { chat_template: FOGLINE } }), kind: "fogline", anyRole: true },
@@ -223,7 +234,7 @@ const show = (s) => JSON.stringify(s.length > 300 ? s.slice(0, 300) + "…" : s)
 
 // The unrecognised template alone must fail to load, in one line, naming the override.
 {
-  const res = spawnSync(opt.bin, ["tokenize", "--model", cases[5].dir, "--chat"], { input: '[{"role":"user","content":"hi"}]\n' });
+  const res = spawnSync(opt.bin, ["tokenize", "--model", cases.find((c) => c.name.startsWith("unrecognised template + --chat-template chatml")).dir, "--chat"], { input: '[{"role":"user","content":"hi"}]\n' });
   const err = res.stderr.toString();
   if (res.status !== 1 || !err.includes("--chat-template") || err.trim().split("\n").length !== 1) {
     console.log(`unrecognised template: expected exit 1 and one line naming --chat-template, got ${res.status}: ${show(err)}`);
