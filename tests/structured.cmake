@@ -5,3 +5,21 @@
 add_test(NAME structured.schema COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/structured/schema.test.mjs)
 set_tests_properties(structured.schema PROPERTIES LABELS integration TIMEOUT 600
   ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>")
+# Constrained denoising end to end: random tiny models of each layout (SDAR, Fast-dLLM v2 with
+# the built-in tokenizer; LLaDA2 MoE with its stand-in tokenizer) answer random schemas x
+# prompts, tight and loose max_tokens, greedy and sampled, over the openai client and the
+# WebSocket; every reply valid for npm ajv
+set(FL_STRUCT_MODELS ${CMAKE_BINARY_DIR}/fixtures/struct_models)
+add_test(NAME structured.models
+  COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/structured/make_models.py ${FL_STRUCT_MODELS}
+          --tokenizer ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
+set_tests_properties(structured.models PROPERTIES FIXTURES_SETUP struct_models LABELS python)
+add_test(NAME structured.decode COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/structured/decode.test.mjs)
+if(FL_SANITIZE)
+  set(FL_STRUCT_SCHEMAS 16)
+else()
+  set(FL_STRUCT_SCHEMAS 60)
+endif()
+set_tests_properties(structured.decode PROPERTIES LABELS integration TIMEOUT 900
+  FIXTURES_REQUIRED "struct_models;llada2_model"
+  ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_STRUCT_MODELS=${FL_STRUCT_MODELS};FL_LLADA2_MODEL=${CMAKE_BINARY_DIR}/fixtures/llada2_model;FL_STRUCT_SCHEMAS=${FL_STRUCT_SCHEMAS}")
