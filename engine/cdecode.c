@@ -2,6 +2,7 @@
 #include "cdecode.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -426,8 +427,11 @@ static float tok_prob(const pnorm *pn, const float *lg, int32_t t)
     return (float)exp(base - pn->lzk);
 }
 
-/* Inserts (st, sc) into the current layer [lo, n_e) through the hash. */
-static int relax(fl_cdp *w, int32_t lo, int32_t st, float sc, int32_t back, int32_t tok)
+/* Inserts (st, sc) into the current layer [lo, n_e) through the hash, or improves the state's
+   entry. A full layer takes no new state unless forced (the protected path's). Returns the
+   state's entry, -1 when it was not taken, -2 when out of memory. */
+static int32_t relax(fl_cdp *w, int32_t lo, int32_t st, float sc, int32_t back, int32_t tok,
+                     bool force)
 {
     uint32_t h = ((uint32_t)(st + 2) * 2654435761u) & (HASH_CAP - 1);
     while (w->hash[h] >= 0) {
@@ -438,23 +442,46 @@ static int relax(fl_cdp *w, int32_t lo, int32_t st, float sc, int32_t back, int3
                 x->back = back;
                 x->tok = tok;
             }
-            return 0;
+            return w->hash[h];
         }
         h = (h + 1) & (HASH_CAP - 1);
     }
-    if ((int32_t)w->n_e - lo >= FL_CONS_MAX_STATES)
-        return 0; /* the layer is full: keep the states found first (the better ones) */
+    if ((int32_t)w->n_e - lo >= FL_CONS_MAX_STATES && !force)
+        return -1; /* the layer is full: keep the states found first (the better ones) */
     if (w->n_e == w->cap_e) {
         size_t nc = w->cap_e ? 2 * w->cap_e : 4096;
         ent *ne = realloc(w->e, sizeof(ent) * nc);
         if (!ne)
-            return -1;
+            return -2;
         w->e = ne;
         w->cap_e = nc;
     }
     w->hash[h] = (int32_t)w->n_e;
     w->e[w->n_e++] = (ent){st, sc, back, tok};
-    return 0;
+    return (int32_t)w->n_e - 1;
+}
+
+/* The state after token t from state st at a position (-1: not allowed): an end token only in
+   an accepting state; a state kept only when it can still become a whole value in the rem
+   positions after this one (tdist). */
+static int32_t next_state(const fl_cons *c, int32_t st, int32_t t, const int32_t *eos, int n_eos,
+                          int32_t rem)
+{
+    if (st == FL_CONS_END)
+        return FL_CONS_END;
+    if (in_list(t, eos, n_eos))
+        return c->dfa->accept[st] ? FL_CONS_END : -1;
+    if (t < 0 || t >= c->tv->n || !c->tv->ok[t])
+        return -1;
+    int32_t ns = fl_dfa_walk(c->dfa, st, c->tv->blob + c->tv->off[t], c->tv->off[t + 1] - c->tv->off[t]);
+    return ns >= 0 && c->tdist[ns] <= rem ? ns : -1;
+}
+
+static float cand_score(const fl_cdp *w, const fl_cpos *p, const pnorm *pn, int32_t t)
+{
+    if (p->fixed >= 0 || !p->logits)
+        return 0.0f;
+    return pn->sampled ? w->w[t] : p->logits[t] - pn->mx - (float)pn->lz;
 }
 
 int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, int n, int32_t left,
@@ -465,12 +492,16 @@ int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, in
         return 0;
     if (n > FL_CONS_MAX_POS || n > left || (s0 != FL_CONS_END && s0 < 0))
         return -1;
-    const fl_dfa *d = c->dfa;
     w->n_e = 0;
     w->layer[0] = 0;
     for (int i = 0; i < HASH_CAP; i++)
         w->hash[i] = -1;
-    if (relax(w, 0, s0, 0.0f, -1, -1) < 0)
+    /* the protected path: through each position's decided token, else the previous step's
+       assignment, else the state's shortest way to a whole value. It stays valid from step to
+       step (the decided tokens came from it, the budget test let its states through), so it
+       is always inserted, even into a full layer: the program never runs dry. */
+    int32_t prot = relax(w, 0, s0, 0.0f, -1, -1, true);
+    if (prot < 0)
         return -1;
     for (int j = 0; j < n; j++) {
         int32_t prev_lo = w->layer[j], prev_hi = (int32_t)w->n_e;
@@ -496,9 +527,6 @@ int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, in
             if (pos[j].prev >= 0 && add_cand(w, pos[j].prev, 0.0f))
                 return -1;
         }
-        /* scores of tokens outside the candidates: a state's way to a whole value */
-        const float *plg = free_pos ? pos[j].logits : NULL;
-        const pnorm *pn = &w->norm[j];
         /* the previous layer's states, best first (a full layer keeps those) */
         int np = prev_hi - prev_lo;
         for (int i = 0; i < np; i++) {
@@ -511,51 +539,53 @@ int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, in
         }
         for (int i = 0; i < HASH_CAP; i++)
             w->hash[i] = -1;
+        /* the protected path's step first */
+        int32_t pst = w->e[prot].st;
+        int32_t pt = !free_pos          ? pos[j].fixed
+                   : pos[j].prev >= 0   ? pos[j].prev
+                   : pst >= 0           ? c->tnext[pst]
+                                        : (w->n_cand ? w->cand[0] : -1);
+        if (pst >= 0 && pt < 0) /* a whole value already: the end */
+            pt = n_eos ? eos[0] : -1;
+        int32_t pns = pt >= 0 && pt < vocab ? next_state(c, pst, pt, eos, n_eos, rem) : -1;
+        int32_t nprot = -1;
+        if (pns != -1) {
+            nprot = relax(w, prev_hi, pns, w->e[prot].sc + cand_score(w, &pos[j], &w->norm[j], pt),
+                          prot, pt, true);
+            if (nprot == -2)
+                return -1;
+        }
         for (int i = 0; i < np; i++) {
             int32_t pi = w->order[i];
             int32_t st = w->e[pi].st;
             float base = w->e[pi].sc;
             if (st == FL_CONS_END) { /* anything: the best candidate */
-                if (relax(w, prev_hi, FL_CONS_END, base + w->csc[0], pi, w->cand[0]))
+                if (relax(w, prev_hi, FL_CONS_END, base + w->csc[0], pi, w->cand[0], false) == -2)
                     return -1;
                 continue;
             }
             for (int k = 0; k < w->n_cand; k++) {
-                int32_t t = w->cand[k];
-                int32_t ns;
-                if (in_list(t, eos, n_eos)) {
-                    if (!d->accept[st])
-                        continue;
-                    ns = FL_CONS_END;
-                } else {
-                    if (t < 0 || t >= c->tv->n || !c->tv->ok[t])
-                        continue;
-                    ns = fl_dfa_walk(d, st, c->tv->blob + c->tv->off[t],
-                                     c->tv->off[t + 1] - c->tv->off[t]);
-                    /* fewer tokens than bytes / max_len cannot finish it */
-                    if (ns < 0 || d->dist[ns] > (int64_t)rem * c->tv->max_len)
-                        continue;
-                }
-                if (relax(w, prev_hi, ns, base + w->csc[k], pi, t))
+                int32_t ns = next_state(c, st, w->cand[k], eos, n_eos, rem);
+                if (ns != -1 && relax(w, prev_hi, ns, base + w->csc[k], pi, w->cand[k], false) == -2)
                     return -1;
             }
-            /* and the first token of its shortest way to a whole value, whatever its score: so
-               that a state the budget test let through can always be finished */
+            /* and the first token of its shortest way to a whole value, whatever its score */
             int32_t t = c->tnext[st];
             if (free_pos && t >= 0 && t < vocab) {
-                int32_t ns = fl_dfa_walk(d, st, c->tv->blob + c->tv->off[t],
-                                         c->tv->off[t + 1] - c->tv->off[t]);
-                float sc = !plg ? 0.0f : pn->sampled ? w->w[t] : plg[t] - pn->mx - (float)pn->lz;
-                if (ns >= 0 && d->dist[ns] <= (int64_t)rem * c->tv->max_len &&
-                    relax(w, prev_hi, ns, base + sc, pi, t))
+                int32_t ns = next_state(c, st, t, eos, n_eos, rem);
+                if (ns != -1 &&
+                    relax(w, prev_hi, ns, base + cand_score(w, &pos[j], &w->norm[j], t), pi, t,
+                          false) == -2)
                     return -1;
             }
         }
         if ((int32_t)w->n_e == prev_hi)
-            return -1; /* no state survives */
+            return -1; /* no state survives (the protected path did not either: a bug) */
+        /* the protected entry may have been improved by another path: its state is what counts */
+        prot = nprot >= 0 ? nprot : prev_hi;
     }
-    /* the best last state that the positions after these can surely finish, then back along
-       its path */
+    /* the best last state (every kept state can finish in the positions after these), then
+       back along its path */
     int32_t lo = w->layer[n], best = -1, after = left - n;
     for (int32_t i = lo; i < (int32_t)w->n_e; i++) {
         int32_t st = w->e[i].st;

@@ -33,6 +33,7 @@ typedef struct nfa {
     int n_refs;
     int32_t max_depth;
     int32_t max_ws;
+    int32_t max_digits;
     fl_err *e;
     int failed;
 } nfa;
@@ -221,25 +222,37 @@ static frag f_string(nfa *N)
     return f_cat(N, f_cat(N, q, f_star(N, f_char(N))), f_range(N, '"', '"'));
 }
 
+/* Digits 0-9, any number of them, or with max_digits at most max - 1 (after a first one). */
+static frag f_more_digits(nfa *N, int max)
+{
+    if (max <= 0)
+        return f_star(N, f_range(N, '0', '9'));
+    frag f = f_empty(N);
+    for (int i = 1; i < max && !N->failed; i++)
+        f = f_opt(N, f_cat(N, f_range(N, '0', '9'), f));
+    return f;
+}
+
 static frag f_integer(nfa *N)
 {
     frag sign = f_opt(N, f_range(N, '-', '-'));
     frag digits = f_alt(N, f_range(N, '0', '0'),
-                        f_cat(N, f_range(N, '1', '9'), f_star(N, f_range(N, '0', '9'))));
+                        f_cat(N, f_range(N, '1', '9'), f_more_digits(N, N->max_digits)));
     return f_cat(N, sign, digits);
 }
 
 static frag f_number(nfa *N)
 {
     frag frac = f_opt(N, f_cat(N, f_range(N, '.', '.'),
-                               f_cat(N, f_range(N, '0', '9'), f_star(N, f_range(N, '0', '9')))));
+                               f_cat(N, f_range(N, '0', '9'), f_more_digits(N, N->max_digits))));
     uint8_t ee[32] = {0}, pm[32] = {0};
     set_range(ee, 'e', 'e');
     set_range(ee, 'E', 'E');
     set_range(pm, '+', '+');
     set_range(pm, '-', '-');
     frag ex = f_opt(N, f_cat(N, f_cat(N, f_set(N, ee), f_opt(N, f_set(N, pm))),
-                             f_cat(N, f_range(N, '0', '9'), f_star(N, f_range(N, '0', '9')))));
+                             f_cat(N, f_range(N, '0', '9'),
+                                   f_more_digits(N, N->max_digits > 0 ? 2 : 0))));
     return f_cat(N, f_cat(N, f_integer(N), frac), ex);
 }
 
@@ -862,7 +875,12 @@ static int compile(const json_t *schema, bool object, const fl_constrain_opts *o
     N.max = o && o->max_states > 0 ? o->max_states : FL_CONSTRAIN_MAX_STATES;
     N.max_depth = o && o->max_depth > 0 ? o->max_depth : FL_CONSTRAIN_MAX_DEPTH;
     N.max_ws = o && o->max_ws > 0 ? o->max_ws : 0;
+    N.max_digits = o && o->max_digits > 0 ? o->max_digits : 0;
     frag f = object ? f_any_object(&N, "", N.max_depth - 1) : f_value(&N, schema, "", N.max_depth);
+    if (o && o->prefix && o->prefix[0])
+        f = f_cat(&N, f_lit(&N, o->prefix, strlen(o->prefix)), f);
+    if (o && o->suffix && o->suffix[0])
+        f = f_cat(&N, f, f_lit(&N, o->suffix, strlen(o->suffix)));
     int rc = N.failed;
     if (!rc)
         rc = to_dfa(&N, f, N.max, out, e);

@@ -27,6 +27,12 @@ typedef struct fl_constrain_opts {
     int32_t max_ws;      /* whitespace bytes between two tokens of JSON at most (0: any number,
                             as JSON allows; a decoder wants a bound, or a model that does not
                             want to write JSON spends its tokens on whitespace) */
+    int32_t max_digits;  /* a number's integer part and fraction at most this many digits each,
+                            its exponent at most 2 (0: any number of digits, as JSON allows):
+                            values any JSON parser holds (within a double; integers within 64
+                            bits), and a bound on a model that would write digits forever */
+    const char *prefix;  /* literal text before the value (NULL: none), e.g. a tool call's tag */
+    const char *suffix;  /* literal text after it (NULL: none) */
 } fl_constrain_opts;
 
 /* The automaton of a JSON schema. -1 with a message naming the keyword and where it is

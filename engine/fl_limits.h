@@ -28,6 +28,10 @@
  * what a model that would rather not write JSON spends on whitespace (llama.cpp's JSON
  * grammar bounds it likewise). */
 #define FL_CONSTRAIN_DECODE_WS 20
+/* Digits of a number's integer part and of its fraction in a constrained reply, at most (its
+ * exponent: 2): every such number fits a double, every integer 64 bits (llama.cpp's JSON
+ * grammar bounds them likewise). */
+#define FL_CONSTRAIN_DECODE_DIGITS 15
 
 #define FL_STR_(x) #x
 #define FL_STR(x) FL_STR_(x)

@@ -59,7 +59,12 @@ static int compile(fl_cons_cache *c, int format, const char *schema, fl_cons **o
             return rc;
     }
     fl_dfa *d = NULL;
-    fl_constrain_opts co = {.max_ws = FL_CONSTRAIN_DECODE_WS};
+    fl_constrain_opts co = {.max_ws = FL_CONSTRAIN_DECODE_WS,
+                            .max_digits = FL_CONSTRAIN_DECODE_DIGITS};
+    if (format == FL_FMT_TOOL_CALL) {
+        co.prefix = "<tool_call>\n";
+        co.suffix = "\n</tool_call>";
+    }
     int rc;
     if (format == FL_FMT_JSON_OBJECT) {
         rc = fl_dfa_json_object(&co, &d, e);
@@ -79,9 +84,9 @@ static int compile(fl_cons_cache *c, int format, const char *schema, fl_cons **o
 int fl_cons_cache_get(fl_cons_cache *c, int format, const char *schema, fl_cons **out, fl_err *e)
 {
     *out = NULL;
-    if (format != FL_FMT_JSON_OBJECT && format != FL_FMT_JSON_SCHEMA)
+    if (format != FL_FMT_JSON_OBJECT && format != FL_FMT_JSON_SCHEMA && format != FL_FMT_TOOL_CALL)
         return fl_err_set(e, FL_EINVAL, "no constraint for this format");
-    size_t sl = format == FL_FMT_JSON_SCHEMA && schema ? strlen(schema) : 0;
+    size_t sl = format != FL_FMT_JSON_OBJECT && schema ? strlen(schema) : 0;
     char *key = malloc(sl + 2);
     if (!key)
         return fl_err_set(e, FL_ENOMEM, "out of memory");

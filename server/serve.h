@@ -20,6 +20,7 @@
 #include "engine.h"
 #include "gen_opts.h"
 #include "reasoning.h"
+#include "toolcalls.h"
 #include "serve_log.h"
 #include "serve_metrics.h"
 #include "serve_proto.h"

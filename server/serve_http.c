@@ -643,6 +643,8 @@ static int reason_json(json_t *d, srv_reason *rs, const char *text, size_t n, bo
     return rc ? -1 : 0;
 }
 
+static void tools_json(json_t *d, srv_tools *t, bool end);
+
 /* A stream's end: what the split held back (a tag cut off by the reply's end), as one delta. */
 static void reason_tail(srv_http *h, srv_req *r)
 {
@@ -653,11 +655,40 @@ static void reason_tail(srv_http *h, srv_req *r)
             json_object_set_new(d, "reasoning_content", json_stringn(a.data, a.len));
         if (b.len)
             json_object_set_new(d, "content", json_stringn(b.data, b.len));
+        if (r->tools.on)
+            tools_json(d, &r->tools, false);
         sse_begin(h);
         sse_send(h, chunk(h, d, NULL));
     }
     fl_buf_free(&a);
     fl_buf_free(&b);
+}
+
+/* Tool calls out of d's "content" (toolcalls.h): what is not a call stays content, new calls
+   go in d's "tool_calls"; at the end what the extractor held back too. An empty content is
+   left out (null at the end when there are calls). */
+static void tools_json(json_t *d, srv_tools *t, bool end)
+{
+    const json_t *cj = json_object_get(d, "content");
+    fl_buf out = {0};
+    json_t *calls = json_array();
+    if (!calls)
+        return;
+    srv_tools_push(t, cj ? json_string_value(cj) : "", cj ? json_string_length(cj) : 0, &out, calls);
+    if (end)
+        srv_tools_finish(t, &out, calls);
+    if (out.len)
+        json_object_set_new(d, "content", json_stringn(out.data, out.len));
+    else if (end && t->n_calls)
+        json_object_set_new(d, "content", json_null());
+    else if (end)
+        json_object_set_new(d, "content", json_string(""));
+    else
+        json_object_del(d, "content");
+    if (json_array_size(calls))
+        json_object_set(d, "tool_calls", calls);
+    json_decref(calls);
+    fl_buf_free(&out);
 }
 
 static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
@@ -674,6 +705,21 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
     }
     if (h->stream) {
         sse_begin(h);
+        if (r->tools.on) { /* what the extractor held back; the finish says there were calls */
+            json_t *d = json_object();
+            tools_json(d, &r->tools, false);
+            fl_buf out = {0};
+            srv_tools_finish(&r->tools, &out, NULL);
+            if (out.len) {
+                json_object_set_new(d, "content", json_stringn(out.data, out.len));
+                sse_send(h, chunk(h, d, NULL));
+            } else {
+                json_decref(d);
+            }
+            fl_buf_free(&out);
+            if (r->tools.n_calls)
+                finish = "tool_calls";
+        }
         sse_send(h, chunk(h, json_object(), finish));
         if (h->include_usage) {
             json_t *o = chunk(h, json_object(), NULL);
@@ -695,6 +741,11 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
     bool any;
     if (!r->reason.on || reason_json(msg, &r->reason, ev->text, ev->text_len, true, &any))
         json_object_set_new(msg, "content", json_stringn(ev->text, ev->text_len));
+    if (r->tools.on) {
+        tools_json(msg, &r->tools, true);
+        if (r->tools.n_calls)
+            finish = "tool_calls";
+    }
     json_object_set_new(ch, "index", json_integer(0));
     json_object_set_new(ch, "message", msg);
     json_object_set_new(ch, "logprobs", json_null());
@@ -945,6 +996,10 @@ static void http_on_event(void *owner, srv_req *r, const srv_ev *ev)
         bool any = true;
         if (!r->reason.on || reason_json(d, &r->reason, ev->text, ev->text_len, false, &any))
             json_object_set_new(d, "content", json_stringn(ev->text, ev->text_len));
+        if (r->tools.on) { /* a call goes out whole, as one tool_calls delta */
+            tools_json(d, &r->tools, false);
+            any = json_object_size(d) > 0;
+        }
         h->s->m.commits_sent++;
         if (any) /* a commit that is all tag or held back: nothing to say yet */
             sse_send(h, chunk(h, d, NULL));

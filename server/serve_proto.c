@@ -2,6 +2,7 @@
  * Every check names the field, so a client author can fix the request from the message. */
 #include "serve_proto.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -29,6 +30,11 @@ void srv_chat_free(srv_chat *c)
     free(c->segments);
     free(c->model);
     free(c->schema);
+    free(c->tools);
+    free(c->tool_schema);
+    for (size_t i = 0; i < c->n_calls; i++)
+        free(c->calls[i]);
+    free(c->calls);
     memset(c, 0, sizeof *c);
 }
 
@@ -362,6 +368,60 @@ static int message_text(pctx *P, const json_t *content, size_t i, bool openai, c
                openai ? " or an array of text parts" : "");
 }
 
+/* An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
+   "arguments"}}], arguments a JSON text (OpenAI) or a JSON object. For the template: the same
+   with arguments parsed (vLLM renders them so, and Qwen2.5's template writes them through
+   tojson). */
+static int tool_calls_text(pctx *P, const json_t *tc, size_t i, char **out)
+{
+    if (!json_is_array(tc))
+        return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].tool_calls must be an array", i);
+    json_t *arr = json_array();
+    if (!arr)
+        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    size_t j;
+    const json_t *x;
+    json_array_foreach(tc, j, x)
+    {
+        const json_t *f = json_object_get(x, "function");
+        const char *name = json_string_value(json_object_get(f, "name"));
+        const json_t *args = json_object_get(f, "arguments");
+        const json_t *id = json_object_get(x, "id");
+        if (!json_is_object(x) || !name || (id && !json_is_null(id) && !json_is_string(id))) {
+            json_decref(arr);
+            return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].tool_calls[%zu] must be "
+                       "{\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
+                       i, j);
+        }
+        json_t *a = NULL;
+        if (json_is_string(args)) {
+            json_error_t je;
+            a = json_loads(json_string_value(args), JSON_DECODE_ANY, &je);
+        } else if (json_is_object(args)) {
+            a = json_deep_copy(args);
+        }
+        if (!json_is_object(a)) {
+            json_decref(a);
+            json_decref(arr);
+            return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].tool_calls[%zu].function."
+                       "arguments must be a JSON object (as text)", i, j);
+        }
+        json_t *fn = json_pack("{s:s, s:o}", "name", name, "arguments", a);
+        json_t *call = NULL;
+        if (fn && id && json_is_string(id))
+            call = json_pack("{s:O, s:s, s:o}", "id", id, "type", "function", "function", fn);
+        else if (fn)
+            call = json_pack("{s:s, s:o}", "type", "function", "function", fn);
+        if (!call || json_array_append_new(arr, call)) {
+            json_decref(arr);
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        }
+    }
+    *out = json_dumps(arr, JSON_COMPACT);
+    json_decref(arr);
+    return *out ? 0 : bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+}
+
 static int parse_messages(pctx *P, const json_t *msgs, bool openai, srv_chat *c)
 {
     if (!json_is_array(msgs))
@@ -384,12 +444,33 @@ static int parse_messages(pctx *P, const json_t *msgs, bool openai, srv_chat *c)
             return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].role must be a string", i);
         if (openai && !strcmp(role, "developer"))
             role = "system";
-        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant"))
+        if (strcmp(role, "system") && strcmp(role, "user") && strcmp(role, "assistant") &&
+            strcmp(role, "tool"))
             return bad(P, SRV_E_BAD_REQUEST, "messages",
-                       "messages[%zu].role '%.32s' is not system, user or assistant", i, role);
+                       "messages[%zu].role '%.32s' is not system, user, assistant or tool", i, role);
+        const json_t *tc = json_object_get(m, "tool_calls");
+        if (tc && !json_is_null(tc)) {
+            if (strcmp(role, "assistant"))
+                return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].tool_calls belong to "
+                           "assistant messages", i);
+            if (!c->calls && !(c->calls = calloc(n, sizeof(char *))))
+                return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+            c->n_calls = n;
+            if (tool_calls_text(P, tc, i, &c->calls[i]))
+                return -1;
+            c->tool_msgs = true;
+        }
+        if (!strcmp(role, "tool"))
+            c->tool_msgs = true;
         char *text = NULL;
-        if (message_text(P, json_object_get(m, "content"), i, openai, &text))
+        const json_t *content = json_object_get(m, "content");
+        /* an assistant's tool calls may come without content */
+        if (c->calls && c->calls[i] && (!content || json_is_null(content))) {
+            if (!(text = strdup("")))
+                return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        } else if (message_text(P, content, i, openai, &text)) {
             return -1;
+        }
         char *r = strdup(role);
         if (!r) {
             free(text);
@@ -603,12 +684,125 @@ static int parse_response_format(pctx *P, const json_t *o, srv_chat *c)
     return 0;
 }
 
+static bool tool_name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 64)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == '-'))
+            return false;
+    return true;
+}
+
+/* "tools" and "tool_choice". For "required" or a named function, the schema of the call the
+   reply is constrained to: {"name": the function's name, "arguments": its parameters} (any of
+   the tools for "required"), properties in the template's order. */
+static int parse_tools(pctx *P, const json_t *o, srv_chat *c)
+{
+    const json_t *tools = json_object_get(o, "tools");
+    const json_t *ch = json_object_get(o, "tool_choice");
+    if (tools && !json_is_null(tools) && !json_is_array(tools))
+        return bad(P, SRV_E_BAD_REQUEST, "tools", "'tools' must be an array of {\"type\": "
+                   "\"function\", \"function\": {\"name\", \"description\", \"parameters\"}}");
+    bool have = json_is_array(tools) && json_array_size(tools) > 0;
+    if (have && json_array_size(tools) > SRV_MAX_TOOLS)
+        return bad(P, SRV_E_OUT_OF_RANGE, "tools", "at most %d tools, got %zu", SRV_MAX_TOOLS,
+                   json_array_size(tools));
+    for (size_t i = 0; have && i < json_array_size(tools); i++) {
+        const json_t *t = json_array_get(tools, i);
+        const json_t *f = json_object_get(t, "function");
+        const char *type = json_string_value(json_object_get(t, "type"));
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (!json_is_object(t) || !type || strcmp(type, "function") || !json_is_object(f) || !name)
+            return bad(P, SRV_E_BAD_REQUEST, "tools", "tools[%zu] must be {\"type\": \"function\", "
+                       "\"function\": {\"name\": ...}}", i);
+        if (!tool_name_ok(name))
+            return bad(P, SRV_E_BAD_REQUEST, "tools", "tools[%zu].function.name '%.64s' must be "
+                       "1..64 letters, digits, '_' or '-'", i, name);
+        const json_t *params = json_object_get(f, "parameters");
+        if (params && !json_is_null(params) && !json_is_object(params))
+            return bad(P, SRV_E_BAD_REQUEST, "tools", "tools[%zu].function.parameters must be a "
+                       "JSON schema (an object)", i);
+        const json_t *d = json_object_get(f, "description");
+        if (d && !json_is_null(d) && !json_is_string(d))
+            return bad(P, SRV_E_BAD_REQUEST, "tools", "tools[%zu].function.description must be a "
+                       "string", i);
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(name, json_string_value(json_object_get(
+                                  json_object_get(json_array_get(tools, k), "function"), "name"))))
+                return bad(P, SRV_E_BAD_REQUEST, "tools", "two tools are named '%s'", name);
+    }
+    c->tool_choice = have ? SRV_TOOL_AUTO : SRV_TOOL_NONE;
+    const char *named = NULL;
+    if (ch && !json_is_null(ch)) {
+        const char *s = json_string_value(ch);
+        if (s && !strcmp(s, "none"))
+            c->tool_choice = SRV_TOOL_NONE;
+        else if (s && !strcmp(s, "auto"))
+            c->tool_choice = have ? SRV_TOOL_AUTO : SRV_TOOL_NONE;
+        else if (s && !strcmp(s, "required"))
+            c->tool_choice = SRV_TOOL_REQUIRED;
+        else if (json_is_object(ch) &&
+                 (named = json_string_value(json_object_get(json_object_get(ch, "function"), "name"))))
+            c->tool_choice = SRV_TOOL_NAMED;
+        else
+            return bad(P, SRV_E_BAD_REQUEST, "tool_choice", "'tool_choice' must be \"none\", "
+                       "\"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        if (c->tool_choice >= SRV_TOOL_REQUIRED && !have)
+            return bad(P, SRV_E_BAD_REQUEST, "tool_choice", "'tool_choice' asks for a tool call "
+                       "but 'tools' is empty");
+    }
+    if (have && (c->session || c->parallel))
+        return bad(P, SRV_E_BAD_REQUEST, "tools", "'tools' cannot be combined with '%s'",
+                   c->session ? "session" : "parallel");
+    if (c->tool_msgs && (c->session || c->parallel))
+        return bad(P, SRV_E_BAD_REQUEST, "messages", "tool calls and tool results in 'messages' "
+                   "cannot be combined with '%s'", c->session ? "session" : "parallel");
+    if (c->tool_choice >= SRV_TOOL_REQUIRED && c->format != FL_FMT_TEXT)
+        return bad(P, SRV_E_BAD_REQUEST, "tool_choice", "'tool_choice' %s and 'response_format' "
+                   "cannot be combined (the reply is a tool call)",
+                   named ? "naming a function" : "\"required\"");
+    if (c->tool_choice != SRV_TOOL_NONE && !(c->tools = json_dumps(tools, JSON_COMPACT)))
+        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    if (c->tool_choice < SRV_TOOL_REQUIRED)
+        return 0;
+    json_t *any = json_array();
+    bool found = false;
+    for (size_t i = 0; any && i < json_array_size(tools); i++) {
+        const json_t *f = json_object_get(json_array_get(tools, i), "function");
+        const char *name = json_string_value(json_object_get(f, "name"));
+        if (named && strcmp(named, name))
+            continue;
+        found = true;
+        const json_t *params = json_object_get(f, "parameters");
+        json_t *args = params && !json_is_null(params) ? json_deep_copy(params)
+                                                       : json_pack("{s:s}", "type", "object");
+        json_t *one = json_pack("{s:s, s:{s:{s:s}, s:o}, s:[s, s], s:b}", "type", "object",
+                                "properties", "name", "const", name, "arguments", args, "required",
+                                "name", "arguments", "additionalProperties", 0);
+        json_array_append_new(any, one);
+    }
+    if (!found) {
+        json_decref(any);
+        return bad(P, SRV_E_BAD_REQUEST, "tool_choice", "'tool_choice' names '%.64s', which is not "
+                   "among 'tools'", named ? named : "");
+    }
+    json_t *schema = json_array_size(any) == 1 ? json_incref(json_array_get(any, 0))
+                                               : json_pack("{s:O}", "anyOf", any);
+    json_decref(any);
+    c->tool_schema = schema ? json_dumps(schema, JSON_COMPACT) : NULL;
+    json_decref(schema);
+    return c->tool_schema ? 0 : bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+}
+
 static int check_decoding(pctx *P, srv_chat *c)
 {
     fl_err e = {0};
     if (fl_decode_opts_check(&c->dec, &e))
         return bad(P, SRV_E_OUT_OF_RANGE, "decoding", "%s", e.msg);
-    if (c->format != FL_FMT_TEXT && c->dec.edit_threshold != FL_EDIT_OFF)
+    if ((c->format != FL_FMT_TEXT || c->tool_choice >= SRV_TOOL_REQUIRED) &&
+        c->dec.edit_threshold != FL_EDIT_OFF)
         return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format' cannot be combined "
                    "with token editing (decoding.edit_threshold): an edit could leave the format");
     return 0;
@@ -623,7 +817,7 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     static const char *const known[] = {"type", "id", "session", "messages", "max_tokens",
                                         "temperature", "top_p", "top_k", "seed", "stop", "decoding",
                                         "parallel", "chat_template_kwargs", "drafts",
-                                        "response_format"};
+                                        "response_format", "tools", "tool_choice"};
     const char *key = srv_json_unknown_key(o, known, sizeof known / sizeof known[0]);
     if (key)
         return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);
@@ -642,7 +836,8 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
         return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
     c->enable_thinking = L->enable_thinking;
     if (parse_conversation(&P, o, false, c) || parse_template_kwargs(&P, o, c) ||
-        parse_response_format(&P, o, c) || parse_sampling(&P, o, L, c, "max_tokens") ||
+        parse_response_format(&P, o, c) || parse_tools(&P, o, c) ||
+        parse_sampling(&P, o, L, c, "max_tokens") ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
         return -1;
     return 0;
@@ -664,10 +859,6 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
         if (!(c->model = strdup(json_string_value(model))))
             return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
     }
-    const json_t *tools = json_object_get(o, "tools");
-    if (tools && !json_is_null(tools) && !(json_is_array(tools) && !json_array_size(tools)))
-        return bad(&P, SRV_E_BAD_REQUEST, "tools", "'tools' is not supported yet: this server "
-                   "does not make tool calls");
     double x;
     int r = get_int(&P, o, "n", "n", 1, 1, &x);
     if (r < 0)
@@ -684,7 +875,7 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
     /* fogline extensions, as on the WebSocket: session (continued from Redis), parallel */
     c->enable_thinking = L->enable_thinking;
     if (parse_conversation(&P, o, true, c) || parse_template_kwargs(&P, o, c) ||
-        parse_response_format(&P, o, c))
+        parse_response_format(&P, o, c) || parse_tools(&P, o, c))
         return -1;
     /* max_completion_tokens is the newer name; either is accepted, the newer wins */
     const char *max_key = json_object_get(o, "max_completion_tokens") &&

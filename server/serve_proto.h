@@ -36,6 +36,8 @@
 #define SRV_STOP_MAX 64     /* bytes in one stop string */
 #define SRV_MAX_SEGMENTS 16 /* branches of one parallel request */
 enum { SRV_PAR_NONE = 0, SRV_PAR_FANOUT, SRV_PAR_SKELETON, SRV_PAR_AUTO };
+enum { SRV_TOOL_NONE = 0, SRV_TOOL_AUTO, SRV_TOOL_REQUIRED, SRV_TOOL_NAMED };
+#define SRV_MAX_TOOLS 64
 
 
 typedef struct srv_chat {
@@ -63,6 +65,18 @@ typedef struct srv_chat {
        compact JSON text (properties keep their order: they are written in it) */
     int format;
     char *schema;
+    /* "tools" and "tool_choice" (both transports, OpenAI's shape): the tools' JSON text for the
+       chat template (NULL: none, or tool_choice "none"), the choice (SRV_TOOL_*), and for
+       "required" or a named function the schema of the call ({"name", "arguments"}) that the
+       reply is constrained to */
+    char *tools;
+    int tool_choice;
+    char *tool_schema;
+    /* assistant messages' tool_calls as JSON text for the template ({"id", "type", "function":
+       {"name", "arguments"}} with arguments parsed into JSON), NULL each when none */
+    char **calls;        /* (n_calls) */
+    size_t n_calls;
+    bool tool_msgs;      /* a message is a tool result or has tool calls */
     /* OpenAI only */
     bool stream;
     bool include_usage;

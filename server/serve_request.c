@@ -41,6 +41,8 @@ static void req_free(srv_req *r)
     }
     srv_chat_free(&r->chat);
     fl_cons_unref(r->cons);
+    srv_tools_free(&r->tools);
+    json_decref(r->tool_calls);
     free(r->ids);
     free(r);
 }
@@ -70,6 +72,7 @@ void srv_req_init(srv_req *r, srv *s, const srv_owner_ops *ops, void *owner, srv
     memset(chat, 0, sizeof *chat);
     r->segment = -1;
     r->t_start = srv_now_ms(s);
+    srv_tools_init(&r->tools, r->chat.tool_choice != SRV_TOOL_NONE, r->serial);
     r->work.data = r;
 }
 
@@ -110,6 +113,17 @@ static void tokenize_work(uv_work_t *w)
     bool sys = r->n_history > 0 && !strcmp(r->chat.msgs[0].role, "system");
     size_t droppable = r->n_history - (sys ? 1 : 0);
     fl_chat_msg *view = malloc(sizeof(fl_chat_msg) * (n ? n : 1));
+    /* tools, and the messages' tool calls (no session with them: the view is the messages) */
+    fl_chat_extra extra = {r->chat.tools, (const char *const *)r->chat.calls, NULL};
+    bool tools = r->chat.tools || r->chat.tool_msgs;
+    if (tools && !fl_chat_takes_tools(tok)) {
+        free(view);
+        r->work_rc = fl_err_set(&r->work_err, FL_EUNSUPPORTED, "this model's chat template has no "
+                                "tool syntax (%s): it cannot be offered tools or shown tool calls",
+                                fl_chat_kind_name(fl_tokenizer_chat_kind(tok)));
+        r->work_param = r->chat.tools ? "tools" : "messages";
+        return;
+    }
     if (!view) {
         r->work_rc = fl_err_set(&r->work_err, FL_ENOMEM, "out of memory");
         return;
@@ -126,7 +140,8 @@ static void tokenize_work(uv_work_t *w)
         free(r->ids);
         r->ids = NULL;
         r->n_ids = 0;
-        r->work_rc = fl_chat_render(tok, view, k, &co, &text, &r->work_err);
+        r->work_rc = tools ? fl_chat_render_extra(tok, view, k, &co, &extra, &text, &r->work_err)
+                           : fl_chat_render(tok, view, k, &co, &text, &r->work_err);
         if (!r->work_rc) /* Qwen3's is the template with think blocks */
             srv_reason_init(&r->reason, fl_tokenizer_chat_kind(tok) == FL_CHAT_QWEN3, text.data,
                             text.len);
@@ -148,6 +163,15 @@ static void tokenize_work(uv_work_t *w)
         if (r->work_rc) {
             r->work_param = "response_format";
             fl_err_prefix(&r->work_err, "response_format");
+        }
+    }
+    /* tool_choice "required" or a named function: the reply is one well-formed call */
+    if (!r->work_rc && r->chat.tool_schema && !r->cons) {
+        r->work_rc = fl_cons_cache_get(r->s->cons, FL_FMT_TOOL_CALL, r->chat.tool_schema, &r->cons,
+                                       &r->work_err);
+        if (r->work_rc) {
+            r->work_param = "tools";
+            fl_err_prefix(&r->work_err, "tools (the function's parameters)");
         }
     }
 }
@@ -251,8 +275,9 @@ static void tokenize_done(uv_work_t *w, int status)
         return;
     }
     if (r->cons && fl_cons_min_tokens(r->cons) > r->chat.max_tokens) {
-        snprintf(msg, sizeof msg, "the shortest reply response_format allows takes %d tokens; "
-                 "max_tokens is %d", fl_cons_min_tokens(r->cons), r->chat.max_tokens);
+        snprintf(msg, sizeof msg, "the shortest reply %s allows takes %d tokens; max_tokens is %d",
+                 r->chat.tool_schema ? "the tool call" : "response_format",
+                 fl_cons_min_tokens(r->cons), r->chat.max_tokens);
         r->work_param = "max_tokens";
         srv_req_reject(r, SRV_E_BAD_REQUEST, msg);
         return;

@@ -110,6 +110,8 @@ struct srv_req {
     int32_t view_block[SRV_DRAFT_SLOTS]; /* the block view[i] holds (with view[i] only) */
     bool steps_coalesced; /* "drafts": "every_step" gave way to coalescing (a slow client) */
     srv_reason reason;    /* the reply's reasoning/answer split (set up with the prompt) */
+    srv_tools tools;      /* the reply's tool calls (toolcalls.h), when tools were offered */
+    json_t *tool_calls;   /* WebSocket: the calls found so far, for done */
     /* fan-out ("parallel"): a group owns branch requests and has no engine work of its own;
        the group is in its owner's list, the branches in the server's */
     struct srv_req *parent; /* a branch: its group */

@@ -458,6 +458,22 @@ static void reason_fields(json_t *o, srv_reason *rs, const char *text, size_t n,
     fl_buf_free(&b);
 }
 
+/* Tool calls (toolcalls.h) in a commit's content (its "content" part when the reply is split,
+   else its text), kept for done. */
+static void ws_tools_push(srv_req *r, const json_t *commit, const char *text, size_t n)
+{
+    const json_t *cj = commit ? json_object_get(commit, "content") : NULL;
+    if (cj) {
+        text = json_string_value(cj);
+        n = json_string_length(cj);
+    }
+    if (!r->tool_calls && !(r->tool_calls = json_array()))
+        return;
+    fl_buf rest = {0};
+    srv_tools_push(&r->tools, text, n, &rest, r->tool_calls);
+    fl_buf_free(&rest);
+}
+
 static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
 {
     if (r->parent) {
@@ -484,6 +500,15 @@ static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
     json_object_set_new(o, "finish", json_string(srv_finish_name(ev->finish)));
     if (r->reason.on)
         reason_fields(o, &r->reason, NULL, 0, true);
+    if (r->tools.on) {
+        const json_t *tail = json_object_get(o, "content_tail");
+        ws_tools_push(r, NULL, tail ? json_string_value(tail) : "", tail ? json_string_length(tail) : 0);
+        fl_buf rest = {0};
+        srv_tools_finish(&r->tools, &rest, r->tool_calls);
+        fl_buf_free(&rest);
+        if (r->tool_calls && json_array_size(r->tool_calls))
+            json_object_set(o, "tool_calls", r->tool_calls);
+    }
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(st->prompt_tokens));
     json_object_set_new(u, "completion_tokens", json_integer(ev->n_ids));
@@ -533,6 +558,8 @@ static void ws_on_event(void *owner, srv_req *r, const srv_ev *ev)
         json_object_set_new(o, "text", json_stringn(ev->text, ev->text_len));
         if (r->reason.on)
             reason_fields(o, &r->reason, ev->text, ev->text_len, false);
+        if (r->tools.on) /* the calls go out with done */
+            ws_tools_push(r, o, ev->text, ev->text_len);
         c->s->m.commits_sent++;
         send_str(c, dumps(o));
         break;

@@ -70,3 +70,6 @@ set_tests_properties(server.reasoning PROPERTIES LABELS integration TIMEOUT 300
 add_test(NAME server.slow_steps
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/server/slow_steps.py $<TARGET_FILE:fogline> ${FL_SERVE_MODEL})
 set_tests_properties(server.slow_steps PROPERTIES LABELS integration TIMEOUT 300)
+# the tool-call extractor (server/toolcalls.c) is pure too
+target_sources(test_toolcalls PRIVATE ${CMAKE_SOURCE_DIR}/server/toolcalls.c)
+target_include_directories(test_toolcalls PRIVATE ${CMAKE_SOURCE_DIR}/server)

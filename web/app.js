@@ -52,7 +52,9 @@ const DECODING = ['temperature', 'policy', 'threshold', 'pipeline'];
 // older page had these hard-coded and stored every field with any change in the panel, so a
 // stored value equal to one of them is no choice of the user's and is dropped.
 const OLD_DEFAULTS = { temperature: 0, policy: 'threshold', threshold: 0.9, pipeline: true };
-const DEFAULTS = { parallel: 'off', max_tokens: 256, api_key: '', watch: 'off' };
+const DEFAULTS = { parallel: 'off', max_tokens: 256, api_key: '', watch: 'off', format: 'text', schema: '', tools: '', tool_choice: 'auto' };
+const FORMATS = ['text', 'json_object', 'json_schema'];
+const TOOL_CHOICES = ['auto', 'required', 'none'];
 const WATCH = ['off', '1', '5', '20', '100'];
 const MIN_STEP_MS = 17; // a replayed step stays on screen at least this long (about one frame)
 let serverDecoding = null; // the latest hello's `decoding`
@@ -73,6 +75,10 @@ function loadSettings() {
   }
   if (!['off', 'fanout', 'auto'].includes(s.parallel)) s.parallel = 'off';
   if (!WATCH.includes(s.watch)) s.watch = 'off';
+  if (!FORMATS.includes(s.format)) s.format = 'text';
+  if (!TOOL_CHOICES.includes(s.tool_choice)) s.tool_choice = 'auto';
+  if (typeof s.schema !== 'string') s.schema = '';
+  if (typeof s.tools !== 'string') s.tools = '';
   return s;
 }
 function decodingDefault(k) {
@@ -302,6 +308,17 @@ function buildRequest(history, segments, auto) {
   if ('temperature' in o) req.temperature = o.temperature;
   if (Object.keys(decoding).length) req.decoding = decoding;
   if (settings.watch !== 'off') req.drafts = 'every_step';
+  // structured output (docs/structured.md): the settings' JSON, sent as the server takes it;
+  // text the page cannot parse is sent as it is, for the server's error to say what is wrong
+  if (settings.format === 'json_object') req.response_format = { type: 'json_object' };
+  if (settings.format === 'json_schema') {
+    req.response_format = { type: 'json_schema', json_schema: { name: 'reply', schema: parseOr(settings.schema) } };
+  }
+  if (settings.tools.trim()) {
+    req.tools = parseOr(settings.tools);
+    req.tool_choice = settings.tool_choice;
+    delete req.session; // the server keeps no tool calls in a session: the page sends the history
+  }
   if (segments) {
     // fan-out: the earlier turns are the shared context, each question a branch (no session:
     // branches have no single conversation to store)
@@ -314,6 +331,10 @@ function buildRequest(history, segments, auto) {
     req.parallel = { mode: 'auto' };
   }
   return req;
+}
+
+function parseOr(text) {
+  try { return JSON.parse(text); } catch { return text; }
 }
 
 // The independent questions of a message: one per line, or several sentences ending in "?".
@@ -508,13 +529,15 @@ function onDone(f) {
   if (f.content_tail) a.answer = (a.answer || '') + f.content_tail;
   keepSplit(a);
   a.msg.finish = f.finish;
+  if (Array.isArray(f.tool_calls) && f.tool_calls.length) a.msg.tool_calls = f.tool_calls;
   a.msg.usage = f.usage;
   a.msg.stats = f.stats;
   a.msg.client = { ms_first: a.tFirst == null ? null : a.tFirst - a.t0, ms_total: performance.now() - a.t0,
                    ...(a.watching ? { steps: a.steps } : {}) };
   saveChat();
   // a fanned-out reply keeps its segments in place (reloaded, it shows as joined Markdown)
-  renderReply(a.el, a.segs ? '' : shown(a), { streaming: false, reasoning: a.segs ? null : a.reasoning });
+  renderReply(a.el, a.segs ? '' : shown(a, a.msg), { streaming: false, reasoning: a.segs ? null : a.reasoning });
+  renderToolCalls(a.el, a.msg);
   if (a.segs) for (const g of a.segs) if (g.el.dataset.state === 'streaming') { renderReply(g.el, shown(g), { streaming: false, reasoning: g.reasoning }); g.el.dataset.state = 'done'; }
   a.el.dataset.state = f.finish === 'cancelled' ? 'cancelled' : 'done';
   renderStats(a.el, a.msg);
@@ -537,9 +560,31 @@ function failReply(err) {
 }
 
 // The reply as shown: the answer when the server split reasoning off, else the committed text
-// (which, with think tags, is also what goes back to the server as history).
-function shown(t) {
-  return t.answer ?? t.committed;
+// (which, with think tags, is also what goes back to the server as history); without the
+// <tool_call> blocks the server found calls in (they show as cards).
+function shown(t, m) {
+  const text = t.answer ?? t.committed ?? t.content ?? '';
+  return m?.tool_calls?.length ? text.replace(/<tool_call>[\s\S]*?<\/tool_call>/g, '').trim() : text;
+}
+
+// A reply's tool calls as cards under it: the function's name and its arguments, indented.
+function renderToolCalls(li, m) {
+  li.querySelector(':scope .tool-calls')?.remove();
+  if (!m.tool_calls?.length) return;
+  const box = document.createElement('div');
+  box.className = 'tool-calls';
+  for (const c of m.tool_calls) {
+    const card = document.createElement('div');
+    card.className = 'tool-card';
+    let args = c.function?.arguments ?? '';
+    try { args = JSON.stringify(JSON.parse(args), null, 2); } catch { /* as the model wrote it */ }
+    card.innerHTML = '<div class="tool-head"><span class="tool-icon" aria-hidden="true">ƒ</span>'
+      + `<span class="tool-name">${escapeHtml(c.function?.name ?? '')}</span><span class="tool-id">${escapeHtml(c.id ?? '')}</span></div>`
+      + `<pre class="tool-args"><code>${escapeHtml(args)}</code></pre>`;
+    card.setAttribute('aria-label', `Tool call: ${c.function?.name ?? ''}`);
+    box.append(card);
+  }
+  li.querySelector('.reply').after(box);
 }
 
 // The split is stored with the message, so a reloaded chat shows it the same way.
@@ -637,8 +682,9 @@ function appendMessage(m, { streaming = false } = {}) {
     live.className = 'live';
     live.setAttribute('aria-hidden', 'true');
     li._live = live;
-    renderReply(li, m.answer ?? m.content, { streaming, reasoning: m.reasoning });
+    renderReply(li, shown(m, m), { streaming, reasoning: m.reasoning });
     if (!streaming) {
+      renderToolCalls(li, m);
       li.dataset.state = m.error ? 'error' : (m.finish === 'cancelled' ? 'cancelled' : 'done');
       renderStats(li, m);
       if (m.error) renderError(li, m);
@@ -829,6 +875,23 @@ function fillSettings() {
   form.max_tokens.value = settings.max_tokens;
   form.api_key.value = settings.api_key || '';
   form.watch.value = settings.watch;
+  form.format.value = settings.format;
+  form.schema.value = settings.schema;
+  form.tools.value = settings.tools;
+  form.tool_choice.value = settings.tool_choice;
+  syncStructured();
+}
+// The schema box only with "JSON matching a schema"; text that is not JSON is flagged at once.
+function syncStructured() {
+  form.schema.hidden = settings.format !== 'json_schema';
+  const bad = (t) => t.trim() && typeof parseOr(t) === 'string';
+  form.schema.setAttribute('aria-invalid', String(settings.format === 'json_schema' && bad(settings.schema)));
+  form.tools.setAttribute('aria-invalid', String(bad(settings.tools)));
+  $('schema-note').textContent = form.schema.getAttribute('aria-invalid') === 'true'
+    ? 'This schema is not JSON yet.'
+    : 'The reply is decoded under the format: always valid JSON, for a schema always a value of it (OpenAI\'s strict subset).';
+  $('tools-note').textContent = form.tools.getAttribute('aria-invalid') === 'true'
+    ? 'These tools are not JSON yet.' : 'Calls show as cards under the reply.';
 }
 function fillDecoding() {
   form.temperature.value = decodingValue('temperature');
@@ -867,6 +930,11 @@ function readSettings(e) {
   }
   settings.parallel = form.parallel.value;
   settings.watch = WATCH.includes(form.watch.value) ? form.watch.value : 'off';
+  settings.format = FORMATS.includes(form.format.value) ? form.format.value : 'text';
+  settings.schema = form.schema.value;
+  settings.tools = form.tools.value;
+  settings.tool_choice = TOOL_CHOICES.includes(form.tool_choice.value) ? form.tool_choice.value : 'auto';
+  syncStructured();
   settings.max_tokens = Math.max(1, Math.round(Number(form.max_tokens.value) || DEFAULTS.max_tokens));
   settings.api_key = form.api_key.value;
   store.set('fogline.settings', settings);

@@ -112,6 +112,10 @@ async function setSettings(values, screenshot) {
   if ('parallel' in values) await page.selectOption('#set-parallel', values.parallel);
   if ('max_tokens' in values) await page.fill('#set-max-tokens', String(values.max_tokens));
   if ('watch' in values) await page.selectOption('#set-watch', values.watch);
+  if ('format' in values) await page.selectOption('#set-format', values.format);
+  if ('schema' in values) await page.fill('#set-schema', values.schema);
+  if ('tools' in values) await page.fill('#set-tools', values.tools);
+  if ('tool_choice' in values) await page.selectOption('#set-tool-choice', values.tool_choice);
   if (screenshot) await shot(screenshot);
   await closeSettings();
 }
@@ -596,6 +600,63 @@ test('a thinking model: the reasoning is in a collapsed <details> above the answ
         await connected();
       }
     }
+  } finally {
+    assert.equal(await thinker.stop(), 0);
+  }
+});
+
+test('structured output: a JSON schema in Settings makes the reply a value of it', async () => {
+  const schema = { type: 'object', properties: { status: { enum: ['pending', 'shipped', 'delivered'] }, note: { type: 'string' } },
+    required: ['status', 'note'], additionalProperties: false };
+  await page.goto(server.url);
+  await connected();
+  await setSettings({ format: 'json_schema', schema: JSON.stringify(schema), max_tokens: 120 });
+  const sent = await sendMessage('Where is my order 48213?');
+  assert.deepEqual(sent.response_format, { type: 'json_schema', json_schema: { name: 'reply', schema } });
+  const reply = lastAssistant();
+  await reply.and(page.locator('[data-state="done"]')).waitFor({ timeout: 30000 });
+  const stored = await page.evaluate(() => {
+    const c = JSON.parse(localStorage.getItem(`fogline.chat.${localStorage.getItem('fogline.current').replace(/"/g, '')}`));
+    return c.messages.at(-1).content;
+  });
+  const v = JSON.parse(stored);
+  assert.ok(['pending', 'shipped', 'delivered'].includes(v.status) && typeof v.note === 'string', stored);
+  // a schema that is not JSON is flagged in the panel; text again for the tests after this one
+  await page.click('#open-settings');
+  await page.fill('#set-schema', '{"type": ');
+  assert.equal(await page.getAttribute('#set-schema', 'aria-invalid'), 'true');
+  assert.match(await page.textContent('#schema-note'), /not JSON/);
+  await page.selectOption('#set-format', 'text');
+  await closeSettings();
+});
+
+test('tool calls show as cards under the reply, and stay after a reload', async () => {
+  const thinker = await startServer([...SERVER_ARGS], { model: process.env.FL_THINK_MODEL });
+  const tools = [{ type: 'function', function: { name: 'get_order', description: 'Look an order up',
+    parameters: { type: 'object', properties: { order_id: { type: 'integer' } }, required: ['order_id'], additionalProperties: false } } }];
+  try {
+    await page.goto(thinker.url);
+    await connected();
+    await setSettings({ tools: JSON.stringify(tools), tool_choice: 'required', max_tokens: 64 });
+    const sent = await sendMessage('Where is order 12?');
+    assert.equal(sent.tool_choice, 'required');
+    assert.equal(sent.session, undefined);
+    const reply = lastAssistant();
+    await reply.and(page.locator('[data-state="done"]')).waitFor({ timeout: 30000 });
+    for (const when of ['live', 'reloaded']) {
+      const card = reply.locator('.tool-calls .tool-card');
+      assert.equal(await card.count(), 1, when);
+      assert.equal(await card.locator('.tool-name').textContent(), 'get_order', when);
+      const args = JSON.parse(await card.locator('.tool-args').textContent());
+      assert.equal(typeof args.order_id, 'number', when);
+      assert.doesNotMatch(await reply.locator('.reply > .md').textContent(), /tool_call/, `${when}: the call's text is the card`);
+      if (when === 'live') {
+        await shot('tool-call-card');
+        await page.reload();
+        await connected();
+      }
+    }
+    await setSettings({ tools: '', tool_choice: 'auto' });
   } finally {
     assert.equal(await thinker.stop(), 0);
   }

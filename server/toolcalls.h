@@ -1,0 +1,41 @@
+/* toolcalls.h: a reply's tool calls, found on the committed text stream. The chat templates
+ * with tools (Qwen2.5's, Qwen3's, Ling's) ask the model for
+ *   <tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call>
+ * and this turns each such block into an OpenAI tool call (arguments as JSON text), the rest
+ * into content. Pure: no sockets, no engine; one srv_tools per request, fed each commit's
+ * content, so that a tag cut across commits never leaks into the content.
+ *
+ * The rules:
+ * - A block whose text is a JSON object with a string "name" and an object "arguments" is a
+ *   call; any other block (or one the reply's end cut off) stays in the content as written.
+ * - Whitespace next to a call is not content (the template writes newlines between calls);
+ *   a reply without calls keeps its text exactly. */
+#ifndef FL_TOOLCALLS_H
+#define FL_TOOLCALLS_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "fl.h"
+
+typedef struct srv_tools {
+    bool on;       /* look for calls at all (the request offered tools) */
+    bool in_call;  /* inside <tool_call> */
+    fl_buf pend;   /* held back: a possible start tag, trailing whitespace, or a call's text */
+    size_t ws;     /* of pend (outside a call): trailing whitespace bytes held back */
+    fl_buf gap;    /* inside a call: the whitespace before its tag (content if it is no call) */
+    int n_calls;
+    uint64_t seed; /* the calls' ids: call_<hex of seed and index> */
+} srv_tools;
+
+void srv_tools_init(srv_tools *t, bool on, uint64_t seed);
+void srv_tools_free(srv_tools *t);
+/* Feeds content s[0, n): appends plain content to *content, and each call completed to calls
+ * (a JSON array) as {"index", "id", "type": "function", "function": {"name", "arguments"}}.
+ * With on false everything is content. FL_ENOMEM on out of memory. */
+int srv_tools_push(srv_tools *t, const char *s, size_t n, fl_buf *content, json_t *calls);
+/* The reply's end: what is held back becomes content (a cut call is text). */
+int srv_tools_finish(srv_tools *t, fl_buf *content, json_t *calls);
+
+#endif

@@ -1,0 +1,153 @@
+// Tool calls over the official `openai` npm client against a real `fogline serve`:
+// - on a model with Qwen3's real template and tokenizer (FL_THINK_MODEL, which always says
+//   one known think block and answer) and on a LLaDA2 MoE with Ling's template
+//   (FL_LLADA2_MODEL): tool_choice "required" and a named function give one well-formed call
+//   whose arguments npm ajv finds valid for the function's parameters, streamed (the client's
+//   own stream helper assembles the deltas) and not; "auto" leaves the model free; the round
+//   trip (call, tool result, answer) renders as @huggingface/jinja renders Qwen3's template
+//   (prompt tokens counted by @huggingface/tokenizers);
+// - every bad input by its 400 and param; the built-in model's template has no tool syntax;
+// - over the WebSocket, done carries the calls.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { startServer, require, user, connect } from '../server/lib.mjs';
+
+const OpenAI = require('openai').default;
+const Ajv = require('ajv');
+const { Template } = require('@huggingface/jinja');
+const { Tokenizer } = require('@huggingface/tokenizers');
+const ajv = new Ajv({ strict: false });
+
+const THINK = process.env.FL_THINK_MODEL;
+const LLADA2 = process.env.FL_LLADA2_MODEL;
+const BUILTIN = process.env.FL_SERVE_MODEL;
+
+const TOOLS = [
+  { type: 'function', function: { name: 'get_order', description: 'Look an order up by its number',
+    parameters: { type: 'object', properties: { order_id: { type: 'integer' }, verbose: { type: 'boolean' } },
+      required: ['order_id', 'verbose'], additionalProperties: false } } },
+  { type: 'function', function: { name: 'refund', description: 'Refund an order',
+    parameters: { type: 'object', properties: { order_id: { type: 'integer' }, reason: { enum: ['damaged', 'late', 'other'] } },
+      required: ['order_id', 'reason'], additionalProperties: false } } },
+  { type: 'function', function: { name: 'ping' } }, // no parameters: any object
+];
+const params = Object.fromEntries(TOOLS.map((t) => [t.function.name, t.function.parameters ?? { type: 'object' }]));
+
+function checkCall(call, names) {
+  assert.equal(call.type, 'function');
+  assert.match(call.id, /^call_/);
+  assert.ok(names.includes(call.function.name), `name ${call.function.name}`);
+  const args = JSON.parse(call.function.arguments);
+  const validate = ajv.compile(params[call.function.name]);
+  assert.ok(validate(args), `${call.function.name}(${call.function.arguments}): ${ajv.errorsText(validate.errors)}`);
+  return args;
+}
+
+const servers = {};
+let think;
+before(async () => {
+  servers.think = await startServer([], { model: THINK });
+  servers.llada2 = await startServer([], { model: LLADA2 });
+  servers.builtin = await startServer([], { model: BUILTIN });
+  think = new OpenAI({ apiKey: 'x', baseURL: `${servers.think.url}/v1`, maxRetries: 0 });
+});
+after(async () => {
+  for (const s of Object.values(servers)) assert.equal(await s.stop(), 0, s.log());
+});
+
+const client = (name) => new OpenAI({ apiKey: 'x', baseURL: `${servers[name].url}/v1`, maxRetries: 0 });
+
+for (const name of ['think', 'llada2']) {
+  test(`${name}: tool_choice required and named give a valid call, streamed and not`, async () => {
+    const c = client(name);
+    const names = TOOLS.map((t) => t.function.name);
+    const r = await c.chat.completions.create({ model: 'fogline', messages: user('Where is order 12?'),
+      tools: TOOLS, tool_choice: 'required', max_tokens: 160 });
+    const ch = r.choices[0];
+    assert.equal(ch.finish_reason, 'tool_calls', JSON.stringify(r));
+    assert.equal(ch.message.content, null);
+    assert.equal(ch.message.tool_calls.length, 1);
+    checkCall(ch.message.tool_calls[0], names);
+    for (const fn of ['refund', 'ping']) {
+      const n = await c.chat.completions.create({ model: 'fogline', messages: user('Refund order 7, it came late.'),
+        tools: TOOLS, tool_choice: { type: 'function', function: { name: fn } }, max_tokens: 160 });
+      assert.equal(n.choices[0].message.tool_calls[0].function.name, fn);
+      checkCall(n.choices[0].message.tool_calls[0], [fn]);
+    }
+    // streamed: the client's helper assembles the tool_calls deltas
+    const stream = c.chat.completions.stream({ model: 'fogline', messages: user('Where is order 12?'),
+      tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_order' } }, max_tokens: 160 });
+    const fin = await stream.finalChatCompletion();
+    assert.equal(fin.choices[0].finish_reason, 'tool_calls');
+    assert.equal(fin.choices[0].message.tool_calls.length, 1);
+    checkCall(fin.choices[0].message.tool_calls[0], ['get_order']);
+  });
+}
+
+test('think: the round trip renders as the template does; auto leaves the model its answer', async () => {
+  const cfg = JSON.parse(fs.readFileSync(path.join(THINK, 'tokenizer_config.json'), 'utf8'));
+  const tpl = new Template(cfg.chat_template);
+  const tok = new Tokenizer(JSON.parse(fs.readFileSync(path.join(THINK, 'tokenizer.json'), 'utf8')), cfg);
+  const promptTokens = (ctx) => tok.encode(tpl.render({ add_generation_prompt: true, ...ctx }), { add_special_tokens: false }).ids.length;
+  const first = await think.chat.completions.create({ model: 'fogline', messages: user('Where is order 12?'),
+    tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_order' } }, max_tokens: 160 });
+  assert.equal(first.usage.prompt_tokens, promptTokens({ messages: user('Where is order 12?'), tools: TOOLS }));
+  const call = first.choices[0].message.tool_calls[0];
+  const messages = [...user('Where is order 12?'),
+    { role: 'assistant', content: null, tool_calls: [call] },
+    { role: 'tool', tool_call_id: call.id, content: '{"status": "shipped", "eta_days": 2}' }];
+  const second = await think.chat.completions.create({ model: 'fogline', messages, tools: TOOLS, max_tokens: 64 });
+  // as vLLM renders it: the call's arguments as an object
+  const rendered = messages.map((m) => (m.tool_calls ? { ...m, content: '', tool_calls: m.tool_calls.map((t) =>
+    ({ ...t, function: { ...t.function, arguments: JSON.parse(t.function.arguments) } })) } : m));
+  assert.equal(second.usage.prompt_tokens, promptTokens({ messages: rendered, tools: TOOLS }));
+  // the model's own answer (it was trained on one greeting only): no call in it
+  assert.equal(second.choices[0].message.tool_calls, undefined);
+  assert.equal(typeof second.choices[0].message.content, 'string');
+  assert.ok(['stop', 'length'].includes(second.choices[0].finish_reason));
+  // tool_choice none: the tools are not in the prompt at all
+  const none = await think.chat.completions.create({ model: 'fogline', messages: user('hi'), tools: TOOLS,
+    tool_choice: 'none', max_tokens: 32 });
+  assert.equal(none.usage.prompt_tokens, promptTokens({ messages: user('hi') }));
+});
+
+test('bad tool inputs are 400s naming the field', async () => {
+  const bad = async (c, body, param, re) => {
+    await assert.rejects(c.chat.completions.create({ model: 'fogline', messages: user('hi'), ...body }),
+      (e) => e.status === 400 && e.param === param && re.test(e.message), JSON.stringify(body).slice(0, 200));
+  };
+  await bad(think, { tools: [{ type: 'function', function: { name: 'a b' } }] }, 'tools', /letters, digits/);
+  await bad(think, { tools: [{ type: 'retrieval' }] }, 'tools', /tools\[0\]/);
+  await bad(think, { tools: {} }, 'tools', /must be an array/);
+  await bad(think, { tools: [TOOLS[0], TOOLS[0]] }, 'tools', /two tools are named 'get_order'/);
+  await bad(think, { tools: TOOLS, tool_choice: 'sometimes' }, 'tool_choice', /must be "none"/);
+  await bad(think, { tool_choice: 'required' }, 'tool_choice', /'tools' is empty/);
+  await bad(think, { tools: TOOLS, tool_choice: { type: 'function', function: { name: 'cancel' } } }, 'tool_choice', /not among 'tools'/);
+  await bad(think, { tools: TOOLS, tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice', /cannot be combined/);
+  await bad(think, { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { d: { type: 'string', format: 'date' } } } } }],
+    tool_choice: 'required' }, 'tools', /unsupported keyword 'format'/);
+  await bad(think, { messages: [...user('hi'), { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{oops' } }] }] },
+    'messages', /arguments must be a JSON object/);
+  await bad(think, { messages: [{ role: 'user', content: 'hi', tool_calls: [] }] }, 'messages', /belong to assistant messages/);
+  // the built-in model's template writes no tools: refused, never dropped
+  await bad(client('builtin'), { tools: TOOLS }, 'tools', /no tool syntax/);
+  await bad(client('builtin'), { messages: [...user('hi'), { role: 'tool', content: 'x' }] }, 'messages', /no tool syntax/);
+});
+
+test('WebSocket: done carries the call', async () => {
+  const c = await connect(servers.llada2);
+  c.send({ type: 'chat', id: 't1', messages: user('Refund order 3'), tools: TOOLS,
+    tool_choice: { type: 'function', function: { name: 'refund' } }, max_tokens: 160 });
+  const frames = await c.collect('t1');
+  const done = frames.at(-1);
+  assert.equal(done.type, 'done', JSON.stringify(done));
+  assert.equal(done.tool_calls.length, 1);
+  checkCall(done.tool_calls[0], ['refund']);
+  c.send({ type: 'chat', id: 't2', messages: user('hi'), tools: TOOLS, tool_choice: 'nope' });
+  const err = await c.next((f) => f.id === 't2');
+  assert.equal(err.type, 'error');
+  assert.match(err.message, /tool_choice/);
+  c.close();
+});

@@ -1,0 +1,97 @@
+/* test_toolcalls.c: tool calls found in a reply's text (server/toolcalls.c): whole replies and
+ * the same replies cut into commits at every byte, which must give the same content and calls. */
+#include <jansson.h>
+#include <string.h>
+
+#include "check.h"
+#include "toolcalls.h"
+
+typedef struct result {
+    fl_buf content;
+    json_t *calls;
+} result;
+
+/* text fed in pieces of `step` bytes (0: at once) */
+static void run(const char *text, size_t step, result *r)
+{
+    srv_tools t;
+    srv_tools_init(&t, true, 42);
+    memset(&r->content, 0, sizeof r->content);
+    r->calls = json_array();
+    size_t n = strlen(text);
+    if (!step)
+        step = n ? n : 1;
+    for (size_t i = 0; i < n; i += step)
+        srv_tools_push(&t, text + i, n - i < step ? n - i : step, &r->content, r->calls);
+    srv_tools_finish(&t, &r->content, r->calls);
+    srv_tools_free(&t);
+}
+
+static void expect(const char *text, const char *content, int n_calls, const char *name0,
+                   const char *args0)
+{
+    for (size_t step = 0; step <= strlen(text); step++) {
+        result r;
+        run(text, step, &r);
+        const char *got = r.content.data ? r.content.data : "";
+        CHECK(r.content.len == strlen(content) && !memcmp(got, content, r.content.len),
+              "%s (step %zu): content \"%.*s\", want \"%s\"", text, step, (int)r.content.len, got,
+              content);
+        CHECK((int)json_array_size(r.calls) == n_calls, "%s (step %zu): %zu calls, want %d", text,
+              step, json_array_size(r.calls), n_calls);
+        if (n_calls && json_array_size(r.calls)) {
+            const json_t *c = json_array_get(r.calls, 0);
+            const json_t *f = json_object_get(c, "function");
+            CHECK(!strcmp(json_string_value(json_object_get(f, "name")), name0), "%s: name", text);
+            CHECK(!strcmp(json_string_value(json_object_get(f, "arguments")), args0),
+                  "%s: arguments %s, want %s", text,
+                  json_string_value(json_object_get(f, "arguments")), args0);
+            CHECK(json_integer_value(json_object_get(c, "index")) == 0, "index");
+            CHECK(!strncmp(json_string_value(json_object_get(c, "id")), "call_", 5), "id");
+            CHECK(!strcmp(json_string_value(json_object_get(c, "type")), "function"), "type");
+        }
+        json_decref(r.calls);
+        fl_buf_free(&r.content);
+    }
+}
+
+int main(void)
+{
+    /* no calls: the text exactly, whitespace and look-alikes included */
+    expect("Hello there.\n\n", "Hello there.\n\n", 0, NULL, NULL);
+    expect("", "", 0, NULL, NULL);
+    expect("a <tool_cal b", "a <tool_cal b", 0, NULL, NULL);
+    expect("ends with <tool_", "ends with <tool_", 0, NULL, NULL);
+    /* one call, the template's form */
+    expect("<tool_call>\n{\"name\": \"get_order\", \"arguments\": {\"id\": 12}}\n</tool_call>", "", 1,
+           "get_order", "{\"id\": 12}");
+    /* arguments as written: whitespace, key order, a number beyond 64 bits */
+    expect("<tool_call>{ \"arguments\" :{\"n\": 123456789012345678901234567890 ,\"s\":\"}\\\"\"} , \"name\":\"f\"}</tool_call>", "", 1,
+           "f", "{\"n\": 123456789012345678901234567890 ,\"s\":\"}\\\"\"}");
+    /* content before, whitespace around and between, two calls */
+    expect("Let me check.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n"
+           "<tool_call>\n{\"name\": \"b\", \"arguments\": {\"x\": [1, \"y\"]}}\n</tool_call>\n",
+           "Let me check.", 2, "a", "{}");
+    /* not a call: written as it was */
+    expect("<tool_call>not json</tool_call> ok", "<tool_call>not json</tool_call> ok", 0, NULL, NULL);
+    expect("<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>",
+           "<tool_call>{\"name\": 3, \"arguments\": {}}</tool_call>", 0, NULL, NULL);
+    /* cut off by the reply's end: text */
+    expect("x <tool_call>\n{\"name\": \"a\", \"argu", "x <tool_call>\n{\"name\": \"a\", \"argu", 0,
+           NULL, NULL);
+    /* off: everything is content */
+    {
+        srv_tools t;
+        srv_tools_init(&t, false, 1);
+        fl_buf c = {0};
+        json_t *calls = json_array();
+        const char *s = "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>";
+        srv_tools_push(&t, s, strlen(s), &c, calls);
+        srv_tools_finish(&t, &c, calls);
+        CHECK(c.len == strlen(s) && json_array_size(calls) == 0, "off");
+        fl_buf_free(&c);
+        json_decref(calls);
+        srv_tools_free(&t);
+    }
+    return check_summary("test_toolcalls");
+}
