@@ -317,8 +317,7 @@ int fl_bench_decode(int argc, char **argv)
         json_error_t je;
         json_t *sj = json_load_file(schema_file, JSON_DECODE_ANY, &je);
         if (!sj) {
-            fprintf(stderr, "fogline bench decode: %s: %s (line %d)\n", schema_file, je.text,
-                    je.line);
+            fprintf(stderr, "fogline bench decode: %s: %s\n", schema_file, je.text);
             return 1;
         }
         schema_text = json_dumps(sj, JSON_COMPACT | JSON_ENCODE_ANY);

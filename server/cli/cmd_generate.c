@@ -469,8 +469,7 @@ int fl_cmd_generate(int argc, char **argv)
             json_error_t je;
             json_t *sj = json_load_file(schema_file, JSON_DECODE_ANY, &je);
             if (!sj) {
-                fprintf(stderr, "fogline generate: %s: %s (line %d)\n", schema_file, je.text,
-                        je.line);
+                fprintf(stderr, "fogline generate: %s: %s\n", schema_file, je.text);
                 goto out;
             }
             schema_text = json_dumps(sj, JSON_COMPACT | JSON_ENCODE_ANY);

@@ -1,10 +1,15 @@
 /* fuzz_schema.c: response constraints (engine/constrain.c) from hostile JSON schemas. Any
  * input is either refused with a message or compiled, within a state budget that bounds time
  * and memory; a compiled automaton must be well formed (every edge inside it, distances that
- * agree with its edges and acceptance) and every text it samples must parse as JSON. */
+ * agree with its edges and acceptance) and every text it samples must parse as JSON. Every
+ * other input is compiled as the decoder compiles (bounded whitespace and digits, a tool
+ * call's tags around it) and decoded (engine/cdecode.c) over a vocabulary of the 256 bytes,
+ * some words and an end token, with logits from the input: the text must be accepted. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cdecode.h"
 #include "constrain.h"
 #include "fuzz_common.h"
 
@@ -39,19 +44,131 @@ static void check_dfa(const fl_dfa *d, uint64_t seed)
     fl_buf_free(&b);
 }
 
+static const char *WORDS[] = {"{\"", "\":", "\"}", "true", "null", "<tool_call>", "\n", "[1,", "é"};
+#define N_WORDS (int)(sizeof WORDS / sizeof WORDS[0])
+
+/* A vocabulary of the 256 bytes, WORDS, and the end token (the last id). */
+static fl_tvocab *byte_vocab(void)
+{
+    fl_tvocab *v = calloc(1, sizeof *v);
+    int n = 256 + N_WORDS + 1;
+    v->n = n;
+    v->off = calloc((size_t)n + 1, sizeof(uint32_t));
+    v->ok = calloc((size_t)n, 1);
+    v->blob = malloc(512);
+    uint32_t o = 0;
+    for (int i = 0; i < n; i++) {
+        v->off[i] = o;
+        if (i < 256) {
+            v->blob[o++] = (unsigned char)i;
+            v->single[i] = i;
+        } else if (i < 256 + N_WORDS) {
+            size_t l = strlen(WORDS[i - 256]);
+            memcpy(v->blob + o, WORDS[i - 256], l);
+            o += (uint32_t)l;
+            if ((int32_t)l > v->max_len)
+                v->max_len = (int32_t)l;
+        }
+        v->ok[i] = i < 256 + N_WORDS;
+    }
+    v->off[n] = o;
+    return v;
+}
+
+/* Decodes to the end with logits from the input: 4 positions per block, the assignment's
+   positions committed two at a time. */
+static void check_decode(fl_dfa *d, const uint8_t *data, size_t size)
+{
+    static fl_tvocab *tv;
+    if (!tv)
+        tv = byte_vocab();
+    fl_cons *c = NULL;
+    fl_err e = {0};
+    if (fl_cons_create(d, tv, 0, &c, &e)) /* takes d */
+        return;
+    int32_t eos = tv->n - 1, budget = fl_cons_min_tokens(c) + (int32_t)(size % 7);
+    if (budget > 48 || c->dfa->n > 2000) {
+        fl_cons_unref(c);
+        return;
+    }
+    fl_cdp *w = fl_cdp_new();
+    fl_decode_opts o;
+    fl_decode_opts_default(&o);
+    float *lg = malloc(sizeof(float) * (size_t)tv->n * 4);
+    int32_t state = 0, out = 0;
+    unsigned char text[512];
+    size_t tl = 0;
+    uint64_t rng = size;
+    for (int32_t start = 0; start < budget && state != FL_CONS_END; start += 4) {
+        int n = budget - start < 4 ? budget - start : 4;
+        int32_t x[4] = {-1, -1, -1, -1}, prev[4] = {-1, -1, -1, -1};
+        for (int round = 0; round < 4; round++) {
+            fl_cpos p[4];
+            for (int j = 0; j < n; j++) {
+                for (int t = 0; t < tv->n; t++)
+                    lg[j * tv->n + t] = (float)data[(size_t)(j * 31 + t + round * 7) % size] / 16.0f;
+                p[j] = (fl_cpos){x[j], x[j] < 0 ? lg + j * tv->n : NULL, NAN, prev[j]};
+            }
+            int32_t tok[4];
+            float prob[4];
+            int rc = fl_cons_best(c, w, state, p, n, budget - start, tv->n, &eos, 1, &o, &rng, tok,
+                                  prob);
+            FZ_CHECK(rc == 0, "no assignment at %d (state %d, budget %d)", start, state, budget);
+            if (rc)
+                break;
+            memcpy(prev, tok, sizeof tok);
+            for (int j = 0, k = 0; j < n && k < 2; j++)
+                if (x[j] < 0) {
+                    x[j] = tok[j];
+                    k++;
+                }
+        }
+        for (int j = 0; j < n && state != FL_CONS_END; j++) {
+            state = fl_cons_step(c, state, x[j], &eos, 1);
+            FZ_CHECK(state != -1, "a committed token left the language");
+            if (state >= 0) {
+                size_t l = tv->off[x[j] + 1] - tv->off[x[j]];
+                if (tl + l < sizeof text) {
+                    memcpy(text + tl, tv->blob + tv->off[x[j]], l);
+                    tl += l;
+                }
+                out++;
+            }
+        }
+    }
+    FZ_CHECK(state == FL_CONS_END || (state >= 0 && c->dfa->accept[state]),
+             "not a whole value after %d tokens: %.*s", out, (int)tl, text);
+    free(lg);
+    fl_cdp_free(w);
+    fl_cons_unref(c);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     json_error_t je;
     json_t *schema = json_loadb((const char *)data, size, JSON_DECODE_ANY, &je);
     if (!schema)
         return 0;
+    bool decode = size % 2;
     fl_constrain_opts o = {.max_states = 20000};
+    if (decode) {
+        o.max_ws = 20;
+        o.max_digits = 15;
+        if (size % 4 == 1) {
+            o.prefix = "<tool_call>\n";
+            o.suffix = "\n</tool_call>";
+        }
+    }
     fl_dfa *d = NULL;
     fl_err e = {0};
     if (fl_dfa_from_schema(schema, &o, &d, &e) == 0) {
         FZ_CHECK(d, "compiled without an automaton");
-        check_dfa(d, size);
-        fl_dfa_free(d);
+        if (!o.prefix)
+            check_dfa(d, size);
+        if (decode)
+            check_decode(d, data, size);
+        else
+            fl_dfa_free(d);
     } else {
         FZ_CHECK(!d && e.code && e.msg[0], "refused without a message");
     }

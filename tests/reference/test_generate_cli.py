@@ -112,6 +112,51 @@ def main():
         line = r.stderr.strip()
         check(r.returncode == 2 and word in line and "\n" not in line,
               "bad %s -> exit %d, %r" % (" ".join(args), r.returncode, line))
+    # --schema / --json-object: the reply is a value of the schema (checked here by Python's
+    # json and the schema's own terms), and the unconstrained reply's text is inside it
+    import tempfile
+    with tempfile.TemporaryDirectory() as td:
+        order = os.path.join(td, "order.json")
+        with open(order, "w") as f:
+            json.dump({"type": "object", "properties": {"status": {"enum": ["pending", "shipped"]},
+                       "eta_days": {"type": "integer"}}, "required": ["status", "eta_days"],
+                       "additionalProperties": False}, f)
+        r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "Where is my order?",
+                            "--schema", order, "--json"], capture_output=True, text=True)
+        out = json.loads(r.stdout) if r.returncode == 0 else {}
+        v = json.loads(out.get("text", "null")) if out else None
+        check(isinstance(v, dict) and v.get("status") in ("pending", "shipped") and
+              isinstance(v.get("eta_days"), int) and set(v) == {"status", "eta_days"},
+              "--schema: %r (%s)" % (out.get("text"), r.stderr.strip()))
+        check(out.get("stats", {}).get("constrained", 0) > 0, "--schema: stats.constrained")
+        string = os.path.join(td, "string.json")
+        with open(string, "w") as f:
+            f.write('{"type": "string"}')
+        # the model's own reply, its first word given up for the opening quote
+        free = gen(fogline, model, "Where is my order?")
+        r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "Where is my order?",
+                            "--threads", "2", "--max-tokens", "64", "--schema", string, "--json"],
+                           capture_output=True, text=True)
+        quoted = json.loads(json.loads(r.stdout)["text"]) if r.returncode == 0 else None
+        check(isinstance(quoted, str) and quoted.split() == free["text"].split()[1:],
+              "--schema string: %r vs %r" % (quoted, free["text"]))
+        r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", "--json-object",
+                            "--json"], capture_output=True, text=True)
+        check(r.returncode == 0 and isinstance(json.loads(json.loads(r.stdout)["text"]), dict),
+              "--json-object: %s %s" % (r.stdout[:200], r.stderr.strip()))
+        bad = os.path.join(td, "bad.json")
+        with open(bad, "w") as f:
+            f.write('{"type": "string", "pattern": "^a"}')
+        for args, code, word in ((["--schema", bad], 1, "unsupported keyword 'pattern'"),
+                                 (["--schema", os.path.join(td, "none.json")], 1, "none.json"),
+                                 (["--schema", order, "--json-object"], 2, "not both"),
+                                 (["--schema", order, "--max-tokens", "3"], 1,
+                                  "the shortest reply the constraint allows takes")):
+            r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", *args],
+                               capture_output=True, text=True)
+            line = r.stderr.strip()
+            check(r.returncode == code and word in line and "\n" not in line,
+                  "%s -> exit %d, %r" % (" ".join(args), r.returncode, line))
     print("%d passed, %d failed" % (CHECKS[0] - len(FAILS), len(FAILS)))
     sys.exit(1 if FAILS else 0)
 

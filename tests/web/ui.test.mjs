@@ -608,7 +608,7 @@ test('a thinking model: the reasoning is in a collapsed <details> above the answ
 test('structured output: a JSON schema in Settings makes the reply a value of it', async () => {
   const schema = { type: 'object', properties: { status: { enum: ['pending', 'shipped', 'delivered'] }, note: { type: 'string' } },
     required: ['status', 'note'], additionalProperties: false };
-  await page.goto(server.url);
+  await page.goto(home); // (server.url: the port the restarted server was first given)
   await connected();
   await setSettings({ format: 'json_schema', schema: JSON.stringify(schema), max_tokens: 120 });
   const sent = await sendMessage('Where is my order 48213?');
