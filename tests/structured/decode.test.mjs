@@ -4,7 +4,8 @@
 // - random schemas of the subset (tests/structured/gen.mjs) x random prompts, over the
 //   official openai client, greedy and sampled, at max_tokens exactly the constraint's
 //   minimum (learnt from the server's own refusal of max_tokens 1) and above it;
-// - json_object, streamed and not; over the WebSocket, the commits add up to a valid value.
+// - every unmasking policy (threshold, static, dynamic, entropy, sequential);
+// - json_object and a schema streamed; over the WebSocket, the commits add up to a valid value.
 // FL_STRUCT_MODELS: a directory with q3 (SDAR layout) and q2 (Fast-dLLM v2: shifted logits,
 // sub-blocks); FL_LLADA2_MODEL: a LLaDA2 MoE (its own stand-in tokenizer, vocabulary 157184).
 import { test, before, after } from 'node:test';
@@ -82,8 +83,10 @@ for (const [name, dir] of MODELS) {
       }
       assert.ok(min <= 560, `schema ${i}: min ${min}`);
       for (const [k, max, temperature] of [[0, min, 0], [1, min + Math.floor(r() * 40), r() < 0.4 ? 0.8 : 0]]) {
+        // every unmasking policy picks from the constraint's assignment
+        const policy = k === 0 ? undefined : pick(r, ['threshold', 'static', 'dynamic', 'entropy', 'sequential']);
         const res = await client.chat.completions.create({ model: 'fogline', messages, max_tokens: max, temperature,
-          response_format: format(schema) });
+          response_format: format(schema), ...(policy ? { decoding: { policy, k: 2 } } : {}) });
         const c = res.choices[0];
         check(schema, c.message.content, `schema ${i} max_tokens ${max} temperature ${temperature}`);
         assert.ok(res.usage.completion_tokens <= max);
@@ -97,7 +100,7 @@ for (const [name, dir] of MODELS) {
   });
 }
 
-test('json_object streamed, and over the WebSocket: the commits add up to a valid value', async () => {
+test('json_object and a schema streamed, and over the WebSocket: the commits add up to a valid value', async () => {
   const server = servers[0];
   const client = new OpenAI({ apiKey: 'x', baseURL: `${server.url}/v1`, maxRetries: 0 });
   const stream = await client.chat.completions.create({ model: 'fogline', messages: user('hi'), max_tokens: 120,
@@ -105,6 +108,12 @@ test('json_object streamed, and over the WebSocket: the commits add up to a vali
   let text = '';
   for await (const ch of stream) text += ch.choices[0]?.delta?.content ?? '';
   check(null, text, 'streamed json_object');
+  const listSchema = { type: 'array', items: { type: 'integer' }, minItems: 2, maxItems: 5 };
+  const s2 = await client.chat.completions.create({ model: 'fogline', messages: user('numbers'), max_tokens: 100,
+    response_format: format(listSchema), stream: true });
+  let t2 = '';
+  for await (const ch of s2) t2 += ch.choices[0]?.delta?.content ?? '';
+  check(listSchema, t2, 'streamed json_schema');
   const schema = { type: 'object', properties: { status: { enum: ['pending', 'shipped'] }, eta: { type: 'integer' } },
     required: ['status', 'eta'], additionalProperties: false };
   const c = await connect(server);
