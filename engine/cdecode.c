@@ -316,19 +316,9 @@ static int add_cand(fl_cdp *w, int32_t t, float sc)
     return 0;
 }
 
-static uint64_t rnd(uint64_t *s)
-{
-    uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    *s = x;
-    return x;
-}
-
 static float gumbel(uint64_t *rng)
 {
-    double u = ((double)(rnd(rng) >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
+    double u = ((double)(fl_xorshift(rng) >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
     return (float)-log(-log(u));
 }
 

@@ -394,7 +394,7 @@ int fl_policy_select(const fl_decode_opts *o, const fl_tok_out *pred, const uint
     return cnt;
 }
 
-static uint64_t xorshift(uint64_t *s)
+uint64_t fl_xorshift(uint64_t *s)
 {
     uint64_t x = *s ? *s : 0x9e3779b97f4a7c15ull;
     x ^= x << 13;
@@ -462,7 +462,7 @@ void fl_sample(const fl_decode_opts *o, const float *logits, int vocab, uint64_t
     for (int i = 0; i < vocab; i++)
         if (tmp[i] >= cut)
             zk += tmp[i];
-    double r = (double)(xorshift(rng) >> 11) / 9007199254740992.0 * zk;
+    double r = (double)(fl_xorshift(rng) >> 11) / 9007199254740992.0 * zk;
     int tok = -1;
     double acc = 0;
     for (int i = 0; i < vocab; i++) {

@@ -20,6 +20,8 @@ int fl_policy_select(const fl_decode_opts *o, const fl_tok_out *pred, const uint
 void fl_sample(const fl_decode_opts *o, const float *logits, int vocab, uint64_t *rng, float *tmp,
                fl_tok_out *out);
 
+/* The samplers' random numbers: xorshift64 (state 0 is taken as a fixed nonzero seed). */
+uint64_t fl_xorshift(uint64_t *s);
 /* The weight below which top_k/top_p exclude a token: w (vocab) the tempered weights
  * exp((logit - max) / T), z their sum; 0 when neither is set. */
 float fl_sample_cut(const fl_decode_opts *o, const float *w, double z, int vocab);

@@ -802,21 +802,9 @@ static int ling_assistant(fl_buf *o, const fl_chat_msg *m, size_t i, size_t last
     } else {
         putn(o, c, cn);
     }
-    if (calls) {
-        char what[48];
-        snprintf(what, sizeof what, "message %zu: tool_calls", i);
-        fl__json_doc doc;
-        int rc = parse_json(calls, what, &doc, e);
-        if (rc)
-            return rc;
-        if (!fl__json_is(&doc.root, FL_JSON_ARRAY))
-            rc = fl_err_set(e, FL_EINVAL, "%s must be a JSON array", what);
-        for (uint32_t j = 0; !rc && j < doc.root.n; j++) {
-            if (j || cn) /* (loop.first and content) or (not loop.first) */
-                put(o, "\n");
-            rc = ling_tool_call(o, &doc.root.items[j], i, j, false, e);
-        }
-        fl__json_free(&doc);
+    bool any;
+    if (calls) { /* as Qwen3's: "\n" before each call but a first one after no content */
+        int rc = qwen_tool_calls(o, calls, i, cn > 0, false, &any, e);
         if (rc)
             return rc;
     }
