@@ -34,7 +34,9 @@ void fz_check_rejection(const char *code, const char *param, const char *msg)
             "max_completion_tokens", "stop", "decoding", "decoding.policy",
             "decoding.threshold", "decoding.k", "decoding.entropy_bound", "decoding.overlap",
             "decoding.pipeline", "decoding.tau_add", "decoding.tau_act", "decoding.tau_conf",
-            "decoding.max_blocks"};
+            "decoding.max_blocks", "decoding.steps", "decoding.edit_threshold",
+            "decoding.max_post_steps", "decoding.preset", "parallel", "chat_template_kwargs",
+            "drafts", "response_format", "tools", "tool_choice"};
         FZ_CHECK(in_list(param, known, sizeof known / sizeof known[0]), "unknown param '%s'",
                  param);
     }
@@ -93,7 +95,8 @@ void fz_check_chat(const srv_chat *c, const srv_limits *L, bool openai)
     FZ_CHECK(c->n_msgs >= 1 && c->n_msgs <= SRV_MAX_MESSAGES, "%zu messages", c->n_msgs);
     for (size_t i = 0; i < c->n_msgs; i++) {
         const char *r = c->msgs[i].role;
-        FZ_CHECK(r && (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant")),
+        FZ_CHECK(r && (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant") ||
+                       !strcmp(r, "tool")),
                  "message %zu accepted with role '%s'", i, r ? r : "(null)");
         FZ_CHECK(c->msgs[i].content != NULL, "message %zu without content", i);
         FZ_CHECK(fz_utf8_ok((const unsigned char *)c->msgs[i].content,
@@ -121,7 +124,27 @@ void fz_render_like_server(const fl_tokenizer *tok, const srv_chat *c)
     fl_buf text = {0};
     fl_err e = {0};
     fl_chat_opts co = {.add_generation_prompt = true, .enable_thinking = false};
-    int rc = fl_chat_render(tok, c->msgs, c->n_msgs, &co, &text, &e);
+    /* as tokenize_work: tools or tool messages go through the template's tool syntax. The
+       default model's template has none (the server refuses them there with a message), so
+       they are rendered as a model whose template has one would: Ling's renderer over the
+       same vocabulary */
+    bool tools = c->tools || c->tool_msgs;
+    if (tools && !fl_chat_takes_tools(tok)) {
+        static fl_tokenizer *ling;
+        if (!ling)
+            ling = fz_load_tokenizer("ling");
+        tok = ling;
+    }
+    fl_chat_extra extra = {c->tools, (const char *const *)c->calls, NULL};
+    int rc = tools ? fl_chat_render_extra(tok, c->msgs, c->n_msgs, &co, &extra, &text, &e)
+                   : fl_chat_render(tok, c->msgs, c->n_msgs, &co, &text, &e);
+    /* a tool schema's JSON the renderer cannot print as the template's tojson would (a float)
+       is refused there with a message, which the server sends back */
+    if (rc && tools && e.code == FL_EUNSUPPORTED && e.msg[0]) {
+        FZ_CHECK(text.len == 0, "a refused rendering wrote %zu bytes", text.len);
+        fl_buf_free(&text);
+        return;
+    }
     FZ_CHECK(rc == 0, "an accepted chat fails to render: %s", e.msg);
     rc = fz_tokenize_roundtrip(tok, text.data ? text.data : "", text.len);
     FZ_CHECK(rc == 0, "an accepted chat fails to tokenize");
