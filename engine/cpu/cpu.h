@@ -34,6 +34,29 @@ typedef struct fl_cpu_moe_stats {
                                  holds (a forward that touched every expert reads these) */
 } fl_cpu_moe_stats;
 
+/* Where a CPU backend's forwards spent their time (wall ms on the calling thread, summed over
+ * forwards since the last fl_cpu_phases_get with reset): each phase from its start to the
+ * start of the next, so the phases add up to the forwards' time. */
+enum {
+    FL_PH_EMBED,  /* batch set-up: RoPE angles, embedding rows */
+    FL_PH_NORM,   /* RMS norms and the activations' quantization before q|k|v and gate|up */
+    FL_PH_QKV,    /* q|k|v projection with its norms, RoPE and K/V stores */
+    FL_PH_ATTN,   /* attention */
+    FL_PH_WO,     /* output projection (with its input's quantization) */
+    FL_PH_UP,     /* gate|up projection and SwiGLU (dense layers) */
+    FL_PH_DOWN,   /* down projection (dense layers) */
+    FL_PH_MOE,    /* a MoE layer's MLP: router, experts, shared expert, sums */
+    FL_PH_HEAD,   /* final norm, LM head, softmax statistics */
+    FL_PH_N
+};
+extern const char *const fl_cpu_phase_names[FL_PH_N];
+typedef struct fl_cpu_phases {
+    double ms[FL_PH_N];
+    int64_t forwards;
+} fl_cpu_phases;
+/* Copies the phase times to *ph (and zeroes them when reset). FL_EINVAL for another backend. */
+int fl_cpu_phases_get(fl_backend *b, fl_cpu_phases *ph, bool reset);
+
 /* Copies the MoE statistics of b's last forward to *st. FL_EINVAL for another backend. */
 int fl_cpu_moe_stats_get(const fl_backend *b, fl_cpu_moe_stats *st);
 

@@ -153,6 +153,9 @@ typedef struct fl_cpu {
     int32_t *rec_ids;   /* fl_cpu_record_routes: (n_layers, max_tokens, top_k) or NULL */
     float *rec_w;
     fl_cpu_moe_stats st; /* of the last forward */
+    fl_cpu_phases ph;    /* fl_cpu_phases_get */
+    double ph_t;         /* the current phase's start (fl_now seconds) */
+    int ph_cur;
     void *weights_mem;  /* one mapping holding all converted weights */
     size_t weights_len;
     size_t arena_bytes;  /* of the weight plan's arena (the converted weights) */
@@ -1169,8 +1172,36 @@ static void fl_moe_forward(fl_fwd *f, const fl_cpu_layer *cl)
     }
 }
 
+const char *const fl_cpu_phase_names[FL_PH_N] = {"embed", "norm", "qkv", "attention", "wo",
+                                                 "mlp_up", "mlp_down", "moe", "head"};
+
+/* Ends the current phase and starts phase ph (FL_PH_N: none). */
+static void fl_phase(fl_cpu *c, int ph)
+{
+    double t = fl_now();
+    if (c->ph_cur < FL_PH_N)
+        c->ph.ms[c->ph_cur] += (t - c->ph_t) * 1e3;
+    c->ph_t = t;
+    c->ph_cur = ph;
+}
+
+static int fl_cpu_forward_impl(fl_backend *b, const fl_batch *bt, fl_tok_out *out,
+                               float *logits, fl_err *e);
+
 static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float *logits,
                           fl_err *e)
+{
+    fl_cpu *c = b->impl;
+    c->ph_cur = FL_PH_N;
+    fl_phase(c, FL_PH_EMBED);
+    int rc = fl_cpu_forward_impl(b, bt, out, logits, e);
+    fl_phase(c, FL_PH_N);
+    c->ph.forwards++;
+    return rc;
+}
+
+static int fl_cpu_forward_impl(fl_backend *b, const fl_batch *bt, fl_tok_out *out,
+                               float *logits, fl_err *e)
 {
     fl_cpu *c = b->impl;
     const fl_config *cf = &c->cfg;
@@ -1218,16 +1249,22 @@ static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, fl
     for (int l = 0; l < cf->n_layers; l++) {
         const fl_cpu_layer *cl = &c->layers[l];
         f.layer = l;
+        fl_phase(c, FL_PH_NORM);
         for (t = 0; t < n; t++)
             fl_rmsnorm(c->xb + (size_t)t * H, c->x + (size_t)t * H, cl->attn_norm, H, cf->rms_eps);
         fl_quantize_input(&f, c->xb, H, n, &cl->wqkv);
+        fl_phase(c, FL_PH_QKV);
         fl_run(&f, fl_job_qkv);
         f.n_items = items;
+        fl_phase(c, FL_PH_ATTN);
         fl_run(&f, fl_job_attention);
+        fl_phase(c, FL_PH_WO);
         fl_par_matmul(&f, c->x, H, c->att, c->q_dim, n, &cl->wo, true);
+        fl_phase(c, FL_PH_NORM);
         for (t = 0; t < n; t++)
             fl_rmsnorm(c->xb + (size_t)t * H, c->x + (size_t)t * H, cl->mlp_norm, H, cf->rms_eps);
         if (cl->moe) {
+            fl_phase(c, FL_PH_MOE);
             fl_moe_forward(&f, cl);
             continue;
         }
@@ -1235,9 +1272,12 @@ static int fl_cpu_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, fl
             for (size_t i = 0; i < (size_t)n * cf->moe.top_k; i++)
                 c->rec_ids[(size_t)l * c->base.max_tokens * cf->moe.top_k + i] = -1;
         fl_quantize_input(&f, c->xb, H, n, &cl->wgu);
+        fl_phase(c, FL_PH_UP);
         fl_run(&f, fl_job_mlp_up);
+        fl_phase(c, FL_PH_DOWN);
         fl_par_matmul(&f, c->x, H, c->hb, NI, n, &cl->wdown, true);
     }
+    fl_phase(c, FL_PH_HEAD);
 
     if (n_out == 0 || (!out && !logits))
         return 0;
@@ -1597,6 +1637,17 @@ oom:
 fail:
     fl_cpu_destroy(&c->base);
     return rc;
+}
+
+int fl_cpu_phases_get(fl_backend *b, fl_cpu_phases *ph, bool reset)
+{
+    if (!b || b->ops != &fl_cpu_ops)
+        return FL_EINVAL;
+    fl_cpu *c = b->impl;
+    *ph = c->ph;
+    if (reset)
+        c->ph = (fl_cpu_phases){0};
+    return 0;
 }
 
 int fl_cpu_moe_stats_get(const fl_backend *b, fl_cpu_moe_stats *st)

@@ -61,6 +61,7 @@ typedef struct fl_ours {
        weight bytes the step read (the untouched experts' not) */
     double touched[FL_MAX_BLOCKS], read_bytes[FL_MAX_BLOCKS];
     int moe_layers;
+    double phase_ms[FL_MAX_BLOCKS][FL_PH_N]; /* mean per timed forward (CPU backend), -1 else */
     size_t kv_bytes;              /* the KV pool, as it holds the pages */
     long rss0_kb;                 /* VmRSS before create (the process without this backend) */
     long rss_kb, load_hwm_kb;     /* VmRSS and VmHWM after create */
@@ -446,13 +447,19 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
         fl_batch bt = {bt_tok, nb, &s, 1};
         double t[64];
         int steps = a->steps > 64 ? 64 : a->steps;
+        fl_cpu_phases ph;
         for (int r = 0; r <= steps; r++) { /* r == 0: warm-up */
+            if (r == 1)
+                fl_cpu_phases_get(b, &ph, true);
             double t0 = fl_now();
             if ((rc = fl_forward(b, &bt, out, NULL, e)))
                 goto done;
             if (r)
                 t[r - 1] = (fl_now() - t0) * 1e3;
         }
+        bool cpu = fl_cpu_phases_get(b, &ph, true) == 0 && ph.forwards > 0;
+        for (int k = 0; k < FL_PH_N; k++)
+            res->phase_ms[i][k] = cpu ? ph.ms[k] / (double)ph.forwards : -1;
         ours_ms[i] = fl_median(t, steps);
         fl_cpu_moe_stats st;
         res->read_bytes[i] = (double)*wbytes;
@@ -667,6 +674,22 @@ int fl_bench_forward(int argc, char **argv)
     printf("\nratio = reference ms / ours; fraction = our GFLOP/s / sgemm GFLOP/s; floor = "
            "weight bytes / read bandwidth; cache = the ctx positions' K/V as the pool holds "
            "them (read once per kv head and tile of 16 query rows)\n");
+    if (ours[0].phase_ms[0][0] >= 0) {
+        printf("\nwhere a step goes (ms, mean of the timed forwards; each phase from its start "
+               "to the next's, so they add up to the step):\n%5s %7s %4s", "block", "weights",
+               "kv");
+        for (int k = 0; k < FL_PH_N; k++)
+            printf(" %9s", fl_cpu_phase_names[k]);
+        printf("\n");
+        for (int i = 0; i < a.n_blocks; i++)
+            for (int f = 0; f < n_runs; f++) {
+                printf("%5d %7s %4s", a.blocks[i], fl_wformat_name(ours[f].held),
+                       fl_kvformat_name(ours[f].kv_held));
+                for (int k = 0; k < FL_PH_N; k++)
+                    printf(" %9.2f", ours[f].phase_ms[i][k]);
+                printf("\n");
+            }
+    }
     if (ours[0].moe_layers) {
         printf("\nmixture of experts (%d MoE layers, %d experts, top %d; the last %d tokens of "
                "each block are the mask):\n", ours[0].moe_layers, cf.moe.n_experts,
