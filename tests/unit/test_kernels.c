@@ -107,10 +107,10 @@ static void test_matmul(const fl_kernels *kk)
 
 static void test_attention(const fl_kernels *kk)
 {
-    const int nqs[] = {1, 3, 4, 5, 9, 16}, nks[] = {1, 2, 3, 7, 8, 17}, hds[] = {8, 12, 16, 20, 64};
+    const int nqs[] = {1, 3, 4, 5, 9, 16}, nks[] = {1, 2, 3, 7, 8, 17}, hds[] = {8, 12, 16, 18, 20, 64, 128};
     for (size_t a = 0; a < 6; a++)
         for (size_t b = 0; b < 6; b++)
-            for (size_t c = 0; c < 5; c++) {
+            for (size_t c = 0; c < 7; c++) {
                 int nq = nqs[a], nk = nks[b], hd = hds[c], ld = hd + 5, lds = nk + 3;
                 float *q = malloc(sizeof(float) * nq * ld), *k = malloc(sizeof(float) * nk * ld);
                 float *v = malloc(sizeof(float) * nk * ld), *s = malloc(sizeof(float) * nq * lds);
@@ -164,6 +164,48 @@ static void test_attention(const fl_kernels *kk)
                 free(kr);
                 free(vr);
             }
+}
+
+/* qk's contract (kernels.h): a row's score does not depend on the other rows of its tile
+ * (nq) nor on how the keys are split into calls, bit for bit. The CPU backend relies on it:
+ * a block's logits are the same whether its segment holds 4 rows or 8 (decode-store overlap)
+ * and bf16 pages are scored FL_KV_CHUNK keys per call. */
+static void test_qk_invariance(const fl_kernels *kk)
+{
+    const int hds[] = {18, 64, 128};
+    for (size_t c = 0; c < 3; c++) {
+        int hd = hds[c], nk = 37, lds = nk;
+        float *q = malloc(sizeof(float) * FL_QT * hd), *k = malloc(sizeof(float) * nk * hd);
+        float *qt = malloc(sizeof(float) * hd * FL_QT), *s16 = malloc(sizeof(float) * FL_QT * lds);
+        float *s = malloc(sizeof(float) * FL_QT * lds);
+        const float **kr = malloc(sizeof *kr * nk);
+        fill(q, (size_t)FL_QT * hd);
+        fill(k, (size_t)nk * hd);
+        for (int j = 0; j < nk; j++)
+            kr[j] = k + (size_t)j * hd;
+        fl_transpose_q(qt, q, hd, FL_QT, hd);
+        kk->qk(s16, lds, qt, FL_QT, kr, nk, hd, 0.125f);
+        for (int nq = 1; nq < FL_QT; nq++) {
+            fl_transpose_q(qt, q, hd, nq, hd);
+            for (int i = 0; i < FL_QT * lds; i++)
+                s[i] = -1.0f;
+            /* keys in three calls: 9, 1, 27 */
+            kk->qk(s, lds, qt, nq, kr, 9, hd, 0.125f);
+            kk->qk(s + 9, lds, qt, nq, kr + 9, 1, hd, 0.125f);
+            kk->qk(s + 10, lds, qt, nq, kr + 10, nk - 10, hd, 0.125f);
+            CHECK(!memcmp(s, s16, sizeof(float) * (size_t)nq * lds),
+                  "%s qk: rows of a %d-row tile, keys split, differ from a 16-row tile (hd=%d)",
+                  kk->name, nq, hd);
+            CHECK(s[(size_t)nq * lds] == -1.0f, "%s qk wrote row %d of a %d-row tile", kk->name,
+                  nq, nq);
+        }
+        free(q);
+        free(k);
+        free(qt);
+        free(s16);
+        free(s);
+        free(kr);
+    }
 }
 
 /* bf16 keys and values (KV pages in bf16): qk_bf16 / pv_bf16 give exactly what qk / pv give
@@ -390,6 +432,7 @@ int main(void)
         printf("kernels: %s\n", kk.name);
         test_matmul(&kk);
         test_attention(&kk);
+        test_qk_invariance(&kk);
         test_attention_bf16(&kk);
         test_f32_to_bf16(&kk);
         test_softmax_stats(&kk);
