@@ -431,7 +431,7 @@ static int flc_plan_batch(flc *c, const fl_batch *bt, bool want_out, bool pad_ou
             h[o->tokens + t] = bt->tokens[t];
             h[o->tok_pos + t] = pos;
             h[o->tok_store + t] = i < sg->n_store ? sg->pages[pos / B] : -1;
-            if (i >= sg->out_from)
+            if (fl_seg_wants(sg, i))
                 h[o->out_rows + n_out++] = t;
         }
         stores |= sg->n_store > 0;

@@ -25,7 +25,15 @@ typedef struct fl_segment {
     int32_t out_from;     /* outputs wanted for tokens [out_from, n) of the segment (n: none) */
     const int32_t *pages; /* page table: pages[b] holds positions [b*B, (b+1)*B), for every
                              block touched by [0, pos0 + n_store) */
+    const uint8_t *want;  /* NULL: every output from out_from on; else (n): of those, only the
+                             tokens i with want[i] != 0 (the lm_head's rows are the wanted ones) */
 } fl_segment;
+
+/* Whether the output of token i of sg is wanted (out_from, want). */
+static inline bool fl_seg_wants(const fl_segment *sg, int32_t i)
+{
+    return i >= sg->out_from && (!sg->want || sg->want[i]);
+}
 
 typedef struct fl_batch {
     const int32_t *tokens; /* (n_tokens) all segments' tokens, concatenated in segment order */
@@ -98,7 +106,7 @@ typedef struct fl_backend fl_backend;
 
 typedef struct fl_backend_ops {
     const char *name;
-    /* out: (n_tokens) written for every wanted position (see out_from), others untouched;
+    /* out: (n_tokens) written for every wanted position (fl_seg_wants), others untouched;
      * may be NULL. logits: NULL, or (n_tokens, vocab) full logits for wanted positions
      * (debug/parity). A bad batch (sizes, positions past max_pos, page ids, token ids) is
      * FL_EINVAL with a message, checked before anything is computed or any page written. */

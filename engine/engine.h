@@ -110,6 +110,9 @@ typedef struct fl_sched_opts {
     bool async_persist;       /* persistence on its own thread (default) or inline */
     fl_kv_tier *tier;         /* where committed pages go; NULL: nowhere */
     uint64_t model_id;        /* chains page hashes */
+    bool all_outputs;         /* ask the backend for every output from out_from, the rows of
+                                 decided positions too (the old way: same results, more lm_head
+                                 rows; for side-by-side benchmarks and tests) */
 } fl_sched_opts;
 
 typedef struct fl_sched fl_sched;
@@ -127,6 +130,7 @@ typedef struct fl_sched_stats {
     int64_t pages_persisted;
     int64_t prefix_pages_loaded;   /* pages filled from requests' prefixes */
     int64_t prefix_pages_rejected;
+    int64_t out_rows;         /* outputs asked of the backend (its lm_head rows), all forwards */
 } fl_sched_stats;
 
 /* The KV pages a request holds from admission to its end: every block that can hold one of

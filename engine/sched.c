@@ -92,6 +92,7 @@ struct fl_sched {
     fl_segment *segs;   /* (max_seqs) */
     seq **seg_seq;      /* (max_seqs) */
     fl_tok_out *out;    /* (max_batch_tokens) */
+    uint8_t *want;      /* (max_batch_tokens) segments' wanted outputs (plan_want) */
     float *logits;      /* (max_batch_tokens, vocab) only when someone samples */
     float *sample_tmp;  /* (vocab) */
     fl_cdp *cdp;        /* constrained decoding's scratch, made at the first use */
@@ -150,8 +151,9 @@ int fl_sched_create(fl_sched **out, const fl_model *m, fl_backend *b, const fl_s
     s->segs = malloc(sizeof(fl_segment) * (size_t)s->o.max_seqs);
     s->seg_seq = malloc(sizeof(seq *) * (size_t)s->o.max_seqs);
     s->out = malloc(sizeof(fl_tok_out) * T);
+    s->want = malloc(T);
     s->reap = malloc(sizeof(int32_t) * (size_t)(b->n_pages + 1));
-    if (!s->tokens || !s->segs || !s->seg_seq || !s->out || !s->reap) {
+    if (!s->tokens || !s->segs || !s->seg_seq || !s->out || !s->want || !s->reap) {
         fl_sched_destroy(s);
         return fl_err_set(e, FL_ENOMEM, "out of memory for the scheduler");
     }
@@ -587,12 +589,58 @@ static int32_t plan(fl_sched *s, seq *q, int32_t budget, fl_segment *sg)
     return n;
 }
 
+/* Which outputs of the segment plan() made this step reads (want[i] for token i; tokens
+ * before out_from are never asked). Token i's output predicts position p = pos0 + i + shift.
+ * Unread, so not asked: a running position already decided (unless this step may edit it:
+ * the first running block, reply positions), a position past the running blocks, and, with
+ * Fast-dLLM v2's sub-blocks and no output constraint, a running block's positions outside the
+ * sub-block it denoises (the first with a mask). Store rows before out_from are not asked
+ * anyway; the one out_from leaves (the shifted prediction of the first running position) is.
+ * The backend's lm_head then multiplies only the rows a step decides from: at block 32 with
+ * half the block decided, half the rows; with 8-wide sub-blocks of 32, a quarter. The
+ * outputs read are the same either way (the backend's outputs do not depend on which others
+ * are asked), so this never changes a reply. */
+static void plan_want(const fl_sched *s, const seq *q, const fl_segment *sg, uint8_t *want)
+{
+    const fl_config *c = &s->m->cfg;
+    int32_t B = s->B, run_end = q->run_start + q->n_run * B;
+    bool editing = q->dec.edit_threshold != FL_EDIT_OFF;
+    int32_t sub = c->sub_block > 0 && c->sub_block < B && !q->cons ? c->sub_block : B;
+    for (int32_t i = 0; i < sg->n; i++) {
+        int32_t p = sg->pos0 + i + c->logits_shift;
+        want[i] = 1;
+        if (i < sg->n_store || p < q->run_start)
+            continue;
+        if (p >= run_end) {
+            want[i] = 0;
+            continue;
+        }
+        if (q->fixed[p]) {
+            want[i] = editing && p >= q->L && p < q->run_start + B;
+            continue;
+        }
+        if (sub < B) { /* the first sub-block of p's block that has a mask */
+            int32_t start = p - (p - q->run_start) % B, lo = start;
+            for (int32_t t = start; t < start + B; t += sub) {
+                bool has_mask = false;
+                for (int32_t u = t; u < t + sub; u++)
+                    has_mask |= !q->fixed[u];
+                if (has_mask) {
+                    lo = t;
+                    break;
+                }
+            }
+            want[i] = p >= lo && p < lo + sub;
+        }
+    }
+}
+
 /* The prediction for position p from this forward (or the carry). NULL when none. */
 static const fl_tok_out *pred_at(const fl_sched *s, const seq *q, const fl_segment *sg,
                                  const fl_tok_out *out, int32_t p)
 {
     int32_t src = p - s->m->cfg.logits_shift;
-    if (src >= sg->pos0 && src - sg->pos0 >= sg->out_from && src < sg->pos0 + sg->n)
+    if (src >= sg->pos0 && src < sg->pos0 + sg->n && fl_seg_wants(sg, src - sg->pos0))
         return &out[src - sg->pos0];
     if (src == q->carry_pos)
         return &q->carry;
@@ -606,7 +654,7 @@ static const float *logits_at(const fl_sched *s, const seq *q, const fl_segment 
     int32_t src = p - s->m->cfg.logits_shift;
     if (!logits)
         return NULL;
-    if (src >= sg->pos0 && src - sg->pos0 >= sg->out_from && src < sg->pos0 + sg->n)
+    if (src >= sg->pos0 && src < sg->pos0 + sg->n && fl_seg_wants(sg, src - sg->pos0))
         return logits + (size_t)(src - sg->pos0) * (size_t)s->m->cfg.vocab;
     if (src == q->carry_pos)
         return q->carry_lg;
@@ -1018,6 +1066,13 @@ int fl_sched_step(fl_sched *s, fl_err *e)
         int32_t n = plan(s, q, s->o.max_batch_tokens - used, sg);
         if (!n)
             continue;
+        sg->want = NULL;
+        if (!s->o.all_outputs) {
+            plan_want(s, q, sg, s->want + used);
+            sg->want = s->want + used;
+        }
+        for (int32_t i = sg->out_from; i < n; i++)
+            s->st.out_rows += fl_seg_wants(sg, i);
         memcpy(s->tokens + used, q->x + sg->pos0, sizeof(int32_t) * (size_t)n);
         used += n;
         s->seg_seq[nseg++] = q;
@@ -1112,6 +1167,7 @@ void fl_sched_destroy(fl_sched *s)
     free(s->segs);
     free(s->seg_seq);
     free(s->out);
+    free(s->want);
     free(s->logits);
     free(s->sample_tmp);
     fl_cdp_free(s->cdp);

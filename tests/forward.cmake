@@ -42,3 +42,10 @@ add_test(NAME bench.forward.smoke
           --ref-script ${CMAKE_CURRENT_SOURCE_DIR}/reference/bench_forward.py)
 set_tests_properties(bench.forward.smoke PROPERTIES
   FIXTURES_REQUIRED forward_ref LABELS bench TIMEOUT 300)
+# --masked M below the block: the step asking only the masks' outputs, beside the one asking all
+add_test(NAME bench.forward.masked
+  COMMAND fogline bench forward --model ${CMAKE_BINARY_DIR}/forward_ref/q3_f32 --ctx 16
+          --blocks 4,8 --steps 2 --threads 2 --masked 3 --no-ref)
+set_tests_properties(bench.forward.masked PROPERTIES
+  FIXTURES_REQUIRED forward_ref LABELS bench TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "masks' rows ms +ratio\n +4 +f32 +f32 +[0-9.]+ +[0-9.]+ +[0-9.]+x\n +8 ")

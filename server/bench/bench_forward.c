@@ -62,6 +62,8 @@ typedef struct fl_ours {
     double touched[FL_MAX_BLOCKS], read_bytes[FL_MAX_BLOCKS];
     int moe_layers;
     double phase_ms[FL_MAX_BLOCKS][FL_PH_N]; /* mean per timed forward (CPU backend), -1 else */
+    double all_ms[FL_MAX_BLOCKS]; /* --masked M < block: the same step asking every output
+                                     (ms then holds the step asking the M masks' only); 0 else */
     size_t kv_bytes;              /* the KV pool, as it holds the pages */
     long rss0_kb;                 /* VmRSS before create (the process without this backend) */
     long rss_kb, load_hwm_kb;     /* VmRSS and VmHWM after create */
@@ -141,7 +143,9 @@ static void usage(FILE *f)
             "  --python PATH     interpreter for it (default /usr/bin/python3)\n"
             "  --no-ref          skip the reference\n"
             "  --masked N        the last N tokens of each timed block are the mask token (a\n"
-            "                    block being denoised: its masks route alike); default 0\n"
+            "                    block being denoised: its masks route alike); default 0. Below\n"
+            "                    the block, the step asks only the masks' outputs, as decoding\n"
+            "                    does, and is also timed asking all of them\n"
             "  --device D        the backend timed (default cpu); the sgemm, bandwidth and floor\n"
             "                    columns are this CPU's (tests/gpu/gpu_bench.c measures a GPU's)\n");
 }
@@ -415,7 +419,8 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
     int32_t *pages = malloc((size_t)(ctx_pages + 1) * sizeof *pages);
     int32_t *tok = malloc((size_t)(a->ctx + o.max_tokens) * sizeof *tok);
     fl_tok_out *out = malloc((size_t)o.max_tokens * sizeof *out);
-    if (!pages || !tok || !out) {
+    uint8_t *want = malloc((size_t)o.max_tokens);
+    if (!pages || !tok || !out || !want) {
         rc = fl_err_set(e, FL_ENOMEM, "out of memory");
         goto done;
     }
@@ -428,7 +433,7 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
     }
     *prefill_ms = 0;
     if (a->ctx > 0) {
-        fl_segment s = {a->ctx, 0, a->ctx, a->ctx, pages};
+        fl_segment s = {a->ctx, 0, a->ctx, a->ctx, pages, NULL};
         fl_batch bt = {tok, a->ctx, &s, 1};
         double t0 = fl_now();
         if ((rc = fl_forward(b, &bt, out, NULL, e)))
@@ -438,7 +443,7 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
     int mask = cf->mask_token_id >= 0 ? cf->mask_token_id : cf->vocab - 1;
     for (int i = 0; i < a->n_blocks; i++) {
         int nb = a->blocks[i];
-        fl_segment s = {nb, a->ctx, 0, 0, pages};
+        fl_segment s = {nb, a->ctx, 0, 0, pages, NULL};
         /* the block's tokens: random, its last `masked` ones the mask (a block being denoised) */
         int32_t *bt_tok = tok + a->ctx;
         for (int j = nb - a->masked; j < nb; j++)
@@ -447,6 +452,23 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
         fl_batch bt = {bt_tok, nb, &s, 1};
         double t[64];
         int steps = a->steps > 64 ? 64 : a->steps;
+        /* with some masks and some decided tokens, a decoding step asks the backend only for
+           the masks' outputs (the scheduler's want): time the step asking all of them first,
+           then the timed step below asks as the scheduler does */
+        res->all_ms[i] = 0;
+        if (a->masked > 0 && a->masked < nb) {
+            for (int r = 0; r <= steps; r++) {
+                double t0 = fl_now();
+                if ((rc = fl_forward(b, &bt, out, NULL, e)))
+                    goto done;
+                if (r)
+                    t[r - 1] = (fl_now() - t0) * 1e3;
+            }
+            res->all_ms[i] = fl_median(t, steps);
+            for (int j = 0; j < nb; j++)
+                want[j] = j >= nb - a->masked;
+            s.want = want;
+        }
         fl_cpu_phases ph;
         for (int r = 0; r <= steps; r++) { /* r == 0: warm-up */
             if (r == 1)
@@ -476,6 +498,7 @@ done:
     free(pages);
     free(tok);
     free(out);
+    free(want);
     fl_backend_destroy(b);
     return rc;
 }
@@ -708,6 +731,18 @@ int fl_bench_forward(int argc, char **argv)
         printf("GB read/step = the weights a step reads: every non-expert matrix, the routers, "
                "the shared experts and the routed experts its tokens went to, each once; floor = "
                "that / read bandwidth\n");
+    }
+    if (ours[0].all_ms[0] > 0) {
+        printf("\noutputs asked (--masked %d): a decoding step asks the backend only for its "
+               "masks' outputs, so the lm_head multiplies those rows only:\n%5s %7s %4s %13s "
+               "%14s %7s\n", a.masked, "block", "weights", "kv", "all rows ms", "masks' rows ms",
+               "ratio");
+        for (int i = 0; i < a.n_blocks; i++)
+            for (int f = 0; f < n_runs; f++)
+                if (ours[f].all_ms[i] > 0)
+                    printf("%5d %7s %4s %13.1f %14.1f %6.2fx\n", a.blocks[i],
+                           fl_wformat_name(ours[f].held), fl_kvformat_name(ours[f].kv_held),
+                           ours[f].all_ms[i], ours[f].ms[i], ours[f].all_ms[i] / ours[f].ms[i]);
     }
     return 0;
 }

@@ -105,7 +105,7 @@ static int run_variant(bench *k, const char *variant, const char *graphs, const 
     for (int bi = 0; bi < n_batches && !rc; bi++) {
         int nb = batches[bi], n = nb * B;
         for (int s = 0; s < nb; s++)
-            segs[s] = (fl_segment){B, k->ctx, 0, 0, pages + (size_t)s * per_seq};
+            segs[s] = (fl_segment){B, k->ctx, 0, 0, pages + (size_t)s * per_seq, NULL};
         double *ms = malloc((size_t)k->steps * sizeof *ms);
         fl_cuda_stats st0, st1;
         fl_cuda_get_stats(b, &st0);

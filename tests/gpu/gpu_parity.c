@@ -130,7 +130,8 @@ static int run_batch(fl_backend *b, const ctx *c, const seg_spec *ss, int ns, co
     int t = 0;
     for (int s = 0; s < ns; s++) {
         memcpy(tokens + t, c->seq[ss[s].seq] + ss[s].pos0, (size_t)ss[s].n * sizeof *tokens);
-        segs[s] = (fl_segment){ss[s].n, ss[s].pos0, ss[s].n_store, ss[s].out_from, ss[s].pages};
+        segs[s] = (fl_segment){ss[s].n, ss[s].pos0, ss[s].n_store, ss[s].out_from, ss[s].pages,
+                               NULL};
         t += ss[s].n;
     }
     if (tok)
@@ -435,7 +436,7 @@ static void case_e(ctx *c)
     int B = c->B, bad = 0, total = 0;
     int32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     int32_t pg[4] = {0, 1, 2, 3}, badpg[2] = {0, b->n_pages};
-    fl_segment s = {4, 0, 4, 0, pg};
+    fl_segment s = {4, 0, 4, 0, pg, NULL};
     fl_batch ok = {tok, 4, &s, 1};
     void *before = malloc(b->page_bytes), *after = malloc(b->page_bytes);
     fl_err e = {0, {0}};

@@ -208,7 +208,7 @@ static int forward(fl_backend *b, const mref *m, const seg *sg, int ns, run *r, 
     float *lg = malloc((size_t)n * m->V * sizeof *lg);
     for (int s = 0, t = 0; s < ns; t += sg[s].n, s++) {
         memcpy(tok + t, m->seq[sg[s].seq].tok + sg[s].pos0, (size_t)sg[s].n * sizeof *tok);
-        segs[s] = (fl_segment){sg[s].n, sg[s].pos0, sg[s].n_store, 0, sg[s].pages};
+        segs[s] = (fl_segment){sg[s].n, sg[s].pos0, sg[s].n_store, 0, sg[s].pages, NULL};
     }
     fl_batch bt = {tok, n, segs, ns};
     int rc = fl_forward(b, &bt, out, lg, e);

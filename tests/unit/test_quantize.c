@@ -289,7 +289,7 @@ static void check_same_forward(const fl_model *f, const fl_model *q, int wq)
     fl_tok_out *out = malloc((size_t)n * sizeof *out);
     for (int i = 0; i < n; i++)
         tok[i] = (i * 7 + 3) % V;
-    fl_segment sg = {n, 0, n, 0, pages};
+    fl_segment sg = {n, 0, n, 0, pages, NULL};
     fl_batch bt = {tok, n, &sg, 1};
     int ok = 0;
     for (int k = 0; k < 2 && tok && lg[0] && lg[1] && out; k++) {

@@ -68,6 +68,8 @@ static void sink(const fl_event *ev, void *ctx)
 
 static const fl_model *M;
 static fl_backend *BK;
+static bool ALL_OUTPUTS;      /* fl_sched_opts.all_outputs of run()'s schedulers */
+static int64_t LAST_OUT_ROWS; /* the outputs run()'s last scheduler asked of the backend */
 static fl_kvformat KVF; /* argv[2] */
 
 /* One scheduler step; when it had nothing to run (a queued request waits for pages the
@@ -88,7 +90,8 @@ static int run(const fl_decode_opts *d, bool async, fl_kv_tier *tier, int32_t ma
 {
     fl_err e = {0};
     fl_sched_opts so = {.max_batch_tokens = BK->max_tokens, .max_seqs = max_seqs,
-                        .async_persist = async, .tier = tier, .model_id = 7};
+                        .async_persist = async, .tier = tier, .model_id = 7,
+                        .all_outputs = ALL_OUTPUTS};
     fl_sched *s;
     if (fl_sched_create(&s, M, BK, &so, &e)) {
         fprintf(stderr, "sched: %s\n", e.msg);
@@ -119,6 +122,9 @@ static int run(const fl_decode_opts *d, bool async, fl_kv_tier *tier, int32_t ma
     fl_sched_flush(s);
     if (pages_left)
         *pages_left = fl_kvpool_used(fl_sched_pool(s));
+    fl_sched_stats sst;
+    fl_sched_get_stats(s, &sst);
+    LAST_OUT_ROWS = sst.out_rows;
     fl_sched_destroy(s);
     return done == nprompts ? 0 : -1;
 }
@@ -578,6 +584,40 @@ int main(int argc, char **argv)
         rq.dec.threshold = 2.0f;
         CHECK(fl_sched_add(s, &rq, sink, NULL, 1, &e) == FL_ERANGE && strstr(e.msg, "threshold"), "%s", e.msg);
         fl_sched_destroy(s);
+    }
+    /* 10. the scheduler asks the backend only for the outputs a step reads (its lm_head
+       rows): the same replies, forwards, edits and post steps as when it asks for every
+       output from out_from (all_outputs), with fewer rows, greedy and sampled, one block at a
+       time, pipelined, and editing */
+    {
+        fl_decode_opts vs[5] = {ov, pl, base, ov, ov};
+        const char *vn[5] = {"overlap", "pipelined", "store pass", "sampled", "editing"};
+        vs[3].temperature = 0.8f;
+        vs[3].seed = 99;
+        vs[4].edit_threshold = 0.02f;
+        vs[4].max_post_steps = 3;
+        for (int v = 0; v < 5; v++) {
+            rec all[MAXR], trim[MAXR];
+            ALL_OUTPUTS = true;
+            CHECK(run(&vs[v], false, NULL, MAXR, MAXR, prompts, plen, MT, all, NULL) == 0,
+                  "%s, all outputs", vn[v]);
+            int64_t rows_all = LAST_OUT_ROWS;
+            ALL_OUTPUTS = false;
+            CHECK(run(&vs[v], false, NULL, MAXR, MAXR, prompts, plen, MT, trim, NULL) == 0,
+                  "%s, outputs read", vn[v]);
+            int64_t rows_trim = LAST_OUT_ROWS;
+            int same = 0;
+            for (int i = 0; i < MAXR; i++)
+                same += same_ids(&all[i], &trim[i]) && all[i].st.forwards == trim[i].st.forwards &&
+                        all[i].st.edits == trim[i].st.edits &&
+                        all[i].st.post_steps == trim[i].st.post_steps;
+            CHECK(same == MAXR, "%s: asking only for the outputs read changed %d of %d replies",
+                  vn[v], MAXR - same, MAXR);
+            CHECK(rows_trim < rows_all, "%s: %lld output rows asked, against %lld for all",
+                  vn[v], (long long)rows_trim, (long long)rows_all);
+            printf("outputs asked, %s: %lld of %lld\n", vn[v], (long long)rows_trim,
+                   (long long)rows_all);
+        }
     }
     fl_backend_destroy(BK);
     fl_model_free(m);
