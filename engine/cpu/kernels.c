@@ -416,13 +416,18 @@ FL_AVX2 static void fl_mm_bf16_avx2(float *y, int ldy, const float *x, int ldx, 
 
 /* Key rows this far ahead are prefetched: page blocks are 2 KB and half a megabyte apart,
  * too short and too far for the hardware prefetcher. */
+#ifndef FL_KV_PF /* overridable for experiments, as the locality hint: -DFL_KV_PF_LOC=2 */
 #define FL_KV_PF 16
+#endif
+#ifndef FL_KV_PF_LOC
+#define FL_KV_PF_LOC 3
+#endif
 
 static inline void fl_prefetch_row(const float *const *r, int j, int n, int hd)
 {
     if (j < n)
         for (int c = 0; c < hd; c += 16)
-            __builtin_prefetch(r[j] + c, 0, 3);
+            __builtin_prefetch(r[j] + c, 0, FL_KV_PF_LOC);
 }
 
 /* Scores against the transposed queries: per key element, one broadcast times two ymm of

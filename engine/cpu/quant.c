@@ -167,14 +167,23 @@ static FL_INLINE float fl_ldf(const void *p)
  * against 1.4x with this; 1-4 KB ahead measure alike, NTA/T1/T2 hints worse). Tile t+1
  * follows tile t in both planes, so "this far ahead" crosses tiles without a branch;
  * prefetches past the end do not fault. */
+#ifndef FL_QPF /* overridable for experiments: -DFL_QPF=4096 -DFL_QPF_HINT=_MM_HINT_T1 */
 #define FL_QPF 2048
+#endif
+#ifndef FL_QPF_HINT
+#define FL_QPF_HINT _MM_HINT_T0
+#endif
 static FL_INLINE void fl_qprefetch(const uint8_t *wq, const uint16_t *wd, int g, bool q4)
 {
+#if FL_QPF > 0
     const char *pf = (const char *)(wq + (size_t)g * (q4 ? 256 : 512) + FL_QPF);
     for (int l = 0; l < (q4 ? 4 : 8); l++)
-        _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+        _mm_prefetch(pf + 64 * l, FL_QPF_HINT);
     if (!(g & 1)) /* two groups' scales per line */
-        _mm_prefetch((const char *)(wd + (size_t)g * FL_QR) + FL_QPF / 16, _MM_HINT_T0);
+        _mm_prefetch((const char *)(wd + (size_t)g * FL_QR) + FL_QPF / 16, FL_QPF_HINT);
+#else
+    (void)wq, (void)wd, (void)g, (void)q4;
+#endif
 }
 
 /* ---------------------------------------------------------------- AVX2 */
