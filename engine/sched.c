@@ -598,8 +598,10 @@ static int32_t plan(fl_sched *s, seq *q, int32_t budget, fl_segment *sg)
  * anyway; the one out_from leaves (the shifted prediction of the first running position) is.
  * The backend's lm_head then multiplies only the rows a step decides from: at block 32 with
  * half the block decided, half the rows; with 8-wide sub-blocks of 32, a quarter. The
- * outputs read are the same either way (the backend's outputs do not depend on which others
- * are asked), so this never changes a reply. */
+ * outputs read are the same either way wherever the head's row count does not cross the
+ * backend's sgemm threshold (q8/q4 never use sgemm; f32/bf16 weights do at sgemm_rows rows,
+ * 1,024 with this machine's AVX-512 kernels): the same condition under which batching
+ * leaves outputs bit for bit (test_forward, test_sched). */
 static void plan_want(const fl_sched *s, const seq *q, const fl_segment *sg, uint8_t *want)
 {
     const fl_config *c = &s->m->cfg;

@@ -92,7 +92,7 @@ static int run_variant(bench *k, const char *variant, const char *graphs, const 
             int n = k->ctx - p < max_tokens ? k->ctx - p : max_tokens;
             for (int i = 0; i < n; i++)
                 tok[i] = rnd_tok(k);
-            fl_segment sg = {n, p, n, n, pages + (size_t)s * per_seq};
+            fl_segment sg = {n, p, n, n, pages + (size_t)s * per_seq, NULL};
             fl_batch bt = {tok, n, &sg, 1};
             rc = fl_forward(b, &bt, NULL, NULL, &e);
         }
