@@ -264,16 +264,21 @@ static int parse_moe(fl_config *c, const json_t *root, fl_err *e)
     if (c->family == FL_FAMILY_LLADA2) {
         m->router = FL_ROUTER_SIGMOID_GROUPED;
         long long shared = 0, first = 0;
-        float factor = 1.0f;
+        float factor = 0.5f;
+        /* an absent key takes LLaDA2MoeConfig's default, as the authors' code would:
+         * n_group 8, topk_group 4, routed_scaling_factor 2.5, partial_rotary_factor 0.5,
+         * use_qk_norm true. use_bias defaults to true there, but no published checkpoint has
+         * the bias tensor (a model without the key would run on an uninitialised bias), so an
+         * absent use_bias is read as the files are: no bias. */
         if ((rc = get_int(root, "num_shared_experts", false, 0, &shared, e)) ||
-            (rc = get_size(root, "n_group", false, 1, m->n_experts, &m->n_group, e)) ||
-            (rc = get_size(root, "topk_group", false, 1, m->n_experts, &m->topk_group, e)) ||
+            (rc = get_size(root, "n_group", false, 8, m->n_experts, &m->n_group, e)) ||
+            (rc = get_size(root, "topk_group", false, 4, m->n_experts, &m->topk_group, e)) ||
             (rc = get_bool(root, "moe_router_enable_expert_bias", true, &m->expert_bias, e)) ||
             (rc = get_bool(root, "norm_topk_prob", true, &m->norm_topk, e)) ||
-            (rc = get_real(root, "routed_scaling_factor", 1.0, &m->scaling, e)) ||
+            (rc = get_real(root, "routed_scaling_factor", 2.5, &m->scaling, e)) ||
             (rc = get_int(root, "first_k_dense_replace", false, 0, &first, e)) ||
-            (rc = get_real(root, "partial_rotary_factor", 1.0, &factor, e)) ||
-            (rc = get_bool(root, "use_qk_norm", false, &c->qk_norm, e)) ||
+            (rc = get_real(root, "partial_rotary_factor", 0.5, &factor, e)) ||
+            (rc = get_bool(root, "use_qk_norm", true, &c->qk_norm, e)) ||
             (rc = want_false(root, "use_qkv_bias", "no query_key_value bias", e)) ||
             (rc = want_false(root, "use_bias", "no attention.dense bias", e)))
             return rc;
@@ -281,6 +286,10 @@ static int parse_moe(fl_config *c, const json_t *root, fl_err *e)
             return fl_err_set(e, FL_ERANGE, "config.json: num_shared_experts is %lld, must be in "
                               "0..64", shared);
         m->n_shared = (int)shared;
+        if ((long long)m->inter * m->n_shared > FL_CFG_MAX_DIM)
+            return fl_err_set(e, FL_ERANGE, "config.json: the shared expert's width "
+                              "(moe_intermediate_size %d x num_shared_experts %d) is above %d",
+                              m->inter, m->n_shared, FL_CFG_MAX_DIM);
         if (first < 0 || first > c->n_layers)
             return fl_err_set(e, FL_ERANGE, "config.json: first_k_dense_replace is %lld, must be "
                               "in 0..num_hidden_layers (%d)", first, c->n_layers);
@@ -357,6 +366,21 @@ static int parse_moe(fl_config *c, const json_t *root, fl_err *e)
     return 0;
 }
 
+/* num_key_value_heads: absent means one per query head; LLaDA2MoeConfig also reads 0 so */
+static int get_kv_heads(const json_t *root, bool zero_is_all, int n_heads, int *out, fl_err *e)
+{
+    long long x = 0;
+    int rc = get_int(root, "num_key_value_heads", false, 0, &x, e);
+    if (rc)
+        return rc;
+    json_t *v = json_object_get(root, "num_key_value_heads");
+    if (!v || json_is_null(v) || (x == 0 && zero_is_all)) {
+        *out = n_heads;
+        return 0;
+    }
+    return get_size(root, "num_key_value_heads", true, 0, FL_CFG_MAX_HEADS, out, e);
+}
+
 static int parse_root(fl_config *c, const json_t *root, fl_err *e)
 {
     int rc;
@@ -381,15 +405,20 @@ static int parse_root(fl_config *c, const json_t *root, fl_err *e)
     if ((rc = find_family(c, e)))
         return rc;
 
+    bool llada2 = c->family == FL_FAMILY_LLADA2;
     if ((rc = get_size(root, "hidden_size", true, 0, FL_CFG_MAX_DIM, &c->hidden, e)) ||
         (rc = get_size(root, "num_hidden_layers", true, 0, FL_CFG_MAX_LAYERS, &c->n_layers, e)) ||
         (rc = get_size(root, "num_attention_heads", true, 0, FL_CFG_MAX_HEADS, &c->n_heads, e)) ||
-        (rc = get_size(root, "num_key_value_heads", false, c->n_heads, FL_CFG_MAX_HEADS,
-                       &c->n_kv_heads, e)) ||
+        (rc = get_kv_heads(root, llada2, c->n_heads, &c->n_kv_heads, e)) ||
         (rc = get_size(root, "intermediate_size", true, 0, FL_CFG_MAX_DIM, &c->intermediate, e)) ||
         (rc = get_size(root, "vocab_size", true, 0, FL_CFG_MAX_DIM, &c->vocab, e)) ||
         (rc = get_size(root, "max_position_embeddings", false, 32768, INT_MAX, &c->max_pos, e)))
         return rc;
+    /* a one-wide hidden state or a one-token vocabulary is no model; every matrix and vector
+     * the backends hold is told apart by its role, but a file this degenerate is refused */
+    if (c->hidden < 2 || c->vocab < 2)
+        return fl_err_set(e, FL_ERANGE, "config.json: %s is 1, must be at least 2",
+                          c->hidden < 2 ? "hidden_size" : "vocab_size");
     if (c->n_heads % c->n_kv_heads)
         return fl_err_set(e, FL_ERANGE,
                           "config.json: num_attention_heads (%d) is not a multiple of "
@@ -419,7 +448,8 @@ static int parse_root(fl_config *c, const json_t *root, fl_err *e)
                           "config.json: num_attention_heads * head_dim (%lld) is above %d",
                           (long long)c->n_heads * c->head_dim, FL_CFG_MAX_DIM);
     if ((rc = get_real(root, "rope_theta", 10000.0, &c->rope_theta, e)) ||
-        (rc = get_real(root, "rms_norm_eps", 1e-6, &c->rms_eps, e)) ||
+        /* the defaults of each family's config class: LLaDA2MoeConfig's eps is 1e-5 */
+        (rc = get_real(root, "rms_norm_eps", llada2 ? 1e-5 : 1e-6, &c->rms_eps, e)) ||
         (rc = get_bool(root, "tie_word_embeddings", false, &c->tie_embeddings, e)))
         return rc;
 

@@ -522,8 +522,13 @@ static int fl_cpu_norm_vec(float **out, float *dst, const fl_tensor *t, size_t n
 static int fl_cpu_fill(fl_cpu *c, const fl_wslot *s, char *dst, fl_err *e)
 {
     fl_cpu_layer *cl = s->layer >= 0 ? &c->layers[s->layer] : NULL;
-    /* the router is f32 whatever the matrices are: it routes in fp32 */
-    bool vec = s->rows == 1 || s->role == FL_W_ROPE || s->role == FL_W_ROUTER;
+    /* vectors (norms, biases, the RoPE table) are f32, told by role and never by shape (a
+     * one-row matrix is still a matrix, sized by the plan in its matrix format); the router
+     * is f32 whatever the matrices are: it routes in fp32 */
+    bool vec = s->role == FL_W_ATTN_NORM || s->role == FL_W_MLP_NORM || s->role == FL_W_Q_NORM ||
+               s->role == FL_W_K_NORM || s->role == FL_W_FINAL_NORM ||
+               s->role == FL_W_QKV_BIAS || s->role == FL_W_EXPERT_BIAS ||
+               s->role == FL_W_ROPE || s->role == FL_W_ROUTER;
     fl_mfmt fmt = vec ? FL_MF_F32 : fl_cpu_slot_fmt(c, s->role, s->cols);
     fl_mat mat = {dst, NULL, (int)s->rows, (int)s->cols, fmt};
     bool bf16 = fmt == FL_MF_BF16;

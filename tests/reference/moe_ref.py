@@ -49,12 +49,15 @@ class Config:
         self.hidden = d["hidden_size"]
         self.n_layers = d["num_hidden_layers"]
         self.n_heads = d["num_attention_heads"]
-        self.n_kv_heads = d.get("num_key_value_heads", self.n_heads)
+        # an absent key takes the default of the family's config class (LLaDA2MoeConfig for
+        # LLaDA2: kv heads 0 = one per head, eps 1e-5, n_group 8, topk_group 4, scaling 2.5,
+        # partial rotary 0.5, qk norm on)
+        self.n_kv_heads = d.get("num_key_value_heads") or self.n_heads
         self.head_dim = d.get("head_dim") or self.hidden // self.n_heads
         self.intermediate = d["intermediate_size"]
         self.vocab = d["vocab_size"]
         self.rope_theta = float(d.get("rope_theta", 10000.0))
-        self.rms_eps = float(d.get("rms_norm_eps", 1e-6))
+        self.rms_eps = float(d.get("rms_norm_eps", 1e-5 if self.llada2 else 1e-6))
         self.tie = bool(d.get("tie_word_embeddings", False))
         self.n_experts = d["num_experts"]
         self.top_k = d["num_experts_per_tok"]
@@ -63,11 +66,11 @@ class Config:
         if self.llada2:
             self.block_size = int(d.get("block_size", 32))
             self.n_shared = int(d.get("num_shared_experts") or 0)
-            self.n_group = int(d.get("n_group") or 1)
-            self.topk_group = int(d.get("topk_group") or 1)
-            self.scaling = float(d.get("routed_scaling_factor", 1.0))
-            self.rotary_dim = int(self.head_dim * float(d.get("partial_rotary_factor", 1.0)))
-            self.qk_norm = bool(d.get("use_qk_norm", False))
+            self.n_group = int(d.get("n_group", 8))
+            self.topk_group = int(d.get("topk_group", 4))
+            self.scaling = float(d.get("routed_scaling_factor", 2.5))
+            self.rotary_dim = int(self.head_dim * float(d.get("partial_rotary_factor", 0.5)))
+            self.qk_norm = bool(d.get("use_qk_norm", True))
             first = int(d.get("first_k_dense_replace", 0))
             self.moe_layers = [l >= first for l in range(self.n_layers)]
         else:

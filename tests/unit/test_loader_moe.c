@@ -304,8 +304,55 @@ static void good(void)
     json_decref(c);
 }
 
+/* Keys a config leaves out take LLaDA2MoeConfig's defaults, as the authors' code reads them:
+ * n_group 8, topk_group 4, routed_scaling_factor 2.5, partial_rotary_factor 0.5, use_qk_norm
+ * true, rms_norm_eps 1e-5, num_key_value_heads 0 = one per head. 16 experts so that 8 groups
+ * of two fit, and head_dim 8 so that half of it rotates in pairs. */
+static void llada2_defaults(void)
+{
+    json_t *c = llada2_config();
+    const char *gone[] = {"n_group", "topk_group", "routed_scaling_factor",
+                          "partial_rotary_factor", "use_qk_norm", "rms_norm_eps"};
+    for (size_t i = 0; i < sizeof gone / sizeof *gone; i++)
+        json_object_del(c, gone[i]);
+    with(c, "num_experts", json_integer(16));
+    with(c, "head_dim", json_integer(8));
+    with(c, "num_key_value_heads", json_integer(0));
+    fl_config cfg;
+    fl_err e;
+    char *text = json_dumps(c, 0);
+    CHECK(fl_config_parse(&cfg, text, &e) == 0, "parse: %s", e.msg);
+    CHECK(cfg.moe.n_group == 8 && cfg.moe.topk_group == 4 && cfg.moe.scaling == 2.5f,
+          "group %d topk_group %d scaling %g", cfg.moe.n_group, cfg.moe.topk_group,
+          (double)cfg.moe.scaling);
+    CHECK(cfg.rotary_dim == 4 && cfg.qk_norm && cfg.rms_eps == 1e-5f,
+          "rotary %d qk_norm %d eps %g", cfg.rotary_dim, cfg.qk_norm, (double)cfg.rms_eps);
+    CHECK(cfg.n_kv_heads == MNH, "kv heads %d (0 means one per head)", cfg.n_kv_heads);
+    free(text);
+    /* SDAR-MoE (Qwen3-MoE) keeps Qwen3's eps default and refuses 0 kv heads */
+    json_t *q = sdar_moe_config();
+    json_object_del(q, "rms_norm_eps");
+    text = json_dumps(q, 0);
+    CHECK(fl_config_parse(&cfg, text, &e) == 0 && cfg.rms_eps == 1e-6f, "sdar eps %g",
+          (double)cfg.rms_eps);
+    free(text);
+    json_decref(q);
+    json_decref(c);
+    expect(with(sdar_moe_config(), "num_key_value_heads", json_integer(0)), false, NULL, NULL,
+           FL_ERANGE, "config.json: num_key_value_heads is 0, must be in 1..4096");
+}
+
 static void bad_config(void)
 {
+    expect(with(llada2_config(), "hidden_size", json_integer(1)), true, NULL, NULL, FL_ERANGE,
+           "config.json: hidden_size is 1, must be at least 2");
+    expect(with(llada2_config(), "vocab_size", json_integer(1)), true, NULL, NULL, FL_ERANGE,
+           "config.json: vocab_size is 1, must be at least 2");
+    expect(with(with(llada2_config(), "moe_intermediate_size", json_integer(1 << 20)),
+                "num_shared_experts", json_integer(17)),
+           true, NULL, NULL, FL_ERANGE,
+           "config.json: the shared expert's width (moe_intermediate_size 1048576 x "
+           "num_shared_experts 17) is above 16777216");
     expect(with(llada2_config(), "num_experts_per_tok", json_integer(9)), true, NULL, NULL,
            FL_ERANGE, "config.json: num_experts_per_tok (9) is more than num_experts (8)");
     expect(with(llada2_config(), "n_group", json_integer(3)), true, NULL, NULL, FL_ERANGE,
@@ -412,6 +459,7 @@ int main(void)
 {
     CHECK(tk_mkdtemp(root, "moe") == 0, "scratch dir");
     good();
+    llada2_defaults();
     bad_config();
     bad_tensors();
     tk_rmrf(root);
