@@ -69,12 +69,6 @@ int fl_cpu_record_routes(fl_backend *b, fl_err *e);
 void fl_cpu_routes(const fl_backend *b, const int32_t **ids, const float **w);
 
 /* The number of online CPUs (>= 1): the backend's thread count when n_threads is 0. */
-/* Elements from one KV page's start to the next's in the CPU pool, for pages of page_elems
- * elements of es bytes made of runs of run_elems (one block's keys or values of one head):
- * page_elems rounded up to a cache line, plus a pad that moves each page's runs, modulo
- * 64 KB, one run and one line past the previous page's (cpu_backend.c says why). */
-size_t fl_kv_stride(size_t page_elems, size_t run_elems, size_t es);
-
 int fl_ncpus(void);
 
 /* The name of the kernels the CPU backend picks on this machine ("AVX-512", "AVX2+FMA" or "plain C"),

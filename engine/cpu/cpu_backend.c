@@ -107,10 +107,8 @@ typedef struct fl_cpu {
     int8_t *emb_q;            /* (hidden) a row's quants then */
     uint16_t *emb_d;          /* (hidden / 32) its scales */
     size_t page_floats;   /* n_layers * 2 * kv_heads * block * head_dim */
-    size_t page_stride;   /* elements from one page's start to the next's: page_floats and
-                             a pad (fl_kv_stride) */
     bool kv16;            /* KV pages in bf16 (opts.kv); else f32 */
-    void *kv;             /* (n_pages, page_stride) f32, or bf16 when kv16 */
+    void *kv;             /* (n_pages, page_floats) f32, or bf16 when kv16 */
     uint16_t *kvown;      /* kv16: (max_tokens, 2 * kv_dim) this forward's K | V rounded to
                              bf16, the values its pages get: attention reads only these */
     /* activations, for up to max_tokens rows */
@@ -752,35 +750,12 @@ static void fl_par_matmul(fl_fwd *f, float *y, int ldy, const float *x, int ldx,
     fl_run(f, fl_job_matmul);
 }
 
-/* Pages are not packed end to end. A page is n_layers x 2 x kv_heads runs of block_size x
- * head_dim elements, and a segment's attention reads the same run (layer, k|v, head) from
- * each of its pages. At the usual shapes a page is a multiple of 64 KB (Qwen3-0.6B, f32:
- * 896 KB), so packed pages put all those runs at one offset modulo 64 KB, the span of the
- * set index of a 1 MB 16-way L2 (bits 6-15; L1's is 4 KB): at ctx 512 the 128 runs of 2 KB
- * of one head's keys compete for 32 of the L2's 1,024 sets, 512 lines for 4,096, and the
- * value pass, which goes over the same rows once per 4 query rows and 32 dims, refetches
- * them from beyond L2 each time. The pad shifts each page's runs by one run and one line
- * (an odd count: the offsets repeat only every 1,024 pages) past the previous page's, so a
- * segment's runs tile the sets. Where that pad would be over an eighth of the page (small
- * models), one line: every pool is padded, so the tiny models of the tests exercise the
- * stride as the large ones do. */
-size_t fl_kv_stride(size_t page_elems, size_t run_elems, size_t es)
-{
-    const size_t line = 64, span = 1024; /* lines in 64 KB */
-    size_t page = (page_elems * es + line - 1) / line, run = (run_elems * es + line - 1) / line;
-    size_t want = ((run + 1) % span) | 1;
-    size_t pad = (want + span - page % span) % span;
-    if (pad == 0 || pad * 8 > page)
-        pad = 1;
-    return (page + pad) * line / es;
-}
-
 /* The first value of one (page, layer, k|v, kv head) in the pool: block_size rows of
  * head_dim, in the host layout's order whatever the element. */
 static size_t fl_page_at(const fl_cpu *c, int32_t page, int layer, int kv, int head)
 {
     const fl_config *cf = &c->cfg;
-    return (size_t)page * c->page_stride +
+    return (size_t)page * c->page_floats +
            ((((size_t)layer * 2 + kv) * cf->n_kv_heads + head) * cf->block_size) * cf->head_dim;
 }
 
@@ -1337,10 +1312,10 @@ static int fl_cpu_page_read(fl_backend *b, int32_t page, void *dst, fl_err *e)
     if (page < 0 || page >= b->n_pages || !dst)
         return fl_err_set(e, FL_EINVAL, "page_read: page %d not in 0..%d", page, b->n_pages - 1);
     if (c->kv16) /* widened to the host layout: exact */
-        c->kk.bf16_to_f32(dst, (const uint16_t *)c->kv + (size_t)page * c->page_stride,
+        c->kk.bf16_to_f32(dst, (const uint16_t *)c->kv + (size_t)page * c->page_floats,
                           (long)c->page_floats);
     else
-        memcpy(dst, (const float *)c->kv + (size_t)page * c->page_stride, b->page_bytes);
+        memcpy(dst, (const float *)c->kv + (size_t)page * c->page_floats, b->page_bytes);
     return 0;
 }
 
@@ -1352,10 +1327,10 @@ static int fl_cpu_page_write(fl_backend *b, int32_t page, const void *src, fl_er
     /* kv16: rounded to nearest even, so a page_read's values (or a persistence blob's, which
      * are bf16 too) come back bit for bit */
     if (c->kv16)
-        c->kk.f32_to_bf16((uint16_t *)c->kv + (size_t)page * c->page_stride, src,
+        c->kk.f32_to_bf16((uint16_t *)c->kv + (size_t)page * c->page_floats, src,
                           (long)c->page_floats);
     else
-        memcpy((float *)c->kv + (size_t)page * c->page_stride, src, b->page_bytes);
+        memcpy((float *)c->kv + (size_t)page * c->page_floats, src, b->page_bytes);
     return 0;
 }
 
@@ -1565,9 +1540,7 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
                   cf->hidden % FL_QG == 0;
     c->page_floats = fl_kv_page_floats(cf);
     c->base.page_bytes = c->page_floats * 4; /* the host layout's, whatever the pool holds */
-    c->page_stride = fl_kv_stride(c->page_floats, (size_t)cf->block_size * cf->head_dim,
-                                  c->kv16 ? 2 : 4);
-    size_t pool_page = c->page_stride * (c->kv16 ? 2 : 4);
+    size_t pool_page = c->page_floats * (c->kv16 ? 2 : 4);
     /* all of OpenBLAS's work happens inside our pool threads, one thread each */
     openblas_set_num_threads(1);
 

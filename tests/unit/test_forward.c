@@ -932,51 +932,8 @@ static void run_model(const ref_model *rm)
     unsetenv("FL_SIMD");
 }
 
-/* The most runs of one (layer, k|v, head) that any cache set sees over n consecutive pages
- * at this stride (bytes), counting sets by address bits 6-15 (a 1 MB 16-way L2's). */
-static int stride_worst_set(size_t stride, size_t run, int n)
-{
-    static int hits[1024];
-    memset(hits, 0, sizeof hits);
-    int worst = 0;
-    for (int p = 0; p < n; p++)
-        for (size_t l = (size_t)p * stride / 64; l < ((size_t)p * stride + run + 63) / 64; l++)
-            if (++hits[l % 1024] > worst)
-                worst = hits[l % 1024];
-    return worst;
-}
-
-/* fl_kv_stride: pages never overlap, start on a cache line, pad at most an eighth of a page
- * (or a line and the rounding to one), and at real shapes spread a segment's 128 runs of a head over the L2's sets (packed pages
- * put them all in the same 32 sets: the check fails for them). */
-static void case_stride(void)
-{
-    static const struct { const char *name; int layers, kvh, B, hd, es; } sh[] = {
-        {"qwen3-0.6b f32", 28, 8, 4, 128, 4}, {"qwen3-0.6b bf16", 28, 8, 4, 128, 2},
-        {"sdar-1.7b b32", 28, 8, 32, 128, 4}, {"llada2-mini", 20, 4, 32, 128, 4},
-        {"tiny", 2, 2, 4, 16, 4},             {"tiny odd", 3, 1, 3, 18, 2},
-    };
-    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++) {
-        size_t run = (size_t)sh[i].B * sh[i].hd, page = (size_t)sh[i].layers * 2 * sh[i].kvh * run;
-        size_t st = fl_kv_stride(page, run, (size_t)sh[i].es), sb = st * (size_t)sh[i].es;
-        size_t pb = page * (size_t)sh[i].es;
-        CHECK(st > page && sb % 64 == 0 && ((sb - pb) * 8 <= pb || sb - pb <= 128),
-              "%s: stride %zu elements for pages of %zu", sh[i].name, st, page);
-        if (pb < 65536)
-            continue;
-        int worst = stride_worst_set(sb, run * (size_t)sh[i].es, 128);
-        int ideal = (int)((128 * ((run * (size_t)sh[i].es + 63) / 64) + 1023) / 1024);
-        CHECK(worst <= ideal + 1, "%s: a set holds %d runs of 128 pages (ideal %d)", sh[i].name,
-              worst, ideal);
-        if (sh[i].es == 4 && i == 0)
-            CHECK(stride_worst_set(pb, run * 4, 128) == 128,
-                  "%s: packed pages were expected to alias", sh[i].name);
-    }
-}
-
 int main(int argc, char **argv)
 {
-    case_stride();
     char root[PATHN];
     if (argc > 1)
         snprintf(root, sizeof root, "%s", argv[1]);
