@@ -453,35 +453,42 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
         double t[64];
         int steps = a->steps > 64 ? 64 : a->steps;
         /* with some masks and some decided tokens, a decoding step asks the backend only for
-           the masks' outputs (the scheduler's want): time the step asking all of them first,
-           then the timed step below asks as the scheduler does */
-        res->all_ms[i] = 0;
-        if (a->masked > 0 && a->masked < nb) {
-            for (int r = 0; r <= steps; r++) {
-                double t0 = fl_now();
+           the masks' outputs (the scheduler's want): each timed step below asks as the
+           scheduler does, and is paired with the same step asking every output, run just
+           before it, so that both see the same machine */
+        bool both = a->masked > 0 && a->masked < nb;
+        for (int j = 0; j < nb; j++)
+            want[j] = j >= nb - a->masked;
+        double t_all[64];
+        fl_cpu_phases ph, acc = {{0}, 0};
+        bool cpu = true;
+        for (int r = 0; r <= steps; r++) { /* r == 0: warm-up */
+            double t0 = fl_now();
+            if (both) {
+                s.want = NULL;
                 if ((rc = fl_forward(b, &bt, out, NULL, e)))
                     goto done;
                 if (r)
-                    t[r - 1] = (fl_now() - t0) * 1e3;
+                    t_all[r - 1] = (fl_now() - t0) * 1e3;
+                s.want = want;
             }
-            res->all_ms[i] = fl_median(t, steps);
-            for (int j = 0; j < nb; j++)
-                want[j] = j >= nb - a->masked;
-            s.want = want;
-        }
-        fl_cpu_phases ph;
-        for (int r = 0; r <= steps; r++) { /* r == 0: warm-up */
-            if (r == 1)
-                fl_cpu_phases_get(b, &ph, true);
-            double t0 = fl_now();
+            cpu = cpu && fl_cpu_phases_get(b, &ph, true) == 0;
+            t0 = fl_now();
             if ((rc = fl_forward(b, &bt, out, NULL, e)))
                 goto done;
             if (r)
                 t[r - 1] = (fl_now() - t0) * 1e3;
+            cpu = cpu && fl_cpu_phases_get(b, &ph, true) == 0;
+            if (r && cpu) {
+                for (int k = 0; k < FL_PH_N; k++)
+                    acc.ms[k] += ph.ms[k];
+                acc.forwards += ph.forwards;
+            }
         }
-        bool cpu = fl_cpu_phases_get(b, &ph, true) == 0 && ph.forwards > 0;
+        res->all_ms[i] = both ? fl_median(t_all, steps) : 0;
+        cpu = cpu && acc.forwards > 0;
         for (int k = 0; k < FL_PH_N; k++)
-            res->phase_ms[i][k] = cpu ? ph.ms[k] / (double)ph.forwards : -1;
+            res->phase_ms[i][k] = cpu ? acc.ms[k] / (double)acc.forwards : -1;
         ours_ms[i] = fl_median(t, steps);
         fl_cpu_moe_stats st;
         res->read_bytes[i] = (double)*wbytes;
