@@ -107,8 +107,10 @@ typedef struct fl_cpu {
     int8_t *emb_q;            /* (hidden) a row's quants then */
     uint16_t *emb_d;          /* (hidden / 32) its scales */
     size_t page_floats;   /* n_layers * 2 * kv_heads * block * head_dim */
+    size_t run;           /* block * head_dim: one page's keys (or values) of one kv head */
     bool kv16;            /* KV pages in bf16 (opts.kv); else f32 */
-    void *kv;             /* (n_pages, page_floats) f32, or bf16 when kv16 */
+    void *kv;             /* (n_layers, 2, kv_heads, n_pages, run) f32, or bf16 when kv16:
+                             planes by (layer, k|v, head), pages within a plane (fl_page_at) */
     uint16_t *kvown;      /* kv16: (max_tokens, 2 * kv_dim) this forward's K | V rounded to
                              bf16, the values its pages get: attention reads only these */
     /* activations, for up to max_tokens rows */
@@ -751,12 +753,21 @@ static void fl_par_matmul(fl_fwd *f, float *y, int ldy, const float *x, int ldx,
 }
 
 /* The first value of one (page, layer, k|v, kv head) in the pool: block_size rows of
- * head_dim, in the host layout's order whatever the element. */
+ * head_dim. The pool is not page after page: it is one plane per (layer, k|v, kv head), and
+ * in a plane the pages' runs of block_size rows follow each other by page id. Attention reads
+ * one plane at a time, the runs of a segment's pages in order; pages handed out in order (as
+ * the pool does to a fresh request) are then one stream of memory that the hardware
+ * prefetchers follow, where page after page put 2 KB runs (block 4, head_dim 128, f32) a
+ * whole page (896 KB for Qwen3-0.6B) apart. page_read/page_write gather and scatter a page's
+ * n_layers x 2 x kv_heads runs from and to the host layout. */
+static size_t fl_run_at(const fl_cpu *c, int32_t page, size_t r)
+{
+    return (r * (size_t)c->base.n_pages + (size_t)page) * c->run;
+}
+
 static size_t fl_page_at(const fl_cpu *c, int32_t page, int layer, int kv, int head)
 {
-    const fl_config *cf = &c->cfg;
-    return (size_t)page * c->page_floats +
-           ((((size_t)layer * 2 + kv) * cf->n_kv_heads + head) * cf->block_size) * cf->head_dim;
+    return fl_run_at(c, page, ((size_t)layer * 2 + kv) * (size_t)c->cfg.n_kv_heads + head);
 }
 
 static float *fl_page_kv(const fl_cpu *c, int32_t page, int layer, int kv, int head)
@@ -1311,11 +1322,14 @@ static int fl_cpu_page_read(fl_backend *b, int32_t page, void *dst, fl_err *e)
     fl_cpu *c = b->impl;
     if (page < 0 || page >= b->n_pages || !dst)
         return fl_err_set(e, FL_EINVAL, "page_read: page %d not in 0..%d", page, b->n_pages - 1);
-    if (c->kv16) /* widened to the host layout: exact */
-        c->kk.bf16_to_f32(dst, (const uint16_t *)c->kv + (size_t)page * c->page_floats,
-                          (long)c->page_floats);
-    else
-        memcpy(dst, (const float *)c->kv + (size_t)page * c->page_floats, b->page_bytes);
+    size_t runs = c->page_floats / c->run;
+    float *d = dst;
+    for (size_t r = 0; r < runs; r++, d += c->run) {
+        if (c->kv16) /* widened to the host layout: exact */
+            c->kk.bf16_to_f32(d, (const uint16_t *)c->kv + fl_run_at(c, page, r), (long)c->run);
+        else
+            memcpy(d, (const float *)c->kv + fl_run_at(c, page, r), c->run * 4);
+    }
     return 0;
 }
 
@@ -1326,11 +1340,14 @@ static int fl_cpu_page_write(fl_backend *b, int32_t page, const void *src, fl_er
         return fl_err_set(e, FL_EINVAL, "page_write: page %d not in 0..%d", page, b->n_pages - 1);
     /* kv16: rounded to nearest even, so a page_read's values (or a persistence blob's, which
      * are bf16 too) come back bit for bit */
-    if (c->kv16)
-        c->kk.f32_to_bf16((uint16_t *)c->kv + (size_t)page * c->page_floats, src,
-                          (long)c->page_floats);
-    else
-        memcpy((float *)c->kv + (size_t)page * c->page_floats, src, b->page_bytes);
+    size_t runs = c->page_floats / c->run;
+    const float *sp = src;
+    for (size_t r = 0; r < runs; r++, sp += c->run) {
+        if (c->kv16)
+            c->kk.f32_to_bf16((uint16_t *)c->kv + fl_run_at(c, page, r), sp, (long)c->run);
+        else
+            memcpy((float *)c->kv + fl_run_at(c, page, r), sp, c->run * 4);
+    }
     return 0;
 }
 
@@ -1539,6 +1556,7 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     c->embed_q8 = (wf == FL_WEIGHTS_Q8 || wf == FL_WEIGHTS_Q4) && !c->embed_s &&
                   cf->hidden % FL_QG == 0;
     c->page_floats = fl_kv_page_floats(cf);
+    c->run = (size_t)cf->block_size * (size_t)cf->head_dim;
     c->base.page_bytes = c->page_floats * 4; /* the host layout's, whatever the pool holds */
     size_t pool_page = c->page_floats * (c->kv16 ? 2 : 4);
     /* all of OpenBLAS's work happens inside our pool threads, one thread each */
