@@ -36,7 +36,7 @@ add_test(NAME decode.parity_llada2
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/parity_llada2.py $<TARGET_FILE:fogline>
           ${CMAKE_BINARY_DIR}/fixtures/dec_q3 ${CMAKE_BINARY_DIR}/fixtures/dec_llada2)
 set_tests_properties(decode.parity_llada2 PROPERTIES
-  FIXTURES_REQUIRED "decode_models;llada2_dec_model" LABELS "integration" TIMEOUT 1200)
+  FIXTURES_REQUIRED "decode_models;llada2_dec_model" LABELS "integration" TIMEOUT 1800)
 # The built-in model: prompt ids (template + tokenizer) and greedy one-token-per-step replies
 # equal to the training-side reference decoder (engine/train/eval.py --greedy-out).
 add_test(NAME decode.parity_default_model

@@ -24,7 +24,7 @@ set(FL_SERVE_MODEL "${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk" CACHE PA
 foreach(suite ws_protocol openai http ops backpressure redis parallel faults generate alloc steps)
   add_test(NAME server.${suite}
     COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/${suite}.test.mjs)
-  set_tests_properties(server.${suite} PROPERTIES LABELS integration TIMEOUT 300
+  set_tests_properties(server.${suite} PROPERTIES LABELS integration TIMEOUT 600
     ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_SERVE_MODEL=${FL_SERVE_MODEL}")
 endforeach()
 # token editing (LLaDA2.1's decoding) on a random dense model that edits, with the built-in
@@ -46,7 +46,7 @@ add_test(NAME server.llada2_model
   COMMAND sh -c "${FL_PYTHON} ${FL_TESTS_DIR}/reference/make_moe_model.py ${FL_LLADA2_MODEL} --family llada2 --seed 41 && ${FL_PYTHON} ${FL_TESTS_DIR}/reference/make_ling_tokenizer.py ${FL_LLADA2_MODEL}")
 set_tests_properties(server.llada2_model PROPERTIES FIXTURES_SETUP llada2_model LABELS python)
 add_test(NAME server.llada2 COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/llada2.test.mjs)
-set_tests_properties(server.llada2 PROPERTIES LABELS integration TIMEOUT 300
+set_tests_properties(server.llada2 PROPERTIES LABELS integration TIMEOUT 600
   FIXTURES_REQUIRED llada2_model
   ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_LLADA2_MODEL=${FL_LLADA2_MODEL}")
 # the outline parser (server/outline.c) is a pure module: its unit test compiles it in

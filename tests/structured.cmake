@@ -27,6 +27,6 @@ set_tests_properties(structured.decode PROPERTIES LABELS integration TIMEOUT 900
 # think model) and LLaDA2's Ling template: required/named calls valid for ajv, streamed and
 # not, the round trip's prompt as @huggingface/jinja renders it, bad inputs, the WebSocket
 add_test(NAME structured.tools COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/structured/tools.test.mjs)
-set_tests_properties(structured.tools PROPERTIES LABELS integration TIMEOUT 600
+set_tests_properties(structured.tools PROPERTIES LABELS integration TIMEOUT 3600
   FIXTURES_REQUIRED "think_model;llada2_model"
   ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_THINK_MODEL=${CMAKE_BINARY_DIR}/fixtures/think_model;FL_LLADA2_MODEL=${CMAKE_BINARY_DIR}/fixtures/llada2_model;FL_SERVE_MODEL=${FL_SERVE_MODEL}")

@@ -32,4 +32,4 @@ set_tests_properties(tokenizer.ling_parity PROPERTIES LABELS parity TIMEOUT 300 
 add_test(NAME tokenizer.chat
   COMMAND ${FL_NODE} ${FL_TESTS_DIR}/node/tok_chat.mjs --bin $<TARGET_FILE:fogline>
           --qwen3 ${FL_QWEN3_DIR} --fixtures ${FL_TESTS_DIR}/data/tokenizer --ling ${FL_LING_TOK})
-set_tests_properties(tokenizer.chat PROPERTIES LABELS integration TIMEOUT 300 FIXTURES_REQUIRED ling_tok)
+set_tests_properties(tokenizer.chat PROPERTIES LABELS integration TIMEOUT 600 FIXTURES_REQUIRED ling_tok)

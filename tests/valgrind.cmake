@@ -14,6 +14,6 @@ if(NOT FL_SANITIZE)
   endif()
   add_test(NAME valgrind.serve
     COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/valgrind/serve.test.mjs)
-  set_tests_properties(valgrind.serve PROPERTIES LABELS valgrind TIMEOUT 600
+  set_tests_properties(valgrind.serve PROPERTIES LABELS valgrind TIMEOUT 1200
     ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_SERVE_MODEL=${FL_SERVE_MODEL};FL_VALGRIND=${FL_VALGRIND};FL_VALGRIND_SUPP=${FL_TESTS_DIR}/valgrind/fogline.supp")
 endif()

@@ -17,6 +17,6 @@ if(NOT FL_SERVE_MODEL)
   set(FL_SERVE_MODEL "${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk")
 endif()
 add_test(NAME web.ui COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/web/ui.test.mjs)
-set_tests_properties(web.ui PROPERTIES LABELS integration TIMEOUT 600
+set_tests_properties(web.ui PROPERTIES LABELS integration TIMEOUT 1200
   FIXTURES_REQUIRED "think_model;edit_model"
   ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_SERVE_MODEL=${FL_SERVE_MODEL};FL_THINK_MODEL=${CMAKE_BINARY_DIR}/fixtures/think_model;FL_EDIT_MODEL=${CMAKE_BINARY_DIR}/fixtures/edit_model")
