@@ -28,7 +28,8 @@ typedef struct nfa {
     uint8_t (*sets)[32];
     int32_t nsets, setcap;
     int32_t max;
-    const json_t *root; /* the schema, for $ref */
+    const json_t *root; /* the schema resource $refs resolve in: the schema, or the nearest
+                           enclosing subschema with an "$id" (JSON Schema's rule) */
     const json_t *refs[FL_CONSTRAIN_MAX_REFS]; /* the $refs being expanded (recursion) */
     int n_refs;
     int32_t max_depth;
@@ -548,7 +549,7 @@ static frag f_typed(nfa *N, const json_t *node, const char *type, const char *pa
     return f_empty(N);
 }
 
-/* "#/$defs/name" or "#/definitions/name" */
+/* "#/$defs/name", "#/definitions/name" or "#", in the current schema resource */
 static const json_t *resolve_ref(nfa *N, const char *ref, const char *path)
 {
     const char *name = NULL;
@@ -570,7 +571,22 @@ static const json_t *resolve_ref(nfa *N, const char *ref, const char *path)
     return t;
 }
 
+static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth);
+
+/* A subschema with an "$id" is a schema resource of its own: the $refs inside it resolve in
+   it, as JSON Schema says (a tool's parameters wrapped into a call's schema keep their $defs
+   so). */
 static frag f_value(nfa *N, const json_t *node, const char *path, int32_t depth)
+{
+    const json_t *root = N->root;
+    if (json_is_object(node) && json_is_string(json_object_get(node, "$id")))
+        N->root = node;
+    frag f = f_node(N, node, path, depth);
+    N->root = root;
+    return f;
+}
+
+static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth)
 {
     if (N->failed)
         return f_empty(N);

@@ -136,6 +136,19 @@ test('200 random schemas of the subset: samples valid, instances accepted in any
   for (let i = 0; i < 200; i++) checkSchema(genSchema(r, 3), i + 100);
 });
 
+test('$ref resolves in the nearest enclosing subschema with an $id (a schema resource of its own)', () => {
+  // b is a resource with its own $defs.v: b.x is a string, a (the root's v) an integer
+  const s = { $defs: { v: { type: 'integer' } }, type: 'object', properties: { a: { $ref: '#/$defs/v' },
+    b: { $id: 'inner', $defs: { v: { type: 'string' } }, type: 'object', properties: { x: { $ref: '#/$defs/v' } },
+      required: ['x'], additionalProperties: false } }, required: ['a', 'b'], additionalProperties: false };
+  const validate = new Ajv({ strict: false }).compile(s);
+  for (const t of samples(s, 20, 5)) assert.ok(validate(JSON.parse(t)), `${t}: ${JSON.stringify(validate.errors)}`);
+  const texts = ['{"a":1,"b":{"x":"s"}}', '{"a":1,"b":{"x":2}}', '{"a":"s","b":{"x":"s"}}'];
+  const out = compile(s, ['--match'], texts.map((t) => JSON.stringify(t)).join('\n') + '\n').rest;
+  assert.deepEqual(out, texts.map((t) => String(validate(JSON.parse(t)))));
+  assert.deepEqual(out, ['true', 'false', 'false']);
+});
+
 test('the shortest valid text: min_bytes, and a budget below it has no sample', () => {
   const s = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false };
   const { info } = compile(s);
