@@ -697,8 +697,20 @@ static bool tool_name_ok(const char *s)
 
 /* "tools" and "tool_choice". For "required" or a named function, the schema of the call the
    reply is constrained to: {"name": the function's name, "arguments": its parameters} (any of
-   the tools for "required"), properties in the template's order. */
+   the tools for "required"), properties in the template's order. The parameters go in as a
+   schema resource of their own ("$id"), so that their $refs resolve in their own $defs as
+   they do in response_format, whatever the other tools' $defs are called. */
+static int parse_tools_with(pctx *P, const json_t *o, srv_chat *c, json_t *argv);
+
 static int parse_tools(pctx *P, const json_t *o, srv_chat *c)
+{
+    json_t *argv = json_array(); /* each tool's arguments schema */
+    int rc = argv ? parse_tools_with(P, o, c, argv) : bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    json_decref(argv);
+    return rc;
+}
+
+static int parse_tools_with(pctx *P, const json_t *o, srv_chat *c, json_t *argv)
 {
     const json_t *tools = json_object_get(o, "tools");
     const json_t *ch = json_object_get(o, "tool_choice");
@@ -724,6 +736,16 @@ static int parse_tools(pctx *P, const json_t *o, srv_chat *c)
         if (params && !json_is_null(params) && !json_is_object(params))
             return bad(P, SRV_E_BAD_REQUEST, "tools", "tools[%zu].function.parameters must be a "
                        "JSON schema (an object)", i);
+        /* the arguments' schema (no parameters: any object), a schema resource of its own */
+        json_t *args = params && !json_is_null(params) ? json_deep_copy(params)
+                                                       : json_pack("{s:s}", "type", "object");
+        if (!args || json_array_append_new(argv, args))
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        char id[96];
+        snprintf(id, sizeof id, "fogline:tools/%s/parameters", name);
+        if (!json_is_string(json_object_get(args, "$id")) &&
+            json_object_set_new(args, "$id", json_string(id)))
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
         const json_t *d = json_object_get(f, "description");
         if (d && !json_is_null(d) && !json_is_string(d))
             return bad(P, SRV_E_BAD_REQUEST, "tools", "tools[%zu].function.description must be a "
@@ -775,12 +797,10 @@ static int parse_tools(pctx *P, const json_t *o, srv_chat *c)
         if (named && strcmp(named, name))
             continue;
         found = true;
-        const json_t *params = json_object_get(f, "parameters");
-        json_t *args = params && !json_is_null(params) ? json_deep_copy(params)
-                                                       : json_pack("{s:s}", "type", "object");
-        json_t *one = json_pack("{s:s, s:{s:{s:s}, s:o}, s:[s, s], s:b}", "type", "object",
-                                "properties", "name", "const", name, "arguments", args, "required",
-                                "name", "arguments", "additionalProperties", 0);
+        json_t *one = json_pack("{s:s, s:{s:{s:s}, s:O}, s:[s, s], s:b}", "type", "object",
+                                "properties", "name", "const", name, "arguments",
+                                json_array_get(argv, i), "required", "name", "arguments",
+                                "additionalProperties", 0);
         json_array_append_new(any, one);
     }
     if (!found) {

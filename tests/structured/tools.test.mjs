@@ -86,6 +86,41 @@ for (const name of ['think', 'llada2']) {
   });
 }
 
+// parameters with $defs/$ref (at the root too), two tools with a definition of the same name:
+// each call's arguments valid for its own tool's parameters, as in response_format
+const DEFS_TOOLS = [
+  { type: 'function', function: { name: 'ship', parameters: { type: 'object',
+    $defs: { item: { type: 'object', properties: { sku: { type: 'string' }, qty: { type: 'integer' } }, required: ['sku', 'qty'], additionalProperties: false } },
+    properties: { items: { type: 'array', items: { $ref: '#/$defs/item' }, minItems: 1, maxItems: 2 } }, required: ['items'], additionalProperties: false } } },
+  { type: 'function', function: { name: 'rate', parameters: { $ref: '#/$defs/args',
+    $defs: { item: { enum: ['good', 'bad'] },
+      args: { type: 'object', properties: { verdict: { $ref: '#/$defs/item' } }, required: ['verdict'], additionalProperties: false } } } } },
+];
+
+for (const name of ['think', 'llada2']) {
+  test(`${name}: parameters with $defs/$ref: required and named calls valid for their own tool`, async () => {
+    const c = client(name);
+    const valid = (call) => {
+      const t = DEFS_TOOLS.find((x) => x.function.name === call.function.name);
+      assert.ok(t, `name ${call.function.name}`);
+      const validate = new Ajv({ strict: false }).compile(t.function.parameters);
+      const args = JSON.parse(call.function.arguments);
+      assert.ok(validate(args), `${call.function.name}(${call.function.arguments}): ${ajv.errorsText(validate.errors)}`);
+    };
+    const r = await c.chat.completions.create({ model: 'fogline', messages: user('Ship two of sku A1.'),
+      tools: DEFS_TOOLS, tool_choice: 'required', max_tokens: 160 });
+    assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(r));
+    valid(r.choices[0].message.tool_calls[0]);
+    for (const fn of ['ship', 'rate']) {
+      const n = await c.chat.completions.create({ model: 'fogline', messages: user('Rate it.'), tools: DEFS_TOOLS,
+        tool_choice: { type: 'function', function: { name: fn } }, max_tokens: 160 });
+      assert.equal(n.choices[0].finish_reason, 'tool_calls', JSON.stringify(n));
+      assert.equal(n.choices[0].message.tool_calls[0].function.name, fn);
+      valid(n.choices[0].message.tool_calls[0]);
+    }
+  });
+}
+
 test('think: the round trip renders as the template does; auto leaves the model its answer', async () => {
   const cfg = JSON.parse(fs.readFileSync(path.join(THINK, 'tokenizer_config.json'), 'utf8'));
   const tpl = new Template(cfg.chat_template);
@@ -128,6 +163,10 @@ test('bad tool inputs are 400s naming the field', async () => {
   await bad(think, { tools: TOOLS, tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice', /cannot be combined/);
   await bad(think, { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { d: { type: 'string', format: 'date' } } } } }],
     tool_choice: 'required' }, 'tools', /unsupported keyword 'format'/);
+  const fnp = (parameters) => [{ type: 'function', function: { name: 'f', parameters } }];
+  // a $ref the parameters' own $defs do not have is the compiler's refusal, by name
+  await bad(think, { tools: fnp({ type: 'object', properties: { a: { $ref: '#/$defs/nope' } } }), tool_choice: 'required' }, 'tools',
+    /'\$ref' '#\/\$defs\/nope' does not name a schema/);
   await bad(think, { messages: [...user('hi'), { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{oops' } }] }] },
     'messages', /arguments must be a JSON object/);
   await bad(think, { messages: [{ role: 'user', content: 'hi', tool_calls: [] }] }, 'messages', /belong to assistant messages/);
