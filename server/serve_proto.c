@@ -695,6 +695,90 @@ static bool tool_name_ok(const char *s)
     return true;
 }
 
+/* A $ref of a tool's parameters, "#/$defs/x", "#/definitions/x" or "#", in the resource root
+   (as engine/constrain.c resolves it); NULL where it names nothing (the compiler refuses it). */
+static json_t *params_ref(json_t *root, const char *ref)
+{
+    if (!strcmp(ref, "#"))
+        return root;
+    if (!strncmp(ref, "#/$defs/", 8))
+        return json_object_get(json_object_get(root, "$defs"), ref + 8);
+    if (!strncmp(ref, "#/definitions/", 14))
+        return json_object_get(json_object_get(root, "definitions"), ref + 14);
+    return NULL;
+}
+
+/* A call's arguments are a JSON object, whatever a tool's parameters say: along the schema's
+   top level (the way engine/constrain.c reads it: $ref, then const, enum, anyOf, type) a
+   subschema that names no type gets "type": "object" (in s, a copy), and one that allows any
+   other value is refused: -1 with why (where, as a JSON pointer, and what). Whatever else is
+   wrong with the schema is left to the compiler, which names it. */
+static int params_object(json_t *s, json_t *root, const char *path, int hops, char *why, size_t n)
+{
+    if (!json_is_object(s))
+        return 0;
+    if (json_is_string(json_object_get(s, "$id")))
+        root = s;
+    const char *at = path[0] ? path : "the root";
+    const json_t *ref = json_object_get(s, "$ref");
+    if (ref) {
+        json_t *t = json_is_string(ref) ? params_ref(root, json_string_value(ref)) : NULL;
+        if (!t || hops >= FL_CONSTRAIN_MAX_REFS) /* (recursion: the compiler refuses it) */
+            return 0;
+        char p2[FL_CONSTRAIN_PATH];
+        snprintf(p2, sizeof p2, "%s", json_string_value(ref) + 1);
+        return params_object(t, root, p2, hops + 1, why, n);
+    }
+    const json_t *c = json_object_get(s, "const");
+    if (c) {
+        if (json_is_object(c))
+            return 0;
+        snprintf(why, n, "'const' is not an object (at %s)", at);
+        return -1;
+    }
+    const json_t *en = json_object_get(s, "enum");
+    if (en) {
+        for (size_t i = 0; i < json_array_size(en); i++)
+            if (!json_is_object(json_array_get(en, i))) {
+                snprintf(why, n, "'enum' has a value that is not an object (at %s)", at);
+                return -1;
+            }
+        return 0;
+    }
+    json_t *any = json_object_get(s, "anyOf");
+    if (any) {
+        for (size_t i = 0; json_is_array(any) && i < json_array_size(any); i++) {
+            char p2[FL_CONSTRAIN_PATH];
+            snprintf(p2, sizeof p2, "%s/anyOf/%zu", path, i);
+            if (json_is_true(json_array_get(any, i))) { /* any value, and an object: an object */
+                if (json_array_set_new(any, i, json_pack("{s:s}", "type", "object"))) {
+                    snprintf(why, n, "out of memory");
+                    return -1;
+                }
+            } else if (params_object(json_array_get(any, i), root, p2, hops, why, n)) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    const json_t *type = json_object_get(s, "type");
+    if (!type) {
+        if (json_object_set_new(s, "type", json_string("object"))) {
+            snprintf(why, n, "out of memory");
+            return -1;
+        }
+        return 0;
+    }
+    for (size_t i = 0; i < (json_is_array(type) ? json_array_size(type) : 1); i++) {
+        const char *t = json_string_value(json_is_array(type) ? json_array_get(type, i) : type);
+        if (t && strcmp(t, "object")) {
+            snprintf(why, n, "'type' allows \"%.32s\" (at %s)", t, at);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* "tools" and "tool_choice". For "required" or a named function, the schema of the call the
    reply is constrained to: {"name": the function's name, "arguments": its parameters} (any of
    the tools for "required"), properties in the template's order. The parameters go in as a
@@ -736,11 +820,15 @@ static int parse_tools_with(pctx *P, const json_t *o, srv_chat *c, json_t *argv)
         if (params && !json_is_null(params) && !json_is_object(params))
             return bad(P, SRV_E_BAD_REQUEST, "tools", "tools[%zu].function.parameters must be a "
                        "JSON schema (an object)", i);
-        /* the arguments' schema (no parameters: any object), a schema resource of its own */
-        json_t *args = params && !json_is_null(params) ? json_deep_copy(params)
-                                                       : json_pack("{s:s}", "type", "object");
+        /* the arguments' schema: an object's (no parameters: any object), and a schema
+           resource of its own */
+        json_t *args = params && !json_is_null(params) ? json_deep_copy(params) : json_object();
         if (!args || json_array_append_new(argv, args))
             return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        char why[FL_CONSTRAIN_PATH + 96];
+        if (params_object(args, args, "", 0, why, sizeof why))
+            return bad(P, SRV_E_BAD_REQUEST, "tools", "tools[%zu].function.parameters must "
+                       "describe a JSON object (a call's arguments are one): %s", i, why);
         char id[96];
         snprintf(id, sizeof id, "fogline:tools/%s/parameters", name);
         if (!json_is_string(json_object_get(args, "$id")) &&

@@ -121,6 +121,20 @@ for (const name of ['think', 'llada2']) {
   });
 }
 
+test('think: parameters that name no type still give an object (greedy, where the model would write a number)', async () => {
+  for (const parameters of [{}, { properties: { q: { type: 'string' } } }, { anyOf: [true, { properties: { n: { type: 'integer' } } }] }]) {
+    const r = await think.chat.completions.create({ model: 'fogline', messages: user('Where is order 12?'), temperature: 0,
+      tools: [{ type: 'function', function: { name: 'f', parameters } }], tool_choice: { type: 'function', function: { name: 'f' } },
+      max_tokens: 64 });
+    const ch = r.choices[0];
+    assert.equal(ch.finish_reason, 'tool_calls', `${JSON.stringify(parameters)}: ${JSON.stringify(ch)}`);
+    const args = JSON.parse(ch.message.tool_calls[0].function.arguments);
+    assert.ok(args && typeof args === 'object' && !Array.isArray(args), ch.message.tool_calls[0].function.arguments);
+    const validate = new Ajv({ strict: false }).compile(parameters);
+    assert.ok(validate(args), `${JSON.stringify(parameters)}: ${JSON.stringify(args)}`);
+  }
+});
+
 test('think: the round trip renders as the template does; auto leaves the model its answer', async () => {
   const cfg = JSON.parse(fs.readFileSync(path.join(THINK, 'tokenizer_config.json'), 'utf8'));
   const tpl = new Template(cfg.chat_template);
@@ -163,7 +177,17 @@ test('bad tool inputs are 400s naming the field', async () => {
   await bad(think, { tools: TOOLS, tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice', /cannot be combined/);
   await bad(think, { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { d: { type: 'string', format: 'date' } } } } }],
     tool_choice: 'required' }, 'tools', /unsupported keyword 'format'/);
+  // a call's arguments are an object: parameters that allow anything else are refused, in every mode
   const fnp = (parameters) => [{ type: 'function', function: { name: 'f', parameters } }];
+  for (const tool_choice of ['required', 'auto']) {
+    await bad(think, { tools: fnp({ type: 'string' }), tool_choice }, 'tools',
+      /^400 tools\[0\]\.function\.parameters must describe a JSON object \(a call's arguments are one\): 'type' allows "string" \(at the root\)$/);
+  }
+  await bad(think, { tools: fnp({ type: ['object', 'null'] }), tool_choice: 'required' }, 'tools', /'type' allows "null" \(at the root\)/);
+  await bad(think, { tools: fnp({ anyOf: [{ type: 'object' }, { type: 'array' }] }), tool_choice: 'required' }, 'tools', /'type' allows "array" \(at \/anyOf\/1\)/);
+  await bad(think, { tools: fnp({ $ref: '#/$defs/a', $defs: { a: { enum: [1] } } }), tool_choice: 'required' }, 'tools',
+    /'enum' has a value that is not an object \(at \/\$defs\/a\)/);
+  await bad(think, { tools: fnp({ const: 'x' }), tool_choice: 'required' }, 'tools', /'const' is not an object \(at the root\)/);
   // a $ref the parameters' own $defs do not have is the compiler's refusal, by name
   await bad(think, { tools: fnp({ type: 'object', properties: { a: { $ref: '#/$defs/nope' } } }), tool_choice: 'required' }, 'tools',
     /'\$ref' '#\/\$defs\/nope' does not name a schema/);
