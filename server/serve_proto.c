@@ -1005,6 +1005,19 @@ static char *dump(json_t *o)
     return s;
 }
 
+json_t *srv_json_text(const char *s)
+{
+    json_t *j = json_string(s);
+    if (j || !s)
+        return j;
+    char *c = strdup(s); /* not UTF-8: clipped, never dropped */
+    if (c)
+        srv_utf8_clip(c);
+    j = c ? json_string(c) : NULL;
+    free(c);
+    return j;
+}
+
 char *srv_frame_error(const char *id, const char *code, const char *message)
 {
     json_t *o = json_object();
@@ -1014,7 +1027,7 @@ char *srv_frame_error(const char *id, const char *code, const char *message)
     if (id)
         json_object_set_new(o, "id", json_string(id));
     json_object_set_new(o, "code", json_string(code));
-    json_object_set_new(o, "message", json_string(message));
+    json_object_set_new(o, "message", srv_json_text(message));
     return dump(o);
 }
 
@@ -1027,7 +1040,7 @@ char *srv_openai_error(const char *type, const char *code, const char *param, co
         json_decref(o);
         return NULL;
     }
-    json_object_set_new(e, "message", json_string(message));
+    json_object_set_new(e, "message", srv_json_text(message));
     json_object_set_new(e, "type", json_string(type));
     json_object_set_new(e, "param", param ? json_string(param) : json_null());
     json_object_set_new(e, "code", code ? json_string(code) : json_null());

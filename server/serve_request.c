@@ -7,6 +7,7 @@
  * "parallel" is a group of branches instead (serve_group.c). Every request ends in req_end,
  * after a done, a refusal or a cancellation before the engine: its owner's `ended` runs, then
  * it is freed. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,10 +87,15 @@ void srv_req_link(srv_req *r)
     s->n_reqs++;
 }
 
-/* Tells the owner the request ended before the engine took it, then frees it. */
-void srv_req_reject(srv_req *r, const char *code, const char *msg)
+/* Tells the owner the request ended before the engine took it, then frees it. The message
+   may quote client text cut at a byte count (a schema's keys, an error's end): clipped to
+   valid UTF-8 here, or the JSON that carries it would go without it. */
+void srv_req_reject(srv_req *r, const char *code, const char *text)
 {
     srv *s = r->s;
+    char msg[FL_ERR_MSG + 128];
+    snprintf(msg, sizeof msg, "%s", text);
+    srv_utf8_clip(msg);
     s->m.requests[SRV_OUT_REJECTED]++;
     srv_metrics_error(&s->m, code);
     if (r->owner)

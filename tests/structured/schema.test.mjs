@@ -199,6 +199,19 @@ test('schemas outside the subset: one-line errors naming the keyword and where',
     assert.match(lines[0], re);
     assert.equal(r.stdout, '');
   }
+  // client text quoted in a message (a key, a path) is cut on a character boundary: the line
+  // is valid UTF-8
+  for (const [schema, re] of [[{ type: 'object', ['a' + 'é'.repeat(40)]: 1 }, new RegExp(`unsupported keyword '${'a' + 'é'.repeat(31)}' \\(`)],
+    [{ type: 'object', properties: { ['é'.repeat(150)]: { format: 'x' } } }, /\(at \/properties\/(é)+\)$/],
+    [{ type: 'object', properties: { ['é'.repeat(300)]: { type: 'object', properties: { a: { type: 'text' } } } } }, /unknown type 'text'.*\(at \/properties\/(é)+\/?\)$/]]) {
+    const f = path.join(dir, `s${files++}.json`);
+    fs.writeFileSync(f, JSON.stringify(schema));
+    const r = spawnSync(BIN, ['schema', '--schema', f]);
+    assert.equal(r.status, 1);
+    let line;
+    assert.doesNotThrow(() => { line = new TextDecoder('utf-8', { fatal: true }).decode(r.stderr).trim(); }, 'the message is not UTF-8');
+    assert.match(line, re);
+  }
   // bad flags
   for (const [args, re] of [[['--json-object', '--sample', 'x'], /--sample needs an integer/], [[], /give one of --schema FILE and --json-object/],
                             [['--json-object', '--max-bytes', '0'], /--max-bytes needs an integer in \[1,/]]) {

@@ -199,6 +199,35 @@ test('bad tool inputs are 400s naming the field', async () => {
   await bad(client('builtin'), { messages: [...user('hi'), { role: 'tool', content: 'x' }] }, 'messages', /no tool syntax/);
 });
 
+// Schema errors quote the client's keys (64 bytes at most) and paths (255): cut inside a
+// character, the message was invalid UTF-8 and the 400 body and the error frame went without it
+test('schema errors cut inside a UTF-8 character keep their message (HTTP and WebSocket)', async () => {
+  const key = 'a' + 'é'.repeat(40); // byte 64 falls inside an é
+  const deepKey = 'é'.repeat(150); // a path /properties/ééé… passes 255 bytes inside an é (with x: in the call's)
+  const cases = [
+    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', [key]: 1 } } } }, 'response_format',
+      new RegExp(`unsupported keyword '${'a' + 'é'.repeat(31)}' \\(fogline`)],
+    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { [deepKey]: { type: 'string', format: 'x' } } } } } },
+      'response_format', new RegExp(`unsupported keyword 'format' .*\\(at /properties/(é)+`)],
+    [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { ['x' + deepKey]: { type: 'string', pattern: 'x' } } } } }], tool_choice: 'required' },
+      'tools', new RegExp(`unsupported keyword 'pattern' .*\\(at /properties/arguments/properties/x(é)+`)],
+  ];
+  for (const [body, param, re] of cases) {
+    await assert.rejects(think.chat.completions.create({ model: 'fogline', messages: user('hi'), ...body }),
+      (e) => e.status === 400 && e.param === param && typeof e.error?.message === 'string' && re.test(e.error.message),
+      JSON.stringify(body).slice(0, 120));
+  }
+  const c = await connect(servers.think);
+  for (const [i, [body, , re]] of cases.entries()) {
+    c.send({ type: 'chat', id: `u${i}`, messages: user('hi'), max_tokens: 32, ...body });
+    const err = await c.next((f) => f.id === `u${i}`);
+    assert.equal(err.type, 'error', JSON.stringify(err));
+    assert.equal(typeof err.message, 'string', JSON.stringify(err));
+    assert.match(err.message, re);
+  }
+  c.close();
+});
+
 test('WebSocket: done carries the call', async () => {
   const c = await connect(servers.llada2);
   c.send({ type: 'chat', id: 't1', messages: user('Refund order 3'), tools: TOOLS,
