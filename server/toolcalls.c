@@ -73,7 +73,10 @@ static const char *span(const char *p, const char *end)
 static bool add_call(srv_tools *t, const char *s, size_t n, json_t *calls)
 {
     json_error_t je;
-    json_t *j = json_loadb(s, n, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
+    /* a key written twice is no call: jansson would keep the last "arguments", the scan
+       below finds the first */
+    json_t *j = json_loadb(s, n, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_REJECT_DUPLICATES,
+                           &je);
     const json_t *name = json_object_get(j, "name"), *args = json_object_get(j, "arguments");
     if (!json_is_object(j) || !json_is_string(name) || !json_is_object(args)) {
         json_decref(j);

@@ -6,8 +6,9 @@
  * content, so that a tag cut across commits never leaks into the content.
  *
  * The rules:
- * - A block whose text is a JSON object with a string "name" and an object "arguments" is a
- *   call; any other block (or one the reply's end cut off) stays in the content as written.
+ * - A block whose text is a JSON object with a string "name" and an object "arguments" (each
+ *   key once) is a call; any other block (or one the reply's end cut off) stays in the
+ *   content as written.
  * - Whitespace next to a call is not content (the template writes newlines between calls);
  *   a reply without calls keeps its text exactly. */
 #ifndef FL_TOOLCALLS_H

@@ -79,6 +79,12 @@ int main(void)
     /* cut off by the reply's end: text */
     expect("x <tool_call>\n{\"name\": \"a\", \"argu", "x <tool_call>\n{\"name\": \"a\", \"argu", 0,
            NULL, NULL);
+    /* a key written twice is no call: jansson would keep the last, the arguments' text is the
+       first */
+    expect("<tool_call>{\"name\": \"f\", \"arguments\": \"x\", \"arguments\": {}}</tool_call>",
+           "<tool_call>{\"name\": \"f\", \"arguments\": \"x\", \"arguments\": {}}</tool_call>", 0, NULL, NULL);
+    expect("<tool_call>{\"name\": \"f\", \"name\": \"g\", \"arguments\": {}}</tool_call>",
+           "<tool_call>{\"name\": \"f\", \"name\": \"g\", \"arguments\": {}}</tool_call>", 0, NULL, NULL);
     /* off: everything is content */
     {
         srv_tools t;
