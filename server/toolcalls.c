@@ -176,6 +176,13 @@ int srv_tools_push(srv_tools *t, const char *s, size_t n, fl_buf *content, json_
     const char *p = w.data ? w.data : "", *end = p + w.len;
     while (p < end) {
         if (!t->in_call) {
+            if (t->after_call) { /* whitespace right after a call is not content */
+                while (p < end && is_ws(*p))
+                    p++;
+                if (p == end)
+                    break;
+                t->after_call = false;
+            }
             const char *o = find(p, (size_t)(end - p), OPEN, OPEN_N);
             if (!o) {
                 /* hold back a suffix that may begin the tag */
@@ -213,10 +220,8 @@ int srv_tools_push(srv_tools *t, const char *s, size_t n, fl_buf *content, json_
             }
             t->gap.len = 0;
             t->in_call = false;
+            t->after_call = ok;
             p = c + CLOSE_N;
-            /* whitespace right after a call is not content either */
-            while (ok && p < end && is_ws(*p))
-                p++;
         }
     }
     fl_buf_free(&w);
@@ -241,5 +246,6 @@ int srv_tools_finish(srv_tools *t, fl_buf *content, json_t *calls)
     t->pend.len = 0;
     t->ws = 0;
     t->in_call = false;
+    t->after_call = false;
     return content->err ? FL_ENOMEM : 0;
 }

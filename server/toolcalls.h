@@ -10,7 +10,8 @@
  *   key once) is a call; any other block (or one the reply's end cut off) stays in the
  *   content as written.
  * - Whitespace next to a call is not content (the template writes newlines between calls);
- *   a reply without calls keeps its text exactly. */
+ *   a reply without calls keeps its text exactly.
+ * - The content and the calls do not depend on how the text was cut into commits. */
 #ifndef FL_TOOLCALLS_H
 #define FL_TOOLCALLS_H
 
@@ -23,6 +24,7 @@
 typedef struct srv_tools {
     bool on;       /* look for calls at all (the request offered tools) */
     bool in_call;  /* inside <tool_call> */
+    bool after_call; /* a call just ended: the whitespace that follows is not content */
     fl_buf pend;   /* held back: a possible start tag, trailing whitespace, or a call's text */
     size_t ws;     /* of pend (outside a call): trailing whitespace bytes held back */
     fl_buf gap;    /* inside a call: the whitespace before its tag (content if it is no call) */

@@ -85,6 +85,10 @@ int main(void)
            "<tool_call>{\"name\": \"f\", \"arguments\": \"x\", \"arguments\": {}}</tool_call>", 0, NULL, NULL);
     expect("<tool_call>{\"name\": \"f\", \"name\": \"g\", \"arguments\": {}}</tool_call>",
            "<tool_call>{\"name\": \"f\", \"name\": \"g\", \"arguments\": {}}</tool_call>", 0, NULL, NULL);
+    /* whitespace after a call is not content, however the commits cut it */
+    expect("<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n\n Done.", "Done.", 1, "a", "{}");
+    expect("Hi <tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call> \n<tool_call>{\"name\": \"b\", "
+           "\"arguments\": {}}</tool_call>\n ok", "Hiok", 2, "a", "{}");
     /* off: everything is content */
     {
         srv_tools t;
