@@ -154,10 +154,19 @@ static void plain(srv_tools *t, const char *s, size_t n, fl_buf *content)
     t->ws = t->pend.len;
 }
 
-int srv_tools_push(srv_tools *t, const char *s, size_t n, fl_buf *content, json_t *calls)
+/* Whether the text of a block up to a close tag, [p, c), may still grow into a call: an
+   object that is not closed before the tag (the tag is inside one of its strings). */
+static bool may_grow(const char *p, const char *c)
 {
-    if (!t->on)
-        return fl_buf_append(content, s, n);
+    while (p < c && is_ws(*p))
+        p++;
+    return p < c && *p == '{' && !span(p, c);
+}
+
+/* Feeds s[0, n) after what is held back; final: no more text comes (a call still open at a
+   close tag is decided now). */
+static int feed(srv_tools *t, const char *s, size_t n, bool final, fl_buf *content, json_t *calls)
+{
     /* work on what is held back plus the new text */
     fl_buf w = {0};
     if (t->in_call)
@@ -206,33 +215,49 @@ int srv_tools_push(srv_tools *t, const char *s, size_t n, fl_buf *content, json_
             t->in_call = true;
             p = o + OPEN_N;
         } else {
-            const char *c = find(p, (size_t)(end - p), CLOSE, CLOSE_N);
-            if (!c) {
+            const char *c1 = find(p, (size_t)(end - p), CLOSE, CLOSE_N);
+            /* the call ends at the first close tag whose text before it is one, while the
+               text may still grow into one (a tag inside a string) */
+            const char *c = c1;
+            bool ok = false;
+            while (c && !(ok = add_call(t, p, (size_t)(c - p), calls)) && may_grow(p, c))
+                c = find(c + CLOSE_N, (size_t)(end - c - CLOSE_N), CLOSE, CLOSE_N);
+            if (!c1 || (!ok && !c && !final)) { /* undecided: wait for more text */
                 fl_buf_append(&t->pend, p, (size_t)(end - p));
                 p = end;
                 break;
             }
-            bool ok = add_call(t, p, (size_t)(c - p), calls);
-            if (!ok) { /* not a call: text as written */
+            if (ok) {
+                t->after_call = true;
+                p = c + CLOSE_N;
+            } else { /* not a call: the block to its first close tag is text as written */
                 fl_buf_append(content, t->gap.data, t->gap.len);
                 fl_buf_append(content, OPEN, OPEN_N);
-                fl_buf_append(content, p, (size_t)(c + CLOSE_N - p));
+                fl_buf_append(content, p, (size_t)(c1 + CLOSE_N - p));
+                p = c1 + CLOSE_N;
             }
             t->gap.len = 0;
             t->in_call = false;
-            t->after_call = ok;
-            p = c + CLOSE_N;
         }
     }
     fl_buf_free(&w);
     return t->pend.err || t->gap.err || content->err ? FL_ENOMEM : 0;
 }
 
+int srv_tools_push(srv_tools *t, const char *s, size_t n, fl_buf *content, json_t *calls)
+{
+    if (!t->on)
+        return fl_buf_append(content, s, n);
+    return feed(t, s, n, false, content, calls);
+}
+
 int srv_tools_finish(srv_tools *t, fl_buf *content, json_t *calls)
 {
-    (void)calls;
     if (!t->on)
         return 0;
+    /* a call still open at a close tag is decided now: no later tag comes */
+    if (t->in_call && feed(t, NULL, 0, true, content, calls))
+        return FL_ENOMEM;
     if (t->in_call) { /* cut off: text */
         fl_buf_append(content, t->gap.data, t->gap.len);
         fl_buf_append(content, OPEN, OPEN_N);
