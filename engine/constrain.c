@@ -464,12 +464,8 @@ static frag f_object(nfa *N, const json_t *node, const char *path, int32_t depth
         bad(N, path, "'required' must be an array of property names%s", "");
     if (N->failed)
         return f_empty(N);
-    if (!props || !json_object_size(props)) {
-        /* no properties: {} when nothing else may come, else any object */
-        if (json_is_false(addl)) /* "{" ws "}" */
-            return f_cat(N, f_cat(N, f_range(N, '{', '{'), f_ws(N)), f_range(N, '}', '}'));
-        return f_any_object(N, path, depth);
-    }
+    /* (before the case without properties, where a required key would otherwise be lost:
+       "any object" does not promise one) */
     size_t i;
     const json_t *r;
     json_array_foreach(req, i, r)
@@ -478,6 +474,12 @@ static frag f_object(nfa *N, const json_t *node, const char *path, int32_t depth
             return bad(N, path, "'required' names '%s', which is not in 'properties'",
                        json_is_string(r) ? json_string_value(r) : "(not a string)"),
                    f_empty(N);
+    }
+    if (!props || !json_object_size(props)) {
+        /* no properties: {} when nothing else may come, else any object */
+        if (json_is_false(addl)) /* "{" ws "}" */
+            return f_cat(N, f_cat(N, f_range(N, '{', '{'), f_ws(N)), f_range(N, '}', '}'));
+        return f_any_object(N, path, depth);
     }
     /* Members in the schema's order. A_i: nothing written yet before property i; B_i: some
        member written. J_i: property i's member starts (from A_i directly, from B_i after ",").
