@@ -370,15 +370,16 @@ static int message_text(pctx *P, const json_t *content, size_t i, bool openai, c
 
 /* An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
    "arguments"}}], arguments a JSON text (OpenAI) or a JSON object. For the template: the same
-   with arguments parsed (vLLM renders them so, and Qwen2.5's template writes them through
-   tojson). */
+   with the arguments as a JSON value (vLLM parses them before rendering, and Qwen2.5's
+   template writes them through tojson), spliced in as the client wrote them: jansson only
+   checks that they are an object, so an integer past 64 bits, a key written twice or a
+   number's spelling reach the renderer, which writes or refuses them by name, unchanged. */
 static int tool_calls_text(pctx *P, const json_t *tc, size_t i, char **out)
 {
     if (!json_is_array(tc))
         return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].tool_calls must be an array", i);
-    json_t *arr = json_array();
-    if (!arr)
-        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    fl_buf b = {0};
+    fl_buf_append(&b, "[", 1);
     size_t j;
     const json_t *x;
     json_array_foreach(tc, j, x)
@@ -388,38 +389,66 @@ static int tool_calls_text(pctx *P, const json_t *tc, size_t i, char **out)
         const json_t *args = json_object_get(f, "arguments");
         const json_t *id = json_object_get(x, "id");
         if (!json_is_object(x) || !name || (id && !json_is_null(id) && !json_is_string(id))) {
-            json_decref(arr);
+            fl_buf_free(&b);
             return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].tool_calls[%zu] must be "
                        "{\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
                        i, j);
         }
+        json_error_t je = {0};
         json_t *a = NULL;
+        char *text = NULL; /* the arguments' JSON text */
         if (json_is_string(args)) {
-            json_error_t je;
-            a = json_loads(json_string_value(args), JSON_DECODE_ANY, &je);
+            a = json_loadb(json_string_value(args), json_string_length(args),
+                           JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
         } else if (json_is_object(args)) {
-            a = json_deep_copy(args);
+            text = json_dumps(args, JSON_COMPACT);
+            if (!text) {
+                fl_buf_free(&b);
+                return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+            }
         }
-        if (!json_is_object(a)) {
+        if (!text && !json_is_object(a)) {
             json_decref(a);
-            json_decref(arr);
+            fl_buf_free(&b);
             return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].tool_calls[%zu].function."
-                       "arguments must be a JSON object (as text)", i, j);
+                       "arguments must be a JSON object (as text)%s%.120s", i, j,
+                       je.text[0] ? ": " : "", je.text);
         }
-        json_t *fn = json_pack("{s:s, s:o}", "name", name, "arguments", a);
-        json_t *call = NULL;
-        if (fn && id && json_is_string(id))
-            call = json_pack("{s:O, s:s, s:o}", "id", id, "type", "function", "function", fn);
-        else if (fn)
-            call = json_pack("{s:s, s:o}", "type", "function", "function", fn);
-        if (!call || json_array_append_new(arr, call)) {
-            json_decref(arr);
+        json_decref(a);
+        /* {"id", "type", "function": {"name", "arguments"}} with the arguments spliced in */
+        json_t *head = id && json_is_string(id)
+                           ? json_pack("{s:O, s:s, s:{s:s}}", "id", id, "type", "function",
+                                       "function", "name", name)
+                           : json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name", name);
+        char *h = head ? json_dumps(head, JSON_COMPACT) : NULL;
+        json_decref(head);
+        size_t hn = h ? strlen(h) : 0;
+        if (h && hn >= 2) { /* h ends in "}}": the arguments go before them */
+            if (j)
+                fl_buf_append(&b, ",", 1);
+            fl_buf_append(&b, h, hn - 2);
+            fl_buf_append(&b, ",\"arguments\":", 13);
+            if (text)
+                fl_buf_append(&b, text, strlen(text));
+            else
+                fl_buf_append(&b, json_string_value(args), json_string_length(args));
+            fl_buf_append(&b, "}}", 2);
+        }
+        free(text);
+        if (!h || b.err) {
+            free(h);
+            fl_buf_free(&b);
             return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
         }
+        free(h);
     }
-    *out = json_dumps(arr, JSON_COMPACT);
-    json_decref(arr);
-    return *out ? 0 : bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    fl_buf_append(&b, "]", 1); /* (fl_buf keeps a NUL after its text) */
+    if (b.err) {
+        fl_buf_free(&b);
+        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    }
+    *out = b.data;
+    return 0;
 }
 
 static int parse_messages(pctx *P, const json_t *msgs, bool openai, srv_chat *c)

@@ -148,6 +148,8 @@ static void tokenize_work(uv_work_t *w)
         r->n_ids = 0;
         r->work_rc = tools ? fl_chat_render_extra(tok, view, k, &co, &extra, &text, &r->work_err)
                            : fl_chat_render(tok, view, k, &co, &text, &r->work_err);
+        if (r->work_rc && tools) /* the renderer refused the tools' JSON or a message's calls */
+            r->work_param = !strncmp(r->work_err.msg, "tools", 5) ? "tools" : "messages";
         if (!r->work_rc) /* Qwen3's is the template with think blocks */
             srv_reason_init(&r->reason, fl_tokenizer_chat_kind(tok) == FL_CHAT_QWEN3, text.data,
                             text.len);

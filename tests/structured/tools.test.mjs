@@ -194,6 +194,16 @@ test('bad tool inputs are 400s naming the field', async () => {
   await bad(think, { messages: [...user('hi'), { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{oops' } }] }] },
     'messages', /arguments must be a JSON object/);
   await bad(think, { messages: [{ role: 'user', content: 'hi', tool_calls: [] }] }, 'messages', /belong to assistant messages/);
+  // an assistant's arguments reach the template as the client wrote them: an integer past 64
+  // bits is a JSON object's member like any other, and what the template cannot print alike in
+  // Python and JavaScript is refused by the renderer, by name; so is a key written twice
+  // (jansson kept the last silently)
+  const call = (args) => ({ messages: [...user('hi'), { role: 'assistant', content: null,
+    tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: args } }] }, { role: 'tool', content: 'ok' }] });
+  await bad(think, call('{"n": 123456789012345678901234567890}'), 'messages',
+    /^400 message 1: tool_calls\[0\]: numbers with a fraction or an exponent or beyond 2\^53 are not supported/);
+  await bad(think, call('{"k": 1, "k": 2}'), 'messages', /^400 message 1: tool_calls\[0\]: the key "k" appears twice/);
+  await bad(think, call('{"n": 1e400}'), 'messages', /arguments must be a JSON object \(as text\): real number overflow/);
   // the built-in model's template writes no tools: refused, never dropped
   await bad(client('builtin'), { tools: TOOLS }, 'tools', /no tool syntax/);
   await bad(client('builtin'), { messages: [...user('hi'), { role: 'tool', content: 'x' }] }, 'messages', /no tool syntax/);
