@@ -740,10 +740,12 @@ static json_t *params_ref(json_t *root, const char *ref)
 /* A call's arguments are a JSON object, whatever a tool's parameters say: along the schema's
    top level (the way engine/constrain.c reads it: $ref, then const, enum, anyOf, type) a
    subschema that names no type gets "type": "object" (in s, a copy), and one that allows any
-   other value is refused: -1 with why (where, as a JSON pointer, and what). Whatever else is
-   wrong with the schema is left to the compiler, which names it. */
+   other value is refused: -1 with why (what, and where as a JSON pointer). A definition a
+   $ref names may be used elsewhere too, so it is never changed: one without a type is
+   refused. Whatever else is wrong with the schema is left to the compiler, which names it. */
 static int params_object(json_t *s, json_t *root, const char *path, int hops, char *why, size_t n)
 {
+    bool shared = hops > 0; /* reached through a $ref: a definition */
     if (!json_is_object(s))
         return 0;
     if (json_is_string(json_object_get(s, "$id")))
@@ -780,6 +782,11 @@ static int params_object(json_t *s, json_t *root, const char *path, int hops, ch
             char p2[FL_CONSTRAIN_PATH];
             snprintf(p2, sizeof p2, "%s/anyOf/%zu", path, i);
             if (json_is_true(json_array_get(any, i))) { /* any value, and an object: an object */
+                if (shared) {
+                    snprintf(why, n, "a definition allows any value (at %s): say \"type\": "
+                             "\"object\"", p2);
+                    return -1;
+                }
                 if (json_array_set_new(any, i, json_pack("{s:s}", "type", "object"))) {
                     snprintf(why, n, "out of memory");
                     return -1;
@@ -792,6 +799,10 @@ static int params_object(json_t *s, json_t *root, const char *path, int hops, ch
     }
     const json_t *type = json_object_get(s, "type");
     if (!type) {
+        if (shared) {
+            snprintf(why, n, "a definition names no type (at %s): say \"type\": \"object\"", at);
+            return -1;
+        }
         if (json_object_set_new(s, "type", json_string("object"))) {
             snprintf(why, n, "out of memory");
             return -1;

@@ -188,6 +188,9 @@ test('bad tool inputs are 400s naming the field', async () => {
   await bad(think, { tools: fnp({ $ref: '#/$defs/a', $defs: { a: { enum: [1] } } }), tool_choice: 'required' }, 'tools',
     /'enum' has a value that is not an object \(at \/\$defs\/a\)/);
   await bad(think, { tools: fnp({ const: 'x' }), tool_choice: 'required' }, 'tools', /'const' is not an object \(at the root\)/);
+  // a definition is never changed (it may be used elsewhere too): one without a type is refused
+  await bad(think, { tools: fnp({ $ref: '#/$defs/a', $defs: { a: { properties: { x: { type: 'string' } } } } }), tool_choice: 'required' }, 'tools',
+    /a definition names no type \(at \/\$defs\/a\): say "type": "object"$/);
   // a $ref the parameters' own $defs do not have is the compiler's refusal, by name
   await bad(think, { tools: fnp({ type: 'object', properties: { a: { $ref: '#/$defs/nope' } } }), tool_choice: 'required' }, 'tools',
     /'\$ref' '#\/\$defs\/nope' does not name a schema/);
