@@ -97,7 +97,8 @@ const DEFS_TOOLS = [
       args: { type: 'object', properties: { verdict: { $ref: '#/$defs/item' } }, required: ['verdict'], additionalProperties: false } } } } },
 ];
 
-for (const name of ['think', 'llada2']) {
+{
+  const name = 'think'; // (the schema work is the model's tokens' only: one model is enough)
   test(`${name}: parameters with $defs/$ref: required and named calls valid for their own tool`, async () => {
     const c = client(name);
     const valid = (call) => {
