@@ -742,12 +742,20 @@ static json_t *params_ref(json_t *root, const char *ref)
    subschema that names no type gets "type": "object" (in s, a copy), and one that allows any
    other value is refused: -1 with why (what, and where as a JSON pointer). A definition a
    $ref names may be used elsewhere too, so it is never changed: one without a type is
-   refused. Whatever else is wrong with the schema is left to the compiler, which names it. */
-static int params_object(json_t *s, json_t *root, const char *path, int hops, char *why, size_t n)
+   refused. Whatever else is wrong with the schema is left to the compiler, which names it.
+   *left: subschemas still to visit (definitions that name each other through anyOfs would
+   otherwise be visited exponentially often). */
+static int params_object(json_t *s, json_t *root, const char *path, int hops, int *left,
+                         char *why, size_t n)
 {
     bool shared = hops > 0; /* reached through a $ref: a definition */
     if (!json_is_object(s))
         return 0;
+    if (--*left < 0) {
+        snprintf(why, n, "its top level (through $ref and anyOf) has more than %d subschemas to "
+                 "check", SRV_PARAMS_VISITS);
+        return -1;
+    }
     if (json_is_string(json_object_get(s, "$id")))
         root = s;
     const char *at = path[0] ? path : "the root";
@@ -758,7 +766,7 @@ static int params_object(json_t *s, json_t *root, const char *path, int hops, ch
             return 0;
         char p2[FL_CONSTRAIN_PATH];
         snprintf(p2, sizeof p2, "%s", json_string_value(ref) + 1);
-        return params_object(t, root, p2, hops + 1, why, n);
+        return params_object(t, root, p2, hops + 1, left, why, n);
     }
     const json_t *c = json_object_get(s, "const");
     if (c) {
@@ -791,7 +799,7 @@ static int params_object(json_t *s, json_t *root, const char *path, int hops, ch
                     snprintf(why, n, "out of memory");
                     return -1;
                 }
-            } else if (params_object(json_array_get(any, i), root, p2, hops, why, n)) {
+            } else if (params_object(json_array_get(any, i), root, p2, hops, left, why, n)) {
                 return -1;
             }
         }
@@ -866,7 +874,8 @@ static int parse_tools_with(pctx *P, const json_t *o, srv_chat *c, json_t *argv)
         if (!args || json_array_append_new(argv, args))
             return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
         char why[FL_CONSTRAIN_PATH + 96];
-        if (params_object(args, args, "", 0, why, sizeof why))
+        int left = SRV_PARAMS_VISITS;
+        if (params_object(args, args, "", 0, &left, why, sizeof why))
             return bad(P, SRV_E_BAD_REQUEST, "tools", "tools[%zu].function.parameters must "
                        "describe a JSON object (a call's arguments are one): %s", i, why);
         char id[96];

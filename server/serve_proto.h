@@ -38,6 +38,7 @@
 enum { SRV_PAR_NONE = 0, SRV_PAR_FANOUT, SRV_PAR_SKELETON, SRV_PAR_AUTO };
 enum { SRV_TOOL_NONE = 0, SRV_TOOL_AUTO, SRV_TOOL_REQUIRED, SRV_TOOL_NAMED };
 #define SRV_MAX_TOOLS 64
+#define SRV_PARAMS_VISITS 1024 /* subschemas a tool's parameters' top level may have (anyOf, $ref) */
 
 
 typedef struct srv_chat {

@@ -189,6 +189,12 @@ test('bad tool inputs are 400s naming the field', async () => {
   await bad(think, { tools: fnp({ $ref: '#/$defs/a', $defs: { a: { enum: [1] } } }), tool_choice: 'required' }, 'tools',
     /'enum' has a value that is not an object \(at \/\$defs\/a\)/);
   await bad(think, { tools: fnp({ const: 'x' }), tool_choice: 'required' }, 'tools', /'const' is not an object \(at the root\)/);
+  // definitions naming each other through anyOfs: 2^20 ways down, checked within a bound
+  const $defs = {};
+  for (let i = 0; i < 20; i++) $defs[`d${i}`] = { anyOf: [{ $ref: `#/$defs/d${i + 1}` }, { $ref: `#/$defs/d${i + 1}` }] };
+  $defs.d20 = { type: 'object' };
+  await bad(think, { tools: fnp({ $ref: '#/$defs/d0', $defs }), tool_choice: 'required' }, 'tools',
+    /its top level \(through \$ref and anyOf\) has more than 1024 subschemas to check$/);
   // a definition is never changed (it may be used elsewhere too): one without a type is refused
   await bad(think, { tools: fnp({ $ref: '#/$defs/a', $defs: { a: { properties: { x: { type: 'string' } } } } }), tool_choice: 'required' }, 'tools',
     /a definition names no type \(at \/\$defs\/a\): say "type": "object"$/);
