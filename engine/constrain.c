@@ -28,7 +28,8 @@ typedef struct nfa {
     uint8_t (*sets)[32];
     int32_t nsets, setcap;
     int32_t max;
-    const json_t *root; /* the schema, for $ref */
+    const json_t *root; /* the schema resource $refs resolve in: the schema, or the nearest
+                           enclosing subschema with an "$id" (JSON Schema's rule) */
     const json_t *refs[FL_CONSTRAIN_MAX_REFS]; /* the $refs being expanded (recursion) */
     int n_refs;
     int32_t max_depth;
@@ -389,12 +390,33 @@ static frag f_any(nfa *N, const json_t *node, const char *path, int32_t depth)
 
 /* ---- the schema ---- */
 
+/* Client text in a message (a key, a name, a path) is cut, but never inside a UTF-8
+   character: the message goes on into JSON (a 400's body), which must be valid UTF-8. */
+static void utf8_trim(char *s)
+{
+    size_t n = strlen(s), k = n;
+    while (k > 0 && n - k < 4 && ((unsigned char)s[k - 1] & 0xc0) == 0x80)
+        k--; /* back over continuation bytes to the last character's first byte */
+    if (k == 0 || (unsigned char)s[k - 1] < 0xc0)
+        return;
+    unsigned char c = (unsigned char)s[k - 1];
+    size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : 2;
+    if (n - (k - 1) < len) /* the last character is cut: drop what is left of it */
+        s[k - 1] = 0;
+}
+
+/* fmt has one %s: what, at most 64 bytes of it */
 static int bad(nfa *N, const char *path, const char *fmt, const char *what)
 {
     if (!N->failed) {
-        char m[300];
-        snprintf(m, sizeof m, fmt, what);
+        char w[65], m[320];
+        snprintf(w, sizeof w, "%s", what);
+        utf8_trim(w);
+        snprintf(m, sizeof m, fmt, w);
+        utf8_trim(m);
         N->failed = fl_err_set(N->e, FL_EINVAL, "%s (at %s)", m, path[0] ? path : "the schema's root");
+        if (N->e)
+            utf8_trim(N->e->msg);
     }
     return -1;
 }
@@ -414,7 +436,7 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
         for (size_t i = 0; i < sizeof ok / sizeof ok[0] && !known; i++)
             known = !strcmp(key, ok[i]);
         if (!known)
-            return bad(N, path, "unsupported keyword '%.64s' (fogline constrains to OpenAI's strict "
+            return bad(N, path, "unsupported keyword '%s' (fogline constrains to OpenAI's strict "
                                 "subset: type, properties, required, additionalProperties false, "
                                 "items, minItems, maxItems, enum, const, anyOf, $defs and $ref)",
                        key);
@@ -425,6 +447,7 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
 static void subpath(char *out, size_t n, const char *path, const char *a, const char *b)
 {
     snprintf(out, n, "%s/%s%s%s", path, a, b ? "/" : "", b ? b : "");
+    utf8_trim(out);
 }
 
 static frag f_object(nfa *N, const json_t *node, const char *path, int32_t depth)
@@ -441,20 +464,22 @@ static frag f_object(nfa *N, const json_t *node, const char *path, int32_t depth
         bad(N, path, "'required' must be an array of property names%s", "");
     if (N->failed)
         return f_empty(N);
-    if (!props || !json_object_size(props)) {
-        /* no properties: {} when nothing else may come, else any object */
-        if (json_is_false(addl)) /* "{" ws "}" */
-            return f_cat(N, f_cat(N, f_range(N, '{', '{'), f_ws(N)), f_range(N, '}', '}'));
-        return f_any_object(N, path, depth);
-    }
+    /* (before the case without properties, where a required key would otherwise be lost:
+       "any object" does not promise one) */
     size_t i;
     const json_t *r;
     json_array_foreach(req, i, r)
     {
         if (!json_is_string(r) || !json_object_get(props, json_string_value(r)))
-            return bad(N, path, "'required' names '%.64s', which is not in 'properties'",
+            return bad(N, path, "'required' names '%s', which is not in 'properties'",
                        json_is_string(r) ? json_string_value(r) : "(not a string)"),
                    f_empty(N);
+    }
+    if (!props || !json_object_size(props)) {
+        /* no properties: {} when nothing else may come, else any object */
+        if (json_is_false(addl)) /* "{" ws "}" */
+            return f_cat(N, f_cat(N, f_range(N, '{', '{'), f_ws(N)), f_range(N, '}', '}'));
+        return f_any_object(N, path, depth);
     }
     /* Members in the schema's order. A_i: nothing written yet before property i; B_i: some
        member written. J_i: property i's member starts (from A_i directly, from B_i after ",").
@@ -544,11 +569,11 @@ static frag f_typed(nfa *N, const json_t *node, const char *type, const char *pa
         subpath(p2, sizeof p2, path, "items", NULL);
         return f_array(N, items ? f_value : f_any, items, p2, depth - 1, lo, hi);
     }
-    bad(N, path, "unknown type '%.32s' (string, number, integer, boolean, null, object, array)", type);
+    bad(N, path, "unknown type '%s' (string, number, integer, boolean, null, object, array)", type);
     return f_empty(N);
 }
 
-/* "#/$defs/name" or "#/definitions/name" */
+/* "#/$defs/name", "#/definitions/name" or "#", in the current schema resource */
 static const json_t *resolve_ref(nfa *N, const char *ref, const char *path)
 {
     const char *name = NULL;
@@ -564,13 +589,28 @@ static const json_t *resolve_ref(nfa *N, const char *ref, const char *path)
     }
     const json_t *t = name && !strchr(name, '/') ? json_object_get(defs, name) : NULL;
     if (!t || !json_is_object(t)) {
-        bad(N, path, "'$ref' '%.64s' does not name a schema under #/$defs or #/definitions", ref);
+        bad(N, path, "'$ref' '%s' does not name a schema under #/$defs or #/definitions", ref);
         return NULL;
     }
     return t;
 }
 
+static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth);
+
+/* A subschema with an "$id" is a schema resource of its own: the $refs inside it resolve in
+   it, as JSON Schema says (a tool's parameters wrapped into a call's schema keep their $defs
+   so). */
 static frag f_value(nfa *N, const json_t *node, const char *path, int32_t depth)
+{
+    const json_t *root = N->root;
+    if (json_is_object(node) && json_is_string(json_object_get(node, "$id")))
+        N->root = node;
+    frag f = f_node(N, node, path, depth);
+    N->root = root;
+    return f;
+}
+
+static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth)
 {
     if (N->failed)
         return f_empty(N);
@@ -593,7 +633,7 @@ static frag f_value(nfa *N, const json_t *node, const char *path, int32_t depth)
             return f_empty(N);
         for (int i = 0; i < N->n_refs; i++)
             if (N->refs[i] == t) {
-                bad(N, path, "'$ref' '%.64s' is recursive (fogline constrains to schemas without "
+                bad(N, path, "'$ref' '%s' is recursive (fogline constrains to schemas without "
                              "recursion)", json_string_value(ref));
                 return f_empty(N);
             }
@@ -604,6 +644,7 @@ static frag f_value(nfa *N, const json_t *node, const char *path, int32_t depth)
         N->refs[N->n_refs++] = t;
         char p2[FL_CONSTRAIN_PATH];
         snprintf(p2, sizeof p2, "%s", json_string_value(ref) + 1);
+        utf8_trim(p2);
         frag f = f_value(N, t, p2, depth);
         N->n_refs--;
         return f;

@@ -116,7 +116,9 @@ int srv_engine_start(srv *s, fl_err *e)
     const fl_config *mc = &s->model->cfg;
     if (!s->model->tok)
         return fl_err_set(e, FL_EINVAL, "%s has no tokenizer; serve needs one", c->model_dir);
-    if (!(s->cons = fl_cons_cache_new(s->model, 32)))
+    /* compiled constraints: 32, and 512 MiB of automata (one of the largest a schema may
+       make, 200,000 states, takes about 200 MiB) */
+    if (!(s->cons = fl_cons_cache_new(s->model, 32, (int64_t)512 << 20)))
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     /* the request defaults: the model's (family, then its directory's), flags on top */
     char de[300];

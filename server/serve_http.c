@@ -705,17 +705,21 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
     }
     if (h->stream) {
         sse_begin(h);
-        if (r->tools.on) { /* what the extractor held back; the finish says there were calls */
-            json_t *d = json_object();
-            tools_json(d, &r->tools, false);
+        if (r->tools.on) { /* what the extractor held back, a call decided only at the end
+                              (a close tag in its string, toolcalls.h) included; the finish
+                              says there were calls */
+            json_t *d = json_object(), *calls = json_array();
             fl_buf out = {0};
-            srv_tools_finish(&r->tools, &out, NULL);
-            if (out.len) {
+            srv_tools_finish(&r->tools, &out, calls);
+            if (d && out.len)
                 json_object_set_new(d, "content", json_stringn(out.data, out.len));
+            if (d && json_array_size(calls))
+                json_object_set(d, "tool_calls", calls);
+            if (d && json_object_size(d))
                 sse_send(h, chunk(h, d, NULL));
-            } else {
+            else
                 json_decref(d);
-            }
+            json_decref(calls);
             fl_buf_free(&out);
             if (r->tools.n_calls)
                 finish = "tool_calls";

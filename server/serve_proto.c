@@ -370,15 +370,16 @@ static int message_text(pctx *P, const json_t *content, size_t i, bool openai, c
 
 /* An assistant message's tool_calls: [{"id", "type": "function", "function": {"name",
    "arguments"}}], arguments a JSON text (OpenAI) or a JSON object. For the template: the same
-   with arguments parsed (vLLM renders them so, and Qwen2.5's template writes them through
-   tojson). */
+   with the arguments as a JSON value (vLLM parses them before rendering, and Qwen2.5's
+   template writes them through tojson), spliced in as the client wrote them: jansson only
+   checks that they are an object, so an integer past 64 bits, a key written twice or a
+   number's spelling reach the renderer, which writes or refuses them by name, unchanged. */
 static int tool_calls_text(pctx *P, const json_t *tc, size_t i, char **out)
 {
     if (!json_is_array(tc))
         return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].tool_calls must be an array", i);
-    json_t *arr = json_array();
-    if (!arr)
-        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    fl_buf b = {0};
+    fl_buf_append(&b, "[", 1);
     size_t j;
     const json_t *x;
     json_array_foreach(tc, j, x)
@@ -388,38 +389,66 @@ static int tool_calls_text(pctx *P, const json_t *tc, size_t i, char **out)
         const json_t *args = json_object_get(f, "arguments");
         const json_t *id = json_object_get(x, "id");
         if (!json_is_object(x) || !name || (id && !json_is_null(id) && !json_is_string(id))) {
-            json_decref(arr);
+            fl_buf_free(&b);
             return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].tool_calls[%zu] must be "
                        "{\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}",
                        i, j);
         }
+        json_error_t je = {0};
         json_t *a = NULL;
+        char *text = NULL; /* the arguments' JSON text */
         if (json_is_string(args)) {
-            json_error_t je;
-            a = json_loads(json_string_value(args), JSON_DECODE_ANY, &je);
+            a = json_loadb(json_string_value(args), json_string_length(args),
+                           JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
         } else if (json_is_object(args)) {
-            a = json_deep_copy(args);
+            text = json_dumps(args, JSON_COMPACT);
+            if (!text) {
+                fl_buf_free(&b);
+                return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+            }
         }
-        if (!json_is_object(a)) {
+        if (!text && !json_is_object(a)) {
             json_decref(a);
-            json_decref(arr);
+            fl_buf_free(&b);
             return bad(P, SRV_E_BAD_REQUEST, "messages", "messages[%zu].tool_calls[%zu].function."
-                       "arguments must be a JSON object (as text)", i, j);
+                       "arguments must be a JSON object (as text)%s%.120s", i, j,
+                       je.text[0] ? ": " : "", je.text);
         }
-        json_t *fn = json_pack("{s:s, s:o}", "name", name, "arguments", a);
-        json_t *call = NULL;
-        if (fn && id && json_is_string(id))
-            call = json_pack("{s:O, s:s, s:o}", "id", id, "type", "function", "function", fn);
-        else if (fn)
-            call = json_pack("{s:s, s:o}", "type", "function", "function", fn);
-        if (!call || json_array_append_new(arr, call)) {
-            json_decref(arr);
+        json_decref(a);
+        /* {"id", "type", "function": {"name", "arguments"}} with the arguments spliced in */
+        json_t *head = id && json_is_string(id)
+                           ? json_pack("{s:O, s:s, s:{s:s}}", "id", id, "type", "function",
+                                       "function", "name", name)
+                           : json_pack("{s:s, s:{s:s}}", "type", "function", "function", "name", name);
+        char *h = head ? json_dumps(head, JSON_COMPACT) : NULL;
+        json_decref(head);
+        size_t hn = h ? strlen(h) : 0;
+        if (h && hn >= 2) { /* h ends in "}}": the arguments go before them */
+            if (j)
+                fl_buf_append(&b, ",", 1);
+            fl_buf_append(&b, h, hn - 2);
+            fl_buf_append(&b, ",\"arguments\":", 13);
+            if (text)
+                fl_buf_append(&b, text, strlen(text));
+            else
+                fl_buf_append(&b, json_string_value(args), json_string_length(args));
+            fl_buf_append(&b, "}}", 2);
+        }
+        free(text);
+        if (!h || b.err) {
+            free(h);
+            fl_buf_free(&b);
             return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
         }
+        free(h);
     }
-    *out = json_dumps(arr, JSON_COMPACT);
-    json_decref(arr);
-    return *out ? 0 : bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    fl_buf_append(&b, "]", 1); /* (fl_buf keeps a NUL after its text) */
+    if (b.err) {
+        fl_buf_free(&b);
+        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    }
+    *out = b.data;
+    return 0;
 }
 
 static int parse_messages(pctx *P, const json_t *msgs, bool openai, srv_chat *c)
@@ -695,10 +724,125 @@ static bool tool_name_ok(const char *s)
     return true;
 }
 
+/* A $ref of a tool's parameters, "#/$defs/x", "#/definitions/x" or "#", in the resource root
+   (as engine/constrain.c resolves it); NULL where it names nothing (the compiler refuses it). */
+static json_t *params_ref(json_t *root, const char *ref)
+{
+    if (!strcmp(ref, "#"))
+        return root;
+    if (!strncmp(ref, "#/$defs/", 8))
+        return json_object_get(json_object_get(root, "$defs"), ref + 8);
+    if (!strncmp(ref, "#/definitions/", 14))
+        return json_object_get(json_object_get(root, "definitions"), ref + 14);
+    return NULL;
+}
+
+/* A call's arguments are a JSON object, whatever a tool's parameters say: along the schema's
+   top level (the way engine/constrain.c reads it: $ref, then const, enum, anyOf, type) a
+   subschema that names no type gets "type": "object" (in s, a copy), and one that allows any
+   other value is refused: -1 with why (what, and where as a JSON pointer). A definition a
+   $ref names may be used elsewhere too, so it is never changed: one without a type is
+   refused. Whatever else is wrong with the schema is left to the compiler, which names it.
+   *left: subschemas still to visit (definitions that name each other through anyOfs would
+   otherwise be visited exponentially often). */
+static int params_object(json_t *s, json_t *root, const char *path, int hops, int *left,
+                         char *why, size_t n)
+{
+    bool shared = hops > 0; /* reached through a $ref: a definition */
+    if (!json_is_object(s))
+        return 0;
+    if (--*left < 0) {
+        snprintf(why, n, "its top level (through $ref and anyOf) has more than %d subschemas to "
+                 "check", SRV_PARAMS_VISITS);
+        return -1;
+    }
+    if (json_is_string(json_object_get(s, "$id")))
+        root = s;
+    const char *at = path[0] ? path : "the root";
+    const json_t *ref = json_object_get(s, "$ref");
+    if (ref) {
+        json_t *t = json_is_string(ref) ? params_ref(root, json_string_value(ref)) : NULL;
+        if (!t || hops >= FL_CONSTRAIN_MAX_REFS) /* (recursion: the compiler refuses it) */
+            return 0;
+        char p2[FL_CONSTRAIN_PATH];
+        snprintf(p2, sizeof p2, "%s", json_string_value(ref) + 1);
+        return params_object(t, root, p2, hops + 1, left, why, n);
+    }
+    const json_t *c = json_object_get(s, "const");
+    if (c) {
+        if (json_is_object(c))
+            return 0;
+        snprintf(why, n, "'const' is not an object (at %s)", at);
+        return -1;
+    }
+    const json_t *en = json_object_get(s, "enum");
+    if (en) {
+        for (size_t i = 0; i < json_array_size(en); i++)
+            if (!json_is_object(json_array_get(en, i))) {
+                snprintf(why, n, "'enum' has a value that is not an object (at %s)", at);
+                return -1;
+            }
+        return 0;
+    }
+    json_t *any = json_object_get(s, "anyOf");
+    if (any) {
+        for (size_t i = 0; json_is_array(any) && i < json_array_size(any); i++) {
+            char p2[FL_CONSTRAIN_PATH];
+            snprintf(p2, sizeof p2, "%s/anyOf/%zu", path, i);
+            if (json_is_true(json_array_get(any, i))) { /* any value, and an object: an object */
+                if (shared) {
+                    snprintf(why, n, "a definition allows any value (at %s): say \"type\": "
+                             "\"object\"", p2);
+                    return -1;
+                }
+                if (json_array_set_new(any, i, json_pack("{s:s}", "type", "object"))) {
+                    snprintf(why, n, "out of memory");
+                    return -1;
+                }
+            } else if (params_object(json_array_get(any, i), root, p2, hops, left, why, n)) {
+                return -1;
+            }
+        }
+        return 0;
+    }
+    const json_t *type = json_object_get(s, "type");
+    if (!type) {
+        if (shared) {
+            snprintf(why, n, "a definition names no type (at %s): say \"type\": \"object\"", at);
+            return -1;
+        }
+        if (json_object_set_new(s, "type", json_string("object"))) {
+            snprintf(why, n, "out of memory");
+            return -1;
+        }
+        return 0;
+    }
+    for (size_t i = 0; i < (json_is_array(type) ? json_array_size(type) : 1); i++) {
+        const char *t = json_string_value(json_is_array(type) ? json_array_get(type, i) : type);
+        if (t && strcmp(t, "object")) {
+            snprintf(why, n, "'type' allows \"%.32s\" (at %s)", t, at);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* "tools" and "tool_choice". For "required" or a named function, the schema of the call the
    reply is constrained to: {"name": the function's name, "arguments": its parameters} (any of
-   the tools for "required"), properties in the template's order. */
+   the tools for "required"), properties in the template's order. The parameters go in as a
+   schema resource of their own ("$id"), so that their $refs resolve in their own $defs as
+   they do in response_format, whatever the other tools' $defs are called. */
+static int parse_tools_with(pctx *P, const json_t *o, srv_chat *c, json_t *argv);
+
 static int parse_tools(pctx *P, const json_t *o, srv_chat *c)
+{
+    json_t *argv = json_array(); /* each tool's arguments schema */
+    int rc = argv ? parse_tools_with(P, o, c, argv) : bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    json_decref(argv);
+    return rc;
+}
+
+static int parse_tools_with(pctx *P, const json_t *o, srv_chat *c, json_t *argv)
 {
     const json_t *tools = json_object_get(o, "tools");
     const json_t *ch = json_object_get(o, "tool_choice");
@@ -724,6 +868,21 @@ static int parse_tools(pctx *P, const json_t *o, srv_chat *c)
         if (params && !json_is_null(params) && !json_is_object(params))
             return bad(P, SRV_E_BAD_REQUEST, "tools", "tools[%zu].function.parameters must be a "
                        "JSON schema (an object)", i);
+        /* the arguments' schema: an object's (no parameters: any object), and a schema
+           resource of its own */
+        json_t *args = params && !json_is_null(params) ? json_deep_copy(params) : json_object();
+        if (!args || json_array_append_new(argv, args))
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        char why[FL_CONSTRAIN_PATH + 96];
+        int left = SRV_PARAMS_VISITS;
+        if (params_object(args, args, "", 0, &left, why, sizeof why))
+            return bad(P, SRV_E_BAD_REQUEST, "tools", "tools[%zu].function.parameters must "
+                       "describe a JSON object (a call's arguments are one): %s", i, why);
+        char id[96];
+        snprintf(id, sizeof id, "fogline:tools/%s/parameters", name);
+        if (!json_is_string(json_object_get(args, "$id")) &&
+            json_object_set_new(args, "$id", json_string(id)))
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
         const json_t *d = json_object_get(f, "description");
         if (d && !json_is_null(d) && !json_is_string(d))
             return bad(P, SRV_E_BAD_REQUEST, "tools", "tools[%zu].function.description must be a "
@@ -775,12 +934,10 @@ static int parse_tools(pctx *P, const json_t *o, srv_chat *c)
         if (named && strcmp(named, name))
             continue;
         found = true;
-        const json_t *params = json_object_get(f, "parameters");
-        json_t *args = params && !json_is_null(params) ? json_deep_copy(params)
-                                                       : json_pack("{s:s}", "type", "object");
-        json_t *one = json_pack("{s:s, s:{s:{s:s}, s:o}, s:[s, s], s:b}", "type", "object",
-                                "properties", "name", "const", name, "arguments", args, "required",
-                                "name", "arguments", "additionalProperties", 0);
+        json_t *one = json_pack("{s:s, s:{s:{s:s}, s:O}, s:[s, s], s:b}", "type", "object",
+                                "properties", "name", "const", name, "arguments",
+                                json_array_get(argv, i), "required", "name", "arguments",
+                                "additionalProperties", 0);
         json_array_append_new(any, one);
     }
     if (!found) {
@@ -897,6 +1054,19 @@ static char *dump(json_t *o)
     return s;
 }
 
+json_t *srv_json_text(const char *s)
+{
+    json_t *j = json_string(s);
+    if (j || !s)
+        return j;
+    char *c = strdup(s); /* not UTF-8: clipped, never dropped */
+    if (c)
+        srv_utf8_clip(c);
+    j = c ? json_string(c) : NULL;
+    free(c);
+    return j;
+}
+
 char *srv_frame_error(const char *id, const char *code, const char *message)
 {
     json_t *o = json_object();
@@ -906,7 +1076,7 @@ char *srv_frame_error(const char *id, const char *code, const char *message)
     if (id)
         json_object_set_new(o, "id", json_string(id));
     json_object_set_new(o, "code", json_string(code));
-    json_object_set_new(o, "message", json_string(message));
+    json_object_set_new(o, "message", srv_json_text(message));
     return dump(o);
 }
 
@@ -919,7 +1089,7 @@ char *srv_openai_error(const char *type, const char *code, const char *param, co
         json_decref(o);
         return NULL;
     }
-    json_object_set_new(e, "message", json_string(message));
+    json_object_set_new(e, "message", srv_json_text(message));
     json_object_set_new(e, "type", json_string(type));
     json_object_set_new(e, "param", param ? json_string(param) : json_null());
     json_object_set_new(e, "code", code ? json_string(code) : json_null());

@@ -38,6 +38,7 @@
 enum { SRV_PAR_NONE = 0, SRV_PAR_FANOUT, SRV_PAR_SKELETON, SRV_PAR_AUTO };
 enum { SRV_TOOL_NONE = 0, SRV_TOOL_AUTO, SRV_TOOL_REQUIRED, SRV_TOOL_NAMED };
 #define SRV_MAX_TOOLS 64
+#define SRV_PARAMS_VISITS 1024 /* subschemas a tool's parameters' top level may have (anyOf, $ref) */
 
 
 typedef struct srv_chat {
@@ -112,6 +113,9 @@ bool srv_id_ok(const json_t *v);
  * string (NULL on out of memory). */
 char *srv_frame_error(const char *id, const char *code, const char *message);
 /* OpenAI's error object: {"error":{"message","type","param","code"}}. */
+/* A JSON string of a message: invalid UTF-8 (client text cut mid-character) is clipped as
+   srv_utf8_clip does rather than lost (json_string refuses it). NULL on out of memory. */
+json_t *srv_json_text(const char *s);
 char *srv_openai_error(const char *type, const char *code, const char *param, const char *message);
 
 /* Cuts s back to valid UTF-8 (a message quoting client text cut to a length); bytes of an

@@ -7,6 +7,7 @@
  * "parallel" is a group of branches instead (serve_group.c). Every request ends in req_end,
  * after a done, a refusal or a cancellation before the engine: its owner's `ended` runs, then
  * it is freed. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -86,10 +87,15 @@ void srv_req_link(srv_req *r)
     s->n_reqs++;
 }
 
-/* Tells the owner the request ended before the engine took it, then frees it. */
-void srv_req_reject(srv_req *r, const char *code, const char *msg)
+/* Tells the owner the request ended before the engine took it, then frees it. The message
+   may quote client text cut at a byte count (a schema's keys, an error's end): clipped to
+   valid UTF-8 here, or the JSON that carries it would go without it. */
+void srv_req_reject(srv_req *r, const char *code, const char *text)
 {
     srv *s = r->s;
+    char msg[FL_ERR_MSG + 128];
+    snprintf(msg, sizeof msg, "%s", text);
+    srv_utf8_clip(msg);
     s->m.requests[SRV_OUT_REJECTED]++;
     srv_metrics_error(&s->m, code);
     if (r->owner)
@@ -142,6 +148,8 @@ static void tokenize_work(uv_work_t *w)
         r->n_ids = 0;
         r->work_rc = tools ? fl_chat_render_extra(tok, view, k, &co, &extra, &text, &r->work_err)
                            : fl_chat_render(tok, view, k, &co, &text, &r->work_err);
+        if (r->work_rc && tools) /* the renderer refused the tools' JSON or a message's calls */
+            r->work_param = !strncmp(r->work_err.msg, "tools", 5) ? "tools" : "messages";
         if (!r->work_rc) /* Qwen3's is the template with think blocks */
             srv_reason_init(&r->reason, fl_tokenizer_chat_kind(tok) == FL_CHAT_QWEN3, text.data,
                             text.len);

@@ -240,7 +240,7 @@ static void ws_on_reject(void *owner, srv_req *r, const char *code, const char *
         json_object_set_new(o, "id", json_string(r->chat.id));
         json_object_set_new(o, "segment", json_integer(r->segment));
         json_object_set_new(o, "code", json_string(code));
-        json_object_set_new(o, "message", json_string(msg));
+        json_object_set_new(o, "message", srv_json_text(msg));
         send_str(c, dumps(o));
         return;
     }

@@ -73,7 +73,10 @@ static const char *span(const char *p, const char *end)
 static bool add_call(srv_tools *t, const char *s, size_t n, json_t *calls)
 {
     json_error_t je;
-    json_t *j = json_loadb(s, n, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
+    /* a key written twice is no call: jansson would keep the last "arguments", the scan
+       below finds the first */
+    json_t *j = json_loadb(s, n, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL | JSON_REJECT_DUPLICATES,
+                           &je);
     const json_t *name = json_object_get(j, "name"), *args = json_object_get(j, "arguments");
     if (!json_is_object(j) || !json_is_string(name) || !json_is_object(args)) {
         json_decref(j);
@@ -151,10 +154,19 @@ static void plain(srv_tools *t, const char *s, size_t n, fl_buf *content)
     t->ws = t->pend.len;
 }
 
-int srv_tools_push(srv_tools *t, const char *s, size_t n, fl_buf *content, json_t *calls)
+/* Whether the text of a block up to a close tag, [p, c), may still grow into a call: an
+   object that is not closed before the tag (the tag is inside one of its strings). */
+static bool may_grow(const char *p, const char *c)
 {
-    if (!t->on)
-        return fl_buf_append(content, s, n);
+    while (p < c && is_ws(*p))
+        p++;
+    return p < c && *p == '{' && !span(p, c);
+}
+
+/* Feeds s[0, n) after what is held back; final: no more text comes (a call still open at a
+   close tag is decided now). */
+static int feed(srv_tools *t, const char *s, size_t n, bool final, fl_buf *content, json_t *calls)
+{
     /* work on what is held back plus the new text */
     fl_buf w = {0};
     if (t->in_call)
@@ -173,6 +185,13 @@ int srv_tools_push(srv_tools *t, const char *s, size_t n, fl_buf *content, json_
     const char *p = w.data ? w.data : "", *end = p + w.len;
     while (p < end) {
         if (!t->in_call) {
+            if (t->after_call) { /* whitespace right after a call is not content */
+                while (p < end && is_ws(*p))
+                    p++;
+                if (p == end)
+                    break;
+                t->after_call = false;
+            }
             const char *o = find(p, (size_t)(end - p), OPEN, OPEN_N);
             if (!o) {
                 /* hold back a suffix that may begin the tag */
@@ -196,35 +215,49 @@ int srv_tools_push(srv_tools *t, const char *s, size_t n, fl_buf *content, json_
             t->in_call = true;
             p = o + OPEN_N;
         } else {
-            const char *c = find(p, (size_t)(end - p), CLOSE, CLOSE_N);
-            if (!c) {
+            const char *c1 = find(p, (size_t)(end - p), CLOSE, CLOSE_N);
+            /* the call ends at the first close tag whose text before it is one, while the
+               text may still grow into one (a tag inside a string) */
+            const char *c = c1;
+            bool ok = false;
+            while (c && !(ok = add_call(t, p, (size_t)(c - p), calls)) && may_grow(p, c))
+                c = find(c + CLOSE_N, (size_t)(end - c - CLOSE_N), CLOSE, CLOSE_N);
+            if (!c1 || (!ok && !c && !final)) { /* undecided: wait for more text */
                 fl_buf_append(&t->pend, p, (size_t)(end - p));
                 p = end;
                 break;
             }
-            bool ok = add_call(t, p, (size_t)(c - p), calls);
-            if (!ok) { /* not a call: text as written */
+            if (ok) {
+                t->after_call = true;
+                p = c + CLOSE_N;
+            } else { /* not a call: the block to its first close tag is text as written */
                 fl_buf_append(content, t->gap.data, t->gap.len);
                 fl_buf_append(content, OPEN, OPEN_N);
-                fl_buf_append(content, p, (size_t)(c + CLOSE_N - p));
+                fl_buf_append(content, p, (size_t)(c1 + CLOSE_N - p));
+                p = c1 + CLOSE_N;
             }
             t->gap.len = 0;
             t->in_call = false;
-            p = c + CLOSE_N;
-            /* whitespace right after a call is not content either */
-            while (ok && p < end && is_ws(*p))
-                p++;
         }
     }
     fl_buf_free(&w);
     return t->pend.err || t->gap.err || content->err ? FL_ENOMEM : 0;
 }
 
+int srv_tools_push(srv_tools *t, const char *s, size_t n, fl_buf *content, json_t *calls)
+{
+    if (!t->on)
+        return fl_buf_append(content, s, n);
+    return feed(t, s, n, false, content, calls);
+}
+
 int srv_tools_finish(srv_tools *t, fl_buf *content, json_t *calls)
 {
-    (void)calls;
     if (!t->on)
         return 0;
+    /* a call still open at a close tag is decided now: no later tag comes */
+    if (t->in_call && feed(t, NULL, 0, true, content, calls))
+        return FL_ENOMEM;
     if (t->in_call) { /* cut off: text */
         fl_buf_append(content, t->gap.data, t->gap.len);
         fl_buf_append(content, OPEN, OPEN_N);
@@ -238,5 +271,6 @@ int srv_tools_finish(srv_tools *t, fl_buf *content, json_t *calls)
     t->pend.len = 0;
     t->ws = 0;
     t->in_call = false;
+    t->after_call = false;
     return content->err ? FL_ENOMEM : 0;
 }

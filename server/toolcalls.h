@@ -6,10 +6,15 @@
  * content, so that a tag cut across commits never leaks into the content.
  *
  * The rules:
- * - A block whose text is a JSON object with a string "name" and an object "arguments" is a
- *   call; any other block (or one the reply's end cut off) stays in the content as written.
+ * - A block whose text is a JSON object with a string "name" and an object "arguments" (each
+ *   key once) is a call; any other block (or one the reply's end cut off) stays in the
+ *   content as written.
+ * - A string in the call may hold "</tool_call>" (a constrained call can write one): where the
+ *   text up to a close tag is an object not closed yet, the next close tag is tried; where
+ *   none makes a call, the block ends at its first close tag and what follows is read again.
  * - Whitespace next to a call is not content (the template writes newlines between calls);
- *   a reply without calls keeps its text exactly. */
+ *   a reply without calls keeps its text exactly.
+ * - The content and the calls do not depend on how the text was cut into commits. */
 #ifndef FL_TOOLCALLS_H
 #define FL_TOOLCALLS_H
 
@@ -22,6 +27,7 @@
 typedef struct srv_tools {
     bool on;       /* look for calls at all (the request offered tools) */
     bool in_call;  /* inside <tool_call> */
+    bool after_call; /* a call just ended: the whitespace that follows is not content */
     fl_buf pend;   /* held back: a possible start tag, trailing whitespace, or a call's text */
     size_t ws;     /* of pend (outside a call): trailing whitespace bytes held back */
     fl_buf gap;    /* inside a call: the whitespace before its tag (content if it is no call) */
@@ -35,7 +41,8 @@ void srv_tools_free(srv_tools *t);
  * (a JSON array) as {"index", "id", "type": "function", "function": {"name", "arguments"}}.
  * With on false everything is content. FL_ENOMEM on out of memory. */
 int srv_tools_push(srv_tools *t, const char *s, size_t n, fl_buf *content, json_t *calls);
-/* The reply's end: what is held back becomes content (a cut call is text). */
+/* The reply's end: a block held back for a later close tag is decided (a call after it may
+ * still go to calls), and what else is held back becomes content (a cut call is text). */
 int srv_tools_finish(srv_tools *t, fl_buf *content, json_t *calls);
 
 #endif

@@ -73,3 +73,6 @@ set_tests_properties(server.slow_steps PROPERTIES LABELS integration TIMEOUT 300
 # the tool-call extractor (server/toolcalls.c) is pure too
 target_sources(test_toolcalls PRIVATE ${CMAKE_SOURCE_DIR}/server/toolcalls.c)
 target_include_directories(test_toolcalls PRIVATE ${CMAKE_SOURCE_DIR}/server)
+# the compiled-constraint cache (server/constraint.c) needs a tokenizer only
+target_sources(test_constraint PRIVATE ${CMAKE_SOURCE_DIR}/server/constraint.c)
+target_include_directories(test_constraint PRIVATE ${CMAKE_SOURCE_DIR}/server)

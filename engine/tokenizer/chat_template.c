@@ -555,8 +555,14 @@ static int render_qwen3(const fl_chat_msg *m, size_t n, const fl_chat_opts *op,
         if (!rc)
             rc = putn(o, c, cn);
         bool any = false;
-        if (!rc && x && x->tool_calls && x->tool_calls[i])
-            rc = qwen_tool_calls(o, x->tool_calls[i], i, has_content, false, &any, e);
+        if (!rc && x && x->tool_calls && x->tool_calls[i]) {
+            /* a refusal (a number the two references print differently, ...) keeps its own
+               code and message: only the buffer's failures below are "out of memory" */
+            int trc = qwen_tool_calls(o, x->tool_calls[i], i, has_content, false, &any, e);
+            if (trc && trc != FL_ENOMEM)
+                return trc;
+            rc = trc;
+        }
         if (!rc)
             rc = put(o, "<|im_end|>\n");
     }

@@ -208,7 +208,7 @@ static int constrained_table(const fl_bench_env *env, const char *model_dir, int
                              const char *schema_text)
 {
     fl_err e = {0};
-    fl_cons_cache *cc = fl_cons_cache_new(env->m, 1);
+    fl_cons_cache *cc = fl_cons_cache_new(env->m, 1, 0);
     fl_cons *cons = NULL;
     if (!cc || fl_cons_cache_get(cc, schema_text ? FL_FMT_JSON_SCHEMA : FL_FMT_JSON_OBJECT,
                                  schema_text, &cons, &e)) {

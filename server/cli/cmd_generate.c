@@ -475,7 +475,7 @@ int fl_cmd_generate(int argc, char **argv)
             schema_text = json_dumps(sj, JSON_COMPACT | JSON_ENCODE_ANY);
             json_decref(sj);
         }
-        if (!(cc = fl_cons_cache_new(m, 1)) || (schema_file && !schema_text)) {
+        if (!(cc = fl_cons_cache_new(m, 1, 0)) || (schema_file && !schema_text)) {
             fprintf(stderr, "fogline generate: out of memory\n");
             goto out;
         }

@@ -136,6 +136,19 @@ test('200 random schemas of the subset: samples valid, instances accepted in any
   for (let i = 0; i < 200; i++) checkSchema(genSchema(r, 3), i + 100);
 });
 
+test('$ref resolves in the nearest enclosing subschema with an $id (a schema resource of its own)', () => {
+  // b is a resource with its own $defs.v: b.x is a string, a (the root's v) an integer
+  const s = { $defs: { v: { type: 'integer' } }, type: 'object', properties: { a: { $ref: '#/$defs/v' },
+    b: { $id: 'inner', $defs: { v: { type: 'string' } }, type: 'object', properties: { x: { $ref: '#/$defs/v' } },
+      required: ['x'], additionalProperties: false } }, required: ['a', 'b'], additionalProperties: false };
+  const validate = new Ajv({ strict: false }).compile(s);
+  for (const t of samples(s, 20, 5)) assert.ok(validate(JSON.parse(t)), `${t}: ${JSON.stringify(validate.errors)}`);
+  const texts = ['{"a":1,"b":{"x":"s"}}', '{"a":1,"b":{"x":2}}', '{"a":"s","b":{"x":"s"}}'];
+  const out = compile(s, ['--match'], texts.map((t) => JSON.stringify(t)).join('\n') + '\n').rest;
+  assert.deepEqual(out, texts.map((t) => String(validate(JSON.parse(t)))));
+  assert.deepEqual(out, ['true', 'false', 'false']);
+});
+
 test('the shortest valid text: min_bytes, and a budget below it has no sample', () => {
   const s = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false };
   const { info } = compile(s);
@@ -165,6 +178,10 @@ test('schemas outside the subset: one-line errors naming the keyword and where',
     [{ $ref: '#/$defs/missing' }, /'\$ref' '#\/\$defs\/missing' does not name a schema/],
     [{ type: 'text' }, /unknown type 'text'/],
     [{ type: 'object', properties: { a: { type: 'string' } }, required: ['b'] }, /'required' names 'b', which is not in 'properties'/],
+    // without properties (any object, or {}), a required key would be dropped: refused as well
+    [{ type: 'object', required: ['a'] }, /'required' names 'a', which is not in 'properties' \(at the schema's root\)$/],
+    [{ type: 'object', properties: {}, additionalProperties: false, required: ['a'] }, /'required' names 'a', which is not in 'properties'/],
+    [{ type: 'object', properties: { o: { type: 'object', required: [1] } } }, /'required' names '\(not a string\)'.*\(at \/properties\/o\)$/],
     [{ type: 'object', additionalProperties: { type: 'string' } }, /'additionalProperties' must be false or true/],
     [{ type: 'array', items: { type: 'string' }, minItems: 3, maxItems: 1 }, /'minItems' is above 'maxItems'/],
     [{ type: 'array', maxItems: 1000 }, /'minItems'\/'maxItems' above 64 are not supported/],
@@ -185,6 +202,19 @@ test('schemas outside the subset: one-line errors naming the keyword and where',
     assert.match(lines[0], /^fogline schema: /);
     assert.match(lines[0], re);
     assert.equal(r.stdout, '');
+  }
+  // client text quoted in a message (a key, a path) is cut on a character boundary: the line
+  // is valid UTF-8
+  for (const [schema, re] of [[{ type: 'object', ['a' + 'é'.repeat(40)]: 1 }, new RegExp(`unsupported keyword '${'a' + 'é'.repeat(31)}' \\(`)],
+    [{ type: 'object', properties: { ['é'.repeat(150)]: { format: 'x' } } }, /\(at \/properties\/(é)+\)$/],
+    [{ type: 'object', properties: { ['é'.repeat(300)]: { type: 'object', properties: { a: { type: 'text' } } } } }, /unknown type 'text'.*\(at \/properties\/(é)+\/?\)$/]]) {
+    const f = path.join(dir, `s${files++}.json`);
+    fs.writeFileSync(f, JSON.stringify(schema));
+    const r = spawnSync(BIN, ['schema', '--schema', f]);
+    assert.equal(r.status, 1);
+    let line;
+    assert.doesNotThrow(() => { line = new TextDecoder('utf-8', { fatal: true }).decode(r.stderr).trim(); }, 'the message is not UTF-8');
+    assert.match(line, re);
   }
   // bad flags
   for (const [args, re] of [[['--json-object', '--sample', 'x'], /--sample needs an integer/], [[], /give one of --schema FILE and --json-object/],

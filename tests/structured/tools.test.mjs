@@ -86,6 +86,56 @@ for (const name of ['think', 'llada2']) {
   });
 }
 
+// parameters with $defs/$ref (at the root too), two tools with a definition of the same name:
+// each call's arguments valid for its own tool's parameters, as in response_format
+const DEFS_TOOLS = [
+  { type: 'function', function: { name: 'ship', parameters: { type: 'object',
+    $defs: { item: { type: 'object', properties: { sku: { type: 'string' }, qty: { type: 'integer' } }, required: ['sku', 'qty'], additionalProperties: false } },
+    properties: { items: { type: 'array', items: { $ref: '#/$defs/item' }, minItems: 1, maxItems: 2 } }, required: ['items'], additionalProperties: false } } },
+  { type: 'function', function: { name: 'rate', parameters: { $ref: '#/$defs/args',
+    $defs: { item: { enum: ['good', 'bad'] },
+      args: { type: 'object', properties: { verdict: { $ref: '#/$defs/item' } }, required: ['verdict'], additionalProperties: false } } } } },
+];
+
+{
+  const name = 'think'; // (the schema work is the model's tokens' only: one model is enough)
+  test(`${name}: parameters with $defs/$ref: required and named calls valid for their own tool`, async () => {
+    const c = client(name);
+    const valid = (call) => {
+      const t = DEFS_TOOLS.find((x) => x.function.name === call.function.name);
+      assert.ok(t, `name ${call.function.name}`);
+      const validate = new Ajv({ strict: false }).compile(t.function.parameters);
+      const args = JSON.parse(call.function.arguments);
+      assert.ok(validate(args), `${call.function.name}(${call.function.arguments}): ${ajv.errorsText(validate.errors)}`);
+    };
+    const r = await c.chat.completions.create({ model: 'fogline', messages: user('Ship two of sku A1.'),
+      tools: DEFS_TOOLS, tool_choice: 'required', max_tokens: 160 });
+    assert.equal(r.choices[0].finish_reason, 'tool_calls', JSON.stringify(r));
+    valid(r.choices[0].message.tool_calls[0]);
+    for (const fn of ['ship', 'rate']) {
+      const n = await c.chat.completions.create({ model: 'fogline', messages: user('Rate it.'), tools: DEFS_TOOLS,
+        tool_choice: { type: 'function', function: { name: fn } }, max_tokens: 160 });
+      assert.equal(n.choices[0].finish_reason, 'tool_calls', JSON.stringify(n));
+      assert.equal(n.choices[0].message.tool_calls[0].function.name, fn);
+      valid(n.choices[0].message.tool_calls[0]);
+    }
+  });
+}
+
+test('think: parameters that name no type still give an object (greedy, where the model would write a number)', async () => {
+  for (const parameters of [{}, { properties: { q: { type: 'string' } } }, { anyOf: [true, { properties: { n: { type: 'integer' } } }] }]) {
+    const r = await think.chat.completions.create({ model: 'fogline', messages: user('Where is order 12?'), temperature: 0,
+      tools: [{ type: 'function', function: { name: 'f', parameters } }], tool_choice: { type: 'function', function: { name: 'f' } },
+      max_tokens: 64 });
+    const ch = r.choices[0];
+    assert.equal(ch.finish_reason, 'tool_calls', `${JSON.stringify(parameters)}: ${JSON.stringify(ch)}`);
+    const args = JSON.parse(ch.message.tool_calls[0].function.arguments);
+    assert.ok(args && typeof args === 'object' && !Array.isArray(args), ch.message.tool_calls[0].function.arguments);
+    const validate = new Ajv({ strict: false }).compile(parameters);
+    assert.ok(validate(args), `${JSON.stringify(parameters)}: ${JSON.stringify(args)}`);
+  }
+});
+
 test('think: the round trip renders as the template does; auto leaves the model its answer', async () => {
   const cfg = JSON.parse(fs.readFileSync(path.join(THINK, 'tokenizer_config.json'), 'utf8'));
   const tpl = new Template(cfg.chat_template);
@@ -128,12 +178,74 @@ test('bad tool inputs are 400s naming the field', async () => {
   await bad(think, { tools: TOOLS, tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice', /cannot be combined/);
   await bad(think, { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { d: { type: 'string', format: 'date' } } } } }],
     tool_choice: 'required' }, 'tools', /unsupported keyword 'format'/);
+  // a call's arguments are an object: parameters that allow anything else are refused, in every mode
+  const fnp = (parameters) => [{ type: 'function', function: { name: 'f', parameters } }];
+  for (const tool_choice of ['required', 'auto']) {
+    await bad(think, { tools: fnp({ type: 'string' }), tool_choice }, 'tools',
+      /^400 tools\[0\]\.function\.parameters must describe a JSON object \(a call's arguments are one\): 'type' allows "string" \(at the root\)$/);
+  }
+  await bad(think, { tools: fnp({ type: ['object', 'null'] }), tool_choice: 'required' }, 'tools', /'type' allows "null" \(at the root\)/);
+  await bad(think, { tools: fnp({ anyOf: [{ type: 'object' }, { type: 'array' }] }), tool_choice: 'required' }, 'tools', /'type' allows "array" \(at \/anyOf\/1\)/);
+  await bad(think, { tools: fnp({ $ref: '#/$defs/a', $defs: { a: { enum: [1] } } }), tool_choice: 'required' }, 'tools',
+    /'enum' has a value that is not an object \(at \/\$defs\/a\)/);
+  await bad(think, { tools: fnp({ const: 'x' }), tool_choice: 'required' }, 'tools', /'const' is not an object \(at the root\)/);
+  // definitions naming each other through anyOfs: 2^20 ways down, checked within a bound
+  const $defs = {};
+  for (let i = 0; i < 20; i++) $defs[`d${i}`] = { anyOf: [{ $ref: `#/$defs/d${i + 1}` }, { $ref: `#/$defs/d${i + 1}` }] };
+  $defs.d20 = { type: 'object' };
+  await bad(think, { tools: fnp({ $ref: '#/$defs/d0', $defs }), tool_choice: 'required' }, 'tools',
+    /its top level \(through \$ref and anyOf\) has more than 1024 subschemas to check$/);
+  // a definition is never changed (it may be used elsewhere too): one without a type is refused
+  await bad(think, { tools: fnp({ $ref: '#/$defs/a', $defs: { a: { properties: { x: { type: 'string' } } } } }), tool_choice: 'required' }, 'tools',
+    /a definition names no type \(at \/\$defs\/a\): say "type": "object"$/);
+  // a $ref the parameters' own $defs do not have is the compiler's refusal, by name
+  await bad(think, { tools: fnp({ type: 'object', properties: { a: { $ref: '#/$defs/nope' } } }), tool_choice: 'required' }, 'tools',
+    /'\$ref' '#\/\$defs\/nope' does not name a schema/);
   await bad(think, { messages: [...user('hi'), { role: 'assistant', content: null, tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: '{oops' } }] }] },
     'messages', /arguments must be a JSON object/);
   await bad(think, { messages: [{ role: 'user', content: 'hi', tool_calls: [] }] }, 'messages', /belong to assistant messages/);
+  // an assistant's arguments reach the template as the client wrote them: an integer past 64
+  // bits is a JSON object's member like any other, and what the template cannot print alike in
+  // Python and JavaScript is refused by the renderer, by name; so is a key written twice
+  // (jansson kept the last silently)
+  const call = (args) => ({ messages: [...user('hi'), { role: 'assistant', content: null,
+    tool_calls: [{ id: 'c', type: 'function', function: { name: 'f', arguments: args } }] }, { role: 'tool', content: 'ok' }] });
+  await bad(think, call('{"n": 123456789012345678901234567890}'), 'messages',
+    /^400 message 1: tool_calls\[0\]: numbers with a fraction or an exponent or beyond 2\^53 are not supported/);
+  await bad(think, call('{"k": 1, "k": 2}'), 'messages', /^400 message 1: tool_calls\[0\]: the key "k" appears twice/);
+  await bad(think, call('{"n": 1e400}'), 'messages', /arguments must be a JSON object \(as text\): real number overflow/);
   // the built-in model's template writes no tools: refused, never dropped
   await bad(client('builtin'), { tools: TOOLS }, 'tools', /no tool syntax/);
   await bad(client('builtin'), { messages: [...user('hi'), { role: 'tool', content: 'x' }] }, 'messages', /no tool syntax/);
+});
+
+// Schema errors quote the client's keys (64 bytes at most) and paths (255): cut inside a
+// character, the message was invalid UTF-8 and the 400 body and the error frame went without it
+test('schema errors cut inside a UTF-8 character keep their message (HTTP and WebSocket)', async () => {
+  const key = 'a' + 'é'.repeat(40); // byte 64 falls inside an é
+  const deepKey = 'é'.repeat(150); // a path /properties/ééé… passes 255 bytes inside an é (with x: in the call's)
+  const cases = [
+    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', [key]: 1 } } } }, 'response_format',
+      new RegExp(`unsupported keyword '${'a' + 'é'.repeat(31)}' \\(fogline`)],
+    [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { [deepKey]: { type: 'string', format: 'x' } } } } } },
+      'response_format', new RegExp(`unsupported keyword 'format' .*\\(at /properties/(é)+`)],
+    [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { ['x' + deepKey]: { type: 'string', pattern: 'x' } } } } }], tool_choice: 'required' },
+      'tools', new RegExp(`unsupported keyword 'pattern' .*\\(at /properties/arguments/properties/x(é)+`)],
+  ];
+  for (const [body, param, re] of cases) {
+    await assert.rejects(think.chat.completions.create({ model: 'fogline', messages: user('hi'), ...body }),
+      (e) => e.status === 400 && e.param === param && typeof e.error?.message === 'string' && re.test(e.error.message),
+      JSON.stringify(body).slice(0, 120));
+  }
+  const c = await connect(servers.think);
+  for (const [i, [body, , re]] of cases.entries()) {
+    c.send({ type: 'chat', id: `u${i}`, messages: user('hi'), max_tokens: 32, ...body });
+    const err = await c.next((f) => f.id === `u${i}`);
+    assert.equal(err.type, 'error', JSON.stringify(err));
+    assert.equal(typeof err.message, 'string', JSON.stringify(err));
+    assert.match(err.message, re);
+  }
+  c.close();
 });
 
 test('WebSocket: done carries the call', async () => {

@@ -377,11 +377,40 @@ static void test_ling(void)
     fx_rmdir(d);
 }
 
+/* Qwen3's and Qwen2.5's renderers refuse what an assistant's tool calls hold that Python and
+   JavaScript print differently with the same message as Ling's, not as "out of memory" */
+static void test_qwen_tool_call_refusal(void)
+{
+    static const char *const kinds[] = {"qwen3", "chatml"};
+    for (size_t k = 0; k < 2; k++) {
+        fl_tokenizer *t = NULL;
+        fl_err e = {0};
+        CHECK(fl_tokenizer_load(&t, fx_qwen3_dir(), kinds[k], &e) == 0, "load %s: %s", kinds[k], e.msg);
+        if (!t)
+            continue;
+        fl_chat_msg m[] = {{"user", "q"}, {"assistant", ""}, {"tool", "ok"}};
+        const char *calls[] = {NULL, "[{\"name\": \"f\", \"arguments\": {\"n\": 123456789012345678901234567890}}]",
+                               NULL};
+        fl_chat_extra x = {NULL, calls, NULL};
+        int rc;
+        char msg[FL_ERR_MSG];
+        char *s = render_x(t, m, 3, true, true, &x, &rc, msg);
+        CHECK(!s && rc == FL_EUNSUPPORTED &&
+                  !strcmp(msg, "message 1: tool_calls[0]: numbers with a fraction or an exponent or beyond "
+                               "2^53 are not supported by the built-in ling renderer (Python and JavaScript "
+                               "print them differently)"),
+              "%s: %d %s", kinds[k], rc, msg);
+        free(s);
+        fl_tokenizer_free(t);
+    }
+}
+
 int main(void)
 {
     test_detect();
     test_detect_ling();
     test_render();
     test_ling();
+    test_qwen_tool_call_refusal();
     return check_summary("test_tokenizer_chat");
 }

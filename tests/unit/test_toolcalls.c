@@ -79,6 +79,31 @@ int main(void)
     /* cut off by the reply's end: text */
     expect("x <tool_call>\n{\"name\": \"a\", \"argu", "x <tool_call>\n{\"name\": \"a\", \"argu", 0,
            NULL, NULL);
+    /* a string argument may hold the close tag (a constrained call can write one): the text up
+       to a close tag that is an object not yet closed goes on to the next close tag */
+    expect("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"s\": \"a</tool_call>b\"}}\n</tool_call>", "",
+           1, "f", "{\"s\": \"a</tool_call>b\"}");
+    expect("<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"</tool_call></tool_call>\"}}</tool_call> done",
+           "done", 1, "f", "{\"s\": \"</tool_call></tool_call>\"}");
+    /* ... and when no later close tag makes it a call, the block up to its first close tag is
+       text, and what follows is read again (a call in it is a call) */
+    expect("<tool_call>{\"name\": \"a\", \"arguments\": {}</tool_call>\n<tool_call>{\"name\": \"b\", "
+           "\"arguments\": {}}</tool_call>",
+           "<tool_call>{\"name\": \"a\", \"arguments\": {}</tool_call>", 1, "b", "{}");
+    expect("<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"</tool_call> tail",
+           "<tool_call>{\"name\": \"f\", \"arguments\": {\"s\": \"</tool_call> tail", 0, NULL, NULL);
+    expect("<tool_call>{\"name\": \"f\", \"arguments\": {}} x</tool_call> y</tool_call>",
+           "<tool_call>{\"name\": \"f\", \"arguments\": {}} x</tool_call> y</tool_call>", 0, NULL, NULL);
+    /* a key written twice is no call: jansson would keep the last, the arguments' text is the
+       first */
+    expect("<tool_call>{\"name\": \"f\", \"arguments\": \"x\", \"arguments\": {}}</tool_call>",
+           "<tool_call>{\"name\": \"f\", \"arguments\": \"x\", \"arguments\": {}}</tool_call>", 0, NULL, NULL);
+    expect("<tool_call>{\"name\": \"f\", \"name\": \"g\", \"arguments\": {}}</tool_call>",
+           "<tool_call>{\"name\": \"f\", \"name\": \"g\", \"arguments\": {}}</tool_call>", 0, NULL, NULL);
+    /* whitespace after a call is not content, however the commits cut it */
+    expect("<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n\n Done.", "Done.", 1, "a", "{}");
+    expect("Hi <tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call> \n<tool_call>{\"name\": \"b\", "
+           "\"arguments\": {}}</tool_call>\n ok", "Hiok", 2, "a", "{}");
     /* off: everything is content */
     {
         srv_tools t;
