@@ -414,21 +414,17 @@ FL_AVX2 static void fl_mm_bf16_avx2(float *y, int ldy, const float *x, int ldx, 
     FL_MM_AVX2_BODY(uint16_t, fl_load_bf16x8, fl_tail_bf16)
 }
 
-/* Key rows this far ahead are prefetched: page blocks are 2 KB and half a megabyte apart,
- * too short and too far for the hardware prefetcher. */
+/* Key rows this far ahead are prefetched: a segment's pages need not be neighbours in their
+ * plane, and a page holds a block of keys, too short a run for the hardware prefetcher. The
+ * prefetches go a line per row at a time, spread over the work: whole rows at once (64 lines
+ * per 8 keys) stalled on the line fill buffers, and cold keys read at 9-10 GB/s on one
+ * thread against 36 GB/s streaming (docs/benchmarks.md, "Attention's prefetching"). */
 #ifndef FL_KV_PF /* overridable for experiments, as the locality hint: -DFL_KV_PF_LOC=2 */
-#define FL_KV_PF 16
+#define FL_KV_PF 32
 #endif
 #ifndef FL_KV_PF_LOC
 #define FL_KV_PF_LOC 3
 #endif
-
-static inline void fl_prefetch_row(const float *const *r, int j, int n, int hd)
-{
-    if (j < n)
-        for (int c = 0; c < hd; c += 16)
-            __builtin_prefetch(r[j] + c, 0, FL_KV_PF_LOC);
-}
 
 /* Scores against the transposed queries: per key element, one broadcast times two ymm of
  * 16 queries; 4 keys at a time (8 accumulators). Every score is one running sum over d in
@@ -440,12 +436,13 @@ FL_AVX2 static void fl_qk_avx2(float *s, int lds, const float *qt, int nq, const
     __m256 sc = _mm256_set1_ps(scale);
     int j = 0;
     for (; j + 4 <= nk; j += 4) {
-        for (int t = 0; t < 4; t++)
-            fl_prefetch_row(kr, j + FL_KV_PF + t, nk, hd);
         const float *k0 = kr[j], *k1 = kr[j + 1], *k2 = kr[j + 2], *k3 = kr[j + 3];
         __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
         __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
         for (int d = 0; d < hd; d++) {
+            if ((d & 15) == 0) /* a line of each row FL_KV_PF keys ahead, as fl_qk_avx512 */
+                for (int t = 0; t < 4 && j + FL_KV_PF + t < nk; t++)
+                    __builtin_prefetch(kr[j + FL_KV_PF + t] + d, 0, FL_KV_PF_LOC);
             __m256 u0 = _mm256_loadu_ps(qt + d * FL_QT), u1 = _mm256_loadu_ps(qt + d * FL_QT + 8), b;
             b = _mm256_broadcast_ss(k0 + d);
             a00 = _mm256_fmadd_ps(b, u0, a00);
@@ -483,24 +480,28 @@ FL_AVX2 static void fl_qk_avx2(float *s, int lds, const float *qt, int nq, const
     }
 }
 
-/* 4 query rows x 16 output dims held in 8 accumulators across all keys: per key, 2 loads of
- * V and 4 broadcasts of p feed 8 FMAs. */
-FL_AVX2 static void fl_pv_avx2(float *o, int ldo, const float *p, int ldp, int nq,
-                               const float *const *vr, int nk, int hd)
+/* 4 query rows x 16 output dims held in 8 accumulators across a span of keys: per key, 2
+ * loads of V and 4 broadcasts of p feed 8 FMAs. The rows nx[0..nn) (the next span's) are
+ * prefetched a line at a time over the passes, as fl_pv_span_avx512. */
+FL_AVX2 static void fl_pv_span_avx2(float *o, int ldo, const float *p, int ldp, int nq,
+                                    const float *const *vr, int nk, int hd,
+                                    const float *const *nx, int nn)
 {
-    int h16 = hd & ~15;
+    int h16 = hd & ~15, lines = (hd + 15) / 16, passes = (nq / 4) * (h16 / 16), pass = 0;
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *p0 = p + (size_t)i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
         float *o0 = o + (size_t)i * ldo, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
-        for (int d = 0; d < h16; d += 16) {
+        for (int d = 0; d < h16; d += 16, pass++) {
+            int l0 = pass * lines / passes, l1 = (pass + 1) * lines / passes;
             __m256 a00 = _mm256_loadu_ps(o0 + d), a01 = _mm256_loadu_ps(o0 + d + 8);
             __m256 a10 = _mm256_loadu_ps(o1 + d), a11 = _mm256_loadu_ps(o1 + d + 8);
             __m256 a20 = _mm256_loadu_ps(o2 + d), a21 = _mm256_loadu_ps(o2 + d + 8);
             __m256 a30 = _mm256_loadu_ps(o3 + d), a31 = _mm256_loadu_ps(o3 + d + 8);
             for (int j = 0; j < nk; j++) {
-                if (i == 0 && d == 0)
-                    fl_prefetch_row(vr, j + FL_KV_PF, nk, hd);
+                if (j < nn)
+                    for (int l = l0; l < l1; l++)
+                        __builtin_prefetch(nx[j] + l * 16, 0, FL_KV_PF_LOC);
                 const float *vj = vr[j] + d;
                 __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8), b;
                 b = _mm256_broadcast_ss(p0 + j);
@@ -527,11 +528,16 @@ FL_AVX2 static void fl_pv_avx2(float *o, int ldo, const float *p, int ldp, int n
         }
     }
     /* Remaining rows, and the columns past h16 of all rows: the same per-element order (one
-     * fused multiply-add per key, keys in order). */
+     * fused multiply-add per key, keys in order); with no pass above, the next rows are
+     * prefetched whole here. */
     for (int r = 0; r < nq; r++) {
         int d0 = r < i ? h16 : 0;
         const float *pr = p + (size_t)r * ldp;
         float *orow = o + (size_t)r * ldo;
+        if (!passes && r == 0)
+            for (int j = 0; j < nn; j++)
+                for (int l = 0; l < lines; l++)
+                    __builtin_prefetch(nx[j] + l * 16, 0, FL_KV_PF_LOC);
         int d = d0;
         for (; d + 8 <= hd; d += 8) {
             __m256 a = _mm256_loadu_ps(orow + d);
@@ -545,6 +551,17 @@ FL_AVX2 static void fl_pv_avx2(float *o, int ldo, const float *p, int ldp, int n
                 a = fmaf(pr[j], vr[j][d], a);
             orow[d] = a;
         }
+    }
+}
+
+/* Spans of FL_KV_PF keys, as fl_pv_avx512. */
+FL_AVX2 static void fl_pv_avx2(float *o, int ldo, const float *p, int ldp, int nq,
+                               const float *const *vr, int nk, int hd)
+{
+    for (int j0 = 0; j0 < nk; j0 += FL_KV_PF) {
+        int n = nk - j0 < FL_KV_PF ? nk - j0 : FL_KV_PF, j1 = j0 + n;
+        int nn = nk - j1 < FL_KV_PF ? nk - j1 : FL_KV_PF;
+        fl_pv_span_avx2(o, ldo, p + j0, ldp, nq, vr + j0, n, hd, vr + j1, nn);
     }
 }
 
@@ -580,7 +597,15 @@ FL_AVX2 static void fl_f32_to_bf16_avx2(uint16_t *dst, const float *src, long n)
         dst[i] = fl_f32_to_bf16(src[i]);
 }
 
-FL_ATT_BF16(fl_qk_bf16_avx2, fl_pv_bf16_avx2, fl_qk_avx2, fl_pv_avx2, fl_bf16_to_f32_avx2, FL_AVX2)
+/* pv on rows the bf16 kernels just widened into L1: one span, nothing to prefetch */
+FL_AVX2 static void fl_pv_wide_avx2(float *o, int ldo, const float *p, int ldp, int nq,
+                                    const float *const *vr, int nk, int hd)
+{
+    fl_pv_span_avx2(o, ldo, p, ldp, nq, vr, nk, hd, NULL, 0);
+}
+
+FL_ATT_BF16(fl_qk_bf16_avx2, fl_pv_bf16_avx2, fl_qk_avx2, fl_pv_wide_avx2, fl_bf16_to_f32_avx2,
+            FL_AVX2)
 
 /* e^x: 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2], p the degree-6 Taylor polynomial
  * (relative error ~2e-7). x is clamped to [-87, 88] so 2^n stays a normal float: e^-87 ~
@@ -795,7 +820,10 @@ FL_AVX512 static inline __m512 fl_load_bf16x16(const uint16_t *p)
     }
 
 /* Attention with 16 lanes: scores as the AVX2 kernel with one zmm of 16 queries and 8 keys
- * at a time; outputs with 4 query rows x 32 dims. */
+ * at a time, the rows FL_KV_PF keys ahead prefetched a line per row every 16 elements
+ * (whole rows at once, 64 lines per 8 keys, stalled on the fill buffers: cold keys read at
+ * 9-10 GB/s against 36 GB/s streaming, docs/benchmarks.md); outputs with 4 query rows x 32
+ * dims over spans of FL_KV_PF keys. */
 FL_AVX512 static void fl_qk_avx512(float *s, int lds, const float *qt, int nq,
                                    const float *const *kr, int nk, int hd, float scale)
 {
@@ -803,12 +831,13 @@ FL_AVX512 static void fl_qk_avx512(float *s, int lds, const float *qt, int nq,
     __m512 sc = _mm512_set1_ps(scale);
     int j = 0;
     for (; j + 8 <= nk; j += 8) {
-        for (int t = 0; t < 8; t++)
-            fl_prefetch_row(kr, j + FL_KV_PF + t, nk, hd);
         const float *k0 = kr[j], *k1 = kr[j + 1], *k2 = kr[j + 2], *k3 = kr[j + 3];
         const float *k4 = kr[j + 4], *k5 = kr[j + 5], *k6 = kr[j + 6], *k7 = kr[j + 7];
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
         for (int d = 0; d < hd; d++) {
+            if ((d & 15) == 0) /* one line of each of 8 rows ahead per 16 elements */
+                for (int t = 0; t < 8 && j + FL_KV_PF + t < nk; t++)
+                    __builtin_prefetch(kr[j + FL_KV_PF + t] + d, 0, FL_KV_PF_LOC);
             __m512 u = _mm512_loadu_ps(qt + d * FL_QT);
             a0 = _mm512_fmadd_ps(_mm512_set1_ps(k0[d]), u, a0);
             a1 = _mm512_fmadd_ps(_mm512_set1_ps(k1[d]), u, a1);
@@ -837,22 +866,29 @@ FL_AVX512 static void fl_qk_avx512(float *s, int lds, const float *qt, int nq,
     }
 }
 
-FL_AVX512 static void fl_pv_avx512(float *o, int ldo, const float *p, int ldp, int nq,
-                                   const float *const *vr, int nk, int hd)
+/* pv on one span of keys (vr[0..nk), p's columns likewise), prefetching the rows nx[0..nn)
+ * (the next span's, nn <= nk) a line at a time, spread over the passes the span makes:
+ * rows of V are walked 32 dims at a time per 4 query rows, so a row's lines are wanted in
+ * different passes, and a whole row prefetched per key swamped the line fill buffers. */
+FL_AVX512 static void fl_pv_span_avx512(float *o, int ldo, const float *p, int ldp, int nq,
+                                        const float *const *vr, int nk, int hd,
+                                        const float *const *nx, int nn)
 {
-    int h32 = hd & ~31;
+    int h32 = hd & ~31, lines = (hd + 15) / 16, passes = (nq / 4) * (h32 / 32), pass = 0;
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *p0 = p + (size_t)i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
         float *o0 = o + (size_t)i * ldo, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
-        for (int d = 0; d < h32; d += 32) {
+        for (int d = 0; d < h32; d += 32, pass++) {
+            int l0 = pass * lines / passes, l1 = (pass + 1) * lines / passes;
             __m512 a00 = _mm512_loadu_ps(o0 + d), a01 = _mm512_loadu_ps(o0 + d + 16);
             __m512 a10 = _mm512_loadu_ps(o1 + d), a11 = _mm512_loadu_ps(o1 + d + 16);
             __m512 a20 = _mm512_loadu_ps(o2 + d), a21 = _mm512_loadu_ps(o2 + d + 16);
             __m512 a30 = _mm512_loadu_ps(o3 + d), a31 = _mm512_loadu_ps(o3 + d + 16);
             for (int j = 0; j < nk; j++) {
-                if (i == 0 && d == 0)
-                    fl_prefetch_row(vr, j + FL_KV_PF, nk, hd);
+                if (j < nn)
+                    for (int l = l0; l < l1; l++)
+                        __builtin_prefetch(nx[j] + l * 16, 0, FL_KV_PF_LOC);
                 const float *vj = vr[j] + d;
                 __m512 v0 = _mm512_loadu_ps(vj), v1 = _mm512_loadu_ps(vj + 16), b;
                 b = _mm512_set1_ps(p0[j]);
@@ -878,11 +914,16 @@ FL_AVX512 static void fl_pv_avx512(float *o, int ldo, const float *p, int ldp, i
             _mm512_storeu_ps(o3 + d + 16, a31);
         }
     }
-    /* the rest: one fused multiply-add per key and element, keys in order, as above */
+    /* the rest: one fused multiply-add per key and element, keys in order, as above (with no
+     * pass above, the next rows are prefetched whole here) */
     for (int r = 0; r < nq; r++) {
         int d = r < i ? h32 : 0;
         const float *pr = p + (size_t)r * ldp;
         float *orow = o + (size_t)r * ldo;
+        if (!passes && r == 0)
+            for (int j = 0; j < nn; j++)
+                for (int l = 0; l < lines; l++)
+                    __builtin_prefetch(nx[j] + l * 16, 0, FL_KV_PF_LOC);
         for (; d + 16 <= hd; d += 16) {
             __m512 a = _mm512_loadu_ps(orow + d);
             for (int j = 0; j < nk; j++)
@@ -895,6 +936,18 @@ FL_AVX512 static void fl_pv_avx512(float *o, int ldo, const float *p, int ldp, i
                 a = fmaf(pr[j], vr[j][d], a);
             orow[d] = a;
         }
+    }
+}
+
+/* Spans of FL_KV_PF keys, each prefetching the next while it computes: per output element
+ * the keys still come in order, so the split changes no bit (the contract of pv). */
+FL_AVX512 static void fl_pv_avx512(float *o, int ldo, const float *p, int ldp, int nq,
+                                   const float *const *vr, int nk, int hd)
+{
+    for (int j0 = 0; j0 < nk; j0 += FL_KV_PF) {
+        int n = nk - j0 < FL_KV_PF ? nk - j0 : FL_KV_PF, j1 = j0 + n;
+        int nn = nk - j1 < FL_KV_PF ? nk - j1 : FL_KV_PF;
+        fl_pv_span_avx512(o, ldo, p + j0, ldp, nq, vr + j0, n, hd, vr + j1, nn);
     }
 }
 
@@ -923,7 +976,13 @@ FL_AVX512 static void fl_bf16_to_f32_avx512(float *dst, const uint16_t *src, lon
         dst[i] = fl_bf16_to_f32(src[i]);
 }
 
-FL_ATT_BF16(fl_qk_bf16_avx512, fl_pv_bf16_avx512, fl_qk_avx512, fl_pv_avx512,
+FL_AVX512 static void fl_pv_wide_avx512(float *o, int ldo, const float *p, int ldp, int nq,
+                                        const float *const *vr, int nk, int hd)
+{
+    fl_pv_span_avx512(o, ldo, p, ldp, nq, vr, nk, hd, NULL, 0);
+}
+
+FL_ATT_BF16(fl_qk_bf16_avx512, fl_pv_bf16_avx512, fl_qk_avx512, fl_pv_wide_avx512,
             fl_bf16_to_f32_avx512, FL_AVX512)
 
 #endif /* FL_HAVE_X86 */

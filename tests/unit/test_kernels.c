@@ -107,9 +107,11 @@ static void test_matmul(const fl_kernels *kk)
 
 static void test_attention(const fl_kernels *kk)
 {
-    const int nqs[] = {1, 3, 4, 5, 9, 16}, nks[] = {1, 2, 3, 7, 8, 17}, hds[] = {8, 12, 16, 18, 20, 64, 128};
+    /* nk past the prefetch span (32 keys in the SIMD levels): several spans, a short last one */
+    const int nqs[] = {1, 3, 4, 5, 9, 16}, nks[] = {1, 2, 3, 7, 8, 17, 33, 70};
+    const int hds[] = {8, 12, 16, 18, 20, 64, 128};
     for (size_t a = 0; a < 6; a++)
-        for (size_t b = 0; b < 6; b++)
+        for (size_t b = 0; b < 8; b++)
             for (size_t c = 0; c < 7; c++) {
                 int nq = nqs[a], nk = nks[b], hd = hds[c], ld = hd + 5, lds = nk + 3;
                 float *q = malloc(sizeof(float) * nq * ld), *k = malloc(sizeof(float) * nk * ld);
@@ -206,6 +208,65 @@ static void test_qk_invariance(const fl_kernels *kk)
         free(s);
         free(kr);
     }
+}
+
+/* The SIMD levels' attention arithmetic, bit for bit: a score is one fused multiply-add per
+ * element, d in order from 0, times the scale; an output element is one fused multiply-add
+ * per key, keys in order, onto what o held. Spans, prefetching and tiles may change how the
+ * work is cut, never these sums (the bf16 pages' exactness and the store/decode overlap rest
+ * on them). The plain C level multiplies and adds separately and is not held to it. */
+static void test_attention_exact(const fl_kernels *kk)
+{
+    if (!strcmp(kk->name, "plain C"))
+        return;
+    const int nqs[] = {1, 2, 4, 6, 8, 13, 16}, nks[] = {1, 31, 32, 33, 64, 97}, hds[] = {18, 64, 128};
+    for (size_t a = 0; a < 7; a++)
+        for (size_t b = 0; b < 6; b++)
+            for (size_t c = 0; c < 3; c++) {
+                int nq = nqs[a], nk = nks[b], hd = hds[c], lds = nk + 1, bad_s = 0, bad_o = 0;
+                float *q = malloc(sizeof(float) * nq * hd), *k = malloc(sizeof(float) * nk * hd);
+                float *v = malloc(sizeof(float) * nk * hd), *s = malloc(sizeof(float) * nq * lds);
+                float *o = malloc(sizeof(float) * nq * hd), *qt = malloc(sizeof(float) * hd * FL_QT);
+                const float **kr = malloc(sizeof *kr * nk), **vr = malloc(sizeof *vr * nk);
+                fill(q, (size_t)nq * hd);
+                fill(k, (size_t)nk * hd);
+                fill(v, (size_t)nk * hd);
+                for (int j = 0; j < nk; j++) {
+                    kr[j] = k + (size_t)((j * 7) % nk) * hd;
+                    vr[j] = v + (size_t)((j * 5) % nk) * hd;
+                }
+                fl_transpose_q(qt, q, hd, nq, hd);
+                kk->qk(s, lds, qt, nq, kr, nk, hd, 0.125f);
+                for (int i = 0; i < nq; i++)
+                    for (int j = 0; j < nk; j++) {
+                        float acc = 0;
+                        for (int x = 0; x < hd; x++)
+                            acc = fmaf(kr[j][x], q[i * hd + x], acc);
+                        bad_s += s[i * lds + j] != acc * 0.125f;
+                    }
+                for (int i = 0; i < nq * hd; i++)
+                    o[i] = 0.5f;
+                kk->pv(o, hd, s, lds, nq, vr, nk, hd);
+                for (int i = 0; i < nq; i++)
+                    for (int x = 0; x < hd; x++) {
+                        float acc = 0.5f;
+                        for (int j = 0; j < nk; j++)
+                            acc = fmaf(s[i * lds + j], vr[j][x], acc);
+                        bad_o += o[i * hd + x] != acc;
+                    }
+                CHECK(!bad_s, "%s qk nq=%d nk=%d hd=%d: %d scores are not the in-order fma sum",
+                      kk->name, nq, nk, hd, bad_s);
+                CHECK(!bad_o, "%s pv nq=%d nk=%d hd=%d: %d outputs are not the in-order fma sum",
+                      kk->name, nq, nk, hd, bad_o);
+                free(q);
+                free(k);
+                free(v);
+                free(s);
+                free(o);
+                free(qt);
+                free(kr);
+                free(vr);
+            }
 }
 
 /* bf16 keys and values (KV pages in bf16): qk_bf16 / pv_bf16 give exactly what qk / pv give
@@ -433,6 +494,7 @@ int main(void)
         test_matmul(&kk);
         test_attention(&kk);
         test_qk_invariance(&kk);
+        test_attention_exact(&kk);
         test_attention_bf16(&kk);
         test_f32_to_bf16(&kk);
         test_softmax_stats(&kk);
