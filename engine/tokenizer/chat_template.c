@@ -645,7 +645,7 @@ static int check_object(const fl__json *v, const char *what, fl_err *e)
             if (other || (index && x <= last))
                 return fl_err_set(e, FL_EUNSUPPORTED, "%s: the integer-like key \"%s\" is not first "
                                   "and in order, which JavaScript would change (not supported by "
-                                  "the built-in ling renderer)", what, key->str);
+                                  "the built-in chat renderers)", what, key->str);
             index = true;
             last = x;
         } else {
@@ -665,7 +665,7 @@ static int check_object(const fl__json *v, const char *what, fl_err *e)
     for (uint32_t k = 1; k < v->n && !rc; k++)
         if (!key_cmp(&keys[k - 1], &keys[k]))
             rc = fl_err_set(e, FL_EUNSUPPORTED, "%s: the key \"%.*s\" appears twice (not "
-                            "supported by the built-in ling renderer)", what, shown(keys[k]), keys[k]->str);
+                            "supported by the built-in chat renderers)", what, shown(keys[k]), keys[k]->str);
     free(keys);
     return rc;
 }
@@ -690,7 +690,7 @@ static int tojson(fl_buf *o, const fl__json *v, const char *what, fl_err *e)
            integers beyond 2^53 */
         if (!v->is_int || v->i > (INT64_C(1) << 53) || v->i < -(INT64_C(1) << 53))
             return fl_err_set(e, FL_EUNSUPPORTED, "%s: numbers with a fraction or an exponent or "
-                              "beyond 2^53 are not supported by the built-in ling renderer "
+                              "beyond 2^53 are not supported by the built-in chat renderers "
                               "(Python and JavaScript print them differently)", what);
         fl_buf_printf(o, "%lld", (long long)v->i);
         return 0;

@@ -323,19 +323,19 @@ static void test_ling(void)
         int code;
     } bad[] = {
         {"[{\"x\": 1.5}]", NULL, NULL, "tools: numbers with a fraction or an exponent or beyond 2^53 are not "
-         "supported by the built-in ling renderer (Python and JavaScript print them differently)", FL_EUNSUPPORTED},
+         "supported by the built-in chat renderers (Python and JavaScript print them differently)", FL_EUNSUPPORTED},
         {"[{\"x\": 1e3}]", NULL, NULL, "tools: numbers with a fraction or an exponent or beyond 2^53 are not "
-         "supported by the built-in ling renderer (Python and JavaScript print them differently)", FL_EUNSUPPORTED},
+         "supported by the built-in chat renderers (Python and JavaScript print them differently)", FL_EUNSUPPORTED},
         {"[9007199254740993]", NULL, NULL, "tools: numbers with a fraction or an exponent or beyond 2^53 are not "
-         "supported by the built-in ling renderer (Python and JavaScript print them differently)", FL_EUNSUPPORTED},
+         "supported by the built-in chat renderers (Python and JavaScript print them differently)", FL_EUNSUPPORTED},
         {"[{\"a\": 1, \"2\": 2}]", NULL, NULL, "tools: the integer-like key \"2\" is not first and in order, "
-         "which JavaScript would change (not supported by the built-in ling renderer)", FL_EUNSUPPORTED},
+         "which JavaScript would change (not supported by the built-in chat renderers)", FL_EUNSUPPORTED},
         {"[{\"10\": 1, \"2\": 2}]", NULL, NULL, "tools: the integer-like key \"2\" is not first and in order, "
-         "which JavaScript would change (not supported by the built-in ling renderer)", FL_EUNSUPPORTED},
+         "which JavaScript would change (not supported by the built-in chat renderers)", FL_EUNSUPPORTED},
         {"[{\"k\": 1, \"k\": 2}]", NULL, NULL, "tools: the key \"k\" appears twice (not supported by the "
-         "built-in ling renderer)", FL_EUNSUPPORTED},
+         "built-in chat renderers)", FL_EUNSUPPORTED},
         {"[{\"a\\nb\": 1, \"x\": 2, \"a\\nb\": 3}]", NULL, NULL, "tools: the key \"a\" appears twice (not "
-         "supported by the built-in ling renderer)", FL_EUNSUPPORTED},
+         "supported by the built-in chat renderers)", FL_EUNSUPPORTED},
         {"{\"name\": \"f\"}", NULL, NULL, "tools must be a JSON array", FL_EINVAL},
         {"[1,", NULL, NULL, "tools: malformed JSON at line 1 column 4: unexpected end of input", FL_EINVAL},
         {NULL, "{}", NULL, "message 1: tool_calls must be a JSON array", FL_EINVAL},
@@ -346,7 +346,7 @@ static void test_ling(void)
          FL_EINVAL},
         {NULL, "[{\"name\": \"f\"}]", NULL, "message 1: tool_calls[0] has no \"arguments\"", FL_EINVAL},
         {NULL, "[{\"name\": \"f\", \"arguments\": {\"n\": 0.5}}]", NULL, "message 1: tool_calls[0]: numbers "
-         "with a fraction or an exponent or beyond 2^53 are not supported by the built-in ling renderer (Python "
+         "with a fraction or an exponent or beyond 2^53 are not supported by the built-in chat renderers (Python "
          "and JavaScript print them differently)", FL_EUNSUPPORTED},
         {NULL, NULL, "developer", "message 1: role \"developer\" is not one the ling template knows (system, user, "
          "assistant, tool)", FL_EINVAL},
@@ -397,7 +397,7 @@ static void test_qwen_tool_call_refusal(void)
         char *s = render_x(t, m, 3, true, true, &x, &rc, msg);
         CHECK(!s && rc == FL_EUNSUPPORTED &&
                   !strcmp(msg, "message 1: tool_calls[0]: numbers with a fraction or an exponent or beyond "
-                               "2^53 are not supported by the built-in ling renderer (Python and JavaScript "
+                               "2^53 are not supported by the built-in chat renderers (Python and JavaScript "
                                "print them differently)"),
               "%s: %d %s", kinds[k], rc, msg);
         free(s);
