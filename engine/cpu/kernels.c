@@ -429,8 +429,9 @@ FL_AVX2 static void fl_mm_bf16_avx2(float *y, int ldy, const float *x, int ldx, 
 /* Scores against the transposed queries: per key element, one broadcast times two ymm of
  * 16 queries; 4 keys at a time (8 accumulators). Every score is one running sum over d in
  * order, whatever the tile. */
-FL_AVX2 static void fl_qk_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr,
-                               int nk, int hd, float scale)
+FL_AVX2 static inline __attribute__((always_inline)) void
+fl_qk_pf_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr, int nk, int hd,
+              float scale, int pf)
 {
     float r[FL_QT];
     __m256 sc = _mm256_set1_ps(scale);
@@ -440,9 +441,9 @@ FL_AVX2 static void fl_qk_avx2(float *s, int lds, const float *qt, int nq, const
         __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
         __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
         for (int d = 0; d < hd; d++) {
-            if ((d & 15) == 0) /* a line of each row FL_KV_PF keys ahead, as fl_qk_avx512 */
-                for (int t = 0; t < 4 && j + FL_KV_PF + t < nk; t++)
-                    __builtin_prefetch(kr[j + FL_KV_PF + t] + d, 0, FL_KV_PF_LOC);
+            if (pf && (d & 15) == 0) /* a line of each row pf keys ahead, as fl_qk_avx512 */
+                for (int t = 0; t < 4 && j + pf + t < nk; t++)
+                    __builtin_prefetch(kr[j + pf + t] + d, 0, FL_KV_PF_LOC);
             __m256 u0 = _mm256_loadu_ps(qt + d * FL_QT), u1 = _mm256_loadu_ps(qt + d * FL_QT + 8), b;
             b = _mm256_broadcast_ss(k0 + d);
             a00 = _mm256_fmadd_ps(b, u0, a00);
@@ -478,6 +479,19 @@ FL_AVX2 static void fl_qk_avx2(float *s, int lds, const float *qt, int nq, const
         for (int i = 0; i < nq; i++)
             s[(size_t)i * lds + j] = r[i];
     }
+}
+
+/* keys from the pool, rows FL_KV_PF ahead prefetched; keys just widened into L1: none */
+FL_AVX2 static void fl_qk_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr,
+                               int nk, int hd, float scale)
+{
+    fl_qk_pf_avx2(s, lds, qt, nq, kr, nk, hd, scale, FL_KV_PF);
+}
+
+FL_AVX2 static void fl_qk_wide_avx2(float *s, int lds, const float *qt, int nq,
+                                    const float *const *kr, int nk, int hd, float scale)
+{
+    fl_qk_pf_avx2(s, lds, qt, nq, kr, nk, hd, scale, 0);
 }
 
 /* 4 query rows x 16 output dims held in 8 accumulators across a span of keys: per key, 2
@@ -604,7 +618,7 @@ FL_AVX2 static void fl_pv_wide_avx2(float *o, int ldo, const float *p, int ldp, 
     fl_pv_span_avx2(o, ldo, p, ldp, nq, vr, nk, hd, NULL, 0);
 }
 
-FL_ATT_BF16(fl_qk_bf16_avx2, fl_pv_bf16_avx2, fl_qk_avx2, fl_pv_wide_avx2, fl_bf16_to_f32_avx2,
+FL_ATT_BF16(fl_qk_bf16_avx2, fl_pv_bf16_avx2, fl_qk_wide_avx2, fl_pv_wide_avx2, fl_bf16_to_f32_avx2,
             FL_AVX2)
 
 /* e^x: 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2], p the degree-6 Taylor polynomial
@@ -824,8 +838,9 @@ FL_AVX512 static inline __m512 fl_load_bf16x16(const uint16_t *p)
  * (whole rows at once, 64 lines per 8 keys, stalled on the fill buffers: cold keys read at
  * 9-10 GB/s against 36 GB/s streaming, docs/benchmarks.md); outputs with 4 query rows x 32
  * dims over spans of FL_KV_PF keys. */
-FL_AVX512 static void fl_qk_avx512(float *s, int lds, const float *qt, int nq,
-                                   const float *const *kr, int nk, int hd, float scale)
+FL_AVX512 static inline __attribute__((always_inline)) void
+fl_qk_pf_avx512(float *s, int lds, const float *qt, int nq, const float *const *kr, int nk, int hd,
+              float scale, int pf)
 {
     float r[FL_QT];
     __m512 sc = _mm512_set1_ps(scale);
@@ -835,9 +850,9 @@ FL_AVX512 static void fl_qk_avx512(float *s, int lds, const float *qt, int nq,
         const float *k4 = kr[j + 4], *k5 = kr[j + 5], *k6 = kr[j + 6], *k7 = kr[j + 7];
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
         for (int d = 0; d < hd; d++) {
-            if ((d & 15) == 0) /* one line of each of 8 rows ahead per 16 elements */
-                for (int t = 0; t < 8 && j + FL_KV_PF + t < nk; t++)
-                    __builtin_prefetch(kr[j + FL_KV_PF + t] + d, 0, FL_KV_PF_LOC);
+            if (pf && (d & 15) == 0) /* one line of each of 8 rows ahead per 16 elements */
+                for (int t = 0; t < 8 && j + pf + t < nk; t++)
+                    __builtin_prefetch(kr[j + pf + t] + d, 0, FL_KV_PF_LOC);
             __m512 u = _mm512_loadu_ps(qt + d * FL_QT);
             a0 = _mm512_fmadd_ps(_mm512_set1_ps(k0[d]), u, a0);
             a1 = _mm512_fmadd_ps(_mm512_set1_ps(k1[d]), u, a1);
@@ -864,6 +879,19 @@ FL_AVX512 static void fl_qk_avx512(float *s, int lds, const float *qt, int nq,
         for (int i = 0; i < nq; i++)
             s[(size_t)i * lds + j] = r[i];
     }
+}
+
+/* keys from the pool, rows FL_KV_PF ahead prefetched; keys just widened into L1: none */
+FL_AVX512 static void fl_qk_avx512(float *s, int lds, const float *qt, int nq, const float *const *kr,
+                                   int nk, int hd, float scale)
+{
+    fl_qk_pf_avx512(s, lds, qt, nq, kr, nk, hd, scale, FL_KV_PF);
+}
+
+FL_AVX512 static void fl_qk_wide_avx512(float *s, int lds, const float *qt, int nq,
+                                        const float *const *kr, int nk, int hd, float scale)
+{
+    fl_qk_pf_avx512(s, lds, qt, nq, kr, nk, hd, scale, 0);
 }
 
 /* pv on one span of keys (vr[0..nk), p's columns likewise), prefetching the rows nx[0..nn)
@@ -982,7 +1010,7 @@ FL_AVX512 static void fl_pv_wide_avx512(float *o, int ldo, const float *p, int l
     fl_pv_span_avx512(o, ldo, p, ldp, nq, vr, nk, hd, NULL, 0);
 }
 
-FL_ATT_BF16(fl_qk_bf16_avx512, fl_pv_bf16_avx512, fl_qk_avx512, fl_pv_wide_avx512,
+FL_ATT_BF16(fl_qk_bf16_avx512, fl_pv_bf16_avx512, fl_qk_wide_avx512, fl_pv_wide_avx512,
             fl_bf16_to_f32_avx512, FL_AVX512)
 
 #endif /* FL_HAVE_X86 */
