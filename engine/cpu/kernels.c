@@ -238,6 +238,40 @@ static inline void fl_widen_rows(const float **rows, float *wide, const uint16_t
 
 FL_ATT_BF16(fl_qk_bf16_c, fl_pv_bf16_c, fl_qk_c, fl_pv_c, fl_bf16_to_f32_c, )
 
+/* A SIMD level's attention entries from its fl_qk_pf_L (scores, rows pf keys ahead
+ * prefetched) and fl_pv_span_L (outputs over one span of keys, the next span's rows nx
+ * prefetched): qk and pv over keys from the pool, pv in spans of FL_KV_PF keys, each
+ * prefetching the next while it computes (per output element the keys still come in order,
+ * so the split changes no bit: pv's contract); and the bf16 pair, whose rows were just
+ * widened into L1 and are prefetched by nobody. */
+#define FL_ATT_LEVEL(L, ATTR)                                                                      \
+    ATTR static void fl_qk_##L(float *s, int lds, const float *qt, int nq, const float *const *kr,  \
+                               int nk, int hd, float scale)                                        \
+    {                                                                                              \
+        fl_qk_pf_##L(s, lds, qt, nq, kr, nk, hd, scale, FL_KV_PF);                                 \
+    }                                                                                              \
+    ATTR static void fl_qk_wide_##L(float *s, int lds, const float *qt, int nq,                    \
+                                    const float *const *kr, int nk, int hd, float scale)           \
+    {                                                                                              \
+        fl_qk_pf_##L(s, lds, qt, nq, kr, nk, hd, scale, 0);                                        \
+    }                                                                                              \
+    ATTR static void fl_pv_##L(float *o, int ldo, const float *p, int ldp, int nq,                 \
+                               const float *const *vr, int nk, int hd)                             \
+    {                                                                                              \
+        for (int j0 = 0; j0 < nk; j0 += FL_KV_PF) {                                                \
+            int n = nk - j0 < FL_KV_PF ? nk - j0 : FL_KV_PF, j1 = j0 + n;                          \
+            int nn = nk - j1 < FL_KV_PF ? nk - j1 : FL_KV_PF;                                      \
+            fl_pv_span_##L(o, ldo, p + j0, ldp, nq, vr + j0, n, hd, vr + j1, nn);                  \
+        }                                                                                          \
+    }                                                                                              \
+    ATTR static void fl_pv_wide_##L(float *o, int ldo, const float *p, int ldp, int nq,            \
+                                    const float *const *vr, int nk, int hd)                        \
+    {                                                                                              \
+        fl_pv_span_##L(o, ldo, p, ldp, nq, vr, nk, hd, NULL, 0);                                   \
+    }                                                                                              \
+    FL_ATT_BF16(fl_qk_bf16_##L, fl_pv_bf16_##L, fl_qk_wide_##L, fl_pv_wide_##L,                    \
+                fl_bf16_to_f32_##L, ATTR)
+
 static void fl_lse_add_c(fl_lse *s, const float *l, int n, int32_t id0)
 {
     float cmax = -INFINITY;
@@ -481,19 +515,6 @@ fl_qk_pf_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr
     }
 }
 
-/* keys from the pool, rows FL_KV_PF ahead prefetched; keys just widened into L1: none */
-FL_AVX2 static void fl_qk_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr,
-                               int nk, int hd, float scale)
-{
-    fl_qk_pf_avx2(s, lds, qt, nq, kr, nk, hd, scale, FL_KV_PF);
-}
-
-FL_AVX2 static void fl_qk_wide_avx2(float *s, int lds, const float *qt, int nq,
-                                    const float *const *kr, int nk, int hd, float scale)
-{
-    fl_qk_pf_avx2(s, lds, qt, nq, kr, nk, hd, scale, 0);
-}
-
 /* 4 query rows x 16 output dims held in 8 accumulators across a span of keys: per key, 2
  * loads of V and 4 broadcasts of p feed 8 FMAs. The rows nx[0..nn) (the next span's) are
  * prefetched a line at a time over the passes, as fl_pv_span_avx512. */
@@ -568,17 +589,6 @@ FL_AVX2 static void fl_pv_span_avx2(float *o, int ldo, const float *p, int ldp, 
     }
 }
 
-/* Spans of FL_KV_PF keys, as fl_pv_avx512. */
-FL_AVX2 static void fl_pv_avx2(float *o, int ldo, const float *p, int ldp, int nq,
-                               const float *const *vr, int nk, int hd)
-{
-    for (int j0 = 0; j0 < nk; j0 += FL_KV_PF) {
-        int n = nk - j0 < FL_KV_PF ? nk - j0 : FL_KV_PF, j1 = j0 + n;
-        int nn = nk - j1 < FL_KV_PF ? nk - j1 : FL_KV_PF;
-        fl_pv_span_avx2(o, ldo, p + j0, ldp, nq, vr + j0, n, hd, vr + j1, nn);
-    }
-}
-
 FL_AVX2 static void fl_bf16_to_f32_avx2(float *dst, const uint16_t *src, long n)
 {
     long i = 0;
@@ -611,15 +621,7 @@ FL_AVX2 static void fl_f32_to_bf16_avx2(uint16_t *dst, const float *src, long n)
         dst[i] = fl_f32_to_bf16(src[i]);
 }
 
-/* pv on rows the bf16 kernels just widened into L1: one span, nothing to prefetch */
-FL_AVX2 static void fl_pv_wide_avx2(float *o, int ldo, const float *p, int ldp, int nq,
-                                    const float *const *vr, int nk, int hd)
-{
-    fl_pv_span_avx2(o, ldo, p, ldp, nq, vr, nk, hd, NULL, 0);
-}
-
-FL_ATT_BF16(fl_qk_bf16_avx2, fl_pv_bf16_avx2, fl_qk_wide_avx2, fl_pv_wide_avx2, fl_bf16_to_f32_avx2,
-            FL_AVX2)
+FL_ATT_LEVEL(avx2, FL_AVX2)
 
 /* e^x: 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2], p the degree-6 Taylor polynomial
  * (relative error ~2e-7). x is clamped to [-87, 88] so 2^n stays a normal float: e^-87 ~
@@ -881,19 +883,6 @@ fl_qk_pf_avx512(float *s, int lds, const float *qt, int nq, const float *const *
     }
 }
 
-/* keys from the pool, rows FL_KV_PF ahead prefetched; keys just widened into L1: none */
-FL_AVX512 static void fl_qk_avx512(float *s, int lds, const float *qt, int nq, const float *const *kr,
-                                   int nk, int hd, float scale)
-{
-    fl_qk_pf_avx512(s, lds, qt, nq, kr, nk, hd, scale, FL_KV_PF);
-}
-
-FL_AVX512 static void fl_qk_wide_avx512(float *s, int lds, const float *qt, int nq,
-                                        const float *const *kr, int nk, int hd, float scale)
-{
-    fl_qk_pf_avx512(s, lds, qt, nq, kr, nk, hd, scale, 0);
-}
-
 /* pv on one span of keys (vr[0..nk), p's columns likewise), prefetching the rows nx[0..nn)
  * (the next span's, nn <= nk) a line at a time, spread over the passes the span makes:
  * rows of V are walked 32 dims at a time per 4 query rows, so a row's lines are wanted in
@@ -967,18 +956,6 @@ FL_AVX512 static void fl_pv_span_avx512(float *o, int ldo, const float *p, int l
     }
 }
 
-/* Spans of FL_KV_PF keys, each prefetching the next while it computes: per output element
- * the keys still come in order, so the split changes no bit (the contract of pv). */
-FL_AVX512 static void fl_pv_avx512(float *o, int ldo, const float *p, int ldp, int nq,
-                                   const float *const *vr, int nk, int hd)
-{
-    for (int j0 = 0; j0 < nk; j0 += FL_KV_PF) {
-        int n = nk - j0 < FL_KV_PF ? nk - j0 : FL_KV_PF, j1 = j0 + n;
-        int nn = nk - j1 < FL_KV_PF ? nk - j1 : FL_KV_PF;
-        fl_pv_span_avx512(o, ldo, p + j0, ldp, nq, vr + j0, n, hd, vr + j1, nn);
-    }
-}
-
 FL_AVX512 static void fl_mm_f32_avx512(float *y, int ldy, const float *x, int ldx, int m,
                                        const float *w, int n, int k, bool acc)
 {
@@ -1004,14 +981,7 @@ FL_AVX512 static void fl_bf16_to_f32_avx512(float *dst, const uint16_t *src, lon
         dst[i] = fl_bf16_to_f32(src[i]);
 }
 
-FL_AVX512 static void fl_pv_wide_avx512(float *o, int ldo, const float *p, int ldp, int nq,
-                                        const float *const *vr, int nk, int hd)
-{
-    fl_pv_span_avx512(o, ldo, p, ldp, nq, vr, nk, hd, NULL, 0);
-}
-
-FL_ATT_BF16(fl_qk_bf16_avx512, fl_pv_bf16_avx512, fl_qk_wide_avx512, fl_pv_wide_avx512,
-            fl_bf16_to_f32_avx512, FL_AVX512)
+FL_ATT_LEVEL(avx512, FL_AVX512)
 
 #endif /* FL_HAVE_X86 */
 
