@@ -1673,6 +1673,13 @@ int fl_cpu_phases_get(fl_backend *b, fl_cpu_phases *ph, bool reset)
     return 0;
 }
 
+int fl_cpu_sgemm_rows(const fl_backend *b)
+{
+    if (!b || b->ops != &fl_cpu_ops)
+        return -1;
+    return ((const fl_cpu *)b->impl)->sgemm_rows;
+}
+
 int fl_cpu_moe_stats_get(const fl_backend *b, fl_cpu_moe_stats *st)
 {
     if (!b || b->ops != &fl_cpu_ops)
