@@ -129,6 +129,7 @@ typedef struct fl_cpu {
     int32_t *seg_tok0;  /* (max_tokens) first token of each segment */
     fl_lse *lse;        /* (vocab / FL_VCHUNK, max_tokens) softmax statistics per chunk */
     fl_tscratch *ts;    /* (nt) per-thread scratch */
+    fl_share *shares;   /* (nt) the matmul jobs' chunks (threadpool.h) */
     /* mixture of experts (cfg.moe.router != NONE); A = max_tokens * top_k assignments */
     int eib, sib;       /* gate|up interleave of the routed and the shared experts (as ib) */
     bool moe_qup;       /* the experts' gate|up are q8/q4 (their input rows are quantized) */
@@ -689,13 +690,23 @@ static void fl_run(fl_fwd *f, fl_pool_fn fn)
     fl_pool_run(f->c->pool, fn, f);
 }
 
+/* The matmul jobs: n chunks of weight rows in contiguous shares (threadpool.h), taken by
+ * fl_next_chunk, so that each thread streams one run of the weights. */
+static void fl_run_chunks(fl_fwd *f, fl_pool_fn fn, int n)
+{
+    fl_shares_init(f->c->shares, f->c->nt, n);
+    fl_pool_run(f->c->pool, fn, f);
+}
+
+static int fl_next_chunk(fl_fwd *f, int tid) { return fl_shares_next(f->c->shares, f->c->nt, tid); }
+
 static int fl_chunk_rows(const fl_cpu *c, int m) { return m < c->sgemm_rows ? FL_ROWS : FL_ROWS_GEMM; }
 
 static void fl_job_matmul(void *ctx, int tid, int nt)
 {
     fl_fwd *f = ctx;
     int chunk = fl_chunk_rows(f->c, f->m);
-    for (int lo; (lo = fl_pool_next(&f->next) * chunk) < f->w->rows;) {
+    for (int ch, lo; (ch = fl_next_chunk(f, tid)) >= 0 && (lo = ch * chunk) < f->w->rows;) {
         int cnt = f->w->rows - lo < chunk ? f->w->rows - lo : chunk;
         fl_matmul(&f->c->kk, f->y + lo, f->ldy, f->x, f->ldx, f->qx, f->m, f->w, lo, cnt,
                   f->acc, f->c->sgemm_rows, f->c->ts[tid].mm);
@@ -749,7 +760,8 @@ static void fl_par_matmul(fl_fwd *f, float *y, int ldy, const float *x, int ldx,
     f->m = m;
     f->w = w;
     f->acc = acc;
-    fl_run(f, fl_job_matmul);
+    int chunk = fl_chunk_rows(f->c, m);
+    fl_run_chunks(f, fl_job_matmul, (w->rows + chunk - 1) / chunk);
 }
 
 /* The first value of one (page, layer, k|v, kv head) in the pool: block_size rows of
@@ -838,20 +850,24 @@ static void fl_qkv_heads(fl_fwd *f, const fl_cpu_layer *cl, int lo, int hi)
 
 /* q|k|v projection of all tokens, a chunk of whole heads at a time, each finished at once
  * while its columns are in cache. */
+/* fl_job_qkv's chunk: whole heads; with q8/q4, whole tiles of FL_QR rows too. */
+static int fl_qkv_chunk(const fl_cpu *c, const fl_cpu_layer *cl, int n)
+{
+    int unit = c->cfg.head_dim, rows = fl_chunk_rows(c, n);
+    if (fl_mat_quantized(&cl->wqkv))
+        while (unit % FL_QR)
+            unit += c->cfg.head_dim;
+    return unit * (rows / unit > 1 ? rows / unit : 1);
+}
+
 static void fl_job_qkv(void *ctx, int tid, int nt)
 {
     fl_fwd *f = ctx;
     fl_cpu *c = f->c;
     const fl_config *cf = &c->cfg;
     const fl_cpu_layer *cl = &c->layers[f->layer];
-    int hd = cf->head_dim, n = f->n, ld = c->qkv_dim;
-    /* whole heads; with q8/q4, whole tiles of FL_QR rows too */
-    int unit = hd, rows = fl_chunk_rows(c, n);
-    if (fl_mat_quantized(&cl->wqkv))
-        while (unit % FL_QR)
-            unit += hd;
-    int chunk = unit * (rows / unit > 1 ? rows / unit : 1);
-    for (int lo; (lo = fl_pool_next(&f->next) * chunk) < c->qkv_dim;) {
+    int n = f->n, ld = c->qkv_dim, chunk = fl_qkv_chunk(c, cl, n);
+    for (int ch, lo; (ch = fl_next_chunk(f, tid)) >= 0 && (lo = ch * chunk) < c->qkv_dim;) {
         int hi = lo + chunk < c->qkv_dim ? lo + chunk : c->qkv_dim;
         fl_matmul(&c->kk, c->qkv + lo, ld, c->xb, cf->hidden, f->qx, n, &cl->wqkv, lo, hi - lo,
                   false, c->sgemm_rows, c->ts[tid].mm);
@@ -962,7 +978,7 @@ static void fl_job_mlp_up(void *ctx, int tid, int nt)
     fl_cpu *c = f->c;
     const fl_cpu_layer *cl = &c->layers[f->layer];
     int NI = c->cfg.intermediate, ib = c->ib, n = f->n, chunk = fl_chunk_rows(c, n);
-    for (int lo; (lo = fl_pool_next(&f->next) * chunk) < 2 * NI;) {
+    for (int ch, lo; (ch = fl_next_chunk(f, tid)) >= 0 && (lo = ch * chunk) < 2 * NI;) {
         int hi = lo + chunk < 2 * NI ? lo + chunk : 2 * NI;
         fl_matmul(&c->kk, c->gu + lo, 2 * NI, c->xb, c->cfg.hidden, f->qx, n, &cl->wgu, lo,
                   hi - lo, false, c->sgemm_rows, c->ts[tid].mm);
@@ -975,14 +991,16 @@ static void fl_job_mlp_up(void *ctx, int tid, int nt)
 /* lm_head, a chunk of the vocabulary at a time: logits of the chunk for every wanted row,
  * reduced to the chunk's softmax statistics (merged in chunk order afterwards, so the sums
  * do not depend on which thread took which chunk), copied out when asked. */
+static int fl_head_chunk(const fl_cpu *c, int n_out) { return n_out < c->sgemm_rows ? FL_VCHUNK : FL_VCHUNK_GEMM; }
+
 static void fl_job_head(void *ctx, int tid, int nt)
 {
     fl_fwd *f = ctx;
     fl_cpu *c = f->c;
     int V = c->cfg.vocab, H = c->cfg.hidden, no = f->n_out;
-    int chunk = no < c->sgemm_rows ? FL_VCHUNK : FL_VCHUNK_GEMM;
+    int chunk = fl_head_chunk(c, no);
     float *buf = c->ts[tid].logits;
-    for (int ch; (ch = fl_pool_next(&f->next)) * chunk < V;) {
+    for (int ch; (ch = fl_next_chunk(f, tid)) >= 0 && ch * chunk < V;) {
         int v0 = ch * chunk, vn = V - v0 < chunk ? V - v0 : chunk;
         fl_matmul(&c->kk, buf, chunk, c->xb, H, f->qx, no, &c->lm_head, v0, vn, false,
                   c->sgemm_rows, c->ts[tid].mm);
@@ -1039,7 +1057,7 @@ static void fl_job_moe_up(void *ctx, int tid, int nt)
     const fl_cpu_layer *cl = &c->layers[f->layer];
     int E = c->cfg.moe.n_experts, H = c->cfg.hidden, mi = c->cfg.moe.inter, smi = c->s_inter;
     size_t qr = fl_qx_row_bytes(H);
-    for (int i; (i = fl_pool_next(&f->next)) < f->n_items;) {
+    for (int i; (i = fl_next_chunk(f, tid)) >= 0 && i < f->n_items;) {
         fl_moe_item it = c->items[i];
         if (it.e < E) {
             int a0 = c->eoff[it.e], m = c->eoff[it.e + 1] - a0, ld = 2 * mi;
@@ -1067,7 +1085,7 @@ static void fl_job_moe_down(void *ctx, int tid, int nt)
     fl_cpu *c = f->c;
     const fl_cpu_layer *cl = &c->layers[f->layer];
     int E = c->cfg.moe.n_experts, H = c->cfg.hidden, mi = c->cfg.moe.inter, smi = c->s_inter;
-    for (int i; (i = fl_pool_next(&f->next)) < f->n_items;) {
+    for (int i; (i = fl_next_chunk(f, tid)) >= 0 && i < f->n_items;) {
         fl_moe_item it = c->items[i];
         if (it.e < E) {
             int a0 = c->eoff[it.e], m = c->eoff[it.e + 1] - a0;
@@ -1155,7 +1173,7 @@ static void fl_moe_forward(fl_fwd *f, const fl_cpu_layer *cl)
         st->expert_bytes += (int64_t)(fl_mat_bytes(&cl->sgu) + fl_mat_bytes(&cl->sdown));
     }
     f->n_items = ni;
-    fl_run(f, fl_job_moe_up);
+    fl_run_chunks(f, fl_job_moe_up, ni);
     /* down: the rows quantized first with q8/q4 weights */
     if (c->moe_qdown)
         fl_quantize_rows(f, c->qxe, c->eh, mi, n * K, mi);
@@ -1168,7 +1186,7 @@ static void fl_moe_forward(fl_fwd *f, const fl_cpu_layer *cl)
     if (shared)
         ni = fl_moe_add_items(c->items, ni, E, H);
     f->n_items = ni;
-    fl_run(f, fl_job_moe_down);
+    fl_run_chunks(f, fl_job_moe_down, ni);
     /* each token: its experts' outputs weighted, best first, then the shared expert's */
     for (int t = 0; t < n; t++) {
         float *acc = c->xb + (size_t)t * H, *xr = c->x + (size_t)t * H; /* xb is free now */
@@ -1270,7 +1288,7 @@ static int fl_cpu_forward_impl(fl_backend *b, const fl_batch *bt, fl_tok_out *ou
             fl_rmsnorm(c->xb + (size_t)t * H, c->x + (size_t)t * H, cl->attn_norm, H, cf->rms_eps);
         fl_quantize_input(&f, c->xb, H, n, &cl->wqkv);
         fl_phase(c, FL_PH_QKV);
-        fl_run(&f, fl_job_qkv);
+        fl_run_chunks(&f, fl_job_qkv, (c->qkv_dim + fl_qkv_chunk(c, cl, n) - 1) / fl_qkv_chunk(c, cl, n));
         f.n_items = items;
         fl_phase(c, FL_PH_ATTN);
         fl_run(&f, fl_job_attention);
@@ -1289,7 +1307,7 @@ static int fl_cpu_forward_impl(fl_backend *b, const fl_batch *bt, fl_tok_out *ou
                 c->rec_ids[(size_t)l * c->base.max_tokens * cf->moe.top_k + i] = -1;
         fl_quantize_input(&f, c->xb, H, n, &cl->wgu);
         fl_phase(c, FL_PH_UP);
-        fl_run(&f, fl_job_mlp_up);
+        fl_run_chunks(&f, fl_job_mlp_up, (2 * NI + fl_chunk_rows(c, n) - 1) / fl_chunk_rows(c, n));
         fl_phase(c, FL_PH_DOWN);
         fl_par_matmul(&f, c->x, H, c->hb, NI, n, &cl->wdown, true);
     }
@@ -1303,7 +1321,7 @@ static int fl_cpu_forward_impl(fl_backend *b, const fl_batch *bt, fl_tok_out *ou
                    cf->rms_eps);
     f.n_out = n_out;
     fl_quantize_input(&f, c->xb, H, n_out, &c->lm_head);
-    fl_run(&f, fl_job_head);
+    fl_run_chunks(&f, fl_job_head, (cf->vocab + fl_head_chunk(c, n_out) - 1) / fl_head_chunk(c, n_out));
     if (out)
         for (int i = 0; i < n_out; i++) {
             fl_lse all = c->lse[i];
@@ -1416,6 +1434,7 @@ static void fl_cpu_destroy(fl_backend *b)
         free(ts->logits);
     }
     free(c->ts);
+    free(c->shares);
     free(c);
 }
 
@@ -1612,7 +1631,8 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     c->item0 = malloc((mt + 1) * sizeof(int32_t));
     c->seg_tok0 = malloc(mt * sizeof(int32_t));
     c->lse = malloc((size_t)((cf->vocab + FL_VCHUNK - 1) / FL_VCHUNK) * mt * sizeof(fl_lse));
-    if (!(c->ts = calloc((size_t)c->nt, sizeof *c->ts)))
+    if (!(c->ts = calloc((size_t)c->nt, sizeof *c->ts)) ||
+        !(c->shares = aligned_alloc(64, (size_t)c->nt * sizeof *c->shares)))
         goto oom;
     for (int t = 0; t < c->nt; t++) {
         fl_tscratch *ts = &c->ts[t];

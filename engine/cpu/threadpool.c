@@ -171,3 +171,34 @@ void fl_pool_destroy(fl_pool *p)
     pthread_cond_destroy(&p->cv);
     free(p);
 }
+
+void fl_shares_init(fl_share *s, int nt, int n)
+{
+    for (int t = 0; t < nt; t++) {
+        unsigned long long lo = (unsigned long long)n * t / nt, hi = (unsigned long long)n * (t + 1) / nt;
+        atomic_store_explicit(&s[t].r, lo | hi << 32, memory_order_relaxed);
+    }
+}
+
+/* Takes one chunk from share s: the front (own) or the back (stealing). */
+static int fl_share_take(fl_share *s, bool front)
+{
+    unsigned long long r = atomic_load_explicit(&s->r, memory_order_relaxed);
+    for (;;) {
+        unsigned lo = (unsigned)(r & 0xffffffffu), hi = (unsigned)(r >> 32);
+        if (lo >= hi)
+            return -1;
+        unsigned long long nr = front ? (r + 1) : ((unsigned long long)lo | (unsigned long long)(hi - 1) << 32);
+        if (atomic_compare_exchange_weak_explicit(&s->r, &r, nr, memory_order_relaxed,
+                                                  memory_order_relaxed))
+            return (int)(front ? lo : hi - 1);
+    }
+}
+
+int fl_shares_next(fl_share *s, int nt, int tid)
+{
+    int i = fl_share_take(&s[tid], true);
+    for (int d = 1; i < 0 && d < nt; d++)
+        i = fl_share_take(&s[(tid + d) % nt], false);
+    return i;
+}

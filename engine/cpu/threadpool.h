@@ -28,5 +28,21 @@ void fl_pool_destroy(fl_pool *p);
 /* A shared work counter for dynamic splitting: returns the next index, >= n when done. */
 static inline int fl_pool_next(atomic_int *counter) { return atomic_fetch_add(counter, 1); }
 
+/* Contiguous shares with stealing, for jobs that stream memory chunk after chunk (the
+ * matmuls): chunks [0, n) are cut into one contiguous share per thread, each thread takes
+ * its own share's chunks front to back, and a thread whose share is done takes chunks from
+ * the back of another's. So each thread reads one stream of weights, which the hardware
+ * prefetchers follow and the kernels' software prefetch runs on into, where a shared counter
+ * hands out every other chunk (32-96 KB apart at decode sizes), while a descheduled thread
+ * still delays only its current chunk. Which thread computes a chunk never changes its
+ * result. One fl_share per thread, set by fl_shares_init before the job runs. */
+typedef struct fl_share {
+    _Alignas(64) _Atomic unsigned long long r; /* lo | hi << 32: chunks [lo, hi) left */
+} fl_share;
+void fl_shares_init(fl_share *s, int nt, int n);
+/* The next chunk for thread tid: its own share's front, else another share's back; -1 when
+ * every chunk has been taken. */
+int fl_shares_next(fl_share *s, int nt, int tid);
+
 
 #endif
