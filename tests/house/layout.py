@@ -27,6 +27,7 @@ MODULES = {"engine/cpu": {"cpu.h"}, "engine/tokenizer": {"tokenizer.h"},
 WHITE_BOX = {
     "tests/unit/test_kernels.c": {"engine/cpu/kernels.h"},
     "tests/unit/test_quant.c": {"engine/cpu/kernels.h", "engine/cpu/quant.h"},
+    "tests/unit/test_threadpool.c": {"engine/cpu/threadpool.h"},
     "tests/unit/test_tokenizer.c": {"engine/tokenizer/tok_internal.h"},
     "tests/unit/test_tokenizer_errors.c": {"engine/tokenizer/tok_internal.h"},
     "tests/unit/test_tokenizer_utf8.c": {"engine/tokenizer/tok_internal.h"},
