@@ -57,9 +57,9 @@ typedef struct fl_cpu_phases {
 /* Copies the phase times to *ph (and zeroes them when reset). FL_EINVAL for another backend. */
 int fl_cpu_phases_get(fl_backend *b, fl_cpu_phases *ph, bool reset);
 
-/* The row count from which b's f32/bf16 projections use sgemm (FL_SGEMM_ROWS, else the
- * kernel level's default: 32 with AVX2 kernels, 1024 with AVX-512 ones beside OpenBLAS's AVX2
- * kernels), whose sums depend on the call's shape; -1 for another backend. For tests. */
+/* The row count from which b's f32/bf16 projections use sgemm, whose sums depend on the
+ * call's shape (FL_SGEMM_ROWS, else INT_MAX on x86 and the plain C level's 8 elsewhere); -1 for
+ * another backend. For tests. */
 int fl_cpu_sgemm_rows(const fl_backend *b);
 
 /* Copies the MoE statistics of b's last forward to *st. FL_EINVAL for another backend. */

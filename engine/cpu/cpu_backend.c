@@ -16,8 +16,9 @@
  * (ANCHORS.md), and OpenBLAS's workers keep spinning after every sgemm call.
  *
  * Environment (tuning, read at create): FL_SGEMM_ROWS, the number of rows from which a
- * projection uses sgemm instead of the streaming kernel (default: fl_kernels.sgemm_rows of
- * the kernel level); FL_SIMD=avx2 or FL_SIMD=plain, a cap on the kernels' instruction set
+ * projection uses sgemm instead of the streaming kernel (default: never on x86, so that no
+ * row's outputs depend on the batch, fl_default_sgemm_rows; the plain C level's crossover
+ * elsewhere); FL_SIMD=avx2 or FL_SIMD=plain, a cap on the kernels' instruction set
  * (kernels.h). */
 #include "cpu.h"
 
@@ -1446,18 +1447,20 @@ static const fl_backend_ops fl_cpu_ops = {
     .destroy = fl_cpu_destroy,
 };
 
-/* OpenBLAS may run AVX2 kernels on an AVX-512 CPU (OPENBLAS_CORETYPE=Haswell, as on our
- * machines, or an older build): our AVX-512 streaming kernel then beat its sgemm at every
- * size measured, 32 to 512 rows (512: 6.5 vs 7.6 s of CPU), so sgemm is kept for larger
- * batches only. */
+/* The default row count from which f32/bf16 projections use sgemm: on x86, none. sgemm's
+ * sums for a row depend on how many rows the call has (OpenBLAS picks kernels and blocking by
+ * the shape: on a Zen 3 with its Zen kernels, 22% of a 32-row call's values differ in the same
+ * rows of a 64-row call); the streaming kernels' never do. So every forward gives a row the
+ * same bits whatever else is in it, and batching, decode-store overlap, pipelining and prefill
+ * chunking never change outputs. sgemm is faster from some size on some CPUs (AVX2: from 64
+ * rows, by 25-29% at 256-512 rows with bf16 weights, docs/benchmarks.md; AVX-512 beside
+ * OpenBLAS's AVX-512 kernels: from 128; beside its AVX2 kernels, not up to 512):
+ * FL_SGEMM_ROWS sets the crossover, an opt-in whose outputs may then depend on the batch. q8/q4
+ * weights never take sgemm. The plain C level (no x86 SIMD, e.g. aarch64) keeps its crossover
+ * of 8: its streaming loop is too slow to carry a batch. */
 static int fl_default_sgemm_rows(const fl_kernels *kk)
 {
-    const char *core = openblas_get_corename();
-    bool blas512 = core && (strstr(core, "SkylakeX") || strstr(core, "Cooperlake") ||
-                            strstr(core, "SapphireRapids"));
-    if (!strcmp(kk->name, "AVX-512") && !blas512)
-        return 1024;
-    return kk->sgemm_rows;
+    return !strcmp(kk->name, "plain C") ? kk->sgemm_rows : INT_MAX;
 }
 
 static bool fl_mat_fmt_q(fl_mfmt f) { return f == FL_MF_Q8 || f == FL_MF_Q4; }

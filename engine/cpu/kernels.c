@@ -1002,8 +1002,8 @@ void fl_kernels_init(fl_kernels *k, const char *want)
     if (!strcmp(want, "") && k->mm_f32 == fl_mm_f32_avx2 && __builtin_cpu_supports("avx512f")) {
         k->name = "AVX-512";
         /* against OpenBLAS's AVX-512 (Cooperlake) sgemm, one thread, 0.6B model: 366 vs
-         * 447 ms at 32 rows, 1386 vs 1126 ms at 128 (cpu_backend.c raises this when
-         * OpenBLAS runs AVX2 kernels) */
+         * 447 ms at 32 rows, 1386 vs 1126 ms at 128 (the speed crossover; cpu_backend.c's
+         * default takes sgemm nowhere on x86, whose sums depend on the batch) */
         k->sgemm_rows = 128;
         k->mm_f32 = fl_mm_f32_avx512;
         k->mm_bf16 = fl_mm_bf16_avx512;

@@ -43,6 +43,7 @@
  * AVX2 and at plain C (FL_SIMD), so every level this CPU has is checked; q8/q4 weights; and
  * bf16 KV pages with most of these. */
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -228,7 +229,8 @@ static void free_ref(ref_model *rm)
 
 /* ---------------------------------------------------------------- running batches */
 
-static int sgemm_rows_env; /* the variant's FL_SGEMM_ROWS, 0 when unset */
+static int sgemm_rows_env; /* rows from which the backend takes sgemm: the variant's
+                              FL_SGEMM_ROWS, or the default (never on x86) */
 
 typedef struct seg_spec {
     int seq, pos0, n, n_store, out_from;
@@ -879,7 +881,6 @@ static void run_model(const ref_model *rm)
     case_formats(rm);
     for (size_t vi = 0; vi < sizeof VARIANTS / sizeof VARIANTS[0]; vi++) {
         const variant *v = &VARIANTS[vi];
-        sgemm_rows_env = v->sgemm_rows ? atoi(v->sgemm_rows) : 0;
         if (v->sgemm_rows)
             setenv("FL_SGEMM_ROWS", v->sgemm_rows, 1);
         else
@@ -896,6 +897,16 @@ static void run_model(const ref_model *rm)
         CHECK(rc == 0, "%s: create (%s): %s", rm->name, v->name, e.msg);
         if (rc)
             continue;
+        sgemm_rows_env = fl_cpu_sgemm_rows(b);
+        CHECK(sgemm_rows_env >= 1 && (!v->sgemm_rows || sgemm_rows_env == atoi(v->sgemm_rows)),
+              "%s (%s): sgemm from %d rows", rm->name, v->name, sgemm_rows_env);
+#if defined(__x86_64__)
+        /* exact by default: on x86 no forward takes sgemm unless FL_SGEMM_ROWS asks, so no
+         * row's outputs depend on the batch (the checks below are then bit for bit) */
+        if (!v->sgemm_rows && (!v->simd || strcmp(v->simd, "plain")))
+            CHECK(sgemm_rows_env == INT_MAX, "%s (%s): sgemm by default from %d rows", rm->name,
+                  v->name, sgemm_rows_env);
+#endif
         /* bf16 storage of a BF16 file is exact: the same limit as f32. Of an F32/F16 file it
          * is a quantization (2^-9 relative per weight, ~1.4e-2 at the logits of these random
          * models): a loose bound that catches a broken conversion, not a parity check. */
@@ -918,7 +929,7 @@ static void run_model(const ref_model *rm)
             tol += KV_TOL;
         case_prefill_decode(b, rm, tol, ptol, v->name);
         case_packed(b, rm, tol, ptol, v->name);
-        bool no_sgemm = q_class >= 0 || (v->sgemm_rows && atoi(v->sgemm_rows) > 8 * rm->B);
+        bool no_sgemm = q_class >= 0 || sgemm_rows_env > 8 * rm->B;
         case_overlap(b, rm, tol, ptol, !kv_class ? 1e-5 : no_sgemm ? 0 : 1e-3, v->name);
         case_causal(b, rm, v->name);
         case_page_io(b, rm, v->name);

@@ -21,8 +21,8 @@
  *     never depend on which other tokens share the forward; the router's logits always come
  *     from the streaming kernel). With sgemm forced (FL_SGEMM_ROWS=1), whose sums depend on
  *     the call's shape, within 1e-5 instead (1e-3 with bf16 KV). sgemm runs from the
- *     backend's crossover (fl_cpu_sgemm_rows): forced, or the machine's default, which is
- *     32 rows where the CPU has AVX2 but not AVX-512, so these fixtures reach it there.
+ *     backend's crossover (fl_cpu_sgemm_rows): forced, or the machine's default (never on
+ *     x86; 8 rows where only the plain C level runs).
  *  P  all sequences packed in one batch: bit-identical to each alone (sgemm: as in C).
  *  S  the MoE statistics: experts touched per layer are the distinct experts of the recorded
  *     routes, the assignments n * top_k.
@@ -382,7 +382,7 @@ static void check_model(const mref *m)
         /* sgemm's sums depend on the call's shape: with it, C and P hold within the logits'
          * limit, not bit for bit (the streaming and integer kernels are exact per row). It
          * runs from the backend's crossover on, forced (FL_SGEMM_ROWS) or the machine's
-         * default (32 rows where the CPU has AVX2 but not AVX-512); q8/q4 weights never
+         * default (never on x86, the plain C level's 8 elsewhere); q8/q4 weights never
          * take it. */
         int sgemm_from = fl_cpu_sgemm_rows(b);
         CHECK(sgemm_from >= 1 && (!v->sgemm_rows || sgemm_from == atoi(v->sgemm_rows)),
