@@ -849,8 +849,6 @@ static void fl_qkv_heads(fl_fwd *f, const fl_cpu_layer *cl, int lo, int hi)
     }
 }
 
-/* q|k|v projection of all tokens, a chunk of whole heads at a time, each finished at once
- * while its columns are in cache. */
 /* fl_job_qkv's chunk: whole heads; with q8/q4, whole tiles of FL_QR rows too. */
 static int fl_qkv_chunk(const fl_cpu *c, const fl_cpu_layer *cl, int n)
 {
@@ -861,6 +859,8 @@ static int fl_qkv_chunk(const fl_cpu *c, const fl_cpu_layer *cl, int n)
     return unit * (rows / unit > 1 ? rows / unit : 1);
 }
 
+/* q|k|v projection of all tokens, a chunk of whole heads at a time, each finished at once
+ * while its columns are in cache. */
 static void fl_job_qkv(void *ctx, int tid, int nt)
 {
     fl_fwd *f = ctx;
