@@ -14,6 +14,7 @@
 #                        @huggingface/jinja), the reasoning split over HTTP/SSE/WebSocket, bad kwargs
 #   server.alloc         allocation failures on demand (FOGLINE_TEST_FAIL_ALLOC)
 #   server.steps         "drafts": "every_step": every step in order, counts adding up
+#   server.bench_load    `fogline bench load`: its counts against /metrics, its error kinds, bad flags
 # The model: FL_SERVE_MODEL (cache variable or environment), the built-in model by default.
 find_program(FL_NODE NAMES node nodejs)
 if(NOT FL_NODE)
@@ -21,7 +22,7 @@ if(NOT FL_NODE)
 endif()
 set(FL_SERVE_MODEL "${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk" CACHE PATH
     "model directory the server tests load")
-foreach(suite ws_protocol openai http ops backpressure redis parallel faults generate alloc steps)
+foreach(suite ws_protocol openai http ops backpressure redis parallel faults generate alloc steps bench_load)
   add_test(NAME server.${suite}
     COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/${suite}.test.mjs)
   set_tests_properties(server.${suite} PROPERTIES LABELS integration TIMEOUT 600

@@ -14,5 +14,6 @@ int fl_bench_tokenizer(int argc, char **argv); /* server/bench/bench_tokenizer.c
 int fl_bench_forward(int argc, char **argv);   /* server/bench/bench_forward.c */
 int fl_bench_decode(int argc, char **argv);
 int fl_bench_parallel(int argc, char **argv);  /* server/bench/bench_parallel.c */
+int fl_bench_ws_load(int argc, char **argv);   /* server/bench/bench_load.c */
 
 #endif

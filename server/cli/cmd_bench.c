@@ -11,7 +11,8 @@ static void usage(FILE *f)
                "  tokenizer  encode throughput vs the Hugging Face reference, same input, same run\n"
                "  forward    step time at blocks of 4/8/32 vs the PyTorch reference and sgemm\n"
                "  decode     what decode-store overlap, pipelining, async persistence and batching buy\n"
-               "  parallel   fan-out (segments at once, shared prefix) vs the same segments in turn\n");
+               "  parallel   fan-out (segments at once, shared prefix) vs the same segments in turn\n"
+               "  load       WebSocket clients against a running server: errors, tokens/s, first draft\n");
 }
 
 int fl_cmd_bench(int argc, char **argv)
@@ -26,6 +27,8 @@ int fl_cmd_bench(int argc, char **argv)
         return fl_bench_decode(argc - 1, argv + 1);
     if (!strcmp(argv[1], "parallel"))
         return fl_bench_parallel(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "load"))
+        return fl_bench_ws_load(argc - 1, argv + 1);
     if (!strcmp(argv[1], "forward"))
         return fl_bench_forward(argc - 1, argv + 1);
     fprintf(stderr, "fogline bench: unknown benchmark '%s' (try 'fogline bench --help')\n", argv[1]);
