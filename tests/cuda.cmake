@@ -2,8 +2,9 @@
 # every build. The programs of tests/gpu are built whenever the CUDA backend is: gpu.parity
 # (label gpu) exits 77, which ctest reports as skipped, where no GPU is usable (CI, this
 # machine); gpu.parity.selftest runs the same checks with a second CPU backend in place of
-# the GPU, so that the checks themselves are tested everywhere. On a GPU machine
-# tests/gpu/run.sh is the whole story (build, parity, benchmark, PyTorch baseline).
+# the GPU, so that the checks themselves are tested everywhere; gpu.script builds the GPU
+# machine's own build (without CUDA) and runs its serve stage on the CPU. On a GPU machine
+# tests/gpu/run.sh is the whole story (build, parity, server, benchmark, PyTorch baseline).
 if(FL_CUDA_BUILT)
   add_executable(gpu_make_model ${FL_TESTS_DIR}/gpu/make_model.c)
   target_link_libraries(gpu_make_model PRIVATE m)
@@ -34,3 +35,6 @@ if(FL_CUDA_BUILT)
   set_tests_properties(gpu.parity.selftest PROPERTIES FIXTURES_REQUIRED gpu_models LABELS gpu
                        TIMEOUT 300)
 endif()
+# Label gpu: the Release run only (the sanitizer build would build the same again).
+add_test(NAME gpu.script COMMAND bash ${FL_TESTS_DIR}/gpu/build_check.sh ${CMAKE_BINARY_DIR}/gpu-script)
+set_tests_properties(gpu.script PROPERTIES LABELS gpu TIMEOUT 900)

@@ -1,19 +1,29 @@
 #!/usr/bin/env bash
 # tests/gpu/prepare.sh: run HERE (the Debian development machine, which reaches Debian's
-# package registry) before the device call. The GPU machine reaches no registry and may lack
-# jansson, pcre2 and utf8proc, which the engine needs; this unpacks their Debian -dev
-# packages (headers and static libraries, ~3 MB) into .gpu-deps/root, adds .gpu-deps to
-# .git/info/exclude, and the device call carries it:
+# package registry) before the device call. The GPU machine reaches no registry; this unpacks
+# Debian 12 packages into .gpu-deps/root, adds .gpu-deps to .git/info/exclude, and the device
+# call carries it (~10 MB):
 #
 #   bash tests/gpu/prepare.sh
 #   run(command="bash tests/gpu/run.sh", carry=[".gpu-deps"], timeout_s=560)
 #
-# Static libraries: the test programs then need nothing from it at run time, and Debian 12's
-# objects link on the GPU machine's newer glibc (Ubuntu 24.04).
+# - jansson, pcre2, utf8proc (-dev: headers and static libraries), which the engine needs: the
+#   test programs then need nothing from it at run time, and Debian 12's objects link on the
+#   GPU machine's newer glibc (Ubuntu 24.04).
+# - The server's libraries for `fogline serve --device cuda` (run.sh's serve stage):
+#   libwebsockets, its libuv event plugin, libuv and hiredis as shared libraries (lws loads the
+#   plugin at run time from /usr/lib/x86_64-linux-gnu, and a static lws cannot use it; run.sh
+#   puts it there and the rest on LD_LIBRARY_PATH), with the headers to build against
+#   (openssl's too: lws's header includes them) and libcap.
+# - redis-server (redis-tools' binary) and the two libraries Ubuntu lacks (lzf, jemalloc), for
+#   the serve stage's Redis path.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dst="$root/.gpu-deps"
-pkgs=(libjansson-dev libpcre2-dev libutf8proc-dev)
+pkgs=(libjansson-dev libpcre2-dev libutf8proc-dev
+      libwebsockets17 libwebsockets-evlib-uv libwebsockets-dev libuv1 libuv1-dev
+      libhiredis0.14 libhiredis-dev libssl-dev libcap2
+      redis-tools liblzf1 libjemalloc2 libatomic1)
 rm -rf "$dst"
 mkdir -p "$dst/debs" "$dst/root"
 if ! (cd "$dst/debs" && apt-get download "${pkgs[@]}" >/dev/null 2>&1); then
@@ -25,9 +35,22 @@ for d in "$dst"/debs/*.deb; do
     dpkg-deb -x "$d" "$dst/root"
 done
 rm -rf "$dst/debs" "$dst/root/usr/share"
-for f in libjansson.a libpcre2-8.a libutf8proc.a; do
-    test -f "$dst/root/usr/lib/x86_64-linux-gnu/$f" || { echo "prepare: $f missing" >&2; exit 1; }
+# /lib (libcap2's home) into /usr/lib: one library folder, as on a merged-/usr system
+if [ -d "$dst/root/lib" ]; then
+    cp -a "$dst/root/lib/." "$dst/root/usr/lib/"
+    rm -rf "$dst/root/lib"
+fi
+# what is never used there: the server links the shared libraries, which need the system's
+# libssl/libcrypto (the -dev package's links to them would dangle), and only redis-server
+# and redis-cli are run
+lib="$dst/root/usr/lib/x86_64-linux-gnu"
+rm -f "$lib"/libwebsockets.a "$lib"/libuv_a.a "$lib"/libhiredis.a "$lib"/libssl.* "$lib"/libcrypto.* \
+      "$dst/root/usr/bin/redis-benchmark"
+for f in libjansson.a libpcre2-8.a libutf8proc.a libwebsockets.so.17 libwebsockets-evlib_uv.so \
+         libuv.so.1 libhiredis.so.0.14 libcap.so.2 libjemalloc.so.2 liblzf.so.1; do
+    test -e "$lib/$f" || { echo "prepare: $f missing" >&2; exit 1; }
 done
+test -x "$dst/root/usr/bin/redis-check-rdb" || { echo "prepare: redis-check-rdb (redis-server) missing" >&2; exit 1; }
 exclude=$(cd "$root" && git rev-parse --git-path info/exclude)
 case $exclude in /*) ;; *) exclude="$root/$exclude" ;; esac
 grep -qxF '/.gpu-deps/' "$exclude" 2>/dev/null || echo '/.gpu-deps/' >>"$exclude"

@@ -17,6 +17,8 @@
 #            (host time per forward under the scheduler; shapes padded, cuBLAS rows only, none)
 #            and `fogline bench decode` on the built-in default model, on the GPU
 #            (tests/gpu/bench_main.c, tests/gpu/gpu_sched.c)
+#   serve    `fogline serve --device cuda` on the default model (tests/gpu/serve.sh): a
+#            WebSocket chat, the OpenAI API, 200 clients for 30 s, Redis, SIGTERM
 #   big      a SDAR-1.7B-shaped random model (bf16, tied), written in C; CUDA vs CPU on it
 #   bench    step time at batch 1 and 64 over 512 cached tokens vs the bandwidth floor
 #            measured in the same run (tests/gpu/gpu_bench.c)
@@ -258,6 +260,39 @@ if [ -x "$bd/fogline_bench" ]; then
     fi
 else
     note "SKIP bench parallel/decode: fogline_bench was not built"
+fi
+
+# ---------------------------------------------------------------- serve
+# The real server as a deployment runs it (tests/gpu/serve.sh): `fogline serve --device cuda`
+# with Redis when redis-server is there, a WebSocket chat, the OpenAI API plain and streamed,
+# 200 WebSocket clients for 30 s (`fogline bench load`), /metrics, SIGTERM. Output appended to
+# bench.log.
+if [ -x "$bd/fogline" ]; then
+    slog=$out/bench.log
+    sdeps=""
+    [ -d "$root/.gpu-deps/root" ] && sdeps=$root/.gpu-deps/root
+    sclients=200
+    sload=30s
+    if ((selftest)); then
+        sclients=16
+        sload=48
+    fi
+    echo "+ serve stage" >>"$slog"
+    stage serve 180 "$slog" bash tests/gpu/serve.sh "$bd/fogline" "$dev" "$sdeps" "$sclients" "$sload"
+    slines=$(awk '/^\+ serve stage/ {delete l; n = 0; next} /^serve: / {l[n++] = $0} END {for (i = 0; i < n; i++) print l[i]}' "$slog")
+    if ((st_rc == 0)); then
+        note "PASS serve --device $dev (${st_s}s): $(echo "$slines" | grep -E '^serve: load:' | cut -c14-)"
+    elif ((st_rc == 77)); then
+        note "SKIP serve: $(echo "$slines" | grep -m1 SKIP | cut -c8-300)"
+    else
+        fails=$((fails + 1))
+        note "FAIL serve --device $dev (rc $st_rc, ${st_s}s): $(echo "$slines" | grep -m1 FAIL | cut -c8-300)"
+    fi
+    while IFS= read -r l; do
+        [ -n "$l" ] && note "    $(echo "$l" | cut -c8-400)"
+    done <<<"$(echo "$slines" | grep -vE '^serve: (load|SKIP)')"
+else
+    note "SKIP serve: the server was not built (its libraries: bash tests/gpu/prepare.sh, carry .gpu-deps)"
 fi
 
 # ---------------------------------------------------------------- big model
