@@ -301,6 +301,8 @@ static void on_tick(lws_sorted_usec_list_t *sul)
         for (int i = 0; i < L->clients; i++)
             if (L->c[i].state == LC_BUSY || L->c[i].state == LC_SENDING)
                 note_error(L, &L->err_unfinished, "chats still running after --timeout%s", NULL);
+            else if (L->c[i].state == LC_CONNECTING)
+                note_error(L, &L->err_connect, "connections without a hello after --timeout%s", NULL);
         L->finished = true;
         L->t_end = now_s();
         lws_cancel_service(L->ctx); /* else the service call waits out lws's idle poll */

@@ -1,12 +1,14 @@
 // `fogline bench load` (server/bench/bench_load.c), the C load generator the GPU script runs
 // against `fogline serve --device cuda`: its counts are checked against the server's own
 // /metrics (chats finished by outcome, reply tokens), its error kinds are provoked one by one
-// (error frames, a server killed with chats running, nothing listening) and its bad flags get
-// their one-line errors. Counts only: the run's speed is never asserted.
+// (error frames, a server killed with chats running, nothing listening, a server that never
+// answers) and its bad flags get their one-line errors. Counts only: the run's speed is never
+// asserted.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { startServer, freePort, metrics, until, BIN } from './lib.mjs';
@@ -97,6 +99,18 @@ test('nothing listening: one line, exit 1', async () => {
   assert.equal(r.code, 1);
   assert.match(r.err, new RegExp(`^fogline bench load: no connection to ws://127.0.0.1:${port}/ws succeeded \\(could not connect: .+\\)\\n$`));
   assert.equal(r.json, null, 'no figures without a connection');
+});
+
+test('a server that never answers the upgrade: --timeout ends the run, the clients count as errors', async () => {
+  const silent = net.createServer(() => {}); // accepts, never answers
+  await new Promise((r) => silent.listen(0, '127.0.0.1', r));
+  try {
+    const r = await load(['--url', `ws://127.0.0.1:${silent.address().port}/ws`, '--clients', '2', '--chats', '2', '--timeout', '1']);
+    assert.equal(r.code, 1);
+    assert.match(r.err, /^fogline bench load: no connection to .* succeeded \(connections without a hello after --timeout\)\n$/);
+  } finally {
+    silent.close();
+  }
 });
 
 test('bad flags: one line each, exit 2; a bad prompts file: exit 1', async () => {
