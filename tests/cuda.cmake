@@ -8,7 +8,7 @@
 if(FL_CUDA_BUILT)
   add_executable(gpu_make_model ${FL_TESTS_DIR}/gpu/make_model.c)
   target_link_libraries(gpu_make_model PRIVATE m)
-  foreach(t gpu_parity gpu_bench)
+  foreach(t gpu_parity gpu_bench gpu_batch)
     add_executable(${t} ${FL_TESTS_DIR}/gpu/${t}.c)
     target_link_libraries(${t} PRIVATE fl_backends Threads::Threads)
   endforeach()
@@ -34,6 +34,10 @@ if(FL_CUDA_BUILT)
   add_test(NAME gpu.parity.selftest COMMAND gpu_parity --self-test ${FL_GPU_MODEL_DIRS})
   set_tests_properties(gpu.parity.selftest PROPERTIES FIXTURES_REQUIRED gpu_models LABELS gpu
                        TIMEOUT 300)
+  # the big-batch throughput program on the CPU: every sequence of every concurrency finishes
+  add_test(NAME gpu.batch.cpu COMMAND gpu_batch --model ${FL_GPU_MODELS}/q3-tiny --device cpu
+           --conc 1,6 --prompt 37 --max-tokens 21)
+  set_tests_properties(gpu.batch.cpu PROPERTIES FIXTURES_REQUIRED gpu_models LABELS gpu TIMEOUT 300)
 endif()
 # Label gpu: the Release run only (the sanitizer build would build the same again).
 add_test(NAME gpu.script COMMAND bash ${FL_TESTS_DIR}/gpu/build_check.sh ${CMAKE_BINARY_DIR}/gpu-script)

@@ -7,7 +7,7 @@
  * Shapes (hidden, layers, heads, kv heads, head_dim, intermediate, vocab):
  *   tiny 64,2,4,2,16,128,512     small 128,3,4,2,32,320,1024     hd128 512,2,4,2,128,1024,5000
  *   rep6 384,2,6,1,64,768,3000   sdar-1.7b 2048,28,16,8,128,6144,151936
- *   fastdllm-1.5b 1536,28,12,2,128,8960,151936
+ *   sdar-4b 2560,36,32,8,128,9728,151936   fastdllm-1.5b 1536,28,12,2,128,8960,151936
  * qwen3: SDAR's layout (q_norm/k_norm, block_size 4); qwen2: Fast-dLLM v2's (q/k/v bias,
  * bd_size 32, head_dim = hidden / heads). The configs match tests/reference/
  * make_random_model.py. Values: weights uniform with variance 1/fan_in, norms 1 + 0.1 u,
@@ -32,6 +32,7 @@ static const shape SHAPES[] = {
     {"hd128", 512, 2, 4, 2, 128, 1024, 5000},
     {"rep6", 384, 2, 6, 1, 64, 768, 3000},
     {"sdar-1.7b", 2048, 28, 16, 8, 128, 6144, 151936},
+    {"sdar-4b", 2560, 36, 32, 8, 128, 9728, 151936},
     {"fastdllm-1.5b", 1536, 28, 12, 2, 128, 8960, 151936},
 };
 
@@ -103,7 +104,7 @@ int main(int argc, char **argv)
     if (!out || !layout || (strcmp(layout, "qwen3") && strcmp(layout, "qwen2")) || !sh ||
         (!bf16 && strcmp(dtype, "f32"))) {
         fprintf(stderr, "usage: make_model OUT --layout qwen3|qwen2 [--shape tiny|small|hd128|"
-                        "rep6|sdar-1.7b|fastdllm-1.5b] [--dtype bf16|f32] [--seed N] [--tie]\n");
+                        "rep6|sdar-1.7b|sdar-4b|fastdllm-1.5b] [--dtype bf16|f32] [--seed N] [--tie]\n");
         return 2;
     }
     int q3 = !strcmp(layout, "qwen3");

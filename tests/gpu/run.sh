@@ -23,6 +23,8 @@
 #   bench    step time at batch 1 and 64 over 512 cached tokens vs the bandwidth floor
 #            measured in the same run (tests/gpu/gpu_bench.c)
 #   torch    PyTorch eager on the same weights, when python3 has torch with CUDA
+#   batch    1, 32 and 128 sequences under the scheduler on an SDAR-4B-shaped model
+#            (tests/gpu/gpu_batch.c): tokens/s, goal 6,000 at 128
 #   summary  the closing table and the goals
 # The whole run stays under FL_GPU_BUDGET seconds (default 470): a stage gets what is left,
 # optional ones are skipped when too little is. Full logs go to $OUT (the device tool brings
@@ -368,6 +370,48 @@ else
             note "SKIP torch: python3 has no torch with CUDA"
         fi
     fi
+fi
+
+# ---------------------------------------------------------------- batch
+# Many sequences under the scheduler (tests/gpu/gpu_batch.c): an SDAR-4B-shaped random model
+# (bf16, tied, 8 GB), block 4, 1, 32 and 128 sequences of 512-token random prompts and 64-token
+# replies, the SDAR family's decoding; the goal is 6,000 tokens/s at 128. A random model decides
+# about one token per step, so this is a lower bound. FL_GPU_SELFTEST: the tiny model on the CPU.
+if [ -x "$bd/gpu_batch" ]; then
+    blog=$out/bench.log
+    echo "+ batch stage" >>"$blog"
+    st_rc=0
+    if ((selftest)); then
+        bmodel=$models/q3-tiny
+        bargs=(--device cpu --conc 1,8 --prompt 37 --max-tokens 21)
+    else
+        bmodel=$models/sdar-4b
+        bargs=(--device cuda --conc 1,32,128 --prompt 512 --max-tokens 64)
+        if (($(left) > 150)); then
+            stage batchmodel 90 "$blog" "$bd/make_model" "$bmodel" --layout qwen3 --shape sdar-4b --tie --seed 8
+            ((st_rc == 0)) || note "FAIL batch: make_model sdar-4b (rc $st_rc, ${st_s}s)"
+            ((st_rc == 0)) || fails=$((fails + 1))
+        else
+            st_rc=125
+            note "SKIP batch: $(left)s left"
+        fi
+    fi
+    if ((st_rc == 0)); then
+        stage batch 150 "$blog" "$bd/gpu_batch" --model "$bmodel" "${bargs[@]}"
+        rows=$(awk '/^\+ batch stage/ {n = 0; next} /^\| [0-9]+ \| [0-9.]+ \|/ {l[n++] = $0}
+            END {for (i = 0; i < n; i++) print l[i]}' "$blog" |
+            awk -F'|' '{printf "conc%s: %s tok/s (after prefill%s), TPF%s; ", $2, $8, $9, $7}' | tr -s ' ')
+        if ((st_rc == 0)); then
+            note "PASS batch (${st_s}s): $rows(goal: 6,000 tok/s at conc 128)"
+        elif ((st_rc == 77)); then
+            note "SKIP batch: no GPU"
+        else
+            fails=$((fails + 1))
+            note "FAIL batch (rc $st_rc, ${st_s}s): $(tail -n 1 "$blog" | cut -c1-200)"
+        fi
+    fi
+else
+    note "SKIP batch: gpu_batch was not built"
 fi
 
 # ---------------------------------------------------------------- summary
