@@ -1,7 +1,10 @@
 /* cuda_backend.cu: the CUDA implementation of backend.h (docs/cuda.md).
  *
  * Weights are uploaded once as bf16 (F32/F16 files are rounded, to nearest even, as the
- * CPU backend's bf16_weights does); norms, biases and the residual stream stay f32.
+ * CPU backend's bf16_weights does), or, with q8 (--weights q8, or a q8 directory), the
+ * projections and an untied head as qformat.h's q8 (int8 quants, an f16 scale per 32; the
+ * embedding stays bf16), multiplied by bf16 activations: weight-only 8-bit, half the bytes a
+ * step streams. Norms, biases and the residual stream stay f32.
  * Projections are cuBLAS GemmEx (bf16 in, f32 accumulate and out), or, for a few rows (the
  * decode case), our weight-streaming kernel, which reads each weight once at close to the
  * memory bandwidth; everything else is our kernels (cuda_kernels.cu). KV pages hold bf16 on
@@ -38,6 +41,9 @@
 #include "cublas_dl.cuh"
 #include "cuda_kernels.cuh"
 #include "fl_cuda.h"
+extern "C" {
+#include "qformat.h"
+}
 
 #ifndef FL_CUBLAS_DIR
 #define FL_CUBLAS_DIR ""
@@ -57,11 +63,19 @@
 #define GIB(x) ((double)(x) / (double)(1ull << 30))
 #define MIB(x) ((double)(x) / (double)(1ull << 20))
 
+/* A weight matrix (n, k): bf16, or q8 (qformat.h's plain layout: quants (n, k) int8, then
+ * at flc_q8_scales_at its scales (n, k / 32) f16) */
+typedef struct flc_mat {
+    const flc_bf16 *w; /* bf16, or NULL when q8 */
+    const int8_t *q;
+    const uint16_t *d;
+} flc_mat;
+
 typedef struct flc_layer {
-    flc_bf16 *wqkv;   /* (qkvd, H): q rows, then k, then v */
-    flc_bf16 *wo;     /* (H, qd) */
-    flc_bf16 *wgu;    /* (2 NI, H): gate rows, then up rows */
-    flc_bf16 *wdown;  /* (H, NI) */
+    flc_mat wqkv;     /* (qkvd, H): q rows, then k, then v */
+    flc_mat wo;       /* (H, qd) */
+    flc_mat wgu;      /* (2 NI, H): gate rows, then up rows */
+    flc_mat wdown;    /* (H, NI) */
     float *bqkv;      /* (qkvd) or NULL */
     float *attn_norm; /* (H) */
     float *mlp_norm;  /* (H) */
@@ -97,8 +111,12 @@ typedef struct flc {
     size_t wbytes, stream_bytes;
     fl_wplan wplan; /* until the weights are uploaded */
     flc_layer *layers;
-    flc_bf16 *embed, *lm_head;
+    flc_bf16 *embed;
+    flc_mat lm_head;
     float *final_norm;
+    bool q8;         /* matrices whose k % 32 == 0 (but the embedding) are q8 */
+    flc_bf16 *wdq;   /* (wdq_elems) a q8 matrix as bf16, for cuBLAS at more than skinny rows */
+    size_t wdq_elems;
     double *inv_freq;
     /* activations, for max_tokens rows (T) */
     char *amem;
@@ -246,15 +264,28 @@ static int flc_pad_rows(int m)
     return (m + 255) / 256 * 256;
 }
 
-/* Y (m, n) (= or +=) X (m, k) W^T; W (n, k) bf16 row-major. cuBLAS sees the row-major
- * product as the column-major Y^T = W X^T: op(A) = W^T of a (k, n) column-major matrix. */
+/* Y (m, n) (= or +=) X (m, k) W^T; W (n, k) bf16 row-major, or q8. cuBLAS sees the row-major
+ * product as the column-major Y^T = W X^T: op(A) = W^T of a (k, n) column-major matrix. A q8
+ * W goes to cuBLAS as its bf16 copy in wdq, made just before (at more than skinny_rows rows
+ * the product is bound by arithmetic, not by W's bytes). */
 static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m,
-                    const flc_bf16 *w, int n, int k, int mode, const char *what, int layer,
+                    const flc_mat *wm, int n, int k, int mode, const char *what, int layer,
                     fl_err *e)
 {
     if (m <= c->skinny_rows && k % 8 == 0 && ldx % 8 == 0)
-        return flc_launched(c, flc_skinny(y, NULL, ldy, x, ldx, m, w, n, k, mode, c->st), what,
-                            layer, e);
+        return flc_launched(c, wm->q ? flc_skinny_q8(y, NULL, ldy, x, ldx, m, wm->q, wm->d, n, k,
+                                                     mode, c->st)
+                                     : flc_skinny(y, NULL, ldy, x, ldx, m, wm->w, n, k, mode,
+                                                  c->st),
+                            what, layer, e);
+    const flc_bf16 *w = wm->w;
+    if (wm->q) {
+        int rc = flc_launched(c, flc_dequant_q8(c->wdq, wm->q, wm->d, n, k, c->st),
+                              "q8 weights to bf16", layer, e);
+        if (rc)
+            return rc;
+        w = c->wdq;
+    }
     float alpha = 1.0f, beta = mode == FLC_MM_ACC ? 1.0f : 0.0f;
     /* Row padding: cuBLAS chooses an algorithm the first time it sees an (m, n, k), which
      * costs far more host time than the product itself on a small model, and a scheduler's
@@ -295,17 +326,17 @@ static int flc_gemm_warm(flc *c, fl_err *e)
     for (int m = 16; m <= c->base.max_tokens; m = flc_pad_rows(m + 1)) {
         int rc;
         if (m > c->skinny_rows) { /* rows <= skinny_rows never reach cuBLAS */
-            if ((rc = flc_gemm(c, c->qkv, d.qkvd, c->xb, H, m, ly->wqkv, d.qkvd, H, FLC_MM_STORE,
+            if ((rc = flc_gemm(c, c->qkv, d.qkvd, c->xb, H, m, &ly->wqkv, d.qkvd, H, FLC_MM_STORE,
                                "warm-up: q|k|v projection", 0, e)) ||
-                (rc = flc_gemm(c, c->x, H, c->att, d.qd, m, ly->wo, H, d.qd, FLC_MM_ACC,
+                (rc = flc_gemm(c, c->x, H, c->att, d.qd, m, &ly->wo, H, d.qd, FLC_MM_ACC,
                                "warm-up: o projection", 0, e)) ||
-                (rc = flc_gemm(c, c->gu, 2 * NI, c->xb, H, m, ly->wgu, 2 * NI, H, FLC_MM_STORE,
+                (rc = flc_gemm(c, c->gu, 2 * NI, c->xb, H, m, &ly->wgu, 2 * NI, H, FLC_MM_STORE,
                                "warm-up: gate|up projection", 0, e)) ||
-                (rc = flc_gemm(c, c->x, H, c->hb, NI, m, ly->wdown, H, NI, FLC_MM_ACC,
+                (rc = flc_gemm(c, c->x, H, c->hb, NI, m, &ly->wdown, H, NI, FLC_MM_ACC,
                                "warm-up: down projection", 0, e)))
                 return rc;
             if (m <= c->head_rows &&
-                (rc = flc_gemm(c, c->logits, d.V, c->xb, H, m, c->lm_head, d.V, H, FLC_MM_STORE,
+                (rc = flc_gemm(c, c->logits, d.V, c->xb, H, m, &c->lm_head, d.V, H, FLC_MM_STORE,
                                "warm-up: lm_head", -1, e)))
                 return rc;
         }
@@ -516,7 +547,7 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
         const flc_layer *ly = &c->layers[l];
         int rc;
         FLC_L(flc_rmsnorm(c->xb, c->x, ly->attn_norm, NULL, T, H, d.eps, st), "input RMSNorm", l);
-        if ((rc = flc_gemm(c, c->qkv, d.qkvd, c->xb, H, T, ly->wqkv, d.qkvd, H, FLC_MM_STORE,
+        if ((rc = flc_gemm(c, c->qkv, d.qkvd, c->xb, H, T, &ly->wqkv, d.qkvd, H, FLC_MM_STORE,
                            "q|k|v projection", l, e)))
             return rc;
         FLC_L(flc_qkv_post(c->qkv, c->kvo, c->pool, ly->bqkv, ly->q_norm, ly->k_norm,
@@ -528,21 +559,24 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
         if (p->n_splits > 1)
             FLC_L(flc_attn_combine(c->att, c->part, m, d, p->tiles_bound, p->n_splits, st),
                   "attention split combine", l);
-        if ((rc = flc_gemm(c, c->x, H, c->att, d.qd, T, ly->wo, H, d.qd, FLC_MM_ACC,
+        if ((rc = flc_gemm(c, c->x, H, c->att, d.qd, T, &ly->wo, H, d.qd, FLC_MM_ACC,
                            "o projection", l, e)))
             return rc;
         FLC_L(flc_rmsnorm(c->xb, c->x, ly->mlp_norm, NULL, T, H, d.eps, st),
               "post-attention RMSNorm", l);
         if (T <= c->skinny_rows && H % 8 == 0) {
-            FLC_L(flc_skinny(NULL, c->hb, NI, c->xb, H, T, ly->wgu, NI, H, FLC_MM_SWIGLU, st),
+            FLC_L(ly->wgu.q ? flc_skinny_q8(NULL, c->hb, NI, c->xb, H, T, ly->wgu.q, ly->wgu.d, NI,
+                                            H, FLC_MM_SWIGLU, st)
+                            : flc_skinny(NULL, c->hb, NI, c->xb, H, T, ly->wgu.w, NI, H,
+                                         FLC_MM_SWIGLU, st),
                   "gate|up projection + SwiGLU", l);
         } else {
-            if ((rc = flc_gemm(c, c->gu, 2 * NI, c->xb, H, T, ly->wgu, 2 * NI, H, FLC_MM_STORE,
+            if ((rc = flc_gemm(c, c->gu, 2 * NI, c->xb, H, T, &ly->wgu, 2 * NI, H, FLC_MM_STORE,
                                "gate|up projection", l, e)))
                 return rc;
             FLC_L(flc_swiglu(c->hb, c->gu, T, NI, st), "SwiGLU", l);
         }
-        if ((rc = flc_gemm(c, c->x, H, c->hb, NI, T, ly->wdown, H, NI, FLC_MM_ACC,
+        if ((rc = flc_gemm(c, c->x, H, c->hb, NI, T, &ly->wdown, H, NI, FLC_MM_ACC,
                            "down projection", l, e)))
             return rc;
     }
@@ -551,7 +585,7 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
         int nr = p->n_out - r0 < c->head_rows ? p->n_out - r0 : c->head_rows;
         FLC_L(flc_rmsnorm(c->xb, c->x, c->final_norm, m.out_rows + r0, nr, H, d.eps, st),
               "final RMSNorm", -1);
-        int rc = flc_gemm(c, c->logits, V, c->xb, H, nr, c->lm_head, V, H, FLC_MM_STORE,
+        int rc = flc_gemm(c, c->logits, V, c->xb, H, nr, &c->lm_head, V, H, FLC_MM_STORE,
                           "lm_head", -1, e);
         if (rc)
             return rc;
@@ -873,6 +907,35 @@ static const fl_backend_ops flc_ops = {"cuda", flc_forward, flc_page_read, flc_p
                                        flc_destroy};
 
 /* Points the backend at the slots of the weight plan in the block at base. */
+/* Where a q8 matrix's scales start after its quants, and its bytes (fl_wplan_opts.mat_bytes:
+ * 0 for a matrix held as bf16: the embedding, which a gather reads, and any whose k is not a
+ * multiple of 32). A tied head is the embedding's slot, so it stays bf16. */
+static size_t flc_q8_scales_at(size_t rows, size_t cols)
+{
+    return (rows * cols + FLC_ALIGN - 1) / FLC_ALIGN * FLC_ALIGN;
+}
+
+static size_t flc_q8_mat_bytes(void *ctx, fl_wrole role, size_t rows, size_t cols)
+{
+    (void)ctx;
+    if (cols % 32 || (role != FL_W_QKV && role != FL_W_O && role != FL_W_GATE_UP &&
+                      role != FL_W_DOWN && role != FL_W_LM_HEAD))
+        return 0;
+    return flc_q8_scales_at(rows, cols) + rows * (cols / 32) * 2;
+}
+
+static flc_mat flc_mat_at(const fl_wslot *s, char *at)
+{
+    flc_mat w = {NULL, NULL, NULL};
+    if (s->elem == 0) {
+        w.q = (const int8_t *)at;
+        w.d = (const uint16_t *)(at + flc_q8_scales_at(s->rows, s->cols));
+    } else {
+        w.w = (const flc_bf16 *)at;
+    }
+    return w;
+}
+
 static void flc_place_weights(flc *c, const fl_wplan *p, char *base)
 {
     c->stream_bytes = 0;
@@ -881,17 +944,17 @@ static void flc_place_weights(flc *c, const fl_wplan *p, char *base)
         flc_layer *ly = s->layer >= 0 ? &c->layers[s->layer] : NULL;
         char *at = base + s->off;
         switch (s->role) {
-        case FL_W_QKV: ly->wqkv = (flc_bf16 *)at; break;
+        case FL_W_QKV: ly->wqkv = flc_mat_at(s, at); break;
         case FL_W_QKV_BIAS: ly->bqkv = (float *)at; break;
-        case FL_W_O: ly->wo = (flc_bf16 *)at; break;
-        case FL_W_GATE_UP: ly->wgu = (flc_bf16 *)at; break;
-        case FL_W_DOWN: ly->wdown = (flc_bf16 *)at; break;
+        case FL_W_O: ly->wo = flc_mat_at(s, at); break;
+        case FL_W_GATE_UP: ly->wgu = flc_mat_at(s, at); break;
+        case FL_W_DOWN: ly->wdown = flc_mat_at(s, at); break;
         case FL_W_ATTN_NORM: ly->attn_norm = (float *)at; break;
         case FL_W_MLP_NORM: ly->mlp_norm = (float *)at; break;
         case FL_W_Q_NORM: ly->q_norm = (float *)at; break;
         case FL_W_K_NORM: ly->k_norm = (float *)at; break;
         case FL_W_EMBED: c->embed = (flc_bf16 *)at; break;
-        case FL_W_LM_HEAD: c->lm_head = (flc_bf16 *)at; break;
+        case FL_W_LM_HEAD: c->lm_head = flc_mat_at(s, at); break;
         case FL_W_FINAL_NORM: c->final_norm = (float *)at; break;
         case FL_W_ROPE: c->inv_freq = (double *)at; break;
         default: abort();
@@ -899,7 +962,8 @@ static void flc_place_weights(flc *c, const fl_wplan *p, char *base)
         /* what a forward streams: every projection and the head, tied or not */
         if (s->role == FL_W_QKV || s->role == FL_W_O || s->role == FL_W_GATE_UP ||
             s->role == FL_W_DOWN || s->role == FL_W_LM_HEAD)
-            c->stream_bytes += s->rows * s->cols * s->elem;
+            c->stream_bytes += s->elem ? s->rows * s->cols * s->elem
+                                       : flc_q8_mat_bytes(c, s->role, s->rows, s->cols);
     }
 }
 
@@ -919,33 +983,48 @@ static void flc_place_acts(flc *c, fl_bump *b)
     c->lse = (flc_lse *)fl_bump_take(b, HR * ((V + FLC_VCHUNK - 1) / FLC_VCHUNK) * sizeof(flc_lse));
     c->tok_d = (flc_tok *)fl_bump_take(b, T * sizeof(flc_tok));
     c->part = (float *)fl_bump_take(b, c->part_floats * 4);
+    c->wdq = c->wdq_elems ? (flc_bf16 *)fl_bump_take(b, c->wdq_elems * 2) : NULL;
 }
 
-/* Uploads tensor t, (rows, cols) of a float dtype, to dst as bf16. */
-static int flc_upload_mat(flc_bf16 *dst, const fl_tensor *t, size_t rows, size_t cols,
-                          uint16_t *tmp, size_t tmp_elems, fl_err *e)
+/* Uploads rows [r0, r0 + rows) of the weight matrix held by tensor t (cols columns; a float
+ * dtype, or a quantized directory's q8/q4 quants with their scales ts) into dst: as bf16, or,
+ * with q/dq, as q8 quants at q + r0 * cols and scales at dq + r0 * cols / 32 (qformat.h's
+ * quantizer, the CPU's). A BF16 tensor's rows are copied as they are; others go through
+ * f32 (fl_matrix_rows_f32) in chunks of tmp_elems. */
+static int flc_upload_mat(flc_bf16 *dst, int8_t *q, uint16_t *dq, const fl_tensor *t,
+                          const fl_tensor *ts, size_t rows, size_t cols, float *tmp,
+                          size_t tmp_elems, fl_err *e)
 {
-    size_t n = rows * cols;
-    if (!t || (size_t)t->numel != n ||
-        (t->dtype != FL_DT_F32 && t->dtype != FL_DT_BF16 && t->dtype != FL_DT_F16))
-        return fl_err_set(e, FL_EFORMAT, "cuda: tensor %s: expected %zu x %zu values of a "
-                          "float type", t ? t->name : "?", rows, cols);
-    cudaError_t err;
-    if (t->dtype == FL_DT_BF16) {
-        err = cudaMemcpy(dst, t->data, n * 2, cudaMemcpyHostToDevice);
+    if (!t)
+        return fl_err_set(e, FL_EFORMAT, "cuda: a weight matrix has no tensor");
+    cudaError_t err = cudaSuccess;
+    if (!q && t->dtype == FL_DT_BF16) {
+        if ((size_t)t->numel != rows * cols)
+            return fl_err_set(e, FL_EFORMAT, "cuda: tensor %s: expected %zu x %zu values",
+                              t->name, rows, cols);
+        err = cudaMemcpy(dst, t->data, rows * cols * 2, cudaMemcpyHostToDevice);
     } else {
-        err = cudaSuccess;
-        size_t es = fl_dtype_size(t->dtype);
-        float conv[1024];
-        for (size_t i = 0; i < n && err == cudaSuccess; i += tmp_elems) {
-            size_t len = n - i < tmp_elems ? n - i : tmp_elems;
-            for (size_t j = 0; j < len; j += 1024) {
-                size_t k = len - j < 1024 ? len - j : 1024;
-                fl_to_f32(conv, (const char *)t->data + (i + j) * es, t->dtype, k);
-                for (size_t q = 0; q < k; q++)
-                    tmp[j + q] = fl_f32_to_bf16(conv[q]);
+        size_t chunk = tmp_elems / cols ? tmp_elems / cols : 1; /* rows per pass */
+        /* the pass's f32 rows, then its bf16 or int8 values, then its f16 scales */
+        uint16_t *hb = (uint16_t *)(tmp + chunk * cols);
+        int8_t *hq = (int8_t *)hb;
+        uint16_t *hd = (uint16_t *)(hq + chunk * cols);
+        for (size_t r = 0; r < rows && err == cudaSuccess; r += chunk) {
+            size_t nr = rows - r < chunk ? rows - r : chunk;
+            if (fl_matrix_rows_f32(tmp, t, ts, r, nr, cols, e))
+                return -1;
+            if (q) {
+                if (fl_q8_quantize(hq, hd, tmp, (int)nr, (int)cols, e))
+                    return -1;
+                err = cudaMemcpy(q + r * cols, hq, nr * cols, cudaMemcpyHostToDevice);
+                if (err == cudaSuccess)
+                    err = cudaMemcpy(dq + r * (cols / 32), hd, nr * (cols / 32) * 2,
+                                     cudaMemcpyHostToDevice);
+            } else {
+                for (size_t i = 0; i < nr * cols; i++)
+                    hb[i] = fl_f32_to_bf16(tmp[i]);
+                err = cudaMemcpy(dst + r * cols, hb, nr * cols * 2, cudaMemcpyHostToDevice);
             }
-            err = cudaMemcpy(dst + i, tmp, len * 2, cudaMemcpyHostToDevice);
         }
     }
     if (err != cudaSuccess) {
@@ -981,8 +1060,9 @@ static int flc_upload_vec(float *dst, const fl_tensor *t, size_t n, fl_err *e)
  * the RoPE frequencies as computed on the host (fl_rope_inv_freq, f64). */
 static int flc_upload_weights(flc *c, const fl_wplan *p, fl_err *e)
 {
-    size_t tmp_elems = (size_t)16 << 20;
-    uint16_t *tmp = (uint16_t *)malloc(tmp_elems * 2);
+    /* f32 rows, then as many bf16 or int8 values and their scales (flc_upload_mat) */
+    size_t tmp_elems = (size_t)8 << 20;
+    float *tmp = (float *)malloc(tmp_elems * 4 + tmp_elems * 2 + tmp_elems / 16 + 64);
     if (!tmp)
         return fl_err_set(e, FL_ENOMEM, "cuda: out of host memory");
     int rc = 0;
@@ -999,10 +1079,24 @@ static int flc_upload_weights(flc *c, const fl_wplan *p, fl_err *e)
                 rc = flc_cuda_err(e, err, "uploading the RoPE frequencies");
             continue;
         }
+        if (s->elem == 0) { /* q8: each part's rows after the last, in both planes */
+            flc_mat w = flc_mat_at(s, at);
+            size_t r0 = 0;
+            for (int k = 0; k < FL_WSLOT_PARTS && s->part_elems[k] && !rc; k++) {
+                size_t nr = s->part_elems[k] / s->cols;
+                rc = flc_upload_mat(NULL, (int8_t *)w.q + r0 * s->cols,
+                                    (uint16_t *)w.d + r0 * (s->cols / 32), s->src[k],
+                                    fl_model_scales(c->base.model, s->src[k]), nr, s->cols, tmp,
+                                    tmp_elems, e);
+                r0 += nr;
+            }
+            continue;
+        }
         for (int k = 0; k < FL_WSLOT_PARTS && s->part_elems[k] && !rc; k++) {
             if (s->elem == 2)
-                rc = flc_upload_mat((flc_bf16 *)at, s->src[k], s->part_elems[k] / s->cols,
-                                    s->cols, tmp, tmp_elems, e);
+                rc = flc_upload_mat((flc_bf16 *)at, NULL, NULL, s->src[k],
+                                    fl_model_scales(c->base.model, s->src[k]),
+                                    s->part_elems[k] / s->cols, s->cols, tmp, tmp_elems, e);
             else
                 rc = flc_upload_vec((float *)at, s->src[k], s->part_elems[k], e);
             at += s->part_elems[k] * s->elem;
@@ -1098,11 +1192,6 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     const fl_config *cf = &m->cfg;
     if (!m->weights || !m->embed || !m->lm_head || !m->final_norm || !m->layers)
         return fl_err_set(e, FL_EINVAL, "cuda backend: the model was loaded without weights");
-    /* the kernels read bf16 matrices only; q8/q4 kernels are the CPU backend's (auto falls
-     * back to it with this reason) */
-    if (m->quant != FL_QUANT_NONE)
-        return fl_err_set(e, FL_EUNSUPPORTED,
-                          "cuda backend: quantized weights (q8/q4) run on the CPU backend only");
     /* mixture-of-experts layers, LLaDA2's fused q|k|v and partial rotary: the CPU's (the GPU
      * issue brings them to CUDA) */
     if (cf->moe.router != FL_ROUTER_NONE || cf->fused_qkv || fl_config_rotary_dim(cf) != cf->head_dim)
@@ -1112,12 +1201,15 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     if (o->n_pages < 0 || o->max_tokens <= 0)
         return fl_err_set(e, FL_EINVAL, "cuda backend: bad options (n_pages %d, max_tokens %d)",
                           o->n_pages, o->max_tokens);
-    /* bf16 is the only format the kernels take; an explicit f32 is refused rather than
-     * silently rounded (docs/cuda.md "Weights"), AUTO on an F32/F16 file is rounded */
-    if (o->weights != FL_WEIGHTS_AUTO && o->weights != FL_WEIGHTS_BF16)
-        return fl_err_set(e, FL_EUNSUPPORTED, "cuda backend: --weights %s: it holds bf16 "
-                          "weights only (use --weights bf16 or auto, or --device cpu)",
-                          fl_wformat_name(o->weights));
+    /* bf16 and q8 are the formats the kernels take; an explicit f32 is refused rather than
+     * silently rounded (docs/cuda.md "Weights"), AUTO on an F32/F16 file is rounded; q4 (asked
+     * for, or a q4 directory's auto) is the CPU's */
+    fl_wformat wf = fl_wformat_resolve(o->weights, m);
+    if (o->weights == FL_WEIGHTS_F32 || wf == FL_WEIGHTS_Q4)
+        return fl_err_set(e, FL_EUNSUPPORTED, "cuda backend: %s%s: it holds bf16 or q8 weights "
+                          "only (use --weights bf16, q8 or auto, or --device cpu)",
+                          o->weights == FL_WEIGHTS_AUTO ? "the directory's weights " : "--weights ",
+                          fl_wformat_name(wf));
     /* its pages and attention are bf16 only (this forward's K/V rounded as pages hold them) */
     if (o->kv != FL_KV_AUTO && o->kv != FL_KV_BF16)
         return fl_err_set(e, FL_EUNSUPPORTED, "cuda backend: --kv-format %s: it holds bf16 KV "
@@ -1142,7 +1234,8 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     c->base.model = m;
     c->base.max_tokens = o->max_tokens;
     c->base.impl = c;
-    c->base.weights = FL_WEIGHTS_BF16;
+    c->q8 = wf == FL_WEIGHTS_Q8;
+    c->base.weights = c->q8 ? FL_WEIGHTS_Q8 : FL_WEIGHTS_BF16;
     c->base.kv = FL_KV_BF16;
     c->cfg = *cf;
     c->dev = dev;
@@ -1237,9 +1330,13 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     {
         /* the memory plan: sizes first, from the same walks that place */
         fl_wplan_opts po = {.align = FLC_ALIGN, .mat_elem = 2, .embed = true, .rope = true,
-                            .map = false, .mat_bytes = NULL, .ctx = NULL};
+                            .map = false, .mat_bytes = c->q8 ? flc_q8_mat_bytes : NULL, .ctx = c};
         if ((rc = fl_wplan_build(&c->wplan, m, &po, e)))
             goto fail;
+        for (int i = 0; i < c->wplan.n; i++) /* the largest q8 matrix, for its bf16 copy */
+            if (c->wplan.slot[i].elem == 0 &&
+                c->wplan.slot[i].rows * c->wplan.slot[i].cols > c->wdq_elems)
+                c->wdq_elems = c->wplan.slot[i].rows * c->wplan.slot[i].cols;
         fl_bump ab = {NULL, 0, FLC_ALIGN};
         flc_place_acts(c, &ab);
         c->wbytes = c->wplan.bytes;
@@ -1256,9 +1353,9 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
         size_t need = c->wbytes + c->abytes + reserve;
         if (need > free_b) {
             rc = fl_err_set(e, FL_ENOMEM, "cuda: the model does not fit on %s: weights %.2f GiB "
-                            "(bf16) + activations for max_tokens %d %.2f GiB + reserve %.2f GiB "
+                            "(%s) + activations for max_tokens %d %.2f GiB + reserve %.2f GiB "
                             "= %.2f GiB, but %.2f GiB of %.2f GiB are free", c->gpu,
-                            GIB(c->wbytes), o->max_tokens, GIB(c->abytes), GIB(reserve),
+                            GIB(c->wbytes), c->q8 ? "q8" : "bf16", o->max_tokens, GIB(c->abytes), GIB(reserve),
                             GIB(need), GIB(free_b), GIB(total_b));
             goto fail;
         }
@@ -1317,11 +1414,11 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
         else if (c->pages_asked == 0)
             snprintf(pages, sizeof pages, " (sized from free memory)");
         snprintf(c->desc, sizeof c->desc,
-                 "%s (device %d, sm_%d%d, %d SMs, %.1f GiB); weights %.2f GiB bf16; activations "
+                 "%s (device %d, sm_%d%d, %d SMs, %.1f GiB); weights %.2f GiB %s; activations "
                  "%.2f GiB for %d tokens; KV pool %d pages x %.2f MiB = %.2f GiB%s; %.120s; graphs %s; "
                  "streaming matmul up to %d rows; cuBLAS rows %s; attention on %s",
                  c->gpu, c->dev, c->cc_major, c->cc_minor, c->n_sm, GIB(c->mem_total),
-                 GIB(c->wbytes), GIB(c->abytes), o->max_tokens, c->base.n_pages,
+                 GIB(c->wbytes), c->q8 ? "q8 (embedding bf16)" : "bf16", GIB(c->abytes), o->max_tokens, c->base.n_pages,
                  MIB(c->page_dev_bytes), GIB(c->pool_bytes), pages, c->blas.path,
                  c->graphs ? "on" : "off", c->skinny_rows, c->gemm_pad ? "padded" : "exact",
                  c->attn_tc ? "tensor cores" : "CUDA cores");

@@ -10,6 +10,7 @@
  * the projections as bf16 and K/V are kept as bf16, so results agree with the CPU backend to
  * bf16 precision, not bit for bit. */
 #include <math.h>
+#include <cuda_fp16.h>
 #include <mma.h>
 
 #include "cuda_kernels.cuh"
@@ -722,6 +723,174 @@ cudaError_t flc_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int l
         flc_skinny_launch<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, w, n, k, s);
     else
         flc_skinny_launch<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, w, n, k, s);
+    return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- q8 weights (weight-only) */
+
+/* q8 weights in qformat.h's plain layout: quants (n, k) int8 row-major, scales (n, k / 32) f16
+ * (FL_QG = 32 weights a group); weight = scale * quant. Activations stay bf16: only the
+ * weights are 8-bit, so a product differs from the bf16 one by the weights' rounding alone. */
+
+/* 16 int8 quants as floats */
+__device__ __forceinline__ void flc_unpack16_i8(const uint4 &raw, float *f)
+{
+    const int8_t *b = reinterpret_cast<const int8_t *>(&raw);
+#pragma unroll
+    for (int i = 0; i < 16; i++)
+        f[i] = (float)b[i];
+}
+
+/* k_skinny with q8 weights: warp w of block b computes output column j = 4b + w; a lane's
+ * piece c is 16 quants of row j (group c / 2, whose scale multiplies the piece's sum), read
+ * once, streaming. k % 32 == 0. */
+template <int R, int MODE>
+__global__ void __launch_bounds__(128)
+k_skinny_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
+            const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd, int n, int k)
+{
+    constexpr int NW = MODE == FLC_MM_SWIGLU ? 2 : 1;
+    constexpr int U = 4;
+    const int lane = threadIdx.x & 31;
+    const int j = blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (j >= n)
+        return;
+    const int k16 = k >> 4, G = k >> 5;
+    const uint4 *wr[NW];
+    const __half *dr[NW];
+    wr[0] = reinterpret_cast<const uint4 *>(wq + (size_t)j * k);
+    dr[0] = reinterpret_cast<const __half *>(wd) + (size_t)j * G;
+    if (NW == 2) {
+        wr[NW - 1] = reinterpret_cast<const uint4 *>(wq + (size_t)(j + n) * k);
+        dr[NW - 1] = reinterpret_cast<const __half *>(wd) + (size_t)(j + n) * G;
+    }
+    float acc[NW][R];
+#pragma unroll
+    for (int q = 0; q < NW; q++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[q][r] = 0.f;
+    for (int c0 = lane; c0 < k16; c0 += 32 * U) {
+        uint4 wv[U][NW];
+        float dv[U][NW];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + 32 * u;
+#pragma unroll
+            for (int q = 0; q < NW; q++) {
+                wv[u][q] = c < k16 ? __ldcs(wr[q] + c) : make_uint4(0, 0, 0, 0);
+                dv[u][q] = c < k16 ? __half2float(dr[q][c >> 1]) : 0.f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int c = c0 + 32 * u;
+            if (c >= k16)
+                break;
+            float wf[NW][16];
+#pragma unroll
+            for (int q = 0; q < NW; q++)
+                flc_unpack16_i8(wv[u][q], wf[q]);
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                if (r < m) {
+                    float xf[16];
+                    const uint4 *xr = reinterpret_cast<const uint4 *>(x + (size_t)r * ldx);
+                    flc_unpack8(__ldg(xr + 2 * c), xf);
+                    flc_unpack8(__ldg(xr + 2 * c + 1), xf + 8);
+#pragma unroll
+                    for (int q = 0; q < NW; q++) {
+                        float sum = 0.f;
+#pragma unroll
+                        for (int e = 0; e < 16; e++)
+                            sum = fmaf(wf[q][e], xf[e], sum);
+                        acc[q][r] = fmaf(dv[u][q], sum, acc[q][r]);
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < NW; q++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[q][r] = flc_warp_sum_f(acc[q][r]);
+    if (lane != 0)
+        return;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (r >= m)
+            break;
+        if (MODE == FLC_MM_STORE) {
+            y[(size_t)r * ldy + j] = acc[0][r];
+        } else if (MODE == FLC_MM_ACC) {
+            y[(size_t)r * ldy + j] += acc[0][r];
+        } else {
+            const float gt = acc[0][r], up = acc[NW - 1][r];
+            yh[(size_t)r * ldy + j] = __float2bfloat16_rn(gt / (1.0f + expf(-gt)) * up);
+        }
+    }
+}
+
+template <int MODE>
+static void flc_skinny_q8_launch(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
+                                 int m, const int8_t *wq, const uint16_t *wd, int n, int k,
+                                 cudaStream_t s)
+{
+    unsigned blocks = (unsigned)((n + 3) / 4);
+    if (m <= 1)
+        k_skinny_q8<1, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, wq, wd, n, k);
+    else if (m <= 2)
+        k_skinny_q8<2, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, wq, wd, n, k);
+    else if (m <= 4)
+        k_skinny_q8<4, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, wq, wd, n, k);
+    else
+        k_skinny_q8<8, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, wq, wd, n, k);
+}
+
+cudaError_t flc_skinny_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
+                          const int8_t *wq, const uint16_t *wd, int n, int k, int mode,
+                          cudaStream_t s)
+{
+    if (m <= 0 || m > FLC_SKINNY_MAX || k % 32 || ldx % 8)
+        return cudaErrorInvalidValue;
+    if (mode == FLC_MM_STORE)
+        flc_skinny_q8_launch<FLC_MM_STORE>(y, yh, ldy, x, ldx, m, wq, wd, n, k, s);
+    else if (mode == FLC_MM_ACC)
+        flc_skinny_q8_launch<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, wq, wd, n, k, s);
+    else
+        flc_skinny_q8_launch<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, wq, wd, n, k, s);
+    return cudaGetLastError();
+}
+
+/* w (n, k) bf16 = the q8 weights, for cuBLAS at row counts the streaming kernel does not
+ * take: a thread widens 16 quants (one piece) and rounds scale * quant to bf16. */
+__global__ void k_dequant_q8(flc_bf16 *w, const int8_t *__restrict__ wq,
+                             const uint16_t *__restrict__ wd, size_t pieces)
+{
+    for (size_t p = (size_t)blockIdx.x * blockDim.x + threadIdx.x; p < pieces;
+         p += (size_t)gridDim.x * blockDim.x) {
+        float f[16];
+        flc_unpack16_i8(__ldcs(reinterpret_cast<const uint4 *>(wq) + p), f);
+        const float d = __half2float(reinterpret_cast<const __half *>(wd)[p >> 1]);
+        __nv_bfloat162 o[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            o[i] = __floats2bfloat162_rn(d * f[2 * i], d * f[2 * i + 1]);
+        uint4 *dst = reinterpret_cast<uint4 *>(w + p * 16);
+        dst[0] = *reinterpret_cast<const uint4 *>(&o[0]);
+        dst[1] = *reinterpret_cast<const uint4 *>(&o[4]);
+    }
+}
+
+cudaError_t flc_dequant_q8(flc_bf16 *w, const int8_t *wq, const uint16_t *wd, int n, int k,
+                           cudaStream_t s)
+{
+    if (n <= 0 || k % 32)
+        return cudaErrorInvalidValue;
+    size_t pieces = (size_t)n * (size_t)k / 16;
+    size_t blocks = (pieces + 255) / 256;
+    k_dequant_q8<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, s>>>(w, wq, wd, pieces);
     return cudaGetLastError();
 }
 

@@ -111,6 +111,15 @@ cudaError_t flc_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int l
                        const flc_bf16 *w, int n, int k, int mode, cudaStream_t s);
 
 /* hb (T, NI) = bf16(silu(gu[:, :NI]) * gu[:, NI:]), gu f32 (T, 2 NI). */
+/* q8 weights (qformat.h's plain layout: quants (n, k) int8, scales (n, k / 32) f16; k % 32
+ * == 0): the streaming matmul for up to FLC_SKINNY_MAX rows, as flc_skinny, and the bf16
+ * copy cuBLAS multiplies by for more rows */
+cudaError_t flc_skinny_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
+                          const int8_t *wq, const uint16_t *wd, int n, int k, int mode,
+                          cudaStream_t s);
+cudaError_t flc_dequant_q8(flc_bf16 *w, const int8_t *wq, const uint16_t *wd, int n, int k,
+                           cudaStream_t s);
+
 cudaError_t flc_swiglu(flc_bf16 *hb, const float *gu, int T, int NI, cudaStream_t s);
 
 /* Softmax statistics of rows logits (rows, V): per chunk of FLC_VCHUNK ids into

@@ -39,11 +39,12 @@ extern "C" {
 /* Whether this build has the CUDA backend (false: cuda/absent.c). */
 bool fl_cuda_built(void);
 
-/* The CUDA backend: weights as bf16 on the GPU, KV pages as bf16 there (page_read/page_write
- * convert to and from the f32 host layout). n_pages 0, or more than fits, sizes the pool from
- * the free device memory (read the result from (*out)->n_pages). The caller owns *out
- * (fl_backend_destroy); m must outlive it. FL_EUNSUPPORTED when the build has no CUDA or no
- * GPU is usable, or for o->weights or o->kv other than AUTO or BF16; *out is NULL on
+/* The CUDA backend: weights as bf16 on the GPU, or q8 (weight-only: o->weights Q8, or AUTO
+ * on a q8 directory), KV pages as bf16 there (page_read/page_write convert to and from the f32
+ * host layout). n_pages 0, or more than fits, sizes the pool from the free device memory (read
+ * the result from (*out)->n_pages). The caller owns *out (fl_backend_destroy); m must outlive
+ * it. FL_EUNSUPPORTED when the build has no CUDA or no GPU is usable, for weights f32 or q4
+ * (asked for, or a q4 directory's AUTO), or o->kv other than AUTO or BF16; *out is NULL on
  * failure. */
 int fl_backend_cuda_create(fl_backend **out, const fl_model *m, const fl_backend_opts *o,
                            fl_err *e);

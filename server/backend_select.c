@@ -95,9 +95,10 @@ int fl_backend_open(fl_backend **out, const fl_model *m, const fl_backend_opts *
     /* auto */
     char fallback[640];
     if (gpu && (o->weights == FL_WEIGHTS_F32 || o->kv == FL_KV_F32)) {
-        /* the GPU holds bf16 only: an explicit f32 is the CPU's to honour */
-        snprintf(fallback, sizeof fallback, "%s f32 asked, the CUDA backend on %.150s holds "
-                 "bf16 only", o->weights == FL_WEIGHTS_F32 ? "weights" : "kv", why);
+        /* the GPU holds bf16 (or q8 weights): an explicit f32 is the CPU's to honour */
+        snprintf(fallback, sizeof fallback, "%s f32 asked, the CUDA backend on %.150s holds %s",
+                 o->weights == FL_WEIGHTS_F32 ? "weights" : "kv", why,
+                 o->weights == FL_WEIGHTS_F32 ? "bf16 or q8 weights only" : "bf16 KV pages only");
     } else if (gpu) {
         fl_err ce = {0, {0}};
         int rc = fl_backend_cuda_create(out, m, &go, &ce);

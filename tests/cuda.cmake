@@ -34,6 +34,14 @@ if(FL_CUDA_BUILT)
   add_test(NAME gpu.parity.selftest COMMAND gpu_parity --self-test ${FL_GPU_MODEL_DIRS})
   set_tests_properties(gpu.parity.selftest PROPERTIES FIXTURES_REQUIRED gpu_models LABELS gpu
                        TIMEOUT 300)
+  # q8 weights on the GPU (weight-only), within the CPU q8's limits; the self-test's stand-in
+  # is the CPU's own q8 (activations quantized too)
+  add_test(NAME gpu.parity.q8 COMMAND gpu_parity --q8 ${FL_GPU_MODEL_DIRS})
+  set_tests_properties(gpu.parity.q8 PROPERTIES FIXTURES_REQUIRED gpu_models LABELS gpu
+                       SKIP_RETURN_CODE 77 TIMEOUT 600)
+  add_test(NAME gpu.parity.q8.selftest COMMAND gpu_parity --self-test --q8 ${FL_GPU_MODEL_DIRS})
+  set_tests_properties(gpu.parity.q8.selftest PROPERTIES FIXTURES_REQUIRED gpu_models LABELS gpu
+                       TIMEOUT 300)
   # the big-batch throughput program on the CPU: every sequence of every concurrency finishes
   add_test(NAME gpu.batch.cpu COMMAND gpu_batch --model ${FL_GPU_MODELS}/q3-tiny --device cpu
            --conc 1,6 --prompt 37 --max-tokens 21)

@@ -6,8 +6,9 @@
  *
  *   gpu_bench --model DIR [--ctx 512] [--batches 1,64] [--steps 30] [--json PATH]
  *
- * Variants (each on a new backend): the default (graphs, streaming matmul for <= 8 rows) and
- * tensor-core attention (FL_CUDA_ATTN=tc) at every batch; eager and cuBLAS only at batch 1. Prints a table and one JSON
+ * Variants (each on a new backend): the default (graphs, streaming matmul for <= 8 rows),
+ * tensor-core attention (FL_CUDA_ATTN=tc) and q8 weights (its own floor: its bytes) at every
+ * batch; eager and cuBLAS only at batch 1. Prints a table and one JSON
  * line (also written to --json). Exit 0 when every run completed, 1 otherwise, 77 with no
  * GPU. */
 #include <math.h>
@@ -33,6 +34,7 @@ typedef struct result {
     int batch;
     double med_ms, min_ms, mean_ms, tok_s;
     long long replayed;
+    size_t stream; /* weight bytes a step of this variant streams */
     char note[200];
     int ok;
 } result;
@@ -51,8 +53,9 @@ static int32_t rnd_tok(bench *k)
 
 /* Prefills nseq sequences of ctx tokens (stored), then times steps of nb segments. */
 static int run_variant(bench *k, const char *variant, const char *graphs, const char *skinny,
-                       const char *attn, const int *batches, int n_batches, result *res, int *n_res,
-                       double *bw, size_t *stream_bytes, char *desc, size_t desc_cap)
+                       const char *attn, fl_wformat weights, const int *batches, int n_batches,
+                       result *res, int *n_res, double *bw, size_t *stream_bytes, char *desc,
+                       size_t desc_cap)
 {
     setenv("FL_CUDA_GRAPHS", graphs, 1);
     setenv("FL_CUDA_SKINNY_ROWS", skinny, 1);
@@ -62,7 +65,7 @@ static int run_variant(bench *k, const char *variant, const char *graphs, const 
         maxb = batches[i] > maxb ? batches[i] : maxb;
     int per_seq = k->ctx / B + 2;
     int max_tokens = maxb * B > 512 ? maxb * B : 512;
-    fl_backend_opts o = {.n_pages = maxb * per_seq + 8, .max_tokens = max_tokens};
+    fl_backend_opts o = {.n_pages = maxb * per_seq + 8, .max_tokens = max_tokens, .weights = weights};
     fl_backend *b = NULL;
     fl_err e = {0, {0}};
     double t0 = fl_now();
@@ -124,6 +127,7 @@ static int run_variant(bench *k, const char *variant, const char *graphs, const 
         memset(r, 0, sizeof *r);
         r->variant = variant;
         r->batch = nb;
+        r->stream = fl_cuda_weight_stream_bytes(b);
         if (rc) {
             snprintf(r->note, sizeof r->note, "%.190s", e.msg);
             printf("FAIL bench [%s] batch %d: %s\n", variant, nb, e.msg);
@@ -214,19 +218,24 @@ int main(int argc, char **argv)
     char desc[700] = "";
     char scratch[700];
     int one[1] = {1};
-    fails += run_variant(&k, "graphs, streaming matmul (default)", "1", "8", "", batches,
+    const fl_wformat bf = FL_WEIGHTS_AUTO;
+    fails += run_variant(&k, "graphs, streaming matmul (default)", "1", "8", "", bf, batches,
                          n_batches, res, &n_res, &bw, &stream, desc, sizeof desc) != 0;
-    fails += run_variant(&k, "eager, streaming matmul", "0", "8", "", one, 1, res, &n_res, NULL,
+    fails += run_variant(&k, "eager, streaming matmul", "0", "8", "", bf, one, 1, res, &n_res,
+                         NULL, NULL, scratch, sizeof scratch) != 0;
+    fails += run_variant(&k, "graphs, cuBLAS only", "1", "0", "", bf, one, 1, res, &n_res, NULL,
                          NULL, scratch, sizeof scratch) != 0;
-    fails += run_variant(&k, "graphs, cuBLAS only", "1", "0", "", one, 1, res, &n_res, NULL,
-                         NULL, scratch, sizeof scratch) != 0;
-    fails += run_variant(&k, "graphs, tensor-core attention", "1", "8", "tc", batches,
+    fails += run_variant(&k, "graphs, tensor-core attention", "1", "8", "tc", bf, batches,
+                         n_batches, res, &n_res, NULL, NULL, scratch, sizeof scratch) != 0;
+    fails += run_variant(&k, "graphs, q8 weights", "1", "8", "", FL_WEIGHTS_Q8, batches,
                          n_batches, res, &n_res, NULL, NULL, scratch, sizeof scratch) != 0;
     double floor_ms = bw > 0 ? stream / bw * 1e3 : NAN;
     printf("\nbench: model %s: %d layers, hidden %d, vocab %d, block %d; ctx %d cached tokens "
            "per sequence\n", model, m->cfg.n_layers, m->cfg.hidden, m->cfg.vocab, k.B, k.ctx);
     printf("bench: weights streamed per step %.3f GB; device copy bandwidth %.0f GB/s "
            "(read + written); floor %.3f ms per step\n", stream / 1e9, bw / 1e9, floor_ms);
+    printf("(x floor: against the variant's own bytes: q8's are %.3f GB)\n",
+           n_res ? res[n_res - 1].stream / 1e9 : 0.0);
     printf("%-36s %6s %10s %10s %12s %10s %9s\n", "variant", "batch", "step ms", "min ms",
            "tokens/s", "x floor", "replayed");
     for (int i = 0; i < n_res; i++) {
@@ -235,8 +244,9 @@ int main(int argc, char **argv)
             printf("%-36s %6d FAILED: %s\n", r->variant, r->batch, r->note);
             continue;
         }
+        double fl = bw > 0 && r->stream ? r->stream / bw * 1e3 : floor_ms;
         printf("%-36s %6d %10.3f %10.3f %12.0f %10.2f %9lld\n", r->variant, r->batch, r->med_ms,
-               r->min_ms, r->tok_s, r->med_ms / floor_ms, r->replayed);
+               r->min_ms, r->tok_s, r->med_ms / fl, r->replayed);
     }
     FILE *f = json ? fopen(json, "w") : NULL;
     for (int pass = 0; pass < 2; pass++) {
@@ -249,9 +259,10 @@ int main(int argc, char **argv)
                 m->cfg.vocab, k.B, k.ctx, stream, bw, floor_ms);
         for (int i = 0; i < n_res; i++)
             fprintf(o, "%s{\"variant\": \"%s\", \"batch\": %d, \"ok\": %d, \"median_ms\": %.6g, "
-                    "\"min_ms\": %.6g, \"mean_ms\": %.6g, \"tokens_s\": %.6g, \"replayed\": %lld}",
+                    "\"min_ms\": %.6g, \"mean_ms\": %.6g, \"tokens_s\": %.6g, \"replayed\": %lld, "
+                    "\"stream_bytes\": %zu}",
                     i ? ", " : "", res[i].variant, res[i].batch, res[i].ok, res[i].med_ms,
-                    res[i].min_ms, res[i].mean_ms, res[i].tok_s, res[i].replayed);
+                    res[i].min_ms, res[i].mean_ms, res[i].tok_s, res[i].replayed, res[i].stream);
         fprintf(o, "]}\n");
     }
     if (f)

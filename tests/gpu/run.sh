@@ -13,6 +13,7 @@
 #            KV head), CUDA vs CPU backend in 4 variants (tests/gpu/gpu_parity.c); on failure
 #            the first failing model again with FL_CUDA_SYNC_DEBUG=1 (names the kernel) and,
 #            when compute-sanitizer is there, under memcheck
+#   parityq8 the same with q8 weights on the GPU (gpu_parity --q8), in a process of its own
 #   parallel `fogline bench parallel --repeat 5` (groups of 4, 8, 16; skeleton at 4), gpu_sched
 #            (host time per forward under the scheduler; shapes padded, cuBLAS rows only, none)
 #            and `fogline bench decode` on the built-in default model, on the GPU
@@ -195,6 +196,24 @@ else
             note "INFO compute-sanitizer memcheck on $first (rc $st_rc): $(grep -m1 -E 'ERROR SUMMARY' "$dlog")"
             grep -m3 -A3 -E '^=========  *(Invalid|Out of|Program hit|Race)' "$dlog" | head -n 12 | sed 's/^/    /'
         fi
+    fi
+fi
+
+# ---------------------------------------------------------------- parity, q8 weights
+# The GPU holding q8 weights (weight-only 8-bit, docs/cuda.md) against the CPU's bf16, within
+# the CPU q8's limits (gpu_parity --q8); a process of its own, so that a fault in it cannot
+# stop the stages after it.
+if [ -n "${par_models+x}" ]; then
+    stage parityq8 150 "$log" "$bd/gpu_parity" "${pflag[@]}" --q8 "${par_models[@]/#/$models/}"
+    counts=$(grep -E '^gpu_parity: [0-9]+ passed' "$log" | tail -n 1)
+    [ -n "$counts" ] || counts="no summary line (crashed or timed out)"
+    if ((st_rc == 0)); then
+        note "PASS parity q8 weights (${st_s}s): $counts; worst logits rel err $(grep '(q8)' "$log" | grep -o 'logits rel err [0-9.e+-]*' | awk '{print $4}' | sort -g | tail -n 1)"
+    else
+        fails=$((fails + 1))
+        note "FAIL parity q8 weights (rc $st_rc, ${st_s}s): $counts"
+        grep -E '^FAIL [^ ]+ \(q8\)' "$log" | head -n 15 | cut -c1-400 | sed 's/^/    /'
+        ((st_rc > 128 && st_rc != 137)) && tail_of "$log" 8
     fi
 fi
 

@@ -48,9 +48,16 @@ def main():
             continue
         tm = torch_ms.get(r["batch"]) if r["variant"].endswith("(default)") else None
         sp = tm / r["median_ms"] if tm else None
+        # a variant's own floor: q8 streams fewer bytes than the bf16 variants
+        own = r.get("stream_bytes", b["stream_bytes"]) / b["copy_bw"] * 1e3 if b["copy_bw"] else floor
         print("%-36s %5d %9.3f %11.0f %8.2f %10s %8s" % (
-            r["variant"], r["batch"], r["median_ms"], r["tokens_s"], r["median_ms"] / floor,
+            r["variant"], r["batch"], r["median_ms"], r["tokens_s"], r["median_ms"] / own,
             "%.3f" % tm if tm else "-", "%.2fx" % sp if sp else "-"))
+        if "q8" in r["variant"] and r["batch"] == 1:
+            bf = [x for x in b["runs"] if x["ok"] and x["batch"] == 1 and x["variant"].endswith("(default)")]
+            lines.append("INFO q8 weights at batch 1: %.3f ms = %.2fx of their floor (%.3f ms, %.2f GB)%s" % (
+                r["median_ms"], r["median_ms"] / own, own, r.get("stream_bytes", 0) / 1e9,
+                "; %.2fx the bf16 step's speed" % (bf[0]["median_ms"] / r["median_ms"]) if bf else ""))
         if r["variant"].endswith("(default)"):
             if r["batch"] == 1:
                 ok = r["median_ms"] <= 1.5 * floor
