@@ -30,14 +30,18 @@ case $spec in
 esac
 root=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d /tmp/fogline-serve.XXXXXX)
-spid="" rpid=""
+spid="" rpid="" lpid=""
 cleanup() {
+    [ -n "$lpid" ] && kill -9 "$lpid" 2>/dev/null
     [ -n "$spid" ] && kill -9 "$spid" 2>/dev/null
     [ -n "$rpid" ] && kill -9 "$rpid" 2>/dev/null
     wait 2>/dev/null
     rm -rf "$work"
 }
 trap cleanup EXIT
+# run.sh's stage limit stops this script with SIGTERM: the server and redis-server go too, so
+# that they hold no GPU memory for the stages after it
+trap 'exit 143' TERM INT
 say() { echo "serve: $*"; }
 
 # The carried libraries only for the server and redis-server (not for python3 and the rest).
@@ -130,8 +134,14 @@ else
 fi
 
 # ---------------------------------------------------------------- load
-if env "${envp[@]}" "$bin" bench load --url "$url" --clients "$clients" "${lspec[@]}" --max-tokens 48 \
-    >"$work/load.out" 2>&1; then
+# in the background and waited for: a SIGTERM (the stage's limit) then ends the wait at once
+env "${envp[@]}" "$bin" bench load --url "$url" --clients "$clients" "${lspec[@]}" --max-tokens 48 \
+    >"$work/load.out" 2>&1 &
+lpid=$!
+wait "$lpid"
+lrc=$?
+lpid=""
+if ((lrc == 0)); then
     say "load: $(grep -E '^\| [0-9]+ in' "$work/load.out")"
 else
     say "FAIL load: $(grep -E '^\| [0-9]+ in' "$work/load.out") $(tail -n 1 "$work/load.out" | cut -c1-300)"
