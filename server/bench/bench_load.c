@@ -57,6 +57,7 @@ typedef struct ld { /* the run */
     int port, clients, max_tokens;
     long chats_cap; /* 0: run for duration */
     double duration, timeout;
+    const char *api_key; /* sent as "Authorization: Bearer KEY" in the handshake, or NULL */
     json_t *prompts; /* array of {"messages": [...]} */
     size_t n_prompts;
     /* state */
@@ -176,7 +177,8 @@ static void on_message(lc *c, const char *s, size_t len)
     json_t *m = json_loadb(s, len, 0, &je);
     const char *type = m ? json_string_value(json_object_get(m, "type")) : NULL;
     if (!type) {
-        note_error(L, &L->err_bad, "a server message that is not a JSON object with a type: %s", je.text);
+        note_error(L, &L->err_bad, "a server message that is not a JSON object with a type%s",
+                   m ? "" : " (not JSON)");
         json_decref(m);
         return;
     }
@@ -232,6 +234,18 @@ static void on_message(lc *c, const char *s, size_t len)
 
 static int callback(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
 {
+    if (reason == LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER) { /* user may be NULL here */
+        const ld *L = lws_context_user(lws_get_context(wsi));
+        if (L && L->api_key) {
+            char v[600];
+            int n = snprintf(v, sizeof v, "Bearer %s", L->api_key);
+            unsigned char **p = (unsigned char **)in, *end = *p + len;
+            if (n >= (int)sizeof v ||
+                lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_AUTHORIZATION, (unsigned char *)v, n, p, end))
+                return -1;
+        }
+        return 0;
+    }
     lc *c = user;
     if (!c || c->ld->destroying)
         return 0;
@@ -334,6 +348,7 @@ static void usage(FILE *f)
                "  --duration S        start chats for S seconds (30), then let them finish\n"
                "  --chats N           or: exactly N chats in all (0: use --duration)\n"
                "  --max-tokens N      each chat's max_tokens (48)\n"
+               "  --api-key KEY       the server's --api-key (sent as Authorization: Bearer KEY)\n"
                "  --prompts FILE      [{\"messages\": [...]}, ...] (tests/data/helpdesk_heldout.json)\n"
                "  --timeout S         end the run after S seconds whatever runs (duration + 120)\n"
                "  --json FILE         also write the figures as JSON\n");
@@ -464,7 +479,7 @@ int fl_bench_ws_load(int argc, char **argv)
                             {"duration", required_argument, 0, 'd'},   {"chats", required_argument, 0, 'n'},
                             {"max-tokens", required_argument, 0, 't'}, {"prompts", required_argument, 0, 'p'},
                             {"timeout", required_argument, 0, 'T'},    {"json", required_argument, 0, 'j'},
-                            {"help", no_argument, 0, 'h'},
+                            {"api-key", required_argument, 0, 'k'}, {"help", no_argument, 0, 'h'},
                             {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -484,6 +499,13 @@ int fl_bench_ws_load(int argc, char **argv)
         case 'u': url = optarg; break;
         case 'p': prompts = optarg; break;
         case 'j': json_file = optarg; break;
+        case 'k':
+            if (!*optarg || strlen(optarg) > 512) {
+                fprintf(stderr, "fogline bench load: --api-key wants 1..512 characters\n");
+                return 2;
+            }
+            L.api_key = optarg;
+            break;
         case 'd':
         case 'T': {
             char *end = NULL;
@@ -533,6 +555,7 @@ int fl_bench_ws_load(int argc, char **argv)
     info.port = CONTEXT_PORT_NO_LISTEN;
     info.protocols = protocols;
     info.fd_limit_per_thread = (unsigned)clients + 64;
+    info.user = &L;
     L.ctx = lws_create_context(&info);
     if (!L.ctx) {
         fprintf(stderr, "fogline bench load: could not create the WebSocket client context\n");

@@ -101,6 +101,21 @@ test('nothing listening: one line, exit 1', async () => {
   assert.equal(r.json, null, 'no figures without a connection');
 });
 
+test('--api-key: a server that wants a key gets it in the handshake; without it every chat is refused', async () => {
+  const keyed = await startServer(['--threads', '1', '--api-key', 'k-123']);
+  try {
+    let r = await load(['--url', keyed.wsUrl, '--clients', '2', '--chats', '3', '--max-tokens', '8', '--api-key', 'k-123']);
+    assert.equal(r.code, 0, r.err);
+    assert.equal(r.json.chats_done, 3);
+    r = await load(['--url', keyed.wsUrl, '--clients', '1', '--chats', '1', '--max-tokens', '8']);
+    assert.equal(r.code, 1);
+    assert.equal(r.json.chats_done, 0);
+    assert.match(r.json.first_error, /^error frame unauthorized: /);
+  } finally {
+    assert.equal(await keyed.stop(), 0, keyed.log());
+  }
+});
+
 test('a server that never answers the upgrade: --timeout ends the run, the clients count as errors', async () => {
   const silent = net.createServer(() => {}); // accepts, never answers
   await new Promise((r) => silent.listen(0, '127.0.0.1', r));
@@ -123,6 +138,7 @@ test('bad flags: one line each, exit 2; a bad prompts file: exit 1', async () =>
     [['--url', 'http://127.0.0.1:8080/ws'], /--url must start with ws:\/\/ \(wss is not supported\), got 'http:\/\/127.0.0.1:8080\/ws'/],
     [['--url', 'ws://127.0.0.1:99999/ws'], /--url has a bad port: 'ws:\/\/127.0.0.1:99999\/ws'/],
     [['--url', 'ws:///ws'], /--url has no host: 'ws:\/\/\/ws'/],
+    [['--api-key', ''], /--api-key wants 1\.\.512 characters/],
     [['--bogus'], /unknown or incomplete option '--bogus'/],
     [['extra'], /unexpected argument 'extra'/],
   ];
