@@ -616,6 +616,34 @@ cudaError_t flc_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc_d
 
 /* ---------------------------------------------------------------- matmul, few rows */
 
+/* The streaming matmuls' end: the warp sums each lane's partial dot products, and lane 0
+ * writes column j of the m rows (store, add, or SwiGLU of the gate and up columns). */
+template <int R, int NW, int MODE>
+__device__ __forceinline__ void flc_skinny_out(float (&acc)[NW][R], int lane, float *y,
+                                               flc_bf16 *yh, int ldy, int m, int j)
+{
+#pragma unroll
+    for (int q = 0; q < NW; q++)
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            acc[q][r] = flc_warp_sum_f(acc[q][r]);
+    if (lane != 0)
+        return;
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        if (r >= m)
+            break;
+        if (MODE == FLC_MM_STORE) {
+            y[(size_t)r * ldy + j] = acc[0][r];
+        } else if (MODE == FLC_MM_ACC) {
+            y[(size_t)r * ldy + j] += acc[0][r];
+        } else {
+            const float gt = acc[0][r], up = acc[NW - 1][r];
+            yh[(size_t)r * ldy + j] = __float2bfloat16_rn(gt / (1.0f + expf(-gt)) * up);
+        }
+    }
+}
+
 /* Warp w of block b computes output column j = 4b + w for every row (and, for SwiGLU, the
  * matching up column j + n): lanes stride the 16-byte pieces of the weight row, four pieces
  * in flight per lane, then the warp sums its lanes. The weights are read once, streaming
@@ -675,26 +703,7 @@ k_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ld
             }
         }
     }
-#pragma unroll
-    for (int q = 0; q < NW; q++)
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            acc[q][r] = flc_warp_sum_f(acc[q][r]);
-    if (lane != 0)
-        return;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        if (r >= m)
-            break;
-        if (MODE == FLC_MM_STORE) {
-            y[(size_t)r * ldy + j] = acc[0][r];
-        } else if (MODE == FLC_MM_ACC) {
-            y[(size_t)r * ldy + j] += acc[0][r];
-        } else {
-            const float gt = acc[0][r], up = acc[NW - 1][r];
-            yh[(size_t)r * ldy + j] = __float2bfloat16_rn(gt / (1.0f + expf(-gt)) * up);
-        }
-    }
+    flc_skinny_out<R, NW, MODE>(acc, lane, y, yh, ldy, m, j);
 }
 
 template <int MODE>
@@ -810,26 +819,7 @@ k_skinny_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int
             }
         }
     }
-#pragma unroll
-    for (int q = 0; q < NW; q++)
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            acc[q][r] = flc_warp_sum_f(acc[q][r]);
-    if (lane != 0)
-        return;
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        if (r >= m)
-            break;
-        if (MODE == FLC_MM_STORE) {
-            y[(size_t)r * ldy + j] = acc[0][r];
-        } else if (MODE == FLC_MM_ACC) {
-            y[(size_t)r * ldy + j] += acc[0][r];
-        } else {
-            const float gt = acc[0][r], up = acc[NW - 1][r];
-            yh[(size_t)r * ldy + j] = __float2bfloat16_rn(gt / (1.0f + expf(-gt)) * up);
-        }
-    }
+    flc_skinny_out<R, NW, MODE>(acc, lane, y, yh, ldy, m, j);
 }
 
 template <int MODE>
