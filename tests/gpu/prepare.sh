@@ -2,7 +2,7 @@
 # tests/gpu/prepare.sh: run HERE (the Debian development machine, which reaches Debian's
 # package registry) before the device call. The GPU machine reaches no registry; this unpacks
 # Debian 12 packages into .gpu-deps/root, adds .gpu-deps to .git/info/exclude, and the device
-# call carries it (~10 MB):
+# call carries it (~13 MB):
 #
 #   bash tests/gpu/prepare.sh
 #   run(command="bash tests/gpu/run.sh", carry=[".gpu-deps"], timeout_s=560)
@@ -12,7 +12,7 @@
 #   GPU machine's newer glibc (Ubuntu 24.04).
 # - The server's libraries for `fogline serve --device cuda` (run.sh's serve stage):
 #   libwebsockets, its libuv event plugin, libuv and hiredis as shared libraries (lws loads the
-#   plugin at run time from /usr/lib/x86_64-linux-gnu, and a static lws cannot use it; run.sh
+#   plugin at run time from /usr/lib/x86_64-linux-gnu, and a static lws cannot use it; serve.sh
 #   puts it there and the rest on LD_LIBRARY_PATH), with the headers to build against
 #   (openssl's too: lws's header includes them) and libcap.
 # - redis-server (redis-tools' binary) and the two libraries Ubuntu lacks (lzf, jemalloc), for
