@@ -461,8 +461,9 @@ FL_AVX2 static void fl_mm_bf16_avx2(float *y, int ldy, const float *x, int ldx, 
 #endif
 
 /* Scores against the transposed queries: per key element, one broadcast times two ymm of
- * 16 queries; 4 keys at a time (8 accumulators). Every score is one running sum over d in
- * order, whatever the tile. */
+ * 16 queries; 4 keys at a time (8 accumulators). A tile of at most 8 queries (block 4 with
+ * 2-way GQA) takes one ymm and 8 keys at a time: half the FMAs, which bound this loop on
+ * AVX2. Every score is one running sum over d in order, whatever the tile. */
 FL_AVX2 static inline __attribute__((always_inline)) void
 fl_qk_pf_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr, int nk, int hd,
               float scale, int pf)
@@ -470,6 +471,28 @@ fl_qk_pf_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr
     float r[FL_QT];
     __m256 sc = _mm256_set1_ps(scale);
     int j = 0;
+    if (nq <= 8) /* the tile's first ymm holds every query: the second would be wasted FMAs */
+        for (; j + 8 <= nk; j += 8) {
+            __m256 a[8];
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < 8; t++)
+                a[t] = _mm256_setzero_ps();
+            for (int d = 0; d < hd; d++) {
+                if (pf && (d & 15) == 0)
+                    for (int t = 0; t < 8 && j + pf + t < nk; t++)
+                        __builtin_prefetch(kr[j + pf + t] + d, 0, FL_KV_PF_LOC);
+                __m256 u0 = _mm256_loadu_ps(qt + d * FL_QT);
+                _Pragma("GCC unroll 8")
+                for (int t = 0; t < 8; t++)
+                    a[t] = _mm256_fmadd_ps(_mm256_broadcast_ss(kr[j + t] + d), u0, a[t]);
+            }
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < 8; t++) {
+                _mm256_storeu_ps(r, _mm256_mul_ps(a[t], sc));
+                for (int i = 0; i < nq; i++)
+                    s[(size_t)i * lds + j + t] = r[i];
+            }
+        }
     for (; j + 4 <= nk; j += 4) {
         const float *k0 = kr[j], *k1 = kr[j + 1], *k2 = kr[j + 2], *k3 = kr[j + 3];
         __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
