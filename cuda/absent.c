@@ -53,3 +53,20 @@ void fl_cuda_get_stats(const fl_backend *b, fl_cuda_stats *s)
     (void)b;
     memset(s, 0, sizeof *s);
 }
+
+int fl_cuda_moe_stats_get(const fl_backend *b, fl_cuda_moe_stats *st, fl_err *e)
+{
+    (void)b;
+    memset(st, 0, sizeof *st);
+    return fl_err_set(e, FL_EUNSUPPORTED, "this build has no CUDA backend");
+}
+
+int fl_cuda_force_routes(fl_backend *b, const int32_t *ids, const float *w, int ld_tokens,
+                         fl_err *e)
+{
+    (void)b;
+    (void)ids;
+    (void)w;
+    (void)ld_tokens;
+    return fl_err_set(e, FL_EUNSUPPORTED, "this build has no CUDA backend");
+}

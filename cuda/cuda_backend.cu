@@ -81,6 +81,14 @@ typedef struct flc_layer {
     float *mlp_norm;  /* (H) */
     float *q_norm;    /* (hd) or NULL */
     float *k_norm;    /* (hd) or NULL */
+    /* a mixture-of-experts layer (wgu, wdown unused) */
+    bool moe;
+    const float *router; /* (E, H) f32 */
+    const float *ebias;  /* (E) f32, or NULL */
+    flc_mat *egu;        /* (E) host array: each expert's (2 mi, H), gate rows then up rows */
+    flc_mat *edown;      /* (E) (H, mi) */
+    flc_mat sgu, sdown;  /* the shared expert ((2 smi, H), (H, smi)) when shared */
+    bool shared;
 } flc_layer;
 
 typedef struct flc_graph {
@@ -126,8 +134,8 @@ typedef struct flc {
     float *qkv;     /* (T, qkvd) */
     flc_bf16 *kvo;  /* (T, 2, kvh, hd) */
     flc_bf16 *att;  /* (T, qd) */
-    float *gu;      /* (T, 2 NI) */
-    flc_bf16 *hb;   /* (T, NI) */
+    float *gu;      /* (T, 2 NIm) */
+    flc_bf16 *hb;   /* (T, NIm); NIm = the larger of NI and the shared expert's width */
     float *logits;  /* (head_rows, V) */
     flc_lse *lse;   /* (head_rows, V / FLC_VCHUNK) */
     flc_tok *tok_d; /* (T) */
@@ -164,6 +172,31 @@ typedef struct flc {
     char kt_name[FLC_KT_LABELS][64];
     double kt_ms[FLC_KT_LABELS];
     long long kt_calls[FLC_KT_LABELS], kt_forwards;
+    /* mixture of experts (moe), all on the device (flc_moe): A = max_tokens x top_k
+     * assignments of a token to an expert */
+    bool moe;
+    int E, K, mi, smi, NIm;
+    flc_route route;
+    bool egu_q8, edown_q8; /* the experts' matrices are q8 (else bf16) */
+    float *rlog;      /* (T, E) router logits */
+    int32_t *rid_d;   /* (A) each token's experts, best first */
+    float *rw_d;      /* (A) and their weights */
+    int32_t *eoff_d;  /* (n_layers, E + 2) each expert's first assignment, per layer */
+    size_t moe_bytes_all, moe_fixed; /* all experts, shared and routers; shared and routers */
+    size_t egu_bytes, edown_bytes;   /* one routed expert's two matrices */
+    int32_t *atok_d;  /* (A) the token of each assignment, in expert order */
+    int32_t *apos_d;  /* (A) where token t's k-th expert's row is */
+    flc_bf16 *xg;     /* (A, H) the normed rows in expert order */
+    flc_bf16 *eh;     /* (A, mi) SwiGLU of each assignment */
+    float *ey;        /* (A, H) each assignment's expert output */
+    float *sy;        /* (T, H) the shared expert's output */
+    flc_emat *emats;  /* (n_layers, 2, E): layer l's experts' gate|up, then down */
+    /* fl_cuda_force_routes: the routes of the next forward (eager), and pinned staging */
+    const int32_t *force_ids;
+    const float *force_w;
+    int force_ld;
+    int32_t *rid_h;   /* pinned (A) */
+    float *rw_h;      /* pinned (A) */
     flc_graph gr[FLC_GRAPHS];
     unsigned long long gclock;
     fl_cuda_stats stats;
@@ -323,6 +356,7 @@ static int flc_gemm_warm(flc *c, fl_err *e)
     const flc_dims d = c->d;
     const flc_layer *ly = &c->layers[0];
     int H = d.H, NI = d.NI;
+    bool mlp = !ly->moe; /* a MoE layer 0 (SDAR-MoE) has no dense MLP to warm */
     for (int m = 16; m <= c->base.max_tokens; m = flc_pad_rows(m + 1)) {
         int rc;
         if (m > c->skinny_rows) { /* rows <= skinny_rows never reach cuBLAS */
@@ -330,10 +364,10 @@ static int flc_gemm_warm(flc *c, fl_err *e)
                                "warm-up: q|k|v projection", 0, e)) ||
                 (rc = flc_gemm(c, c->x, H, c->att, d.qd, m, &ly->wo, H, d.qd, FLC_MM_ACC,
                                "warm-up: o projection", 0, e)) ||
-                (rc = flc_gemm(c, c->gu, 2 * NI, c->xb, H, m, &ly->wgu, 2 * NI, H, FLC_MM_STORE,
-                               "warm-up: gate|up projection", 0, e)) ||
-                (rc = flc_gemm(c, c->x, H, c->hb, NI, m, &ly->wdown, H, NI, FLC_MM_ACC,
-                               "warm-up: down projection", 0, e)))
+                (mlp && (rc = flc_gemm(c, c->gu, 2 * NI, c->xb, H, m, &ly->wgu, 2 * NI, H,
+                                       FLC_MM_STORE, "warm-up: gate|up projection", 0, e))) ||
+                (mlp && (rc = flc_gemm(c, c->x, H, c->hb, NI, m, &ly->wdown, H, NI, FLC_MM_ACC,
+                                       "warm-up: down projection", 0, e))))
                 return rc;
             if (m <= c->head_rows &&
                 (rc = flc_gemm(c, c->logits, d.V, c->xb, H, m, &c->lm_head, d.V, H, FLC_MM_STORE,
@@ -534,6 +568,99 @@ static int flc_plan_batch(flc *c, const fl_batch *bt, bool want_out, bool pad_ou
     return 0;
 }
 
+/* One SwiGLU MLP of m rows: hb (m, ni) = silu(x gate^T) * (x up^T), then y (m, H) = or +=
+ * hb down^T (mode). gu/hb: its scratch rows. */
+static int flc_mlp(flc *c, float *y, int mode, const flc_bf16 *x, int m, const flc_mat *wgu,
+                   const flc_mat *wdown, int ni, float *gu, flc_bf16 *hb, int layer, fl_err *e)
+{
+    const int H = c->d.H;
+    int rc;
+    if (m <= c->skinny_rows && H % 8 == 0) {
+        FLC_L(wgu->q ? flc_skinny_q8(NULL, hb, ni, x, H, m, wgu->q, wgu->d, ni, H, FLC_MM_SWIGLU,
+                                     c->st)
+                     : flc_skinny(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, c->st),
+              "gate|up projection + SwiGLU", layer);
+    } else {
+        if ((rc = flc_gemm(c, gu, 2 * ni, x, H, m, wgu, 2 * ni, H, FLC_MM_STORE,
+                           "gate|up projection", layer, e)))
+            return rc;
+        FLC_L(flc_swiglu(hb, gu, m, ni, c->st), "SwiGLU", layer);
+    }
+    return flc_gemm(c, y, H, hb, ni, m, wdown, H, ni, mode, "down projection", layer, e);
+}
+
+/* fl_cuda_force_routes' routes for layer l in place of the device's (an eager forward of a
+ * parity test): the device's own choice is read back and compared first. */
+static int flc_force(flc *c, int l, int T, fl_err *e)
+{
+    const int K = c->K, A = T * K;
+    cudaError_t err = cudaMemcpyAsync(c->rid_h, c->rid_d, (size_t)A * 4, cudaMemcpyDeviceToHost,
+                                      c->st);
+    if (err == cudaSuccess)
+        err = cudaStreamSynchronize(c->st);
+    if (err != cudaSuccess)
+        return flc_fail(c, e, err, "reading the routes back");
+    for (int t = 0; t < T; t++) {
+        const int32_t *fi = c->force_ids + ((size_t)l * c->force_ld + t) * K;
+        const float *fw = c->force_w + ((size_t)l * c->force_ld + t) * K;
+        int32_t *ids = c->rid_h + (size_t)t * K;
+        bool same = true;
+        for (int k = 0; k < K; k++) {
+            bool in = false;
+            for (int j = 0; j < K; j++)
+                in |= fi[j] == ids[k];
+            same &= in;
+        }
+        c->stats.routes++;
+        c->stats.route_diff += !same;
+        memcpy(ids, fi, (size_t)K * sizeof *ids);
+        memcpy(c->rw_h + (size_t)t * K, fw, (size_t)K * sizeof *fw);
+    }
+    if ((err = cudaMemcpyAsync(c->rid_d, c->rid_h, (size_t)A * 4, cudaMemcpyHostToDevice,
+                               c->st)) != cudaSuccess ||
+        (err = cudaMemcpyAsync(c->rw_d, c->rw_h, (size_t)A * 4, cudaMemcpyHostToDevice,
+                               c->st)) != cudaSuccess)
+        return flc_fail(c, e, err, "copying the given routes to the device");
+    return 0;
+}
+
+/* A mixture-of-experts layer's MLP on the T rows of c->xb (normed), added to c->x, all on the
+ * device and the same launches whatever the routing (so graphs capture it): the router
+ * logits from each row's RMSNorm in f32, each token's top_k (engine/moe.c's steps), the
+ * assignments in expert order, the rows gathered, every touched expert's gate|up + SwiGLU in
+ * one launch and its down in another (each expert's weights read once), the shared expert
+ * over every row, and each token's sum in the CPU's order (its experts best first, then the
+ * shared one). */
+static int flc_moe(flc *c, const flc_layer *ly, int l, int T, fl_err *e)
+{
+    const int H = c->d.H, E = c->E, K = c->K, mi = c->mi, A = T * K;
+    const flc_emat *gu = c->emats + (size_t)l * 2 * E, *dn = gu + E;
+    int32_t *eoff = c->eoff_d + (size_t)l * (E + 2);
+    int rc;
+    FLC_L(flc_router(c->rlog, c->x, ly->mlp_norm, ly->router, T, H, E, c->d.eps, c->st),
+          "router logits", l);
+    FLC_L(flc_route_tokens(c->rid_d, c->rw_d, c->rlog, ly->ebias, c->route, T, c->st),
+          "routing (top-k)", l);
+    if (c->force_ids && (rc = flc_force(c, l, T, e)))
+        return rc;
+    FLC_L(flc_moe_assign(eoff, c->atok_d, c->apos_d, c->rid_d, A, K, E, c->st),
+          "assignments in expert order", l);
+    FLC_L(flc_gather_rows(c->xg, c->xb, c->atok_d, A, H, c->st), "gathering rows by expert", l);
+    FLC_L(flc_moe_mm(NULL, c->eh, mi, c->xg, H, gu, c->egu_q8, eoff, E, mi, H,
+                     FLC_MM_SWIGLU, c->st),
+          "experts' gate|up + SwiGLU", l);
+    FLC_L(flc_moe_mm(c->ey, NULL, H, c->eh, mi, dn, c->edown_q8, eoff, E, H, mi,
+                     FLC_MM_STORE, c->st),
+          "experts' down", l);
+    if (ly->shared && (rc = flc_mlp(c, c->sy, FLC_MM_STORE, c->xb, T, &ly->sgu, &ly->sdown,
+                                    c->smi, c->gu, c->hb, l, e)))
+        return rc;
+    FLC_L(flc_moe_combine(c->x, c->ey, c->apos_d, c->rw_d, ly->shared ? c->sy : NULL, T, K, H,
+                          c->st),
+          "summing the experts' outputs", l);
+    return 0;
+}
+
 /* Enqueues the whole forward on c->st (eagerly, or into a capture). logits: the caller's
  * (T, V) buffer, rows copied out per lm_head pass (eager only). */
 static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
@@ -564,6 +691,11 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
             return rc;
         FLC_L(flc_rmsnorm(c->xb, c->x, ly->mlp_norm, NULL, T, H, d.eps, st),
               "post-attention RMSNorm", l);
+        if (ly->moe) {
+            if ((rc = flc_moe(c, ly, l, T, e)))
+                return rc;
+            continue;
+        }
         if (T <= c->skinny_rows && H % 8 == 0) {
             FLC_L(ly->wgu.q ? flc_skinny_q8(NULL, c->hb, NI, c->xb, H, T, ly->wgu.q, ly->wgu.d, NI,
                                             H, FLC_MM_SWIGLU, st)
@@ -617,7 +749,7 @@ static void flc_graphs_off(flc *c, const char *why, cudaError_t err)
 /* Runs the plan through the graph cache: replay, capture (second sighting), or eager. */
 static int flc_run(flc *c, const flc_plan *p, float *logits, fl_err *e)
 {
-    if (!c->graphs || c->sync_debug || logits) {
+    if (!c->graphs || c->sync_debug || logits || c->force_ids) {
         c->stats.eager++;
         return flc_enqueue(c, p, logits, e);
     }
@@ -687,8 +819,8 @@ static int flc_run(flc *c, const flc_plan *p, float *logits, fl_err *e)
     return 0;
 }
 
-static int flc_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float *logits,
-                       fl_err *e)
+static int flc_forward_impl(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float *logits,
+                            fl_err *e)
 {
     flc *c = (flc *)b->impl;
     int rc = fl_batch_check(&c->base, &c->cfg, bt, e);
@@ -850,6 +982,15 @@ static int flc_page_write(fl_backend *b, int32_t page, const void *src, fl_err *
 
 /* ---------------------------------------------------------------- create / destroy */
 
+/* The forward; routes forced by fl_cuda_force_routes serve this one forward only. */
+static int flc_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float *logits,
+                       fl_err *e)
+{
+    int rc = flc_forward_impl(b, bt, out, logits, e);
+    ((flc *)b->impl)->force_ids = NULL;
+    return rc;
+}
+
 static void flc_destroy(fl_backend *b)
 {
     if (!b)
@@ -898,7 +1039,13 @@ static void flc_destroy(fl_backend *b)
         pthread_mutex_destroy(&c->wr_mu);
     }
     free(c->page_wseq);
+    for (int l = 0; c->layers && l < c->cfg.n_layers; l++) {
+        free(c->layers[l].egu);
+        free(c->layers[l].edown);
+    }
     free(c->layers);
+    cudaFreeHost(c->rid_h);
+    cudaFreeHost(c->rw_h);
     fl_wplan_free(&c->wplan);
     free(c);
 }
@@ -919,7 +1066,9 @@ static size_t flc_q8_mat_bytes(void *ctx, fl_wrole role, size_t rows, size_t col
 {
     (void)ctx;
     if (cols % 32 || (role != FL_W_QKV && role != FL_W_O && role != FL_W_GATE_UP &&
-                      role != FL_W_DOWN && role != FL_W_LM_HEAD))
+                      role != FL_W_DOWN && role != FL_W_LM_HEAD && role != FL_W_EXPERT_GATE_UP &&
+                      role != FL_W_EXPERT_DOWN && role != FL_W_SHARED_GATE_UP &&
+                      role != FL_W_SHARED_DOWN))
         return 0;
     return flc_q8_scales_at(rows, cols) + rows * (cols / 32) * 2;
 }
@@ -938,7 +1087,7 @@ static flc_mat flc_mat_at(const fl_wslot *s, char *at)
 
 static void flc_place_weights(flc *c, const fl_wplan *p, char *base)
 {
-    c->stream_bytes = 0;
+    c->stream_bytes = c->moe_bytes_all = c->moe_fixed = 0;
     for (int i = 0; i < p->n; i++) {
         const fl_wslot *s = &p->slot[i];
         flc_layer *ly = s->layer >= 0 ? &c->layers[s->layer] : NULL;
@@ -957,20 +1106,39 @@ static void flc_place_weights(flc *c, const fl_wplan *p, char *base)
         case FL_W_LM_HEAD: c->lm_head = flc_mat_at(s, at); break;
         case FL_W_FINAL_NORM: c->final_norm = (float *)at; break;
         case FL_W_ROPE: c->inv_freq = (double *)at; break;
+        case FL_W_ROUTER: ly->router = (const float *)at; break;
+        case FL_W_EXPERT_BIAS: ly->ebias = (const float *)at; break;
+        case FL_W_EXPERT_GATE_UP: ly->egu[s->expert] = flc_mat_at(s, at); break;
+        case FL_W_EXPERT_DOWN: ly->edown[s->expert] = flc_mat_at(s, at); break;
+        case FL_W_SHARED_GATE_UP: ly->sgu = flc_mat_at(s, at); ly->shared = true; break;
+        case FL_W_SHARED_DOWN: ly->sdown = flc_mat_at(s, at); break;
         default: abort();
         }
-        /* what a forward streams: every projection and the head, tied or not */
+        /* what a forward streams: every projection and the head, tied or not; with experts,
+         * all of them (a forward reads those its tokens go to: fl_cuda_moe_stats_get) */
+        size_t sb = s->elem ? s->rows * s->cols * s->elem
+                            : flc_q8_mat_bytes(c, s->role, s->rows, s->cols);
+        bool routed = s->role == FL_W_EXPERT_GATE_UP || s->role == FL_W_EXPERT_DOWN;
+        bool fixed = s->role == FL_W_ROUTER || s->role == FL_W_SHARED_GATE_UP ||
+                     s->role == FL_W_SHARED_DOWN;
         if (s->role == FL_W_QKV || s->role == FL_W_O || s->role == FL_W_GATE_UP ||
-            s->role == FL_W_DOWN || s->role == FL_W_LM_HEAD)
-            c->stream_bytes += s->elem ? s->rows * s->cols * s->elem
-                                       : flc_q8_mat_bytes(c, s->role, s->rows, s->cols);
+            s->role == FL_W_DOWN || s->role == FL_W_LM_HEAD || routed || fixed)
+            c->stream_bytes += sb;
+        if (routed || fixed)
+            c->moe_bytes_all += sb;
+        if (fixed)
+            c->moe_fixed += sb;
+        if (s->role == FL_W_EXPERT_GATE_UP)
+            c->egu_bytes = sb;
+        if (s->role == FL_W_EXPERT_DOWN)
+            c->edown_bytes = sb;
     }
 }
 
 static void flc_place_acts(flc *c, fl_bump *b)
 {
     const flc_dims *d = &c->d;
-    size_t T = (size_t)c->base.max_tokens, H = (size_t)d->H, NI = (size_t)d->NI;
+    size_t T = (size_t)c->base.max_tokens, H = (size_t)d->H, NI = (size_t)c->NIm;
     size_t V = (size_t)d->V, HR = (size_t)c->head_rows;
     c->x = (float *)fl_bump_take(b, T * H * 4);
     c->xb = (flc_bf16 *)fl_bump_take(b, T * H * 2);
@@ -984,6 +1152,20 @@ static void flc_place_acts(flc *c, fl_bump *b)
     c->tok_d = (flc_tok *)fl_bump_take(b, T * sizeof(flc_tok));
     c->part = (float *)fl_bump_take(b, c->part_floats * 4);
     c->wdq = c->wdq_elems ? (flc_bf16 *)fl_bump_take(b, c->wdq_elems * 2) : NULL;
+    if (c->moe) {
+        size_t E = (size_t)c->E, A = T * (size_t)c->K, mi = (size_t)c->mi;
+        c->rlog = (float *)fl_bump_take(b, T * E * 4);
+        c->rid_d = (int32_t *)fl_bump_take(b, A * 4);
+        c->rw_d = (float *)fl_bump_take(b, A * 4);
+        c->eoff_d = (int32_t *)fl_bump_take(b, (size_t)c->cfg.n_layers * (E + 2) * 4);
+        c->atok_d = (int32_t *)fl_bump_take(b, A * 4);
+        c->apos_d = (int32_t *)fl_bump_take(b, A * 4);
+        c->xg = (flc_bf16 *)fl_bump_take(b, A * H * 2);
+        c->eh = (flc_bf16 *)fl_bump_take(b, A * mi * 2);
+        c->ey = (float *)fl_bump_take(b, A * H * 4);
+        c->sy = (float *)fl_bump_take(b, T * H * 4);
+        c->emats = (flc_emat *)fl_bump_take(b, (size_t)c->cfg.n_layers * 2 * E * sizeof(flc_emat));
+    }
 }
 
 /* Uploads rows [r0, r0 + rows) of the weight matrix held by tensor t (cols columns; a float
@@ -1106,6 +1288,30 @@ static int flc_upload_weights(flc *c, const fl_wplan *p, fl_err *e)
     return rc;
 }
 
+/* The experts' matrices of every MoE layer into c->emats (the grouped kernel's table), and
+ * which format they are in. */
+static cudaError_t flc_upload_emats(flc *c)
+{
+    size_t E = (size_t)c->E, L = (size_t)c->cfg.n_layers;
+    flc_emat *h = (flc_emat *)calloc(L * 2 * E, sizeof *h);
+    if (!h)
+        return cudaErrorMemoryAllocation;
+    for (size_t l = 0; l < L; l++) {
+        const flc_layer *ly = &c->layers[l];
+        for (size_t x = 0; ly->moe && x < E; x++) {
+            h[(l * 2) * E + x] = (flc_emat){ly->egu[x].w, ly->egu[x].q, ly->egu[x].d};
+            h[(l * 2 + 1) * E + x] = (flc_emat){ly->edown[x].w, ly->edown[x].q, ly->edown[x].d};
+        }
+        if (ly->moe) {
+            c->egu_q8 = ly->egu[0].q != NULL;
+            c->edown_q8 = ly->edown[0].q != NULL;
+        }
+    }
+    cudaError_t err = cudaMemcpy(c->emats, h, L * 2 * E * sizeof *h, cudaMemcpyHostToDevice);
+    free(h);
+    return err;
+}
+
 static int flc_env_int(const char *name, int def, int lo, int hi)
 {
     const char *s = getenv(name);
@@ -1192,12 +1398,23 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     const fl_config *cf = &m->cfg;
     if (!m->weights || !m->embed || !m->lm_head || !m->final_norm || !m->layers)
         return fl_err_set(e, FL_EINVAL, "cuda backend: the model was loaded without weights");
-    /* mixture-of-experts layers, LLaDA2's fused q|k|v and partial rotary: the CPU's (the GPU
-     * issue brings them to CUDA) */
-    if (cf->moe.router != FL_ROUTER_NONE || cf->fused_qkv || fl_config_rotary_dim(cf) != cf->head_dim)
+    /* mixture-of-experts layers, LLaDA2's fused q|k|v and partial rotary: compiled, not yet
+     * run on a GPU, so opt-in (FL_CUDA_MOE=1) until tests/gpu/run.sh's MoE parity has passed
+     * on one (docs/cuda.md) */
+    bool moe = cf->moe.router != FL_ROUTER_NONE;
+    if ((moe || cf->fused_qkv || fl_config_rotary_dim(cf) != cf->head_dim) &&
+        flc_env_int("FL_CUDA_MOE", 0, 0, 1) != 1)
         return fl_err_set(e, FL_EUNSUPPORTED,
-                          "cuda backend: %s models (mixture of experts) run on the CPU backend only",
+                          "cuda backend: %s models (mixture of experts) on CUDA are not yet "
+                          "verified on a GPU: use the CPU backend, or set FL_CUDA_MOE=1 to try them",
                           fl_family_name(cf->family));
+    if (moe && (cf->hidden > 12288 || cf->hidden % 8 || cf->moe.inter % 8 ||
+                cf->moe.n_experts <= 0 || cf->moe.n_experts > 1024 || cf->moe.top_k <= 0 ||
+                cf->moe.top_k > cf->moe.n_experts || cf->moe.n_group <= 0))
+        return fl_err_set(e, FL_EUNSUPPORTED, "cuda backend: unsupported mixture of experts "
+                          "(hidden %d, expert width %d: multiples of 8, hidden at most 12288; "
+                          "%d experts: at most 1024; top %d)", cf->hidden, cf->moe.inter,
+                          cf->moe.n_experts, cf->moe.top_k);
     if (o->n_pages < 0 || o->max_tokens <= 0)
         return fl_err_set(e, FL_EINVAL, "cuda backend: bad options (n_pages %d, max_tokens %d)",
                           o->n_pages, o->max_tokens);
@@ -1253,6 +1470,20 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     d->kvd = cf->n_kv_heads * cf->head_dim;
     d->qkvd = d->qd + 2 * d->kvd;
     d->NI = cf->intermediate;
+    d->rd = fl_config_rotary_dim(cf);
+    c->moe = moe;
+    c->NIm = d->NI;
+    if (moe) {
+        c->E = cf->moe.n_experts;
+        c->K = cf->moe.top_k;
+        c->mi = cf->moe.inter;
+        c->smi = cf->moe.inter * cf->moe.n_shared;
+        if (c->smi > c->NIm)
+            c->NIm = c->smi;
+        c->route = (flc_route){c->E, c->K, cf->moe.n_group, cf->moe.topk_group,
+                               cf->moe.router == FL_ROUTER_SOFTMAX, cf->moe.norm_topk,
+                               cf->moe.scaling};
+    }
     d->V = cf->vocab;
     d->B = cf->block_size;
     d->rep = cf->n_heads / cf->n_kv_heads;
@@ -1299,6 +1530,17 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     if (!(c->layers = (flc_layer *)calloc((size_t)cf->n_layers, sizeof *c->layers))) {
         rc = fl_err_set(e, FL_ENOMEM, "cuda backend: out of host memory");
         goto fail;
+    }
+    for (int l = 0; moe && l < cf->n_layers; l++) {
+        flc_layer *ly = &c->layers[l];
+        if (!(ly->moe = fl_config_layer_moe(cf, l)))
+            continue;
+        ly->egu = (flc_mat *)calloc((size_t)c->E, sizeof *ly->egu);
+        ly->edown = (flc_mat *)calloc((size_t)c->E, sizeof *ly->edown);
+        if (!ly->egu || !ly->edown) {
+            rc = fl_err_set(e, FL_ENOMEM, "cuda backend: out of host memory");
+            goto fail;
+        }
     }
 #define CK(call, what)                                                                       \
     do {                                                                                     \
@@ -1397,6 +1639,12 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
        "cudaMallocHost of the output buffer");
     CK(cudaMallocHost((void **)&c->stage_r, c->page_dev_bytes), "cudaMallocHost of a page buffer");
     CK(cudaMallocHost((void **)&c->stage_w, c->page_dev_bytes), "cudaMallocHost of a page buffer");
+    if (moe) {
+        size_t A = (size_t)o->max_tokens * (size_t)c->K;
+        CK(cudaMallocHost((void **)&c->rid_h, A * 4), "cudaMallocHost of the routes");
+        CK(cudaMallocHost((void **)&c->rw_h, A * 4), "cudaMallocHost of the routes");
+        CK(flc_upload_emats(c), "uploading the experts' matrix table");
+    }
     if (!(c->page_wseq = (long long *)malloc((size_t)c->base.n_pages * sizeof(long long)))) {
         rc = fl_err_set(e, FL_ENOMEM, "cuda backend: out of host memory");
         goto fail;
@@ -1441,6 +1689,56 @@ extern "C" const char *fl_cuda_describe(const fl_backend *b)
 extern "C" size_t fl_cuda_weight_stream_bytes(const fl_backend *b)
 {
     return b && b->ops == &flc_ops ? ((const flc *)b->impl)->stream_bytes : 0;
+}
+
+extern "C" int fl_cuda_moe_stats_get(const fl_backend *b, fl_cuda_moe_stats *st, fl_err *e)
+{
+    memset(st, 0, sizeof *st);
+    if (!b || b->ops != &flc_ops || !((const flc *)b->impl)->moe)
+        return fl_err_set(e, FL_EINVAL, "cuda: fl_cuda_moe_stats_get: not a CUDA backend of a "
+                          "mixture-of-experts model");
+    const flc *c = (const flc *)b->impl;
+    size_t E = (size_t)c->E, L = (size_t)c->cfg.n_layers;
+    int32_t *h = (int32_t *)malloc(L * (E + 2) * sizeof *h);
+    if (!h)
+        return fl_err_set(e, FL_ENOMEM, "cuda: out of host memory");
+    cudaError_t err = cudaSetDevice(c->dev);
+    if (err == cudaSuccess)
+        err = cudaStreamSynchronize(c->st);
+    if (err == cudaSuccess)
+        err = cudaMemcpy(h, c->eoff_d, L * (E + 2) * sizeof *h, cudaMemcpyDeviceToHost);
+    if (err != cudaSuccess) {
+        free(h);
+        return flc_cuda_err(e, err, "reading the experts' assignments");
+    }
+    st->expert_bytes_all = (long long)c->moe_bytes_all;
+    st->expert_bytes = (long long)c->moe_fixed;
+    for (size_t l = 0; l < L; l++) {
+        if (!c->layers[l].moe)
+            continue;
+        st->moe_layers++;
+        for (size_t x = 0; x < E; x++)
+            if (h[l * (E + 2) + x + 1] > h[l * (E + 2) + x]) {
+                st->touched++;
+                st->expert_bytes += (long long)(c->egu_bytes + c->edown_bytes);
+            }
+    }
+    free(h);
+    return 0;
+}
+
+extern "C" int fl_cuda_force_routes(fl_backend *b, const int32_t *ids, const float *w,
+                                    int ld_tokens, fl_err *e)
+{
+    if (!b || b->ops != &flc_ops || !((flc *)b->impl)->moe || !ids || !w ||
+        ld_tokens < b->max_tokens)
+        return fl_err_set(e, FL_EINVAL, "cuda: fl_cuda_force_routes: not a CUDA backend of a "
+                          "mixture-of-experts model, or no routes");
+    flc *c = (flc *)b->impl;
+    c->force_ids = ids;
+    c->force_w = w;
+    c->force_ld = ld_tokens;
+    return 0;
 }
 
 extern "C" void fl_cuda_get_stats(const fl_backend *b, fl_cuda_stats *s)

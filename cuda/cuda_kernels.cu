@@ -172,12 +172,74 @@ __global__ void k_qkv_post(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const floa
     }
 }
 
+/* k_qkv_post with partial rotary (d.rd < d.hd): thread i < hd holds element i; the norm
+ * over all hd, then the pairs (i, i + rd/2) of the first rd dims rotate through shared
+ * memory, as the CPU's fl_rope over rd (engine/cpu/kernels.c). */
+__global__ void k_qkv_post_part(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const float *bias,
+                                const float *qn, const float *kn, const double *inv_freq,
+                                flc_meta m, flc_dims d, int layer)
+{
+    __shared__ double sh[32];
+    __shared__ float el[FLC_HD_MAX];
+    const int t = blockIdx.x, hh = blockIdx.y, i = threadIdx.x, rh = d.rd / 2;
+    const int col = hh * d.hd;
+    float *v = qkv + (size_t)t * d.qkvd + col;
+    const bool on = i < d.hd;
+    float a = 0.f;
+    if (on) {
+        a = v[i];
+        if (bias)
+            a += bias[col + i];
+    }
+    const bool is_v = hh >= d.nh + d.kvh;
+    if (!is_v) {
+        const float *nw = hh < d.nh ? qn : kn;
+        if (nw) {
+            double ss = on ? (double)a * a : 0.0;
+            ss = flc_block_sum_d(ss, sh);
+            float r = (float)(1.0 / sqrt(ss / d.hd + (double)d.eps));
+            if (on)
+                a = nw[i] * (a * r);
+        }
+        if (on)
+            el[i] = a;
+        __syncthreads();
+        if (i < d.rd) {
+            const int j = i < rh ? i : i - rh; /* the pair's frequency */
+            double ang = (double)m.tok_pos[t] * inv_freq[j];
+            float c = (float)cos(ang), sn = (float)sin(ang);
+            a = i < rh ? a * c - el[i + rh] * sn : a * c + el[j] * sn;
+        }
+    }
+    if (!on)
+        return;
+    if (hh < d.nh) {
+        v[i] = a;
+        return;
+    }
+    const int kv = is_v ? 1 : 0, g = hh - d.nh - kv * d.kvh;
+    const flc_bf16 ha = __float2bfloat16_rn(a);
+    kvo[(((size_t)t * 2 + kv) * d.kvh + g) * d.hd + i] = ha;
+    const int pg = m.tok_store[t];
+    if (pg >= 0) {
+        const int slot = m.tok_pos[t] % d.B;
+        pool[(size_t)pg * d.page_elems +
+             ((((size_t)layer * 2 + kv) * d.kvh + g) * d.B + slot) * d.hd + i] = ha;
+    }
+}
+
 cudaError_t flc_qkv_post(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const float *bias,
                          const float *qn, const float *kn, const double *inv_freq, flc_meta m,
                          flc_dims d, int layer, int T, cudaStream_t s)
 {
-    int threads = (d.hd / 2 + 31) / 32 * 32;
     dim3 grid((unsigned)T, (unsigned)(d.nh + 2 * d.kvh));
+    if (d.rd < d.hd) {
+        int threads = (d.hd + 31) / 32 * 32;
+        k_qkv_post_part<<<grid, threads, 0, s>>>(qkv, kvo, pool, bias, qn, kn, inv_freq, m, d,
+                                                 layer);
+        return cudaGetLastError();
+    }
+    int threads = (d.hd / 2 + 31) / 32 * 32;
     k_qkv_post<<<grid, threads, 0, s>>>(qkv, kvo, pool, bias, qn, kn, inv_freq, m, d, layer);
     return cudaGetLastError();
 }
@@ -649,16 +711,13 @@ __device__ __forceinline__ void flc_skinny_out(float (&acc)[NW][R], int lane, fl
  * in flight per lane, then the warp sums its lanes. The weights are read once, streaming
  * (__ldcs: not kept in the caches); X's few rows stay in L1/L2. */
 template <int R, int MODE>
-__global__ void __launch_bounds__(128)
-k_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
-         const flc_bf16 *__restrict__ w, int n, int k)
+__device__ __forceinline__ void flc_skinny_col(float *y, flc_bf16 *yh, int ldy,
+                                               const flc_bf16 *__restrict__ x, int ldx, int m,
+                                               const flc_bf16 *__restrict__ w, int n, int k,
+                                               int j, int lane)
 {
     constexpr int NW = MODE == FLC_MM_SWIGLU ? 2 : 1;
     constexpr int U = 4;
-    const int lane = threadIdx.x & 31;
-    const int j = blockIdx.x * 4 + (threadIdx.x >> 5);
-    if (j >= n)
-        return;
     const int k8 = k >> 3;
     const uint4 *wr[NW];
     wr[0] = reinterpret_cast<const uint4 *>(w + (size_t)j * k);
@@ -704,6 +763,16 @@ k_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ld
         }
     }
     flc_skinny_out<R, NW, MODE>(acc, lane, y, yh, ldy, m, j);
+}
+
+template <int R, int MODE>
+__global__ void __launch_bounds__(128)
+k_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
+         const flc_bf16 *__restrict__ w, int n, int k)
+{
+    const int j = blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (j < n)
+        flc_skinny_col<R, MODE>(y, yh, ldy, x, ldx, m, w, n, k, j, threadIdx.x & 31);
 }
 
 template <int MODE>
@@ -754,16 +823,14 @@ __device__ __forceinline__ void flc_unpack16_i8(const uint4 &raw, float *f)
  * piece c is 16 quants of row j (group c / 2, whose scale multiplies the piece's sum), read
  * once, streaming. k % 32 == 0. */
 template <int R, int MODE>
-__global__ void __launch_bounds__(128)
-k_skinny_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
-            const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd, int n, int k)
+__device__ __forceinline__ void flc_skinny_q8_col(float *y, flc_bf16 *yh, int ldy,
+                                                  const flc_bf16 *__restrict__ x, int ldx, int m,
+                                                  const int8_t *__restrict__ wq,
+                                                  const uint16_t *__restrict__ wd, int n, int k,
+                                                  int j, int lane)
 {
     constexpr int NW = MODE == FLC_MM_SWIGLU ? 2 : 1;
     constexpr int U = 4;
-    const int lane = threadIdx.x & 31;
-    const int j = blockIdx.x * 4 + (threadIdx.x >> 5);
-    if (j >= n)
-        return;
     const int k16 = k >> 4, G = k >> 5;
     const uint4 *wr[NW];
     const __half *dr[NW];
@@ -820,6 +887,16 @@ k_skinny_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int
         }
     }
     flc_skinny_out<R, NW, MODE>(acc, lane, y, yh, ldy, m, j);
+}
+
+template <int R, int MODE>
+__global__ void __launch_bounds__(128)
+k_skinny_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
+            const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd, int n, int k)
+{
+    const int j = blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (j < n)
+        flc_skinny_q8_col<R, MODE>(y, yh, ldy, x, ldx, m, wq, wd, n, k, j, threadIdx.x & 31);
 }
 
 template <int MODE>
@@ -1029,6 +1106,286 @@ cudaError_t flc_top1(flc_tok *out, flc_lse *lse, const float *logits, int rows, 
     if (err != cudaSuccess)
         return err;
     k_top1_merge<<<(rows + 63) / 64, 64, 0, s>>>(out, lse, rows, nch);
+    return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- mixture of experts */
+
+/* Block t: the token's RMSNorm in f32 into shared memory, then a warp per expert. */
+__global__ void k_router(float *lg, const float *x, const float *nw, const float *R, int H, int E,
+                         float eps)
+{
+    extern __shared__ float xn[];
+    __shared__ double sh[32];
+    const int t = blockIdx.x;
+    const float *xr = x + (size_t)t * H;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < H; i += blockDim.x)
+        ss += (double)xr[i] * xr[i];
+    ss = flc_block_sum_d(ss, sh);
+    float r = (float)(1.0 / sqrt(ss / H + (double)eps));
+    for (int i = threadIdx.x; i < H; i += blockDim.x)
+        xn[i] = nw[i] * (xr[i] * r);
+    __syncthreads();
+    const int lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
+    for (int e = threadIdx.x >> 5; e < E; e += nwarp) {
+        const float *re = R + (size_t)e * H;
+        float acc = 0.f;
+        for (int i = lane; i < H; i += 32)
+            acc = fmaf(xn[i], re[i], acc);
+        for (int o = 16; o; o >>= 1)
+            acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0)
+            lg[(size_t)t * E + e] = acc;
+    }
+}
+
+cudaError_t flc_router(float *logits, const float *x, const float *norm_w, const float *router,
+                       int T, int H, int E, float eps, cudaStream_t s)
+{
+    if (T <= 0)
+        return cudaSuccess;
+    size_t shm = (size_t)H * sizeof(float);
+    if (shm > 48 * 1024)
+        return cudaErrorInvalidValue; /* create admits hidden <= 12288 */
+    k_router<<<T, 256, shm, s>>>(logits, x, norm_w, router, H, E, eps);
+    return cudaGetLastError();
+}
+
+/* engine/moe.c's fl_best and fl_take, on shared arrays, by one thread */
+__device__ int flc_best(const float *v, const float *ok, int n)
+{
+    int b = -1;
+    for (int i = 0; i < n; i++)
+        if (ok[i] != 0 && (b < 0 || v[i] > v[b] || (v[b] != v[b] && v[i] == v[i])))
+            b = i;
+    return b;
+}
+
+__device__ float flc_take(int K, int E, const float *score, float *ok, const float *wt, int32_t *ids,
+                          float *w)
+{
+    float tot = 0;
+    for (int k = 0; k < K; k++) {
+        int b = flc_best(score, ok, E);
+        ok[b] = 0;
+        ids[k] = b;
+        w[k] = wt[b];
+        tot += w[k];
+    }
+    return tot;
+}
+
+/* Block t routes token t as fl_moe_route does (engine/moe.c, the same steps in the same
+ * order; the device's expf may differ from the host's in the last bit): the scores by all
+ * threads, every sum and selection by thread 0. */
+__global__ void k_route(int32_t *rid, float *rw, const float *lg, const float *bias,
+                        flc_route r)
+{
+    extern __shared__ float sm[];
+    const int E = r.E, K = r.K, t = blockIdx.x;
+    float *score = sm, *sel = sm + E, *ok = sm + 2 * E, *gs = sm + 3 * E, *gok = gs + r.G;
+    __shared__ float smx, ssum;
+    const float *l = lg + (size_t)t * E;
+    int32_t *ids = rid + (size_t)t * K;
+    float *w = rw + (size_t)t * K;
+    if (r.softmax) {
+        if (threadIdx.x == 0) {
+            float mx = l[0];
+            for (int i = 1; i < E; i++)
+                mx = l[i] > mx ? l[i] : mx;
+            smx = mx;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < E; i += blockDim.x)
+            score[i] = expf(l[i] - smx);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float sum = 0;
+            for (int i = 0; i < E; i++)
+                sum += score[i];
+            ssum = sum;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < E; i += blockDim.x) {
+            score[i] /= ssum;
+            ok[i] = 1;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float tot = flc_take(K, E, score, ok, score, ids, w);
+            if (r.norm_topk)
+                for (int k = 0; k < K; k++)
+                    w[k] /= tot;
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < E; i += blockDim.x) {
+        score[i] = 1.0f / (1.0f + expf(-l[i]));
+        sel[i] = bias ? score[i] + bias[i] : score[i];
+        ok[i] = 0;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0)
+        return;
+    const int G = r.G, per = E / G;
+    for (int g = 0; g < G; g++) {
+        const float *sg = sel + (size_t)g * per;
+        int a = 0, b = -1;
+        for (int i = 1; i < per; i++)
+            a = sg[i] > sg[a] ? i : a;
+        for (int i = 0; i < per; i++)
+            if (i != a && (b < 0 || sg[i] > sg[b]))
+                b = i;
+        gs[g] = sg[a] + sg[b];
+        gok[g] = 1;
+    }
+    for (int k = 0; k < r.TG; k++) {
+        int g = flc_best(gs, gok, G);
+        gok[g] = 0;
+        for (int i = 0; i < per; i++)
+            ok[(size_t)g * per + i] = 1;
+    }
+    float tot = flc_take(K, E, sel, ok, score, ids, w);
+    for (int k = 0; k < K; k++)
+        w[k] = (K > 1 ? w[k] / (tot + 1e-20f) : w[k]) * r.scaling;
+}
+
+cudaError_t flc_route_tokens(int32_t *rid, float *rw, const float *logits, const float *bias,
+                             flc_route r, int T, cudaStream_t s)
+{
+    if (T <= 0)
+        return cudaSuccess;
+    size_t shm = (3 * (size_t)r.E + 2 * (size_t)r.G) * sizeof(float);
+    k_route<<<T, 128, shm, s>>>(rid, rw, logits, bias, r);
+    return cudaGetLastError();
+}
+
+/* One block: thread e counts expert e's assignments, thread 0 sums the counts into eoff,
+ * then thread e places its assignments in token order (tokens ascending within an expert,
+ * as the CPU). */
+__global__ void k_moe_assign(int32_t *eoff, int32_t *atok, int32_t *apos, const int32_t *rid,
+                             int A, int K, int E)
+{
+    extern __shared__ int32_t so[]; /* (E + 1) */
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int c = 0;
+        for (int a = 0; a < A; a++)
+            c += rid[a] == e;
+        so[e + 1] = c;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        so[0] = 0;
+        for (int e = 0; e < E; e++)
+            so[e + 1] += so[e];
+        for (int e = 0; e <= E; e++)
+            eoff[e] = so[e];
+        eoff[E + 1] = so[E];
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        int at = so[e];
+        for (int a = 0; a < A; a++)
+            if (rid[a] == e) {
+                atok[at] = a / K;
+                apos[a] = at++;
+            }
+    }
+}
+
+cudaError_t flc_moe_assign(int32_t *eoff, int32_t *atok, int32_t *apos, const int32_t *rid,
+                           int A, int K, int E, cudaStream_t s)
+{
+    k_moe_assign<<<1, 1024, (size_t)(E + 1) * sizeof(int32_t), s>>>(eoff, atok, apos, rid, A, K,
+                                                                     E);
+    return cudaGetLastError();
+}
+
+/* Block (b, e): output columns 4b .. 4b + 3 of expert e for its rows [eoff[e], eoff[e + 1])
+ * of x and y, 8 rows at a time (the weights then come from L2 after the first 8); an expert
+ * without rows returns at once. */
+template <int MODE, bool Q8>
+__global__ void __launch_bounds__(128)
+k_moe_mm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx,
+         const flc_emat *mats, const int32_t *eoff, int n, int k)
+{
+    const int e = blockIdx.y, a0 = eoff[e], me = eoff[e + 1] - a0;
+    const int j = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (me <= 0 || j >= n)
+        return;
+    const flc_emat wm = mats[e];
+    for (int r0 = 0; r0 < me; r0 += 8) {
+        const int mm = me - r0 < 8 ? me - r0 : 8;
+        float *yy = y ? y + (size_t)(a0 + r0) * ldy : NULL;
+        flc_bf16 *yyh = yh ? yh + (size_t)(a0 + r0) * ldy : NULL;
+        const flc_bf16 *xx = x + (size_t)(a0 + r0) * ldx;
+        if (Q8)
+            flc_skinny_q8_col<8, MODE>(yy, yyh, ldy, xx, ldx, mm, wm.q, wm.d, n, k, j, lane);
+        else
+            flc_skinny_col<8, MODE>(yy, yyh, ldy, xx, ldx, mm, wm.w, n, k, j, lane);
+    }
+}
+
+cudaError_t flc_moe_mm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
+                       const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
+                       int mode, cudaStream_t s)
+{
+    if (k % (q8 ? 32 : 8) || ldx % 8 || (mode != FLC_MM_STORE && mode != FLC_MM_SWIGLU))
+        return cudaErrorInvalidValue;
+    dim3 grid((unsigned)((n + 3) / 4), (unsigned)E);
+    if (mode == FLC_MM_STORE) {
+        if (q8)
+            k_moe_mm<FLC_MM_STORE, true><<<grid, 128, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff, n, k);
+        else
+            k_moe_mm<FLC_MM_STORE, false><<<grid, 128, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff, n, k);
+    } else {
+        if (q8)
+            k_moe_mm<FLC_MM_SWIGLU, true><<<grid, 128, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff, n, k);
+        else
+            k_moe_mm<FLC_MM_SWIGLU, false><<<grid, 128, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff, n, k);
+    }
+    return cudaGetLastError();
+}
+
+__global__ void k_gather_rows(flc_bf16 *xg, const flc_bf16 *xb, const int32_t *rows, int H)
+{
+    const int a = blockIdx.x;
+    const flc_bf16 *src = xb + (size_t)rows[a] * H;
+    flc_bf16 *dst = xg + (size_t)a * H;
+    for (int i = threadIdx.x; i < H; i += blockDim.x)
+        dst[i] = src[i];
+}
+
+cudaError_t flc_gather_rows(flc_bf16 *xg, const flc_bf16 *xb, const int32_t *rows, int A, int H,
+                            cudaStream_t s)
+{
+    if (A <= 0)
+        return cudaSuccess;
+    k_gather_rows<<<A, 256, 0, s>>>(xg, xb, rows, H);
+    return cudaGetLastError();
+}
+
+__global__ void k_moe_combine(float *x, const float *ey, const int32_t *apos, const float *w,
+                              const float *sy, int K, int H)
+{
+    const int t = blockIdx.x;
+    for (int d = threadIdx.x; d < H; d += blockDim.x) {
+        float acc = 0.f;
+        for (int k = 0; k < K; k++)
+            acc = __fadd_rn(acc, __fmul_rn(w[t * K + k], ey[(size_t)apos[t * K + k] * H + d]));
+        if (sy)
+            acc = __fadd_rn(acc, sy[(size_t)t * H + d]);
+        x[(size_t)t * H + d] += acc;
+    }
+}
+
+cudaError_t flc_moe_combine(float *x, const float *ey, const int32_t *apos, const float *w,
+                            const float *sy, int T, int K, int H, cudaStream_t s)
+{
+    if (T <= 0)
+        return cudaSuccess;
+    k_moe_combine<<<T, 256, 0, s>>>(x, ey, apos, w, sy, K, H);
     return cudaGetLastError();
 }
 

@@ -56,6 +56,7 @@ typedef struct flc_meta {
 
 typedef struct flc_dims {
     int H, nh, kvh, hd, qd, kvd, qkvd, NI, V, B, rep;
+    int rd; /* rotated dims of a head (fl_config_rotary_dim): hd, or fewer (partial rotary) */
     float eps;
     size_t page_elems; /* bf16 elements of one page */
 } flc_dims;
@@ -86,6 +87,9 @@ cudaError_t flc_rmsnorm(flc_bf16 *out, const float *x, const float *w, const int
 cudaError_t flc_qkv_post(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const float *bias,
                          const float *qn, const float *kn, const double *inv_freq, flc_meta m,
                          flc_dims d, int layer, int T, cudaStream_t s);
+
+/* With partial rotary (d.rd < d.hd, LLaDA2) flc_qkv_post rotates the first rd dims of each
+ * q/k head as pairs (i, i + rd/2), after the q/k norm over all hd, and leaves the rest. */
 
 /* Block-causal attention of every query row over its keys: pages for positions before its
  * segment, kvo for the segment's own. Grid: (tiles_bound, kvh, n_splits); with n_splits 1
@@ -126,6 +130,48 @@ cudaError_t flc_swiglu(flc_bf16 *hb, const float *gu, int T, int NI, cudaStream_
  * lse (rows, nchunks), then merged in chunk order into out (rows). */
 cudaError_t flc_top1(flc_tok *out, flc_lse *lse, const float *logits, int rows, int V,
                      cudaStream_t s);
+
+/* Mixture of experts (cuda_backend.cu flc_moe). Router logits (T, E) f32 of each token's
+ * RMSNorm in f32 (norm_w, as the CPU computes the router's input) by router (E, H) f32. */
+cudaError_t flc_router(float *logits, const float *x, const float *norm_w, const float *router,
+                       int T, int H, int E, float eps, cudaStream_t s);
+/* The router of config.h fl_moe, for k_route. */
+typedef struct flc_route {
+    int E, K, G, TG; /* experts, top_k, groups, groups kept (1, 1 for softmax) */
+    int softmax;     /* FL_ROUTER_SOFTMAX, else SIGMOID_GROUPED */
+    int norm_topk;
+    float scaling;
+} flc_route;
+/* Each of the T tokens' top_k experts (rid (T, K), best first) and weights (rw (T, K)) from
+ * its router logits (T, E), as engine/moe.c fl_moe_route computes them; bias (E) or NULL. */
+cudaError_t flc_route_tokens(int32_t *rid, float *rw, const float *logits, const float *bias,
+                             flc_route r, int T, cudaStream_t s);
+/* The A = T K assignments in expert order: eoff (E + 2) the first assignment of each expert
+ * (eoff[E] = eoff[E + 1] = A), atok (A) each one's token, apos (A) where assignment a (token
+ * a / K's k-th expert) went. One block; E <= 1024. */
+cudaError_t flc_moe_assign(int32_t *eoff, int32_t *atok, int32_t *apos, const int32_t *rid,
+                           int A, int K, int E, cudaStream_t s);
+/* An expert's matrix, as the backend holds it: bf16 (w), or q8 (q, d; w NULL). */
+typedef struct flc_emat {
+    const flc_bf16 *w;
+    const int8_t *q;
+    const uint16_t *d;
+} flc_emat;
+/* For each expert e of E with rows [eoff[e], eoff[e + 1]) of x: y = x W_e^T (mode STORE) or
+ * yh = SwiGLU (mode SWIGLU: W_e (2n, k), gate rows then up rows), as flc_skinny computes
+ * each row; mats (E) on the device, all bf16 or all q8 (q8). One launch for every expert:
+ * blocks of experts without rows return at once, so the launch is the same for any routing
+ * (a graph replays it). */
+cudaError_t flc_moe_mm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
+                       const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
+                       int mode, cudaStream_t s);
+/* xg[a] = xb[rows[a]] (H wide, bf16), a < A. */
+cudaError_t flc_gather_rows(flc_bf16 *xg, const flc_bf16 *xb, const int32_t *rows, int A, int H,
+                            cudaStream_t s);
+/* x[t] += (sum over k < K, in order, of w[t K + k] ey[apos[t K + k]]) + sy[t] (sy may be
+ * NULL): each token's experts best first, then the shared expert, as the CPU sums them. */
+cudaError_t flc_moe_combine(float *x, const float *ey, const int32_t *apos, const float *w,
+                            const float *sy, int T, int K, int H, cudaStream_t s);
 
 /* Whether this build's kernels can run on the current device (a device the build has no
  * code for answers cudaErrorNoKernelImageForDevice or cudaErrorInvalidDeviceFunction). */

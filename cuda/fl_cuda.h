@@ -25,6 +25,8 @@
  *                           print the time per kernel label to stderr when the backend is
  *                           destroyed (diagnosis: where a step's time goes)
  *   FL_CUDA_MEM_LIMIT=BYTES pretend the GPU has at most this much free memory (tests)
+ *   FL_CUDA_MOE=1           run mixture-of-experts models (LLaDA2, SDAR-MoE): compiled, not
+ *                           yet verified on a GPU, so refused without it
  *   FL_CUBLAS_LIB=PATH      the cuBLAS library to load (default libcublas.so.13, found as
  *                           the dynamic loader finds it, else in the toolkit of the build) */
 #ifndef FL_CUDA_H
@@ -64,8 +66,23 @@ int fl_cuda_copy_bandwidth(const fl_backend *b, size_t bytes, int reps, double *
                            fl_err *e);
 
 /* Bytes of weights one forward streams (every layer's projections and the lm_head; the
- * embedding rows it looks up are not counted unless they are the tied lm_head). */
+ * embedding rows it looks up are not counted unless they are the tied lm_head; with experts,
+ * every expert, shared expert and router: a forward reads only those its tokens go to, which
+ * fl_cuda_moe_stats_get says). */
 size_t fl_cuda_weight_stream_bytes(const fl_backend *b);
+
+/* A mixture-of-experts model's last forward (fl_cuda_moe_stats_get): as the CPU's
+ * fl_cpu_moe_stats. */
+typedef struct fl_cuda_moe_stats {
+    int moe_layers;           /* layers with experts */
+    long long touched;        /* routed experts at least one token went to, summed over layers */
+    long long expert_bytes;   /* bytes of expert weights it read: the touched experts, shared
+                                 experts and routers, each once */
+    long long expert_bytes_all; /* bytes of every expert, shared expert and router held */
+} fl_cuda_moe_stats;
+/* Waits for b's forwards and reads which experts its last forward touched. FL_EINVAL for
+ * another backend or a dense model. */
+int fl_cuda_moe_stats_get(const fl_backend *b, fl_cuda_moe_stats *st, fl_err *e);
 
 /* Counters since create: forwards run eagerly, replayed from a graph, graphs captured. */
 typedef struct fl_cuda_stats {
@@ -77,8 +94,19 @@ typedef struct fl_cuda_stats {
      * instantiating), and waiting for the stream; forwards and rows (tokens) counted */
     double plan_s, run_s, capture_s, wait_s;
     long long forwards, rows;
+    /* mixture of experts, in forwards whose routes fl_cuda_force_routes gave: the
+     * token-layers routed so, and those where the backend's own choice of experts differed */
+    long long routes, route_diff;
 } fl_cuda_stats;
 void fl_cuda_get_stats(const fl_backend *b, fl_cuda_stats *s);
+
+/* For parity tests of mixture-of-experts models: the next forward of b routes its tokens as
+ * given instead of by its own router logits (ids/w as fl_cpu_routes gives them: (n_layers,
+ * ld_tokens, top_k), best first), counting in route_diff the token-layers where its own
+ * choice of experts differed. Once: the forward after it routes by itself again. The routes
+ * must outlive that forward. FL_EINVAL for another backend or a model without experts. */
+int fl_cuda_force_routes(fl_backend *b, const int32_t *ids, const float *w, int ld_tokens,
+                         fl_err *e);
 
 #ifdef __cplusplus
 }
