@@ -42,6 +42,17 @@ if(FL_CUDA_BUILT)
   add_test(NAME gpu.parity.q8.selftest COMMAND gpu_parity --self-test --q8 ${FL_GPU_MODEL_DIRS})
   set_tests_properties(gpu.parity.q8.selftest PROPERTIES FIXTURES_REQUIRED gpu_models LABELS gpu
                        TIMEOUT 300)
+  # mixture-of-experts models (decode.cmake's LLaDA2 and SDAR-MoE fixtures) with FL_CUDA_MOE=1:
+  # the GPU takes the CPU's routes for each compared batch (fl_cuda_force_routes)
+  set(FL_MOE_DIRS ${CMAKE_BINARY_DIR}/fixtures/dec_llada2 ${CMAKE_BINARY_DIR}/fixtures/dec_sdarmoe)
+  add_test(NAME gpu.parity.moe COMMAND gpu_parity ${FL_MOE_DIRS})
+  set_tests_properties(gpu.parity.moe PROPERTIES
+                       FIXTURES_REQUIRED "llada2_dec_model;sdarmoe_dec_model" LABELS gpu
+                       SKIP_RETURN_CODE 77 TIMEOUT 600 ENVIRONMENT FL_CUDA_MOE=1)
+  add_test(NAME gpu.parity.moe.selftest COMMAND gpu_parity --self-test ${FL_MOE_DIRS})
+  set_tests_properties(gpu.parity.moe.selftest PROPERTIES
+                       FIXTURES_REQUIRED "llada2_dec_model;sdarmoe_dec_model" LABELS gpu
+                       TIMEOUT 300)
   # the big-batch throughput program on the CPU: every sequence of every concurrency finishes
   add_test(NAME gpu.batch.cpu COMMAND gpu_batch --model ${FL_GPU_MODELS}/q3-tiny --device cpu
            --conc 1,6 --prompt 37 --max-tokens 21)
@@ -50,3 +61,5 @@ endif()
 # Label gpu: the Release run only (the sanitizer build would build the same again).
 add_test(NAME gpu.script COMMAND bash ${FL_TESTS_DIR}/gpu/build_check.sh ${CMAKE_BINARY_DIR}/gpu-script)
 set_tests_properties(gpu.script PROPERTIES LABELS gpu TIMEOUT 900)
+# unit.test_cuda_select also checks a mixture-of-experts model (FL_CUDA_MOE)
+set_tests_properties(unit.test_cuda_select PROPERTIES FIXTURES_REQUIRED llada2_dec_model)

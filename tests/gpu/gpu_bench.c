@@ -4,7 +4,12 @@
  * of the step measured in the same run (weight bytes streamed per step / the device copy
  * bandwidth, bytes read plus written per second).
  *
- *   gpu_bench --model DIR [--ctx 512] [--batches 1,64] [--steps 30] [--json PATH]
+ *   gpu_bench --model DIR [--ctx 512] [--batches 1,64] [--steps 30] [--json PATH] [--moe]
+ *
+ * --moe (a mixture-of-experts model: FL_CUDA_MOE=1): the default variant at every batch and
+ * eager at batch 1; a step's floor is the bytes it read (the experts its tokens went to,
+ * fl_cuda_moe_stats_get, plus every other matrix), and the table says how many experts a
+ * layer touched.
  *
  * Variants (each on a new backend): the default (graphs, streaming matmul for <= 8 rows),
  * tensor-core attention (FL_CUDA_ATTN=tc) and q8 weights (its own floor: its bytes) at every
@@ -35,6 +40,7 @@ typedef struct result {
     double med_ms, min_ms, mean_ms, tok_s;
     long long replayed;
     size_t stream; /* weight bytes a step of this variant streams */
+    double touched; /* --moe: routed experts a MoE layer's step touched (last step) */
     char note[200];
     int ok;
 } result;
@@ -43,6 +49,7 @@ typedef struct bench {
     const fl_model *m;
     int B, V, ctx, steps;
     uint32_t lcg;
+    bool moe;
 } bench;
 
 static int32_t rnd_tok(bench *k)
@@ -141,6 +148,11 @@ static int run_variant(bench *k, const char *variant, const char *graphs, const 
             r->mean_ms = sum / k->steps;
             r->tok_s = n / (r->med_ms * 1e-3);
             r->replayed = st1.replayed - st0.replayed;
+            fl_cuda_moe_stats ms_;
+            if (k->moe && fl_cuda_moe_stats_get(b, &ms_, &e) == 0 && ms_.moe_layers) {
+                r->touched = (double)ms_.touched / ms_.moe_layers;
+                r->stream = r->stream - (size_t)ms_.expert_bytes_all + (size_t)ms_.expert_bytes;
+            }
             snprintf(r->note, sizeof r->note, "graphs: %.180s", st1.graphs_note);
             r->ok = 1;
         }
@@ -174,6 +186,8 @@ int main(int argc, char **argv)
             k.steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
+        else if (!strcmp(argv[i], "--moe"))
+            k.moe = true;
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
             n_batches = 0;
             for (char *s = argv[++i]; *s && n_batches < MAX_BATCHES;) {
@@ -186,7 +200,7 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr, "usage: gpu_bench --model DIR [--ctx 512] [--batches 1,64] "
-                            "[--steps 30] [--json PATH]\n");
+                            "[--steps 30] [--json PATH] [--moe]\n");
             return 2;
         }
     }
@@ -219,8 +233,19 @@ int main(int argc, char **argv)
     char scratch[700];
     int one[1] = {1};
     const fl_wformat bf = FL_WEIGHTS_AUTO;
+    if (k.moe && m->cfg.moe.router == FL_ROUTER_NONE) {
+        printf("FAIL bench: --moe: %s has no experts\n", model);
+        fl_model_free(m);
+        return 1;
+    }
+    if (k.moe)
+        setenv("FL_CUDA_MOE", "1", 1);
     fails += run_variant(&k, "graphs, streaming matmul (default)", "1", "8", "", bf, batches,
                          n_batches, res, &n_res, &bw, &stream, desc, sizeof desc) != 0;
+    fails += k.moe ? run_variant(&k, "eager, streaming matmul", "0", "8", "", bf, one, 1, res,
+                                 &n_res, NULL, NULL, scratch, sizeof scratch) != 0
+                   : 0;
+    if (!k.moe) {
     fails += run_variant(&k, "eager, streaming matmul", "0", "8", "", bf, one, 1, res, &n_res,
                          NULL, NULL, scratch, sizeof scratch) != 0;
     fails += run_variant(&k, "graphs, cuBLAS only", "1", "0", "", bf, one, 1, res, &n_res, NULL,
@@ -229,6 +254,7 @@ int main(int argc, char **argv)
                          n_batches, res, &n_res, NULL, NULL, scratch, sizeof scratch) != 0;
     fails += run_variant(&k, "graphs, q8 weights", "1", "8", "", FL_WEIGHTS_Q8, batches,
                          n_batches, res, &n_res, NULL, NULL, scratch, sizeof scratch) != 0;
+    }
     double floor_ms = bw > 0 ? stream / bw * 1e3 : NAN;
     printf("\nbench: model %s: %d layers, hidden %d, vocab %d, block %d; ctx %d cached tokens "
            "per sequence\n", model, m->cfg.n_layers, m->cfg.hidden, m->cfg.vocab, k.B, k.ctx);
@@ -236,8 +262,11 @@ int main(int argc, char **argv)
            "(read + written); floor %.3f ms per step\n", stream / 1e9, bw / 1e9, floor_ms);
     printf("(x floor: against the variant's own bytes: q8's are %.3f GB)\n",
            n_res ? res[n_res - 1].stream / 1e9 : 0.0);
-    printf("%-36s %6s %10s %10s %12s %10s %9s\n", "variant", "batch", "step ms", "min ms",
-           "tokens/s", "x floor", "replayed");
+    if (k.moe)
+        printf("(--moe: each row's floor is the bytes its last step read; touched: routed "
+               "experts per MoE layer, of %d)\n", m->cfg.moe.n_experts);
+    printf("%-36s %6s %10s %10s %12s %10s %9s%s\n", "variant", "batch", "step ms", "min ms",
+           "tokens/s", "x floor", "replayed", k.moe ? "  GB read  touched" : "");
     for (int i = 0; i < n_res; i++) {
         result *r = &res[i];
         if (!r->ok) {
@@ -245,8 +274,11 @@ int main(int argc, char **argv)
             continue;
         }
         double fl = bw > 0 && r->stream ? r->stream / bw * 1e3 : floor_ms;
-        printf("%-36s %6d %10.3f %10.3f %12.0f %10.2f %9lld\n", r->variant, r->batch, r->med_ms,
+        printf("%-36s %6d %10.3f %10.3f %12.0f %10.2f %9lld", r->variant, r->batch, r->med_ms,
                r->min_ms, r->tok_s, r->med_ms / fl, r->replayed);
+        if (k.moe)
+            printf(" %8.3f %8.1f", r->stream / 1e9, r->touched);
+        printf("\n");
     }
     FILE *f = json ? fopen(json, "w") : NULL;
     for (int pass = 0; pass < 2; pass++) {

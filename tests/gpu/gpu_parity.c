@@ -153,11 +153,40 @@ static int run_batch(fl_backend *b, const ctx *c, const seg_spec *ss, int ns, co
     return rc;
 }
 
-/* Runs the batch on both backends; 0 when both ran. */
+/* Runs the batch on both backends; 0 when both ran. With a mixture-of-experts model the CPU
+ * runs first, recording its routes, and the GPU then routes as the CPU did
+ * (fl_cuda_force_routes): its router logits differ from the CPU's by the bf16 activations
+ * before them, so a token whose k-th and (k+1)-th experts nearly tie could go elsewhere on
+ * each side, which would compare two different models. How often its own choice differed is
+ * counted (g_route_diff of g_routes) and printed per model. */
+static long long g_routes, g_route_diff;
 static int run_both(ctx *c, const seg_spec *ss, int ns, run_out *rg, run_out *rc_, const char *what)
 {
     fl_err e = {0, {0}};
-    int rc = run_batch(c->gpu, c, ss, ns, NULL, true, rg, &e);
+    bool moe = c->m->cfg.moe.router != FL_ROUTER_NONE && !g_self;
+    int rc = 0;
+    if (moe) {
+        rc = run_batch(c->cpu, c, ss, ns, NULL, true, rc_, &e);
+        if (rc) {
+            RESULT(0, "%s: CPU forward failed: %s", what, e.msg);
+            return rc;
+        }
+        const int32_t *ids;
+        const float *w;
+        fl_cpu_routes(c->cpu, &ids, &w);
+        fl_cuda_stats s0, s1;
+        fl_cuda_get_stats(c->gpu, &s0);
+        if ((rc = fl_cuda_force_routes(c->gpu, ids, w, c->max_tokens, &e)) ||
+            (rc = run_batch(c->gpu, c, ss, ns, NULL, true, rg, &e))) {
+            RESULT(0, "%s: GPU forward failed: %s", what, e.msg);
+            return rc;
+        }
+        fl_cuda_get_stats(c->gpu, &s1);
+        g_routes += s1.routes - s0.routes;
+        g_route_diff += s1.route_diff - s0.route_diff;
+        return 0;
+    }
+    rc = run_batch(c->gpu, c, ss, ns, NULL, true, rg, &e);
     if (rc) {
         RESULT(0, "%s: GPU forward failed: %s", what, e.msg);
         return rc;
@@ -761,10 +790,12 @@ static void run_model(const char *dir, bool big)
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     fl_backend_opts co = {.n_pages = N_PAGES, .n_threads = ncpu > 16 ? 16 : (int)ncpu,
                           .max_tokens = c.max_tokens, .weights = FL_WEIGHTS_BF16};
-    if (fl_backend_cpu_create(&c.cpu, c.m, &co, &e)) {
+    if (fl_backend_cpu_create(&c.cpu, c.m, &co, &e) ||
+        (c.m->cfg.moe.router != FL_ROUTER_NONE && fl_cpu_record_routes(c.cpu, &e))) {
         RESULT(0, "CPU backend: %s", e.msg);
         goto out;
     }
+    g_routes = g_route_diff = 0;
     steps_out so[N_VARIANTS];
     memset(so, 0, sizeof so);
     int nv = N_VARIANTS;
@@ -829,6 +860,10 @@ static void run_model(const char *dir, bool big)
     }
     for (int v = 0; v < N_VARIANTS; v++)
         free(so[v].out);
+    if (g_routes > 0) /* information, not a check: near ties go either way */
+        printf("INFO %s: the GPU routed %lld token-layers as the CPU told it; its own choice of "
+               "experts differed in %lld (%.2f%%)\n", c.name, g_routes, g_route_diff,
+               100.0 * (double)g_route_diff / (double)g_routes);
 out:
     fl_backend_destroy(c.cpu);
     for (int s = 0; s < NSEQ; s++)

@@ -2,7 +2,7 @@
 # tests/gpu/prepare.sh: run HERE (the Debian development machine, which reaches Debian's
 # package registry) before the device call. The GPU machine reaches no registry; this unpacks
 # Debian 12 packages into .gpu-deps/root, adds .gpu-deps to .git/info/exclude, and the device
-# call carries it (~13 MB):
+# call carries it (~17 MB):
 #
 #   bash tests/gpu/prepare.sh
 #   run(command="bash tests/gpu/run.sh", carry=[".gpu-deps"], timeout_s=560)
@@ -17,6 +17,7 @@
 #   (openssl's too: lws's header includes them) and libcap.
 # - redis-server (redis-tools' binary) and the two libraries Ubuntu lacks (lzf, jemalloc), for
 #   the serve stage's Redis path.
+# - Two tiny mixture-of-experts models (LLaDA2, SDAR-MoE) for run.sh's paritymoe stage.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dst="$root/.gpu-deps"
@@ -51,6 +52,15 @@ for f in libjansson.a libpcre2-8.a libutf8proc.a libwebsockets.so.17 libwebsocke
     test -e "$lib/$f" || { echo "prepare: $f missing" >&2; exit 1; }
 done
 test -x "$dst/root/usr/bin/redis-check-rdb" || { echo "prepare: redis-check-rdb (redis-server) missing" >&2; exit 1; }
+# Tiny random mixture-of-experts models for run.sh's paritymoe stage, made here because the
+# generator needs PyTorch (~4 MB): LLaDA2 (grouped sigmoid router, shared expert, a dense
+# first layer, fused q|k|v, partial rotary) and SDAR-MoE (softmax top-k), small vocabularies.
+mm="$dst/moe-models"
+mkdir -p "$mm"
+/usr/bin/python3 "$root/tests/reference/make_moe_model.py" "$mm/llada2-tiny" --family llada2 --seed 7 --vocab 2048 >/dev/null
+/usr/bin/python3 "$root/tests/reference/make_moe_model.py" "$mm/sdarmoe-tiny" --family sdar-moe --seed 8 --vocab 1024 >/dev/null
+test -s "$mm/llada2-tiny/config.json" && test -s "$mm/sdarmoe-tiny/config.json" ||
+    { echo "prepare: the MoE models were not written" >&2; exit 1; }
 exclude=$(cd "$root" && git rev-parse --git-path info/exclude)
 case $exclude in /*) ;; *) exclude="$root/$exclude" ;; esac
 grep -qxF '/.gpu-deps/' "$exclude" 2>/dev/null || echo '/.gpu-deps/' >>"$exclude"

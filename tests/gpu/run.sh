@@ -14,6 +14,11 @@
 #            the first failing model again with FL_CUDA_SYNC_DEBUG=1 (names the kernel) and,
 #            when compute-sanitizer is there, under memcheck
 #   parityq8 the same with q8 weights on the GPU (gpu_parity --q8), in a process of its own
+#   paritymoe tiny LLaDA2 and SDAR-MoE models (prepare.sh makes them), CUDA (FL_CUDA_MOE=1)
+#            vs CPU, bf16 and q8, the GPU taking the CPU's routes (fl_cuda_force_routes)
+#   moebench a LLaDA2.0-mini-shaped model at q8 (16 GB, written there with numpy): block 32 at
+#            batch 1 and 32 against the floor of the bytes each step read; when time allows,
+#            or first with FL_GPU_ONLY=moe (run.sh's second call: the MoE stages only)
 #   parallel `fogline bench parallel --repeat 5` (groups of 4, 8, 16; skeleton at 4), gpu_sched
 #            (host time per forward under the scheduler; shapes padded, cuBLAS rows only, none)
 #            and `fogline bench decode` on the built-in default model, on the GPU
@@ -152,9 +157,14 @@ if ((st_rc != 0)); then
 fi
 note "PASS probe: $probe"
 
-# ---------------------------------------------------------------- parity
+# FL_GPU_ONLY=moe: only the mixture-of-experts stages after the probe (a second device call)
+dense=1
+[ "${FL_GPU_ONLY:-}" = moe ] && dense=0
 rm -rf "$models"
 mkdir -p "$models"
+
+# ---------------------------------------------------------------- parity
+if ((dense)); then
 for spec in "q3-tiny --layout qwen3 --shape tiny --seed 1" \
     "q2-tiny-tied --layout qwen2 --shape tiny --tie --seed 2" \
     "q3-small-f32 --layout qwen3 --shape small --dtype f32 --seed 3" \
@@ -217,7 +227,76 @@ if [ -n "${par_models+x}" ]; then
     fi
 fi
 
+fi # dense
+
+# ---------------------------------------------------------------- parity, mixture of experts
+# LLaDA2 and SDAR-MoE tiny models (prepare.sh made them: .gpu-deps/moe-models) on the GPU
+# (FL_CUDA_MOE=1: compiled, not yet verified on a GPU, so opt-in) against the CPU backend,
+# bf16 and q8. Routing runs on the host from the GPU's router logits, which differ from the
+# CPU's by the bf16 activations before them: a token whose k-th and (k+1)-th experts nearly
+# tie could go to another expert on each side, so the GPU takes the CPU's routes for each
+# compared forward (fl_cuda_force_routes) and says how often its own choice differed.
+mdir=$root/.gpu-deps/moe-models
+if [ -d "$mdir/llada2-tiny" ] && [ -d "$mdir/sdarmoe-tiny" ]; then
+    mlog=$out/parity-debug.log
+    qs=("" --q8)
+    # self-test: the stand-in (a CPU backend) cannot take the CPU's routes, and the CPU's q8
+    # routes its tiny LLaDA2 differently from its bf16 often enough to leave the q8 limits
+    ((selftest)) && qs=("")
+    for q in "${qs[@]}"; do
+        FL_CUDA_MOE=1 stage paritymoe 120 "$mlog" "$bd/gpu_parity" "${pflag[@]}" $q \
+            "$mdir/llada2-tiny" "$mdir/sdarmoe-tiny"
+        counts=$(grep -E '^gpu_parity: [0-9]+ passed' "$mlog" | tail -n 1)
+        [ -n "$counts" ] || counts="no summary line (crashed or timed out)"
+        if ((st_rc == 0)); then
+            note "PASS parity MoE${q:+ q8} (LLaDA2, SDAR-MoE tiny; ${st_s}s): $counts; worst logits rel err $(grep -o 'logits rel err [0-9.e+-]*' "$mlog" | awk '{print $4}' | sort -g | tail -n 1)"
+        else
+            fails=$((fails + 1))
+            note "FAIL parity MoE${q:+ q8} (rc $st_rc, ${st_s}s): $counts"
+            grep -E '^FAIL' "$mlog" | head -n 12 | cut -c1-400 | sed 's/^/    /'
+            ((st_rc > 128 && st_rc != 137)) && tail_of "$mlog" 8
+        fi
+    done
+else
+    note "SKIP parity MoE: no .gpu-deps/moe-models (run tests/gpu/prepare.sh here first)"
+fi
+
+# ---------------------------------------------------------------- MoE step time
+# A LLaDA2.0-mini-shaped random model (16.3 B parameters, written at q8 by
+# tests/reference/make_moe_model.py with numpy: 16 GB) on the GPU: block 32 over 256 cached
+# tokens at batch 1 and 32 (tests/gpu/gpu_bench.c --moe), each step against the floor of the
+# bytes it read (the experts its tokens went to). Runs with FL_GPU_ONLY=moe, or when the time
+# left allows.
+if ((selftest)); then
+    note "SKIP moe bench: FL_GPU_SELFTEST"
+elif ! python3 -c 'import numpy' 2>/dev/null; then
+    note "SKIP moe bench: python3 has no numpy (the model generator needs it)"
+elif ((dense && $(left) < 420)) || (($(left) < 200)); then
+    note "SKIP moe bench: $(left)s left (FL_GPU_ONLY=moe runs it first)"
+else
+    mlog=$out/bench.log
+    mb=$models/llada2-mini-q8
+    stage moemodel 160 "$mlog" python3 tests/reference/make_moe_model.py "$mb" --family llada2 \
+        --shape llada2-mini --quant q8 --seed 1
+    if ((st_rc != 0)); then
+        fails=$((fails + 1))
+        note "FAIL moe bench: writing the model (rc $st_rc, ${st_s}s)"
+    else
+        stage moebench 240 "$mlog" "$bd/gpu_bench" --moe --model "$mb" --ctx 256 --batches 1,32 \
+            --steps 10 --json "$out/moe.json"
+        rows=$(grep -E '^(graphs|eager), streaming matmul' "$mlog" | tail -n 3 | tr -s ' ' | paste -sd ';' -)
+        if ((st_rc == 0)); then
+            note "PASS moe bench, LLaDA2.0-mini shape q8 (${st_s}s): $rows (variant batch step-ms min-ms tok/s x-floor replayed GB-read experts-touched)"
+        else
+            fails=$((fails + 1))
+            note "FAIL moe bench (rc $st_rc, ${st_s}s): $(grep -m1 FAIL "$mlog" | cut -c1-250)"
+        fi
+    fi
+    rm -rf "$mb"
+fi
+
 # ---------------------------------------------------------------- default model: parallel, decode
+if ((dense)); then
 # `fogline bench parallel` (fan-out vs one after another, skeleton vs plain) and `fogline bench
 # decode` on the built-in model, on the GPU (tests/gpu/bench_main.c: the server's sources).
 # Output appended to bench.log (the device tool brings back 8 files).
@@ -432,6 +511,7 @@ if [ -x "$bd/gpu_batch" ]; then
 else
     note "SKIP batch: gpu_batch was not built"
 fi
+fi # dense
 
 # ---------------------------------------------------------------- summary
 goals=""

@@ -23,11 +23,10 @@ import struct
 import sys
 
 import numpy as np
-import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import moe_ref  # noqa: E402
-import st  # noqa: E402
+# torch, moe_ref and st are imported where the float models are made: the quantized writer
+# needs numpy only (tests/gpu/run.sh runs it on a GPU machine that may have no torch)
 
 # hidden, layers, heads, kv heads, head_dim, dense inter, moe inter, experts, top-k, groups,
 # kept groups, shared, first dense layers
@@ -79,6 +78,8 @@ def make_config(family, shape, vocab):
 
 
 def random_float(cfg, seed, bias_dtype, dtype):
+    import torch
+    import moe_ref
     torch.manual_seed(seed)
     c = moe_ref.Config(cfg)
     m = moe_ref.Model(c)
@@ -101,6 +102,7 @@ def random_float(cfg, seed, bias_dtype, dtype):
 
 
 def save(out, sd, shards):
+    import st
     names = sorted(sd)
     if shards <= 1:
         st.save(os.path.join(out, "model.safetensors"), sd, {"format": "pt"})
@@ -259,6 +261,7 @@ def main():
             json.dump(cfg, f, indent=2)
         write_quantized(a.out, cfg, a.quant, a.seed)
         return
+    import torch
     dt = {"f32": torch.float32, "bf16": torch.bfloat16}
     sd = random_float(cfg, a.seed, dt[a.bias_dtype or a.dtype], dt[a.dtype])
     with open(os.path.join(a.out, "config.json"), "w") as f:
