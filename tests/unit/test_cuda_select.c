@@ -3,8 +3,9 @@
  * (CUDA or not) and on whichever machine (GPU or not): without a usable GPU "auto" is the
  * CPU with the reason, "cuda" is a clear error; with one, both are the CUDA backend. KV
  * formats: the CPU holds what it is asked (auto: f32), CUDA refuses f32, so "auto" with f32
- * KV is the CPU. */
+ * KV is the CPU. Mixture-of-experts models: CUDA only with FL_CUDA_MOE=1. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backend_select.h"
@@ -124,6 +125,53 @@ int main(void)
         CHECK(rc == FL_EUNSUPPORTED && !b && starts(e.msg, "cuda: "),
               "fl_backend_cuda_create without a GPU: rc %d, %s", rc, e.msg);
     fl_backend_destroy(b);
+    fl_model_free(m);
+
+    /* a mixture-of-experts model (decode.cmake's LLaDA2 fixture): CUDA runs it only with
+     * FL_CUDA_MOE=1 (compiled, not yet verified on a GPU), refused before any GPU is looked
+     * for; auto then takes the CPU */
+    const char *bd = getenv("FL_BUILD_DIR");
+    snprintf(dir, sizeof dir, "%s/fixtures/dec_llada2", bd ? bd : ".");
+    m = NULL;
+    CHECK(fl_model_load(&m, dir, &lo, &e) == 0, "%s: %s", dir, e.msg);
+    if (!m)
+        return check_summary("test_cuda_select");
+    unsetenv("FL_CUDA_MOE");
+    b = NULL;
+    rc = fl_backend_cuda_create(&b, m, &o, &e);
+    CHECK(rc == FL_EUNSUPPORTED && !b &&
+              (fl_backend_have_cuda()
+                   ? starts(e.msg, "cuda backend: llada2 models (mixture of experts) on CUDA are "
+                                   "not yet verified on a GPU: use the CPU backend, or set "
+                                   "FL_CUDA_MOE=1")
+                   : strstr(e.msg, "built without the CUDA backend") != NULL),
+          "cuda on a MoE model without FL_CUDA_MOE: rc %d, %s", rc, e.msg);
+    rc = fl_backend_open(&b, m, &o, "auto", chosen, sizeof chosen, &e);
+    CHECK(rc == 0 && b && !strcmp(b->ops->name, "cpu"), "auto on a MoE model: rc %d, %s", rc,
+          rc ? e.msg : chosen);
+    if (b) {
+        /* the CUDA extras refuse a CPU backend */
+        fl_cuda_moe_stats ms;
+        int32_t ids[4] = {0};
+        float w[4] = {0};
+        int want = fl_backend_have_cuda() ? FL_EINVAL : FL_EUNSUPPORTED;
+        CHECK(fl_cuda_moe_stats_get(b, &ms, &e) == want && ms.moe_layers == 0,
+              "fl_cuda_moe_stats_get on a CPU backend: %s", e.msg);
+        CHECK(fl_cuda_force_routes(b, ids, w, 1024, &e) == want,
+              "fl_cuda_force_routes on a CPU backend: %s", e.msg);
+    }
+    fl_backend_destroy(b);
+    setenv("FL_CUDA_MOE", "1", 1);
+    b = NULL;
+    rc = fl_backend_cuda_create(&b, m, &o, &e);
+    if (gpu)
+        CHECK(rc == 0 && b, "cuda on a MoE model with FL_CUDA_MOE=1 and a GPU: rc %d, %s", rc,
+              rc ? e.msg : "");
+    else
+        CHECK(rc == FL_EUNSUPPORTED && !b && starts(e.msg, "cuda: "),
+              "cuda on a MoE model with FL_CUDA_MOE=1, no GPU: rc %d, %s", rc, e.msg);
+    fl_backend_destroy(b);
+    unsetenv("FL_CUDA_MOE");
     fl_model_free(m);
     return check_summary("test_cuda_select");
 }
