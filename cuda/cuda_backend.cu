@@ -194,7 +194,7 @@ typedef struct flc {
     /* fl_cuda_force_routes: the routes of the next forward (eager), and pinned staging */
     const int32_t *force_ids;
     const float *force_w;
-    int force_ld;
+    int force_ld, force_n; /* force_n: the forward's real tokens (padding rows keep theirs) */
     int32_t *rid_h;   /* pinned (A) */
     float *rw_h;      /* pinned (A) */
     flc_graph gr[FLC_GRAPHS];
@@ -590,20 +590,27 @@ static int flc_mlp(flc *c, float *y, int mode, const flc_bf16 *x, int m, const f
 }
 
 /* fl_cuda_force_routes' routes for layer l in place of the device's (an eager forward of a
- * parity test): the device's own choice is read back and compared first. */
+ * parity test) for the batch's real tokens (padding rows, FL_CUDA_SHAPE_PAD, keep the
+ * device's): the device's own choice is read back and compared first. */
 static int flc_force(flc *c, int l, int T, fl_err *e)
 {
-    const int K = c->K, A = T * K;
+    const int K = c->K, A = T * K, n = c->force_n < T ? c->force_n : T;
     cudaError_t err = cudaMemcpyAsync(c->rid_h, c->rid_d, (size_t)A * 4, cudaMemcpyDeviceToHost,
                                       c->st);
     if (err == cudaSuccess)
         err = cudaStreamSynchronize(c->st);
     if (err != cudaSuccess)
         return flc_fail(c, e, err, "reading the routes back");
-    for (int t = 0; t < T; t++) {
+    for (int t = 0; t < n; t++) {
         const int32_t *fi = c->force_ids + ((size_t)l * c->force_ld + t) * K;
         const float *fw = c->force_w + ((size_t)l * c->force_ld + t) * K;
         int32_t *ids = c->rid_h + (size_t)t * K;
+        for (int k = 0; k < K; k++) /* each a distinct expert, or k_moe_assign would drop it */
+            for (int j = -1; j < k; j++)
+                if (j < 0 ? fi[k] < 0 || fi[k] >= c->E : fi[j] == fi[k])
+                    return fl_err_set(e, FL_EINVAL, "cuda: fl_cuda_force_routes: layer %d "
+                                      "token %d: expert %d is not one of %d distinct ones", l,
+                                      t, (int)fi[k], c->E);
         bool same = true;
         for (int k = 0; k < K; k++) {
             bool in = false;
@@ -616,9 +623,9 @@ static int flc_force(flc *c, int l, int T, fl_err *e)
         memcpy(ids, fi, (size_t)K * sizeof *ids);
         memcpy(c->rw_h + (size_t)t * K, fw, (size_t)K * sizeof *fw);
     }
-    if ((err = cudaMemcpyAsync(c->rid_d, c->rid_h, (size_t)A * 4, cudaMemcpyHostToDevice,
+    if ((err = cudaMemcpyAsync(c->rid_d, c->rid_h, (size_t)n * K * 4, cudaMemcpyHostToDevice,
                                c->st)) != cudaSuccess ||
-        (err = cudaMemcpyAsync(c->rw_d, c->rw_h, (size_t)A * 4, cudaMemcpyHostToDevice,
+        (err = cudaMemcpyAsync(c->rw_d, c->rw_h, (size_t)n * K * 4, cudaMemcpyHostToDevice,
                                c->st)) != cudaSuccess)
         return flc_fail(c, e, err, "copying the given routes to the device");
     return 0;
@@ -986,8 +993,10 @@ static int flc_page_write(fl_backend *b, int32_t page, const void *src, fl_err *
 static int flc_forward(fl_backend *b, const fl_batch *bt, fl_tok_out *out, float *logits,
                        fl_err *e)
 {
+    flc *c = (flc *)b->impl;
+    c->force_n = bt ? bt->n_tokens : 0;
     int rc = flc_forward_impl(b, bt, out, logits, e);
-    ((flc *)b->impl)->force_ids = NULL;
+    c->force_ids = NULL;
     return rc;
 }
 
@@ -1408,11 +1417,11 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
                           "cuda backend: %s models (mixture of experts) on CUDA are not yet "
                           "verified on a GPU: use the CPU backend, or set FL_CUDA_MOE=1 to try them",
                           fl_family_name(cf->family));
-    if (moe && (cf->hidden > 12288 || cf->hidden % 8 || cf->moe.inter % 8 ||
+    if (moe && (cf->hidden > 12224 || cf->hidden % 8 || cf->moe.inter % 8 ||
                 cf->moe.n_experts <= 0 || cf->moe.n_experts > 1024 || cf->moe.top_k <= 0 ||
                 cf->moe.top_k > cf->moe.n_experts || cf->moe.n_group <= 0))
         return fl_err_set(e, FL_EUNSUPPORTED, "cuda backend: unsupported mixture of experts "
-                          "(hidden %d, expert width %d: multiples of 8, hidden at most 12288; "
+                          "(hidden %d, expert width %d: multiples of 8, hidden at most 12224; "
                           "%d experts: at most 1024; top %d)", cf->hidden, cf->moe.inter,
                           cf->moe.n_experts, cf->moe.top_k);
     if (o->n_pages < 0 || o->max_tokens <= 0)
@@ -1644,6 +1653,9 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
         CK(cudaMallocHost((void **)&c->rid_h, A * 4), "cudaMallocHost of the routes");
         CK(cudaMallocHost((void **)&c->rw_h, A * 4), "cudaMallocHost of the routes");
         CK(flc_upload_emats(c), "uploading the experts' matrix table");
+        /* fl_cuda_moe_stats_get before any forward reads no expert touched */
+        CK(cudaMemset(c->eoff_d, 0, (size_t)cf->n_layers * (c->E + 2) * sizeof(int32_t)),
+           "clearing the experts' assignments");
     }
     if (!(c->page_wseq = (long long *)malloc((size_t)c->base.n_pages * sizeof(long long)))) {
         rc = fl_err_set(e, FL_ENOMEM, "cuda backend: out of host memory");

@@ -710,7 +710,15 @@ __device__ __forceinline__ void flc_skinny_out(float (&acc)[NW][R], int lane, fl
  * matching up column j + n): lanes stride the 16-byte pieces of the weight row, four pieces
  * in flight per lane, then the warp sums its lanes. The weights are read once, streaming
  * (__ldcs: not kept in the caches); X's few rows stay in L1/L2. */
-template <int R, int MODE>
+/* flc_skinny_ld: a weight piece, streaming (__ldcs: evict first; read once) or kept (__ldg:
+ * the grouped MoE matmul reads an expert's weights again for every 8 of its rows) */
+template <bool STREAM>
+__device__ __forceinline__ uint4 flc_skinny_ld(const uint4 *p)
+{
+    return STREAM ? __ldcs(p) : __ldg(p);
+}
+
+template <int R, int MODE, bool STREAM = true>
 __device__ __forceinline__ void flc_skinny_col(float *y, flc_bf16 *yh, int ldy,
                                                const flc_bf16 *__restrict__ x, int ldx, int m,
                                                const flc_bf16 *__restrict__ w, int n, int k,
@@ -736,7 +744,7 @@ __device__ __forceinline__ void flc_skinny_col(float *y, flc_bf16 *yh, int ldy,
             const int c = c0 + 32 * u;
 #pragma unroll
             for (int q = 0; q < NW; q++)
-                wv[u][q] = c < k8 ? __ldcs(wr[q] + c) : make_uint4(0, 0, 0, 0);
+                wv[u][q] = c < k8 ? flc_skinny_ld<STREAM>(wr[q] + c) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -822,7 +830,7 @@ __device__ __forceinline__ void flc_unpack16_i8(const uint4 &raw, float *f)
 /* k_skinny with q8 weights: warp w of block b computes output column j = 4b + w; a lane's
  * piece c is 16 quants of row j (group c / 2, whose scale multiplies the piece's sum), read
  * once, streaming. k % 32 == 0. */
-template <int R, int MODE>
+template <int R, int MODE, bool STREAM = true>
 __device__ __forceinline__ void flc_skinny_q8_col(float *y, flc_bf16 *yh, int ldy,
                                                   const flc_bf16 *__restrict__ x, int ldx, int m,
                                                   const int8_t *__restrict__ wq,
@@ -854,7 +862,7 @@ __device__ __forceinline__ void flc_skinny_q8_col(float *y, flc_bf16 *yh, int ld
             const int c = c0 + 32 * u;
 #pragma unroll
             for (int q = 0; q < NW; q++) {
-                wv[u][q] = c < k16 ? __ldcs(wr[q] + c) : make_uint4(0, 0, 0, 0);
+                wv[u][q] = c < k16 ? flc_skinny_ld<STREAM>(wr[q] + c) : make_uint4(0, 0, 0, 0);
                 dv[u][q] = c < k16 ? __half2float(dr[q][c >> 1]) : 0.f;
             }
         }
@@ -1146,8 +1154,8 @@ cudaError_t flc_router(float *logits, const float *x, const float *norm_w, const
     if (T <= 0)
         return cudaSuccess;
     size_t shm = (size_t)H * sizeof(float);
-    if (shm > 48 * 1024)
-        return cudaErrorInvalidValue; /* create admits hidden <= 12288 */
+    if (shm > 48 * 1024 - 256)
+        return cudaErrorInvalidValue; /* 48 KiB a block, less sh; create admits hidden <= 12224 */
     k_router<<<T, 256, shm, s>>>(logits, x, norm_w, router, H, E, eps);
     return cudaGetLastError();
 }
@@ -1303,8 +1311,8 @@ cudaError_t flc_moe_assign(int32_t *eoff, int32_t *atok, int32_t *apos, const in
 }
 
 /* Block (b, e): output columns 4b .. 4b + 3 of expert e for its rows [eoff[e], eoff[e + 1])
- * of x and y, 8 rows at a time (the weights then come from L2 after the first 8); an expert
- * without rows returns at once. */
+ * of x and y, 8 rows at a time (with more than 8 the weights are loaded to stay in L2 for the
+ * next 8); an expert without rows returns at once. */
 template <int MODE, bool Q8>
 __global__ void __launch_bounds__(128)
 k_moe_mm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx,
@@ -1315,15 +1323,20 @@ k_moe_mm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ld
     if (me <= 0 || j >= n)
         return;
     const flc_emat wm = mats[e];
+    const bool once = me <= 8; /* one pass: stream the weights; more: keep them in L2 */
     for (int r0 = 0; r0 < me; r0 += 8) {
         const int mm = me - r0 < 8 ? me - r0 : 8;
         float *yy = y ? y + (size_t)(a0 + r0) * ldy : NULL;
         flc_bf16 *yyh = yh ? yh + (size_t)(a0 + r0) * ldy : NULL;
         const flc_bf16 *xx = x + (size_t)(a0 + r0) * ldx;
-        if (Q8)
-            flc_skinny_q8_col<8, MODE>(yy, yyh, ldy, xx, ldx, mm, wm.q, wm.d, n, k, j, lane);
+        if (Q8 && once)
+            flc_skinny_q8_col<8, MODE, true>(yy, yyh, ldy, xx, ldx, mm, wm.q, wm.d, n, k, j, lane);
+        else if (Q8)
+            flc_skinny_q8_col<8, MODE, false>(yy, yyh, ldy, xx, ldx, mm, wm.q, wm.d, n, k, j, lane);
+        else if (once)
+            flc_skinny_col<8, MODE, true>(yy, yyh, ldy, xx, ldx, mm, wm.w, n, k, j, lane);
         else
-            flc_skinny_col<8, MODE>(yy, yyh, ldy, xx, ldx, mm, wm.w, n, k, j, lane);
+            flc_skinny_col<8, MODE, false>(yy, yyh, ldy, xx, ldx, mm, wm.w, n, k, j, lane);
     }
 }
 
