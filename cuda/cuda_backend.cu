@@ -698,25 +698,10 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
             return rc;
         FLC_L(flc_rmsnorm(c->xb, c->x, ly->mlp_norm, NULL, T, H, d.eps, st),
               "post-attention RMSNorm", l);
-        if (ly->moe) {
-            if ((rc = flc_moe(c, ly, l, T, e)))
-                return rc;
-            continue;
-        }
-        if (T <= c->skinny_rows && H % 8 == 0) {
-            FLC_L(ly->wgu.q ? flc_skinny_q8(NULL, c->hb, NI, c->xb, H, T, ly->wgu.q, ly->wgu.d, NI,
-                                            H, FLC_MM_SWIGLU, st)
-                            : flc_skinny(NULL, c->hb, NI, c->xb, H, T, ly->wgu.w, NI, H,
-                                         FLC_MM_SWIGLU, st),
-                  "gate|up projection + SwiGLU", l);
-        } else {
-            if ((rc = flc_gemm(c, c->gu, 2 * NI, c->xb, H, T, &ly->wgu, 2 * NI, H, FLC_MM_STORE,
-                               "gate|up projection", l, e)))
-                return rc;
-            FLC_L(flc_swiglu(c->hb, c->gu, T, NI, st), "SwiGLU", l);
-        }
-        if ((rc = flc_gemm(c, c->x, H, c->hb, NI, T, &ly->wdown, H, NI, FLC_MM_ACC,
-                           "down projection", l, e)))
+        rc = ly->moe ? flc_moe(c, ly, l, T, e)
+                     : flc_mlp(c, c->x, FLC_MM_ACC, c->xb, T, &ly->wgu, &ly->wdown, NI, c->gu,
+                               c->hb, l, e);
+        if (rc)
             return rc;
     }
     const int32_t *out_rows_h = c->meta_h + c->off.out_rows;
