@@ -41,7 +41,8 @@ add_test(NAME bench.forward.smoke
           --blocks 4,8 --steps 2 --threads 2 --kv-format f32,bf16
           --ref-script ${CMAKE_CURRENT_SOURCE_DIR}/reference/bench_forward.py)
 set_tests_properties(bench.forward.smoke PROPERTIES
-  FIXTURES_REQUIRED forward_ref LABELS bench TIMEOUT 300)
+  FIXTURES_REQUIRED forward_ref LABELS bench TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "floor ms +ms/floor\n +4 +f32 +f32 +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x\n")
 # --masked M below the block: the step asking only the masks' outputs, beside the one asking all
 add_test(NAME bench.forward.masked
   COMMAND fogline bench forward --model ${CMAKE_BINARY_DIR}/forward_ref/q3_f32 --ctx 16

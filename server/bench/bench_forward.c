@@ -6,7 +6,8 @@
  *  - OpenBLAS sgemm at the same projection shapes (M = block rows), with OpenBLAS's own
  *    threads, weights read from DRAM: the machine's matmul rate;
  *  - the machine's read bandwidth, which bounds a step from below when the weights have to
- *    be streamed once per step (the floor: weight bytes / bandwidth).
+ *    be streamed once per step (the floor: the bytes a step streams, its weights and the
+ *    cached K/V its attention reads, over that bandwidth).
  * Our GFLOP/s counts every flop of the step (projections, lm_head, attention) over our time;
  * sgemm's counts the projections and lm_head over its time. With several --weights formats
  * or --kv-format formats ours runs once per pair (weights major), one backend at a time, in
@@ -348,6 +349,14 @@ static double fl_proj_flops(const fl_config *cf, int m)
     return 2.0 * m * (cf->n_layers * (qkv + o) + mlp + (double)cf->vocab * cf->hidden);
 }
 
+/* The cached K/V of ctx positions, as a pool of format kv holds them: what a step's attention
+ * streams from DRAM. */
+static double fl_cache_bytes(const fl_config *cf, int ctx, fl_kvformat kv)
+{
+    return (double)ctx * cf->n_layers * 2 * cf->n_kv_heads * cf->head_dim *
+           (kv == FL_KV_BF16 ? 2 : 4);
+}
+
 static double fl_attn_flops(const fl_config *cf, int ctx, int m)
 {
     int B = cf->block_size;
@@ -682,9 +691,9 @@ int fl_bench_forward(int argc, char **argv)
     printf("machine: OpenBLAS sgemm (%s kernels) with %d threads at the same shapes (M = block "
            "rows, weights from DRAM); read bandwidth %.1f GB/s; load average %.2f -> %.2f\n",
            openblas_get_corename(), a.threads, bw, load0, load1);
-    printf("\n%5s %7s %4s %8s %9s %9s %7s %11s %13s %9s %9s\n", "block", "weights", "kv",
+    printf("\n%5s %7s %4s %8s %9s %9s %7s %11s %13s %9s %9s %9s\n", "block", "weights", "kv",
            "cache MB", "ours ms", "ref ms", "ratio", "our GFLOP/s", "sgemm GFLOP/s", "fraction",
-           "floor ms");
+           "floor ms", "ms/floor");
     for (int i = 0; i < a.n_blocks; i++)
         for (int f = 0; f < n_runs; f++) {
             int nb = a.blocks[i];
@@ -692,18 +701,17 @@ int fl_bench_forward(int argc, char **argv)
             double fl = fl_proj_flops(&cf, nb) + fl_attn_flops(&cf, a.ctx, nb);
             double ours_g = fl / (ours_ms[i] * 1e-3) / 1e9;
             double sg = fl_proj_flops(&cf, nb) / sgemm_s[i] / 1e9;
-            double floor_ms = ours[f].wbytes / (bw * 1e9) * 1e3;
-            /* the cached K/V the step attends to, as the pool holds it */
-            double cache = (double)a.ctx * cf.n_layers * 2 * cf.n_kv_heads * cf.head_dim *
-                           (ours[f].kv_held == FL_KV_BF16 ? 2 : 4);
-            printf("%5d %7s %4s %8.0f %9.1f %9.1f %6.2fx %11.1f %13.1f %9.2f %9.1f\n", nb,
+            double cache = fl_cache_bytes(&cf, a.ctx, ours[f].kv_held);
+            double floor_ms = (ours[f].wbytes + cache) / (bw * 1e9) * 1e3;
+            printf("%5d %7s %4s %8.0f %9.1f %9.1f %6.2fx %11.1f %13.1f %9.2f %9.1f %8.2fx\n", nb,
                    fl_wformat_name(ours[f].held), fl_kvformat_name(ours[f].kv_held),
                    cache / 1048576.0, ours_ms[i], ref_ms[i], ref_ms[i] / ours_ms[i], ours_g, sg,
-                   ours_g / sg, floor_ms);
+                   ours_g / sg, floor_ms, ours_ms[i] / floor_ms);
         }
     printf("\nratio = reference ms / ours; fraction = our GFLOP/s / sgemm GFLOP/s; floor = "
-           "weight bytes / read bandwidth; cache = the ctx positions' K/V as the pool holds "
-           "them (read once per kv head and tile of 16 query rows)\n");
+           "(weight bytes + cache) / read bandwidth, the bytes a step streams; cache = the ctx "
+           "positions' K/V as the pool holds them (from DRAM once per kv head; a block of more "
+           "than 16 query rows per kv head reads them again per tile, from cache)\n");
     if (ours[0].phase_ms[0][0] >= 0) {
         printf("\nwhere a step goes (ms, mean of the timed forwards; each phase from its start "
                "to the next's, so they add up to the step):\n%5s %7s %4s", "block", "weights",
@@ -729,7 +737,8 @@ int fl_bench_forward(int argc, char **argv)
                "ms / floor");
         for (int i = 0; i < a.n_blocks; i++)
             for (int f = 0; f < n_runs; f++) {
-                double rb = ours[f].read_bytes[i], fms = rb / (bw * 1e9) * 1e3;
+                double rb = ours[f].read_bytes[i];
+                double fms = (rb + fl_cache_bytes(&cf, a.ctx, ours[f].kv_held)) / (bw * 1e9) * 1e3;
                 printf("%5d %7s %4s %15.1f %14.3f %13.1f %9.1f %9.1f %10.2fx\n", a.blocks[i],
                        fl_wformat_name(ours[f].held), fl_kvformat_name(ours[f].kv_held),
                        ours[f].touched[i], rb / 1e9, 100.0 * rb / (double)ours[f].wbytes,
@@ -737,7 +746,7 @@ int fl_bench_forward(int argc, char **argv)
             }
         printf("GB read/step = the weights a step reads: every non-expert matrix, the routers, "
                "the shared experts and the routed experts its tokens went to, each once; floor = "
-               "that / read bandwidth\n");
+               "(that + the cached K/V) / read bandwidth\n");
     }
     if (ours[0].all_ms[0] > 0) {
         printf("\noutputs asked (--masked %d): a decoding step asks the backend only for its "
