@@ -357,6 +357,10 @@ static int flc_gemm_warm(flc *c, fl_err *e)
     const flc_layer *ly = &c->layers[0];
     int H = d.H, NI = d.NI;
     bool mlp = !ly->moe; /* a MoE layer 0 (SDAR-MoE) has no dense MLP to warm */
+    int sl = -1; /* the first layer with a shared expert (LLaDA2), whose shapes are its own */
+    for (int l = 0; l < c->cfg.n_layers && sl < 0; l++)
+        if (c->layers[l].moe && c->layers[l].shared)
+            sl = l;
     for (int m = 16; m <= c->base.max_tokens; m = flc_pad_rows(m + 1)) {
         int rc;
         if (m > c->skinny_rows) { /* rows <= skinny_rows never reach cuBLAS */
@@ -367,7 +371,13 @@ static int flc_gemm_warm(flc *c, fl_err *e)
                 (mlp && (rc = flc_gemm(c, c->gu, 2 * NI, c->xb, H, m, &ly->wgu, 2 * NI, H,
                                        FLC_MM_STORE, "warm-up: gate|up projection", 0, e))) ||
                 (mlp && (rc = flc_gemm(c, c->x, H, c->hb, NI, m, &ly->wdown, H, NI, FLC_MM_ACC,
-                                       "warm-up: down projection", 0, e))))
+                                       "warm-up: down projection", 0, e))) ||
+                (sl >= 0 && (rc = flc_gemm(c, c->gu, 2 * c->smi, c->xb, H, m, &c->layers[sl].sgu,
+                                           2 * c->smi, H, FLC_MM_STORE,
+                                           "warm-up: shared expert's gate|up", sl, e))) ||
+                (sl >= 0 && (rc = flc_gemm(c, c->sy, H, c->hb, c->smi, m, &c->layers[sl].sdown,
+                                           H, c->smi, FLC_MM_STORE,
+                                           "warm-up: shared expert's down", sl, e))))
                 return rc;
             if (m <= c->head_rows &&
                 (rc = flc_gemm(c, c->logits, d.V, c->xb, H, m, &c->lm_head, d.V, H, FLC_MM_STORE,
