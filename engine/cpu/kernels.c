@@ -460,6 +460,37 @@ FL_AVX2 static void fl_mm_bf16_avx2(float *y, int ldy, const float *x, int ldx, 
 #define FL_KV_PF_LOC 3
 #endif
 
+/* The AVX2 level's prefetcher (Zen 3): the lines of the rows ahead in memory order, row after
+ * row, one line per call, the calls spread evenly over the work. A line of each of 8 rows at a
+ * time (as the AVX-512 level still does) left cold keys at 8 GB/s on a thread of a Zen 3 that
+ * streams 16-18; in memory order the hardware prefetcher joins in, and qk and pv read cold
+ * keys in 1.35-1.45x less time (docs/benchmarks.md, "Attention's prefetching on AVX2"). */
+#define FL_KV_PF_DEF(NAME, T, PER_LINE)                                                            \
+    typedef struct {                                                                              \
+        const T *const *rows; /* rows[0..n) are prefetched */                                     \
+        int n, t, l, lines;   /* row t, line l next; lines per row */                             \
+    } NAME;                                                                                       \
+    /* kr[j0 .. j0 + r), clipped to nk; none when pf is 0 (rows already in L1) */                 \
+    static inline NAME NAME##_at(const T *const *kr, int j0, int r, int nk, int lines, int pf)    \
+    {                                                                                             \
+        int n = nk - j0 < r ? nk - j0 : r;                                                        \
+        if (!pf || n <= 0)                                                                        \
+            return (NAME){kr, 0, 0, 0, lines};                                                    \
+        return (NAME){kr + j0, n, 0, 0, lines};                                                   \
+    }                                                                                             \
+    static inline void NAME##_next(NAME *p)                                                       \
+    {                                                                                             \
+        if (p->t >= p->n)                                                                         \
+            return;                                                                               \
+        __builtin_prefetch(p->rows[p->t] + p->l * (PER_LINE), 0, FL_KV_PF_LOC);                   \
+        if (++p->l == p->lines) {                                                                 \
+            p->l = 0;                                                                             \
+            p->t++;                                                                               \
+        }                                                                                         \
+    }
+FL_KV_PF_DEF(fl_kv_pf, float, 16)
+FL_KV_PF_DEF(fl_kv_pf16, uint16_t, 32)
+
 /* Scores against the transposed queries: per key element, one broadcast times two ymm of
  * 16 queries; 4 keys at a time (8 accumulators). A tile of at most 8 queries (block 4 with
  * 2-way GQA) takes one ymm and 8 keys at a time: half the FMAs, which bound this loop on
@@ -469,6 +500,7 @@ fl_qk_pf_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr
               float scale, int pf)
 {
     float r[FL_QT];
+    int lines = (hd + 15) / 16;
     __m256 sc = _mm256_set1_ps(scale);
     int j = 0;
     if (nq <= 8) /* the tile's first ymm holds every query: the second would be wasted FMAs */
@@ -477,10 +509,10 @@ fl_qk_pf_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr
             _Pragma("GCC unroll 8")
             for (int t = 0; t < 8; t++)
                 a[t] = _mm256_setzero_ps();
+            fl_kv_pf pq = fl_kv_pf_at(kr, j + pf, 8, nk, lines, pf);
             for (int d = 0; d < hd; d++) {
-                if (pf && (d & 15) == 0)
-                    for (int t = 0; t < 8 && j + pf + t < nk; t++)
-                        __builtin_prefetch(kr[j + pf + t] + d, 0, FL_KV_PF_LOC);
+                if (pf && (d & 1) == 0) /* 8 rows' lines in hd steps: one every 2 */
+                    fl_kv_pf_next(&pq);
                 __m256 u0 = _mm256_loadu_ps(qt + d * FL_QT);
                 _Pragma("GCC unroll 8")
                 for (int t = 0; t < 8; t++)
@@ -497,10 +529,10 @@ fl_qk_pf_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr
         const float *k0 = kr[j], *k1 = kr[j + 1], *k2 = kr[j + 2], *k3 = kr[j + 3];
         __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
         __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+        fl_kv_pf pq = fl_kv_pf_at(kr, j + pf, 4, nk, lines, pf);
         for (int d = 0; d < hd; d++) {
-            if (pf && (d & 15) == 0) /* a line of each row pf keys ahead, as fl_qk_avx512 */
-                for (int t = 0; t < 4 && j + pf + t < nk; t++)
-                    __builtin_prefetch(kr[j + pf + t] + d, 0, FL_KV_PF_LOC);
+            if (pf && (d & 3) == 0) /* 4 rows' lines in hd steps: one every 4 */
+                fl_kv_pf_next(&pq);
             __m256 u0 = _mm256_loadu_ps(qt + d * FL_QT), u1 = _mm256_loadu_ps(qt + d * FL_QT + 8), b;
             b = _mm256_broadcast_ss(k0 + d);
             a00 = _mm256_fmadd_ps(b, u0, a00);
@@ -545,21 +577,22 @@ FL_AVX2 static void fl_pv_span_avx2(float *o, int ldo, const float *p, int ldp, 
                                     const float *const *vr, int nk, int hd,
                                     const float *const *nx, int nn)
 {
-    int h16 = hd & ~15, lines = (hd + 15) / 16, passes = (nq / 4) * (h16 / 16), pass = 0;
+    int h16 = hd & ~15, lines = (hd + 15) / 16, passes = (nq / 4) * (h16 / 16);
+    /* the next span's nn rows' lines in memory order, spread evenly over the passes' keys */
+    long ptot = (long)nn * lines, pit = (long)passes * nk, pacc = 0;
+    fl_kv_pf pq = fl_kv_pf_at(nx, 0, nn, nn, lines, 1);
     int i = 0;
     for (; i + 4 <= nq; i += 4) {
         const float *p0 = p + (size_t)i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
         float *o0 = o + (size_t)i * ldo, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
-        for (int d = 0; d < h16; d += 16, pass++) {
-            int l0 = pass * lines / passes, l1 = (pass + 1) * lines / passes;
+        for (int d = 0; d < h16; d += 16) {
             __m256 a00 = _mm256_loadu_ps(o0 + d), a01 = _mm256_loadu_ps(o0 + d + 8);
             __m256 a10 = _mm256_loadu_ps(o1 + d), a11 = _mm256_loadu_ps(o1 + d + 8);
             __m256 a20 = _mm256_loadu_ps(o2 + d), a21 = _mm256_loadu_ps(o2 + d + 8);
             __m256 a30 = _mm256_loadu_ps(o3 + d), a31 = _mm256_loadu_ps(o3 + d + 8);
             for (int j = 0; j < nk; j++) {
-                if (j < nn)
-                    for (int l = l0; l < l1; l++)
-                        __builtin_prefetch(nx[j] + l * 16, 0, FL_KV_PF_LOC);
+                for (pacc += ptot; pacc >= pit && pq.t < pq.n; pacc -= pit)
+                    fl_kv_pf_next(&pq);
                 const float *vj = vr[j] + d;
                 __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8), b;
                 b = _mm256_broadcast_ss(p0 + j);
@@ -645,6 +678,210 @@ FL_AVX2 static void fl_f32_to_bf16_avx2(uint16_t *dst, const float *src, long n)
 }
 
 FL_ATT_LEVEL(avx2, FL_AVX2)
+
+/* bf16 keys and values read as they are, without widening them into scratch first. A 32-bit
+ * broadcast of keys d and d + 1 gives both: key d as f32 is the low half shifted up, d + 1
+ * the high half masked, so per two elements of a row one load serves two FMAs and the
+ * shift and the mask go to pipes the FMAs leave idle. Every score is still one running sum
+ * over d in order: the bits of the widening path (kernels.h). */
+FL_AVX2 static inline __m256 fl_bf16_lo(__m256i b) { return _mm256_castsi256_ps(_mm256_slli_epi32(b, 16)); }
+FL_AVX2 static inline __m256 fl_bf16_hi(__m256i b)
+{
+    return _mm256_castsi256_ps(_mm256_and_si256(b, _mm256_set1_epi32((int)0xffff0000u)));
+}
+FL_AVX2 static inline __m256i fl_bcast_pair(const uint16_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+FL_AVX2 static void fl_qk_b16_avx2(float *s, int lds, const float *qt, int nq,
+                                   const uint16_t *const *kr, int nk, int hd, float scale,
+                                   float *wide)
+{
+    if (hd & 1) { /* the pairs need an even head_dim: widen (the same bits) */
+        fl_qk_bf16_avx2(s, lds, qt, nq, kr, nk, hd, scale, wide);
+        return;
+    }
+    float r[FL_QT];
+    int lines = (hd + 31) / 32, pf = FL_KV_PF;
+    __m256 sc = _mm256_set1_ps(scale);
+    int j = 0;
+    if (nq <= 8)
+        for (; j + 8 <= nk; j += 8) {
+            __m256 a[8];
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < 8; t++)
+                a[t] = _mm256_setzero_ps();
+            fl_kv_pf16 pq = fl_kv_pf16_at(kr, j + pf, 8, nk, lines, pf);
+            for (int d = 0; d < hd; d += 2) {
+                if ((d & 3) == 0) /* 8 rows' lines in hd / 2 steps: one every 2 */
+                    fl_kv_pf16_next(&pq);
+                __m256 u0 = _mm256_loadu_ps(qt + d * FL_QT), u1 = _mm256_loadu_ps(qt + (d + 1) * FL_QT);
+                _Pragma("GCC unroll 8")
+                for (int t = 0; t < 8; t++) {
+                    __m256i b = fl_bcast_pair(kr[j + t] + d);
+                    a[t] = _mm256_fmadd_ps(fl_bf16_lo(b), u0, a[t]);
+                    a[t] = _mm256_fmadd_ps(fl_bf16_hi(b), u1, a[t]);
+                }
+            }
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < 8; t++) {
+                _mm256_storeu_ps(r, _mm256_mul_ps(a[t], sc));
+                for (int i = 0; i < nq; i++)
+                    s[(size_t)i * lds + j + t] = r[i];
+            }
+        }
+    for (; j + 4 <= nk; j += 4) {
+        __m256 a[4][2];
+        for (int t = 0; t < 4; t++)
+            a[t][0] = a[t][1] = _mm256_setzero_ps();
+        fl_kv_pf16 pq = fl_kv_pf16_at(kr, j + pf, 4, nk, lines, pf);
+        for (int d = 0; d < hd; d += 2) {
+            if ((d & 7) == 0) /* 4 rows' lines in hd / 2 steps: one every 4 */
+                fl_kv_pf16_next(&pq);
+            const float *q0 = qt + d * FL_QT, *q1 = q0 + FL_QT;
+            __m256 u00 = _mm256_loadu_ps(q0), u01 = _mm256_loadu_ps(q0 + 8);
+            __m256 u10 = _mm256_loadu_ps(q1), u11 = _mm256_loadu_ps(q1 + 8);
+            _Pragma("GCC unroll 4")
+            for (int t = 0; t < 4; t++) {
+                __m256i b = fl_bcast_pair(kr[j + t] + d);
+                __m256 lo = fl_bf16_lo(b), hi = fl_bf16_hi(b);
+                a[t][0] = _mm256_fmadd_ps(hi, u10, _mm256_fmadd_ps(lo, u00, a[t][0]));
+                a[t][1] = _mm256_fmadd_ps(hi, u11, _mm256_fmadd_ps(lo, u01, a[t][1]));
+            }
+        }
+        for (int t = 0; t < 4; t++) {
+            _mm256_storeu_ps(r, _mm256_mul_ps(a[t][0], sc));
+            _mm256_storeu_ps(r + 8, _mm256_mul_ps(a[t][1], sc));
+            for (int i = 0; i < nq; i++)
+                s[(size_t)i * lds + j + t] = r[i];
+        }
+    }
+    for (; j < nk; j++) {
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0;
+        for (int d = 0; d < hd; d += 2) {
+            __m256i b = fl_bcast_pair(kr[j] + d);
+            __m256 lo = fl_bf16_lo(b), hi = fl_bf16_hi(b);
+            a0 = _mm256_fmadd_ps(hi, _mm256_loadu_ps(qt + (d + 1) * FL_QT),
+                                 _mm256_fmadd_ps(lo, _mm256_loadu_ps(qt + d * FL_QT), a0));
+            a1 = _mm256_fmadd_ps(hi, _mm256_loadu_ps(qt + (d + 1) * FL_QT + 8),
+                                 _mm256_fmadd_ps(lo, _mm256_loadu_ps(qt + d * FL_QT + 8), a1));
+        }
+        _mm256_storeu_ps(r, _mm256_mul_ps(a0, sc));
+        _mm256_storeu_ps(r + 8, _mm256_mul_ps(a1, sc));
+        for (int i = 0; i < nq; i++)
+            s[(size_t)i * lds + j] = r[i];
+    }
+}
+
+/* o rows (nq x hd) <-> w in the layout pv's loads give: per 16 output dims, the 8 even ones
+ * then the 8 odd ones (16 bf16 values of a row are 8 pairs: the low halves are the even dims,
+ * the high halves the odd) */
+FL_AVX2 static void fl_eo_split(float *w, const float *o, int ldo, int nq, int hd)
+{
+    for (int i = 0; i < nq; i++)
+        for (int d = 0; d < hd; d += 16) {
+            __m256 x0 = _mm256_loadu_ps(o + (size_t)i * ldo + d), x1 = _mm256_loadu_ps(o + (size_t)i * ldo + d + 8);
+            __m256 lo = _mm256_permute2f128_ps(x0, x1, 0x20), hi = _mm256_permute2f128_ps(x0, x1, 0x31);
+            _mm256_storeu_ps(w + (size_t)i * hd + d, _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+            _mm256_storeu_ps(w + (size_t)i * hd + d + 8, _mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+        }
+}
+
+FL_AVX2 static void fl_eo_join(float *o, int ldo, const float *w, int nq, int hd)
+{
+    for (int i = 0; i < nq; i++)
+        for (int d = 0; d < hd; d += 16) {
+            __m256 e = _mm256_loadu_ps(w + (size_t)i * hd + d), od = _mm256_loadu_ps(w + (size_t)i * hd + d + 8);
+            __m256 lo = _mm256_unpacklo_ps(e, od), hi = _mm256_unpackhi_ps(e, od);
+            _mm256_storeu_ps(o + (size_t)i * ldo + d, _mm256_permute2f128_ps(lo, hi, 0x20));
+            _mm256_storeu_ps(o + (size_t)i * ldo + d + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+        }
+}
+
+/* o_i += sum_j p_ij v_j over bf16 rows: per key, one 32-byte load of 16 values gives the
+ * even dims (shifted) and the odd (masked), accumulated in w's even/odd layout, 4 query rows x
+ * 16 dims in 8 accumulators, in spans of FL_KV_PF keys whose rows stay in L1 across the
+ * passes, the next span's rows prefetched in memory order over them (as fl_pv_span_avx2).
+ * Per output element one fused multiply-add per key, keys in order: the widening path's
+ * bits. */
+FL_AVX2 static void fl_pv_b16_avx2(float *o, int ldo, const float *p, int ldp, int nq,
+                                   const uint16_t *const *vr, int nk, int hd, float *wide)
+{
+    if (hd & 15 || nq > FL_KV_CHUNK) { /* whole groups of 16 dims only: widen (the same bits) */
+        fl_pv_bf16_avx2(o, ldo, p, ldp, nq, vr, nk, hd, wide);
+        return;
+    }
+    const __m256i mhi = _mm256_set1_epi32((int)0xffff0000u);
+    int lines = (hd + 31) / 32, passes = ((nq + 3) / 4) * (hd / 16);
+    fl_eo_split(wide, o, ldo, nq, hd);
+    for (int j0 = 0; j0 < nk; j0 += FL_KV_PF) {
+        int n = nk - j0 < FL_KV_PF ? nk - j0 : FL_KV_PF, j1 = j0 + n;
+        int nn = nk - j1 < FL_KV_PF ? nk - j1 : FL_KV_PF;
+        const uint16_t *const *v = vr + j0;
+        const float *ps = p + j0;
+        long ptot = (long)(nn > 0 ? nn : 0) * lines, pit = (long)passes * n, pacc = 0;
+        fl_kv_pf16 pq = fl_kv_pf16_at(vr, j1, nn, nk, lines, 1);
+        int i = 0;
+        for (; i + 4 <= nq; i += 4) {
+            const float *p0 = ps + (size_t)i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
+            float *w0 = wide + (size_t)i * hd, *w1 = w0 + hd, *w2 = w1 + hd, *w3 = w2 + hd;
+            for (int d = 0; d < hd; d += 16) {
+                __m256 a00 = _mm256_loadu_ps(w0 + d), a01 = _mm256_loadu_ps(w0 + d + 8);
+                __m256 a10 = _mm256_loadu_ps(w1 + d), a11 = _mm256_loadu_ps(w1 + d + 8);
+                __m256 a20 = _mm256_loadu_ps(w2 + d), a21 = _mm256_loadu_ps(w2 + d + 8);
+                __m256 a30 = _mm256_loadu_ps(w3 + d), a31 = _mm256_loadu_ps(w3 + d + 8);
+                for (int j = 0; j < n; j++) {
+                    for (pacc += ptot; pacc >= pit && pq.t < pq.n; pacc -= pit)
+                        fl_kv_pf16_next(&pq);
+                    __m256i x = _mm256_loadu_si256((const __m256i *)(v[j] + d));
+                    __m256 v0 = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+                    __m256 v1 = _mm256_castsi256_ps(_mm256_and_si256(x, mhi)), b;
+                    b = _mm256_broadcast_ss(p0 + j);
+                    a00 = _mm256_fmadd_ps(b, v0, a00);
+                    a01 = _mm256_fmadd_ps(b, v1, a01);
+                    b = _mm256_broadcast_ss(p1 + j);
+                    a10 = _mm256_fmadd_ps(b, v0, a10);
+                    a11 = _mm256_fmadd_ps(b, v1, a11);
+                    b = _mm256_broadcast_ss(p2 + j);
+                    a20 = _mm256_fmadd_ps(b, v0, a20);
+                    a21 = _mm256_fmadd_ps(b, v1, a21);
+                    b = _mm256_broadcast_ss(p3 + j);
+                    a30 = _mm256_fmadd_ps(b, v0, a30);
+                    a31 = _mm256_fmadd_ps(b, v1, a31);
+                }
+                _mm256_storeu_ps(w0 + d, a00);
+                _mm256_storeu_ps(w0 + d + 8, a01);
+                _mm256_storeu_ps(w1 + d, a10);
+                _mm256_storeu_ps(w1 + d + 8, a11);
+                _mm256_storeu_ps(w2 + d, a20);
+                _mm256_storeu_ps(w2 + d + 8, a21);
+                _mm256_storeu_ps(w3 + d, a30);
+                _mm256_storeu_ps(w3 + d + 8, a31);
+            }
+        }
+        for (; i < nq; i++) { /* the last rows, one at a time */
+            const float *pr = ps + (size_t)i * ldp;
+            float *w = wide + (size_t)i * hd;
+            for (int d = 0; d < hd; d += 16) {
+                __m256 a0 = _mm256_loadu_ps(w + d), a1 = _mm256_loadu_ps(w + d + 8);
+                for (int j = 0; j < n; j++) {
+                    for (pacc += ptot; pacc >= pit && pq.t < pq.n; pacc -= pit)
+                        fl_kv_pf16_next(&pq);
+                    __m256i x = _mm256_loadu_si256((const __m256i *)(v[j] + d));
+                    __m256 b = _mm256_broadcast_ss(pr + j);
+                    a0 = _mm256_fmadd_ps(b, _mm256_castsi256_ps(_mm256_slli_epi32(x, 16)), a0);
+                    a1 = _mm256_fmadd_ps(b, _mm256_castsi256_ps(_mm256_and_si256(x, mhi)), a1);
+                }
+                _mm256_storeu_ps(w + d, a0);
+                _mm256_storeu_ps(w + d + 8, a1);
+            }
+        }
+    }
+    fl_eo_join(o, ldo, wide, nq, hd);
+}
 
 /* e^x: 2^n * p(r), r = x - n ln2 in [-ln2/2, ln2/2], p the degree-6 Taylor polynomial
  * (relative error ~2e-7). x is clamped to [-87, 88] so 2^n stays a normal float: e^-87 ~
@@ -1021,7 +1258,7 @@ void fl_kernels_init(fl_kernels *k, const char *want)
         *k = (fl_kernels){"AVX2+FMA", 32, fl_mm_f32_avx2, fl_mm_bf16_avx2, fl_qk_avx2, fl_pv_avx2,
                           fl_bf16_to_f32_avx2, fl_lse_add_avx2, fl_softmax_avx2, fl_swiglu_avx2,
                           NULL, NULL, NULL, NULL, /* fl_quant_kernels_init fills these */
-                          fl_qk_bf16_avx2, fl_pv_bf16_avx2, fl_f32_to_bf16_avx2};
+                          fl_qk_b16_avx2, fl_pv_b16_avx2, fl_f32_to_bf16_avx2};
     if (!strcmp(want, "") && k->mm_f32 == fl_mm_f32_avx2 && __builtin_cpu_supports("avx512f")) {
         k->name = "AVX-512";
         /* against OpenBLAS's AVX-512 (Cooperlake) sgemm, one thread, 0.6B model: 366 vs

@@ -271,14 +271,16 @@ static void test_attention_exact(const fl_kernels *kk)
 
 /* bf16 keys and values (KV pages in bf16): qk_bf16 / pv_bf16 give exactly what qk / pv give
  * for the rows widened to f32 (bit for bit, kernels.h), and agree with double loops; key counts
- * below, at and past FL_KV_CHUNK so that chunk ends fall inside the kernels' key groups. */
+ * below, at and past FL_KV_CHUNK so that chunk ends fall inside the kernels' key groups, and
+ * past FL_KV_PF's spans; head dims that are and are not whole groups of 16 (the AVX2 level
+ * reads bf16 rows in place only for those, and pairs of dims only for even ones). */
 static void test_attention_bf16(const fl_kernels *kk)
 {
     const int nqs[] = {1, 4, 7, 16}, nks[] = {1, 9, FL_KV_CHUNK, FL_KV_CHUNK + 3, 2 * FL_KV_CHUNK + 5};
-    const int hds[] = {8, 20, 64, 128};
+    const int hds[] = {8, 9, 20, 64, 128}; /* odd: the AVX2 level's pairs fall back to widening */
     for (size_t a = 0; a < 4; a++)
         for (size_t b = 0; b < 5; b++)
-            for (size_t c = 0; c < 4; c++) {
+            for (size_t c = 0; c < sizeof hds / sizeof *hds; c++) {
                 int nq = nqs[a], nk = nks[b], hd = hds[c], ld = hd + 5, lds = nk + 3;
                 float *q = malloc(sizeof(float) * nq * ld), *qt = malloc(sizeof(float) * hd * FL_QT);
                 uint16_t *k16 = malloc(sizeof(uint16_t) * nk * ld), *v16 = malloc(sizeof(uint16_t) * nk * ld);
