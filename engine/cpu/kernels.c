@@ -525,6 +525,33 @@ fl_qk_pf_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr
                     s[(size_t)i * lds + j + t] = r[i];
             }
         }
+    /* 16 queries: 6 keys at a time, 12 accumulators, so that the FMAs' latency is covered
+     * with room to spare (8 chains are just enough at 2 FMAs a cycle and 4 cycles each) */
+    for (; j + 6 <= nk; j += 6) {
+        __m256 a[6][2];
+        _Pragma("GCC unroll 6")
+        for (int t = 0; t < 6; t++)
+            a[t][0] = a[t][1] = _mm256_setzero_ps();
+        fl_kv_pf pq = fl_kv_pf_at(kr, j + pf, 6, nk, lines, pf);
+        for (int d = 0; d < hd; d++) {
+            if (pf && (d & 1) == 0) /* 6 rows' lines in hd steps: at most one every 2 */
+                fl_kv_pf_next(&pq);
+            __m256 u0 = _mm256_loadu_ps(qt + d * FL_QT), u1 = _mm256_loadu_ps(qt + d * FL_QT + 8);
+            _Pragma("GCC unroll 6")
+            for (int t = 0; t < 6; t++) {
+                __m256 b = _mm256_broadcast_ss(kr[j + t] + d);
+                a[t][0] = _mm256_fmadd_ps(b, u0, a[t][0]);
+                a[t][1] = _mm256_fmadd_ps(b, u1, a[t][1]);
+            }
+        }
+        _Pragma("GCC unroll 6")
+        for (int t = 0; t < 6; t++) {
+            _mm256_storeu_ps(r, _mm256_mul_ps(a[t][0], sc));
+            _mm256_storeu_ps(r + 8, _mm256_mul_ps(a[t][1], sc));
+            for (int i = 0; i < nq; i++)
+                s[(size_t)i * lds + j + t] = r[i];
+        }
+    }
     for (; j + 4 <= nk; j += 4) {
         const float *k0 = kr[j], *k1 = kr[j + 1], *k2 = kr[j + 2], *k3 = kr[j + 3];
         __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;
@@ -582,6 +609,37 @@ FL_AVX2 static void fl_pv_span_avx2(float *o, int ldo, const float *p, int ldp, 
     long ptot = (long)nn * lines, pit = (long)passes * nk, pacc = 0;
     fl_kv_pf pq = fl_kv_pf_at(nx, 0, nn, nn, lines, 1);
     int i = 0;
+    /* 6 rows x 16 dims, 12 accumulators, where 4-row groups still cover the rest (16 rows:
+     * 6 + 6 + 4): 8 chains of one FMA per key are just the FMA latency at 2 a cycle */
+    for (; nq - i >= 10 || nq - i == 6; i += 6) {
+        const float *pr = p + (size_t)i * ldp;
+        float *or = o + (size_t)i * ldo;
+        for (int d = 0; d < h16; d += 16) {
+            __m256 a[6][2];
+            _Pragma("GCC unroll 6")
+            for (int t = 0; t < 6; t++) {
+                a[t][0] = _mm256_loadu_ps(or + (size_t)t * ldo + d);
+                a[t][1] = _mm256_loadu_ps(or + (size_t)t * ldo + d + 8);
+            }
+            for (int j = 0; j < nk; j++) {
+                for (pacc += ptot; pacc >= pit && pq.t < pq.n; pacc -= pit)
+                    fl_kv_pf_next(&pq);
+                const float *vj = vr[j] + d;
+                __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
+                _Pragma("GCC unroll 6")
+                for (int t = 0; t < 6; t++) {
+                    __m256 b = _mm256_broadcast_ss(pr + (size_t)t * ldp + j);
+                    a[t][0] = _mm256_fmadd_ps(b, v0, a[t][0]);
+                    a[t][1] = _mm256_fmadd_ps(b, v1, a[t][1]);
+                }
+            }
+            _Pragma("GCC unroll 6")
+            for (int t = 0; t < 6; t++) {
+                _mm256_storeu_ps(or + (size_t)t * ldo + d, a[t][0]);
+                _mm256_storeu_ps(or + (size_t)t * ldo + d + 8, a[t][1]);
+            }
+        }
+    }
     for (; i + 4 <= nq; i += 4) {
         const float *p0 = p + (size_t)i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
         float *o0 = o + (size_t)i * ldo, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
@@ -825,6 +883,36 @@ FL_AVX2 static void fl_pv_b16_avx2(float *o, int ldo, const float *p, int ldp, i
         long ptot = (long)(nn > 0 ? nn : 0) * lines, pit = (long)passes * n, pacc = 0;
         fl_kv_pf16 pq = fl_kv_pf16_at(vr, j1, nn, nk, lines, 1);
         int i = 0;
+        for (; nq - i >= 10 || nq - i == 6; i += 6) { /* 12 accumulators, as fl_pv_span_avx2 */
+            const float *pr = ps + (size_t)i * ldp;
+            float *wr = wide + (size_t)i * hd;
+            for (int d = 0; d < hd; d += 16) {
+                __m256 a[6][2];
+                _Pragma("GCC unroll 6")
+                for (int t = 0; t < 6; t++) {
+                    a[t][0] = _mm256_loadu_ps(wr + (size_t)t * hd + d);
+                    a[t][1] = _mm256_loadu_ps(wr + (size_t)t * hd + d + 8);
+                }
+                for (int j = 0; j < n; j++) {
+                    for (pacc += ptot; pacc >= pit && pq.t < pq.n; pacc -= pit)
+                        fl_kv_pf16_next(&pq);
+                    __m256i x = _mm256_loadu_si256((const __m256i *)(v[j] + d));
+                    __m256 v0 = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+                    __m256 v1 = _mm256_castsi256_ps(_mm256_and_si256(x, mhi));
+                    _Pragma("GCC unroll 6")
+                    for (int t = 0; t < 6; t++) {
+                        __m256 b = _mm256_broadcast_ss(pr + (size_t)t * ldp + j);
+                        a[t][0] = _mm256_fmadd_ps(b, v0, a[t][0]);
+                        a[t][1] = _mm256_fmadd_ps(b, v1, a[t][1]);
+                    }
+                }
+                _Pragma("GCC unroll 6")
+                for (int t = 0; t < 6; t++) {
+                    _mm256_storeu_ps(wr + (size_t)t * hd + d, a[t][0]);
+                    _mm256_storeu_ps(wr + (size_t)t * hd + d + 8, a[t][1]);
+                }
+            }
+        }
         for (; i + 4 <= nq; i += 4) {
             const float *p0 = ps + (size_t)i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
             float *w0 = wide + (size_t)i * hd, *w1 = w0 + hd, *w2 = w1 + hd, *w3 = w2 + hd;

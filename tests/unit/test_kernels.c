@@ -276,9 +276,9 @@ static void test_attention_exact(const fl_kernels *kk)
  * reads bf16 rows in place only for those, and pairs of dims only for even ones). */
 static void test_attention_bf16(const fl_kernels *kk)
 {
-    const int nqs[] = {1, 4, 7, 16}, nks[] = {1, 9, FL_KV_CHUNK, FL_KV_CHUNK + 3, 2 * FL_KV_CHUNK + 5};
+    const int nqs[] = {1, 4, 6, 7, 13, 16}, nks[] = {1, 9, FL_KV_CHUNK, FL_KV_CHUNK + 3, 2 * FL_KV_CHUNK + 5};
     const int hds[] = {8, 9, 20, 64, 128}; /* odd: the AVX2 level's pairs fall back to widening */
-    for (size_t a = 0; a < 4; a++)
+    for (size_t a = 0; a < sizeof nqs / sizeof *nqs; a++)
         for (size_t b = 0; b < 5; b++)
             for (size_t c = 0; c < sizeof hds / sizeof *hds; c++) {
                 int nq = nqs[a], nk = nks[b], hd = hds[c], ld = hd + 5, lds = nk + 3;
