@@ -77,7 +77,7 @@ typedef struct fl_moe_item {
 /* Scratch of one pool thread. */
 typedef struct fl_tscratch {
     float *mm;          /* (FL_MM_TILE * max_k) widened bf16 tiles for sgemm */
-    float *att_s;       /* (FL_QTILE * max_pos) scores / probabilities */
+    float *att_s;       /* (FL_QTILE * (max_pos + FL_SCORE_PAD)) scores / probabilities */
     float *att_q;       /* (head_dim * FL_QT) a tile of queries, transposed */
     float *att_o;       /* (FL_QTILE * head_dim) its outputs */
     const float **kr;   /* (max_pos) rows of the keys an item attends to (f32 KV) */
@@ -879,13 +879,26 @@ static void fl_job_qkv(void *ctx, int tid, int nt)
 /* Attention work items: (segment, kv head, tile of FL_QTILE query rows). Rows of a segment
  * are ordered token-major (row = i * rep + r for token i, query head g * rep + r), so a tile
  * holds neighbouring tokens, whose key ranges (their blocks) nearly agree. */
+/* The row stride of a tile's scores for keys [0, kmax): kmax rounded up to 16 floats, plus
+ * 16, and never a multiple of 4 KB. A stride of max_pos floats (160 KB at Qwen3's 40,960)
+ * put the 16 rows that qk writes, the softmax reads and pv broadcasts from in one L1 set
+ * (4 KB aliasing: 8 ways for 16 rows), and a block-32 tile's qk and pv ran at 1.5-1.9x their
+ * time on the same keys with short rows (docs/benchmarks.md, "Score rows"). At most
+ * max_pos + FL_SCORE_PAD. */
+#define FL_SCORE_PAD 48
+static int fl_score_ld(int kmax)
+{
+    int lds = ((kmax + 15) & ~15) + 16;
+    return lds % 1024 ? lds : lds + 16;
+}
+
 static void fl_attend_item(fl_fwd *f, int it, int tid)
 {
     fl_cpu *c = f->c;
     const fl_config *cf = &c->cfg;
     const fl_batch *bt = f->bt;
     int hd = cf->head_dim, kvh = cf->n_kv_heads, rep = cf->n_heads / kvh, B = cf->block_size;
-    int ld = c->qkv_dim, lds = cf->max_pos;
+    int ld = c->qkv_dim;
     /* find the segment: item0 is increasing */
     int s = 0;
     while (c->item0[s + 1] <= it)
@@ -909,6 +922,7 @@ static void fl_attend_item(fl_fwd *f, int it, int tid)
     int last = pos0 + (r1 - 1) / rep;
     int kmax = (last / B + 1) * B < seg_end ? (last / B + 1) * B : seg_end;
     float scale = 1.0f / sqrtf((float)hd);
+    int lds = fl_score_ld(kmax);
     /* rows of keys [0, kmax): from the pages below pos0, from this forward above (with bf16
      * pages, its K/V as rounded for them: fl_qkv_heads) */
     int cached = pos0 < kmax ? pos0 : kmax;
@@ -1640,7 +1654,7 @@ int fl_backend_cpu_create(fl_backend **out, const fl_model *m, const fl_backend_
     for (int t = 0; t < c->nt; t++) {
         fl_tscratch *ts = &c->ts[t];
         ts->mm = malloc((size_t)FL_MM_TILE * c->max_k * sizeof(float));
-        ts->att_s = malloc((size_t)FL_QTILE * cf->max_pos * sizeof(float));
+        ts->att_s = malloc((size_t)FL_QTILE * (cf->max_pos + FL_SCORE_PAD) * sizeof(float));
         ts->att_q = malloc((size_t)cf->head_dim * FL_QT * sizeof(float));
         ts->att_o = malloc((size_t)FL_QTILE * cf->head_dim * sizeof(float));
         if (c->kv16) {
