@@ -597,14 +597,55 @@ fl_qk_pf_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr
     }
 }
 
-/* 4 query rows x 16 output dims held in 8 accumulators across a span of keys: per key, 2
- * loads of V and 4 broadcasts of p feed 8 FMAs. The rows nx[0..nn) (the next span's) are
- * prefetched a line at a time over the passes, as fl_pv_span_avx512. */
+/* One pass of fl_pv_span_avx2's 4-row groups: 4 query rows x 8W output dims from d, in 4W
+ * accumulators over the span's keys (per key W loads of V, 4 broadcasts of p, 4W FMAs), the
+ * next span's lines prefetched as the keys go. W = 3 (12 accumulators) where the dims allow:
+ * with 8, one FMA per key each, the chains were the FMA latency at 2 a cycle. */
+FL_AVX2 static inline __attribute__((always_inline)) void
+fl_pv_rows4_avx2(float *o0, int ldo, const float *p0, int ldp, const float *const *vr, int nk,
+                 int d, int W, long *pacc, long ptot, long pit, fl_kv_pf *pq)
+{
+    __m256 a[4][3], v[3];
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < 4; t++)
+        _Pragma("GCC unroll 3")
+        for (int u = 0; u < W; u++)
+            a[t][u] = _mm256_loadu_ps(o0 + (size_t)t * ldo + 8 * u);
+    for (int j = 0; j < nk; j++) {
+        for (*pacc += ptot; *pacc >= pit && pq->t < pq->n; *pacc -= pit)
+            fl_kv_pf_next(pq);
+        _Pragma("GCC unroll 3")
+        for (int u = 0; u < W; u++)
+            v[u] = _mm256_loadu_ps(vr[j] + d + 8 * u);
+        _Pragma("GCC unroll 4")
+        for (int t = 0; t < 4; t++) {
+            __m256 b = _mm256_broadcast_ss(p0 + (size_t)t * ldp + j);
+            _Pragma("GCC unroll 3")
+            for (int u = 0; u < W; u++)
+                a[t][u] = _mm256_fmadd_ps(b, v[u], a[t][u]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int t = 0; t < 4; t++)
+        _Pragma("GCC unroll 3")
+        for (int u = 0; u < W; u++)
+            _mm256_storeu_ps(o0 + (size_t)t * ldo + 8 * u, a[t][u]);
+}
+
+/* Outputs over a span of keys: rows 6 at a time x 16 dims (12 accumulators) where 4-row
+ * groups still cover the rest, then 4 rows x 24 dims (fl_pv_rows4_avx2). The rows nx[0..nn)
+ * (the next span's) are prefetched a line at a time, in memory order, over the passes. */
 FL_AVX2 static void fl_pv_span_avx2(float *o, int ldo, const float *p, int ldp, int nq,
                                     const float *const *vr, int nk, int hd,
                                     const float *const *nx, int nn)
 {
-    int h16 = hd & ~15, lines = (hd + 15) / 16, passes = (nq / 4) * (h16 / 16);
+    int h16 = hd & ~15, lines = (hd + 15) / 16;
+    /* the passes below: 6-row groups of 16 dims, then 4-row groups of 24, 16 and 8 */
+    int n6 = 0, r6 = nq;
+    while (r6 >= 10 || r6 == 6)
+        n6++, r6 -= 6;
+    int p4 = h16 / 24 + (h16 % 24 >= 16) + (h16 % 24 % 16 >= 8);
+    int passes = n6 * (h16 / 16) + (r6 / 4) * p4;
     /* the next span's nn rows' lines in memory order, spread evenly over the passes' keys */
     long ptot = (long)nn * lines, pit = (long)passes * nk, pacc = 0;
     fl_kv_pf pq = fl_kv_pf_at(nx, 0, nn, nn, lines, 1);
@@ -641,40 +682,15 @@ FL_AVX2 static void fl_pv_span_avx2(float *o, int ldo, const float *p, int ldp, 
         }
     }
     for (; i + 4 <= nq; i += 4) {
-        const float *p0 = p + (size_t)i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
-        float *o0 = o + (size_t)i * ldo, *o1 = o0 + ldo, *o2 = o1 + ldo, *o3 = o2 + ldo;
-        for (int d = 0; d < h16; d += 16) {
-            __m256 a00 = _mm256_loadu_ps(o0 + d), a01 = _mm256_loadu_ps(o0 + d + 8);
-            __m256 a10 = _mm256_loadu_ps(o1 + d), a11 = _mm256_loadu_ps(o1 + d + 8);
-            __m256 a20 = _mm256_loadu_ps(o2 + d), a21 = _mm256_loadu_ps(o2 + d + 8);
-            __m256 a30 = _mm256_loadu_ps(o3 + d), a31 = _mm256_loadu_ps(o3 + d + 8);
-            for (int j = 0; j < nk; j++) {
-                for (pacc += ptot; pacc >= pit && pq.t < pq.n; pacc -= pit)
-                    fl_kv_pf_next(&pq);
-                const float *vj = vr[j] + d;
-                __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8), b;
-                b = _mm256_broadcast_ss(p0 + j);
-                a00 = _mm256_fmadd_ps(b, v0, a00);
-                a01 = _mm256_fmadd_ps(b, v1, a01);
-                b = _mm256_broadcast_ss(p1 + j);
-                a10 = _mm256_fmadd_ps(b, v0, a10);
-                a11 = _mm256_fmadd_ps(b, v1, a11);
-                b = _mm256_broadcast_ss(p2 + j);
-                a20 = _mm256_fmadd_ps(b, v0, a20);
-                a21 = _mm256_fmadd_ps(b, v1, a21);
-                b = _mm256_broadcast_ss(p3 + j);
-                a30 = _mm256_fmadd_ps(b, v0, a30);
-                a31 = _mm256_fmadd_ps(b, v1, a31);
-            }
-            _mm256_storeu_ps(o0 + d, a00);
-            _mm256_storeu_ps(o0 + d + 8, a01);
-            _mm256_storeu_ps(o1 + d, a10);
-            _mm256_storeu_ps(o1 + d + 8, a11);
-            _mm256_storeu_ps(o2 + d, a20);
-            _mm256_storeu_ps(o2 + d + 8, a21);
-            _mm256_storeu_ps(o3 + d, a30);
-            _mm256_storeu_ps(o3 + d + 8, a31);
-        }
+        const float *p0 = p + (size_t)i * ldp;
+        float *o0 = o + (size_t)i * ldo;
+        int d = 0;
+        for (; d + 24 <= h16; d += 24)
+            fl_pv_rows4_avx2(o0 + d, ldo, p0, ldp, vr, nk, d, 3, &pacc, ptot, pit, &pq);
+        if (d + 16 <= h16)
+            fl_pv_rows4_avx2(o0 + d, ldo, p0, ldp, vr, nk, d, 2, &pacc, ptot, pit, &pq), d += 16;
+        if (d + 8 <= h16)
+            fl_pv_rows4_avx2(o0 + d, ldo, p0, ldp, vr, nk, d, 1, &pacc, ptot, pit, &pq);
     }
     /* Remaining rows, and the columns past h16 of all rows: the same per-element order (one
      * fused multiply-add per key, keys in order); with no pass above, the next rows are
@@ -873,7 +889,10 @@ FL_AVX2 static void fl_pv_b16_avx2(float *o, int ldo, const float *p, int ldp, i
         return;
     }
     const __m256i mhi = _mm256_set1_epi32((int)0xffff0000u);
-    int lines = (hd + 31) / 32, passes = ((nq + 3) / 4) * (hd / 16);
+    int lines = (hd + 31) / 32, n6 = 0, r6 = nq;
+    while (r6 >= 10 || r6 == 6) /* the groups below: 6 rows, then 4, then single rows */
+        n6++, r6 -= 6;
+    int passes = (n6 + r6 / 4 + r6 % 4) * (hd / 16);
     fl_eo_split(wide, o, ldo, nq, hd);
     for (int j0 = 0; j0 < nk; j0 += FL_KV_PF) {
         int n = nk - j0 < FL_KV_PF ? nk - j0 : FL_KV_PF, j1 = j0 + n;
