@@ -597,6 +597,49 @@ fl_qk_pf_avx2(float *s, int lds, const float *qt, int nq, const float *const *kr
     }
 }
 
+/* R (<= 6) query rows x 16 output dims from d in 2R accumulators over nk keys: per key 2
+ * vectors of V (f32 rows vf, or from one 32-byte load of bf16 rows vb: even dims shifted, odd
+ * masked, in fl_pv_b16_avx2's even/odd layout), R broadcasts of p, 2R FMAs; the next span's
+ * lines prefetched as the keys go (pf for f32 rows, pb for bf16). R and b16 are constants at
+ * each call. */
+FL_AVX2 static inline __attribute__((always_inline)) void
+fl_pv_rows_avx2(float *o0, int ldo, const float *p0, int ldp, int R, int nk,
+                const float *const *vf, const uint16_t *const *vb, int d, bool b16, long *pacc,
+                long ptot, long pit, fl_kv_pf *pf, fl_kv_pf16 *pb)
+{
+    __m256 a[6][2], v0, v1;
+    _Pragma("GCC unroll 6")
+    for (int t = 0; t < R; t++) {
+        a[t][0] = _mm256_loadu_ps(o0 + (size_t)t * ldo);
+        a[t][1] = _mm256_loadu_ps(o0 + (size_t)t * ldo + 8);
+    }
+    for (int j = 0; j < nk; j++) {
+        if (b16) {
+            for (*pacc += ptot; *pacc >= pit && pb->t < pb->n; *pacc -= pit)
+                fl_kv_pf16_next(pb);
+            __m256i x = _mm256_loadu_si256((const __m256i *)(vb[j] + d));
+            v0 = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+            v1 = _mm256_castsi256_ps(_mm256_and_si256(x, _mm256_set1_epi32((int)0xffff0000u)));
+        } else {
+            for (*pacc += ptot; *pacc >= pit && pf->t < pf->n; *pacc -= pit)
+                fl_kv_pf_next(pf);
+            v0 = _mm256_loadu_ps(vf[j] + d);
+            v1 = _mm256_loadu_ps(vf[j] + d + 8);
+        }
+        _Pragma("GCC unroll 6")
+        for (int t = 0; t < R; t++) {
+            __m256 b = _mm256_broadcast_ss(p0 + (size_t)t * ldp + j);
+            a[t][0] = _mm256_fmadd_ps(b, v0, a[t][0]);
+            a[t][1] = _mm256_fmadd_ps(b, v1, a[t][1]);
+        }
+    }
+    _Pragma("GCC unroll 6")
+    for (int t = 0; t < R; t++) {
+        _mm256_storeu_ps(o0 + (size_t)t * ldo, a[t][0]);
+        _mm256_storeu_ps(o0 + (size_t)t * ldo + 8, a[t][1]);
+    }
+}
+
 /* One pass of fl_pv_span_avx2's 4-row groups: 4 query rows x 8W output dims from d, in 4W
  * accumulators over the span's keys (per key W loads of V, 4 broadcasts of p, 4W FMAs), the
  * next span's lines prefetched as the keys go. W = 3 (12 accumulators) where the dims allow:
@@ -652,35 +695,10 @@ FL_AVX2 static void fl_pv_span_avx2(float *o, int ldo, const float *p, int ldp, 
     int i = 0;
     /* 6 rows x 16 dims, 12 accumulators, where 4-row groups still cover the rest (16 rows:
      * 6 + 6 + 4): 8 chains of one FMA per key are just the FMA latency at 2 a cycle */
-    for (; nq - i >= 10 || nq - i == 6; i += 6) {
-        const float *pr = p + (size_t)i * ldp;
-        float *or = o + (size_t)i * ldo;
-        for (int d = 0; d < h16; d += 16) {
-            __m256 a[6][2];
-            _Pragma("GCC unroll 6")
-            for (int t = 0; t < 6; t++) {
-                a[t][0] = _mm256_loadu_ps(or + (size_t)t * ldo + d);
-                a[t][1] = _mm256_loadu_ps(or + (size_t)t * ldo + d + 8);
-            }
-            for (int j = 0; j < nk; j++) {
-                for (pacc += ptot; pacc >= pit && pq.t < pq.n; pacc -= pit)
-                    fl_kv_pf_next(&pq);
-                const float *vj = vr[j] + d;
-                __m256 v0 = _mm256_loadu_ps(vj), v1 = _mm256_loadu_ps(vj + 8);
-                _Pragma("GCC unroll 6")
-                for (int t = 0; t < 6; t++) {
-                    __m256 b = _mm256_broadcast_ss(pr + (size_t)t * ldp + j);
-                    a[t][0] = _mm256_fmadd_ps(b, v0, a[t][0]);
-                    a[t][1] = _mm256_fmadd_ps(b, v1, a[t][1]);
-                }
-            }
-            _Pragma("GCC unroll 6")
-            for (int t = 0; t < 6; t++) {
-                _mm256_storeu_ps(or + (size_t)t * ldo + d, a[t][0]);
-                _mm256_storeu_ps(or + (size_t)t * ldo + d + 8, a[t][1]);
-            }
-        }
-    }
+    for (; nq - i >= 10 || nq - i == 6; i += 6)
+        for (int d = 0; d < h16; d += 16)
+            fl_pv_rows_avx2(o + (size_t)i * ldo + d, ldo, p + (size_t)i * ldp, ldp, 6, nk, vr, NULL,
+                            d, false, &pacc, ptot, pit, &pq, NULL);
     for (; i + 4 <= nq; i += 4) {
         const float *p0 = p + (size_t)i * ldp;
         float *o0 = o + (size_t)i * ldo;
@@ -902,73 +920,14 @@ FL_AVX2 static void fl_pv_b16_avx2(float *o, int ldo, const float *p, int ldp, i
         long ptot = (long)(nn > 0 ? nn : 0) * lines, pit = (long)passes * n, pacc = 0;
         fl_kv_pf16 pq = fl_kv_pf16_at(vr, j1, nn, nk, lines, 1);
         int i = 0;
-        for (; nq - i >= 10 || nq - i == 6; i += 6) { /* 12 accumulators, as fl_pv_span_avx2 */
-            const float *pr = ps + (size_t)i * ldp;
-            float *wr = wide + (size_t)i * hd;
-            for (int d = 0; d < hd; d += 16) {
-                __m256 a[6][2];
-                _Pragma("GCC unroll 6")
-                for (int t = 0; t < 6; t++) {
-                    a[t][0] = _mm256_loadu_ps(wr + (size_t)t * hd + d);
-                    a[t][1] = _mm256_loadu_ps(wr + (size_t)t * hd + d + 8);
-                }
-                for (int j = 0; j < n; j++) {
-                    for (pacc += ptot; pacc >= pit && pq.t < pq.n; pacc -= pit)
-                        fl_kv_pf16_next(&pq);
-                    __m256i x = _mm256_loadu_si256((const __m256i *)(v[j] + d));
-                    __m256 v0 = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-                    __m256 v1 = _mm256_castsi256_ps(_mm256_and_si256(x, mhi));
-                    _Pragma("GCC unroll 6")
-                    for (int t = 0; t < 6; t++) {
-                        __m256 b = _mm256_broadcast_ss(pr + (size_t)t * ldp + j);
-                        a[t][0] = _mm256_fmadd_ps(b, v0, a[t][0]);
-                        a[t][1] = _mm256_fmadd_ps(b, v1, a[t][1]);
-                    }
-                }
-                _Pragma("GCC unroll 6")
-                for (int t = 0; t < 6; t++) {
-                    _mm256_storeu_ps(wr + (size_t)t * hd + d, a[t][0]);
-                    _mm256_storeu_ps(wr + (size_t)t * hd + d + 8, a[t][1]);
-                }
-            }
-        }
-        for (; i + 4 <= nq; i += 4) {
-            const float *p0 = ps + (size_t)i * ldp, *p1 = p0 + ldp, *p2 = p1 + ldp, *p3 = p2 + ldp;
-            float *w0 = wide + (size_t)i * hd, *w1 = w0 + hd, *w2 = w1 + hd, *w3 = w2 + hd;
-            for (int d = 0; d < hd; d += 16) {
-                __m256 a00 = _mm256_loadu_ps(w0 + d), a01 = _mm256_loadu_ps(w0 + d + 8);
-                __m256 a10 = _mm256_loadu_ps(w1 + d), a11 = _mm256_loadu_ps(w1 + d + 8);
-                __m256 a20 = _mm256_loadu_ps(w2 + d), a21 = _mm256_loadu_ps(w2 + d + 8);
-                __m256 a30 = _mm256_loadu_ps(w3 + d), a31 = _mm256_loadu_ps(w3 + d + 8);
-                for (int j = 0; j < n; j++) {
-                    for (pacc += ptot; pacc >= pit && pq.t < pq.n; pacc -= pit)
-                        fl_kv_pf16_next(&pq);
-                    __m256i x = _mm256_loadu_si256((const __m256i *)(v[j] + d));
-                    __m256 v0 = _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-                    __m256 v1 = _mm256_castsi256_ps(_mm256_and_si256(x, mhi)), b;
-                    b = _mm256_broadcast_ss(p0 + j);
-                    a00 = _mm256_fmadd_ps(b, v0, a00);
-                    a01 = _mm256_fmadd_ps(b, v1, a01);
-                    b = _mm256_broadcast_ss(p1 + j);
-                    a10 = _mm256_fmadd_ps(b, v0, a10);
-                    a11 = _mm256_fmadd_ps(b, v1, a11);
-                    b = _mm256_broadcast_ss(p2 + j);
-                    a20 = _mm256_fmadd_ps(b, v0, a20);
-                    a21 = _mm256_fmadd_ps(b, v1, a21);
-                    b = _mm256_broadcast_ss(p3 + j);
-                    a30 = _mm256_fmadd_ps(b, v0, a30);
-                    a31 = _mm256_fmadd_ps(b, v1, a31);
-                }
-                _mm256_storeu_ps(w0 + d, a00);
-                _mm256_storeu_ps(w0 + d + 8, a01);
-                _mm256_storeu_ps(w1 + d, a10);
-                _mm256_storeu_ps(w1 + d + 8, a11);
-                _mm256_storeu_ps(w2 + d, a20);
-                _mm256_storeu_ps(w2 + d + 8, a21);
-                _mm256_storeu_ps(w3 + d, a30);
-                _mm256_storeu_ps(w3 + d + 8, a31);
-            }
-        }
+        for (; nq - i >= 10 || nq - i == 6; i += 6) /* 12 accumulators, as fl_pv_span_avx2 */
+            for (int d = 0; d < hd; d += 16)
+                fl_pv_rows_avx2(wide + (size_t)i * hd + d, hd, ps + (size_t)i * ldp, ldp, 6, n, NULL,
+                                v, d, true, &pacc, ptot, pit, NULL, &pq);
+        for (; i + 4 <= nq; i += 4)
+            for (int d = 0; d < hd; d += 16)
+                fl_pv_rows_avx2(wide + (size_t)i * hd + d, hd, ps + (size_t)i * ldp, ldp, 4, n, NULL,
+                                v, d, true, &pacc, ptot, pit, NULL, &pq);
         for (; i < nq; i++) { /* the last rows, one at a time */
             const float *pr = ps + (size_t)i * ldp;
             float *w = wide + (size_t)i * hd;
