@@ -141,6 +141,7 @@ typedef struct flc {
     flc_tok *tok_d; /* (T) */
     float *part;    /* (part_floats) */
     size_t part_floats;
+    int *ticket;    /* (tiles_max * kvh) the few-row attention's tickets, zero between forwards */
     int head_rows, tiles_max;
     /* KV pool */
     flc_bf16 *pool;
@@ -162,7 +163,8 @@ typedef struct flc {
     uint16_t *stage_r, *stage_w; /* (page elems) pinned bf16 */
     /* options */
     int skinny_rows;
-    bool graphs, sync_debug, attn_tc, gemm_pad, shape_pad;
+    bool graphs, sync_debug, attn_tc, attn_few, gemm_pad, shape_pad;
+    bool pdl; /* FL_CUDA_PDL=1 on sm_90+: the streaming matmuls' programmatic launch */
     /* FL_CUDA_KTIME: an event after every launch of an eager forward; the time between two
      * events is the work launched between them, summed per label and printed at destroy */
     bool ktime;
@@ -307,9 +309,9 @@ static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m
 {
     if (m <= c->skinny_rows && k % 8 == 0 && ldx % 8 == 0)
         return flc_launched(c, wm->q ? flc_skinny_q8(y, NULL, ldy, x, ldx, m, wm->q, wm->d, n, k,
-                                                     mode, c->st)
+                                                     mode, c->pdl, c->st)
                                      : flc_skinny(y, NULL, ldy, x, ldx, m, wm->w, n, k, mode,
-                                                  c->st),
+                                                  c->pdl, c->st),
                             what, layer, e);
     const flc_bf16 *w = wm->w;
     if (wm->q) {
@@ -569,6 +571,10 @@ static int flc_plan_batch(flc *c, const fl_batch *bt, bool want_out, bool pad_ou
     int n_splits = 1;
     while (n_splits * 2 <= ns)
         n_splits *= 2;
+    /* the few-row kernel: the power of two at or above, so that a split is one chunk of 64
+     * keys where the multiprocessors allow (batch 1, 516 keys: 16 splits of 33, not 8 of 65) */
+    if (c->attn_few && n_splits < ns && n_splits * 2 <= room && n_splits * 2 <= 1024)
+        n_splits *= 2;
     p->n_splits = n_splits;
     p->split_len = (max_end + n_splits - 1) / n_splits;
     p->stores = stores;
@@ -587,8 +593,9 @@ static int flc_mlp(flc *c, float *y, int mode, const flc_bf16 *x, int m, const f
     int rc;
     if (m <= c->skinny_rows && H % 8 == 0) {
         FLC_L(wgu->q ? flc_skinny_q8(NULL, hb, ni, x, H, m, wgu->q, wgu->d, ni, H, FLC_MM_SWIGLU,
-                                     c->st)
-                     : flc_skinny(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, c->st),
+                                     c->pdl, c->st)
+                     : flc_skinny(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, c->pdl,
+                                  c->st),
               "gate|up projection + SwiGLU", layer);
     } else {
         if ((rc = flc_gemm(c, gu, 2 * ni, x, H, m, wgu, 2 * ni, H, FLC_MM_STORE,
@@ -697,10 +704,15 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
         FLC_L(flc_qkv_post(c->qkv, c->kvo, c->pool, ly->bqkv, ly->q_norm, ly->k_norm,
                            c->inv_freq, m, d, l, T, st),
               "q/k/v bias, norm, RoPE and KV store", l);
-        FLC_L(flc_attention(c->att, c->part, c->qkv, c->kvo, c->pool, m, d, l, p->tiles_bound,
-                            p->n_splits, c->attn_tc, st),
-              "attention", l);
-        if (p->n_splits > 1)
+        if (c->attn_few) /* splits merged in the same kernel */
+            FLC_L(flc_attention_few(c->att, c->part, c->ticket, c->qkv, c->kvo, c->pool, m, d, l,
+                                    p->tiles_bound, p->n_splits, p->T * d.rep <= 8, st),
+                  "attention (few-row kernel, splits merged)", l);
+        else
+            FLC_L(flc_attention(c->att, c->part, c->qkv, c->kvo, c->pool, m, d, l,
+                                p->tiles_bound, p->n_splits, c->attn_tc, st),
+                  "attention", l);
+        if (p->n_splits > 1 && !c->attn_few)
             FLC_L(flc_attn_combine(c->att, c->part, m, d, p->tiles_bound, p->n_splits, st),
                   "attention split combine", l);
         if ((rc = flc_gemm(c, c->x, H, c->att, d.qd, T, &ly->wo, H, d.qd, FLC_MM_ACC,
@@ -1155,6 +1167,7 @@ static void flc_place_acts(flc *c, fl_bump *b)
     c->lse = (flc_lse *)fl_bump_take(b, HR * ((V + FLC_VCHUNK - 1) / FLC_VCHUNK) * sizeof(flc_lse));
     c->tok_d = (flc_tok *)fl_bump_take(b, T * sizeof(flc_tok));
     c->part = (float *)fl_bump_take(b, c->part_floats * 4);
+    c->ticket = (int *)fl_bump_take(b, (size_t)c->tiles_max * d->kvh * sizeof(int));
     c->wdq = c->wdq_elems ? (flc_bf16 *)fl_bump_take(b, c->wdq_elems * 2) : NULL;
     if (c->moe) {
         size_t E = (size_t)c->E, A = T * (size_t)c->K, mi = (size_t)c->mi;
@@ -1502,10 +1515,13 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     c->shape_pad = c->gemm_pad && flc_env_int("FL_CUDA_SHAPE_PAD", 0, 0, 1) == 1;
     c->sync_debug = flc_env_int("FL_CUDA_SYNC_DEBUG", 0, 0, 1) == 1;
     c->ktime = flc_env_int("FL_CUDA_KTIME", 0, 0, 1) == 1;
+    /* opt-in until measured on a GPU (docs/cuda.md "Programmatic launch") */
+    c->pdl = flc_env_int("FL_CUDA_PDL", 0, 0, 1) == 1 && c->cc_major >= 9;
     c->graphs = flc_env_int("FL_CUDA_GRAPHS", 1, 0, 1) == 1 && !c->sync_debug && !c->ktime;
     {
         const char *at = getenv("FL_CUDA_ATTN");
         c->attn_tc = at && !strcmp(at, "tc") && flc_attention_tc_ok(d->hd);
+        c->attn_few = at && !strcmp(at, "few") && flc_attention_few_ok(d->hd);
     }
     c->stats.graphs_on = c->graphs;
     snprintf(c->stats.graphs_note, sizeof c->stats.graphs_note, "%s",
@@ -1632,6 +1648,8 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
         ab.used = 0;
         flc_place_weights(c, &c->wplan, c->wmem);
         flc_place_acts(c, &ab);
+        CK(cudaMemsetAsync(c->ticket, 0, (size_t)c->tiles_max * d->kvh * sizeof(int), c->st),
+           "clearing the attention tickets");
     }
     if ((rc = flc_upload_weights(c, &c->wplan, e)))
         goto fail;
@@ -1671,12 +1689,15 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
         snprintf(c->desc, sizeof c->desc,
                  "%s (device %d, sm_%d%d, %d SMs, %.1f GiB); weights %.2f GiB %s; activations "
                  "%.2f GiB for %d tokens; KV pool %d pages x %.2f MiB = %.2f GiB%s; %.120s; graphs %s; "
-                 "streaming matmul up to %d rows; cuBLAS rows %s; attention on %s",
+                 "streaming matmul up to %d rows%s; cuBLAS rows %s; attention on %s",
                  c->gpu, c->dev, c->cc_major, c->cc_minor, c->n_sm, GIB(c->mem_total),
                  GIB(c->wbytes), c->q8 ? "q8 (embedding bf16)" : "bf16", GIB(c->abytes), o->max_tokens, c->base.n_pages,
                  MIB(c->page_dev_bytes), GIB(c->pool_bytes), pages, c->blas.path,
-                 c->graphs ? "on" : "off", c->skinny_rows, c->gemm_pad ? "padded" : "exact",
-                 c->attn_tc ? "tensor cores" : "CUDA cores");
+                 c->graphs ? "on" : "off", c->skinny_rows,
+                 c->pdl ? " (programmatic launch)" : "", c->gemm_pad ? "padded" : "exact",
+                 c->attn_tc    ? "tensor cores"
+                 : c->attn_few ? "CUDA cores, few-row kernel"
+                               : "CUDA cores");
     }
     *out = &c->base;
     return 0;

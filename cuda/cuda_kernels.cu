@@ -54,6 +54,49 @@ __device__ double flc_block_sum_d(double v, double *sh)
     return flc_warp_sum_d(v);
 }
 
+/* Programmatic dependent launch (sm_90; FL_CUDA_PDL=1, docs/cuda.md): a kernel launched with
+ * flc_launch(pdl = true) may start while the kernel before it in the stream still runs, as
+ * soon as every block of that one has passed flc_pdl_trigger; it reads nothing the earlier
+ * kernels write, and writes nothing, before flc_pdl_wait, which returns once they have
+ * finished and their writes are visible. Without the launch attribute both are no-ops. The
+ * streaming matmuls are the kernels launched so: they load their first weight pieces before
+ * the wait. The kernels before them (RMSNorm, attention, the matmuls) trigger at their start. */
+__device__ __forceinline__ void flc_pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void flc_pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* k<<<grid, block, 0, s>>>(args...), with the programmatic-serialization attribute when pdl */
+template <typename... P, typename... A>
+static cudaError_t flc_launch(bool pdl, void (*k)(P...), unsigned grid, unsigned block,
+                              cudaStream_t s, A... args)
+{
+    if (!pdl) {
+        k<<<grid, block, 0, s>>>(args...);
+        return cudaGetLastError();
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(grid);
+    cfg.blockDim = dim3(block);
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, k, args...);
+}
+
 /* 8 bf16 (one 16-byte load) to floats. */
 __device__ __forceinline__ void flc_unpack8(const uint4 &raw, float *f)
 {
@@ -86,6 +129,7 @@ __global__ void k_rmsnorm(flc_bf16 *out, const float *x, const float *w, const i
                           int H, float eps)
 {
     __shared__ double sh[32];
+    flc_pdl_trigger();
     int r = blockIdx.x, src = gather ? gather[r] : r;
     const float *xr = x + (size_t)src * H;
     double ss = 0;
@@ -262,6 +306,7 @@ k_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
     __shared__ float m_s[FLC_QROWS], l_s[FLC_QROWS], a_s[FLC_QROWS];
     __shared__ int kend_s[FLC_QROWS];
 
+    flc_pdl_trigger();
     const int tile = blockIdx.x, g = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
     if (tile >= m.params[FLC_P_TILES])
         return; /* the grid is sized for the largest batch of this shape */
@@ -480,6 +525,7 @@ k_attention_tc(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo
     __shared__ float m_s[FLC_QROWS], l_s[FLC_QROWS];
     __shared__ int kend_s[FLC_QROWS];
 
+    flc_pdl_trigger();
     const int tile = blockIdx.x, g = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
     if (tile >= m.params[FLC_P_TILES])
@@ -614,6 +660,7 @@ k_attention_tc(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo
 __global__ void k_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc_dims d,
                                int n_splits)
 {
+    flc_pdl_trigger();
     const int tile = blockIdx.x, g = blockIdx.y;
     if (tile >= m.params[FLC_P_TILES])
         return;
@@ -673,6 +720,37 @@ cudaError_t flc_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc_d
 {
     dim3 grid((unsigned)tiles_bound, (unsigned)d.kvh);
     k_attn_combine<<<grid, 256, 0, s>>>(att, part, m, d, n_splits);
+    return cudaGetLastError();
+}
+
+#include "attn_few.cuh"
+
+bool flc_attention_few_ok(int hd) { return hd % 8 == 0 && hd >= 8 && hd <= FLC_FEW_HD; }
+
+cudaError_t flc_attention_few(flc_bf16 *att, float *part, int *ticket, const float *qkv,
+                              const flc_bf16 *kvo, const flc_bf16 *pool, flc_meta m, flc_dims d,
+                              int layer, int tiles_bound, int n_splits, bool rows8,
+                              cudaStream_t s)
+{
+    if (!flc_attention_few_ok(d.hd))
+        return cudaErrorInvalidValue;
+    dim3 grid((unsigned)tiles_bound, (unsigned)d.kvh, (unsigned)n_splits);
+    const unsigned nt = FLC_FEW_THREADS;
+    if (rows8) {
+        if (n_splits == 1)
+            k_attn_few<8, true><<<grid, nt, 0, s>>>(att, part, ticket, qkv, kvo, pool, m, d,
+                                                    layer, 1);
+        else
+            k_attn_few<8, false><<<grid, nt, 0, s>>>(att, part, ticket, qkv, kvo, pool, m, d,
+                                                     layer, n_splits);
+    } else {
+        if (n_splits == 1)
+            k_attn_few<FLC_QROWS, true><<<grid, nt, 0, s>>>(att, part, ticket, qkv, kvo, pool,
+                                                            m, d, layer, 1);
+        else
+            k_attn_few<FLC_QROWS, false><<<grid, nt, 0, s>>>(att, part, ticket, qkv, kvo, pool,
+                                                             m, d, layer, n_splits);
+    }
     return cudaGetLastError();
 }
 
@@ -737,8 +815,8 @@ __device__ __forceinline__ void flc_skinny_col(float *y, flc_bf16 *yh, int ldy,
 #pragma unroll
         for (int r = 0; r < R; r++)
             acc[q][r] = 0.f;
+    uint4 wv[U][NW];
     for (int c0 = lane; c0 < k8; c0 += 32 * U) {
-        uint4 wv[U][NW];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + 32 * u;
@@ -746,6 +824,8 @@ __device__ __forceinline__ void flc_skinny_col(float *y, flc_bf16 *yh, int ldy,
             for (int q = 0; q < NW; q++)
                 wv[u][q] = c < k8 ? flc_skinny_ld<STREAM>(wr[q] + c) : make_uint4(0, 0, 0, 0);
         }
+        if (c0 == lane)
+            flc_pdl_wait(); /* the first pieces are on their way; x is the kernel before's */
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + 32 * u;
@@ -778,38 +858,37 @@ __global__ void __launch_bounds__(128)
 k_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
          const flc_bf16 *__restrict__ w, int n, int k)
 {
+    flc_pdl_trigger();
     const int j = blockIdx.x * 4 + (threadIdx.x >> 5);
     if (j < n)
         flc_skinny_col<R, MODE>(y, yh, ldy, x, ldx, m, w, n, k, j, threadIdx.x & 31);
 }
 
 template <int MODE>
-static void flc_skinny_launch(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
-                              const flc_bf16 *w, int n, int k, cudaStream_t s)
+static cudaError_t flc_skinny_launch(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
+                                     int m, const flc_bf16 *w, int n, int k, bool pdl,
+                                     cudaStream_t s)
 {
     unsigned blocks = (unsigned)((n + 3) / 4);
     if (m <= 1)
-        k_skinny<1, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, w, n, k);
-    else if (m <= 2)
-        k_skinny<2, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, w, n, k);
-    else if (m <= 4)
-        k_skinny<4, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, w, n, k);
-    else
-        k_skinny<8, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, w, n, k);
+        return flc_launch(pdl, k_skinny<1, MODE>, blocks, 128, s, y, yh, ldy, x, ldx, m, w, n, k);
+    if (m <= 2)
+        return flc_launch(pdl, k_skinny<2, MODE>, blocks, 128, s, y, yh, ldy, x, ldx, m, w, n, k);
+    if (m <= 4)
+        return flc_launch(pdl, k_skinny<4, MODE>, blocks, 128, s, y, yh, ldy, x, ldx, m, w, n, k);
+    return flc_launch(pdl, k_skinny<8, MODE>, blocks, 128, s, y, yh, ldy, x, ldx, m, w, n, k);
 }
 
 cudaError_t flc_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
-                       const flc_bf16 *w, int n, int k, int mode, cudaStream_t s)
+                       const flc_bf16 *w, int n, int k, int mode, bool pdl, cudaStream_t s)
 {
     if (m <= 0 || m > FLC_SKINNY_MAX || k % 8 || ldx % 8)
         return cudaErrorInvalidValue;
     if (mode == FLC_MM_STORE)
-        flc_skinny_launch<FLC_MM_STORE>(y, yh, ldy, x, ldx, m, w, n, k, s);
-    else if (mode == FLC_MM_ACC)
-        flc_skinny_launch<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, w, n, k, s);
-    else
-        flc_skinny_launch<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, w, n, k, s);
-    return cudaGetLastError();
+        return flc_skinny_launch<FLC_MM_STORE>(y, yh, ldy, x, ldx, m, w, n, k, pdl, s);
+    if (mode == FLC_MM_ACC)
+        return flc_skinny_launch<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, w, n, k, pdl, s);
+    return flc_skinny_launch<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, w, n, k, pdl, s);
 }
 
 /* ---------------------------------------------------------------- q8 weights (weight-only) */
@@ -866,6 +945,8 @@ __device__ __forceinline__ void flc_skinny_q8_col(float *y, flc_bf16 *yh, int ld
                 dv[u][q] = c < k16 ? __half2float(dr[q][c >> 1]) : 0.f;
             }
         }
+        if (c0 == lane)
+            flc_pdl_wait(); /* as in flc_skinny_col */
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + 32 * u;
@@ -902,40 +983,41 @@ __global__ void __launch_bounds__(128)
 k_skinny_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
             const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd, int n, int k)
 {
+    flc_pdl_trigger();
     const int j = blockIdx.x * 4 + (threadIdx.x >> 5);
     if (j < n)
         flc_skinny_q8_col<R, MODE>(y, yh, ldy, x, ldx, m, wq, wd, n, k, j, threadIdx.x & 31);
 }
 
 template <int MODE>
-static void flc_skinny_q8_launch(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
-                                 int m, const int8_t *wq, const uint16_t *wd, int n, int k,
-                                 cudaStream_t s)
+static cudaError_t flc_skinny_q8_launch(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x,
+                                        int ldx, int m, const int8_t *wq, const uint16_t *wd,
+                                        int n, int k, bool pdl, cudaStream_t s)
 {
-    unsigned blocks = (unsigned)((n + 3) / 4);
+    unsigned b = (unsigned)((n + 3) / 4);
     if (m <= 1)
-        k_skinny_q8<1, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, wq, wd, n, k);
-    else if (m <= 2)
-        k_skinny_q8<2, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, wq, wd, n, k);
-    else if (m <= 4)
-        k_skinny_q8<4, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, wq, wd, n, k);
-    else
-        k_skinny_q8<8, MODE><<<blocks, 128, 0, s>>>(y, yh, ldy, x, ldx, m, wq, wd, n, k);
+        return flc_launch(pdl, k_skinny_q8<1, MODE>, b, 128, s, y, yh, ldy, x, ldx, m, wq, wd, n,
+                          k);
+    if (m <= 2)
+        return flc_launch(pdl, k_skinny_q8<2, MODE>, b, 128, s, y, yh, ldy, x, ldx, m, wq, wd, n,
+                          k);
+    if (m <= 4)
+        return flc_launch(pdl, k_skinny_q8<4, MODE>, b, 128, s, y, yh, ldy, x, ldx, m, wq, wd, n,
+                          k);
+    return flc_launch(pdl, k_skinny_q8<8, MODE>, b, 128, s, y, yh, ldy, x, ldx, m, wq, wd, n, k);
 }
 
 cudaError_t flc_skinny_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
-                          const int8_t *wq, const uint16_t *wd, int n, int k, int mode,
+                          const int8_t *wq, const uint16_t *wd, int n, int k, int mode, bool pdl,
                           cudaStream_t s)
 {
     if (m <= 0 || m > FLC_SKINNY_MAX || k % 32 || ldx % 8)
         return cudaErrorInvalidValue;
     if (mode == FLC_MM_STORE)
-        flc_skinny_q8_launch<FLC_MM_STORE>(y, yh, ldy, x, ldx, m, wq, wd, n, k, s);
-    else if (mode == FLC_MM_ACC)
-        flc_skinny_q8_launch<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, wq, wd, n, k, s);
-    else
-        flc_skinny_q8_launch<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, wq, wd, n, k, s);
-    return cudaGetLastError();
+        return flc_skinny_q8_launch<FLC_MM_STORE>(y, yh, ldy, x, ldx, m, wq, wd, n, k, pdl, s);
+    if (mode == FLC_MM_ACC)
+        return flc_skinny_q8_launch<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, wq, wd, n, k, pdl, s);
+    return flc_skinny_q8_launch<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, wq, wd, n, k, pdl, s);
 }
 
 /* w (n, k) bf16 = the q8 weights, for cuBLAS at row counts the streaming kernel does not

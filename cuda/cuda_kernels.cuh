@@ -25,41 +25,7 @@
 
 typedef __nv_bfloat16 flc_bf16;
 
-#define FLC_QROWS 16       /* query rows (token x head of one KV group) per attention tile */
-#define FLC_KCHUNK 128     /* keys per attention chunk = threads of an attention block */
-#define FLC_HD_MAX 256     /* largest head_dim the attention kernel takes */
-#define FLC_SKINNY_MAX 8   /* most rows the weight-streaming matmul takes */
-#define FLC_VCHUNK 4096    /* vocabulary ids per softmax-statistics chunk */
-
-/* Offsets (in int32) of the metadata block; fixed for a backend (sized by max_tokens), so
- * that device pointers into it never change. */
-enum {
-    FLC_P_TILES = 0, /* params: number of attention tiles in this batch */
-    FLC_P_SPLIT,     /* keys per attention split */
-    FLC_P_COUNT = 8
-};
-
-typedef struct flc_meta {
-    const int32_t *params;    /* (FLC_P_COUNT) */
-    const int32_t *tokens;    /* (T) */
-    const int32_t *tok_pos;   /* (T) absolute position */
-    const int32_t *tok_store; /* (T) page its K/V are stored in, or -1 */
-    const int32_t *seg_pos0;  /* (S) */
-    const int32_t *seg_n;     /* (S) */
-    const int32_t *seg_tok0;  /* (S) first token of the segment in the batch */
-    const int32_t *seg_pt;    /* (S) offset of the segment's page table in pages */
-    const int32_t *tile_seg;  /* (tiles) segment of an attention tile */
-    const int32_t *tile_row0; /* (tiles) first query row of the tile within its segment */
-    const int32_t *out_rows;  /* (n_out) tokens whose outputs are wanted */
-    const int32_t *pages;     /* page tables, concatenated */
-} flc_meta;
-
-typedef struct flc_dims {
-    int H, nh, kvh, hd, qd, kvd, qkvd, NI, V, B, rep;
-    int rd; /* rotated dims of a head (fl_config_rotary_dim): hd, or fewer (partial rotary) */
-    float eps;
-    size_t page_elems; /* bf16 elements of one page */
-} flc_dims;
+#include "flc_meta.h"
 
 /* Softmax statistics of one chunk of a row's logits (engine/kernels.h fl_lse, per chunk). */
 typedef struct flc_lse {
@@ -103,6 +69,17 @@ cudaError_t flc_attention(flc_bf16 *att, float *part, const float *qkv, const fl
 /* Whether the tensor-core attention (tensor_cores above) takes this head_dim; the CUDA-core
  * kernel runs otherwise. */
 bool flc_attention_tc_ok(int hd);
+/* The attention for few query rows per KV group (attn_few.cuh; FL_CUDA_ATTN=few): the same
+ * grid, tiles and splits as flc_attention, all keys of a chunk of 64 loaded at once, and the
+ * splits merged by the last block of each (tile, group) to finish, so no flc_attn_combine.
+ * ticket: tiles_bound * kvh ints, zero before the first launch; the kernel leaves them zero.
+ * rows8: every tile has at most 8 query rows (T * rep <= 8). hd % 8 == 0, hd <= 128
+ * (flc_attention_few_ok). */
+cudaError_t flc_attention_few(flc_bf16 *att, float *part, int *ticket, const float *qkv,
+                              const flc_bf16 *kvo, const flc_bf16 *pool, flc_meta m, flc_dims d,
+                              int layer, int tiles_bound, int n_splits, bool rows8,
+                              cudaStream_t s);
+bool flc_attention_few_ok(int hd);
 cudaError_t flc_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc_dims d,
                              int tiles_bound, int n_splits, cudaStream_t s);
 
@@ -111,15 +88,18 @@ cudaError_t flc_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc_d
  * mode 2 (SwiGLU): W is (2n, k), gate rows then up rows, and yh (m, n) bf16 =
  * silu(gate) * up. Each output is summed in the same order whatever m is. */
 enum { FLC_MM_STORE = 0, FLC_MM_ACC = 1, FLC_MM_SWIGLU = 2 };
+/* pdl: launched with programmatic stream serialization (sm_90, FL_CUDA_PDL=1): the kernel
+ * starts loading its weights while the kernel before it finishes, and waits for that one's
+ * results before it reads x (cuda_kernels.cu, flc_pdl_wait). */
 cudaError_t flc_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
-                       const flc_bf16 *w, int n, int k, int mode, cudaStream_t s);
+                       const flc_bf16 *w, int n, int k, int mode, bool pdl, cudaStream_t s);
 
 /* hb (T, NI) = bf16(silu(gu[:, :NI]) * gu[:, NI:]), gu f32 (T, 2 NI). */
 /* q8 weights (qformat.h's plain layout: quants (n, k) int8, scales (n, k / 32) f16; k % 32
  * == 0): the streaming matmul for up to FLC_SKINNY_MAX rows, as flc_skinny, and the bf16
  * copy cuBLAS multiplies by for more rows */
 cudaError_t flc_skinny_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
-                          const int8_t *wq, const uint16_t *wd, int n, int k, int mode,
+                          const int8_t *wq, const uint16_t *wd, int n, int k, int mode, bool pdl,
                           cudaStream_t s);
 cudaError_t flc_dequant_q8(flc_bf16 *w, const int8_t *wq, const uint16_t *wd, int n, int k,
                            cudaStream_t s);

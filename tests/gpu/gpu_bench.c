@@ -12,7 +12,9 @@
  * layer touched.
  *
  * Variants (each on a new backend): the default (graphs, streaming matmul for <= 8 rows),
- * tensor-core attention (FL_CUDA_ATTN=tc) and q8 weights (its own floor: its bytes) at every
+ * tensor-core attention (FL_CUDA_ATTN=tc), the few-row attention (FL_CUDA_ATTN=few, splits
+ * merged in the kernel), the streaming matmuls' programmatic launch (FL_CUDA_PDL=1), both
+ * together, and q8 weights (its own floor: its bytes) at every
  * batch; eager and cuBLAS only at batch 1. Prints a table and one JSON
  * line (also written to --json). Exit 0 when every run completed, 1 otherwise, 77 with no
  * GPU. */
@@ -60,13 +62,14 @@ static int32_t rnd_tok(bench *k)
 
 /* Prefills nseq sequences of ctx tokens (stored), then times steps of nb segments. */
 static int run_variant(bench *k, const char *variant, const char *graphs, const char *skinny,
-                       const char *attn, fl_wformat weights, const int *batches, int n_batches,
+                       const char *attn, const char *pdl, fl_wformat weights, const int *batches, int n_batches,
                        result *res, int *n_res, double *bw, size_t *stream_bytes, char *desc,
                        size_t desc_cap)
 {
     setenv("FL_CUDA_GRAPHS", graphs, 1);
     setenv("FL_CUDA_SKINNY_ROWS", skinny, 1);
     setenv("FL_CUDA_ATTN", attn, 1);
+    setenv("FL_CUDA_PDL", pdl, 1);
     int B = k->B, maxb = 1;
     for (int i = 0; i < n_batches; i++)
         maxb = batches[i] > maxb ? batches[i] : maxb;
@@ -166,6 +169,7 @@ static int run_variant(bench *k, const char *variant, const char *graphs, const 
     unsetenv("FL_CUDA_GRAPHS");
     unsetenv("FL_CUDA_SKINNY_ROWS");
     unsetenv("FL_CUDA_ATTN");
+    unsetenv("FL_CUDA_PDL");
     return rc;
 }
 
@@ -240,19 +244,25 @@ int main(int argc, char **argv)
     }
     if (k.moe)
         setenv("FL_CUDA_MOE", "1", 1);
-    fails += run_variant(&k, "graphs, streaming matmul (default)", "1", "8", "", bf, batches,
+    fails += run_variant(&k, "graphs, streaming matmul (default)", "1", "8", "", "0", bf, batches,
                          n_batches, res, &n_res, &bw, &stream, desc, sizeof desc) != 0;
-    fails += k.moe ? run_variant(&k, "eager, streaming matmul", "0", "8", "", bf, one, 1, res,
+    fails += k.moe ? run_variant(&k, "eager, streaming matmul", "0", "8", "", "0", bf, one, 1, res,
                                  &n_res, NULL, NULL, scratch, sizeof scratch) != 0
                    : 0;
     if (!k.moe) {
-    fails += run_variant(&k, "eager, streaming matmul", "0", "8", "", bf, one, 1, res, &n_res,
+    fails += run_variant(&k, "eager, streaming matmul", "0", "8", "", "0", bf, one, 1, res, &n_res,
                          NULL, NULL, scratch, sizeof scratch) != 0;
-    fails += run_variant(&k, "graphs, cuBLAS only", "1", "0", "", bf, one, 1, res, &n_res, NULL,
-                         NULL, scratch, sizeof scratch) != 0;
-    fails += run_variant(&k, "graphs, tensor-core attention", "1", "8", "tc", bf, batches,
+    fails += run_variant(&k, "graphs, cuBLAS only", "1", "0", "", "0", bf, one, 1, res, &n_res,
+                         NULL, NULL, scratch, sizeof scratch) != 0;
+    fails += run_variant(&k, "graphs, tensor-core attention", "1", "8", "tc", "0", bf, batches,
                          n_batches, res, &n_res, NULL, NULL, scratch, sizeof scratch) != 0;
-    fails += run_variant(&k, "graphs, q8 weights", "1", "8", "", FL_WEIGHTS_Q8, batches,
+    fails += run_variant(&k, "graphs, few-row attention", "1", "8", "few", "0", bf, batches,
+                         n_batches, res, &n_res, NULL, NULL, scratch, sizeof scratch) != 0;
+    fails += run_variant(&k, "graphs, programmatic launch", "1", "8", "", "1", bf, batches,
+                         n_batches, res, &n_res, NULL, NULL, scratch, sizeof scratch) != 0;
+    fails += run_variant(&k, "graphs, few-row + programmatic", "1", "8", "few", "1", bf, batches,
+                         n_batches, res, &n_res, NULL, NULL, scratch, sizeof scratch) != 0;
+    fails += run_variant(&k, "graphs, q8 weights", "1", "8", "", "0", FL_WEIGHTS_Q8, batches,
                          n_batches, res, &n_res, NULL, NULL, scratch, sizeof scratch) != 0;
     }
     double floor_ms = bw > 0 ? stream / bw * 1e3 : NAN;

@@ -447,6 +447,9 @@ else
                     printf "%s\t%s\t%s\n", a[5], lab, a[1]}' "$klog" | sort -g -r | head -n 6 |
                 awk -F'\t' '{printf "%s %s ms (%s); ", $2, $3, $1}')
             note "INFO batch-1 kernel times, eager (${st_s}s): ${first}; ${kern}"
+            # the attention of a layer, default (+ the split combine) and few-row kernel
+            att_us() { grep -m1 -E "^  $1 +[0-9]" "$klog" | awk '{print $(NF-3)}'; }
+            note "INFO batch-1 attention per layer, eager: default $(att_us 'attention') us + combine $(att_us 'attention split combine') us; few-row kernel (FL_CUDA_ATTN=few) $(att_us 'attention \(few-row kernel, splits merged\)') us"
         else
             note "INFO kernel times not taken (rc $st_rc)"
         fi

@@ -1,0 +1,46 @@
+/* flc_meta.h: the CUDA backend's batch metadata and model dimensions as its kernels see
+ * them (cuda_kernels.cuh), in plain C with no CUDA header, so that a kernel's logic can also
+ * be compiled for the CPU (tests/unit/cuda_emu.hh). */
+#ifndef FL_CUDA_META_H
+#define FL_CUDA_META_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define FLC_QROWS 16       /* query rows (token x head of one KV group) per attention tile */
+#define FLC_KCHUNK 128     /* keys per attention chunk = threads of an attention block */
+#define FLC_HD_MAX 256     /* largest head_dim the attention kernel takes */
+#define FLC_SKINNY_MAX 8   /* most rows the weight-streaming matmul takes */
+#define FLC_VCHUNK 4096    /* vocabulary ids per softmax-statistics chunk */
+
+/* Offsets (in int32) of the metadata block; fixed for a backend (sized by max_tokens), so
+ * that device pointers into it never change. */
+enum {
+    FLC_P_TILES = 0, /* params: number of attention tiles in this batch */
+    FLC_P_SPLIT,     /* keys per attention split */
+    FLC_P_COUNT = 8
+};
+
+typedef struct flc_meta {
+    const int32_t *params;    /* (FLC_P_COUNT) */
+    const int32_t *tokens;    /* (T) */
+    const int32_t *tok_pos;   /* (T) absolute position */
+    const int32_t *tok_store; /* (T) page its K/V are stored in, or -1 */
+    const int32_t *seg_pos0;  /* (S) */
+    const int32_t *seg_n;     /* (S) */
+    const int32_t *seg_tok0;  /* (S) first token of the segment in the batch */
+    const int32_t *seg_pt;    /* (S) offset of the segment's page table in pages */
+    const int32_t *tile_seg;  /* (tiles) segment of an attention tile */
+    const int32_t *tile_row0; /* (tiles) first query row of the tile within its segment */
+    const int32_t *out_rows;  /* (n_out) tokens whose outputs are wanted */
+    const int32_t *pages;     /* page tables, concatenated */
+} flc_meta;
+
+typedef struct flc_dims {
+    int H, nh, kvh, hd, qd, kvd, qkvd, NI, V, B, rep;
+    int rd; /* rotated dims of a head (fl_config_rotary_dim): hd, or fewer (partial rotary) */
+    float eps;
+    size_t page_elems; /* bf16 elements of one page */
+} flc_dims;
+
+#endif
