@@ -19,6 +19,12 @@
  *                           (default 0: measured slower on an H200; needs FL_CUDA_GEMM_PAD)
  *   FL_CUDA_ATTN=tc         attention products on tensor cores (wmma; head_dim a multiple
  *                           of 16 up to 128), opt-in until measured; default CUDA cores
+ *   FL_CUDA_ATTN=few        the few-row attention kernel (cuda/attn_few.cuh: a chunk's K/V
+ *                           loaded at once, splits merged in the kernel; head_dim a multiple
+ *                           of 8 up to 128), opt-in until measured on a GPU
+ *   FL_CUDA_PDL=1           launch the weight-streaming matmuls with programmatic stream
+ *                           serialization (sm_90+): their weight loads start while the
+ *                           kernel before them finishes; opt-in until measured on a GPU
  *   FL_CUDA_SYNC_DEBUG=1    synchronize after every kernel and name the one that failed
  *                           (no graphs; slow)
  *   FL_CUDA_KTIME=1         time every launch of every forward with events (no graphs) and
