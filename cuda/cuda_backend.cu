@@ -164,7 +164,8 @@ typedef struct flc {
     /* options */
     int skinny_rows;
     bool graphs, sync_debug, attn_tc, attn_few, gemm_pad, shape_pad;
-    bool pdl; /* FL_CUDA_PDL=1 on sm_90+: the streaming matmuls' programmatic launch */
+    bool pdl;   /* FL_CUDA_PDL=1 on sm_90+: the streaming matmuls' programmatic launch */
+    bool mv_tc; /* FL_CUDA_MV=tc on sm_80+: the streaming matmul on tensor cores (bf16) */
     /* FL_CUDA_KTIME: an event after every launch of an eager forward; the time between two
      * events is the work launched between them, summed per label and printed at destroy */
     bool ktime;
@@ -307,6 +308,10 @@ static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m
                     const flc_mat *wm, int n, int k, int mode, const char *what, int layer,
                     fl_err *e)
 {
+    if (m <= c->skinny_rows && c->mv_tc && !wm->q && k % 32 == 0 && ldx % 8 == 0)
+        return flc_launched(
+            c, flc_mv_tc(y, NULL, ldy, x, ldx, m, wm->w, n, k, mode, c->pdl, c->st), what, layer,
+            e);
     if (m <= c->skinny_rows && k % 8 == 0 && ldx % 8 == 0)
         return flc_launched(c, wm->q ? flc_skinny_q8(y, NULL, ldy, x, ldx, m, wm->q, wm->d, n, k,
                                                      mode, c->pdl, c->st)
@@ -594,8 +599,9 @@ static int flc_mlp(flc *c, float *y, int mode, const flc_bf16 *x, int m, const f
     if (m <= c->skinny_rows && H % 8 == 0) {
         FLC_L(wgu->q ? flc_skinny_q8(NULL, hb, ni, x, H, m, wgu->q, wgu->d, ni, H, FLC_MM_SWIGLU,
                                      c->pdl, c->st)
-                     : flc_skinny(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, c->pdl,
-                                  c->st),
+              : c->mv_tc && H % 32 == 0
+                  ? flc_mv_tc(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, c->pdl, c->st)
+                  : flc_skinny(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, c->pdl, c->st),
               "gate|up projection + SwiGLU", layer);
     } else {
         if ((rc = flc_gemm(c, gu, 2 * ni, x, H, m, wgu, 2 * ni, H, FLC_MM_STORE,
@@ -1517,6 +1523,10 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     c->ktime = flc_env_int("FL_CUDA_KTIME", 0, 0, 1) == 1;
     /* opt-in until measured on a GPU (docs/cuda.md "Programmatic launch") */
     c->pdl = flc_env_int("FL_CUDA_PDL", 0, 0, 1) == 1 && c->cc_major >= 9;
+    {
+        const char *mv = getenv("FL_CUDA_MV");
+        c->mv_tc = mv && !strcmp(mv, "tc") && c->cc_major >= 8;
+    }
     c->graphs = flc_env_int("FL_CUDA_GRAPHS", 1, 0, 1) == 1 && !c->sync_debug && !c->ktime;
     {
         const char *at = getenv("FL_CUDA_ATTN");
@@ -1694,7 +1704,11 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
                  GIB(c->wbytes), c->q8 ? "q8 (embedding bf16)" : "bf16", GIB(c->abytes), o->max_tokens, c->base.n_pages,
                  MIB(c->page_dev_bytes), GIB(c->pool_bytes), pages, c->blas.path,
                  c->graphs ? "on" : "off", c->skinny_rows,
-                 c->pdl ? " (programmatic launch)" : "", c->gemm_pad ? "padded" : "exact",
+                 c->mv_tc && c->pdl ? " (tensor cores, programmatic launch)"
+                 : c->mv_tc         ? " (tensor cores)"
+                 : c->pdl           ? " (programmatic launch)"
+                                    : "",
+                 c->gemm_pad ? "padded" : "exact",
                  c->attn_tc    ? "tensor cores"
                  : c->attn_few ? "CUDA cores, few-row kernel"
                                : "CUDA cores");

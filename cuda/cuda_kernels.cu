@@ -891,6 +891,35 @@ cudaError_t flc_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int l
     return flc_skinny_launch<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, w, n, k, pdl, s);
 }
 
+/* One mma.sync.m16n8k16 (bf16 in, f32 accumulate): d += a b, fragments as the PTX ISA lays
+ * them out (tests/unit/test_mv_tc_emu.cc emulates exactly that layout). sm_80+. */
+__device__ __forceinline__ void flc_mma_bf16(float (&d)[4], const unsigned (&a)[4],
+                                             const unsigned (&b)[2])
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+#include "mv_tc.cuh"
+
+cudaError_t flc_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
+                      const flc_bf16 *w, int n, int k, int mode, bool pdl, cudaStream_t s)
+{
+    if (m <= 0 || m > FLC_SKINNY_MAX || k % 32 || ldx % 8 || n <= 0)
+        return cudaErrorInvalidValue;
+    const unsigned blocks = (unsigned)((n + 15) / 16), nt = 32 * FLC_MV_WARPS;
+    if (mode == FLC_MM_STORE)
+        return flc_launch(pdl, k_mv_tc<FLC_MM_STORE>, blocks, nt, s, y, yh, ldy, x, ldx, m, w, n,
+                          k);
+    if (mode == FLC_MM_ACC)
+        return flc_launch(pdl, k_mv_tc<FLC_MM_ACC>, blocks, nt, s, y, yh, ldy, x, ldx, m, w, n, k);
+    return flc_launch(pdl, k_mv_tc<FLC_MM_SWIGLU>, blocks, nt, s, y, yh, ldy, x, ldx, m, w, n, k);
+}
+
 /* ---------------------------------------------------------------- q8 weights (weight-only) */
 
 /* q8 weights in qformat.h's plain layout: quants (n, k) int8 row-major, scales (n, k / 32) f16

@@ -93,6 +93,10 @@ enum { FLC_MM_STORE = 0, FLC_MM_ACC = 1, FLC_MM_SWIGLU = 2 };
  * results before it reads x (cuda_kernels.cu, flc_pdl_wait). */
 cudaError_t flc_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
                        const flc_bf16 *w, int n, int k, int mode, bool pdl, cudaStream_t s);
+/* flc_skinny on tensor cores (mv_tc.cuh; FL_CUDA_MV=tc): the same modes and rows, k % 32 ==
+ * 0, each output summed in an order that does not depend on m; sm_80+. */
+cudaError_t flc_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
+                      const flc_bf16 *w, int n, int k, int mode, bool pdl, cudaStream_t s);
 
 /* hb (T, NI) = bf16(silu(gu[:, :NI]) * gu[:, NI:]), gu f32 (T, 2 NI). */
 /* q8 weights (qformat.h's plain layout: quants (n, k) int8, scales (n, k / 32) f16; k % 32

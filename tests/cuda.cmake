@@ -61,13 +61,20 @@ endif()
 # Label gpu: the Release run only (the sanitizer build would build the same again).
 add_test(NAME gpu.script COMMAND bash ${FL_TESTS_DIR}/gpu/build_check.sh ${CMAKE_BINARY_DIR}/gpu-script)
 set_tests_properties(gpu.script PROPERTIES LABELS gpu TIMEOUT 900)
-# the few-row attention kernel (cuda/attn_few.cuh) on the CPU, through tests/unit/cuda_emu.hh:
-# every build, with or without nvcc (no CUDA header is involved)
+# CUDA kernels' logic on the CPU, through tests/unit/cuda_emu.hh: every build, with or without
+# nvcc (no CUDA header is involved). The few-row attention (cuda/attn_few.cuh):
 add_executable(test_attn_few_emu ${FL_TESTS_DIR}/unit/test_attn_few_emu.cc)
 target_include_directories(test_attn_few_emu PRIVATE ${CMAKE_SOURCE_DIR}/cuda ${FL_TESTS_DIR}/unit)
 target_compile_options(test_attn_few_emu PRIVATE -Wno-unknown-pragmas)
 target_link_libraries(test_attn_few_emu PRIVATE Threads::Threads)
 add_test(NAME unit.test_attn_few_emu COMMAND test_attn_few_emu)
 set_tests_properties(unit.test_attn_few_emu PROPERTIES LABELS unit TIMEOUT 300)
+# the tensor-core streaming matmul (cuda/mv_tc.cuh), mma.sync emulated by its PTX layout
+add_executable(test_mv_tc_emu ${FL_TESTS_DIR}/unit/test_mv_tc_emu.cc)
+target_include_directories(test_mv_tc_emu PRIVATE ${CMAKE_SOURCE_DIR}/cuda ${FL_TESTS_DIR}/unit)
+target_compile_options(test_mv_tc_emu PRIVATE -Wno-unknown-pragmas)
+target_link_libraries(test_mv_tc_emu PRIVATE Threads::Threads)
+add_test(NAME unit.test_mv_tc_emu COMMAND test_mv_tc_emu)
+set_tests_properties(unit.test_mv_tc_emu PROPERTIES LABELS unit TIMEOUT 300)
 # unit.test_cuda_select also checks a mixture-of-experts model (FL_CUDA_MOE)
 set_tests_properties(unit.test_cuda_select PROPERTIES FIXTURES_REQUIRED llada2_dec_model)

@@ -33,9 +33,10 @@
  *  J memory plan: a model that does not fit, a pool clamped to free memory, n_pages 0,
  *    fl_backend_open auto/cpu
  * Variants: {eager, graphs} x {streaming matmul up to 8 rows, cuBLAS only, tensor-core
- * attention (FL_CUDA_ATTN=tc), few-row attention (FL_CUDA_ATTN=few), few-row attention with
- * the streaming matmuls' programmatic launch (FL_CUDA_PDL=1)}. --big (a large model): cases
- * A, G, H in the default variants, eager tensor-core and few-row attention, and the last
+ * attention (FL_CUDA_ATTN=tc), few-row attention (FL_CUDA_ATTN=few), the streaming matmul on
+ * tensor cores (FL_CUDA_MV=tc), all three new ones together with the streaming matmuls'
+ * programmatic launch (FL_CUDA_PDL=1)}. --big (a large model): cases A, G, H in the default
+ * variants, eager tensor-core and few-row attention, eager tensor-core matmul, and the last
  * with graphs. --self-test (first argument): a
  * second CPU backend (1 thread) stands in for the GPU, to check these checks without one. */
 #include <math.h>
@@ -744,21 +745,23 @@ static void case_j(ctx *c)
 /* ---------------------------------------------------------------- driver */
 
 typedef struct variant {
-    const char *name, *graphs, *skinny, *attn, *pdl;
+    const char *name, *graphs, *skinny, *attn, *pdl, *mv;
 } variant;
 
 /* pairs: an odd variant is the even one before it with graphs (compared bit for bit) */
 static const variant VARIANTS[] = {
-    {"eager, streaming matmul <= 8 rows", "0", "8", "", "0"},
-    {"graphs, streaming matmul <= 8 rows", "1", "8", "", "0"},
-    {"eager, cuBLAS only", "0", "0", "", "0"},
-    {"graphs, cuBLAS only", "1", "0", "", "0"},
-    {"eager, tensor-core attention", "0", "8", "tc", "0"},
-    {"graphs, tensor-core attention", "1", "8", "tc", "0"},
-    {"eager, few-row attention", "0", "8", "few", "0"},
-    {"graphs, few-row attention", "1", "8", "few", "0"},
-    {"eager, few-row attention, programmatic launch", "0", "8", "few", "1"},
-    {"graphs, few-row attention, programmatic launch", "1", "8", "few", "1"},
+    {"eager, streaming matmul <= 8 rows", "0", "8", "", "0", ""},
+    {"graphs, streaming matmul <= 8 rows", "1", "8", "", "0", ""},
+    {"eager, cuBLAS only", "0", "0", "", "0", ""},
+    {"graphs, cuBLAS only", "1", "0", "", "0", ""},
+    {"eager, tensor-core attention", "0", "8", "tc", "0", ""},
+    {"graphs, tensor-core attention", "1", "8", "tc", "0", ""},
+    {"eager, few-row attention", "0", "8", "few", "0", ""},
+    {"graphs, few-row attention", "1", "8", "few", "0", ""},
+    {"eager, tensor-core streaming matmul", "0", "8", "", "0", "tc"},
+    {"graphs, tensor-core streaming matmul", "1", "8", "", "0", "tc"},
+    {"eager, few-row attention, tc matmul, programmatic launch", "0", "8", "few", "1", "tc"},
+    {"graphs, few-row attention, tc matmul, programmatic launch", "1", "8", "few", "1", "tc"},
 };
 #define N_VARIANTS (int)(sizeof VARIANTS / sizeof VARIANTS[0])
 
@@ -806,13 +809,16 @@ static void run_model(const char *dir, bool big)
     memset(so, 0, sizeof so);
     int nv = N_VARIANTS;
     for (int v = 0; v < nv; v++) {
-        if ((g_only >= 0 && v != g_only) || (big && v != 0 && v != 1 && v != 4 && v != 6 && v != 9))
+        /* --big: the default pair, eager tc attention, few-row attention, tc matmul, all new */
+        bool big_v = v == 0 || v == 1 || v == 4 || v == 6 || v == 8 || v == 11;
+        if ((g_only >= 0 && v != g_only) || (big && !big_v))
             continue;
         g_variant = VARIANTS[v].name;
         setenv("FL_CUDA_GRAPHS", VARIANTS[v].graphs, 1);
         setenv("FL_CUDA_SKINNY_ROWS", VARIANTS[v].skinny, 1);
         setenv("FL_CUDA_ATTN", VARIANTS[v].attn, 1);
         setenv("FL_CUDA_PDL", VARIANTS[v].pdl, 1);
+        setenv("FL_CUDA_MV", VARIANTS[v].mv, 1);
         fl_backend_opts go = {.n_pages = N_PAGES, .max_tokens = c.max_tokens,
                               .weights = g_q8 ? FL_WEIGHTS_Q8 : FL_WEIGHTS_AUTO};
         struct timespec t0, t1;
@@ -852,6 +858,7 @@ static void run_model(const char *dir, bool big)
     unsetenv("FL_CUDA_SKINNY_ROWS");
     unsetenv("FL_CUDA_ATTN");
     unsetenv("FL_CUDA_PDL");
+    unsetenv("FL_CUDA_MV");
     /* graphs replay exactly what eager execution computes */
     bool debug = getenv("FL_CUDA_SYNC_DEBUG") && !strcmp(getenv("FL_CUDA_SYNC_DEBUG"), "1");
     for (int v = 1; v < nv; v += 2) {

@@ -53,13 +53,14 @@ def main():
         print("%-36s %5d %9.3f %11.0f %8.2f %10s %8s" % (
             r["variant"], r["batch"], r["median_ms"], r["tokens_s"], r["median_ms"] / own,
             "%.3f" % tm if tm else "-", "%.2fx" % sp if sp else "-"))
-        if "few-row" in r["variant"]:
+        # the opt-in paths written without a GPU (docs/cuda.md): each against the default
+        if any(w in r["variant"] for w in ("few-row", "programmatic", "tc matmul", "tensor-core matmul")):
             de = [x for x in b["runs"] if x["ok"] and x["batch"] == r["batch"] and x["variant"].endswith("(default)")]
             if de:
-                lines.append("INFO few-row attention (FL_CUDA_ATTN=few) at batch %d: %.3f ms = %.2fx "
-                             "of the floor, against %.3f ms by default (%.2fx the default's speed)" % (
-                                 r["batch"], r["median_ms"], r["median_ms"] / own, de[0]["median_ms"],
-                                 de[0]["median_ms"] / r["median_ms"]))
+                lines.append("INFO %s at batch %d: %.3f ms = %.2fx of the floor, against %.3f ms "
+                             "by default (%.2fx the default's speed)" % (
+                                 r["variant"], r["batch"], r["median_ms"], r["median_ms"] / own,
+                                 de[0]["median_ms"], de[0]["median_ms"] / r["median_ms"]))
         if "q8" in r["variant"] and r["batch"] == 1:
             bf = [x for x in b["runs"] if x["ok"] and x["batch"] == 1 and x["variant"].endswith("(default)")]
             lines.append("INFO q8 weights at batch 1: %.3f ms = %.2fx of their floor (%.3f ms, %.2f GB)%s" % (

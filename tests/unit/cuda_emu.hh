@@ -115,7 +115,9 @@ struct emu_block {
     emu_barrier done; /* the end of the block (a thread that returns early waits here) */
     std::vector<emu_barrier> warp_bar;
     std::vector<uint64_t> xbuf; /* one slot per thread, for the shuffles */
+    std::vector<unsigned char> gbuf; /* EMU_GATHER_MAX bytes per thread, for emu_warp_gather */
 };
+#define EMU_GATHER_MAX 64
 
 extern thread_local dim3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
@@ -137,9 +139,25 @@ template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_
     return r;
 }
 
+/* Every lane of the calling warp passes `bytes` (<= EMU_GATHER_MAX) and receives all 32
+ * lanes' in lane order: how a warp-wide instruction (mma.sync) sees its operands. */
+static inline void emu_warp_gather(const void *mine, size_t bytes, void *all)
+{
+    if (bytes > EMU_GATHER_MAX)
+        abort();
+    const unsigned t = threadIdx.x, w = t >> 5;
+    memcpy(&emu_cur->gbuf[(size_t)t * EMU_GATHER_MAX], mine, bytes);
+    emu_cur->warp_bar[w].wait("a warp-wide instruction");
+    for (unsigned l = 0; l < 32; l++)
+        memcpy((unsigned char *)all + l * bytes,
+               &emu_cur->gbuf[(size_t)((t & ~31u) + l) * EMU_GATHER_MAX], bytes);
+    emu_cur->warp_bar[w].wait("a warp-wide instruction");
+}
+
 static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 template <class T> static inline T __ldcg(const T *p) { return *p; }
 template <class T> static inline T __ldg(const T *p) { return *p; }
+template <class T> static inline T __ldcs(const T *p) { return *p; }
 
 /* Runs f() as every thread of every block of the grid, blocks in order (x fastest). The
  * block size must be a multiple of 32. */
@@ -158,6 +176,7 @@ template <class F> static void emu_launch(dim3 grid, dim3 block, F f)
     for (auto &wb : b.warp_bar)
         wb.n = 32;
     b.xbuf.assign((size_t)nt, 0);
+    b.gbuf.assign((size_t)nt * EMU_GATHER_MAX, 0);
     emu_cur = &b;
     std::vector<std::thread> th;
     th.reserve((size_t)nt);

@@ -1,0 +1,134 @@
+/* mv_tc.cuh: the weight-streaming matmul for up to 8 rows on tensor cores (FL_CUDA_MV=tc),
+ * included by cuda_kernels.cu and, on machines without a GPU, by tests/unit/test_mv_tc_emu.cc
+ * through tests/unit/cuda_emu.hh. It needs from its includer: flc_mma_bf16 (one
+ * mma.sync.m16n8k16 bf16 -> f32, d += a b), flc_pdl_wait and flc_pdl_trigger.
+ *
+ * Why: the CUDA-core kernel (k_skinny) streamed gate|up at 1.6 TB/s and down at 1.1 TB/s
+ * on an H200 at batch 1 (docs/cuda.md). Per 16 bytes of weights a lane there unpacks them,
+ * and for every row loads and unpacks 16 bytes of x and does 8 FMAs: about 100 instructions
+ * per 16 bytes, so issuing them takes as long as the bytes take to arrive. With
+ * mma.m16n8k16 a warp multiplies 16 weight rows by 32 k (1 KB) with two loads of 16 bytes and
+ * two mma per lane, the x rows as the 8 columns of B (rows m..7 zero).
+ *
+ * The k order inside a window of 32 is permuted, the same way for A (weights) and B (x), so
+ * that every lane reads 16 contiguous bytes: lane (g = lane / 4, t = lane % 4) loads weight
+ * rows g and g + 8 and x row g at k = kb + 8t .. kb + 8t + 7; mma step s (0, 1) takes the
+ * words 2s and 2s + 1 of each, which the fragment layout puts at logical k 2t, 2t + 1 (word
+ * 2s) and 2t + 8, 2t + 9 (word 2s + 1), for A (rows g / g + 8 in registers 0, 2 / 1, 3) and B
+ * (column g) alike. A dot product does not care in which order its k come.
+ *
+ * Block: 16 output columns (and, for SwiGLU, the 16 matching up columns), 8 warps splitting
+ * the k windows (warp w takes windows w, w + 8, ...), U windows in flight per lane; the warps'
+ * sums are added in warp order through shared memory. Each output is the same sum whatever
+ * the row count (rows past m are zeros in their own columns of B). k % 32 == 0. */
+#ifndef FL_MV_TC_CUH
+#define FL_MV_TC_CUH
+
+#define FLC_MV_WARPS 8
+
+template <int MODE>
+__global__ void __launch_bounds__(32 * FLC_MV_WARPS)
+k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
+        const flc_bf16 *__restrict__ w, int n, int k)
+{
+    constexpr int NW = MODE == FLC_MM_SWIGLU ? 2 : 1; /* weight row sets: gate (, up) */
+    constexpr int U = MODE == FLC_MM_SWIGLU ? 4 : 8;  /* windows in flight per lane */
+    __shared__ float red[FLC_MV_WARPS][32][4 * NW];
+
+    flc_pdl_trigger();
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int j0 = blockIdx.x * 16 + g, j1 = j0 + 8; /* this lane's two weight rows */
+    const int nwin = k >> 5;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    const uint4 *wr[NW][2];
+#pragma unroll
+    for (int q = 0; q < NW; q++) {
+        const size_t base = (size_t)q * n;
+        wr[q][0] = j0 < n ? reinterpret_cast<const uint4 *>(w + (base + j0) * k) : nullptr;
+        wr[q][1] = j1 < n ? reinterpret_cast<const uint4 *>(w + (base + j1) * k) : nullptr;
+    }
+    const uint4 *xr = g < m ? reinterpret_cast<const uint4 *>(x + (size_t)g * ldx) : nullptr;
+
+    float d[NW][4];
+#pragma unroll
+    for (int q = 0; q < NW; q++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            d[q][i] = 0.f;
+    bool waited = false;
+    for (int w0 = wp; w0 < nwin; w0 += FLC_MV_WARPS * U) {
+        uint4 a[U][NW][2], b[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int win = w0 + FLC_MV_WARPS * u, c = win * 4 + t; /* 16-byte piece */
+#pragma unroll
+            for (int q = 0; q < NW; q++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    a[u][q][h] = win < nwin && wr[q][h] ? __ldcs(wr[q][h] + c) : zero;
+        }
+        if (!waited) { /* the first weights are on their way; x is the kernel before's */
+            flc_pdl_wait();
+            waited = true;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const int win = w0 + FLC_MV_WARPS * u;
+            b[u] = win < nwin && xr ? __ldg(xr + win * 4 + t) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const unsigned bw[4] = {b[u].x, b[u].y, b[u].z, b[u].w};
+#pragma unroll
+            for (int q = 0; q < NW; q++) {
+                const unsigned a0[4] = {a[u][q][0].x, a[u][q][0].y, a[u][q][0].z, a[u][q][0].w};
+                const unsigned a1[4] = {a[u][q][1].x, a[u][q][1].y, a[u][q][1].z, a[u][q][1].w};
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    const unsigned af[4] = {a0[2 * s], a1[2 * s], a0[2 * s + 1], a1[2 * s + 1]};
+                    const unsigned bf[2] = {bw[2 * s], bw[2 * s + 1]};
+                    flc_mma_bf16(d[q], af, bf);
+                }
+            }
+        }
+    }
+    if (!waited)
+        flc_pdl_wait(); /* a warp without windows still writes nothing before the wait */
+
+#pragma unroll
+    for (int q = 0; q < NW; q++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            red[wp][lane][4 * q + i] = d[q][i];
+    __syncthreads();
+    if (wp != 0)
+        return;
+    float s[NW][4];
+#pragma unroll
+    for (int q = 0; q < NW; q++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float v = red[0][lane][4 * q + i];
+            for (int v2 = 1; v2 < FLC_MV_WARPS; v2++)
+                v += red[v2][lane][4 * q + i];
+            s[q][i] = v;
+        }
+    /* D: s[.][0], s[.][1] = columns j0 of rows 2t, 2t + 1; s[.][2], s[.][3] = column j1 */
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = 2 * t + (i & 1), j = i < 2 ? j0 : j1;
+        if (r >= m || j >= n)
+            continue;
+        if (MODE == FLC_MM_STORE) {
+            y[(size_t)r * ldy + j] = s[0][i];
+        } else if (MODE == FLC_MM_ACC) {
+            y[(size_t)r * ldy + j] += s[0][i];
+        } else {
+            const float gt = s[0][i], up = s[NW - 1][i];
+            yh[(size_t)r * ldy + j] = __float2bfloat16_rn(gt / (1.0f + expf(-gt)) * up);
+        }
+    }
+}
+
+#endif
