@@ -308,10 +308,12 @@ static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m
                     const flc_mat *wm, int n, int k, int mode, const char *what, int layer,
                     fl_err *e)
 {
-    if (m <= c->skinny_rows && c->mv_tc && !wm->q && k % 32 == 0 && ldx % 8 == 0)
-        return flc_launched(
-            c, flc_mv_tc(y, NULL, ldy, x, ldx, m, wm->w, n, k, mode, c->pdl, c->st), what, layer,
-            e);
+    if (m <= c->skinny_rows && c->mv_tc && k % 32 == 0 && ldx % 8 == 0)
+        return flc_launched(c, wm->q ? flc_mv_tc_q8(y, NULL, ldy, x, ldx, m, wm->q, wm->d, n, k,
+                                                    mode, c->pdl, c->st)
+                                     : flc_mv_tc(y, NULL, ldy, x, ldx, m, wm->w, n, k, mode,
+                                                 c->pdl, c->st),
+                            what, layer, e);
     if (m <= c->skinny_rows && k % 8 == 0 && ldx % 8 == 0)
         return flc_launched(c, wm->q ? flc_skinny_q8(y, NULL, ldy, x, ldx, m, wm->q, wm->d, n, k,
                                                      mode, c->pdl, c->st)
@@ -597,11 +599,14 @@ static int flc_mlp(flc *c, float *y, int mode, const flc_bf16 *x, int m, const f
     const int H = c->d.H;
     int rc;
     if (m <= c->skinny_rows && H % 8 == 0) {
-        FLC_L(wgu->q ? flc_skinny_q8(NULL, hb, ni, x, H, m, wgu->q, wgu->d, ni, H, FLC_MM_SWIGLU,
-                                     c->pdl, c->st)
-              : c->mv_tc && H % 32 == 0
-                  ? flc_mv_tc(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, c->pdl, c->st)
-                  : flc_skinny(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, c->pdl, c->st),
+        const bool tc = c->mv_tc && H % 32 == 0;
+        FLC_L(wgu->q && tc ? flc_mv_tc_q8(NULL, hb, ni, x, H, m, wgu->q, wgu->d, ni, H,
+                                          FLC_MM_SWIGLU, c->pdl, c->st)
+              : wgu->q     ? flc_skinny_q8(NULL, hb, ni, x, H, m, wgu->q, wgu->d, ni, H,
+                                           FLC_MM_SWIGLU, c->pdl, c->st)
+              : tc ? flc_mv_tc(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, c->pdl, c->st)
+                   : flc_skinny(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, c->pdl,
+                                c->st),
               "gate|up projection + SwiGLU", layer);
     } else {
         if ((rc = flc_gemm(c, gu, 2 * ni, x, H, m, wgu, 2 * ni, H, FLC_MM_STORE,

@@ -904,6 +904,8 @@ __device__ __forceinline__ void flc_mma_bf16(float (&d)[4], const unsigned (&a)[
 #endif
 }
 
+__device__ __forceinline__ float flc_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
 #include "mv_tc.cuh"
 
 cudaError_t flc_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
@@ -918,6 +920,23 @@ cudaError_t flc_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ld
     if (mode == FLC_MM_ACC)
         return flc_launch(pdl, k_mv_tc<FLC_MM_ACC>, blocks, nt, s, y, yh, ldy, x, ldx, m, w, n, k);
     return flc_launch(pdl, k_mv_tc<FLC_MM_SWIGLU>, blocks, nt, s, y, yh, ldy, x, ldx, m, w, n, k);
+}
+
+cudaError_t flc_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
+                         const int8_t *wq, const uint16_t *wd, int n, int k, int mode, bool pdl,
+                         cudaStream_t s)
+{
+    if (m <= 0 || m > FLC_SKINNY_MAX || k % 32 || ldx % 8 || n <= 0)
+        return cudaErrorInvalidValue;
+    const unsigned b = (unsigned)((n + 15) / 16), nt = 32 * FLC_MV_WARPS;
+    if (mode == FLC_MM_STORE)
+        return flc_launch(pdl, k_mv_tc_q8<FLC_MM_STORE>, b, nt, s, y, yh, ldy, x, ldx, m, wq, wd,
+                          n, k);
+    if (mode == FLC_MM_ACC)
+        return flc_launch(pdl, k_mv_tc_q8<FLC_MM_ACC>, b, nt, s, y, yh, ldy, x, ldx, m, wq, wd, n,
+                          k);
+    return flc_launch(pdl, k_mv_tc_q8<FLC_MM_SWIGLU>, b, nt, s, y, yh, ldy, x, ldx, m, wq, wd, n,
+                      k);
 }
 
 /* ---------------------------------------------------------------- q8 weights (weight-only) */

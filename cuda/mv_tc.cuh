@@ -1,7 +1,8 @@
 /* mv_tc.cuh: the weight-streaming matmul for up to 8 rows on tensor cores (FL_CUDA_MV=tc),
  * included by cuda_kernels.cu and, on machines without a GPU, by tests/unit/test_mv_tc_emu.cc
  * through tests/unit/cuda_emu.hh. It needs from its includer: flc_mma_bf16 (one
- * mma.sync.m16n8k16 bf16 -> f32, d += a b), flc_pdl_wait and flc_pdl_trigger.
+ * mma.sync.m16n8k16 bf16 -> f32, d += a b), flc_h2f (f16 bits to float), flc_pdl_wait and
+ * flc_pdl_trigger.
  *
  * Why: the CUDA-core kernel (k_skinny) streamed gate|up at 1.6 TB/s and down at 1.1 TB/s
  * on an H200 at batch 1 (docs/cuda.md). Per 16 bytes of weights a lane there unpacks them,
@@ -25,6 +26,48 @@
 #define FL_MV_TC_CUH
 
 #define FLC_MV_WARPS 8
+
+/* The end of both kernels: the warps' fragments summed in warp order, then warp 0 writes
+ * D's elements: 0, 1 = column j0 of rows 2t, 2t + 1; 2, 3 = column j1 of the same rows. */
+template <int MODE, int NW>
+__device__ __forceinline__ void flc_mv_finish(float (&d)[NW][4], float (*red)[32][4 * NW],
+                                              float *y, flc_bf16 *yh, int ldy, int m, int n,
+                                              int j0, int j1, int lane, int wp)
+{
+    const int t = lane & 3;
+#pragma unroll
+    for (int q = 0; q < NW; q++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            red[wp][lane][4 * q + i] = d[q][i];
+    __syncthreads();
+    if (wp != 0)
+        return;
+    float s[NW][4];
+#pragma unroll
+    for (int q = 0; q < NW; q++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            float v = red[0][lane][4 * q + i];
+            for (int v2 = 1; v2 < FLC_MV_WARPS; v2++)
+                v += red[v2][lane][4 * q + i];
+            s[q][i] = v;
+        }
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int r = 2 * t + (i & 1), j = i < 2 ? j0 : j1;
+        if (r >= m || j >= n)
+            continue;
+        if (MODE == FLC_MM_STORE) {
+            y[(size_t)r * ldy + j] = s[0][i];
+        } else if (MODE == FLC_MM_ACC) {
+            y[(size_t)r * ldy + j] += s[0][i];
+        } else {
+            const float gt = s[0][i], up = s[NW - 1][i];
+            yh[(size_t)r * ldy + j] = __float2bfloat16_rn(gt / (1.0f + expf(-gt)) * up);
+        }
+    }
+}
 
 template <int MODE>
 __global__ void __launch_bounds__(32 * FLC_MV_WARPS)
@@ -96,39 +139,117 @@ k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx
     if (!waited)
         flc_pdl_wait(); /* a warp without windows still writes nothing before the wait */
 
+    flc_mv_finish<MODE, NW>(d, red, y, yh, ldy, m, n, j0, j1, lane, wp);
+}
+
+/* Two floats that are small integers (|v| <= 256: 8 significant bits at most) as a bf16 pair,
+ * lo in the low half: exact, by truncation */
+__device__ __forceinline__ unsigned flc_mv_pack_int(float lo, float hi)
+{
+    return (__float_as_uint(hi) & 0xffff0000u) | (__float_as_uint(lo) >> 16);
+}
+
+/* k_mv_tc with q8 weights (qformat.h's plain layout: quants (n, k) int8, a f16 scale per 32
+ * of a row; the group is the window). Per window a lane loads 8 quants of rows g and g + 8
+ * (k = 8t .. 8t + 7), widens them to bf16 (exact: integers of at most 8 bits), the two mma
+ * steps sum quant x x over the window into a zeroed fragment, and the row's scale multiplies
+ * that sum into the running one: sum over groups of d_g (sum of q x), as k_skinny_q8 sums. */
+template <int MODE>
+__global__ void __launch_bounds__(32 * FLC_MV_WARPS)
+k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
+           const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd, int n, int k)
+{
+    constexpr int NW = MODE == FLC_MM_SWIGLU ? 2 : 1;
+    constexpr int U = MODE == FLC_MM_SWIGLU ? 4 : 8;
+    __shared__ float red[FLC_MV_WARPS][32][4 * NW];
+
+    flc_pdl_trigger();
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int j0 = blockIdx.x * 16 + g, j1 = j0 + 8;
+    const int nwin = k >> 5; /* windows = scale groups */
+    const uint2 zero2 = {0u, 0u};
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    const uint2 *wr[NW][2];
+    const uint16_t *dr[NW][2];
+#pragma unroll
+    for (int q = 0; q < NW; q++) {
+        const size_t base = (size_t)q * n;
+        wr[q][0] = j0 < n ? reinterpret_cast<const uint2 *>(wq + (base + j0) * k) : nullptr;
+        wr[q][1] = j1 < n ? reinterpret_cast<const uint2 *>(wq + (base + j1) * k) : nullptr;
+        dr[q][0] = j0 < n ? wd + (base + j0) * nwin : nullptr;
+        dr[q][1] = j1 < n ? wd + (base + j1) * nwin : nullptr;
+    }
+    const uint4 *xr = g < m ? reinterpret_cast<const uint4 *>(x + (size_t)g * ldx) : nullptr;
+
+    float d[NW][4];
 #pragma unroll
     for (int q = 0; q < NW; q++)
 #pragma unroll
         for (int i = 0; i < 4; i++)
-            red[wp][lane][4 * q + i] = d[q][i];
-    __syncthreads();
-    if (wp != 0)
-        return;
-    float s[NW][4];
+            d[q][i] = 0.f;
+    bool waited = false;
+    for (int w0 = wp; w0 < nwin; w0 += FLC_MV_WARPS * U) {
+        uint2 a[U][NW][2];
+        uint16_t sc[U][NW][2];
+        uint4 b[U];
 #pragma unroll
-    for (int q = 0; q < NW; q++)
+        for (int u = 0; u < U; u++) {
+            const int win = w0 + FLC_MV_WARPS * u;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {
-            float v = red[0][lane][4 * q + i];
-            for (int v2 = 1; v2 < FLC_MV_WARPS; v2++)
-                v += red[v2][lane][4 * q + i];
-            s[q][i] = v;
+            for (int q = 0; q < NW; q++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const bool in = win < nwin && wr[q][h];
+                    a[u][q][h] = in ? __ldcs(wr[q][h] + win * 4 + t) : zero2;
+                    sc[u][q][h] = in ? __ldg(dr[q][h] + win) : (uint16_t)0;
+                }
         }
-    /* D: s[.][0], s[.][1] = columns j0 of rows 2t, 2t + 1; s[.][2], s[.][3] = column j1 */
+        if (!waited) {
+            flc_pdl_wait();
+            waited = true;
+        }
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int r = 2 * t + (i & 1), j = i < 2 ? j0 : j1;
-        if (r >= m || j >= n)
-            continue;
-        if (MODE == FLC_MM_STORE) {
-            y[(size_t)r * ldy + j] = s[0][i];
-        } else if (MODE == FLC_MM_ACC) {
-            y[(size_t)r * ldy + j] += s[0][i];
-        } else {
-            const float gt = s[0][i], up = s[NW - 1][i];
-            yh[(size_t)r * ldy + j] = __float2bfloat16_rn(gt / (1.0f + expf(-gt)) * up);
+        for (int u = 0; u < U; u++) {
+            const int win = w0 + FLC_MV_WARPS * u;
+            b[u] = win < nwin && xr ? __ldg(xr + win * 4 + t) : zero;
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            const unsigned bw[4] = {b[u].x, b[u].y, b[u].z, b[u].w};
+#pragma unroll
+            for (int q = 0; q < NW; q++) {
+                float tmp[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    /* word s of each row: quants k = 8t + 4s .. 8t + 4s + 3 */
+                    const unsigned v0 = s ? a[u][q][0].y : a[u][q][0].x;
+                    const unsigned v1 = s ? a[u][q][1].y : a[u][q][1].x;
+                    float e0[4], e1[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        e0[i] = (float)(signed char)(v0 >> (8 * i));
+                        e1[i] = (float)(signed char)(v1 >> (8 * i));
+                    }
+                    const unsigned af[4] = {flc_mv_pack_int(e0[0], e0[1]),
+                                            flc_mv_pack_int(e1[0], e1[1]),
+                                            flc_mv_pack_int(e0[2], e0[3]),
+                                            flc_mv_pack_int(e1[2], e1[3])};
+                    const unsigned bf[2] = {bw[2 * s], bw[2 * s + 1]};
+                    flc_mma_bf16(tmp, af, bf);
+                }
+                const float s0 = flc_h2f(sc[u][q][0]), s1 = flc_h2f(sc[u][q][1]);
+                d[q][0] = fmaf(s0, tmp[0], d[q][0]);
+                d[q][1] = fmaf(s0, tmp[1], d[q][1]);
+                d[q][2] = fmaf(s1, tmp[2], d[q][2]);
+                d[q][3] = fmaf(s1, tmp[3], d[q][3]);
+            }
         }
     }
+    if (!waited)
+        flc_pdl_wait();
+
+    flc_mv_finish<MODE, NW>(d, red, y, yh, ldy, m, n, j0, j1, lane, wp);
 }
 
 #endif

@@ -15,7 +15,7 @@
  * tensor-core attention (FL_CUDA_ATTN=tc), the few-row attention (FL_CUDA_ATTN=few, splits
  * merged in the kernel), the streaming matmuls' programmatic launch (FL_CUDA_PDL=1), the
  * streaming matmul on tensor cores (FL_CUDA_MV=tc), the three together, and q8 weights (its
- * own floor: its bytes) at every batch; eager and cuBLAS only at batch 1. Prints a table and
+ * own floor: its bytes; with and without the tensor-core matmul) at every batch; eager and cuBLAS only at batch 1. Prints a table and
  * one JSON
  * line (also written to --json). Exit 0 when every run completed, 1 otherwise, 77 with no
  * GPU. */
@@ -232,7 +232,7 @@ int main(int argc, char **argv)
     k.V = m->cfg.vocab;
     if (k.ctx % k.B)
         k.ctx -= k.ctx % k.B; /* whole cached blocks: every step is one block */
-    result res[96]; /* 10 variants x MAX_BATCHES at most */
+    result res[96]; /* 11 variants x MAX_BATCHES at most */
     int n_res = 0, fails = 0;
     double bw = 0;
     size_t stream = 0;
@@ -266,6 +266,7 @@ int main(int argc, char **argv)
         {"graphs, programmatic launch", "1", "8", "", "1", "", FL_WEIGHTS_AUTO, true},
         {"graphs, tensor-core matmul", "1", "8", "", "0", "tc", FL_WEIGHTS_AUTO, true},
         {"graphs, few-row + tc matmul + PDL", "1", "8", "few", "1", "tc", FL_WEIGHTS_AUTO, true},
+        {"graphs, q8 weights, tc matmul", "1", "8", "", "0", "tc", FL_WEIGHTS_Q8, true},
         {"graphs, q8 weights", "1", "8", "", "0", "", FL_WEIGHTS_Q8, true}, /* last: see below */
     };
     for (size_t i = 0; !k.moe && i < sizeof more / sizeof more[0]; i++)

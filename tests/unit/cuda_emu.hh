@@ -75,6 +75,12 @@ static inline float __uint_as_float(unsigned u)
     memcpy(&f, &u, 4);
     return f;
 }
+static inline unsigned __float_as_uint(float f)
+{
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
 
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }

@@ -12,8 +12,9 @@
  * row) against the documented layout, not only its arithmetic.
  *
  * Cases: every row count 1..8 for the three modes (store, accumulate, SwiGLU with gate rows
- * then up rows), n not a multiple of 16, k of 32 (fewer windows than warps) up to 3 x 256 + 32
- * (several passes of windows, a partial last pass), ldx past k. Checked: each output within
+ * then up rows), bf16 and q8 weights (k_mv_tc_q8: quants widened to bf16 in registers, each
+ * group of 32 summed then scaled), n not a multiple of 16, k of 32 (fewer windows than
+ * warps) up to 65 windows (several passes, a partial last one), ldx past k. Checked: each output within
  * float rounding of the double sum (bf16 rounding for SwiGLU's output), outputs past m rows or
  * n columns untouched, and a row's result the same whatever m is (bit for bit). */
 #include "cuda_emu.hh"
@@ -24,6 +25,20 @@ typedef emu_bf16 flc_bf16;
 enum { FLC_MM_STORE = 0, FLC_MM_ACC = 1, FLC_MM_SWIGLU = 2 };
 static inline void flc_pdl_trigger() {}
 static inline void flc_pdl_wait() {}
+
+/* IEEE half bits to float, every case (the kernel's scales are f16) */
+static float flc_h2f(uint16_t h)
+{
+    const unsigned sign = (unsigned)(h >> 15) << 31, e = (h >> 10) & 31u, f = h & 1023u;
+    float v;
+    if (e == 0)
+        v = ldexpf((float)f, -24); /* zero, subnormal */
+    else if (e == 31)
+        v = f ? NAN : INFINITY;
+    else
+        v = ldexpf((float)(f | 1024u), (int)e - 25);
+    return sign ? -v : v;
+}
 
 /* one bf16 of a 32-bit register: the low half is the lower index */
 static float half_of(unsigned r, int hi)
@@ -105,15 +120,56 @@ static void launch(int mode, float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x,
                    [&] { k_mv_tc<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, w, n, k); });
 }
 
-/* Runs every m in 1..8 on the same weights and x; returns false on the first failure */
-static void run_case(const char *name, int mode, int n, int k, int ldx)
+static void launch_q8(int mode, float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
+                      int m, const int8_t *wq, const uint16_t *wd, int n, int k)
+{
+    dim3 grid((unsigned)((n + 15) / 16));
+    if (mode == FLC_MM_STORE)
+        emu_launch(grid, 32 * FLC_MV_WARPS,
+                   [&] { k_mv_tc_q8<FLC_MM_STORE>(y, yh, ldy, x, ldx, m, wq, wd, n, k); });
+    else if (mode == FLC_MM_ACC)
+        emu_launch(grid, 32 * FLC_MV_WARPS,
+                   [&] { k_mv_tc_q8<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, wq, wd, n, k); });
+    else
+        emu_launch(grid, 32 * FLC_MV_WARPS,
+                   [&] { k_mv_tc_q8<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, wq, wd, n, k); });
+}
+
+/* f16 bits of a positive normal float (truncated: any f16 will do as a scale) */
+static uint16_t f2h(float v)
+{
+    unsigned u;
+    memcpy(&u, &v, 4);
+    const int e = (int)((u >> 23) & 255u) - 127 + 15;
+    return (uint16_t)(((unsigned)e << 10) | ((u >> 13) & 1023u));
+}
+
+/* Runs every m in 8..1 on the same weights and x (q8: quants in -128..127, a f16 scale per 32
+ * of a row, the reference sum over groups of scale x (sum of q x)) */
+static void run_case(const char *name, int mode, int n, int k, int ldx, bool q8 = false)
 {
     const int nw = mode == FLC_MM_SWIGLU ? 2 * n : n, M = 8;
     std::vector<flc_bf16> w((size_t)nw * k), x((size_t)M * ldx);
-    for (auto &v : w)
-        v = __float2bfloat16_rn(rnd());
+    std::vector<int8_t> wq(q8 ? (size_t)nw * k : 0);
+    std::vector<uint16_t> wd(q8 ? (size_t)nw * (k / 32) : 0);
+    for (size_t i = 0; i < w.size(); i++) {
+        if (q8) { /* the full range, -128 included; w holds the dequantized value */
+            wq[i] = (int8_t)(int)floorf((rnd() + 1.0f) * 128.0f - 128.0f);
+            if (i % 97 == 0)
+                wq[i] = (int8_t)-128;
+        }
+        w[i] = __float2bfloat16_rn(rnd());
+    }
+    for (size_t i = 0; i < wd.size(); i++)
+        wd[i] = f2h((rnd() + 1.5f) / 256.0f);
     for (auto &v : x)
         v = __float2bfloat16_rn(rnd());
+    /* the weight a reference product uses (q8: scale x quant, exact in double) */
+    auto wv = [&](int j, int c) -> double {
+        if (!q8)
+            return bf(w[(size_t)j * k + c]);
+        return (double)flc_h2f(wd[(size_t)j * (k / 32) + c / 32]) * wq[(size_t)j * k + c];
+    };
     std::vector<float> y0((size_t)(M + 1) * n); /* a row past the last for the untouched check */
     for (auto &v : y0)
         v = rnd();
@@ -123,7 +179,7 @@ static void run_case(const char *name, int mode, int n, int k, int ldx)
         for (int j = 0; j < nw; j++) {
             double s = 0, a = 0;
             for (int c = 0; c < k; c++) {
-                const double p = (double)bf(w[(size_t)j * k + c]) * bf(x[(size_t)r * ldx + c]);
+                const double p = wv(j, c) * bf(x[(size_t)r * ldx + c]);
                 s += p;
                 a += fabs(p);
             }
@@ -136,7 +192,10 @@ static void run_case(const char *name, int mode, int n, int k, int ldx)
         std::vector<float> y = y0;
         const flc_bf16 sent = __float2bfloat16_rn(-77.0f);
         std::vector<flc_bf16> yh((size_t)(M + 1) * n, sent);
-        launch(mode, y.data(), yh.data(), n, x.data(), ldx, m, w.data(), n, k);
+        if (q8)
+            launch_q8(mode, y.data(), yh.data(), n, x.data(), ldx, m, wq.data(), wd.data(), n, k);
+        else
+            launch(mode, y.data(), yh.data(), n, x.data(), ldx, m, w.data(), n, k);
         int bad = 0, touched = 0, variant = 0;
         double worst = 0;
         for (int r = 0; r <= M; r++)
@@ -190,6 +249,9 @@ int main(void)
     run_case("accumulate, n 16, k 32", FLC_MM_ACC, 16, 32, 40);
     run_case("SwiGLU, n 24, k 2080", FLC_MM_SWIGLU, 24, 2080, 2088);
     run_case("store, n 7, k 2080", FLC_MM_STORE, 7, 2080, 2080);
+    run_case("q8 store, n 40, k 544", FLC_MM_STORE, 40, 544, 552, true);
+    run_case("q8 accumulate, n 16, k 2080", FLC_MM_ACC, 16, 2080, 2080, true);
+    run_case("q8 SwiGLU, n 24, k 1056", FLC_MM_SWIGLU, 24, 1056, 1064, true);
     printf("test_mv_tc_emu: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }
