@@ -3,7 +3,7 @@
  * runs it on the CPU through tests/unit/cuda_emu.hh (threads for a block's threads) against a
  * plain reference. It therefore uses only what that emulation provides: no bf16 intrinsics
  * (a bf16 is widened by a shift), __shfl_xor_sync, __syncthreads, __threadfence, atomicAdd,
- * __ldcg; and flc_pdl_trigger, which its includer defines.
+ * __ldcg; and flc_pdl_wait / flc_pdl_trigger, which its includer defines.
  *
  * Why: at batch 1 (a block of 4 tokens over 512 cached, 8 query rows per KV group) the
  * CUDA-core kernel k_attention took 35-45 us a layer on an H200 plus 12.6 us for the
@@ -93,7 +93,8 @@ k_attn_few(flc_bf16 *att, float *part, int *ticket, const float *qkv, const flc_
     __shared__ int kend_s[R];
     __shared__ int last_s;
 
-    flc_pdl_trigger(); /* cuda_kernels.cu: the o projection after this may start loading */
+    flc_pdl_wait(); /* cuda_kernels.cu: programmatic launch (FL_CUDA_PDL=1) */
+    flc_pdl_trigger();
     const int tile = blockIdx.x, g = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
     if (tile >= m.params[FLC_P_TILES])
         return; /* the grid is sized for the largest batch of this shape */

@@ -164,7 +164,8 @@ typedef struct flc {
     /* options */
     int skinny_rows;
     bool graphs, sync_debug, attn_tc, attn_few, gemm_pad, shape_pad;
-    bool pdl;   /* FL_CUDA_PDL=1 on sm_90+: the streaming matmuls' programmatic launch */
+    bool pdl;   /* FL_CUDA_PDL=1 on sm_90+: programmatic launch of a forward's kernels */
+    bool pdl_ok, in_moe; /* flc_pdl: the last thing enqueued was our kernel; in a MoE layer */
     bool mv_tc; /* FL_CUDA_MV=tc on sm_80+: the streaming matmul on tensor cores (bf16) */
     /* FL_CUDA_KTIME: an event after every launch of an eager forward; the time between two
      * events is the work launched between them, summed per label and printed at destroy */
@@ -304,21 +305,31 @@ static int flc_pad_rows(int m)
  * product as the column-major Y^T = W X^T: op(A) = W^T of a (k, n) column-major matrix. A q8
  * W goes to cuBLAS as its bf16 copy in wdq, made just before (at more than skinny_rows rows
  * the product is bound by arithmetic, not by W's bytes). */
+/* Whether the kernel about to be enqueued gets the programmatic launch (FL_CUDA_PDL=1): only
+ * when the last thing enqueued on the stream was one of our kernels (not a copy, not cuBLAS,
+ * not a mixture-of-experts layer's kernels, which are not yet verified on a GPU). */
+static bool flc_pdl(flc *c)
+{
+    bool r = c->pdl && c->pdl_ok && !c->in_moe;
+    c->pdl_ok = true;
+    return r;
+}
+
 static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m,
                     const flc_mat *wm, int n, int k, int mode, const char *what, int layer,
                     fl_err *e)
 {
     if (m <= c->skinny_rows && c->mv_tc && k % 32 == 0 && ldx % 8 == 0)
         return flc_launched(c, wm->q ? flc_mv_tc_q8(y, NULL, ldy, x, ldx, m, wm->q, wm->d, n, k,
-                                                    mode, c->pdl, c->st)
+                                                    mode, flc_pdl(c), c->st)
                                      : flc_mv_tc(y, NULL, ldy, x, ldx, m, wm->w, n, k, mode,
-                                                 c->pdl, c->st),
+                                                 flc_pdl(c), c->st),
                             what, layer, e);
     if (m <= c->skinny_rows && k % 8 == 0 && ldx % 8 == 0)
         return flc_launched(c, wm->q ? flc_skinny_q8(y, NULL, ldy, x, ldx, m, wm->q, wm->d, n, k,
-                                                     mode, c->pdl, c->st)
+                                                     mode, flc_pdl(c), c->st)
                                      : flc_skinny(y, NULL, ldy, x, ldx, m, wm->w, n, k, mode,
-                                                  c->pdl, c->st),
+                                                  flc_pdl(c), c->st),
                             what, layer, e);
     const flc_bf16 *w = wm->w;
     if (wm->q) {
@@ -343,6 +354,7 @@ static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m
         if (mp <= cap)
             m = mp;
     }
+    c->pdl_ok = false; /* the kernel after cuBLAS's waits for it plainly */
     cublasStatus_t st = c->blas.gemm_ex(c->blas.h, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w,
                                         CUDA_R_16BF, k, x, CUDA_R_16BF, ldx, &beta, y,
                                         CUDA_R_32F, ldy, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
@@ -599,20 +611,19 @@ static int flc_mlp(flc *c, float *y, int mode, const flc_bf16 *x, int m, const f
     const int H = c->d.H;
     int rc;
     if (m <= c->skinny_rows && H % 8 == 0) {
-        const bool tc = c->mv_tc && H % 32 == 0;
+        const bool tc = c->mv_tc && H % 32 == 0, pdl = flc_pdl(c);
         FLC_L(wgu->q && tc ? flc_mv_tc_q8(NULL, hb, ni, x, H, m, wgu->q, wgu->d, ni, H,
-                                          FLC_MM_SWIGLU, c->pdl, c->st)
+                                          FLC_MM_SWIGLU, pdl, c->st)
               : wgu->q     ? flc_skinny_q8(NULL, hb, ni, x, H, m, wgu->q, wgu->d, ni, H,
-                                           FLC_MM_SWIGLU, c->pdl, c->st)
-              : tc ? flc_mv_tc(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, c->pdl, c->st)
-                   : flc_skinny(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, c->pdl,
-                                c->st),
+                                           FLC_MM_SWIGLU, pdl, c->st)
+              : tc ? flc_mv_tc(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, pdl, c->st)
+                   : flc_skinny(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, pdl, c->st),
               "gate|up projection + SwiGLU", layer);
     } else {
         if ((rc = flc_gemm(c, gu, 2 * ni, x, H, m, wgu, 2 * ni, H, FLC_MM_STORE,
                            "gate|up projection", layer, e)))
             return rc;
-        FLC_L(flc_swiglu(hb, gu, m, ni, c->st), "SwiGLU", layer);
+        FLC_L(flc_swiglu(hb, gu, m, ni, flc_pdl(c), c->st), "SwiGLU", layer);
     }
     return flc_gemm(c, y, H, hb, ni, m, wdown, H, ni, mode, "down projection", layer, e);
 }
@@ -705,50 +716,62 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
     const int T = p->T, H = d.H, NI = d.NI, V = d.V;
     cudaStream_t st = c->st;
     FLC_L(flc_embed(c->x, c->embed, m, T, H, st), "embedding lookup", -1);
+    c->pdl_ok = true; /* the embedding follows the metadata copy, so it is launched plainly */
     for (int l = 0; l < c->cfg.n_layers; l++) {
         const flc_layer *ly = &c->layers[l];
         int rc;
-        FLC_L(flc_rmsnorm(c->xb, c->x, ly->attn_norm, NULL, T, H, d.eps, st), "input RMSNorm", l);
+        FLC_L(flc_rmsnorm(c->xb, c->x, ly->attn_norm, NULL, T, H, d.eps, flc_pdl(c), st),
+              "input RMSNorm", l);
         if ((rc = flc_gemm(c, c->qkv, d.qkvd, c->xb, H, T, &ly->wqkv, d.qkvd, H, FLC_MM_STORE,
                            "q|k|v projection", l, e)))
             return rc;
         FLC_L(flc_qkv_post(c->qkv, c->kvo, c->pool, ly->bqkv, ly->q_norm, ly->k_norm,
-                           c->inv_freq, m, d, l, T, st),
+                           c->inv_freq, m, d, l, T, flc_pdl(c), st),
               "q/k/v bias, norm, RoPE and KV store", l);
         if (c->attn_few) /* splits merged in the same kernel */
             FLC_L(flc_attention_few(c->att, c->part, c->ticket, c->qkv, c->kvo, c->pool, m, d, l,
-                                    p->tiles_bound, p->n_splits, p->T * d.rep <= 8, st),
+                                    p->tiles_bound, p->n_splits, p->T * d.rep <= 8, flc_pdl(c),
+                                    st),
                   "attention (few-row kernel, splits merged)", l);
         else
             FLC_L(flc_attention(c->att, c->part, c->qkv, c->kvo, c->pool, m, d, l,
-                                p->tiles_bound, p->n_splits, c->attn_tc, st),
+                                p->tiles_bound, p->n_splits, c->attn_tc, flc_pdl(c), st),
                   "attention", l);
         if (p->n_splits > 1 && !c->attn_few)
-            FLC_L(flc_attn_combine(c->att, c->part, m, d, p->tiles_bound, p->n_splits, st),
+            FLC_L(flc_attn_combine(c->att, c->part, m, d, p->tiles_bound, p->n_splits, flc_pdl(c),
+                                   st),
                   "attention split combine", l);
         if ((rc = flc_gemm(c, c->x, H, c->att, d.qd, T, &ly->wo, H, d.qd, FLC_MM_ACC,
                            "o projection", l, e)))
             return rc;
-        FLC_L(flc_rmsnorm(c->xb, c->x, ly->mlp_norm, NULL, T, H, d.eps, st),
+        FLC_L(flc_rmsnorm(c->xb, c->x, ly->mlp_norm, NULL, T, H, d.eps, flc_pdl(c), st),
               "post-attention RMSNorm", l);
-        rc = ly->moe ? flc_moe(c, ly, l, T, e)
-                     : flc_mlp(c, c->x, FLC_MM_ACC, c->xb, T, &ly->wgu, &ly->wdown, NI, c->gu,
-                               c->hb, l, e);
+        if (ly->moe) { /* plain launches throughout (flc_pdl) */
+            c->in_moe = true;
+            rc = flc_moe(c, ly, l, T, e);
+            c->in_moe = false;
+            c->pdl_ok = false;
+        } else {
+            rc = flc_mlp(c, c->x, FLC_MM_ACC, c->xb, T, &ly->wgu, &ly->wdown, NI, c->gu, c->hb, l,
+                         e);
+        }
         if (rc)
             return rc;
     }
     const int32_t *out_rows_h = c->meta_h + c->off.out_rows;
     for (int r0 = 0; r0 < p->n_out; r0 += c->head_rows) {
         int nr = p->n_out - r0 < c->head_rows ? p->n_out - r0 : c->head_rows;
-        FLC_L(flc_rmsnorm(c->xb, c->x, c->final_norm, m.out_rows + r0, nr, H, d.eps, st),
+        FLC_L(flc_rmsnorm(c->xb, c->x, c->final_norm, m.out_rows + r0, nr, H, d.eps, flc_pdl(c),
+                          st),
               "final RMSNorm", -1);
         int rc = flc_gemm(c, c->logits, V, c->xb, H, nr, &c->lm_head, V, H, FLC_MM_STORE,
                           "lm_head", -1, e);
         if (rc)
             return rc;
-        FLC_L(flc_top1(c->tok_d + r0, c->lse, c->logits, nr, V, st),
+        FLC_L(flc_top1(c->tok_d + r0, c->lse, c->logits, nr, V, flc_pdl(c), st),
               "softmax statistics (top-1, probability, entropy)", -1);
-        if (logits)
+        if (logits) {
+            c->pdl_ok = false; /* the copies below */
             for (int i = 0; i < nr; i++) {
                 cudaError_t err =
                     cudaMemcpyAsync(logits + (size_t)out_rows_h[r0 + i] * V,
@@ -757,6 +780,7 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
                 if (err != cudaSuccess)
                     return flc_fail(c, e, err, "copying logits to the host");
             }
+        }
     }
     return 0;
 }
@@ -1527,7 +1551,9 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     c->sync_debug = flc_env_int("FL_CUDA_SYNC_DEBUG", 0, 0, 1) == 1;
     c->ktime = flc_env_int("FL_CUDA_KTIME", 0, 0, 1) == 1;
     /* opt-in until measured on a GPU (docs/cuda.md "Programmatic launch") */
-    c->pdl = flc_env_int("FL_CUDA_PDL", 0, 0, 1) == 1 && c->cc_major >= 9;
+    /* not with the per-launch events of FL_CUDA_KTIME or the syncs of FL_CUDA_SYNC_DEBUG */
+    c->pdl = flc_env_int("FL_CUDA_PDL", 0, 0, 1) == 1 && c->cc_major >= 9 && !c->ktime &&
+             !c->sync_debug;
     {
         const char *mv = getenv("FL_CUDA_MV");
         c->mv_tc = mv && !strcmp(mv, "tc") && c->cc_major >= 8;

@@ -60,7 +60,9 @@ __device__ double flc_block_sum_d(double v, double *sh)
  * kernels write, and writes nothing, before flc_pdl_wait, which returns once they have
  * finished and their writes are visible. Without the launch attribute both are no-ops. The
  * streaming matmuls are the kernels launched so: they load their first weight pieces before
- * the wait. The kernels before them (RMSNorm, attention, the matmuls) trigger at their start. */
+ * the wait. Every other kernel of a forward waits first (FLC_PDL_ENTER), so with
+ * FL_CUDA_PDL=1 all of them are launched so (but the first of a forward and those after a
+ * copy): a kernel's launch and its blocks' start overlap the end of the kernel before. */
 __device__ __forceinline__ void flc_pdl_wait()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -75,18 +77,26 @@ __device__ __forceinline__ void flc_pdl_trigger()
 #endif
 }
 
+/* A kernel's first statement (all but the streaming matmuls, which load weights first): wait
+ * for the kernel before, then let the one after start (one level ahead, not a pile). */
+#define FLC_PDL_ENTER()                                                                        \
+    do {                                                                                       \
+        flc_pdl_wait();                                                                        \
+        flc_pdl_trigger();                                                                     \
+    } while (0)
+
 /* k<<<grid, block, 0, s>>>(args...), with the programmatic-serialization attribute when pdl */
 template <typename... P, typename... A>
-static cudaError_t flc_launch(bool pdl, void (*k)(P...), unsigned grid, unsigned block,
-                              cudaStream_t s, A... args)
+static cudaError_t flc_launch(bool pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s,
+                              A... args)
 {
     if (!pdl) {
         k<<<grid, block, 0, s>>>(args...);
         return cudaGetLastError();
     }
     cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(grid);
-    cfg.blockDim = dim3(block);
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
     cfg.dynamicSmemBytes = 0;
     cfg.stream = s;
     cudaLaunchAttribute at[1];
@@ -113,6 +123,7 @@ __device__ __forceinline__ void flc_unpack8(const uint4 &raw, float *f)
 
 __global__ void k_embed(float *x, const flc_bf16 *embed, const int32_t *tokens, int H)
 {
+    FLC_PDL_ENTER(); /* launched plainly (the forward's first): lets RMSNorm start early */
     int t = blockIdx.x;
     const flc_bf16 *row = embed + (size_t)tokens[t] * H;
     for (int i = threadIdx.x; i < H; i += blockDim.x)
@@ -129,7 +140,7 @@ __global__ void k_rmsnorm(flc_bf16 *out, const float *x, const float *w, const i
                           int H, float eps)
 {
     __shared__ double sh[32];
-    flc_pdl_trigger();
+    FLC_PDL_ENTER();
     int r = blockIdx.x, src = gather ? gather[r] : r;
     const float *xr = x + (size_t)src * H;
     double ss = 0;
@@ -144,12 +155,11 @@ __global__ void k_rmsnorm(flc_bf16 *out, const float *x, const float *w, const i
 }
 
 cudaError_t flc_rmsnorm(flc_bf16 *out, const float *x, const float *w, const int32_t *gather,
-                        int rows, int H, float eps, cudaStream_t s)
+                        int rows, int H, float eps, bool pdl, cudaStream_t s)
 {
     if (rows <= 0)
         return cudaSuccess;
-    k_rmsnorm<<<rows, 256, 0, s>>>(out, x, w, gather, H, eps);
-    return cudaGetLastError();
+    return flc_launch(pdl, k_rmsnorm, (unsigned)rows, 256, s, out, x, w, gather, H, eps);
 }
 
 /* ---------------------------------------------------------------- q/k/v finish */
@@ -161,6 +171,7 @@ __global__ void k_qkv_post(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const floa
                            flc_dims d, int layer)
 {
     __shared__ double sh[32];
+    FLC_PDL_ENTER();
     const int t = blockIdx.x, hh = blockIdx.y, i = threadIdx.x, half = d.hd / 2;
     const int col = hh * d.hd;
     float *v = qkv + (size_t)t * d.qkvd + col;
@@ -225,6 +236,7 @@ __global__ void k_qkv_post_part(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const
 {
     __shared__ double sh[32];
     __shared__ float el[FLC_HD_MAX];
+    FLC_PDL_ENTER();
     const int t = blockIdx.x, hh = blockIdx.y, i = threadIdx.x, rh = d.rd / 2;
     const int col = hh * d.hd;
     float *v = qkv + (size_t)t * d.qkvd + col;
@@ -274,18 +286,14 @@ __global__ void k_qkv_post_part(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const
 
 cudaError_t flc_qkv_post(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const float *bias,
                          const float *qn, const float *kn, const double *inv_freq, flc_meta m,
-                         flc_dims d, int layer, int T, cudaStream_t s)
+                         flc_dims d, int layer, int T, bool pdl, cudaStream_t s)
 {
     dim3 grid((unsigned)T, (unsigned)(d.nh + 2 * d.kvh));
-    if (d.rd < d.hd) {
-        int threads = (d.hd + 31) / 32 * 32;
-        k_qkv_post_part<<<grid, threads, 0, s>>>(qkv, kvo, pool, bias, qn, kn, inv_freq, m, d,
-                                                 layer);
-        return cudaGetLastError();
-    }
-    int threads = (d.hd / 2 + 31) / 32 * 32;
-    k_qkv_post<<<grid, threads, 0, s>>>(qkv, kvo, pool, bias, qn, kn, inv_freq, m, d, layer);
-    return cudaGetLastError();
+    if (d.rd < d.hd)
+        return flc_launch(pdl, k_qkv_post_part, grid, (unsigned)((d.hd + 31) / 32 * 32), s, qkv,
+                          kvo, pool, bias, qn, kn, inv_freq, m, d, layer);
+    return flc_launch(pdl, k_qkv_post, grid, (unsigned)((d.hd / 2 + 31) / 32 * 32), s, qkv, kvo,
+                      pool, bias, qn, kn, inv_freq, m, d, layer);
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -306,7 +314,7 @@ k_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
     __shared__ float m_s[FLC_QROWS], l_s[FLC_QROWS], a_s[FLC_QROWS];
     __shared__ int kend_s[FLC_QROWS];
 
-    flc_pdl_trigger();
+    FLC_PDL_ENTER();
     const int tile = blockIdx.x, g = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
     if (tile >= m.params[FLC_P_TILES])
         return; /* the grid is sized for the largest batch of this shape */
@@ -525,7 +533,7 @@ k_attention_tc(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo
     __shared__ float m_s[FLC_QROWS], l_s[FLC_QROWS];
     __shared__ int kend_s[FLC_QROWS];
 
-    flc_pdl_trigger();
+    FLC_PDL_ENTER();
     const int tile = blockIdx.x, g = blockIdx.y, sp = blockIdx.z, tid = threadIdx.x;
     const int warp = tid >> 5, lane = tid & 31;
     if (tile >= m.params[FLC_P_TILES])
@@ -660,7 +668,7 @@ k_attention_tc(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo
 __global__ void k_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc_dims d,
                                int n_splits)
 {
-    flc_pdl_trigger();
+    FLC_PDL_ENTER();
     const int tile = blockIdx.x, g = blockIdx.y;
     if (tile >= m.params[FLC_P_TILES])
         return;
@@ -696,31 +704,22 @@ bool flc_attention_tc_ok(int hd) { return hd % 16 == 0 && hd <= FLC_TC_HD; }
 
 cudaError_t flc_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
                           const flc_bf16 *pool, flc_meta m, flc_dims d, int layer,
-                          int tiles_bound, int n_splits, bool tensor_cores, cudaStream_t s)
+                          int tiles_bound, int n_splits, bool tensor_cores, bool pdl,
+                          cudaStream_t s)
 {
     dim3 grid((unsigned)tiles_bound, (unsigned)d.kvh, (unsigned)n_splits);
-    if (tensor_cores && flc_attention_tc_ok(d.hd)) {
-        if (n_splits == 1)
-            k_attention_tc<true><<<grid, 128, 0, s>>>(att, part, qkv, kvo, pool, m, d, layer, 1);
-        else
-            k_attention_tc<false><<<grid, 128, 0, s>>>(att, part, qkv, kvo, pool, m, d, layer,
-                                                       n_splits);
-        return cudaGetLastError();
-    }
-    if (n_splits == 1)
-        k_attention<true><<<grid, FLC_KCHUNK, 0, s>>>(att, part, qkv, kvo, pool, m, d, layer, 1);
-    else
-        k_attention<false><<<grid, FLC_KCHUNK, 0, s>>>(att, part, qkv, kvo, pool, m, d, layer,
-                                                       n_splits);
-    return cudaGetLastError();
+    if (tensor_cores && flc_attention_tc_ok(d.hd))
+        return flc_launch(pdl, n_splits == 1 ? k_attention_tc<true> : k_attention_tc<false>,
+                          grid, 128, s, att, part, qkv, kvo, pool, m, d, layer, n_splits);
+    return flc_launch(pdl, n_splits == 1 ? k_attention<true> : k_attention<false>, grid,
+                      FLC_KCHUNK, s, att, part, qkv, kvo, pool, m, d, layer, n_splits);
 }
 
 cudaError_t flc_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc_dims d,
-                             int tiles_bound, int n_splits, cudaStream_t s)
+                             int tiles_bound, int n_splits, bool pdl, cudaStream_t s)
 {
     dim3 grid((unsigned)tiles_bound, (unsigned)d.kvh);
-    k_attn_combine<<<grid, 256, 0, s>>>(att, part, m, d, n_splits);
-    return cudaGetLastError();
+    return flc_launch(pdl, k_attn_combine, grid, 256, s, att, part, m, d, n_splits);
 }
 
 #include "attn_few.cuh"
@@ -729,29 +728,20 @@ bool flc_attention_few_ok(int hd) { return hd % 8 == 0 && hd >= 8 && hd <= FLC_F
 
 cudaError_t flc_attention_few(flc_bf16 *att, float *part, int *ticket, const float *qkv,
                               const flc_bf16 *kvo, const flc_bf16 *pool, flc_meta m, flc_dims d,
-                              int layer, int tiles_bound, int n_splits, bool rows8,
+                              int layer, int tiles_bound, int n_splits, bool rows8, bool pdl,
                               cudaStream_t s)
 {
     if (!flc_attention_few_ok(d.hd))
         return cudaErrorInvalidValue;
     dim3 grid((unsigned)tiles_bound, (unsigned)d.kvh, (unsigned)n_splits);
-    const unsigned nt = FLC_FEW_THREADS;
-    if (rows8) {
-        if (n_splits == 1)
-            k_attn_few<8, true><<<grid, nt, 0, s>>>(att, part, ticket, qkv, kvo, pool, m, d,
-                                                    layer, 1);
-        else
-            k_attn_few<8, false><<<grid, nt, 0, s>>>(att, part, ticket, qkv, kvo, pool, m, d,
-                                                     layer, n_splits);
-    } else {
-        if (n_splits == 1)
-            k_attn_few<FLC_QROWS, true><<<grid, nt, 0, s>>>(att, part, ticket, qkv, kvo, pool,
-                                                            m, d, layer, 1);
-        else
-            k_attn_few<FLC_QROWS, false><<<grid, nt, 0, s>>>(att, part, ticket, qkv, kvo, pool,
-                                                             m, d, layer, n_splits);
-    }
-    return cudaGetLastError();
+    const bool one = n_splits == 1;
+    if (rows8)
+        return flc_launch(pdl, one ? k_attn_few<8, true> : k_attn_few<8, false>, grid,
+                          FLC_FEW_THREADS, s, att, part, ticket, qkv, kvo, pool, m, d, layer,
+                          n_splits);
+    return flc_launch(pdl, one ? k_attn_few<FLC_QROWS, true> : k_attn_few<FLC_QROWS, false>, grid,
+                      FLC_FEW_THREADS, s, att, part, ticket, qkv, kvo, pool, m, d, layer,
+                      n_splits);
 }
 
 /* ---------------------------------------------------------------- matmul, few rows */
@@ -824,8 +814,10 @@ __device__ __forceinline__ void flc_skinny_col(float *y, flc_bf16 *yh, int ldy,
             for (int q = 0; q < NW; q++)
                 wv[u][q] = c < k8 ? flc_skinny_ld<STREAM>(wr[q] + c) : make_uint4(0, 0, 0, 0);
         }
-        if (c0 == lane)
-            flc_pdl_wait(); /* the first pieces are on their way; x is the kernel before's */
+        if (c0 == lane) { /* the first pieces are on their way; x is the kernel before's */
+            flc_pdl_wait();
+            flc_pdl_trigger();
+        }
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + 32 * u;
@@ -858,7 +850,6 @@ __global__ void __launch_bounds__(128)
 k_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
          const flc_bf16 *__restrict__ w, int n, int k)
 {
-    flc_pdl_trigger();
     const int j = blockIdx.x * 4 + (threadIdx.x >> 5);
     if (j < n)
         flc_skinny_col<R, MODE>(y, yh, ldy, x, ldx, m, w, n, k, j, threadIdx.x & 31);
@@ -993,8 +984,10 @@ __device__ __forceinline__ void flc_skinny_q8_col(float *y, flc_bf16 *yh, int ld
                 dv[u][q] = c < k16 ? __half2float(dr[q][c >> 1]) : 0.f;
             }
         }
-        if (c0 == lane)
-            flc_pdl_wait(); /* as in flc_skinny_col */
+        if (c0 == lane) { /* as in flc_skinny_col */
+            flc_pdl_wait();
+            flc_pdl_trigger();
+        }
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int c = c0 + 32 * u;
@@ -1031,7 +1024,6 @@ __global__ void __launch_bounds__(128)
 k_skinny_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
             const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd, int n, int k)
 {
-    flc_pdl_trigger();
     const int j = blockIdx.x * 4 + (threadIdx.x >> 5);
     if (j < n)
         flc_skinny_q8_col<R, MODE>(y, yh, ldy, x, ldx, m, wq, wd, n, k, j, threadIdx.x & 31);
@@ -1101,6 +1093,7 @@ cudaError_t flc_dequant_q8(flc_bf16 *w, const int8_t *wq, const uint16_t *wd, in
 
 __global__ void k_swiglu(flc_bf16 *hb, const float *gu, int NI, size_t total)
 {
+    FLC_PDL_ENTER();
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
          idx += (size_t)gridDim.x * blockDim.x) {
         size_t t = idx / NI, j = idx % NI;
@@ -1109,12 +1102,11 @@ __global__ void k_swiglu(flc_bf16 *hb, const float *gu, int NI, size_t total)
     }
 }
 
-cudaError_t flc_swiglu(flc_bf16 *hb, const float *gu, int T, int NI, cudaStream_t s)
+cudaError_t flc_swiglu(flc_bf16 *hb, const float *gu, int T, int NI, bool pdl, cudaStream_t s)
 {
     size_t total = (size_t)T * NI;
     unsigned blocks = (unsigned)((total + 255) / 256 < 65535 ? (total + 255) / 256 : 65535);
-    k_swiglu<<<blocks, 256, 0, s>>>(hb, gu, NI, total);
-    return cudaGetLastError();
+    return flc_launch(pdl, k_swiglu, blocks, 256, s, hb, gu, NI, total);
 }
 
 /* ---------------------------------------------------------------- softmax statistics */
@@ -1126,6 +1118,7 @@ __global__ void k_top1_chunk(flc_lse *lse, const float *logits, int V, int nch)
     __shared__ float smx[32];
     __shared__ int sarg[32];
     __shared__ double sh[32];
+    FLC_PDL_ENTER();
     const int row = blockIdx.x, ch = blockIdx.y, tid = threadIdx.x;
     const int lane = tid & 31, wp = tid >> 5, nw = blockDim.x >> 5;
     const int v0 = ch * FLC_VCHUNK, v1 = min(V, v0 + FLC_VCHUNK);
@@ -1213,6 +1206,7 @@ __device__ void flc_lse_merge(flc_lse &a, flc_lse b)
 
 __global__ void k_top1_merge(flc_tok *out, const flc_lse *lse, int rows, int nch)
 {
+    FLC_PDL_ENTER();
     int row = blockIdx.x * blockDim.x + threadIdx.x;
     if (row >= rows)
         return;
@@ -1233,18 +1227,18 @@ __global__ void k_top1_merge(flc_tok *out, const flc_lse *lse, int rows, int nch
     out[row] = t;
 }
 
-cudaError_t flc_top1(flc_tok *out, flc_lse *lse, const float *logits, int rows, int V,
+cudaError_t flc_top1(flc_tok *out, flc_lse *lse, const float *logits, int rows, int V, bool pdl,
                      cudaStream_t s)
 {
     if (rows <= 0)
         return cudaSuccess;
     int nch = (V + FLC_VCHUNK - 1) / FLC_VCHUNK;
-    k_top1_chunk<<<dim3((unsigned)rows, (unsigned)nch), 256, 0, s>>>(lse, logits, V, nch);
-    cudaError_t err = cudaGetLastError();
+    cudaError_t err = flc_launch(pdl, k_top1_chunk, dim3((unsigned)rows, (unsigned)nch), 256, s,
+                                 lse, logits, V, nch);
     if (err != cudaSuccess)
         return err;
-    k_top1_merge<<<(rows + 63) / 64, 64, 0, s>>>(out, lse, rows, nch);
-    return cudaGetLastError();
+    return flc_launch(pdl, k_top1_merge, (unsigned)((rows + 63) / 64), 64, s, out, lse, rows,
+                      nch);
 }
 
 /* ---------------------------------------------------------------- mixture of experts */

@@ -45,14 +45,14 @@ cudaError_t flc_embed(float *x, const flc_bf16 *embed, flc_meta m, int T, int H,
 
 /* out[r] = bf16(w * x[src] / rms(x[src])), src = gather ? gather[r] : r, r < rows. */
 cudaError_t flc_rmsnorm(flc_bf16 *out, const float *x, const float *w, const int32_t *gather,
-                        int rows, int H, float eps, cudaStream_t s);
+                        int rows, int H, float eps, bool pdl, cudaStream_t s);
 
 /* Bias, q/k norm and RoPE of every head of every token; q back into qkv (f32), K and V
  * rounded to bf16 into kvo and, for tokens with tok_store >= 0, into their page slot of
  * layer `layer`. bias/qn/kn may be NULL. */
 cudaError_t flc_qkv_post(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const float *bias,
                          const float *qn, const float *kn, const double *inv_freq, flc_meta m,
-                         flc_dims d, int layer, int T, cudaStream_t s);
+                         flc_dims d, int layer, int T, bool pdl, cudaStream_t s);
 
 /* With partial rotary (d.rd < d.hd, LLaDA2) flc_qkv_post rotates the first rd dims of each
  * q/k head as pairs (i, i + rd/2), after the q/k norm over all hd, and leaves the rest. */
@@ -65,7 +65,8 @@ cudaError_t flc_qkv_post(float *qkv, flc_bf16 *kvo, flc_bf16 *pool, const float 
  * on tensor cores (wmma, bf16, f32 accumulate); the results agree to bf16 precision. */
 cudaError_t flc_attention(flc_bf16 *att, float *part, const float *qkv, const flc_bf16 *kvo,
                           const flc_bf16 *pool, flc_meta m, flc_dims d, int layer,
-                          int tiles_bound, int n_splits, bool tensor_cores, cudaStream_t s);
+                          int tiles_bound, int n_splits, bool tensor_cores, bool pdl,
+                          cudaStream_t s);
 /* Whether the tensor-core attention (tensor_cores above) takes this head_dim; the CUDA-core
  * kernel runs otherwise. */
 bool flc_attention_tc_ok(int hd);
@@ -77,20 +78,22 @@ bool flc_attention_tc_ok(int hd);
  * (flc_attention_few_ok). */
 cudaError_t flc_attention_few(flc_bf16 *att, float *part, int *ticket, const float *qkv,
                               const flc_bf16 *kvo, const flc_bf16 *pool, flc_meta m, flc_dims d,
-                              int layer, int tiles_bound, int n_splits, bool rows8,
+                              int layer, int tiles_bound, int n_splits, bool rows8, bool pdl,
                               cudaStream_t s);
 bool flc_attention_few_ok(int hd);
 cudaError_t flc_attn_combine(flc_bf16 *att, const float *part, flc_meta m, flc_dims d,
-                             int tiles_bound, int n_splits, cudaStream_t s);
+                             int tiles_bound, int n_splits, bool pdl, cudaStream_t s);
 
 /* Weight-streaming matmul for m <= FLC_SKINNY_MAX rows: Y (m, n) = X (m, k) W^T, W (n, k)
  * bf16, k % 8 == 0, X rows 16-byte aligned (ldx % 8 == 0). mode 0: y = ; mode 1: y += ;
  * mode 2 (SwiGLU): W is (2n, k), gate rows then up rows, and yh (m, n) bf16 =
  * silu(gate) * up. Each output is summed in the same order whatever m is. */
 enum { FLC_MM_STORE = 0, FLC_MM_ACC = 1, FLC_MM_SWIGLU = 2 };
-/* pdl: launched with programmatic stream serialization (sm_90, FL_CUDA_PDL=1): the kernel
- * starts loading its weights while the kernel before it finishes, and waits for that one's
- * results before it reads x (cuda_kernels.cu, flc_pdl_wait). */
+/* pdl (here and in the launchers above and below): launched with programmatic stream
+ * serialization (sm_90, FL_CUDA_PDL=1): the kernel may start while the kernel before it in
+ * the stream finishes and waits for that one's results before it reads them (cuda_kernels.cu,
+ * flc_pdl_wait); a streaming matmul loads its first weights before it waits. Only for a
+ * kernel whose predecessor in the stream is a kernel. */
 cudaError_t flc_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
                        const flc_bf16 *w, int n, int k, int mode, bool pdl, cudaStream_t s);
 /* flc_skinny on tensor cores (mv_tc.cuh; FL_CUDA_MV=tc): the same modes and rows, k % 32 ==
@@ -113,11 +116,11 @@ cudaError_t flc_skinny_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, in
 cudaError_t flc_dequant_q8(flc_bf16 *w, const int8_t *wq, const uint16_t *wd, int n, int k,
                            cudaStream_t s);
 
-cudaError_t flc_swiglu(flc_bf16 *hb, const float *gu, int T, int NI, cudaStream_t s);
+cudaError_t flc_swiglu(flc_bf16 *hb, const float *gu, int T, int NI, bool pdl, cudaStream_t s);
 
 /* Softmax statistics of rows logits (rows, V): per chunk of FLC_VCHUNK ids into
  * lse (rows, nchunks), then merged in chunk order into out (rows). */
-cudaError_t flc_top1(flc_tok *out, flc_lse *lse, const float *logits, int rows, int V,
+cudaError_t flc_top1(flc_tok *out, flc_lse *lse, const float *logits, int rows, int V, bool pdl,
                      cudaStream_t s);
 
 /* Mixture of experts (cuda_backend.cu flc_moe). Router logits (T, E) f32 of each token's

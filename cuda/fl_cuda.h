@@ -25,9 +25,10 @@
  *   FL_CUDA_MV=tc           the weight-streaming matmul (bf16 or q8 weights, <= 8 rows,
  *                           k % 32 == 0) on tensor cores (mma.sync m16n8k16; sm_80+),
  *                           opt-in until measured on a GPU
- *   FL_CUDA_PDL=1           launch the weight-streaming matmuls with programmatic stream
- *                           serialization (sm_90+): their weight loads start while the
- *                           kernel before them finishes; opt-in until measured on a GPU
+ *   FL_CUDA_PDL=1           launch a dense forward's kernels with programmatic stream
+ *                           serialization (sm_90+): each may start while the one before
+ *                           finishes, the weight-streaming matmuls loading their first
+ *                           weights; opt-in until measured on a GPU
  *   FL_CUDA_SYNC_DEBUG=1    synchronize after every kernel and name the one that failed
  *                           (no graphs; slow)
  *   FL_CUDA_KTIME=1         time every launch of every forward with events (no graphs) and

@@ -78,7 +78,6 @@ k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx
     constexpr int U = MODE == FLC_MM_SWIGLU ? 4 : 8;  /* windows in flight per lane */
     __shared__ float red[FLC_MV_WARPS][32][4 * NW];
 
-    flc_pdl_trigger();
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int j0 = blockIdx.x * 16 + g, j1 = j0 + 8; /* this lane's two weight rows */
@@ -113,6 +112,7 @@ k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx
         }
         if (!waited) { /* the first weights are on their way; x is the kernel before's */
             flc_pdl_wait();
+            flc_pdl_trigger();
             waited = true;
         }
 #pragma unroll
@@ -136,8 +136,10 @@ k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx
             }
         }
     }
-    if (!waited)
-        flc_pdl_wait(); /* a warp without windows still writes nothing before the wait */
+    if (!waited) { /* a warp without windows still writes nothing before the wait */
+        flc_pdl_wait();
+        flc_pdl_trigger();
+    }
 
     flc_mv_finish<MODE, NW>(d, red, y, yh, ldy, m, n, j0, j1, lane, wp);
 }
@@ -163,7 +165,6 @@ k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int 
     constexpr int U = MODE == FLC_MM_SWIGLU ? 4 : 8;
     __shared__ float red[FLC_MV_WARPS][32][4 * NW];
 
-    flc_pdl_trigger();
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int j0 = blockIdx.x * 16 + g, j1 = j0 + 8;
@@ -207,6 +208,7 @@ k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int 
         }
         if (!waited) {
             flc_pdl_wait();
+            flc_pdl_trigger();
             waited = true;
         }
 #pragma unroll
@@ -246,8 +248,10 @@ k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int 
             }
         }
     }
-    if (!waited)
+    if (!waited) {
         flc_pdl_wait();
+        flc_pdl_trigger();
+    }
 
     flc_mv_finish<MODE, NW>(d, red, y, yh, ldy, m, n, j0, j1, lane, wp);
 }

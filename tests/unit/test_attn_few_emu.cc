@@ -12,6 +12,7 @@
 typedef emu_bf16 flc_bf16;
 #include "flc_meta.h"
 static inline void flc_pdl_trigger() {} /* programmatic launch: nothing to emulate */
+static inline void flc_pdl_wait() {}
 #include "attn_few.cuh"
 
 FL_CUDA_EMU_DEFINE
