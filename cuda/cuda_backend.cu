@@ -166,7 +166,8 @@ typedef struct flc {
     bool graphs, sync_debug, attn_tc, attn_few, gemm_pad, shape_pad;
     bool pdl;   /* FL_CUDA_PDL=1 on sm_90+: programmatic launch of a forward's kernels */
     bool pdl_ok, in_moe; /* flc_pdl: the last thing enqueued was our kernel; in a MoE layer */
-    bool mv_tc; /* FL_CUDA_MV=tc on sm_80+: the streaming matmul on tensor cores (bf16) */
+    bool mv_tc; /* FL_CUDA_MV=tc on sm_80+: the streaming matmul on tensor cores */
+    int mv_rows; /* rows it takes: FLC_MV_MAX, 0 without it (or FL_CUDA_SKINNY_ROWS=0) */
     /* FL_CUDA_KTIME: an event after every launch of an eager forward; the time between two
      * events is the work launched between them, summed per label and printed at destroy */
     bool ktime;
@@ -319,7 +320,7 @@ static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m
                     const flc_mat *wm, int n, int k, int mode, const char *what, int layer,
                     fl_err *e)
 {
-    if (m <= c->skinny_rows && c->mv_tc && k % 32 == 0 && ldx % 8 == 0)
+    if (m <= c->mv_rows && k % 32 == 0 && ldx % 8 == 0)
         return flc_launched(c, wm->q ? flc_mv_tc_q8(y, NULL, ldy, x, ldx, m, wm->q, wm->d, n, k,
                                                     mode, flc_pdl(c), c->st)
                                      : flc_mv_tc(y, NULL, ldy, x, ldx, m, wm->w, n, k, mode,
@@ -610,8 +611,9 @@ static int flc_mlp(flc *c, float *y, int mode, const flc_bf16 *x, int m, const f
 {
     const int H = c->d.H;
     int rc;
-    if (m <= c->skinny_rows && H % 8 == 0) {
-        const bool tc = c->mv_tc && H % 32 == 0, pdl = flc_pdl(c);
+    const bool tc = m <= c->mv_rows && H % 32 == 0;
+    if (tc || (m <= c->skinny_rows && H % 8 == 0)) {
+        const bool pdl = flc_pdl(c);
         FLC_L(wgu->q && tc ? flc_mv_tc_q8(NULL, hb, ni, x, H, m, wgu->q, wgu->d, ni, H,
                                           FLC_MM_SWIGLU, pdl, c->st)
               : wgu->q     ? flc_skinny_q8(NULL, hb, ni, x, H, m, wgu->q, wgu->d, ni, H,
@@ -1557,6 +1559,7 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     {
         const char *mv = getenv("FL_CUDA_MV");
         c->mv_tc = mv && !strcmp(mv, "tc") && c->cc_major >= 8;
+        c->mv_rows = c->mv_tc && c->skinny_rows > 0 ? FLC_MV_MAX : 0;
     }
     c->graphs = flc_env_int("FL_CUDA_GRAPHS", 1, 0, 1) == 1 && !c->sync_debug && !c->ktime;
     {

@@ -899,35 +899,53 @@ __device__ __forceinline__ float flc_h2f(uint16_t h) { return __half2float(__ush
 
 #include "mv_tc.cuh"
 
+template <int MODE>
+static cudaError_t flc_mv_launch(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
+                                 int m, const flc_bf16 *w, const int8_t *wq, const uint16_t *wd,
+                                 int n, int k, bool pdl, cudaStream_t s)
+{
+    const unsigned b = (unsigned)((n + 15) / 16), nt = 32 * FLC_MV_WARPS;
+    if (wq) {
+        if (m <= 8)
+            return flc_launch(pdl, k_mv_tc_q8<MODE, 1>, b, nt, s, y, yh, ldy, x, ldx, m, wq, wd,
+                              n, k);
+        if (m <= 16)
+            return flc_launch(pdl, k_mv_tc_q8<MODE, 2>, b, nt, s, y, yh, ldy, x, ldx, m, wq, wd,
+                              n, k);
+        return flc_launch(pdl, k_mv_tc_q8<MODE, 4>, b, nt, s, y, yh, ldy, x, ldx, m, wq, wd, n,
+                          k);
+    }
+    if (m <= 8)
+        return flc_launch(pdl, k_mv_tc<MODE, 1>, b, nt, s, y, yh, ldy, x, ldx, m, w, n, k);
+    if (m <= 16)
+        return flc_launch(pdl, k_mv_tc<MODE, 2>, b, nt, s, y, yh, ldy, x, ldx, m, w, n, k);
+    return flc_launch(pdl, k_mv_tc<MODE, 4>, b, nt, s, y, yh, ldy, x, ldx, m, w, n, k);
+}
+
+static cudaError_t flc_mv_any(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
+                              const flc_bf16 *w, const int8_t *wq, const uint16_t *wd, int n,
+                              int k, int mode, bool pdl, cudaStream_t s)
+{
+    if (m <= 0 || m > FLC_MV_MAX || k % 32 || ldx % 8 || n <= 0)
+        return cudaErrorInvalidValue;
+    if (mode == FLC_MM_STORE)
+        return flc_mv_launch<FLC_MM_STORE>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k, pdl, s);
+    if (mode == FLC_MM_ACC)
+        return flc_mv_launch<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k, pdl, s);
+    return flc_mv_launch<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k, pdl, s);
+}
+
 cudaError_t flc_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
                       const flc_bf16 *w, int n, int k, int mode, bool pdl, cudaStream_t s)
 {
-    if (m <= 0 || m > FLC_SKINNY_MAX || k % 32 || ldx % 8 || n <= 0)
-        return cudaErrorInvalidValue;
-    const unsigned blocks = (unsigned)((n + 15) / 16), nt = 32 * FLC_MV_WARPS;
-    if (mode == FLC_MM_STORE)
-        return flc_launch(pdl, k_mv_tc<FLC_MM_STORE>, blocks, nt, s, y, yh, ldy, x, ldx, m, w, n,
-                          k);
-    if (mode == FLC_MM_ACC)
-        return flc_launch(pdl, k_mv_tc<FLC_MM_ACC>, blocks, nt, s, y, yh, ldy, x, ldx, m, w, n, k);
-    return flc_launch(pdl, k_mv_tc<FLC_MM_SWIGLU>, blocks, nt, s, y, yh, ldy, x, ldx, m, w, n, k);
+    return flc_mv_any(y, yh, ldy, x, ldx, m, w, NULL, NULL, n, k, mode, pdl, s);
 }
 
 cudaError_t flc_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
                          const int8_t *wq, const uint16_t *wd, int n, int k, int mode, bool pdl,
                          cudaStream_t s)
 {
-    if (m <= 0 || m > FLC_SKINNY_MAX || k % 32 || ldx % 8 || n <= 0)
-        return cudaErrorInvalidValue;
-    const unsigned b = (unsigned)((n + 15) / 16), nt = 32 * FLC_MV_WARPS;
-    if (mode == FLC_MM_STORE)
-        return flc_launch(pdl, k_mv_tc_q8<FLC_MM_STORE>, b, nt, s, y, yh, ldy, x, ldx, m, wq, wd,
-                          n, k);
-    if (mode == FLC_MM_ACC)
-        return flc_launch(pdl, k_mv_tc_q8<FLC_MM_ACC>, b, nt, s, y, yh, ldy, x, ldx, m, wq, wd, n,
-                          k);
-    return flc_launch(pdl, k_mv_tc_q8<FLC_MM_SWIGLU>, b, nt, s, y, yh, ldy, x, ldx, m, wq, wd, n,
-                      k);
+    return flc_mv_any(y, yh, ldy, x, ldx, m, NULL, wq, wd, n, k, mode, pdl, s);
 }
 
 /* ---------------------------------------------------------------- q8 weights (weight-only) */

@@ -96,8 +96,9 @@ enum { FLC_MM_STORE = 0, FLC_MM_ACC = 1, FLC_MM_SWIGLU = 2 };
  * kernel whose predecessor in the stream is a kernel. */
 cudaError_t flc_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
                        const flc_bf16 *w, int n, int k, int mode, bool pdl, cudaStream_t s);
-/* flc_skinny on tensor cores (mv_tc.cuh; FL_CUDA_MV=tc): the same modes and rows, k % 32 ==
- * 0, each output summed in an order that does not depend on m; sm_80+. */
+/* flc_skinny on tensor cores (mv_tc.cuh; FL_CUDA_MV=tc): the same modes, up to FLC_MV_MAX
+ * (32) rows with the weights read once, k % 32 == 0, each output summed in an order that
+ * does not depend on m; sm_80+. */
 cudaError_t flc_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
                       const flc_bf16 *w, int n, int k, int mode, bool pdl, cudaStream_t s);
 /* flc_skinny_q8 on tensor cores: each group of 32 summed exactly (quants are exact in bf16)

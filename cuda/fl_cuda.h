@@ -22,9 +22,9 @@
  *   FL_CUDA_ATTN=few        the few-row attention kernel (cuda/attn_few.cuh: a chunk's K/V
  *                           loaded at once, splits merged in the kernel; head_dim a multiple
  *                           of 8 up to 128), opt-in until measured on a GPU
- *   FL_CUDA_MV=tc           the weight-streaming matmul (bf16 or q8 weights, <= 8 rows,
- *                           k % 32 == 0) on tensor cores (mma.sync m16n8k16; sm_80+),
- *                           opt-in until measured on a GPU
+ *   FL_CUDA_MV=tc           the weight-streaming matmul (bf16 or q8 weights, k % 32 == 0) on
+ *                           tensor cores (mma.sync m16n8k16; sm_80+), up to 32 rows (else
+ *                           8), opt-in until measured on a GPU
  *   FL_CUDA_PDL=1           launch a dense forward's kernels with programmatic stream
  *                           serialization (sm_90+): each may start while the one before
  *                           finishes, the weight-streaming matmuls loading their first

@@ -11,6 +11,7 @@
 #define FLC_KCHUNK 128     /* keys per attention chunk = threads of an attention block */
 #define FLC_HD_MAX 256     /* largest head_dim the attention kernel takes */
 #define FLC_SKINNY_MAX 8   /* most rows the weight-streaming matmul takes */
+#define FLC_MV_MAX 32      /* ... and its tensor-core form (FL_CUDA_MV=tc): 4 tiles of 8 */
 #define FLC_VCHUNK 4096    /* vocabulary ids per softmax-statistics chunk */
 
 /* Offsets (in int32) of the metadata block; fixed for a backend (sized by max_tokens), so

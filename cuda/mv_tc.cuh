@@ -1,4 +1,4 @@
-/* mv_tc.cuh: the weight-streaming matmul for up to 8 rows on tensor cores (FL_CUDA_MV=tc),
+/* mv_tc.cuh: the weight-streaming matmul for up to 32 rows on tensor cores (FL_CUDA_MV=tc),
  * included by cuda_kernels.cu and, on machines without a GPU, by tests/unit/test_mv_tc_emu.cc
  * through tests/unit/cuda_emu.hh. It needs from its includer: flc_mma_bf16 (one
  * mma.sync.m16n8k16 bf16 -> f32, d += a b), flc_h2f (f16 bits to float), flc_pdl_wait and
@@ -9,74 +9,99 @@
  * and for every row loads and unpacks 16 bytes of x and does 8 FMAs: about 100 instructions
  * per 16 bytes, so issuing them takes as long as the bytes take to arrive. With
  * mma.m16n8k16 a warp multiplies 16 weight rows by 32 k (1 KB) with two loads of 16 bytes and
- * two mma per lane, the x rows as the 8 columns of B (rows m..7 zero).
+ * two mma per lane and tile of 8 x rows (B's 8 columns; rows past m are zeros). Up to 4 tiles
+ * (32 rows: a few sequences' blocks) reuse the same weight registers, so the weights are read
+ * once where cuBLAS took over above 8 rows.
  *
  * The k order inside a window of 32 is permuted, the same way for A (weights) and B (x), so
  * that every lane reads 16 contiguous bytes: lane (g = lane / 4, t = lane % 4) loads weight
- * rows g and g + 8 and x row g at k = kb + 8t .. kb + 8t + 7; mma step s (0, 1) takes the
- * words 2s and 2s + 1 of each, which the fragment layout puts at logical k 2t, 2t + 1 (word
- * 2s) and 2t + 8, 2t + 9 (word 2s + 1), for A (rows g / g + 8 in registers 0, 2 / 1, 3) and B
- * (column g) alike. A dot product does not care in which order its k come.
+ * rows g and g + 8 and x row g (of each tile) at k = kb + 8t .. kb + 8t + 7; mma step s (0, 1)
+ * takes the words 2s and 2s + 1 of each, which the fragment layout puts at logical k 2t,
+ * 2t + 1 (word 2s) and 2t + 8, 2t + 9 (word 2s + 1), for A (rows g / g + 8 in registers 0, 2 /
+ * 1, 3) and B (column g) alike. A dot product does not care in which order its k come.
  *
  * Block: 16 output columns (and, for SwiGLU, the 16 matching up columns), 8 warps splitting
- * the k windows (warp w takes windows w, w + 8, ...), U windows in flight per lane; the warps'
- * sums are added in warp order through shared memory. Each output is the same sum whatever
- * the row count (rows past m are zeros in their own columns of B). k % 32 == 0. */
+ * the k windows (warp w takes windows w, w + 8, ... in that order), some windows in flight per
+ * lane; the warps' sums are added in warp order through shared memory. Each output is the
+ * same sum whatever the row count (an element of D uses only its own row and column, and
+ * the window order does not depend on the tiles). k % 32 == 0. */
 #ifndef FL_MV_TC_CUH
 #define FL_MV_TC_CUH
 
 #define FLC_MV_WARPS 8
 
+/* Windows of 32 k in flight per lane: fewer with more weight row sets (NW) or row tiles (NT),
+ * which hold more registers per window */
+template <int NW, int NT> struct flc_mv_u {
+    static constexpr int U = (NW == 2 ? 4 : 8) / NT > 0 ? (NW == 2 ? 4 : 8) / NT : 1;
+};
+
 /* The end of both kernels: the warps' fragments summed in warp order, then warp 0 writes
- * D's elements: 0, 1 = column j0 of rows 2t, 2t + 1; 2, 3 = column j1 of the same rows. */
-template <int MODE, int NW>
-__device__ __forceinline__ void flc_mv_finish(float (&d)[NW][4], float (*red)[32][4 * NW],
-                                              float *y, flc_bf16 *yh, int ldy, int m, int n,
-                                              int j0, int j1, int lane, int wp)
+ * D's elements of each row tile nt: 0, 1 = column j0 of rows 8 nt + 2t, 8 nt + 2t + 1; 2, 3 =
+ * column j1 of the same rows. */
+template <int MODE, int NW, int NT>
+__device__ __forceinline__ void flc_mv_finish(float (&d)[NW][NT][4],
+                                              float (*red)[32][4 * NW * NT], float *y,
+                                              flc_bf16 *yh, int ldy, int m, int n, int j0, int j1,
+                                              int lane, int wp)
 {
     const int t = lane & 3;
 #pragma unroll
     for (int q = 0; q < NW; q++)
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            red[wp][lane][4 * q + i] = d[q][i];
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                red[wp][lane][(q * NT + nt) * 4 + i] = d[q][nt][i];
     __syncthreads();
     if (wp != 0)
         return;
-    float s[NW][4];
 #pragma unroll
-    for (int q = 0; q < NW; q++)
+    for (int nt = 0; nt < NT; nt++)
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            float v = red[0][lane][4 * q + i];
-            for (int v2 = 1; v2 < FLC_MV_WARPS; v2++)
-                v += red[v2][lane][4 * q + i];
-            s[q][i] = v;
-        }
+            float s[NW];
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int r = 2 * t + (i & 1), j = i < 2 ? j0 : j1;
-        if (r >= m || j >= n)
-            continue;
-        if (MODE == FLC_MM_STORE) {
-            y[(size_t)r * ldy + j] = s[0][i];
-        } else if (MODE == FLC_MM_ACC) {
-            y[(size_t)r * ldy + j] += s[0][i];
-        } else {
-            const float gt = s[0][i], up = s[NW - 1][i];
-            yh[(size_t)r * ldy + j] = __float2bfloat16_rn(gt / (1.0f + expf(-gt)) * up);
+            for (int q = 0; q < NW; q++) {
+                float v = red[0][lane][(q * NT + nt) * 4 + i];
+                for (int v2 = 1; v2 < FLC_MV_WARPS; v2++)
+                    v += red[v2][lane][(q * NT + nt) * 4 + i];
+                s[q] = v;
+            }
+            const int r = 8 * nt + 2 * t + (i & 1), j = i < 2 ? j0 : j1;
+            if (r >= m || j >= n)
+                continue;
+            if (MODE == FLC_MM_STORE) {
+                y[(size_t)r * ldy + j] = s[0];
+            } else if (MODE == FLC_MM_ACC) {
+                y[(size_t)r * ldy + j] += s[0];
+            } else {
+                const float gt = s[0], up = s[NW - 1];
+                yh[(size_t)r * ldy + j] = __float2bfloat16_rn(gt / (1.0f + expf(-gt)) * up);
+            }
         }
-    }
 }
 
-template <int MODE>
+/* this lane's x rows, one per row tile (row 8 nt + g), NULL past m */
+template <int NT>
+__device__ __forceinline__ void flc_mv_xrows(const uint4 *(&xr)[NT], const flc_bf16 *x, int ldx,
+                                             int m, int g)
+{
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+        xr[nt] = 8 * nt + g < m ? reinterpret_cast<const uint4 *>(x + (size_t)(8 * nt + g) * ldx)
+                                : nullptr;
+}
+
+/* NT: row tiles of 8 (m <= 8 NT). Every row tile reuses the lane's weight registers. */
+template <int MODE, int NT>
 __global__ void __launch_bounds__(32 * FLC_MV_WARPS)
 k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
         const flc_bf16 *__restrict__ w, int n, int k)
 {
     constexpr int NW = MODE == FLC_MM_SWIGLU ? 2 : 1; /* weight row sets: gate (, up) */
-    constexpr int U = MODE == FLC_MM_SWIGLU ? 4 : 8;  /* windows in flight per lane */
-    __shared__ float red[FLC_MV_WARPS][32][4 * NW];
+    constexpr int U = flc_mv_u<NW, NT>::U;
+    __shared__ float red[FLC_MV_WARPS][32][4 * NW * NT];
 
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -90,17 +115,20 @@ k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx
         wr[q][0] = j0 < n ? reinterpret_cast<const uint4 *>(w + (base + j0) * k) : nullptr;
         wr[q][1] = j1 < n ? reinterpret_cast<const uint4 *>(w + (base + j1) * k) : nullptr;
     }
-    const uint4 *xr = g < m ? reinterpret_cast<const uint4 *>(x + (size_t)g * ldx) : nullptr;
+    const uint4 *xr[NT];
+    flc_mv_xrows<NT>(xr, x, ldx, m, g);
 
-    float d[NW][4];
+    float d[NW][NT][4];
 #pragma unroll
     for (int q = 0; q < NW; q++)
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            d[q][i] = 0.f;
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                d[q][nt][i] = 0.f;
     bool waited = false;
     for (int w0 = wp; w0 < nwin; w0 += FLC_MV_WARPS * U) {
-        uint4 a[U][NW][2], b[U];
+        uint4 a[U][NW][2], b[U][NT];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int win = w0 + FLC_MV_WARPS * u, c = win * 4 + t; /* 16-byte piece */
@@ -118,11 +146,12 @@ k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int win = w0 + FLC_MV_WARPS * u;
-            b[u] = win < nwin && xr ? __ldg(xr + win * 4 + t) : zero;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                b[u][nt] = win < nwin && xr[nt] ? __ldg(xr[nt] + win * 4 + t) : zero;
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const unsigned bw[4] = {b[u].x, b[u].y, b[u].z, b[u].w};
 #pragma unroll
             for (int q = 0; q < NW; q++) {
                 const unsigned a0[4] = {a[u][q][0].x, a[u][q][0].y, a[u][q][0].z, a[u][q][0].w};
@@ -130,8 +159,12 @@ k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx
 #pragma unroll
                 for (int s = 0; s < 2; s++) {
                     const unsigned af[4] = {a0[2 * s], a1[2 * s], a0[2 * s + 1], a1[2 * s + 1]};
-                    const unsigned bf[2] = {bw[2 * s], bw[2 * s + 1]};
-                    flc_mma_bf16(d[q], af, bf);
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        const unsigned bw[4] = {b[u][nt].x, b[u][nt].y, b[u][nt].z, b[u][nt].w};
+                        const unsigned bf[2] = {bw[2 * s], bw[2 * s + 1]};
+                        flc_mma_bf16(d[q][nt], af, bf);
+                    }
                 }
             }
         }
@@ -141,7 +174,7 @@ k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx
         flc_pdl_trigger();
     }
 
-    flc_mv_finish<MODE, NW>(d, red, y, yh, ldy, m, n, j0, j1, lane, wp);
+    flc_mv_finish<MODE, NW, NT>(d, red, y, yh, ldy, m, n, j0, j1, lane, wp);
 }
 
 /* Two floats that are small integers (|v| <= 256: 8 significant bits at most) as a bf16 pair,
@@ -154,16 +187,17 @@ __device__ __forceinline__ unsigned flc_mv_pack_int(float lo, float hi)
 /* k_mv_tc with q8 weights (qformat.h's plain layout: quants (n, k) int8, a f16 scale per 32
  * of a row; the group is the window). Per window a lane loads 8 quants of rows g and g + 8
  * (k = 8t .. 8t + 7), widens them to bf16 (exact: integers of at most 8 bits), the two mma
- * steps sum quant x x over the window into a zeroed fragment, and the row's scale multiplies
- * that sum into the running one: sum over groups of d_g (sum of q x), as k_skinny_q8 sums. */
-template <int MODE>
+ * steps sum quant x x over the window into a zeroed fragment per row tile, and the row's
+ * scale multiplies that sum into the running one: sum over groups of d_g (sum of q x), as
+ * k_skinny_q8 sums. */
+template <int MODE, int NT>
 __global__ void __launch_bounds__(32 * FLC_MV_WARPS)
 k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
            const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd, int n, int k)
 {
     constexpr int NW = MODE == FLC_MM_SWIGLU ? 2 : 1;
-    constexpr int U = MODE == FLC_MM_SWIGLU ? 4 : 8;
-    __shared__ float red[FLC_MV_WARPS][32][4 * NW];
+    constexpr int U = flc_mv_u<NW, NT>::U;
+    __shared__ float red[FLC_MV_WARPS][32][4 * NW * NT];
 
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
@@ -181,19 +215,22 @@ k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int 
         dr[q][0] = j0 < n ? wd + (base + j0) * nwin : nullptr;
         dr[q][1] = j1 < n ? wd + (base + j1) * nwin : nullptr;
     }
-    const uint4 *xr = g < m ? reinterpret_cast<const uint4 *>(x + (size_t)g * ldx) : nullptr;
+    const uint4 *xr[NT];
+    flc_mv_xrows<NT>(xr, x, ldx, m, g);
 
-    float d[NW][4];
+    float d[NW][NT][4];
 #pragma unroll
     for (int q = 0; q < NW; q++)
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-            d[q][i] = 0.f;
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                d[q][nt][i] = 0.f;
     bool waited = false;
     for (int w0 = wp; w0 < nwin; w0 += FLC_MV_WARPS * U) {
         uint2 a[U][NW][2];
         uint16_t sc[U][NW][2];
-        uint4 b[U];
+        uint4 b[U][NT];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int win = w0 + FLC_MV_WARPS * u;
@@ -214,14 +251,20 @@ k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int 
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int win = w0 + FLC_MV_WARPS * u;
-            b[u] = win < nwin && xr ? __ldg(xr + win * 4 + t) : zero;
+#pragma unroll
+            for (int nt = 0; nt < NT; nt++)
+                b[u][nt] = win < nwin && xr[nt] ? __ldg(xr[nt] + win * 4 + t) : zero;
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
-            const unsigned bw[4] = {b[u].x, b[u].y, b[u].z, b[u].w};
 #pragma unroll
             for (int q = 0; q < NW; q++) {
-                float tmp[4] = {0.f, 0.f, 0.f, 0.f};
+                float tmp[NT][4];
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+                    for (int i = 0; i < 4; i++)
+                        tmp[nt][i] = 0.f;
 #pragma unroll
                 for (int s = 0; s < 2; s++) {
                     /* word s of each row: quants k = 8t + 4s .. 8t + 4s + 3 */
@@ -237,14 +280,21 @@ k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int 
                                             flc_mv_pack_int(e1[0], e1[1]),
                                             flc_mv_pack_int(e0[2], e0[3]),
                                             flc_mv_pack_int(e1[2], e1[3])};
-                    const unsigned bf[2] = {bw[2 * s], bw[2 * s + 1]};
-                    flc_mma_bf16(tmp, af, bf);
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) {
+                        const unsigned bw[4] = {b[u][nt].x, b[u][nt].y, b[u][nt].z, b[u][nt].w};
+                        const unsigned bf[2] = {bw[2 * s], bw[2 * s + 1]};
+                        flc_mma_bf16(tmp[nt], af, bf);
+                    }
                 }
                 const float s0 = flc_h2f(sc[u][q][0]), s1 = flc_h2f(sc[u][q][1]);
-                d[q][0] = fmaf(s0, tmp[0], d[q][0]);
-                d[q][1] = fmaf(s0, tmp[1], d[q][1]);
-                d[q][2] = fmaf(s1, tmp[2], d[q][2]);
-                d[q][3] = fmaf(s1, tmp[3], d[q][3]);
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    d[q][nt][0] = fmaf(s0, tmp[nt][0], d[q][nt][0]);
+                    d[q][nt][1] = fmaf(s0, tmp[nt][1], d[q][nt][1]);
+                    d[q][nt][2] = fmaf(s1, tmp[nt][2], d[q][nt][2]);
+                    d[q][nt][3] = fmaf(s1, tmp[nt][3], d[q][nt][3]);
+                }
             }
         }
     }
@@ -253,7 +303,7 @@ k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int 
         flc_pdl_trigger();
     }
 
-    flc_mv_finish<MODE, NW>(d, red, y, yh, ldy, m, n, j0, j1, lane, wp);
+    flc_mv_finish<MODE, NW, NT>(d, red, y, yh, ldy, m, n, j0, j1, lane, wp);
 }
 
 #endif

@@ -11,12 +11,13 @@
  * checks the kernel's fragment bookkeeping (the permuted k order, which register holds which
  * row) against the documented layout, not only its arithmetic.
  *
- * Cases: every row count 1..8 for the three modes (store, accumulate, SwiGLU with gate rows
+ * Cases: row counts 1..9, 12, 16, 17, 23, 32 (one to four row tiles) for the three modes (store, accumulate, SwiGLU with gate rows
  * then up rows), bf16 and q8 weights (k_mv_tc_q8: quants widened to bf16 in registers, each
  * group of 32 summed then scaled), n not a multiple of 16, k of 32 (fewer windows than
  * warps) up to 65 windows (several passes, a partial last one), ldx past k. Checked: each output within
  * float rounding of the double sum (bf16 rounding for SwiGLU's output), outputs past m rows or
- * n columns untouched, and a row's result the same whatever m is (bit for bit). */
+ * n columns untouched, and a row's result the same whatever m is (bit for bit, across the
+ * kernels' row-tile counts). */
 #include "cuda_emu.hh"
 
 typedef emu_bf16 flc_bf16;
@@ -105,34 +106,41 @@ static float rnd(void) /* [-1, 1) */
 
 static float bf(flc_bf16 b) { return __bfloat162float(b); }
 
-static void launch(int mode, float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
-                   const flc_bf16 *w, int n, int k)
+/* as cuda_kernels.cu's flc_mv_launch: row tiles by m; wq NULL for bf16 weights */
+template <int MODE, int NT>
+static void launch_nt(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
+                      const flc_bf16 *w, const int8_t *wq, const uint16_t *wd, int n, int k)
 {
     dim3 grid((unsigned)((n + 15) / 16));
-    if (mode == FLC_MM_STORE)
+    if (wq)
         emu_launch(grid, 32 * FLC_MV_WARPS,
-                   [&] { k_mv_tc<FLC_MM_STORE>(y, yh, ldy, x, ldx, m, w, n, k); });
-    else if (mode == FLC_MM_ACC)
-        emu_launch(grid, 32 * FLC_MV_WARPS,
-                   [&] { k_mv_tc<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, w, n, k); });
+                   [&] { k_mv_tc_q8<MODE, NT>(y, yh, ldy, x, ldx, m, wq, wd, n, k); });
     else
         emu_launch(grid, 32 * FLC_MV_WARPS,
-                   [&] { k_mv_tc<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, w, n, k); });
+                   [&] { k_mv_tc<MODE, NT>(y, yh, ldy, x, ldx, m, w, n, k); });
 }
 
-static void launch_q8(int mode, float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
-                      int m, const int8_t *wq, const uint16_t *wd, int n, int k)
+template <int MODE>
+static void launch_mode(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
+                        const flc_bf16 *w, const int8_t *wq, const uint16_t *wd, int n, int k)
 {
-    dim3 grid((unsigned)((n + 15) / 16));
-    if (mode == FLC_MM_STORE)
-        emu_launch(grid, 32 * FLC_MV_WARPS,
-                   [&] { k_mv_tc_q8<FLC_MM_STORE>(y, yh, ldy, x, ldx, m, wq, wd, n, k); });
-    else if (mode == FLC_MM_ACC)
-        emu_launch(grid, 32 * FLC_MV_WARPS,
-                   [&] { k_mv_tc_q8<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, wq, wd, n, k); });
+    if (m <= 8)
+        launch_nt<MODE, 1>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k);
+    else if (m <= 16)
+        launch_nt<MODE, 2>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k);
     else
-        emu_launch(grid, 32 * FLC_MV_WARPS,
-                   [&] { k_mv_tc_q8<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, wq, wd, n, k); });
+        launch_nt<MODE, 4>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k);
+}
+
+static void launch(int mode, float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
+                   const flc_bf16 *w, const int8_t *wq, const uint16_t *wd, int n, int k)
+{
+    if (mode == FLC_MM_STORE)
+        launch_mode<FLC_MM_STORE>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k);
+    else if (mode == FLC_MM_ACC)
+        launch_mode<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k);
+    else
+        launch_mode<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k);
 }
 
 /* f16 bits of a positive normal float (truncated: any f16 will do as a scale) */
@@ -144,11 +152,13 @@ static uint16_t f2h(float v)
     return (uint16_t)(((unsigned)e << 10) | ((u >> 13) & 1023u));
 }
 
-/* Runs every m in 8..1 on the same weights and x (q8: quants in -128..127, a f16 scale per 32
- * of a row, the reference sum over groups of scale x (sum of q x)) */
+/* Runs the row counts of MS (the first the largest) on the same weights and x (q8: quants in
+ * -128..127, a f16 scale per 32 of a row, the reference sum over groups of scale x (sum of
+ * q x)) */
+static const int MS[] = {32, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 17, 23};
 static void run_case(const char *name, int mode, int n, int k, int ldx, bool q8 = false)
 {
-    const int nw = mode == FLC_MM_SWIGLU ? 2 * n : n, M = 8;
+    const int nw = mode == FLC_MM_SWIGLU ? 2 * n : n, M = 32;
     std::vector<flc_bf16> w((size_t)nw * k), x((size_t)M * ldx);
     std::vector<int8_t> wq(q8 ? (size_t)nw * k : 0);
     std::vector<uint16_t> wd(q8 ? (size_t)nw * (k / 32) : 0);
@@ -186,16 +196,14 @@ static void run_case(const char *name, int mode, int n, int k, int ldx, bool q8 
             ref[(size_t)r * nw + j] = s;
             mag[(size_t)r * nw + j] = a;
         }
-    std::vector<float> full; /* m = 8's outputs, for the row-count invariance */
+    std::vector<float> full; /* m = 32's outputs, for the row-count invariance */
     std::vector<flc_bf16> fullh;
-    for (int m = M; m >= 1; m--) {
+    for (int m : MS) {
         std::vector<float> y = y0;
         const flc_bf16 sent = __float2bfloat16_rn(-77.0f);
         std::vector<flc_bf16> yh((size_t)(M + 1) * n, sent);
-        if (q8)
-            launch_q8(mode, y.data(), yh.data(), n, x.data(), ldx, m, wq.data(), wd.data(), n, k);
-        else
-            launch(mode, y.data(), yh.data(), n, x.data(), ldx, m, w.data(), n, k);
+        launch(mode, y.data(), yh.data(), n, x.data(), ldx, m, q8 ? nullptr : w.data(),
+               q8 ? wq.data() : nullptr, q8 ? wd.data() : nullptr, n, k);
         int bad = 0, touched = 0, variant = 0;
         double worst = 0;
         for (int r = 0; r <= M; r++)
@@ -223,20 +231,20 @@ static void run_case(const char *name, int mode, int n, int k, int ldx, bool q8 
                 if (!(err <= tol) && bad++ < 3)
                     printf("  %s m %d: row %d col %d: %.7g, reference %.7g\n", name, m, r, j, got,
                            want);
-                if (m < M) /* the same bits as with 8 rows */
+                if (m < M) /* the same bits as with 32 rows */
                     variant += mode == FLC_MM_SWIGLU ? memcmp(&yh[o], &fullh[o], sizeof sent) != 0
                                                      : memcmp(&y[o], &full[o], 4) != 0;
             }
         CHECK(bad == 0, "%s, m %d: %d outputs off the reference (worst abs err %.3g)", name, m,
               bad, worst);
         CHECK(touched == 0, "%s, m %d: %d outputs past the rows written", name, m, touched);
-        CHECK(variant == 0, "%s, m %d: %d outputs differ from the same rows at m 8", name, m,
+        CHECK(variant == 0, "%s, m %d: %d outputs differ from the same rows at m 32", name, m,
               variant);
         if (m == M) {
             full = y;
             fullh = yh;
         }
-        if (m == M || m == 1)
+        if (m == M || m == 1 || m == 17)
             printf("%s %s, m %d: n %d, k %d, worst abs err %.3g\n", bad ? "FAIL" : "ok", name, m,
                    n, k, worst);
     }
