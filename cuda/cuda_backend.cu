@@ -694,11 +694,16 @@ static int flc_moe(flc *c, const flc_layer *ly, int l, int T, fl_err *e)
     FLC_L(flc_moe_assign(eoff, c->atok_d, c->apos_d, c->rid_d, A, K, E, c->st),
           "assignments in expert order", l);
     FLC_L(flc_gather_rows(c->xg, c->xb, c->atok_d, A, H, c->st), "gathering rows by expert", l);
-    FLC_L(flc_moe_mm(NULL, c->eh, mi, c->xg, H, gu, c->egu_q8, eoff, E, mi, H,
-                     FLC_MM_SWIGLU, c->st),
+    const bool tgu = c->mv_rows > 0 && H % 32 == 0, tdn = c->mv_rows > 0 && mi % 32 == 0;
+    FLC_L(tgu ? flc_moe_mv_tc(NULL, c->eh, mi, c->xg, H, gu, c->egu_q8, eoff, E, mi, H,
+                              FLC_MM_SWIGLU, c->st)
+              : flc_moe_mm(NULL, c->eh, mi, c->xg, H, gu, c->egu_q8, eoff, E, mi, H,
+                           FLC_MM_SWIGLU, c->st),
           "experts' gate|up + SwiGLU", l);
-    FLC_L(flc_moe_mm(c->ey, NULL, H, c->eh, mi, dn, c->edown_q8, eoff, E, H, mi,
-                     FLC_MM_STORE, c->st),
+    FLC_L(tdn ? flc_moe_mv_tc(c->ey, NULL, H, c->eh, mi, dn, c->edown_q8, eoff, E, H, mi,
+                              FLC_MM_STORE, c->st)
+              : flc_moe_mm(c->ey, NULL, H, c->eh, mi, dn, c->edown_q8, eoff, E, H, mi,
+                           FLC_MM_STORE, c->st),
           "experts' down", l);
     if (ly->shared && (rc = flc_mlp(c, c->sy, FLC_MM_STORE, c->xb, T, &ly->sgu, &ly->sdown,
                                     c->smi, c->gu, c->hb, l, e)))

@@ -1482,6 +1482,32 @@ k_moe_mm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ld
     }
 }
 
+cudaError_t flc_moe_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
+                          const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
+                          int mode, cudaStream_t s)
+{
+    if (k % 32 || ldx % 8 || (mode != FLC_MM_STORE && mode != FLC_MM_SWIGLU))
+        return cudaErrorInvalidValue;
+    dim3 grid((unsigned)((n + 15) / 16), (unsigned)E);
+    const unsigned nt = 32 * FLC_MV_WARPS;
+    if (mode == FLC_MM_STORE) {
+        if (q8)
+            k_moe_mv_tc<FLC_MM_STORE, true><<<grid, nt, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff, n,
+                                                                k);
+        else
+            k_moe_mv_tc<FLC_MM_STORE, false><<<grid, nt, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff,
+                                                                 n, k);
+    } else {
+        if (q8)
+            k_moe_mv_tc<FLC_MM_SWIGLU, true><<<grid, nt, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff,
+                                                                 n, k);
+        else
+            k_moe_mv_tc<FLC_MM_SWIGLU, false><<<grid, nt, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff,
+                                                                  n, k);
+    }
+    return cudaGetLastError();
+}
+
 cudaError_t flc_moe_mm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
                        const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
                        int mode, cudaStream_t s)

@@ -158,6 +158,11 @@ typedef struct flc_emat {
 cudaError_t flc_moe_mm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
                        const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
                        int mode, cudaStream_t s);
+/* flc_moe_mm on tensor cores (mv_tc.cuh, FL_CUDA_MV=tc): an expert's rows 32 at a time, its
+ * weights read once for up to 32 rows; k % 32 == 0. */
+cudaError_t flc_moe_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
+                          const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
+                          int mode, cudaStream_t s);
 /* xg[a] = xb[rows[a]] (H wide, bf16), a < A. */
 cudaError_t flc_gather_rows(flc_bf16 *xg, const flc_bf16 *xb, const int32_t *rows, int A, int H,
                             cudaStream_t s);

@@ -1,8 +1,8 @@
 /* mv_tc.cuh: the weight-streaming matmul for up to 32 rows on tensor cores (FL_CUDA_MV=tc),
  * included by cuda_kernels.cu and, on machines without a GPU, by tests/unit/test_mv_tc_emu.cc
  * through tests/unit/cuda_emu.hh. It needs from its includer: flc_mma_bf16 (one
- * mma.sync.m16n8k16 bf16 -> f32, d += a b), flc_h2f (f16 bits to float), flc_pdl_wait and
- * flc_pdl_trigger.
+ * mma.sync.m16n8k16 bf16 -> f32, d += a b), flc_h2f (f16 bits to float), flc_pdl_wait,
+ * flc_pdl_trigger and flc_emat (cuda_kernels.cuh: an expert's matrix, bf16 w or q8 q, d).
  *
  * Why: the CUDA-core kernel (k_skinny) streamed gate|up at 1.6 TB/s and down at 1.1 TB/s
  * on an H200 at batch 1 (docs/cuda.md). Per 16 bytes of weights a lane there unpacks them,
@@ -36,23 +36,28 @@ template <int NW, int NT> struct flc_mv_u {
     static constexpr int U = (NW == 2 ? 4 : 8) / NT > 0 ? (NW == 2 ? 4 : 8) / NT : 1;
 };
 
-/* The end of both kernels: the warps' fragments summed in warp order, then warp 0 writes
- * D's elements of each row tile nt: 0, 1 = column j0 of rows 8 nt + 2t, 8 nt + 2t + 1; 2, 3 =
- * column j1 of the same rows. */
+/* Shared floats a block needs for NW weight row sets and NT row tiles (flc_mv_finish) */
+#define FLC_MV_RED(NW, NT) (FLC_MV_WARPS * 32 * 4 * (NW) * (NT))
+
+/* The end of a block's pass: the warps' fragments summed in warp order through red, then
+ * warp 0 writes D's elements of each row tile nt: 0, 1 = column j0 of rows 8 nt + 2t,
+ * 8 nt + 2t + 1; 2, 3 = column j1 of the same rows. Every thread of the block calls it; it
+ * may be called again (the first barrier keeps red's readers before its next writers). */
 template <int MODE, int NW, int NT>
-__device__ __forceinline__ void flc_mv_finish(float (&d)[NW][NT][4],
-                                              float (*red)[32][4 * NW * NT], float *y,
+__device__ __forceinline__ void flc_mv_finish(float (&d)[NW][NT][4], float *red, float *y,
                                               flc_bf16 *yh, int ldy, int m, int n, int j0, int j1,
                                               int lane, int wp)
 {
+    constexpr int S = 4 * NW * NT; /* floats per lane */
     const int t = lane & 3;
+    __syncthreads();
 #pragma unroll
     for (int q = 0; q < NW; q++)
 #pragma unroll
         for (int nt = 0; nt < NT; nt++)
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                red[wp][lane][(q * NT + nt) * 4 + i] = d[q][nt][i];
+                red[(wp * 32 + lane) * S + (q * NT + nt) * 4 + i] = d[q][nt][i];
     __syncthreads();
     if (wp != 0)
         return;
@@ -63,9 +68,9 @@ __device__ __forceinline__ void flc_mv_finish(float (&d)[NW][NT][4],
             float s[NW];
 #pragma unroll
             for (int q = 0; q < NW; q++) {
-                float v = red[0][lane][(q * NT + nt) * 4 + i];
+                float v = red[lane * S + (q * NT + nt) * 4 + i];
                 for (int v2 = 1; v2 < FLC_MV_WARPS; v2++)
-                    v += red[v2][lane][(q * NT + nt) * 4 + i];
+                    v += red[(v2 * 32 + lane) * S + (q * NT + nt) * 4 + i];
                 s[q] = v;
             }
             const int r = 8 * nt + 2 * t + (i & 1), j = i < 2 ? j0 : j1;
@@ -93,19 +98,27 @@ __device__ __forceinline__ void flc_mv_xrows(const uint4 *(&xr)[NT], const flc_b
                                 : nullptr;
 }
 
-/* NT: row tiles of 8 (m <= 8 NT). Every row tile reuses the lane's weight registers. */
-template <int MODE, int NT>
-__global__ void __launch_bounds__(32 * FLC_MV_WARPS)
-k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
-        const flc_bf16 *__restrict__ w, int n, int k)
+/* weights: streamed (read once: evict first) or kept in L2 (a MoE expert read again for
+ * every 32 of its rows) */
+template <bool STREAM, class T> __device__ __forceinline__ T flc_mv_ld(const T *p)
+{
+    return STREAM ? __ldcs(p) : __ldg(p);
+}
+
+/* One block's work with bf16 weights: the 16 columns of column block cb (and their up
+ * columns) for the m <= 8 NT rows of x. NT: row tiles of 8; every tile reuses the lane's
+ * weight registers. waited: whether this thread has passed flc_pdl_wait. */
+template <int MODE, int NT, bool STREAM>
+__device__ __forceinline__ void flc_mv_block(float *red, float *y, flc_bf16 *yh, int ldy,
+                                             const flc_bf16 *__restrict__ x, int ldx, int m,
+                                             const flc_bf16 *__restrict__ w, int n, int k,
+                                             int cb, bool &waited)
 {
     constexpr int NW = MODE == FLC_MM_SWIGLU ? 2 : 1; /* weight row sets: gate (, up) */
     constexpr int U = flc_mv_u<NW, NT>::U;
-    __shared__ float red[FLC_MV_WARPS][32][4 * NW * NT];
-
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int j0 = blockIdx.x * 16 + g, j1 = j0 + 8; /* this lane's two weight rows */
+    const int j0 = cb * 16 + g, j1 = j0 + 8; /* this lane's two weight rows */
     const int nwin = k >> 5;
     const uint4 zero = make_uint4(0, 0, 0, 0);
     const uint4 *wr[NW][2];
@@ -126,7 +139,6 @@ k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 d[q][nt][i] = 0.f;
-    bool waited = false;
     for (int w0 = wp; w0 < nwin; w0 += FLC_MV_WARPS * U) {
         uint4 a[U][NW][2], b[U][NT];
 #pragma unroll
@@ -136,7 +148,7 @@ k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx
             for (int q = 0; q < NW; q++)
 #pragma unroll
                 for (int h = 0; h < 2; h++)
-                    a[u][q][h] = win < nwin && wr[q][h] ? __ldcs(wr[q][h] + c) : zero;
+                    a[u][q][h] = win < nwin && wr[q][h] ? flc_mv_ld<STREAM>(wr[q][h] + c) : zero;
         }
         if (!waited) { /* the first weights are on their way; x is the kernel before's */
             flc_pdl_wait();
@@ -172,8 +184,8 @@ k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx
     if (!waited) { /* a warp without windows still writes nothing before the wait */
         flc_pdl_wait();
         flc_pdl_trigger();
+        waited = true;
     }
-
     flc_mv_finish<MODE, NW, NT>(d, red, y, yh, ldy, m, n, j0, j1, lane, wp);
 }
 
@@ -184,24 +196,24 @@ __device__ __forceinline__ unsigned flc_mv_pack_int(float lo, float hi)
     return (__float_as_uint(hi) & 0xffff0000u) | (__float_as_uint(lo) >> 16);
 }
 
-/* k_mv_tc with q8 weights (qformat.h's plain layout: quants (n, k) int8, a f16 scale per 32
- * of a row; the group is the window). Per window a lane loads 8 quants of rows g and g + 8
+/* flc_mv_block with q8 weights (qformat.h's plain layout: quants (n, k) int8, a f16 scale per
+ * 32 of a row; the group is the window). Per window a lane loads 8 quants of rows g and g + 8
  * (k = 8t .. 8t + 7), widens them to bf16 (exact: integers of at most 8 bits), the two mma
  * steps sum quant x x over the window into a zeroed fragment per row tile, and the row's
  * scale multiplies that sum into the running one: sum over groups of d_g (sum of q x), as
  * k_skinny_q8 sums. */
-template <int MODE, int NT>
-__global__ void __launch_bounds__(32 * FLC_MV_WARPS)
-k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
-           const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd, int n, int k)
+template <int MODE, int NT, bool STREAM>
+__device__ __forceinline__ void flc_mv_block_q8(float *red, float *y, flc_bf16 *yh, int ldy,
+                                                const flc_bf16 *__restrict__ x, int ldx, int m,
+                                                const int8_t *__restrict__ wq,
+                                                const uint16_t *__restrict__ wd, int n, int k,
+                                                int cb, bool &waited)
 {
     constexpr int NW = MODE == FLC_MM_SWIGLU ? 2 : 1;
     constexpr int U = flc_mv_u<NW, NT>::U;
-    __shared__ float red[FLC_MV_WARPS][32][4 * NW * NT];
-
     const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;
-    const int j0 = blockIdx.x * 16 + g, j1 = j0 + 8;
+    const int j0 = cb * 16 + g, j1 = j0 + 8;
     const int nwin = k >> 5; /* windows = scale groups */
     const uint2 zero2 = {0u, 0u};
     const uint4 zero = make_uint4(0, 0, 0, 0);
@@ -226,7 +238,6 @@ k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int 
 #pragma unroll
             for (int i = 0; i < 4; i++)
                 d[q][nt][i] = 0.f;
-    bool waited = false;
     for (int w0 = wp; w0 < nwin; w0 += FLC_MV_WARPS * U) {
         uint2 a[U][NW][2];
         uint16_t sc[U][NW][2];
@@ -239,7 +250,7 @@ k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int 
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const bool in = win < nwin && wr[q][h];
-                    a[u][q][h] = in ? __ldcs(wr[q][h] + win * 4 + t) : zero2;
+                    a[u][q][h] = in ? flc_mv_ld<STREAM>(wr[q][h] + win * 4 + t) : zero2;
                     sc[u][q][h] = in ? __ldg(dr[q][h] + win) : (uint16_t)0;
                 }
         }
@@ -301,9 +312,85 @@ k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int 
     if (!waited) {
         flc_pdl_wait();
         flc_pdl_trigger();
+        waited = true;
     }
-
     flc_mv_finish<MODE, NW, NT>(d, red, y, yh, ldy, m, n, j0, j1, lane, wp);
+}
+
+/* The dense projections: block b has columns 16b .. 16b + 15 of all m <= 8 NT rows. */
+template <int MODE, int NT>
+__global__ void __launch_bounds__(32 * FLC_MV_WARPS)
+k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
+        const flc_bf16 *__restrict__ w, int n, int k)
+{
+    __shared__ float red[FLC_MV_RED(MODE == FLC_MM_SWIGLU ? 2 : 1, NT)];
+    bool waited = false;
+    flc_mv_block<MODE, NT, true>(red, y, yh, ldy, x, ldx, m, w, n, k, blockIdx.x, waited);
+}
+
+template <int MODE, int NT>
+__global__ void __launch_bounds__(32 * FLC_MV_WARPS)
+k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
+           const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd, int n, int k)
+{
+    __shared__ float red[FLC_MV_RED(MODE == FLC_MM_SWIGLU ? 2 : 1, NT)];
+    bool waited = false;
+    flc_mv_block_q8<MODE, NT, true>(red, y, yh, ldy, x, ldx, m, wq, wd, n, k, blockIdx.x, waited);
+}
+
+/* The experts' projections of a mixture-of-experts layer (FL_CUDA_MOE=1 with FL_CUDA_MV=tc):
+ * block (cb, e) has columns 16 cb .. 16 cb + 15 of expert e for its rows [eoff[e],
+ * eoff[e + 1]) of x (grouped by expert, flc_moe_assign), 32 at a time; y's rows are x's. An
+ * expert without rows returns at once, so the launch is the same whatever the routing (a
+ * graph replays it). The weights are streamed when the expert has at most 32 rows (read
+ * once), else kept in L2 for its next 32. */
+template <int MODE, int NT, bool Q8, bool STREAM>
+__device__ __forceinline__ void flc_moe_mv_rows(float *red, float *y, flc_bf16 *yh, int ldy,
+                                                const flc_bf16 *x, int ldx, int m,
+                                                const flc_emat &wm, int n, int k, bool &waited)
+{
+    if (Q8)
+        flc_mv_block_q8<MODE, NT, STREAM>(red, y, yh, ldy, x, ldx, m, wm.q, wm.d, n, k,
+                                          blockIdx.x, waited);
+    else
+        flc_mv_block<MODE, NT, STREAM>(red, y, yh, ldy, x, ldx, m, wm.w, n, k, blockIdx.x,
+                                       waited);
+}
+
+template <int MODE, bool Q8, bool STREAM>
+__device__ __forceinline__ void flc_moe_mv_any(float *red, float *y, flc_bf16 *yh, int ldy,
+                                               const flc_bf16 *x, int ldx, int m,
+                                               const flc_emat &wm, int n, int k, bool &waited)
+{
+    if (m <= 8)
+        flc_moe_mv_rows<MODE, 1, Q8, STREAM>(red, y, yh, ldy, x, ldx, m, wm, n, k, waited);
+    else if (m <= 16)
+        flc_moe_mv_rows<MODE, 2, Q8, STREAM>(red, y, yh, ldy, x, ldx, m, wm, n, k, waited);
+    else
+        flc_moe_mv_rows<MODE, 4, Q8, STREAM>(red, y, yh, ldy, x, ldx, m, wm, n, k, waited);
+}
+
+template <int MODE, bool Q8>
+__global__ void __launch_bounds__(32 * FLC_MV_WARPS)
+k_moe_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx,
+            const flc_emat *mats, const int32_t *eoff, int n, int k)
+{
+    __shared__ float red[FLC_MV_RED(MODE == FLC_MM_SWIGLU ? 2 : 1, 4)];
+    const int e = blockIdx.y, a0 = eoff[e], me = eoff[e + 1] - a0;
+    if (me <= 0)
+        return; /* the whole block: me is the block's */
+    const flc_emat wm = mats[e];
+    bool waited = false;
+    for (int r0 = 0; r0 < me; r0 += 32) {
+        const int mm = me - r0 < 32 ? me - r0 : 32;
+        float *yy = y ? y + (size_t)(a0 + r0) * ldy : nullptr;
+        flc_bf16 *yyh = yh ? yh + (size_t)(a0 + r0) * ldy : nullptr;
+        const flc_bf16 *xx = x + (size_t)(a0 + r0) * ldx;
+        if (me <= 32)
+            flc_moe_mv_any<MODE, Q8, true>(red, yy, yyh, ldy, xx, ldx, mm, wm, n, k, waited);
+        else
+            flc_moe_mv_any<MODE, Q8, false>(red, yy, yyh, ldy, xx, ldx, mm, wm, n, k, waited);
+    }
 }
 
 #endif

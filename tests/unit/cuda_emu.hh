@@ -128,6 +128,10 @@ struct emu_block {
 extern thread_local dim3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 extern emu_block *emu_cur;
+/* Run the blocks last first: a kernel whose result depends on the order its blocks run in
+ * (one block overwriting another's output, a merge that depends on who finishes last) gives
+ * a different result; tests compare the two orders. */
+extern bool emu_reverse;
 
 static inline void __syncthreads() { emu_cur->bar.wait("__syncthreads"); }
 static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
@@ -165,8 +169,8 @@ template <class T> static inline T __ldcg(const T *p) { return *p; }
 template <class T> static inline T __ldg(const T *p) { return *p; }
 template <class T> static inline T __ldcs(const T *p) { return *p; }
 
-/* Runs f() as every thread of every block of the grid, blocks in order (x fastest). The
- * block size must be a multiple of 32. */
+/* Runs f() as every thread of every block of the grid, blocks in order (x fastest; the
+ * reverse with emu_reverse). The block size must be a multiple of 32. */
 template <class F> static void emu_launch(dim3 grid, dim3 block, F f)
 {
     if (block.x % 32 || block.y != 1 || block.z != 1) {
@@ -189,13 +193,13 @@ template <class F> static void emu_launch(dim3 grid, dim3 block, F f)
     for (int t = 0; t < nt; t++)
         th.emplace_back([&, t] {
             threadIdx = dim3((unsigned)t);
-            for (unsigned z = 0; z < grid.z; z++)
-                for (unsigned y = 0; y < grid.y; y++)
-                    for (unsigned x = 0; x < grid.x; x++) {
-                        blockIdx = dim3(x, y, z);
-                        f();
-                        emu_cur->done.wait("the end of the block");
-                    }
+            const unsigned nb = grid.x * grid.y * grid.z;
+            for (unsigned i = 0; i < nb; i++) {
+                const unsigned bi = emu_reverse ? nb - 1 - i : i;
+                blockIdx = dim3(bi % grid.x, bi / grid.x % grid.y, bi / (grid.x * grid.y));
+                f();
+                emu_cur->done.wait("the end of the block");
+            }
         });
     for (auto &t : th)
         t.join();
@@ -205,6 +209,7 @@ template <class F> static void emu_launch(dim3 grid, dim3 block, F f)
 #define FL_CUDA_EMU_DEFINE                                                                     \
     thread_local dim3 threadIdx, blockIdx;                                                     \
     dim3 blockDim, gridDim;                                                                    \
-    emu_block *emu_cur;
+    emu_block *emu_cur;                                                                        \
+    bool emu_reverse;
 
 #endif

@@ -6,7 +6,8 @@
  * in bf16 pages through a page table and the segment's own in kvo. Checked: every output
  * within bf16 rounding of the reference (|out - ref| <= 2^-8 |ref| + 1e-5), rows not in the
  * batch untouched, the tickets all zero after a launch (a graph replays it), and a second
- * launch bit-identical to the first (the merge is in split order whoever finishes last). */
+ * launch with the blocks in the reverse order bit-identical to the first (the merge is in
+ * split order whichever block finishes last). */
 #include "cuda_emu.hh"
 
 typedef emu_bf16 flc_bf16;
@@ -205,10 +206,18 @@ static void run_case(const kase &k)
         zero = zero && t == 0;
     CHECK(zero, "%s: tickets left non-zero", k.name);
 
+    /* again with the blocks in the reverse order: another block is the last of each tile and
+     * group, and merges; the result must not change */
     std::vector<flc_bf16> first = att;
+    emu_reverse = true;
     launch();
+    emu_reverse = false;
     CHECK(!memcmp(first.data(), att.data(), att.size() * sizeof(flc_bf16)),
-          "%s: a second launch differs", k.name);
+          "%s: a second launch, blocks in the reverse order, differs", k.name);
+    zero = true;
+    for (int t : ticket)
+        zero = zero && t == 0;
+    CHECK(zero, "%s: tickets left non-zero by the second launch", k.name);
     printf("%s %s: %d tokens, %d tiles, %d splits of %d keys, rows8 %d, worst abs err %.3g\n",
            bad ? "FAIL" : "ok", k.name, T, tiles, k.n_splits, L, (int)rows8, worst);
 }

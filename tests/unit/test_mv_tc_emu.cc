@@ -11,13 +11,16 @@
  * checks the kernel's fragment bookkeeping (the permuted k order, which register holds which
  * row) against the documented layout, not only its arithmetic.
  *
- * Cases: row counts 1..9, 12, 16, 17, 23, 32 (one to four row tiles) for the three modes (store, accumulate, SwiGLU with gate rows
- * then up rows), bf16 and q8 weights (k_mv_tc_q8: quants widened to bf16 in registers, each
- * group of 32 summed then scaled), n not a multiple of 16, k of 32 (fewer windows than
- * warps) up to 65 windows (several passes, a partial last one), ldx past k. Checked: each output within
- * float rounding of the double sum (bf16 rounding for SwiGLU's output), outputs past m rows or
- * n columns untouched, and a row's result the same whatever m is (bit for bit, across the
- * kernels' row-tile counts). */
+ * Cases: row counts 1..9, 12, 16, 17, 23, 32 (one to four row tiles) for the three modes
+ * (store, accumulate, SwiGLU with gate rows then up rows), bf16 and q8 weights (k_mv_tc_q8:
+ * quants widened to bf16 in registers, each group of 32 summed then scaled), n not a
+ * multiple of 16, k of 32 (fewer windows than warps) up to 65 windows (several passes, a
+ * partial last one), ldx past k. Checked: each output within float rounding of the double
+ * sum (bf16 rounding for SwiGLU's output), outputs past m rows or n columns untouched, a
+ * row's result the same whatever m is (bit for bit, across the kernels' row-tile counts),
+ * and the same bits with the blocks run in the reverse order. The experts' form
+ * (k_moe_mv_tc): experts of 0 to 40 rows (two passes of 32, the weights kept in L2 between
+ * them), each row against its expert, rows no expert owns untouched, both block orders. */
 #include "cuda_emu.hh"
 
 typedef emu_bf16 flc_bf16;
@@ -80,6 +83,12 @@ static void flc_mma_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (
         d[i] = v;
     }
 }
+
+typedef struct flc_emat { /* cuda_kernels.cuh's */
+    const flc_bf16 *w;
+    const int8_t *q;
+    const uint16_t *d;
+} flc_emat;
 
 #include "mv_tc.cuh"
 
@@ -244,10 +253,142 @@ static void run_case(const char *name, int mode, int n, int k, int ldx, bool q8 
             full = y;
             fullh = yh;
         }
+        if (m == M || m == 5 || m == 17) { /* the blocks in the reverse order: the same bits */
+            std::vector<float> y2 = y0;
+            std::vector<flc_bf16> yh2((size_t)(M + 1) * n, sent);
+            emu_reverse = true;
+            launch(mode, y2.data(), yh2.data(), n, x.data(), ldx, m, q8 ? nullptr : w.data(),
+                   q8 ? wq.data() : nullptr, q8 ? wd.data() : nullptr, n, k);
+            emu_reverse = false;
+            CHECK(y2 == y && !memcmp(yh2.data(), yh.data(), yh.size() * sizeof sent),
+                  "%s, m %d: the blocks in the reverse order give other outputs", name, m);
+        }
         if (m == M || m == 1 || m == 17)
             printf("%s %s, m %d: n %d, k %d, worst abs err %.3g\n", bad ? "FAIL" : "ok", name, m,
                    n, k, worst);
     }
+}
+
+/* k_moe_mv_tc: experts of 0, 3, 40 (two passes of 32, weights kept), 9, 1 and 32 rows of x
+ * grouped by expert; each row against its own expert's product (q8 or bf16; store and
+ * SwiGLU), and rows of x no expert owns (past the last) untouched in y. */
+static void run_moe(const char *name, int mode, bool q8)
+{
+    const int rows_of[] = {0, 3, 40, 9, 1, 32}, E = 6, n = 24, k = 96, ldx = 104;
+    const int nw = mode == FLC_MM_SWIGLU ? 2 * n : n;
+    std::vector<int32_t> eoff(E + 2);
+    eoff[0] = 0;
+    for (int e = 0; e < E; e++)
+        eoff[e + 1] = eoff[e] + rows_of[e];
+    eoff[E + 1] = eoff[E];
+    const int A = eoff[E], spare = 2;
+    std::vector<flc_bf16> x((size_t)(A + spare) * ldx);
+    for (auto &v : x)
+        v = __float2bfloat16_rn(rnd());
+    std::vector<std::vector<flc_bf16>> w(E);
+    std::vector<std::vector<int8_t>> wq(E);
+    std::vector<std::vector<uint16_t>> wd(E);
+    std::vector<flc_emat> mats(E);
+    for (int e = 0; e < E; e++) {
+        w[e].resize((size_t)nw * k);
+        wq[e].resize((size_t)nw * k);
+        wd[e].resize((size_t)nw * (k / 32));
+        for (size_t i = 0; i < w[e].size(); i++) {
+            w[e][i] = __float2bfloat16_rn(rnd());
+            wq[e][i] = (int8_t)(int)floorf((rnd() + 1.0f) * 128.0f - 128.0f);
+        }
+        for (auto &v : wd[e])
+            v = f2h((rnd() + 1.5f) / 256.0f);
+        mats[e] = q8 ? flc_emat{nullptr, wq[e].data(), wd[e].data()}
+                     : flc_emat{w[e].data(), nullptr, nullptr};
+    }
+    std::vector<float> y((size_t)(A + spare) * n, 123.0f);
+    const flc_bf16 sent = __float2bfloat16_rn(-77.0f);
+    std::vector<flc_bf16> yh((size_t)(A + spare) * n, sent);
+    dim3 grid((unsigned)((n + 15) / 16), (unsigned)E);
+    std::vector<float> y_first;
+    std::vector<flc_bf16> yh_first;
+    for (int pass = 0; pass < 2; pass++) { /* then the blocks in the reverse order */
+        emu_reverse = pass == 1;
+        std::fill(y.begin(), y.end(), 123.0f);
+        std::fill(yh.begin(), yh.end(), sent);
+        float *yp = y.data();
+        flc_bf16 *yhp = yh.data();
+        const flc_bf16 *xp = x.data();
+        const flc_emat *mp = mats.data();
+        const int32_t *ep = eoff.data();
+        if (mode == FLC_MM_STORE && q8)
+            emu_launch(grid, 32 * FLC_MV_WARPS, [&] {
+                k_moe_mv_tc<FLC_MM_STORE, true>(yp, nullptr, n, xp, ldx, mp, ep, n, k);
+            });
+        else if (mode == FLC_MM_STORE)
+            emu_launch(grid, 32 * FLC_MV_WARPS, [&] {
+                k_moe_mv_tc<FLC_MM_STORE, false>(yp, nullptr, n, xp, ldx, mp, ep, n, k);
+            });
+        else if (q8)
+            emu_launch(grid, 32 * FLC_MV_WARPS, [&] {
+                k_moe_mv_tc<FLC_MM_SWIGLU, true>(nullptr, yhp, n, xp, ldx, mp, ep, n, k);
+            });
+        else
+            emu_launch(grid, 32 * FLC_MV_WARPS, [&] {
+                k_moe_mv_tc<FLC_MM_SWIGLU, false>(nullptr, yhp, n, xp, ldx, mp, ep, n, k);
+            });
+        int bad = 0, touched = 0;
+        double worst = 0;
+        for (int e = 0; e < E; e++)
+            for (int a = eoff[e]; a < eoff[e + 1]; a++) {
+                double dot[2][64], mag[2][64];
+                for (int q = 0; q < (mode == FLC_MM_SWIGLU ? 2 : 1); q++)
+                    for (int j = 0; j < n; j++) {
+                        double sum = 0, am = 0;
+                        const int row = q * n + j;
+                        for (int c = 0; c < k; c++) {
+                            const size_t wi = (size_t)row * k + c;
+                            const double wv =
+                                q8 ? (double)flc_h2f(wd[e][wi / 32]) * wq[e][wi]
+                                   : (double)bf(w[e][wi]);
+                            const double p = wv * bf(x[(size_t)a * ldx + c]);
+                            sum += p;
+                            am += fabs(p);
+                        }
+                        dot[q][j] = sum;
+                        mag[q][j] = am;
+                    }
+                for (int j = 0; j < n; j++) {
+                    double want, got, tol;
+                    if (mode == FLC_MM_SWIGLU) {
+                        want = dot[0][j] / (1.0 + exp(-dot[0][j])) * dot[1][j];
+                        got = bf(yh[(size_t)a * n + j]);
+                        tol = fabs(want) / 128.0 + 1e-5 * (mag[0][j] + mag[1][j]) + 1e-6;
+                    } else {
+                        want = dot[0][j];
+                        got = y[(size_t)a * n + j];
+                        tol = 1e-5 * mag[0][j] + 1e-6;
+                    }
+                    const double err = fabs(got - want);
+                    worst = err > worst ? err : worst;
+                    if (!(err <= tol) && bad++ < 3)
+                        printf("  %s: expert %d row %d col %d: %.7g, reference %.7g\n", name,
+                               e, a, j, got, want);
+                }
+            }
+        for (int a = A; a < A + spare; a++)
+            for (int j = 0; j < n; j++)
+                touched += mode == FLC_MM_SWIGLU
+                               ? memcmp(&yh[(size_t)a * n + j], &sent, sizeof sent) != 0
+                               : y[(size_t)a * n + j] != 123.0f;
+        CHECK(bad == 0, "%s: %d outputs off the reference (worst abs err %.3g)", name, bad, worst);
+        CHECK(touched == 0, "%s: %d outputs past the experts' rows written", name, touched);
+        if (pass == 0) {
+            y_first = y;
+            yh_first = yh;
+            printf("%s %s: %d rows over %d experts, worst abs err %.3g\n", bad ? "FAIL" : "ok",
+                   name, A, E, worst);
+        }
+    }
+    emu_reverse = false;
+    CHECK(y == y_first && !memcmp(yh.data(), yh_first.data(), yh.size() * sizeof sent),
+          "%s: the blocks in the reverse order give other outputs", name);
 }
 
 int main(void)
@@ -260,6 +401,9 @@ int main(void)
     run_case("q8 store, n 40, k 544", FLC_MM_STORE, 40, 544, 552, true);
     run_case("q8 accumulate, n 16, k 2080", FLC_MM_ACC, 16, 2080, 2080, true);
     run_case("q8 SwiGLU, n 24, k 1056", FLC_MM_SWIGLU, 24, 1056, 1064, true);
+    run_moe("experts, store, bf16", FLC_MM_STORE, false);
+    run_moe("experts, SwiGLU, q8", FLC_MM_SWIGLU, true);
+    run_moe("experts, store, q8", FLC_MM_STORE, true);
     printf("test_mv_tc_emu: %d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }
