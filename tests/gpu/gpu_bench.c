@@ -6,10 +6,10 @@
  *
  *   gpu_bench --model DIR [--ctx 512] [--batches 1,64] [--steps 30] [--json PATH] [--moe]
  *
- * --moe (a mixture-of-experts model: FL_CUDA_MOE=1): the default variant at every batch and
- * eager at batch 1; a step's floor is the bytes it read (the experts its tokens went to,
- * fl_cuda_moe_stats_get, plus every other matrix), and the table says how many experts a
- * layer touched.
+ * --moe (a mixture-of-experts model: FL_CUDA_MOE=1): the default variant at every batch,
+ * eager at batch 1, and the tensor-core matmul (FL_CUDA_MV=tc: k_moe_mv_tc) at every batch;
+ * a step's floor is the bytes it read (the experts its tokens went to, fl_cuda_moe_stats_get,
+ * plus every other matrix), and the table says how many experts a layer touched.
  *
  * Variants (each on a new backend): the default (graphs, streaming matmul for <= 8 rows),
  * tensor-core attention (FL_CUDA_ATTN=tc), the few-row attention (FL_CUDA_ATTN=few, splits
@@ -249,9 +249,13 @@ int main(int argc, char **argv)
         setenv("FL_CUDA_MOE", "1", 1);
     fails += run_variant(&k, "graphs, streaming matmul (default)", "1", "8", "", "0", "", bf,
                          batches, n_batches, res, &n_res, &bw, &stream, desc, sizeof desc) != 0;
-    if (k.moe)
+    if (k.moe) {
         fails += run_variant(&k, "eager, streaming matmul", "0", "8", "", "0", "", bf, one, 1, res,
                              &n_res, NULL, NULL, scratch, sizeof scratch) != 0;
+        fails += run_variant(&k, "graphs, tensor-core matmul", "1", "8", "", "0", "tc", bf,
+                             batches, n_batches, res, &n_res, NULL, NULL, scratch,
+                             sizeof scratch) != 0;
+    }
     /* name, graphs, streaming rows, FL_CUDA_ATTN, FL_CUDA_PDL, FL_CUDA_MV, weights, all
      * batches (else batch 1 only) */
     static const struct {
