@@ -19,6 +19,10 @@
  * The results are deterministic (fixed orders everywhere; the combine sums the splits in
  * split order whichever block is last) and agree with k_attention to float rounding.
  *
+ * The tile and split bookkeeping and the key rows' addresses repeat k_attention's on purpose:
+ * that kernel has run on a GPU and this one has not, so it stays untouched until the GPU run
+ * has measured both and one of them goes.
+ *
  * R: the most query rows of a tile (8 when the batch's tokens times rep are at most 8, else
  * FLC_QROWS = 16). The product with V keeps R x DP sums per thread: DP = 8 dims for R = 8, 4
  * for R = 16. Needs hd % 8 == 0 and hd <= FLC_FEW_HD. */

@@ -87,6 +87,27 @@ __device__ __forceinline__ void flc_mv_finish(float (&d)[NW][NT][4], float *red,
         }
 }
 
+/* The programmatic launch's wait (and then the trigger for the next kernel), once per thread */
+__device__ __forceinline__ void flc_mv_wait_once(bool &waited)
+{
+    if (!waited) {
+        flc_pdl_wait();
+        flc_pdl_trigger();
+        waited = true;
+    }
+}
+
+template <int NW, int NT> __device__ __forceinline__ void flc_mv_zero(float (&d)[NW][NT][4])
+{
+#pragma unroll
+    for (int q = 0; q < NW; q++)
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                d[q][nt][i] = 0.f;
+}
+
 /* this lane's x rows, one per row tile (row 8 nt + g), NULL past m */
 template <int NT>
 __device__ __forceinline__ void flc_mv_xrows(const uint4 *(&xr)[NT], const flc_bf16 *x, int ldx,
@@ -132,13 +153,7 @@ __device__ __forceinline__ void flc_mv_block(float *red, float *y, flc_bf16 *yh,
     flc_mv_xrows<NT>(xr, x, ldx, m, g);
 
     float d[NW][NT][4];
-#pragma unroll
-    for (int q = 0; q < NW; q++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                d[q][nt][i] = 0.f;
+    flc_mv_zero<NW, NT>(d);
     for (int w0 = wp; w0 < nwin; w0 += FLC_MV_WARPS * U) {
         uint4 a[U][NW][2], b[U][NT];
 #pragma unroll
@@ -150,11 +165,7 @@ __device__ __forceinline__ void flc_mv_block(float *red, float *y, flc_bf16 *yh,
                 for (int h = 0; h < 2; h++)
                     a[u][q][h] = win < nwin && wr[q][h] ? flc_mv_ld<STREAM>(wr[q][h] + c) : zero;
         }
-        if (!waited) { /* the first weights are on their way; x is the kernel before's */
-            flc_pdl_wait();
-            flc_pdl_trigger();
-            waited = true;
-        }
+        flc_mv_wait_once(waited); /* the first weights are on their way; x is the kernel before's */
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int win = w0 + FLC_MV_WARPS * u;
@@ -181,11 +192,7 @@ __device__ __forceinline__ void flc_mv_block(float *red, float *y, flc_bf16 *yh,
             }
         }
     }
-    if (!waited) { /* a warp without windows still writes nothing before the wait */
-        flc_pdl_wait();
-        flc_pdl_trigger();
-        waited = true;
-    }
+    flc_mv_wait_once(waited); /* a warp without windows still writes nothing before it */
     flc_mv_finish<MODE, NW, NT>(d, red, y, yh, ldy, m, n, j0, j1, lane, wp);
 }
 
@@ -231,13 +238,7 @@ __device__ __forceinline__ void flc_mv_block_q8(float *red, float *y, flc_bf16 *
     flc_mv_xrows<NT>(xr, x, ldx, m, g);
 
     float d[NW][NT][4];
-#pragma unroll
-    for (int q = 0; q < NW; q++)
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                d[q][nt][i] = 0.f;
+    flc_mv_zero<NW, NT>(d);
     for (int w0 = wp; w0 < nwin; w0 += FLC_MV_WARPS * U) {
         uint2 a[U][NW][2];
         uint16_t sc[U][NW][2];
@@ -254,11 +255,7 @@ __device__ __forceinline__ void flc_mv_block_q8(float *red, float *y, flc_bf16 *
                     sc[u][q][h] = in ? __ldg(dr[q][h] + win) : (uint16_t)0;
                 }
         }
-        if (!waited) {
-            flc_pdl_wait();
-            flc_pdl_trigger();
-            waited = true;
-        }
+        flc_mv_wait_once(waited);
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int win = w0 + FLC_MV_WARPS * u;
@@ -309,11 +306,7 @@ __device__ __forceinline__ void flc_mv_block_q8(float *red, float *y, flc_bf16 *
             }
         }
     }
-    if (!waited) {
-        flc_pdl_wait();
-        flc_pdl_trigger();
-        waited = true;
-    }
+    flc_mv_wait_once(waited);
     flc_mv_finish<MODE, NW, NT>(d, red, y, yh, ldy, m, n, j0, j1, lane, wp);
 }
 

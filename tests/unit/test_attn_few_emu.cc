@@ -8,6 +8,7 @@
  * batch untouched, the tickets all zero after a launch (a graph replays it), and a second
  * launch with the blocks in the reverse order bit-identical to the first (the merge is in
  * split order whichever block finishes last). */
+#include "check.h"
 #include "cuda_emu.hh"
 
 typedef emu_bf16 flc_bf16;
@@ -18,17 +19,6 @@ static inline void flc_pdl_wait() {}
 
 FL_CUDA_EMU_DEFINE
 
-static int g_fail, g_checks;
-#define CHECK(c, ...)                                                                          \
-    do {                                                                                       \
-        g_checks++;                                                                            \
-        if (!(c)) {                                                                            \
-            g_fail++;                                                                          \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-            printf(__VA_ARGS__);                                                               \
-            printf("\n");                                                                      \
-        }                                                                                      \
-    } while (0)
 
 static uint32_t g_lcg = 12345;
 static float rnd(void) /* [-1, 1) */
@@ -241,6 +231,5 @@ int main(void)
     };
     for (const kase &k : cases)
         run_case(k);
-    printf("test_attn_few_emu: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    return check_summary("test_attn_few_emu");
 }

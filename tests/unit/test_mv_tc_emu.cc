@@ -21,6 +21,7 @@
  * and the same bits with the blocks run in the reverse order. The experts' form
  * (k_moe_mv_tc): experts of 0 to 40 rows (two passes of 32, the weights kept in L2 between
  * them), each row against its expert, rows no expert owns untouched, both block orders. */
+#include "check.h"
 #include "cuda_emu.hh"
 
 typedef emu_bf16 flc_bf16;
@@ -94,17 +95,6 @@ typedef struct flc_emat { /* cuda_kernels.cuh's */
 
 FL_CUDA_EMU_DEFINE
 
-static int g_fail, g_checks;
-#define CHECK(c, ...)                                                                          \
-    do {                                                                                       \
-        g_checks++;                                                                            \
-        if (!(c)) {                                                                            \
-            g_fail++;                                                                          \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                        \
-            printf(__VA_ARGS__);                                                               \
-            printf("\n");                                                                      \
-        }                                                                                      \
-    } while (0)
 
 static uint32_t g_lcg = 4242;
 static float rnd(void) /* [-1, 1) */
@@ -404,6 +394,5 @@ int main(void)
     run_moe("experts, store, bf16", FLC_MM_STORE, false);
     run_moe("experts, SwiGLU, q8", FLC_MM_SWIGLU, true);
     run_moe("experts, store, q8", FLC_MM_STORE, true);
-    printf("test_mv_tc_emu: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    return check_summary("test_mv_tc_emu");
 }
