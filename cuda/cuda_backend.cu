@@ -302,10 +302,6 @@ static int flc_pad_rows(int m)
     return (m + 255) / 256 * 256;
 }
 
-/* Y (m, n) (= or +=) X (m, k) W^T; W (n, k) bf16 row-major, or q8. cuBLAS sees the row-major
- * product as the column-major Y^T = W X^T: op(A) = W^T of a (k, n) column-major matrix. A q8
- * W goes to cuBLAS as its bf16 copy in wdq, made just before (at more than skinny_rows rows
- * the product is bound by arithmetic, not by W's bytes). */
 /* Whether the kernel about to be enqueued gets the programmatic launch (FL_CUDA_PDL=1): only
  * when the last thing enqueued on the stream was one of our kernels (not a copy, not cuBLAS,
  * not a mixture-of-experts layer's kernels, which are not yet verified on a GPU). */
@@ -316,6 +312,11 @@ static bool flc_pdl(flc *c)
     return r;
 }
 
+/* Y (m, n) (= or +=) X (m, k) W^T; W (n, k) bf16 row-major, or q8. Up to mv_rows rows
+ * (FL_CUDA_MV=tc) or skinny_rows, our weight-streaming kernels; more, cuBLAS, which sees the
+ * row-major product as the column-major Y^T = W X^T: op(A) = W^T of a (k, n) column-major
+ * matrix. A q8 W goes to cuBLAS as its bf16 copy in wdq, made just before (at that many rows
+ * the product is bound by arithmetic, not by W's bytes). */
 static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m,
                     const flc_mat *wm, int n, int k, int mode, const char *what, int layer,
                     fl_err *e)
