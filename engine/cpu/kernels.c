@@ -1309,6 +1309,30 @@ FL_AVX512 static void fl_bf16_to_f32_avx512(float *dst, const uint16_t *src, lon
 
 FL_ATT_LEVEL(avx512, FL_AVX512)
 
+/* bf16 K/V at the AVX-512 level: a tile of at most 8 query rows (block 4 with 2-way GQA)
+ * takes the AVX2 kernels that read the rows in place, which on a Zen 5 ran the block-4
+ * attention phase 1.2x faster than widening the rows first (docs/benchmarks.md, "bf16 K/V
+ * at the AVX-512 level"); larger tiles keep the widening and the 16-lane kernels. Every
+ * level computes the same bits (kernels.h), so the choice changes no result. */
+FL_AVX512 static void fl_qk_b16_avx512(float *s, int lds, const float *qt, int nq,
+                                       const uint16_t *const *kr, int nk, int hd, float scale,
+                                       float *wide)
+{
+    if (nq <= 8)
+        fl_qk_b16_avx2(s, lds, qt, nq, kr, nk, hd, scale, wide);
+    else
+        fl_qk_bf16_avx512(s, lds, qt, nq, kr, nk, hd, scale, wide);
+}
+
+FL_AVX512 static void fl_pv_b16_avx512(float *o, int ldo, const float *p, int ldp, int nq,
+                                       const uint16_t *const *vr, int nk, int hd, float *wide)
+{
+    if (nq <= 8)
+        fl_pv_b16_avx2(o, ldo, p, ldp, nq, vr, nk, hd, wide);
+    else
+        fl_pv_bf16_avx512(o, ldo, p, ldp, nq, vr, nk, hd, wide);
+}
+
 #endif /* FL_HAVE_X86 */
 
 void fl_kernels_init(fl_kernels *k, const char *want)
@@ -1335,8 +1359,8 @@ void fl_kernels_init(fl_kernels *k, const char *want)
         k->mm_bf16 = fl_mm_bf16_avx512;
         k->qk = fl_qk_avx512;
         k->pv = fl_pv_avx512;
-        k->qk_bf16 = fl_qk_bf16_avx512;
-        k->pv_bf16 = fl_pv_bf16_avx512;
+        k->qk_bf16 = fl_qk_b16_avx512;
+        k->pv_bf16 = fl_pv_b16_avx512;
     }
 #endif
     fl_quant_kernels_init(k, want);
