@@ -440,6 +440,65 @@ FL_QVNNI static FL_INLINE void fl_tile_vnni(float *y, int ldy, const uint8_t *qx
     }
 }
 
+/* q4: two whole tiles (32 weight rows) against R <= 4 activation rows: fl_tile_vnni's sums, each
+ * broadcast of the activations' 4 bytes serving both tiles. A group of one tile costs about
+ * as many loads (the weights, then 10 broadcasts per row) as vpdpbusd; with two tiles there
+ * are 64 vpdpbusd for 50 loads. On a Zen 5 (2 vpdpbusd a cycle) a q4 1024 x 1024 product at
+ * 4 rows in cache went 16.4 -> 14.1 us and the block-4 step's q4 projections 8.5 -> 7.5 ms;
+ * q8 (the head in particular) measured no better, so q8 keeps one tile (docs/benchmarks.md,
+ * "Two weight tiles per pass"). Each lane's integer and float sums are the same operations
+ * in the same order as fl_tile_vnni's: the same bits. */
+FL_QVNNI static FL_INLINE void fl_tile2_q4_vnni(float *y, int ldy, const uint8_t *qx, size_t rb,
+                                                int k, const uint8_t *wq, const uint16_t *wd,
+                                                size_t tb, int R, bool acc)
+{
+    int G = k / FL_QG;
+    __m512 a0[4], a1[4];
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++)
+        a0[r] = a1[r] = _mm512_setzero_ps();
+    const __m512i m4 = _mm512_set1_epi8(15);
+    const uint8_t *wq1 = wq + tb;
+    const uint16_t *wd1 = wd + (size_t)FL_QR * G;
+    size_t co = (size_t)k + 4 * (size_t)(2 * G);
+    for (int g = 0; g < G; g++) {
+        __m512i w0[8], w1[8];
+        fl_qprefetch(wq, wd, g, true);
+        fl_qprefetch(wq1, wd1, g, true);
+        const uint8_t *b0 = wq + (size_t)g * 256, *b1 = wq1 + (size_t)g * 256;
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < 4; c++) {
+            __m512i L0 = _mm512_loadu_si512(b0 + c * 64), L1 = _mm512_loadu_si512(b1 + c * 64);
+            w0[c] = _mm512_and_si512(L0, m4);
+            w0[c + 4] = _mm512_and_si512(_mm512_srli_epi16(L0, 4), m4);
+            w1[c] = _mm512_and_si512(L1, m4);
+            w1[c + 4] = _mm512_and_si512(_mm512_srli_epi16(L1, 4), m4);
+        }
+        __m512 d0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wd + (size_t)g * FL_QR)));
+        __m512 d1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(wd1 + (size_t)g * FL_QR)));
+        _Pragma("GCC unroll 4")
+        for (int r = 0; r < R; r++) {
+            const uint8_t *xr = qx + r * rb;
+            __m512i I0 = _mm512_set1_epi32(fl_ld32(xr + co + 4 * (size_t)g)), I1 = I0;
+            _Pragma("GCC unroll 8")
+            for (int s = 0; s < 8; s++) {
+                __m512i b = _mm512_set1_epi32(fl_ld32(xr + g * 32 + s * 4));
+                I0 = _mm512_dpbusd_epi32(I0, w0[s], b);
+                I1 = _mm512_dpbusd_epi32(I1, w1[s], b);
+            }
+            __m512 xs = _mm512_set1_ps(fl_ldf(xr + k + 4 * (size_t)g));
+            a0[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I0), _mm512_mul_ps(d0, xs), a0[r]);
+            a1[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I1), _mm512_mul_ps(d1, xs), a1[r]);
+        }
+    }
+    _Pragma("GCC unroll 4")
+    for (int r = 0; r < R; r++) {
+        float *yp = y + (size_t)r * ldy;
+        _mm512_storeu_ps(yp, acc ? _mm512_add_ps(_mm512_loadu_ps(yp), a0[r]) : a0[r]);
+        _mm512_storeu_ps(yp + 16, acc ? _mm512_add_ps(_mm512_loadu_ps(yp + 16), a1[r]) : a1[r]);
+    }
+}
+
 FL_QVNNI static FL_INLINE void fl_mm_q_vnni(float *y, int ldy, const void *qx, int m,
                                             const uint8_t *wq, const uint16_t *wd, int n, int k,
                                             bool acc, bool q4)
@@ -453,6 +512,16 @@ FL_QVNNI static FL_INLINE void fl_mm_q_vnni(float *y, int ldy, const void *qx, i
         int nr = n - j < FL_QR ? n - j : FL_QR;
         float *yj = y + j;
         int i = 0;
+        if (q4 && m <= 4 && n - j >= 2 * FL_QR) { /* two whole tiles at once */
+            switch (m) {
+            case 4: fl_tile2_q4_vnni(yj, ldy, x, rb, k, wt, dt, tb, 4, acc); break;
+            case 3: fl_tile2_q4_vnni(yj, ldy, x, rb, k, wt, dt, tb, 3, acc); break;
+            case 2: fl_tile2_q4_vnni(yj, ldy, x, rb, k, wt, dt, tb, 2, acc); break;
+            default: fl_tile2_q4_vnni(yj, ldy, x, rb, k, wt, dt, tb, 1, acc); break;
+            }
+            j += FL_QR; /* the loop adds the second tile's */
+            continue;
+        }
         for (; i + 8 <= m; i += 8)
             fl_tile_vnni(yj + (size_t)i * ldy, ldy, x + i * rb, rb, k, wt, dt, nr, 8, acc, q4);
 #define FL_QV_TAIL(R) fl_tile_vnni(yj + (size_t)i * ldy, ldy, x + i * rb, rb, k, wt, dt, nr, R, acc, q4)
