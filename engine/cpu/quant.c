@@ -179,8 +179,7 @@ static FL_INLINE float fl_ldf(const void *p)
 /* q4 also prefetches FL_QPF2 bytes ahead into L2: on a Zen 5 (2 vCPUs, 70 GB/s) the block-4
  * step's q4 projections took 0.4-0.5 ms less (up 2.78 -> 2.47, down 1.41 -> 1.27 ms, means of 5
  * alternating rounds), while the same for q8 made every q8 product slower (gate|up 4.80 ->
- * 5.13, head 4.12 -> 4.42 ms), so q8 has none (docs/benchmarks.md, "Two weight tiles per
- * pass, and an L2 prefetch for q4"). */
+ * 5.13, head 4.12 -> 4.42 ms), so q8 has none (docs/benchmarks.md, "A Zen 5 again"). */
 #ifndef FL_QPF2
 #define FL_QPF2 8192
 #endif
@@ -463,7 +462,7 @@ FL_QVNNI static FL_INLINE void fl_tile_vnni(float *y, int ldy, const uint8_t *qx
  * are 64 vpdpbusd for 50 loads. On a Zen 5 (2 vpdpbusd a cycle) a q4 1024 x 1024 product at
  * 4 rows in cache went 16.4 -> 14.1 us and the block-4 step's q4 projections 8.5 -> 7.5 ms;
  * q8 (the head in particular) measured no better, so q8 keeps one tile (docs/benchmarks.md,
- * "Two weight tiles per pass"). Each lane's integer and float sums are the same operations
+ * "A Zen 5 again"). Each lane's integer and float sums are the same operations
  * in the same order as fl_tile_vnni's: the same bits. */
 FL_QVNNI static FL_INLINE void fl_tile2_q4_vnni(float *y, int ldy, const uint8_t *qx, size_t rb,
                                                 int k, const uint8_t *wq, const uint16_t *wd,
