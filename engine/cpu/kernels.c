@@ -1312,8 +1312,8 @@ FL_ATT_LEVEL(avx512, FL_AVX512)
 /* bf16 K/V at the AVX-512 level: a tile of at most 8 query rows (block 4 with 2-way GQA)
  * takes the AVX2 kernels that read the rows in place, which on a Zen 5 ran the block-4
  * attention phase 1.2x faster than widening the rows first (docs/benchmarks.md, "A Zen 5
- * again"); larger tiles keep the widening and the 16-lane kernels. Every
- * level computes the same bits (kernels.h), so the choice changes no result. */
+ * again"); larger tiles keep the widening and the 16-lane kernels. Every level computes
+ * the same bits (kernels.h), so the choice changes no result. */
 FL_AVX512 static void fl_qk_b16_avx512(float *s, int lds, const float *qt, int nq,
                                        const uint16_t *const *kr, int nk, int hd, float scale,
                                        float *wide)
