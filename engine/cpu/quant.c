@@ -176,10 +176,11 @@ static FL_INLINE float fl_ldf(const void *p)
 #ifndef FL_QPF /* overridable for experiments: -DFL_QPF=4096 -DFL_QPF_HINT=_MM_HINT_T1 */
 #define FL_QPF 2048
 #endif
-/* q4 also prefetches FL_QPF2 bytes ahead into L2: on a Zen 5 (2 vCPUs, 70 GB/s) the block-4
- * step's q4 projections took 0.4-0.5 ms less (up 2.78 -> 2.47, down 1.41 -> 1.27 ms, means of 5
- * alternating rounds), while the same for q8 made every q8 product slower (gate|up 4.80 ->
- * 5.13, head 4.12 -> 4.42 ms), so q8 has none (docs/benchmarks.md, "A Zen 5 again"). */
+/* The VNNI q4 kernels also prefetch FL_QPF2 bytes ahead into L2: on a Zen 5 (2 vCPUs,
+ * 70 GB/s) the block-4 step's q4 projections took 0.4-0.5 ms less (up 2.78 -> 2.47, down
+ * 1.41 -> 1.27 ms, means of 5 alternating rounds), while the same for q8 made every q8
+ * product slower (gate|up 4.80 -> 5.13, head 4.12 -> 4.42 ms), so q8 has none, nor AVX2,
+ * where it was not measured (docs/benchmarks.md, "A Zen 5 again"). */
 #ifndef FL_QPF2
 #define FL_QPF2 8192
 #endif
@@ -194,17 +195,22 @@ static FL_INLINE void fl_qprefetch(const uint8_t *wq, const uint16_t *wd, int g,
         _mm_prefetch(pf + 64 * l, FL_QPF_HINT);
     if (!(g & 1)) /* two groups' scales per line */
         _mm_prefetch((const char *)(wd + (size_t)g * FL_QR) + FL_QPF / 16, FL_QPF_HINT);
-#if FL_QPF2 > 0
-    if (q4) {
-        const char *pf2 = (const char *)(wq + (size_t)g * 256 + FL_QPF2);
-        for (int l = 0; l < 4; l++)
-            _mm_prefetch(pf2 + 64 * l, _MM_HINT_T1);
-        if (!(g & 1))
-            _mm_prefetch((const char *)(wd + (size_t)g * FL_QR) + FL_QPF2 / 8, _MM_HINT_T1);
-    }
-#endif
 #else
     (void)wq, (void)wd, (void)g, (void)q4;
+#endif
+}
+
+/* The VNNI q4 kernels' second prefetch, FL_QPF2 bytes ahead into L2 (measured on VNNI only) */
+static FL_INLINE void fl_qprefetch_l2_q4(const uint8_t *wq, const uint16_t *wd, int g)
+{
+#if FL_QPF2 > 0
+    const char *pf2 = (const char *)(wq + (size_t)g * 256 + FL_QPF2);
+    for (int l = 0; l < 4; l++)
+        _mm_prefetch(pf2 + 64 * l, _MM_HINT_T1);
+    if (!(g & 1))
+        _mm_prefetch((const char *)(wd + (size_t)g * FL_QR) + FL_QPF2 / 8, _MM_HINT_T1);
+#else
+    (void)wq, (void)wd, (void)g;
 #endif
 }
 
@@ -420,6 +426,8 @@ FL_QVNNI static FL_INLINE void fl_tile_vnni(float *y, int ldy, const uint8_t *qx
     for (int g = 0; g < G; g++) {
         __m512i w[8];
         fl_qprefetch(wq, wd, g, q4);
+        if (q4)
+            fl_qprefetch_l2_q4(wq, wd, g);
         if (q4) {
             const uint8_t *blk = wq + (size_t)g * 256;
             _Pragma("GCC unroll 4")
@@ -481,6 +489,8 @@ FL_QVNNI static FL_INLINE void fl_tile2_q4_vnni(float *y, int ldy, const uint8_t
         __m512i w0[8], w1[8];
         fl_qprefetch(wq, wd, g, true);
         fl_qprefetch(wq1, wd1, g, true);
+        fl_qprefetch_l2_q4(wq, wd, g);
+        fl_qprefetch_l2_q4(wq1, wd1, g);
         const uint8_t *b0 = wq + (size_t)g * 256, *b1 = wq1 + (size_t)g * 256;
         _Pragma("GCC unroll 4")
         for (int c = 0; c < 4; c++) {
