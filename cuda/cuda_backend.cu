@@ -168,6 +168,8 @@ typedef struct flc {
     bool pdl_ok, in_moe; /* flc_pdl: the last thing enqueued was our kernel; in a MoE layer */
     bool mv_tc; /* FL_CUDA_MV=tc on sm_80+: the streaming matmul on tensor cores */
     int mv_rows; /* rows it takes: FLC_MV_MAX, 0 without it (or FL_CUDA_SKINNY_ROWS=0) */
+    bool norm_fuse; /* with mv_tc: the RMSNorms run inside the products they feed, unless
+                       FL_CUDA_NORM_FUSE=0 */
     /* FL_CUDA_KTIME: an event after every launch of an eager forward; the time between two
      * events is the work launched between them, summed per label and printed at destroy */
     bool ktime;
@@ -323,9 +325,9 @@ static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m
 {
     if (m <= c->mv_rows && k % 32 == 0 && ldx % 8 == 0)
         return flc_launched(c, wm->q ? flc_mv_tc_q8(y, NULL, ldy, x, ldx, m, wm->q, wm->d, n, k,
-                                                    mode, flc_pdl(c), c->st)
-                                     : flc_mv_tc(y, NULL, ldy, x, ldx, m, wm->w, n, k, mode,
-                                                 flc_pdl(c), c->st),
+                                                    NULL, mode, flc_pdl(c), c->st)
+                                     : flc_mv_tc(y, NULL, ldy, x, ldx, m, wm->w, n, k, NULL,
+                                                 mode, flc_pdl(c), c->st),
                             what, layer, e);
     if (m <= c->skinny_rows && k % 8 == 0 && ldx % 8 == 0)
         return flc_launched(c, wm->q ? flc_skinny_q8(y, NULL, ldy, x, ldx, m, wm->q, wm->d, n, k,
@@ -364,6 +366,49 @@ static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m
         return fl_err_set(e, FL_EIO, "cuda: layer %d: %s: cublasGemmEx (m %d, n %d, k %d): %s",
                           layer, what, m, n, k, flc_blas_status(&c->blas, st));
     return flc_launched(c, cudaSuccess, what, layer, e);
+}
+
+/* Whether the RMSNorm of m rows feeding a product with k = H inputs runs inside it: the
+ * tensor-core matmul takes the product (flc_gemm's and flc_mlp's test) and the fusion is on */
+static bool flc_fuses_norm(const flc *c, int m)
+{
+    return c->norm_fuse && m <= c->mv_rows && c->d.H % 32 == 0;
+}
+
+/* xb = the RMSNorm (weights nw) of m rows of c->x (gather: which, NULL for the first m) for
+ * a product; NULL with *nz set when the product will run it inside (flc_fuses_norm) */
+static int flc_norm_for(flc *c, flc_norm_in *nz, const float *nw, const int32_t *gather, int m,
+                        const char *what, int layer, const flc_norm_in **use, fl_err *e)
+{
+    *use = NULL;
+    if (flc_fuses_norm(c, m)) {
+        *nz = (flc_norm_in){c->x, nw, gather, c->d.eps};
+        *use = nz;
+        return 0;
+    }
+    return flc_launched(c, flc_rmsnorm(c->xb, c->x, nw, gather, m, c->d.H, c->d.eps, flc_pdl(c),
+                                       c->st),
+                        what, layer, e);
+}
+
+/* Y (m, n) = RMSNorm(rows of c->x) W^T: the norm into xb and flc_gemm, or, when the
+ * tensor-core matmul takes the product and FL_CUDA_NORM_FUSE allows, one kernel that norms
+ * the rows as it loads them (the same bits: norm.cuh) */
+static int flc_norm_gemm(flc *c, const float *nw, const int32_t *gather, float *y, int ldy,
+                         int m, const flc_mat *wm, int n, const char *norm_what, const char *what,
+                         int layer, fl_err *e)
+{
+    const int H = c->d.H;
+    flc_norm_in nz;
+    const flc_norm_in *use;
+    int rc = flc_norm_for(c, &nz, nw, gather, m, norm_what, layer, &use, e);
+    if (rc || !use)
+        return rc ? rc : flc_gemm(c, y, ldy, c->xb, H, m, wm, n, H, FLC_MM_STORE, what, layer, e);
+    return flc_launched(c, wm->q ? flc_mv_tc_q8(y, NULL, ldy, NULL, H, m, wm->q, wm->d, n, H, use,
+                                                FLC_MM_STORE, flc_pdl(c), c->st)
+                                 : flc_mv_tc(y, NULL, ldy, NULL, H, m, wm->w, n, H, use,
+                                             FLC_MM_STORE, flc_pdl(c), c->st),
+                        what, layer, e);
 }
 
 /* Calls cuBLAS once for every padded row count up to the activation rows and every product
@@ -607,19 +652,23 @@ static int flc_plan_batch(flc *c, const fl_batch *bt, bool want_out, bool pad_ou
 
 /* One SwiGLU MLP of m rows: hb (m, ni) = silu(x gate^T) * (x up^T), then y (m, H) = or +=
  * hb down^T (mode). gu/hb: its scratch rows. */
-static int flc_mlp(flc *c, float *y, int mode, const flc_bf16 *x, int m, const flc_mat *wgu,
-                   const flc_mat *wdown, int ni, float *gu, flc_bf16 *hb, int layer, fl_err *e)
+/* The MLP: y (= or +=) down(SwiGLU(gate|up(x))). nz: x is the RMSNorm it describes, run
+ * inside the gate|up product (flc_norm_for; the tensor-core matmul takes it), else NULL. */
+static int flc_mlp(flc *c, float *y, int mode, const flc_bf16 *x, const flc_norm_in *nz, int m,
+                   const flc_mat *wgu, const flc_mat *wdown, int ni, float *gu, flc_bf16 *hb,
+                   int layer, fl_err *e)
 {
     const int H = c->d.H;
     int rc;
     const bool tc = m <= c->mv_rows && H % 32 == 0;
     if (tc || (m <= c->skinny_rows && H % 8 == 0)) {
         const bool pdl = flc_pdl(c);
-        FLC_L(wgu->q && tc ? flc_mv_tc_q8(NULL, hb, ni, x, H, m, wgu->q, wgu->d, ni, H,
+        FLC_L(wgu->q && tc ? flc_mv_tc_q8(NULL, hb, ni, x, H, m, wgu->q, wgu->d, ni, H, nz,
                                           FLC_MM_SWIGLU, pdl, c->st)
               : wgu->q     ? flc_skinny_q8(NULL, hb, ni, x, H, m, wgu->q, wgu->d, ni, H,
                                            FLC_MM_SWIGLU, pdl, c->st)
-              : tc ? flc_mv_tc(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, pdl, c->st)
+              : tc ? flc_mv_tc(NULL, hb, ni, x, H, m, wgu->w, ni, H, nz, FLC_MM_SWIGLU, pdl,
+                               c->st)
                    : flc_skinny(NULL, hb, ni, x, H, m, wgu->w, ni, H, FLC_MM_SWIGLU, pdl, c->st),
               "gate|up projection + SwiGLU", layer);
     } else {
@@ -706,7 +755,7 @@ static int flc_moe(flc *c, const flc_layer *ly, int l, int T, fl_err *e)
               : flc_moe_mm(c->ey, NULL, H, c->eh, mi, dn, c->edown_q8, eoff, E, H, mi,
                            FLC_MM_STORE, c->st),
           "experts' down", l);
-    if (ly->shared && (rc = flc_mlp(c, c->sy, FLC_MM_STORE, c->xb, T, &ly->sgu, &ly->sdown,
+    if (ly->shared && (rc = flc_mlp(c, c->sy, FLC_MM_STORE, c->xb, NULL, T, &ly->sgu, &ly->sdown,
                                     c->smi, c->gu, c->hb, l, e)))
         return rc;
     FLC_L(flc_moe_combine(c->x, c->ey, c->apos_d, c->rw_d, ly->shared ? c->sy : NULL, T, K, H,
@@ -728,10 +777,8 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
     for (int l = 0; l < c->cfg.n_layers; l++) {
         const flc_layer *ly = &c->layers[l];
         int rc;
-        FLC_L(flc_rmsnorm(c->xb, c->x, ly->attn_norm, NULL, T, H, d.eps, flc_pdl(c), st),
-              "input RMSNorm", l);
-        if ((rc = flc_gemm(c, c->qkv, d.qkvd, c->xb, H, T, &ly->wqkv, d.qkvd, H, FLC_MM_STORE,
-                           "q|k|v projection", l, e)))
+        if ((rc = flc_norm_gemm(c, ly->attn_norm, NULL, c->qkv, d.qkvd, T, &ly->wqkv, d.qkvd,
+                                "input RMSNorm", "q|k|v projection", l, e)))
             return rc;
         FLC_L(flc_qkv_post(c->qkv, c->kvo, c->pool, ly->bqkv, ly->q_norm, ly->k_norm,
                            c->inv_freq, m, d, l, T, flc_pdl(c), st),
@@ -752,16 +799,22 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
         if ((rc = flc_gemm(c, c->x, H, c->att, d.qd, T, &ly->wo, H, d.qd, FLC_MM_ACC,
                            "o projection", l, e)))
             return rc;
-        FLC_L(flc_rmsnorm(c->xb, c->x, ly->mlp_norm, NULL, T, H, d.eps, flc_pdl(c), st),
-              "post-attention RMSNorm", l);
-        if (ly->moe) { /* plain launches throughout (flc_pdl) */
+        if (ly->moe) { /* plain launches throughout (flc_pdl); the router and the gathered
+                          experts read xb */
+            FLC_L(flc_rmsnorm(c->xb, c->x, ly->mlp_norm, NULL, T, H, d.eps, flc_pdl(c), st),
+                  "post-attention RMSNorm", l);
             c->in_moe = true;
             rc = flc_moe(c, ly, l, T, e);
             c->in_moe = false;
             c->pdl_ok = false;
         } else {
-            rc = flc_mlp(c, c->x, FLC_MM_ACC, c->xb, T, &ly->wgu, &ly->wdown, NI, c->gu, c->hb, l,
-                         e);
+            flc_norm_in nz;
+            const flc_norm_in *use;
+            rc = flc_norm_for(c, &nz, ly->mlp_norm, NULL, T, "post-attention RMSNorm", l, &use,
+                              e);
+            if (!rc)
+                rc = flc_mlp(c, c->x, FLC_MM_ACC, c->xb, use, T, &ly->wgu, &ly->wdown, NI, c->gu,
+                             c->hb, l, e);
         }
         if (rc)
             return rc;
@@ -769,11 +822,8 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
     const int32_t *out_rows_h = c->meta_h + c->off.out_rows;
     for (int r0 = 0; r0 < p->n_out; r0 += c->head_rows) {
         int nr = p->n_out - r0 < c->head_rows ? p->n_out - r0 : c->head_rows;
-        FLC_L(flc_rmsnorm(c->xb, c->x, c->final_norm, m.out_rows + r0, nr, H, d.eps, flc_pdl(c),
-                          st),
-              "final RMSNorm", -1);
-        int rc = flc_gemm(c, c->logits, V, c->xb, H, nr, &c->lm_head, V, H, FLC_MM_STORE,
-                          "lm_head", -1, e);
+        int rc = flc_norm_gemm(c, c->final_norm, m.out_rows + r0, c->logits, V, nr, &c->lm_head,
+                               V, "final RMSNorm", "lm_head", -1, e);
         if (rc)
             return rc;
         FLC_L(flc_top1(c->tok_d + r0, c->lse, c->logits, nr, V, flc_pdl(c), st),
@@ -1566,6 +1616,7 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
         const char *mv = getenv("FL_CUDA_MV");
         c->mv_tc = mv && !strcmp(mv, "tc") && c->cc_major >= 8;
         c->mv_rows = c->mv_tc && c->skinny_rows > 0 ? FLC_MV_MAX : 0;
+        c->norm_fuse = c->mv_tc && flc_env_int("FL_CUDA_NORM_FUSE", 1, 0, 1) == 1;
     }
     c->graphs = flc_env_int("FL_CUDA_GRAPHS", 1, 0, 1) == 1 && !c->sync_debug && !c->ktime;
     {
@@ -1744,10 +1795,13 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
                  GIB(c->wbytes), c->q8 ? "q8 (embedding bf16)" : "bf16", GIB(c->abytes), o->max_tokens, c->base.n_pages,
                  MIB(c->page_dev_bytes), GIB(c->pool_bytes), pages, c->blas.path,
                  c->graphs ? "on" : "off", c->skinny_rows,
-                 c->mv_tc && c->pdl ? " (tensor cores, programmatic launch)"
-                 : c->mv_tc         ? " (tensor cores)"
-                 : c->pdl           ? " (programmatic launch)"
-                                    : "",
+                 c->mv_tc && c->pdl && c->norm_fuse
+                     ? " (tensor cores, RMSNorms inside, programmatic launch)"
+                 : c->mv_tc && c->pdl ? " (tensor cores, programmatic launch)"
+                 : c->mv_tc && c->norm_fuse ? " (tensor cores, RMSNorms inside)"
+                 : c->mv_tc                 ? " (tensor cores)"
+                 : c->pdl                   ? " (programmatic launch)"
+                                            : "",
                  c->gemm_pad ? "padded" : "exact",
                  c->attn_tc    ? "tensor cores"
                  : c->attn_few ? "CUDA cores, few-row kernel"

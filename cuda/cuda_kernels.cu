@@ -17,14 +17,9 @@
 
 #define FULL 0xffffffffu
 
-/* ---------------------------------------------------------------- helpers */
+#include "norm.cuh"
 
-__device__ __forceinline__ double flc_warp_sum_d(double v)
-{
-    for (int o = 16; o; o >>= 1)
-        v += __shfl_xor_sync(FULL, v, o);
-    return v;
-}
+/* ---------------------------------------------------------------- helpers */
 
 __device__ __forceinline__ float flc_warp_sum_f(float v)
 {
@@ -38,20 +33,6 @@ __device__ __forceinline__ float flc_warp_max_f(float v)
     for (int o = 16; o; o >>= 1)
         v = fmaxf(v, __shfl_xor_sync(FULL, v, o));
     return v;
-}
-
-/* The sum of v over the block, returned to every thread (blockDim.x a multiple of 32, at
- * most 1024). sh: 32 doubles of shared memory. Deterministic order. */
-__device__ double flc_block_sum_d(double v, double *sh)
-{
-    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
-    v = flc_warp_sum_d(v);
-    __syncthreads(); /* sh may still be read from a previous call */
-    if (lane == 0)
-        sh[w] = v;
-    __syncthreads();
-    v = lane < nw ? sh[lane] : 0.0;
-    return flc_warp_sum_d(v);
 }
 
 /* Programmatic dependent launch (sm_90; FL_CUDA_PDL=1, docs/cuda.md): a kernel launched with
@@ -141,17 +122,7 @@ __global__ void k_rmsnorm(flc_bf16 *out, const float *x, const float *w, const i
 {
     __shared__ double sh[32];
     FLC_PDL_ENTER();
-    int r = blockIdx.x, src = gather ? gather[r] : r;
-    const float *xr = x + (size_t)src * H;
-    double ss = 0;
-#pragma unroll 8 /* loads in flight together; the sum keeps its order */
-    for (int i = threadIdx.x; i < H; i += blockDim.x)
-        ss += (double)xr[i] * xr[i];
-    ss = flc_block_sum_d(ss, sh);
-    float rs = (float)(1.0 / sqrt(ss / H + (double)eps));
-#pragma unroll 8
-    for (int i = threadIdx.x; i < H; i += blockDim.x)
-        out[(size_t)r * H + i] = __float2bfloat16_rn(w[i] * (xr[i] * rs));
+    flc_rmsnorm_block(out, x, w, gather, H, eps, sh);
 }
 
 cudaError_t flc_rmsnorm(flc_bf16 *out, const float *x, const float *w, const int32_t *gather,
@@ -897,55 +868,87 @@ __device__ __forceinline__ void flc_mma_bf16(float (&d)[4], const unsigned (&a)[
 
 __device__ __forceinline__ float flc_h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
 
+__device__ __forceinline__ unsigned flc_bf16x2(float lo, float hi)
+{
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned *>(&v);
+}
+
+__device__ __forceinline__ void flc_prefetch_l2(const void *p)
+{
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 #include "mv_tc.cuh"
 
-template <int MODE>
-static cudaError_t flc_mv_launch(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
-                                 int m, const flc_bf16 *w, const int8_t *wq, const uint16_t *wd,
-                                 int n, int k, bool pdl, cudaStream_t s)
+/* The kernel for m rows: 1, 2 or 4 row tiles; with nz, the norm inside (not for
+ * accumulation, which no norm precedes) */
+template <int MODE, bool NORM>
+static cudaError_t flc_mv_launch_n(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
+                                   int m, const flc_bf16 *w, const int8_t *wq,
+                                   const uint16_t *wd, int n, int k, const flc_norm_in &nz,
+                                   bool pdl, cudaStream_t s)
 {
     const unsigned b = (unsigned)((n + 15) / 16), nt = 32 * FLC_MV_WARPS;
     if (wq) {
         if (m <= 8)
-            return flc_launch(pdl, k_mv_tc_q8<MODE, 1>, b, nt, s, y, yh, ldy, x, ldx, m, wq, wd,
-                              n, k);
+            return flc_launch(pdl, k_mv_tc_q8<MODE, 1, NORM>, b, nt, s, y, yh, ldy, x, ldx, m, wq,
+                              wd, n, k, nz);
         if (m <= 16)
-            return flc_launch(pdl, k_mv_tc_q8<MODE, 2>, b, nt, s, y, yh, ldy, x, ldx, m, wq, wd,
-                              n, k);
-        return flc_launch(pdl, k_mv_tc_q8<MODE, 4>, b, nt, s, y, yh, ldy, x, ldx, m, wq, wd, n,
-                          k);
+            return flc_launch(pdl, k_mv_tc_q8<MODE, 2, NORM>, b, nt, s, y, yh, ldy, x, ldx, m, wq,
+                              wd, n, k, nz);
+        return flc_launch(pdl, k_mv_tc_q8<MODE, 4, NORM>, b, nt, s, y, yh, ldy, x, ldx, m, wq, wd,
+                          n, k, nz);
     }
     if (m <= 8)
-        return flc_launch(pdl, k_mv_tc<MODE, 1>, b, nt, s, y, yh, ldy, x, ldx, m, w, n, k);
+        return flc_launch(pdl, k_mv_tc<MODE, 1, NORM>, b, nt, s, y, yh, ldy, x, ldx, m, w, n, k,
+                          nz);
     if (m <= 16)
-        return flc_launch(pdl, k_mv_tc<MODE, 2>, b, nt, s, y, yh, ldy, x, ldx, m, w, n, k);
-    return flc_launch(pdl, k_mv_tc<MODE, 4>, b, nt, s, y, yh, ldy, x, ldx, m, w, n, k);
+        return flc_launch(pdl, k_mv_tc<MODE, 2, NORM>, b, nt, s, y, yh, ldy, x, ldx, m, w, n, k,
+                          nz);
+    return flc_launch(pdl, k_mv_tc<MODE, 4, NORM>, b, nt, s, y, yh, ldy, x, ldx, m, w, n, k, nz);
+}
+
+template <int MODE>
+static cudaError_t flc_mv_launch(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
+                                 int m, const flc_bf16 *w, const int8_t *wq, const uint16_t *wd,
+                                 int n, int k, const flc_norm_in *nz, bool pdl, cudaStream_t s)
+{
+    constexpr bool CAN_NORM = MODE != FLC_MM_ACC; /* no instances that nothing launches */
+    const flc_norm_in none = {NULL, NULL, NULL, 0.f};
+    if (nz)
+        return flc_mv_launch_n<MODE, CAN_NORM>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k, *nz, pdl,
+                                               s);
+    return flc_mv_launch_n<MODE, false>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k, none, pdl, s);
 }
 
 static cudaError_t flc_mv_any(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
                               const flc_bf16 *w, const int8_t *wq, const uint16_t *wd, int n,
-                              int k, int mode, bool pdl, cudaStream_t s)
+                              int k, const flc_norm_in *nz, int mode, bool pdl, cudaStream_t s)
 {
-    if (m <= 0 || m > FLC_MV_MAX || k % 32 || ldx % 8 || n <= 0)
+    if (m <= 0 || m > FLC_MV_MAX || k % 32 || n <= 0)
+        return cudaErrorInvalidValue;
+    if (nz ? mode == FLC_MM_ACC || !nz->x || !nz->w : ldx % 8 != 0)
         return cudaErrorInvalidValue;
     if (mode == FLC_MM_STORE)
-        return flc_mv_launch<FLC_MM_STORE>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k, pdl, s);
+        return flc_mv_launch<FLC_MM_STORE>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k, nz, pdl, s);
     if (mode == FLC_MM_ACC)
-        return flc_mv_launch<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k, pdl, s);
-    return flc_mv_launch<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k, pdl, s);
+        return flc_mv_launch<FLC_MM_ACC>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k, nz, pdl, s);
+    return flc_mv_launch<FLC_MM_SWIGLU>(y, yh, ldy, x, ldx, m, w, wq, wd, n, k, nz, pdl, s);
 }
 
 cudaError_t flc_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
-                      const flc_bf16 *w, int n, int k, int mode, bool pdl, cudaStream_t s)
+                      const flc_bf16 *w, int n, int k, const flc_norm_in *nz, int mode, bool pdl,
+                      cudaStream_t s)
 {
-    return flc_mv_any(y, yh, ldy, x, ldx, m, w, NULL, NULL, n, k, mode, pdl, s);
+    return flc_mv_any(y, yh, ldy, x, ldx, m, w, NULL, NULL, n, k, nz, mode, pdl, s);
 }
 
 cudaError_t flc_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
-                         const int8_t *wq, const uint16_t *wd, int n, int k, int mode, bool pdl,
-                         cudaStream_t s)
+                         const int8_t *wq, const uint16_t *wd, int n, int k,
+                         const flc_norm_in *nz, int mode, bool pdl, cudaStream_t s)
 {
-    return flc_mv_any(y, yh, ldy, x, ldx, m, NULL, wq, wd, n, k, mode, pdl, s);
+    return flc_mv_any(y, yh, ldy, x, ldx, m, NULL, wq, wd, n, k, nz, mode, pdl, s);
 }
 
 /* ---------------------------------------------------------------- q8 weights (weight-only) */

@@ -98,14 +98,16 @@ cudaError_t flc_skinny(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int l
                        const flc_bf16 *w, int n, int k, int mode, bool pdl, cudaStream_t s);
 /* flc_skinny on tensor cores (mv_tc.cuh; FL_CUDA_MV=tc): the same modes, up to FLC_MV_MAX
  * (32) rows with the weights read once, k % 32 == 0, each output summed in an order that
- * does not depend on m; sm_80+. */
+ * does not depend on m; sm_80+. With nz (store and SwiGLU only), x is not read: the input
+ * rows are nz's RMSNorm of its f32 rows, with the bits flc_rmsnorm would have written. */
 cudaError_t flc_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
-                      const flc_bf16 *w, int n, int k, int mode, bool pdl, cudaStream_t s);
+                      const flc_bf16 *w, int n, int k, const flc_norm_in *nz, int mode, bool pdl,
+                      cudaStream_t s);
 /* flc_skinny_q8 on tensor cores: each group of 32 summed exactly (quants are exact in bf16)
  * and scaled, as flc_skinny_q8 does */
 cudaError_t flc_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx, int m,
-                         const int8_t *wq, const uint16_t *wd, int n, int k, int mode, bool pdl,
-                         cudaStream_t s);
+                         const int8_t *wq, const uint16_t *wd, int n, int k,
+                         const flc_norm_in *nz, int mode, bool pdl, cudaStream_t s);
 
 /* hb (T, NI) = bf16(silu(gu[:, :NI]) * gu[:, NI:]), gu f32 (T, 2 NI). */
 /* q8 weights (qformat.h's plain layout: quants (n, k) int8, scales (n, k / 32) f16; k % 32

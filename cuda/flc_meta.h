@@ -44,4 +44,14 @@ typedef struct flc_dims {
     size_t page_elems; /* bf16 elements of one page */
 } flc_dims;
 
+/* An RMSNorm fused in front of a product (mv_tc.cuh, FL_CUDA_MV=tc): the product's input rows
+ * are the norm of the f32 rows x (row r at gather ? gather[r] : r, k floats apart) with
+ * weights w (k) and epsilon eps, rounded to bf16 as k_rmsnorm writes them. */
+typedef struct flc_norm_in {
+    const float *x;
+    const float *w;
+    const int32_t *gather;
+    float eps;
+} flc_norm_in;
+
 #endif

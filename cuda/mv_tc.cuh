@@ -1,8 +1,10 @@
 /* mv_tc.cuh: the weight-streaming matmul for up to 32 rows on tensor cores (FL_CUDA_MV=tc),
  * included by cuda_kernels.cu and, on machines without a GPU, by tests/unit/test_mv_tc_emu.cc
  * through tests/unit/cuda_emu.hh. It needs from its includer: flc_mma_bf16 (one
- * mma.sync.m16n8k16 bf16 -> f32, d += a b), flc_h2f (f16 bits to float), flc_pdl_wait,
- * flc_pdl_trigger and flc_emat (cuda_kernels.cuh: an expert's matrix, bf16 w or q8 q, d).
+ * mma.sync.m16n8k16 bf16 -> f32, d += a b), flc_h2f (f16 bits to float), flc_bf16x2 (two
+ * floats rounded to a bf16 pair, the first in the low half), flc_prefetch_l2, flc_pdl_wait,
+ * flc_pdl_trigger, flc_emat (cuda_kernels.cuh: an expert's matrix, bf16 w or q8 q, d),
+ * flc_norm_in (flc_meta.h) and norm.cuh.
  *
  * Why: the CUDA-core kernel (k_skinny) streamed gate|up at 1.6 TB/s and down at 1.1 TB/s
  * on an H200 at batch 1 (docs/cuda.md). Per 16 bytes of weights a lane there unpacks them,
@@ -24,7 +26,14 @@
  * the k windows (warp w takes windows w, w + 8, ... in that order), some windows in flight per
  * lane; the warps' sums are added in warp order through shared memory. Each output is the
  * same sum whatever the row count (an element of D uses only its own row and column, and
- * the window order does not depend on the tiles). k % 32 == 0. */
+ * the window order does not depend on the tiles). k % 32 == 0.
+ *
+ * The RMSNorm before a product can run inside it (NORM; the q|k|v, gate|up and lm_head
+ * products of a dense forward, flc_norm_in): every block sums the squares of its m rows of
+ * the f32 residual itself, in k_rmsnorm's order (norm.cuh), and norms each piece of x as it
+ * loads it, so the product's input has the bits k_rmsnorm would have written, and the
+ * norm's own kernel (a few blocks of dependent sums between two products) is gone. The
+ * block's first weights are on their way to L2 while it sums. */
 #ifndef FL_MV_TC_CUH
 #define FL_MV_TC_CUH
 
@@ -126,14 +135,102 @@ template <bool STREAM, class T> __device__ __forceinline__ T flc_mv_ld(const T *
     return STREAM ? __ldcs(p) : __ldg(p);
 }
 
+/* Where a lane's pieces of x come from: the bf16 rows xr (NULL past m), or, with NORM, the
+ * f32 rows xn (NULL past m) normed with weights w and the rows' scales rs */
+template <int NT, bool NORM> struct flc_mv_xs {
+    const uint4 *xr[NT];
+    const float *xn[NT];
+    float rs[NT];
+    const float *w;
+};
+
+template <int NT, bool NORM>
+__device__ __forceinline__ void flc_mv_xinit(flc_mv_xs<NT, NORM> &xs, const flc_bf16 *x, int ldx,
+                                             int m, int g)
+{
+    if (!NORM)
+        flc_mv_xrows<NT>(xs.xr, x, ldx, m, g);
+}
+
+/* With NORM, after the wait: the norm's scale of each of the m rows (flc_norm_scale of its
+ * sum of squares, summed as k_rmsnorm sums it: each thread's part, the warp's sum, then the
+ * block's 8 warps' sums in warp order by one warp; 8 rows at once), then this lane's rows.
+ * scratch: 160 floats of shared memory, 8-byte aligned (the block's red, which
+ * flc_mv_finish uses only after a barrier). Every thread of the block calls it. */
+template <int NT, bool NORM>
+__device__ __forceinline__ void flc_mv_norm_init(flc_mv_xs<NT, NORM> &xs, const flc_norm_in &nz,
+                                                 int m, int k, int g, float *scratch)
+{
+    static_assert(FLC_MV_WARPS == 8, "a group of 8 rows, one warp each, as k_rmsnorm's block");
+    double *sh = reinterpret_cast<double *>(scratch); /* (row of the group, warp) */
+    float *rs = scratch + 2 * 8 * FLC_MV_WARPS;        /* (m) */
+    const int lane = threadIdx.x & 31, wp = threadIdx.x >> 5;
+    for (int r0 = 0; r0 < m; r0 += 8) {
+        double p[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const int r = r0 + i;
+            p[i] = r < m ? flc_norm_part(nz.x + (size_t)(nz.gather ? nz.gather[r] : r) * k, k)
+                         : 0.0;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++)
+            p[i] = flc_warp_sum_d(p[i]);
+        __syncthreads(); /* the group before's sums are read */
+        if (lane == 0)
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                sh[i * FLC_MV_WARPS + wp] = p[i];
+        __syncthreads();
+        if (r0 + wp < m) { /* warp wp finishes row r0 + wp */
+            double v = lane < FLC_MV_WARPS ? sh[wp * FLC_MV_WARPS + lane] : 0.0;
+            v = flc_warp_sum_d(v);
+            if (lane == 0)
+                rs[r0 + wp] = flc_norm_scale(v, k, nz.eps);
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) {
+        const int r = 8 * nt + g;
+        xs.xn[nt] = r < m ? nz.x + (size_t)(nz.gather ? nz.gather[r] : r) * k : nullptr;
+        xs.rs[nt] = r < m ? rs[r] : 0.f;
+    }
+    xs.w = nz.w;
+}
+
+/* This lane's piece of x for row tile nt in window win: x at k = 32 win + 8t .. + 7 as 4
+ * bf16 pairs (zeros past m or past the windows) */
+template <int NT, bool NORM>
+__device__ __forceinline__ uint4 flc_mv_xpiece(const flc_mv_xs<NT, NORM> &xs, int nt, int win,
+                                               int nwin, int t)
+{
+    if (win >= nwin)
+        return make_uint4(0, 0, 0, 0);
+    if (!NORM)
+        return xs.xr[nt] ? __ldg(xs.xr[nt] + win * 4 + t) : make_uint4(0, 0, 0, 0);
+    if (!xs.xn[nt])
+        return make_uint4(0, 0, 0, 0);
+    const int k0 = win * 32 + 8 * t;
+    const float4 a0 = __ldg(reinterpret_cast<const float4 *>(xs.xn[nt] + k0));
+    const float4 a1 = __ldg(reinterpret_cast<const float4 *>(xs.xn[nt] + k0 + 4));
+    const float4 w0 = __ldg(reinterpret_cast<const float4 *>(xs.w + k0));
+    const float4 w1 = __ldg(reinterpret_cast<const float4 *>(xs.w + k0 + 4));
+    const float r = xs.rs[nt];
+    return make_uint4(flc_bf16x2(flc_norm_val(w0.x, a0.x, r), flc_norm_val(w0.y, a0.y, r)),
+                      flc_bf16x2(flc_norm_val(w0.z, a0.z, r), flc_norm_val(w0.w, a0.w, r)),
+                      flc_bf16x2(flc_norm_val(w1.x, a1.x, r), flc_norm_val(w1.y, a1.y, r)),
+                      flc_bf16x2(flc_norm_val(w1.z, a1.z, r), flc_norm_val(w1.w, a1.w, r)));
+}
+
 /* One block's work with bf16 weights: the 16 columns of column block cb (and their up
  * columns) for the m <= 8 NT rows of x. NT: row tiles of 8; every tile reuses the lane's
  * weight registers. waited: whether this thread has passed flc_pdl_wait. */
-template <int MODE, int NT, bool STREAM>
+template <int MODE, int NT, bool STREAM, bool NORM>
 __device__ __forceinline__ void flc_mv_block(float *red, float *y, flc_bf16 *yh, int ldy,
                                              const flc_bf16 *__restrict__ x, int ldx, int m,
                                              const flc_bf16 *__restrict__ w, int n, int k,
-                                             int cb, bool &waited)
+                                             int cb, bool &waited, const flc_norm_in &nz)
 {
     constexpr int NW = MODE == FLC_MM_SWIGLU ? 2 : 1; /* weight row sets: gate (, up) */
     constexpr int U = flc_mv_u<NW, NT>::U;
@@ -149,8 +246,20 @@ __device__ __forceinline__ void flc_mv_block(float *red, float *y, flc_bf16 *yh,
         wr[q][0] = j0 < n ? reinterpret_cast<const uint4 *>(w + (base + j0) * k) : nullptr;
         wr[q][1] = j1 < n ? reinterpret_cast<const uint4 *>(w + (base + j1) * k) : nullptr;
     }
-    const uint4 *xr[NT];
-    flc_mv_xrows<NT>(xr, x, ldx, m, g);
+    flc_mv_xs<NT, NORM> xs;
+    flc_mv_xinit<NT, NORM>(xs, x, ldx, m, g);
+    if (NORM) { /* the first windows' weights into L2 while the rows' scales are summed */
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int q = 0; q < NW; q++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    if (wp + FLC_MV_WARPS * u < nwin && wr[q][h])
+                        flc_prefetch_l2(wr[q][h] + (wp + FLC_MV_WARPS * u) * 4 + t);
+        flc_mv_wait_once(waited);
+        flc_mv_norm_init<NT, NORM>(xs, nz, m, k, g, red);
+    }
 
     float d[NW][NT][4];
     flc_mv_zero<NW, NT>(d);
@@ -171,7 +280,7 @@ __device__ __forceinline__ void flc_mv_block(float *red, float *y, flc_bf16 *yh,
             const int win = w0 + FLC_MV_WARPS * u;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
-                b[u][nt] = win < nwin && xr[nt] ? __ldg(xr[nt] + win * 4 + t) : zero;
+                b[u][nt] = flc_mv_xpiece<NT, NORM>(xs, nt, win, nwin, t);
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -209,12 +318,12 @@ __device__ __forceinline__ unsigned flc_mv_pack_int(float lo, float hi)
  * steps sum quant x x over the window into a zeroed fragment per row tile, and the row's
  * scale multiplies that sum into the running one: sum over groups of d_g (sum of q x), as
  * k_skinny_q8 sums. */
-template <int MODE, int NT, bool STREAM>
+template <int MODE, int NT, bool STREAM, bool NORM>
 __device__ __forceinline__ void flc_mv_block_q8(float *red, float *y, flc_bf16 *yh, int ldy,
                                                 const flc_bf16 *__restrict__ x, int ldx, int m,
                                                 const int8_t *__restrict__ wq,
                                                 const uint16_t *__restrict__ wd, int n, int k,
-                                                int cb, bool &waited)
+                                                int cb, bool &waited, const flc_norm_in &nz)
 {
     constexpr int NW = MODE == FLC_MM_SWIGLU ? 2 : 1;
     constexpr int U = flc_mv_u<NW, NT>::U;
@@ -223,7 +332,6 @@ __device__ __forceinline__ void flc_mv_block_q8(float *red, float *y, flc_bf16 *
     const int j0 = cb * 16 + g, j1 = j0 + 8;
     const int nwin = k >> 5; /* windows = scale groups */
     const uint2 zero2 = {0u, 0u};
-    const uint4 zero = make_uint4(0, 0, 0, 0);
     const uint2 *wr[NW][2];
     const uint16_t *dr[NW][2];
 #pragma unroll
@@ -234,8 +342,20 @@ __device__ __forceinline__ void flc_mv_block_q8(float *red, float *y, flc_bf16 *
         dr[q][0] = j0 < n ? wd + (base + j0) * nwin : nullptr;
         dr[q][1] = j1 < n ? wd + (base + j1) * nwin : nullptr;
     }
-    const uint4 *xr[NT];
-    flc_mv_xrows<NT>(xr, x, ldx, m, g);
+    flc_mv_xs<NT, NORM> xs;
+    flc_mv_xinit<NT, NORM>(xs, x, ldx, m, g);
+    if (NORM) { /* as flc_mv_block */
+#pragma unroll
+        for (int u = 0; u < U; u++)
+#pragma unroll
+            for (int q = 0; q < NW; q++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+                    if (wp + FLC_MV_WARPS * u < nwin && wr[q][h])
+                        flc_prefetch_l2(wr[q][h] + (wp + FLC_MV_WARPS * u) * 4 + t);
+        flc_mv_wait_once(waited);
+        flc_mv_norm_init<NT, NORM>(xs, nz, m, k, g, red);
+    }
 
     float d[NW][NT][4];
     flc_mv_zero<NW, NT>(d);
@@ -261,7 +381,7 @@ __device__ __forceinline__ void flc_mv_block_q8(float *red, float *y, flc_bf16 *
             const int win = w0 + FLC_MV_WARPS * u;
 #pragma unroll
             for (int nt = 0; nt < NT; nt++)
-                b[u][nt] = win < nwin && xr[nt] ? __ldg(xr[nt] + win * 4 + t) : zero;
+                b[u][nt] = flc_mv_xpiece<NT, NORM>(xs, nt, win, nwin, t);
         }
 #pragma unroll
         for (int u = 0; u < U; u++) {
@@ -311,24 +431,27 @@ __device__ __forceinline__ void flc_mv_block_q8(float *red, float *y, flc_bf16 *
 }
 
 /* The dense projections: block b has columns 16b .. 16b + 15 of all m <= 8 NT rows. */
-template <int MODE, int NT>
+template <int MODE, int NT, bool NORM>
 __global__ void __launch_bounds__(32 * FLC_MV_WARPS)
 k_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
-        const flc_bf16 *__restrict__ w, int n, int k)
+        const flc_bf16 *__restrict__ w, int n, int k, flc_norm_in nz)
 {
-    __shared__ float red[FLC_MV_RED(MODE == FLC_MM_SWIGLU ? 2 : 1, NT)];
+    __shared__ __align__(16) float red[FLC_MV_RED(MODE == FLC_MM_SWIGLU ? 2 : 1, NT)];
     bool waited = false;
-    flc_mv_block<MODE, NT, true>(red, y, yh, ldy, x, ldx, m, w, n, k, blockIdx.x, waited);
+    flc_mv_block<MODE, NT, true, NORM>(red, y, yh, ldy, x, ldx, m, w, n, k, blockIdx.x, waited,
+                                       nz);
 }
 
-template <int MODE, int NT>
+template <int MODE, int NT, bool NORM>
 __global__ void __launch_bounds__(32 * FLC_MV_WARPS)
 k_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
-           const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd, int n, int k)
+           const int8_t *__restrict__ wq, const uint16_t *__restrict__ wd, int n, int k,
+           flc_norm_in nz)
 {
-    __shared__ float red[FLC_MV_RED(MODE == FLC_MM_SWIGLU ? 2 : 1, NT)];
+    __shared__ __align__(16) float red[FLC_MV_RED(MODE == FLC_MM_SWIGLU ? 2 : 1, NT)];
     bool waited = false;
-    flc_mv_block_q8<MODE, NT, true>(red, y, yh, ldy, x, ldx, m, wq, wd, n, k, blockIdx.x, waited);
+    flc_mv_block_q8<MODE, NT, true, NORM>(red, y, yh, ldy, x, ldx, m, wq, wd, n, k, blockIdx.x,
+                                          waited, nz);
 }
 
 /* The experts' projections of a mixture-of-experts layer (FL_CUDA_MOE=1 with FL_CUDA_MV=tc):
@@ -342,12 +465,13 @@ __device__ __forceinline__ void flc_moe_mv_rows(float *red, float *y, flc_bf16 *
                                                 const flc_bf16 *x, int ldx, int m,
                                                 const flc_emat &wm, int n, int k, bool &waited)
 {
+    const flc_norm_in none = {nullptr, nullptr, nullptr, 0.f};
     if (Q8)
-        flc_mv_block_q8<MODE, NT, STREAM>(red, y, yh, ldy, x, ldx, m, wm.q, wm.d, n, k,
-                                          blockIdx.x, waited);
+        flc_mv_block_q8<MODE, NT, STREAM, false>(red, y, yh, ldy, x, ldx, m, wm.q, wm.d, n, k,
+                                                 blockIdx.x, waited, none);
     else
-        flc_mv_block<MODE, NT, STREAM>(red, y, yh, ldy, x, ldx, m, wm.w, n, k, blockIdx.x,
-                                       waited);
+        flc_mv_block<MODE, NT, STREAM, false>(red, y, yh, ldy, x, ldx, m, wm.w, n, k,
+                                              blockIdx.x, waited, none);
 }
 
 template <int MODE, bool Q8, bool STREAM>
@@ -368,7 +492,7 @@ __global__ void __launch_bounds__(32 * FLC_MV_WARPS)
 k_moe_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx,
             const flc_emat *mats, const int32_t *eoff, int n, int k)
 {
-    __shared__ float red[FLC_MV_RED(MODE == FLC_MM_SWIGLU ? 2 : 1, 4)];
+    __shared__ __align__(16) float red[FLC_MV_RED(MODE == FLC_MM_SWIGLU ? 2 : 1, 4)];
     const int e = blockIdx.y, a0 = eoff[e], me = eoff[e + 1] - a0;
     if (me <= 0)
         return; /* the whole block: me is the block's */
