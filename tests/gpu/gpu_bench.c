@@ -14,10 +14,11 @@
  * Variants (each on a new backend): the default (graphs, streaming matmul for <= 8 rows),
  * tensor-core attention (FL_CUDA_ATTN=tc), the few-row attention (FL_CUDA_ATTN=few, splits
  * merged in the kernel), the streaming matmuls' programmatic launch (FL_CUDA_PDL=1), the
- * streaming matmul on tensor cores (FL_CUDA_MV=tc), the three together, and q8 weights (its
- * own floor: its bytes; with and without the tensor-core matmul) at every batch; eager and cuBLAS only at batch 1. Prints a table and
- * one JSON
- * line (also written to --json). Exit 0 when every run completed, 1 otherwise, 77 with no
+ * streaming matmul on tensor cores (FL_CUDA_MV=tc, the RMSNorms inside its products), the
+ * three together, and q8 weights (its own floor: its bytes; with and without the tensor-core
+ * matmul) at every batch; eager, cuBLAS only and the tensor-core matmul with the RMSNorms in
+ * their own kernel (FL_CUDA_NORM_FUSE=0) at batch 1. Prints a table and one JSON line (also
+ * written to --json). Exit 0 when every run completed, 1 otherwise, 77 with no
  * GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -63,7 +64,8 @@ static int32_t rnd_tok(bench *k)
 
 /* Prefills nseq sequences of ctx tokens (stored), then times steps of nb segments. */
 static int run_variant(bench *k, const char *variant, const char *graphs, const char *skinny,
-                       const char *attn, const char *pdl, const char *mv, fl_wformat weights,
+                       const char *attn, const char *pdl, const char *mv, const char *norm,
+                       fl_wformat weights,
                        const int *batches, int n_batches, result *res, int *n_res, double *bw,
                        size_t *stream_bytes, char *desc, size_t desc_cap)
 {
@@ -72,6 +74,7 @@ static int run_variant(bench *k, const char *variant, const char *graphs, const 
     setenv("FL_CUDA_ATTN", attn, 1);
     setenv("FL_CUDA_PDL", pdl, 1);
     setenv("FL_CUDA_MV", mv, 1);
+    setenv("FL_CUDA_NORM_FUSE", norm, 1);
     int B = k->B, maxb = 1;
     for (int i = 0; i < n_batches; i++)
         maxb = batches[i] > maxb ? batches[i] : maxb;
@@ -173,6 +176,7 @@ static int run_variant(bench *k, const char *variant, const char *graphs, const 
     unsetenv("FL_CUDA_ATTN");
     unsetenv("FL_CUDA_PDL");
     unsetenv("FL_CUDA_MV");
+    unsetenv("FL_CUDA_NORM_FUSE");
     return rc;
 }
 
@@ -247,35 +251,40 @@ int main(int argc, char **argv)
     }
     if (k.moe)
         setenv("FL_CUDA_MOE", "1", 1);
-    fails += run_variant(&k, "graphs, streaming matmul (default)", "1", "8", "", "0", "", bf,
+    fails += run_variant(&k, "graphs, streaming matmul (default)", "1", "8", "", "0", "", "", bf,
                          batches, n_batches, res, &n_res, &bw, &stream, desc, sizeof desc) != 0;
     if (k.moe) {
-        fails += run_variant(&k, "eager, streaming matmul", "0", "8", "", "0", "", bf, one, 1, res,
+        fails += run_variant(&k, "eager, streaming matmul", "0", "8", "", "0", "", "", bf, one, 1, res,
                              &n_res, NULL, NULL, scratch, sizeof scratch) != 0;
-        fails += run_variant(&k, "graphs, tensor-core matmul", "1", "8", "", "0", "tc", bf,
+        fails += run_variant(&k, "graphs, tensor-core matmul", "1", "8", "", "0", "tc", "", bf,
                              batches, n_batches, res, &n_res, NULL, NULL, scratch,
                              sizeof scratch) != 0;
     }
-    /* name, graphs, streaming rows, FL_CUDA_ATTN, FL_CUDA_PDL, FL_CUDA_MV, weights, all
-     * batches (else batch 1 only) */
+    /* name, graphs, streaming rows, FL_CUDA_ATTN, FL_CUDA_PDL, FL_CUDA_MV,
+     * FL_CUDA_NORM_FUSE, weights, all batches (else batch 1 only). The tensor-core matmul
+     * runs the RMSNorms inside its products unless FL_CUDA_NORM_FUSE=0. */
     static const struct {
-        const char *name, *graphs, *skinny, *attn, *pdl, *mv;
+        const char *name, *graphs, *skinny, *attn, *pdl, *mv, *norm;
         fl_wformat wf;
         bool all;
     } more[] = {
-        {"eager, streaming matmul", "0", "8", "", "0", "", FL_WEIGHTS_AUTO, false},
-        {"graphs, cuBLAS only", "1", "0", "", "0", "", FL_WEIGHTS_AUTO, false},
-        {"graphs, tensor-core attention", "1", "8", "tc", "0", "", FL_WEIGHTS_AUTO, true},
-        {"graphs, few-row attention", "1", "8", "few", "0", "", FL_WEIGHTS_AUTO, true},
-        {"graphs, programmatic launch", "1", "8", "", "1", "", FL_WEIGHTS_AUTO, true},
-        {"graphs, tensor-core matmul", "1", "8", "", "0", "tc", FL_WEIGHTS_AUTO, true},
-        {"graphs, few-row + tc matmul + PDL", "1", "8", "few", "1", "tc", FL_WEIGHTS_AUTO, true},
-        {"graphs, q8 weights, tc matmul", "1", "8", "", "0", "tc", FL_WEIGHTS_Q8, true},
-        {"graphs, q8 weights", "1", "8", "", "0", "", FL_WEIGHTS_Q8, true}, /* last: see below */
+        {"eager, streaming matmul", "0", "8", "", "0", "", "", FL_WEIGHTS_AUTO, false},
+        {"graphs, cuBLAS only", "1", "0", "", "0", "", "", FL_WEIGHTS_AUTO, false},
+        {"graphs, tensor-core attention", "1", "8", "tc", "0", "", "", FL_WEIGHTS_AUTO, true},
+        {"graphs, few-row attention", "1", "8", "few", "0", "", "", FL_WEIGHTS_AUTO, true},
+        {"graphs, programmatic launch", "1", "8", "", "1", "", "", FL_WEIGHTS_AUTO, true},
+        {"graphs, tensor-core matmul", "1", "8", "", "0", "tc", "", FL_WEIGHTS_AUTO, true},
+        {"graphs, tc matmul, norms separate", "1", "8", "", "0", "tc", "0", FL_WEIGHTS_AUTO,
+         false},
+        {"graphs, few-row + tc matmul + PDL", "1", "8", "few", "1", "tc", "", FL_WEIGHTS_AUTO,
+         true},
+        {"graphs, q8 weights, tc matmul", "1", "8", "", "0", "tc", "", FL_WEIGHTS_Q8, true},
+        {"graphs, q8 weights", "1", "8", "", "0", "", "", FL_WEIGHTS_Q8, true}, /* last: see below */
     };
     for (size_t i = 0; !k.moe && i < sizeof more / sizeof more[0]; i++)
         fails += run_variant(&k, more[i].name, more[i].graphs, more[i].skinny, more[i].attn,
-                             more[i].pdl, more[i].mv, more[i].wf, more[i].all ? batches : one,
+                             more[i].pdl, more[i].mv, more[i].norm, more[i].wf,
+                             more[i].all ? batches : one,
                              more[i].all ? n_batches : 1, res, &n_res, NULL, NULL, scratch,
                              sizeof scratch) != 0;
     double floor_ms = bw > 0 ? stream / bw * 1e3 : NAN;

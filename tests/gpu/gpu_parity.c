@@ -34,10 +34,13 @@
  *    fl_backend_open auto/cpu
  * Variants: {eager, graphs} x {streaming matmul up to 8 rows, cuBLAS only, tensor-core
  * attention (FL_CUDA_ATTN=tc), few-row attention (FL_CUDA_ATTN=few), the streaming matmul on
- * tensor cores (FL_CUDA_MV=tc), all three new ones together with the streaming matmuls'
- * programmatic launch (FL_CUDA_PDL=1)}. --big (a large model): cases A, G, H in the default
- * variants, eager tensor-core and few-row attention, eager tensor-core matmul, and the last
- * with graphs. --self-test (first argument): a
+ * tensor cores (FL_CUDA_MV=tc, which runs the RMSNorms inside its products), all three new
+ * ones together with the streaming matmuls' programmatic launch (FL_CUDA_PDL=1), the
+ * tensor-core matmul with the RMSNorms in their own kernel (FL_CUDA_NORM_FUSE=0)}; case H's
+ * outputs of the tensor-core matmul with the norms inside and separate must be the same bits.
+ * --big (a large model): cases A, G, H in the default variants, eager tensor-core and
+ * few-row attention, eager tensor-core matmul with the norms inside and separate, and the
+ * three new ones with graphs. --self-test (first argument): a
  * second CPU backend (1 thread) stands in for the GPU, to check these checks without one. */
 #include <math.h>
 #include <pthread.h>
@@ -745,24 +748,29 @@ static void case_j(ctx *c)
 /* ---------------------------------------------------------------- driver */
 
 typedef struct variant {
-    const char *name, *graphs, *skinny, *attn, *pdl, *mv;
+    const char *name, *graphs, *skinny, *attn, *pdl, *mv, *norm;
 } variant;
 
 /* pairs: an odd variant is the even one before it with graphs (compared bit for bit) */
 static const variant VARIANTS[] = {
-    {"eager, streaming matmul <= 8 rows", "0", "8", "", "0", ""},
-    {"graphs, streaming matmul <= 8 rows", "1", "8", "", "0", ""},
-    {"eager, cuBLAS only", "0", "0", "", "0", ""},
-    {"graphs, cuBLAS only", "1", "0", "", "0", ""},
-    {"eager, tensor-core attention", "0", "8", "tc", "0", ""},
-    {"graphs, tensor-core attention", "1", "8", "tc", "0", ""},
-    {"eager, few-row attention", "0", "8", "few", "0", ""},
-    {"graphs, few-row attention", "1", "8", "few", "0", ""},
-    {"eager, tensor-core streaming matmul", "0", "8", "", "0", "tc"},
-    {"graphs, tensor-core streaming matmul", "1", "8", "", "0", "tc"},
-    {"eager, few-row attention, tc matmul, programmatic launch", "0", "8", "few", "1", "tc"},
-    {"graphs, few-row attention, tc matmul, programmatic launch", "1", "8", "few", "1", "tc"},
+    {"eager, streaming matmul <= 8 rows", "0", "8", "", "0", "", ""},
+    {"graphs, streaming matmul <= 8 rows", "1", "8", "", "0", "", ""},
+    {"eager, cuBLAS only", "0", "0", "", "0", "", ""},
+    {"graphs, cuBLAS only", "1", "0", "", "0", "", ""},
+    {"eager, tensor-core attention", "0", "8", "tc", "0", "", ""},
+    {"graphs, tensor-core attention", "1", "8", "tc", "0", "", ""},
+    {"eager, few-row attention", "0", "8", "few", "0", "", ""},
+    {"graphs, few-row attention", "1", "8", "few", "0", "", ""},
+    /* the tensor-core matmul runs the RMSNorms inside its products (FL_CUDA_NORM_FUSE) */
+    {"eager, tensor-core streaming matmul", "0", "8", "", "0", "tc", ""},
+    {"graphs, tensor-core streaming matmul", "1", "8", "", "0", "tc", ""},
+    {"eager, few-row attention, tc matmul, programmatic launch", "0", "8", "few", "1", "tc", ""},
+    {"graphs, few-row attention, tc matmul, programmatic launch", "1", "8", "few", "1", "tc", ""},
+    {"eager, tc matmul, RMSNorms separate", "0", "8", "", "0", "tc", "0"},
+    {"graphs, tc matmul, RMSNorms separate", "1", "8", "", "0", "tc", "0"},
 };
+#define V_TC_EAGER 8     /* the tensor-core matmul, norms inside, eager */
+#define V_TC_SEPARATE 12 /* ... norms in their own kernel: the same bits */
 #define N_VARIANTS (int)(sizeof VARIANTS / sizeof VARIANTS[0])
 
 static void run_model(const char *dir, bool big)
@@ -809,8 +817,9 @@ static void run_model(const char *dir, bool big)
     memset(so, 0, sizeof so);
     int nv = N_VARIANTS;
     for (int v = 0; v < nv; v++) {
-        /* --big: the default pair, eager tc attention, few-row attention, tc matmul, all new */
-        bool big_v = v == 0 || v == 1 || v == 4 || v == 6 || v == 8 || v == 11;
+        /* --big: the default pair, eager tc attention, few-row attention, tc matmul (norms
+         * inside and separate), all new */
+        bool big_v = v == 0 || v == 1 || v == 4 || v == 6 || v == 8 || v == 11 || v == 12;
         if ((g_only >= 0 && v != g_only) || (big && !big_v))
             continue;
         g_variant = VARIANTS[v].name;
@@ -819,6 +828,7 @@ static void run_model(const char *dir, bool big)
         setenv("FL_CUDA_ATTN", VARIANTS[v].attn, 1);
         setenv("FL_CUDA_PDL", VARIANTS[v].pdl, 1);
         setenv("FL_CUDA_MV", VARIANTS[v].mv, 1);
+        setenv("FL_CUDA_NORM_FUSE", VARIANTS[v].norm, 1);
         fl_backend_opts go = {.n_pages = N_PAGES, .max_tokens = c.max_tokens,
                               .weights = g_q8 ? FL_WEIGHTS_Q8 : FL_WEIGHTS_AUTO};
         struct timespec t0, t1;
@@ -859,6 +869,7 @@ static void run_model(const char *dir, bool big)
     unsetenv("FL_CUDA_ATTN");
     unsetenv("FL_CUDA_PDL");
     unsetenv("FL_CUDA_MV");
+    unsetenv("FL_CUDA_NORM_FUSE");
     /* graphs replay exactly what eager execution computes */
     bool debug = getenv("FL_CUDA_SYNC_DEBUG") && !strcmp(getenv("FL_CUDA_SYNC_DEBUG"), "1");
     for (int v = 1; v < nv; v += 2) {
@@ -872,6 +883,14 @@ static void run_model(const char *dir, bool big)
                "replayed from %lld graphs (%s)", VARIANTS[v - 1].name,
                same ? "bit-identical" : "DIFFER", so[v].st.replayed, so[v].st.captured,
                so[v].st.graphs_note);
+    }
+    /* the RMSNorm inside the tensor-core products computes k_rmsnorm's bits (norm.cuh) */
+    if (so[V_TC_EAGER].out && so[V_TC_SEPARATE].out) {
+        const steps_out *a = &so[V_TC_EAGER], *b = &so[V_TC_SEPARATE];
+        g_variant = VARIANTS[V_TC_EAGER].name;
+        bool same = a->n == b->n && a->n > 0 && !memcmp(a->out, b->out, (size_t)a->n * sizeof *a->out);
+        RESULT(same, "H RMSNorms inside the products vs in their own kernel (%s): outputs %s",
+               VARIANTS[V_TC_SEPARATE].name, same ? "bit-identical" : "DIFFER");
     }
     for (int v = 0; v < N_VARIANTS; v++)
         free(so[v].out);

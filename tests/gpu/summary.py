@@ -81,6 +81,14 @@ def main():
             elif r["batch"] in (1, 64):
                 lines.append("SKIP goal >= 2x PyTorch eager at batch %d: no PyTorch measurement"
                              % r["batch"])
+    # the RMSNorms inside the tensor-core products against their own kernels, batch 1
+    ins = [x for x in b["runs"] if x["ok"] and x["batch"] == 1 and x["variant"] == "graphs, tensor-core matmul"]
+    sep = [x for x in b["runs"] if x["ok"] and x["batch"] == 1 and x["variant"] == "graphs, tc matmul, norms separate"]
+    if ins and sep:
+        lines.append("INFO RMSNorms inside the tensor-core products at batch 1: %.3f ms, against "
+                     "%.3f ms with their own kernels (%.2fx)" % (
+                         ins[0]["median_ms"], sep[0]["median_ms"],
+                         sep[0]["median_ms"] / ins[0]["median_ms"]))
     for line in lines:
         print(line)
     return 1 if failed else 0
