@@ -811,17 +811,17 @@ static void fl_qkv_heads(fl_fwd *f, const fl_cpu_layer *cl, int lo, int hi)
     int hd = cf->head_dim, n = f->n, ld = c->qkv_dim, nh = cf->n_heads, kvh = cf->n_kv_heads;
     for (int col = lo; col < hi; col += hd) {
         int head = col / hd; /* 0..nh-1 q, nh..nh+kvh-1 k, then v */
-        for (int t = 0; t < n; t++) {
-            float *v = c->qkv + (size_t)t * ld + col;
-            if (cl->bqkv)
+        if (cl->bqkv)
+            for (int t = 0; t < n; t++)
                 for (int d = 0; d < hd; d++)
-                    v[d] += cl->bqkv[col + d];
-            if (head < nh + kvh) {
-                const float *nw = head < nh ? cl->q_norm : cl->k_norm;
-                if (nw)
-                    fl_rmsnorm(v, v, nw, hd, cf->rms_eps);
-                fl_rope(v, c->rope + (size_t)t * c->rd, c->rd); /* the first rd dims */
-            }
+                    c->qkv[(size_t)t * ld + col + d] += cl->bqkv[col + d];
+        if (head < nh + kvh) { /* each token: norm, then RoPE on the first rd dims */
+            const float *nw = head < nh ? cl->q_norm : cl->k_norm;
+            if (nw)
+                fl_rmsnorm_rows(c->qkv + col, (size_t)ld, c->qkv + col, (size_t)ld, nw, n, hd,
+                                cf->rms_eps);
+            for (int t = 0; t < n; t++)
+                fl_rope(c->qkv + (size_t)t * ld + col, c->rope + (size_t)t * c->rd, c->rd);
         }
         if (head < nh)
             continue;
@@ -1299,8 +1299,7 @@ static int fl_cpu_forward_impl(fl_backend *b, const fl_batch *bt, fl_tok_out *ou
         const fl_cpu_layer *cl = &c->layers[l];
         f.layer = l;
         fl_phase(c, FL_PH_NORM);
-        for (t = 0; t < n; t++)
-            fl_rmsnorm(c->xb + (size_t)t * H, c->x + (size_t)t * H, cl->attn_norm, H, cf->rms_eps);
+        fl_rmsnorm_rows(c->xb, (size_t)H, c->x, (size_t)H, cl->attn_norm, n, H, cf->rms_eps);
         fl_quantize_input(&f, c->xb, H, n, &cl->wqkv);
         fl_phase(c, FL_PH_QKV);
         fl_run_chunks(&f, fl_job_qkv, (c->qkv_dim + fl_qkv_chunk(c, cl, n) - 1) / fl_qkv_chunk(c, cl, n));
@@ -1310,8 +1309,7 @@ static int fl_cpu_forward_impl(fl_backend *b, const fl_batch *bt, fl_tok_out *ou
         fl_phase(c, FL_PH_WO);
         fl_par_matmul(&f, c->x, H, c->att, c->q_dim, n, &cl->wo, true);
         fl_phase(c, FL_PH_NORM);
-        for (t = 0; t < n; t++)
-            fl_rmsnorm(c->xb + (size_t)t * H, c->x + (size_t)t * H, cl->mlp_norm, H, cf->rms_eps);
+        fl_rmsnorm_rows(c->xb, (size_t)H, c->x, (size_t)H, cl->mlp_norm, n, H, cf->rms_eps);
         if (cl->moe) {
             fl_phase(c, FL_PH_MOE);
             fl_moe_forward(&f, cl);

@@ -37,6 +37,35 @@ void fl_rmsnorm(float *y, const float *x, const float *w, int n, float eps)
         y[i] = w[i] * (x[i] * r);
 }
 
+/* fl_rmsnorm of `rows` rows four at a time: each row's sum of squares is the same chain of
+ * double adds in the same order (so the same bits), but four rows' chains are independent and
+ * overlap, where one row alone waits on each add's latency (measured: the norm phase of a
+ * 512-row prefill, 2 x 28 norms of 1024 values, took 30 ms in that chain). */
+void fl_rmsnorm_rows(float *y, size_t ldy, const float *x, size_t ldx, const float *w, int rows,
+                     int n, float eps)
+{
+    int t = 0;
+    for (; t + 4 <= rows; t += 4) {
+        const float *x0 = x + t * ldx, *x1 = x0 + ldx, *x2 = x1 + ldx, *x3 = x2 + ldx;
+        double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (int i = 0; i < n; i++) {
+            s0 += (double)x0[i] * x0[i];
+            s1 += (double)x1[i] * x1[i];
+            s2 += (double)x2[i] * x2[i];
+            s3 += (double)x3[i] * x3[i];
+        }
+        const double ss[4] = {s0, s1, s2, s3};
+        for (int r = 0; r < 4; r++) {
+            const float *xr = x + (t + r) * ldx;
+            float *yr = y + (t + r) * ldy, rs = (float)(1.0 / sqrt(ss[r] / n + eps));
+            for (int i = 0; i < n; i++)
+                yr[i] = w[i] * (xr[i] * rs);
+        }
+    }
+    for (; t < rows; t++)
+        fl_rmsnorm(y + t * ldy, x + t * ldx, w, n, eps);
+}
+
 void fl_rope(float *x, const float *cs, int hd)
 {
     int h = hd / 2;

@@ -16,6 +16,7 @@
 #define FL_KERNELS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* The storage format of one weight matrix. */
@@ -141,6 +142,10 @@ void fl_transpose_q(float *qt, const float *q, int ldq, int nq, int hd);
 
 /* y = x / rms(x) * w, over n values (the reference's RMSNorm, f32). */
 void fl_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
+/* fl_rmsnorm of rows rows of x (stride ldx) into y (stride ldy; y == x in place), with the
+ * same bits, several rows' sums overlapping */
+void fl_rmsnorm_rows(float *y, size_t ldy, const float *x, size_t ldx, const float *w, int rows,
+                     int n, float eps);
 
 /* In place, HF rotate_half layout: pairs (i, i + hd/2). cs: (hd/2) cos then (hd/2) sin. */
 void fl_rope(float *x, const float *cs, int hd);

@@ -5,7 +5,7 @@
  * rows and their number (the forward's block-causality rests on it); the fused softmax
  * statistics agree with a plain two-pass computation, across chunk merges and ties; the bf16
  * attention kernels equal the f32 ones on widened rows bit for bit, and f32 -> bf16 equals
- * fl_f32_to_bf16. */
+ * fl_f32_to_bf16; the RMSNorm of several rows at once equals fl_rmsnorm's bits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -479,6 +479,53 @@ static void test_swiglu(const fl_kernels *kk)
     }
 }
 
+/* fl_rmsnorm_rows: rows 1..9 (four at a time, then the rest), strided rows, in place; each row
+ * bit-identical to fl_rmsnorm's and within float rounding of the norm in double. Rows of
+ * very different magnitudes (their sums must not mix). */
+static void test_rmsnorm_rows(void)
+{
+    enum { N = 130, LD = 141, R = 9 };
+    static float x[R * LD], y[R * LD], z[R * LD], w[N];
+    fill(w, N);
+    for (int rows = 1; rows <= R; rows++) {
+        for (int r = 0; r < R; r++)
+            for (int i = 0; i < LD; i++)
+                x[r * LD + i] = frand() * ldexpf(1.0f, 3 * (r % 5) - 6);
+        memset(y, 0, sizeof y);
+        fl_rmsnorm_rows(y, LD, x, LD, w, rows, N, 1e-6f);
+        int diff = 0, past = 0;
+        double e = 0;
+        for (int r = 0; r < R; r++) {
+            if (r >= rows) {
+                for (int i = 0; i < LD; i++)
+                    past += y[r * LD + i] != 0.0f;
+                continue;
+            }
+            fl_rmsnorm(z, x + r * LD, w, N, 1e-6f);
+            diff += memcmp(z, y + r * LD, N * sizeof *z) != 0;
+            double ss = 0;
+            for (int i = 0; i < N; i++)
+                ss += (double)x[r * LD + i] * x[r * LD + i];
+            double inv = 1 / sqrt(ss / N + 1e-6);
+            for (int i = 0; i < N; i++) {
+                double want = w[i] * (x[r * LD + i] * inv);
+                e = fmax(e, fabs(y[r * LD + i] - want) / fmax(1e-30, fabs(want)));
+            }
+            for (int i = N; i < LD; i++) /* between the rows: untouched */
+                past += y[r * LD + i] != 0.0f;
+        }
+        CHECK(diff == 0, "rmsnorm_rows, %d rows: %d rows differ from fl_rmsnorm", rows, diff);
+        CHECK(past == 0, "rmsnorm_rows, %d rows: %d values written outside the rows", rows, past);
+        CHECK(e < 1e-6, "rmsnorm_rows, %d rows: rel err %.3g against the double norm", rows, e);
+        memcpy(z, x, sizeof x); /* in place, as the q/k norm runs */
+        fl_rmsnorm_rows(z, LD, z, LD, w, rows, N, 1e-6f);
+        diff = 0;
+        for (int r = 0; r < rows; r++)
+            diff += memcmp(z + r * LD, y + r * LD, N * sizeof *z) != 0;
+        CHECK(diff == 0, "rmsnorm_rows in place, %d rows: %d rows differ", rows, diff);
+    }
+}
+
 int main(void)
 {
     const char *levels[] = {"", "avx2", "plain"};
@@ -502,5 +549,6 @@ int main(void)
         test_softmax_stats(&kk);
         test_swiglu(&kk);
     }
+    test_rmsnorm_rows(); /* plain C, every level's */
     return check_summary("test_kernels");
 }
