@@ -369,39 +369,44 @@ static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m
 }
 
 /* Whether the RMSNorm of m rows feeding a product with k = H inputs runs inside it: the
- * tensor-core matmul takes the product (flc_gemm's and flc_mlp's test) and the fusion is on */
+ * fusion is on, the tensor-core matmul takes the product (flc_gemm's and flc_mlp's test) and
+ * m is at most one row tile. Every block of the product reads its rows of the f32 residual
+ * itself (m + 1 times k floats with the norm weights, where the bf16 rows were m times k
+ * halves): per byte of bf16 weights streamed from DRAM, (m + 1) / 8 bytes from L2 against
+ * m / 16.
+ * At 4 rows that is 0.62 against 0.25; at 32 rows the rows no longer fit the SM's L1 and
+ * would be read twice, 8 bytes per weight byte. */
 static bool flc_fuses_norm(const flc *c, int m)
 {
-    return c->norm_fuse && m <= c->mv_rows && c->d.H % 32 == 0;
+    return c->norm_fuse && m <= 8 && m <= c->mv_rows && c->d.H % 32 == 0;
 }
 
-/* xb = the RMSNorm (weights nw) of m rows of c->x (gather: which, NULL for the first m) for
- * a product; NULL with *nz set when the product will run it inside (flc_fuses_norm) */
-static int flc_norm_for(flc *c, flc_norm_in *nz, const float *nw, const int32_t *gather, int m,
-                        const char *what, int layer, const flc_norm_in **use, fl_err *e)
+/* xb = the RMSNorm (weights nw) of the first m rows of c->x for a product; or, when the
+ * product will run it inside (flc_fuses_norm), nothing, with *use = nz describing it */
+static int flc_norm_for(flc *c, flc_norm_in *nz, const float *nw, int m, const char *what,
+                        int layer, const flc_norm_in **use, fl_err *e)
 {
     *use = NULL;
     if (flc_fuses_norm(c, m)) {
-        *nz = (flc_norm_in){c->x, nw, gather, c->d.eps};
+        *nz = (flc_norm_in){c->x, nw, NULL, c->d.eps};
         *use = nz;
         return 0;
     }
-    return flc_launched(c, flc_rmsnorm(c->xb, c->x, nw, gather, m, c->d.H, c->d.eps, flc_pdl(c),
+    return flc_launched(c, flc_rmsnorm(c->xb, c->x, nw, NULL, m, c->d.H, c->d.eps, flc_pdl(c),
                                        c->st),
                         what, layer, e);
 }
 
-/* Y (m, n) = RMSNorm(rows of c->x) W^T: the norm into xb and flc_gemm, or, when the
- * tensor-core matmul takes the product and FL_CUDA_NORM_FUSE allows, one kernel that norms
- * the rows as it loads them (the same bits: norm.cuh) */
-static int flc_norm_gemm(flc *c, const float *nw, const int32_t *gather, float *y, int ldy,
-                         int m, const flc_mat *wm, int n, const char *norm_what, const char *what,
-                         int layer, fl_err *e)
+/* Y (m, n) = RMSNorm(the first m rows of c->x) W^T: the norm into xb and flc_gemm, or, when
+ * flc_fuses_norm says so, one kernel that norms the rows as it loads them (the same bits:
+ * norm.cuh) */
+static int flc_norm_gemm(flc *c, const float *nw, float *y, int ldy, int m, const flc_mat *wm,
+                         int n, const char *norm_what, const char *what, int layer, fl_err *e)
 {
     const int H = c->d.H;
     flc_norm_in nz;
     const flc_norm_in *use;
-    int rc = flc_norm_for(c, &nz, nw, gather, m, norm_what, layer, &use, e);
+    int rc = flc_norm_for(c, &nz, nw, m, norm_what, layer, &use, e);
     if (rc || !use)
         return rc ? rc : flc_gemm(c, y, ldy, c->xb, H, m, wm, n, H, FLC_MM_STORE, what, layer, e);
     return flc_launched(c, wm->q ? flc_mv_tc_q8(y, NULL, ldy, NULL, H, m, wm->q, wm->d, n, H, use,
@@ -777,7 +782,7 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
     for (int l = 0; l < c->cfg.n_layers; l++) {
         const flc_layer *ly = &c->layers[l];
         int rc;
-        if ((rc = flc_norm_gemm(c, ly->attn_norm, NULL, c->qkv, d.qkvd, T, &ly->wqkv, d.qkvd,
+        if ((rc = flc_norm_gemm(c, ly->attn_norm, c->qkv, d.qkvd, T, &ly->wqkv, d.qkvd,
                                 "input RMSNorm", "q|k|v projection", l, e)))
             return rc;
         FLC_L(flc_qkv_post(c->qkv, c->kvo, c->pool, ly->bqkv, ly->q_norm, ly->k_norm,
@@ -810,8 +815,7 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
         } else {
             flc_norm_in nz;
             const flc_norm_in *use;
-            rc = flc_norm_for(c, &nz, ly->mlp_norm, NULL, T, "post-attention RMSNorm", l, &use,
-                              e);
+            rc = flc_norm_for(c, &nz, ly->mlp_norm, T, "post-attention RMSNorm", l, &use, e);
             if (!rc)
                 rc = flc_mlp(c, c->x, FLC_MM_ACC, c->xb, use, T, &ly->wgu, &ly->wdown, NI, c->gu,
                              c->hb, l, e);
@@ -822,8 +826,13 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
     const int32_t *out_rows_h = c->meta_h + c->off.out_rows;
     for (int r0 = 0; r0 < p->n_out; r0 += c->head_rows) {
         int nr = p->n_out - r0 < c->head_rows ? p->n_out - r0 : c->head_rows;
-        int rc = flc_norm_gemm(c, c->final_norm, m.out_rows + r0, c->logits, V, nr, &c->lm_head,
-                               V, "final RMSNorm", "lm_head", -1, e);
+        /* the final norm keeps its kernel: the lm_head's ~10,000 blocks would each read the
+         * rows again (flc_fuses_norm), some hundreds of MB from L2 for one kernel saved */
+        FLC_L(flc_rmsnorm(c->xb, c->x, c->final_norm, m.out_rows + r0, nr, H, d.eps, flc_pdl(c),
+                          st),
+              "final RMSNorm", -1);
+        int rc = flc_gemm(c, c->logits, V, c->xb, H, nr, &c->lm_head, V, H, FLC_MM_STORE,
+                          "lm_head", -1, e);
         if (rc)
             return rc;
         FLC_L(flc_top1(c->tok_d + r0, c->lse, c->logits, nr, V, flc_pdl(c), st),

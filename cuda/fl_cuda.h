@@ -24,8 +24,8 @@
  *                           of 8 up to 128), opt-in until measured on a GPU
  *   FL_CUDA_MV=tc           the weight-streaming matmul (bf16 or q8 weights, k % 32 == 0) on
  *                           tensor cores (mma.sync m16n8k16; sm_80+), up to 32 rows (else
- *                           8), opt-in until measured on a GPU; it runs the RMSNorms
- *                           before q|k|v, gate|up and the lm_head inside those products
+ *                           8), opt-in until measured on a GPU; at up to 8 rows it runs
+ *                           the RMSNorms before q|k|v and gate|up inside those products
  *   FL_CUDA_NORM_FUSE=0     with FL_CUDA_MV=tc, the RMSNorms in their own kernel (the same
  *                           bits; for measuring the fusion)
  *   FL_CUDA_PDL=1           launch a dense forward's kernels with programmatic stream

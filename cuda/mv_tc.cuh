@@ -28,10 +28,10 @@
  * same sum whatever the row count (an element of D uses only its own row and column, and
  * the window order does not depend on the tiles). k % 32 == 0.
  *
- * The RMSNorm before a product can run inside it (NORM; the q|k|v, gate|up and lm_head
- * products of a dense forward, flc_norm_in): every block sums the squares of its m rows of
- * the f32 residual itself, in k_rmsnorm's order (norm.cuh), and norms each piece of x as it
- * loads it, so the product's input has the bits k_rmsnorm would have written, and the
+ * The RMSNorm before a product can run inside it (NORM, flc_norm_in; the backend does it for
+ * q|k|v and a dense layer's gate|up at up to 8 rows): every block sums the squares of its m
+ * rows of the f32 residual itself, in k_rmsnorm's order (norm.cuh), and norms each piece of x
+ * as it loads it, so the product's input has the bits k_rmsnorm would have written, and the
  * norm's own kernel (a few blocks of dependent sums between two products) is gone. The
  * block's first weights are on their way to L2 while it sums. */
 #ifndef FL_MV_TC_CUH
