@@ -199,6 +199,28 @@ __device__ __forceinline__ void flc_mv_norm_init(flc_mv_xs<NT, NORM> &xs, const 
     xs.w = nz.w;
 }
 
+/* With NORM: the lane's first windows' weights (rows wr, pieces of P) sent towards L2, the
+ * wait for the kernel before, then the rows' scales (flc_mv_norm_init) while they arrive */
+template <int NT, bool NORM, int U, int NW, class P>
+__device__ __forceinline__ void flc_mv_norm_start(flc_mv_xs<NT, NORM> &xs, const P *(&wr)[NW][2],
+                                                  const flc_norm_in &nz, int m, int k, int nwin,
+                                                  int g, int t, float *red, bool &waited)
+{
+    if (!NORM)
+        return;
+    const int wp = threadIdx.x >> 5;
+#pragma unroll
+    for (int u = 0; u < U; u++)
+#pragma unroll
+        for (int q = 0; q < NW; q++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                if (wp + FLC_MV_WARPS * u < nwin && wr[q][h])
+                    flc_prefetch_l2(wr[q][h] + (wp + FLC_MV_WARPS * u) * 4 + t);
+    flc_mv_wait_once(waited);
+    flc_mv_norm_init<NT, NORM>(xs, nz, m, k, g, red);
+}
+
 /* This lane's piece of x for row tile nt in window win: x at k = 32 win + 8t .. + 7 as 4
  * bf16 pairs (zeros past m or past the windows) */
 template <int NT, bool NORM>
@@ -248,18 +270,7 @@ __device__ __forceinline__ void flc_mv_block(float *red, float *y, flc_bf16 *yh,
     }
     flc_mv_xs<NT, NORM> xs;
     flc_mv_xinit<NT, NORM>(xs, x, ldx, m, g);
-    if (NORM) { /* the first windows' weights into L2 while the rows' scales are summed */
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int q = 0; q < NW; q++)
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    if (wp + FLC_MV_WARPS * u < nwin && wr[q][h])
-                        flc_prefetch_l2(wr[q][h] + (wp + FLC_MV_WARPS * u) * 4 + t);
-        flc_mv_wait_once(waited);
-        flc_mv_norm_init<NT, NORM>(xs, nz, m, k, g, red);
-    }
+    flc_mv_norm_start<NT, NORM, U, NW>(xs, wr, nz, m, k, nwin, g, t, red, waited);
 
     float d[NW][NT][4];
     flc_mv_zero<NW, NT>(d);
@@ -344,18 +355,7 @@ __device__ __forceinline__ void flc_mv_block_q8(float *red, float *y, flc_bf16 *
     }
     flc_mv_xs<NT, NORM> xs;
     flc_mv_xinit<NT, NORM>(xs, x, ldx, m, g);
-    if (NORM) { /* as flc_mv_block */
-#pragma unroll
-        for (int u = 0; u < U; u++)
-#pragma unroll
-            for (int q = 0; q < NW; q++)
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    if (wp + FLC_MV_WARPS * u < nwin && wr[q][h])
-                        flc_prefetch_l2(wr[q][h] + (wp + FLC_MV_WARPS * u) * 4 + t);
-        flc_mv_wait_once(waited);
-        flc_mv_norm_init<NT, NORM>(xs, nz, m, k, g, red);
-    }
+    flc_mv_norm_start<NT, NORM, U, NW>(xs, wr, nz, m, k, nwin, g, t, red, waited);
 
     float d[NW][NT][4];
     flc_mv_zero<NW, NT>(d);
