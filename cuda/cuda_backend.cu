@@ -373,9 +373,8 @@ static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m
  * m is at most one row tile. Every block of the product reads its rows of the f32 residual
  * itself (m + 1 times k floats with the norm weights, where the bf16 rows were m times k
  * halves): per byte of bf16 weights streamed from DRAM, (m + 1) / 8 bytes from L2 against
- * m / 16.
- * At 4 rows that is 0.62 against 0.25; at 32 rows the rows no longer fit the SM's L1 and
- * would be read twice, 8 bytes per weight byte. */
+ * m / 16. At 4 rows that is 0.62 against 0.25; at 32 rows the rows no longer fit the SM's
+ * L1 and would be read twice, 8 bytes per weight byte. */
 static bool flc_fuses_norm(const flc *c, int m)
 {
     return c->norm_fuse && m <= 8 && m <= c->mv_rows && c->d.H % 32 == 0;
@@ -656,9 +655,8 @@ static int flc_plan_batch(flc *c, const fl_batch *bt, bool want_out, bool pad_ou
 }
 
 /* One SwiGLU MLP of m rows: hb (m, ni) = silu(x gate^T) * (x up^T), then y (m, H) = or +=
- * hb down^T (mode). gu/hb: its scratch rows. */
-/* The MLP: y (= or +=) down(SwiGLU(gate|up(x))). nz: x is the RMSNorm it describes, run
- * inside the gate|up product (flc_norm_for; the tensor-core matmul takes it), else NULL. */
+ * hb down^T (mode). gu/hb: its scratch rows. nz: x is the RMSNorm it describes, run inside
+ * the gate|up product (flc_norm_for decided so), else NULL. */
 static int flc_mlp(flc *c, float *y, int mode, const flc_bf16 *x, const flc_norm_in *nz, int m,
                    const flc_mat *wgu, const flc_mat *wdown, int ni, float *gu, flc_bf16 *hb,
                    int layer, fl_err *e)
