@@ -141,8 +141,13 @@ def main():
         check(m1["fogline_step_fallbacks_total"] - m0["fogline_step_fallbacks_total"] == 4,
               "all four branches fell back to coalesced drafts (%d)"
               % (m1["fogline_step_fallbacks_total"] - m0["fogline_step_fallbacks_total"]))
-        # the gauges see it: output queued, input paused, the socket full
-        check(m1["fogline_ws_backlog_bytes"] > BACKLOG / 2 and m1["fogline_ws_input_paused"] == 1
+        # the gauges see it: output queued, input paused, the socket full. The queue passed
+        # half of --ws-max-backlog when each branch fell back (the counter above says so), but
+        # it need not stay there: from then on a draft replaces its block's queued one in
+        # place (a newer draft may be shorter) and the block's commit kills it (one CI run
+        # ended at 16,029 bytes, against 16,976-18,152 in six runs here). What is certain:
+        # output is still queued.
+        check(m1["fogline_ws_backlog_bytes"] > 0 and m1["fogline_ws_input_paused"] == 1
               and m1["fogline_ws_choked"] == 1, "backlog %d bytes, input paused %d, choked %d"
               % (m1["fogline_ws_backlog_bytes"], m1["fogline_ws_input_paused"], m1["fogline_ws_choked"]))
         check(m1["fogline_ws_slow_closed_total"] == m0["fogline_ws_slow_closed_total"],
