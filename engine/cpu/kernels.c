@@ -1338,16 +1338,138 @@ FL_AVX512 static void fl_bf16_to_f32_avx512(float *dst, const uint16_t *src, lon
 
 FL_ATT_LEVEL(avx512, FL_AVX512)
 
-/* bf16 K/V at the AVX-512 level: a tile of at most 8 query rows (block 4 with 2-way GQA)
- * takes the AVX2 kernels that read the rows in place, which on a Zen 5 ran the block-4
- * attention phase 1.2x faster than widening the rows first (docs/benchmarks.md, "A Zen 5
- * again"); larger tiles keep the widening and the 16-lane kernels. Every level computes
- * the same bits (kernels.h), so the choice changes no result. */
+/* bf16 K/V at the AVX-512 level, tiles of at most 8 query rows (block 4 with 2-way GQA):
+ * the rows are read in place, as the AVX2 level reads them, but with every lane of a zmm at
+ * work. A ymm of 8 queries per key left the second half of each FMA idle, and 4 query rows
+ * per pass of pv loaded and widened each row twice per 32 dims.
+ *
+ * Scores: a zmm holds two keys' scores, key 2t's 8 queries in the low half and key
+ * 2t + 1's in the high half, against the queries repeated in both halves (q2). Per two
+ * elements a key pair takes one 32-bit broadcast of key 2t's two values with key 2t + 1's
+ * masked into the high half; the low value is the pair shifted up, the high one the pair
+ * masked, as in fl_bcast_pair. 16 keys at a time: 8 accumulators of 16 live lanes. Each
+ * score is still one running sum over d in order, so the bits are the widening path's
+ * (kernels.h). The next rows are prefetched in memory order. hd even, hd <= 256; the last
+ * nk % 16 keys take the AVX2 kernel (a score never depends on how keys are split). */
+#define FL_QK8_MAXHD 256
+FL_AVX512 static void fl_qk8_b16_avx512(float *s, int lds, const float *qt, int nq,
+                                        const uint16_t *const *kr, int nk, int hd, float scale,
+                                        float *wide)
+{
+    float q2[FL_QK8_MAXHD * 16] __attribute__((aligned(64)));
+    for (int d = 0; d < hd; d++) {
+        __m512 u = _mm512_loadu_ps(qt + d * FL_QT);
+        _mm512_store_ps(q2 + d * 16, _mm512_shuffle_f32x4(u, u, 0x44));
+    }
+    const __m512i mhi = _mm512_set1_epi32((int)0xffff0000u);
+    const __m512 sc = _mm512_set1_ps(scale);
+    int lines = (hd + 31) / 32, pf = FL_KV_PF, steps = hd / 2;
+    int per = (16 * lines + steps - 1) / steps; /* prefetches per step: 16 rows' lines */
+    float r[16];
+    int j = 0;
+    for (; j + 16 <= nk; j += 16) {
+        __m512 a[8];
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < 8; t++)
+            a[t] = _mm512_setzero_ps();
+        fl_kv_pf16 pq = fl_kv_pf16_at(kr, j + pf, 16, nk, lines, pf);
+        for (int d = 0; d < hd; d += 2) {
+            for (int x = 0; x < per; x++)
+                fl_kv_pf16_next(&pq);
+            __m512 u0 = _mm512_load_ps(q2 + d * 16), u1 = _mm512_load_ps(q2 + (d + 1) * 16);
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < 8; t++) {
+                int32_t lo, hi;
+                memcpy(&lo, kr[j + 2 * t] + d, 4);
+                memcpy(&hi, kr[j + 2 * t + 1] + d, 4);
+                __m512i b = _mm512_mask_set1_epi32(_mm512_set1_epi32(lo), 0xff00, hi);
+                a[t] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(b, 16)), u0, a[t]);
+                a[t] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(b, mhi)), u1, a[t]);
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < 8; t++) {
+            _mm512_storeu_ps(r, _mm512_mul_ps(a[t], sc));
+            for (int i = 0; i < nq; i++) {
+                s[(size_t)i * lds + j + 2 * t] = r[i];
+                s[(size_t)i * lds + j + 2 * t + 1] = r[8 + i];
+            }
+        }
+    }
+    if (j < nk)
+        fl_qk_b16_avx2(s + j, lds, qt, nq, kr + j, nk - j, hd, scale, wide);
+}
+
+/* Outputs of exactly 8 query rows: per pass 32 dims of all 8 rows (16 accumulators). A
+ * key's 32 values are one 64-byte load; shifted up they are the even dims, masked the odd
+ * ones, so the pass accumulates in an even/odd layout (per 32 dims the 16 even, then the 16
+ * odd), into which o is split first (in wide) and from which it is joined back. Per key 1
+ * load and 8 broadcasts of p for 16 FMAs. Spans of FL_KV_PF keys, the next span's rows
+ * prefetched a line per pass and key. hd % 32 == 0. Per output element one FMA per key,
+ * keys in order: the widening path's bits. */
+FL_AVX512 static void fl_pv8_b16_avx512(float *o, int ldo, const float *p, int ldp,
+                                        const uint16_t *const *vr, int nk, int hd, float *w)
+{
+    const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512i od = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    const __m512i mhi = _mm512_set1_epi32((int)0xffff0000u);
+    for (int i = 0; i < 8; i++)
+        for (int d = 0; d < hd; d += 32) {
+            __m512 x0 = _mm512_loadu_ps(o + (size_t)i * ldo + d), x1 = _mm512_loadu_ps(o + (size_t)i * ldo + d + 16);
+            _mm512_storeu_ps(w + (size_t)i * hd + d, _mm512_permutex2var_ps(x0, ev, x1));
+            _mm512_storeu_ps(w + (size_t)i * hd + d + 16, _mm512_permutex2var_ps(x0, od, x1));
+        }
+    for (int j0 = 0; j0 < nk; j0 += FL_KV_PF) {
+        int n = nk - j0 < FL_KV_PF ? nk - j0 : FL_KV_PF, j1 = j0 + n;
+        int nn = nk - j1 < FL_KV_PF ? nk - j1 : FL_KV_PF;
+        for (int d = 0; d < hd; d += 32) {
+            __m512 a[8][2];
+            _Pragma("GCC unroll 8")
+            for (int i = 0; i < 8; i++) {
+                a[i][0] = _mm512_loadu_ps(w + (size_t)i * hd + d);
+                a[i][1] = _mm512_loadu_ps(w + (size_t)i * hd + d + 16);
+            }
+            for (int j = j0; j < j1; j++) {
+                if (j - j0 < nn)
+                    __builtin_prefetch(vr[j + n] + d, 0, FL_KV_PF_LOC);
+                __m512i x = _mm512_loadu_si512(vr[j] + d);
+                __m512 ve = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+                __m512 vo = _mm512_castsi512_ps(_mm512_and_si512(x, mhi));
+                _Pragma("GCC unroll 8")
+                for (int i = 0; i < 8; i++) {
+                    __m512 b = _mm512_set1_ps(p[(size_t)i * ldp + j]);
+                    a[i][0] = _mm512_fmadd_ps(b, ve, a[i][0]);
+                    a[i][1] = _mm512_fmadd_ps(b, vo, a[i][1]);
+                }
+            }
+            _Pragma("GCC unroll 8")
+            for (int i = 0; i < 8; i++) {
+                _mm512_storeu_ps(w + (size_t)i * hd + d, a[i][0]);
+                _mm512_storeu_ps(w + (size_t)i * hd + d + 16, a[i][1]);
+            }
+        }
+    }
+    for (int i = 0; i < 8; i++)
+        for (int d = 0; d < hd; d += 32) {
+            __m512 e = _mm512_loadu_ps(w + (size_t)i * hd + d), q = _mm512_loadu_ps(w + (size_t)i * hd + d + 16);
+            _mm512_storeu_ps(o + (size_t)i * ldo + d, _mm512_permutex2var_ps(e, lo, q));
+            _mm512_storeu_ps(o + (size_t)i * ldo + d + 16, _mm512_permutex2var_ps(e, hi, q));
+        }
+}
+
+/* The dispatch: tiles of at most 8 queries read the rows in place (above, or the AVX2
+ * kernels for shapes those do not take: odd or wide heads, pv of fewer than 8 rows or head
+ * dims not a multiple of 32); larger tiles widen the rows and use the 16-lane kernels. Every
+ * path computes the same bits (kernels.h), so the choice changes no result. */
 FL_AVX512 static void fl_qk_b16_avx512(float *s, int lds, const float *qt, int nq,
                                        const uint16_t *const *kr, int nk, int hd, float scale,
                                        float *wide)
 {
-    if (nq <= 8)
+    if (nq <= 8 && hd % 2 == 0 && hd <= FL_QK8_MAXHD)
+        fl_qk8_b16_avx512(s, lds, qt, nq, kr, nk, hd, scale, wide);
+    else if (nq <= 8)
         fl_qk_b16_avx2(s, lds, qt, nq, kr, nk, hd, scale, wide);
     else
         fl_qk_bf16_avx512(s, lds, qt, nq, kr, nk, hd, scale, wide);
@@ -1356,7 +1478,9 @@ FL_AVX512 static void fl_qk_b16_avx512(float *s, int lds, const float *qt, int n
 FL_AVX512 static void fl_pv_b16_avx512(float *o, int ldo, const float *p, int ldp, int nq,
                                        const uint16_t *const *vr, int nk, int hd, float *wide)
 {
-    if (nq <= 8)
+    if (nq == 8 && hd % 32 == 0)
+        fl_pv8_b16_avx512(o, ldo, p, ldp, vr, nk, hd, wide);
+    else if (nq <= 8)
         fl_pv_b16_avx2(o, ldo, p, ldp, nq, vr, nk, hd, wide);
     else
         fl_pv_bf16_avx512(o, ldo, p, ldp, nq, vr, nk, hd, wide);
