@@ -1400,14 +1400,61 @@ FL_AVX512 static void fl_qk8_b16_avx512(float *s, int lds, const float *qt, int 
         fl_qk_b16_avx2(s + j, lds, qt, nq, kr + j, nk - j, hd, scale, wide);
 }
 
-/* Outputs of exactly 8 query rows: per pass 32 dims of all 8 rows (16 accumulators). A
- * key's 32 values are one 64-byte load; shifted up they are the even dims, masked the odd
- * ones, so the pass accumulates in an even/odd layout (per 32 dims the 16 even, then the 16
- * odd), into which o is split first (in wide) and from which it is joined back. Per key 1
- * load and 8 broadcasts of p for 16 FMAs. Spans of FL_KV_PF keys, the next span's rows
- * prefetched a line per pass and key. hd % 32 == 0. Per output element one FMA per key,
- * keys in order: the widening path's bits. */
-FL_AVX512 static void fl_pv8_b16_avx512(float *o, int ldo, const float *p, int ldp,
+/* Scores of 9-16 queries from bf16 rows in place: per two elements of a key one 32-bit
+ * broadcast of its pair (fl_bcast_pair's halves, in a zmm), against the 16 query lanes; 8
+ * keys at a time, 8 accumulators. Instead of widening 64 rows into scratch and reading them
+ * back, which cost a third of the FMAs' time. The next rows are prefetched in memory order.
+ * hd even. */
+FL_AVX512 static void fl_qk16_b16_avx512(float *s, int lds, const float *qt, int nq,
+                                         const uint16_t *const *kr, int nk, int hd, float scale,
+                                         float *wide)
+{
+    const __m512i mhi = _mm512_set1_epi32((int)0xffff0000u);
+    const __m512 sc = _mm512_set1_ps(scale);
+    int lines = (hd + 31) / 32, pf = FL_KV_PF, steps = hd / 2;
+    int per = (8 * lines + steps - 1) / steps; /* prefetches per step: 8 rows' lines */
+    float r[16];
+    int j = 0;
+    for (; j + 8 <= nk; j += 8) {
+        __m512 a[8];
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < 8; t++)
+            a[t] = _mm512_setzero_ps();
+        fl_kv_pf16 pq = fl_kv_pf16_at(kr, j + pf, 8, nk, lines, pf);
+        for (int d = 0; d < hd; d += 2) {
+            for (int x = 0; x < per; x++)
+                fl_kv_pf16_next(&pq);
+            __m512 u0 = _mm512_loadu_ps(qt + d * FL_QT), u1 = _mm512_loadu_ps(qt + (d + 1) * FL_QT);
+            _Pragma("GCC unroll 8")
+            for (int t = 0; t < 8; t++) {
+                int32_t v;
+                memcpy(&v, kr[j + t] + d, 4);
+                __m512i b = _mm512_set1_epi32(v);
+                a[t] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(b, 16)), u0, a[t]);
+                a[t] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(b, mhi)), u1, a[t]);
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (int t = 0; t < 8; t++) {
+            _mm512_storeu_ps(r, _mm512_mul_ps(a[t], sc));
+            for (int i = 0; i < nq; i++)
+                s[(size_t)i * lds + j + t] = r[i];
+        }
+    }
+    if (j < nk) /* the last keys: widened, the 16-lane kernel */
+        fl_qk_bf16_avx512(s + j, lds, qt, nq, kr + j, nk - j, hd, scale, wide);
+}
+
+/* Outputs from bf16 rows in place, 8 query rows at a time: per pass 32 dims of 8 rows (16
+ * accumulators). A key's 32 values are one 64-byte load; shifted up they are the even dims,
+ * masked the odd ones, so the passes accumulate in an even/odd layout (per 32 dims the 16
+ * even, then the 16 odd) in w, into which o is split first and from which it is joined
+ * back. Per key 1 load and 8 broadcasts of p for 16 FMAs, where the AVX2 kernel's 4 rows x 16
+ * dims took 5 loads for 8 FMAs of half the width. Rows past nq in the last group take p = 0
+ * from a span's copy (pz) and are never joined back. Spans of FL_KV_PF keys, the next span's
+ * rows prefetched a line per pass and key. hd % 32 == 0; w: (nq rounded up to 8) x hd.
+ * Per output element one FMA per key, keys in order: the widening path's bits. */
+FL_AVX512 static void fl_pv8_b16_avx512(float *o, int ldo, const float *p, int ldp, int nq,
                                         const uint16_t *const *vr, int nk, int hd, float *w)
 {
     const __m512i ev = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
@@ -1415,43 +1462,61 @@ FL_AVX512 static void fl_pv8_b16_avx512(float *o, int ldo, const float *p, int l
     const __m512i lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     const __m512i hi = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
     const __m512i mhi = _mm512_set1_epi32((int)0xffff0000u);
-    for (int i = 0; i < 8; i++)
+    int rows = (nq + 7) & ~7;
+    float pz[8 * FL_KV_PF];
+    for (int i = 0; i < rows; i++)
         for (int d = 0; d < hd; d += 32) {
-            __m512 x0 = _mm512_loadu_ps(o + (size_t)i * ldo + d), x1 = _mm512_loadu_ps(o + (size_t)i * ldo + d + 16);
+            __m512 x0 = _mm512_setzero_ps(), x1 = x0;
+            if (i < nq) {
+                x0 = _mm512_loadu_ps(o + (size_t)i * ldo + d);
+                x1 = _mm512_loadu_ps(o + (size_t)i * ldo + d + 16);
+            }
             _mm512_storeu_ps(w + (size_t)i * hd + d, _mm512_permutex2var_ps(x0, ev, x1));
             _mm512_storeu_ps(w + (size_t)i * hd + d + 16, _mm512_permutex2var_ps(x0, od, x1));
         }
     for (int j0 = 0; j0 < nk; j0 += FL_KV_PF) {
         int n = nk - j0 < FL_KV_PF ? nk - j0 : FL_KV_PF, j1 = j0 + n;
         int nn = nk - j1 < FL_KV_PF ? nk - j1 : FL_KV_PF;
-        for (int d = 0; d < hd; d += 32) {
-            __m512 a[8][2];
-            _Pragma("GCC unroll 8")
-            for (int i = 0; i < 8; i++) {
-                a[i][0] = _mm512_loadu_ps(w + (size_t)i * hd + d);
-                a[i][1] = _mm512_loadu_ps(w + (size_t)i * hd + d + 16);
+        for (int g = 0; g < rows; g += 8) {
+            const float *pg = p + (size_t)g * ldp + j0;
+            int lp = ldp;
+            if (g + 8 > nq) { /* the last rows, padded with p = 0 */
+                for (int i = 0; i < 8; i++)
+                    for (int j = 0; j < n; j++)
+                        pz[i * FL_KV_PF + j] = g + i < nq ? pg[(size_t)i * ldp + j] : 0.0f;
+                pg = pz;
+                lp = FL_KV_PF;
             }
-            for (int j = j0; j < j1; j++) {
-                if (j - j0 < nn)
-                    __builtin_prefetch(vr[j + n] + d, 0, FL_KV_PF_LOC);
-                __m512i x = _mm512_loadu_si512(vr[j] + d);
-                __m512 ve = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-                __m512 vo = _mm512_castsi512_ps(_mm512_and_si512(x, mhi));
+            float *wg = w + (size_t)g * hd;
+            for (int d = 0; d < hd; d += 32) {
+                __m512 a[8][2];
                 _Pragma("GCC unroll 8")
                 for (int i = 0; i < 8; i++) {
-                    __m512 b = _mm512_set1_ps(p[(size_t)i * ldp + j]);
-                    a[i][0] = _mm512_fmadd_ps(b, ve, a[i][0]);
-                    a[i][1] = _mm512_fmadd_ps(b, vo, a[i][1]);
+                    a[i][0] = _mm512_loadu_ps(wg + (size_t)i * hd + d);
+                    a[i][1] = _mm512_loadu_ps(wg + (size_t)i * hd + d + 16);
                 }
-            }
-            _Pragma("GCC unroll 8")
-            for (int i = 0; i < 8; i++) {
-                _mm512_storeu_ps(w + (size_t)i * hd + d, a[i][0]);
-                _mm512_storeu_ps(w + (size_t)i * hd + d + 16, a[i][1]);
+                for (int j = 0; j < n; j++) {
+                    if (g == 0 && j < nn)
+                        __builtin_prefetch(vr[j1 + j] + d, 0, FL_KV_PF_LOC);
+                    __m512i x = _mm512_loadu_si512(vr[j0 + j] + d);
+                    __m512 ve = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+                    __m512 vo = _mm512_castsi512_ps(_mm512_and_si512(x, mhi));
+                    _Pragma("GCC unroll 8")
+                    for (int i = 0; i < 8; i++) {
+                        __m512 b = _mm512_set1_ps(pg[(size_t)i * lp + j]);
+                        a[i][0] = _mm512_fmadd_ps(b, ve, a[i][0]);
+                        a[i][1] = _mm512_fmadd_ps(b, vo, a[i][1]);
+                    }
+                }
+                _Pragma("GCC unroll 8")
+                for (int i = 0; i < 8; i++) {
+                    _mm512_storeu_ps(wg + (size_t)i * hd + d, a[i][0]);
+                    _mm512_storeu_ps(wg + (size_t)i * hd + d + 16, a[i][1]);
+                }
             }
         }
     }
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < nq; i++)
         for (int d = 0; d < hd; d += 32) {
             __m512 e = _mm512_loadu_ps(w + (size_t)i * hd + d), q = _mm512_loadu_ps(w + (size_t)i * hd + d + 16);
             _mm512_storeu_ps(o + (size_t)i * ldo + d, _mm512_permutex2var_ps(e, lo, q));
@@ -1459,27 +1524,32 @@ FL_AVX512 static void fl_pv8_b16_avx512(float *o, int ldo, const float *p, int l
         }
 }
 
-/* The dispatch: tiles of at most 8 queries read the rows in place (above, or the AVX2
- * kernels for shapes those do not take: odd or wide heads, pv of fewer than 8 rows or head
- * dims not a multiple of 32); larger tiles widen the rows and use the 16-lane kernels. Every
- * path computes the same bits (kernels.h), so the choice changes no result. */
+/* The dispatch: bf16 rows are read in place (above; the AVX2 kernels for tiles of fewer
+ * than 8 queries in pv, and for shapes the kernels above do not take: odd or wide heads, pv
+ * with head dims not a multiple of 32); otherwise 64 rows are widened at a time for the
+ * 16-lane kernels. Every path computes the same bits (kernels.h), so the choice changes no
+ * result. In cache, one thread, 512 keys, head_dim 128 (docs/benchmarks.md): 8 queries, qk
+ * 12.9 -> 8.6 us and pv 13-16 -> 4.9 us against the AVX2 kernels; 16 queries, qk 17.2 -> 13.1
+ * us and pv 15.0 -> 9.9 us against widening. */
 FL_AVX512 static void fl_qk_b16_avx512(float *s, int lds, const float *qt, int nq,
                                        const uint16_t *const *kr, int nk, int hd, float scale,
                                        float *wide)
 {
-    if (nq <= 8 && hd % 2 == 0 && hd <= FL_QK8_MAXHD)
+    if (hd % 2)
+        (nq <= 8 ? fl_qk_b16_avx2 : fl_qk_bf16_avx512)(s, lds, qt, nq, kr, nk, hd, scale, wide);
+    else if (nq <= 8 && hd <= FL_QK8_MAXHD)
         fl_qk8_b16_avx512(s, lds, qt, nq, kr, nk, hd, scale, wide);
     else if (nq <= 8)
         fl_qk_b16_avx2(s, lds, qt, nq, kr, nk, hd, scale, wide);
     else
-        fl_qk_bf16_avx512(s, lds, qt, nq, kr, nk, hd, scale, wide);
+        fl_qk16_b16_avx512(s, lds, qt, nq, kr, nk, hd, scale, wide);
 }
 
 FL_AVX512 static void fl_pv_b16_avx512(float *o, int ldo, const float *p, int ldp, int nq,
                                        const uint16_t *const *vr, int nk, int hd, float *wide)
 {
-    if (nq == 8 && hd % 32 == 0)
-        fl_pv8_b16_avx512(o, ldo, p, ldp, vr, nk, hd, wide);
+    if (nq >= 8 && hd % 32 == 0 && ((nq + 7) & ~7) <= FL_KV_CHUNK) /* w holds the groups */
+        fl_pv8_b16_avx512(o, ldo, p, ldp, nq, vr, nk, hd, wide);
     else if (nq <= 8)
         fl_pv_b16_avx2(o, ldo, p, ldp, nq, vr, nk, hd, wide);
     else

@@ -98,8 +98,8 @@ typedef struct fl_kernels {
      * widened to f32 (an exact conversion), as that is how they compute: FL_KV_CHUNK rows at
      * a time widened into wide, (FL_KV_CHUNK * hd) floats of scratch, then qk / pv on them
      * (AVX2 reads even head dims' rows in place instead, the same products in the same
-     * order, and uses wide for pv's outputs; so does AVX-512 for tiles of up to 8 queries,
-     * two keys per zmm in qk and 8 query rows per pass in pv).
+     * order, and uses wide for pv's outputs; so does AVX-512, with 16 lanes: tiles of up to
+     * 8 queries two keys per zmm in qk, and pv 8 query rows per pass).
      * Widening a chunk once costs a few instructions per 16 values next to the hd FMAs per
      * key and query tile (or per key and 4 query rows), so the products run at f32 speed
      * while memory gives up half the bytes. Exactness rests on qk's and pv's contracts: a

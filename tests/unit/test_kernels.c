@@ -276,7 +276,7 @@ static void test_attention_exact(const fl_kernels *kk)
  * reads bf16 rows in place only for those, and pairs of dims only for even ones). */
 static void test_attention_bf16(const fl_kernels *kk)
 {
-    const int nqs[] = {1, 2, 4, 6, 7, 8, 13, 16}, nks[] = {1, 9, FL_KV_CHUNK, FL_KV_CHUNK + 3, 2 * FL_KV_CHUNK + 5};
+    const int nqs[] = {1, 2, 4, 6, 7, 8, 9, 13, 16}, nks[] = {1, 9, FL_KV_CHUNK, FL_KV_CHUNK + 3, 2 * FL_KV_CHUNK + 5};
     const int hds[] = {8, 9, 20, 64, 128}; /* odd: the AVX2 level's pairs fall back to widening */
     for (size_t a = 0; a < sizeof nqs / sizeof *nqs; a++)
         for (size_t b = 0; b < 5; b++)
