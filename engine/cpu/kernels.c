@@ -1240,18 +1240,21 @@ fl_qk_pf_avx512(float *s, int lds, const float *qt, int nq, const float *const *
 
 /* pv on one span of keys (vr[0..nk), p's columns likewise), prefetching the rows nx[0..nn)
  * (the next span's, nn <= nk) a line at a time, spread over the passes the span makes:
- * rows of V are walked 32 dims at a time per 8 query rows (16 accumulators: per key 2 loads
- * of V and 8 broadcasts of p for 16 FMAs; 4 rows took 6 loads for 8, and ran a 16-query
- * tile's pv in cache 1.5x slower), then per 4 rows, so a row's lines are wanted in different
- * passes, and a whole row prefetched per key swamped the line fill buffers. */
+ * rows of V are walked 32 dims at a time per 8 query rows in tiles of more than 8 (16
+ * accumulators: per key 2 loads of V and 8 broadcasts of p for 16 FMAs; 4 rows took 6 loads
+ * for 8, and ran a 16-query tile's pv in cache 1.5x slower), then per 4 rows, so a row's
+ * lines are wanted in different passes, and a whole row prefetched per key swamped the line
+ * fill buffers. A tile of 8 (block 4, 2-way GQA) keeps 4-row passes: it waits on DRAM, and
+ * 8-row passes measured no faster there (docs/benchmarks.md). */
 FL_AVX512 static void fl_pv_span_avx512(float *o, int ldo, const float *p, int ldp, int nq,
                                         const float *const *vr, int nk, int hd,
                                         const float *const *nx, int nn)
 {
     int h32 = hd & ~31, lines = (hd + 15) / 16, pass = 0;
-    int passes = (nq / 8 + nq % 8 / 4) * (h32 / 32);
+    int g8 = nq > 8 ? nq / 8 : 0; /* a tile of 8 rows (block 4): memory-bound, kept on 4 */
+    int passes = (g8 + (nq - 8 * g8) / 4) * (h32 / 32);
     int i = 0;
-    for (; i + 8 <= nq; i += 8)
+    for (; i < 8 * g8; i += 8)
         for (int d = 0; d < h32; d += 32, pass++) {
             int l0 = pass * lines / passes, l1 = (pass + 1) * lines / passes;
             __m512 a[8][2];
