@@ -1372,98 +1372,47 @@ FL_AVX512 static void fl_bf16_to_f32_avx512(float *dst, const uint16_t *src, lon
 
 FL_ATT_LEVEL(avx512, FL_AVX512)
 
-/* bf16 K/V at the AVX-512 level, tiles of at most 8 query rows (block 4 with 2-way GQA):
- * the rows are read in place, as the AVX2 level reads them, but with every lane of a zmm at
- * work. A ymm of 8 queries per key left the second half of each FMA idle, and 4 query rows
- * per pass of pv loaded and widened each row twice per 32 dims.
+/* bf16 K/V at the AVX-512 level: the rows are read in place, as the AVX2 level reads them,
+ * with every lane of a zmm at work.
  *
- * Scores: a zmm holds two keys' scores, key 2t's 8 queries in the low half and key
- * 2t + 1's in the high half, against the queries repeated in both halves (q2). Per two
- * elements a key pair takes one 32-bit broadcast of key 2t's two values with key 2t + 1's
- * masked into the high half; the low value is the pair shifted up, the high one the pair
- * masked, as in fl_bcast_pair. 16 keys at a time: 8 accumulators of 16 live lanes. Each
- * score is still one running sum over d in order, so the bits are the widening path's
- * (kernels.h). The next rows are prefetched in memory order. hd even, hd <= 256; the last
- * nk % 16 keys take the AVX2 kernel (a score never depends on how keys are split). */
-#define FL_QK8_MAXHD 256
-FL_AVX512 static void fl_qk8_b16_avx512(float *s, int lds, const float *qt, int nq,
-                                        const uint16_t *const *kr, int nk, int hd, float scale,
-                                        float *wide)
+ * Scores, keys [0, nk rounded down to a group): per two elements a key's pair of values is
+ * one 32-bit broadcast; its low half shifted up is element d, its high half masked d + 1 (as
+ * fl_bcast_pair). Tiles of 9-16 queries take 8 keys at a time against the 16 query lanes of
+ * qt. A tile of at most 8 (block 4 with 2-way GQA), where a ymm per key left half of every
+ * FMA idle, takes 16 keys at a time (pair): a zmm holds two keys' scores, key 2t's 8 queries
+ * in the low half and key 2t + 1's, masked into the broadcast's high half, in the high one,
+ * against qs = the queries repeated in both halves. 8 accumulators either way. Each score is
+ * still one running sum over d in order: the widening path's bits (kernels.h). The next rows
+ * are prefetched in memory order. hd even. Returns the keys done. */
+FL_AVX512 static inline __attribute__((always_inline)) int
+fl_qk_b16_groups(float *s, int lds, const float *qs, int nq, const uint16_t *const *kr, int nk,
+                 int hd, float scale, bool pair)
 {
-    float q2[FL_QK8_MAXHD * 16] __attribute__((aligned(64)));
-    for (int d = 0; d < hd; d++) {
-        __m512 u = _mm512_loadu_ps(qt + d * FL_QT);
-        _mm512_store_ps(q2 + d * 16, _mm512_shuffle_f32x4(u, u, 0x44));
-    }
     const __m512i mhi = _mm512_set1_epi32((int)0xffff0000u);
     const __m512 sc = _mm512_set1_ps(scale);
-    int lines = (hd + 31) / 32, pf = FL_KV_PF, steps = hd / 2;
-    int per = (16 * lines + steps - 1) / steps; /* prefetches per step: 16 rows' lines */
+    int g = pair ? 16 : 8, lines = (hd + 31) / 32, pf = FL_KV_PF, steps = hd / 2;
+    int per = (g * lines + steps - 1) / steps; /* prefetches per step: g rows' lines */
     float r[16];
     int j = 0;
-    for (; j + 16 <= nk; j += 16) {
+    for (; j + g <= nk; j += g) {
         __m512 a[8];
         _Pragma("GCC unroll 8")
         for (int t = 0; t < 8; t++)
             a[t] = _mm512_setzero_ps();
-        fl_kv_pf16 pq = fl_kv_pf16_at(kr, j + pf, 16, nk, lines, pf);
+        fl_kv_pf16 pq = fl_kv_pf16_at(kr, j + pf, g, nk, lines, pf);
         for (int d = 0; d < hd; d += 2) {
             for (int x = 0; x < per; x++)
                 fl_kv_pf16_next(&pq);
-            __m512 u0 = _mm512_load_ps(q2 + d * 16), u1 = _mm512_load_ps(q2 + (d + 1) * 16);
+            __m512 u0 = _mm512_loadu_ps(qs + d * FL_QT), u1 = _mm512_loadu_ps(qs + (d + 1) * FL_QT);
             _Pragma("GCC unroll 8")
             for (int t = 0; t < 8; t++) {
                 int32_t lo, hi;
-                memcpy(&lo, kr[j + 2 * t] + d, 4);
-                memcpy(&hi, kr[j + 2 * t + 1] + d, 4);
-                __m512i b = _mm512_mask_set1_epi32(_mm512_set1_epi32(lo), 0xff00, hi);
-                a[t] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(b, 16)), u0, a[t]);
-                a[t] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(b, mhi)), u1, a[t]);
-            }
-        }
-        _Pragma("GCC unroll 8")
-        for (int t = 0; t < 8; t++) {
-            _mm512_storeu_ps(r, _mm512_mul_ps(a[t], sc));
-            for (int i = 0; i < nq; i++) {
-                s[(size_t)i * lds + j + 2 * t] = r[i];
-                s[(size_t)i * lds + j + 2 * t + 1] = r[8 + i];
-            }
-        }
-    }
-    if (j < nk)
-        fl_qk_b16_avx2(s + j, lds, qt, nq, kr + j, nk - j, hd, scale, wide);
-}
-
-/* Scores of 9-16 queries from bf16 rows in place: per two elements of a key one 32-bit
- * broadcast of its pair (fl_bcast_pair's halves, in a zmm), against the 16 query lanes; 8
- * keys at a time, 8 accumulators. Instead of widening 64 rows into scratch and reading them
- * back, which cost a third of the FMAs' time. The next rows are prefetched in memory order.
- * hd even. */
-FL_AVX512 static void fl_qk16_b16_avx512(float *s, int lds, const float *qt, int nq,
-                                         const uint16_t *const *kr, int nk, int hd, float scale,
-                                         float *wide)
-{
-    const __m512i mhi = _mm512_set1_epi32((int)0xffff0000u);
-    const __m512 sc = _mm512_set1_ps(scale);
-    int lines = (hd + 31) / 32, pf = FL_KV_PF, steps = hd / 2;
-    int per = (8 * lines + steps - 1) / steps; /* prefetches per step: 8 rows' lines */
-    float r[16];
-    int j = 0;
-    for (; j + 8 <= nk; j += 8) {
-        __m512 a[8];
-        _Pragma("GCC unroll 8")
-        for (int t = 0; t < 8; t++)
-            a[t] = _mm512_setzero_ps();
-        fl_kv_pf16 pq = fl_kv_pf16_at(kr, j + pf, 8, nk, lines, pf);
-        for (int d = 0; d < hd; d += 2) {
-            for (int x = 0; x < per; x++)
-                fl_kv_pf16_next(&pq);
-            __m512 u0 = _mm512_loadu_ps(qt + d * FL_QT), u1 = _mm512_loadu_ps(qt + (d + 1) * FL_QT);
-            _Pragma("GCC unroll 8")
-            for (int t = 0; t < 8; t++) {
-                int32_t v;
-                memcpy(&v, kr[j + t] + d, 4);
-                __m512i b = _mm512_set1_epi32(v);
+                memcpy(&lo, kr[j + (pair ? 2 * t : t)] + d, 4);
+                __m512i b = _mm512_set1_epi32(lo);
+                if (pair) {
+                    memcpy(&hi, kr[j + 2 * t + 1] + d, 4);
+                    b = _mm512_mask_set1_epi32(b, 0xff00, hi);
+                }
                 a[t] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(b, 16)), u0, a[t]);
                 a[t] = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(b, mhi)), u1, a[t]);
             }
@@ -1472,10 +1421,42 @@ FL_AVX512 static void fl_qk16_b16_avx512(float *s, int lds, const float *qt, int
         for (int t = 0; t < 8; t++) {
             _mm512_storeu_ps(r, _mm512_mul_ps(a[t], sc));
             for (int i = 0; i < nq; i++)
-                s[(size_t)i * lds + j + t] = r[i];
+                if (pair) {
+                    s[(size_t)i * lds + j + 2 * t] = r[i];
+                    s[(size_t)i * lds + j + 2 * t + 1] = r[8 + i];
+                } else {
+                    s[(size_t)i * lds + j + t] = r[i];
+                }
         }
     }
-    if (j < nk) /* the last keys: widened, the 16-lane kernel */
+    return j;
+}
+
+/* hd <= 256 (q2 on the stack); the last keys take the AVX2 kernel (a score never depends on
+ * how the keys are split) */
+#define FL_QK8_MAXHD 256
+FL_AVX512 static void fl_qk8_b16_avx512(float *s, int lds, const float *qt, int nq,
+                                        const uint16_t *const *kr, int nk, int hd, float scale,
+                                        float *wide)
+{
+    float q2[FL_QK8_MAXHD * FL_QT] __attribute__((aligned(64)));
+    for (int d = 0; d < hd; d++) {
+        __m512 u = _mm512_loadu_ps(qt + d * FL_QT);
+        _mm512_store_ps(q2 + d * FL_QT, _mm512_shuffle_f32x4(u, u, 0x44));
+    }
+    int j = fl_qk_b16_groups(s, lds, q2, nq, kr, nk, hd, scale, true);
+    if (j < nk)
+        fl_qk_b16_avx2(s + j, lds, qt, nq, kr + j, nk - j, hd, scale, wide);
+}
+
+/* Widening 64 rows into scratch and reading them back cost a third of the FMAs' time; the
+ * last keys are still widened for the 16-lane kernel. */
+FL_AVX512 static void fl_qk16_b16_avx512(float *s, int lds, const float *qt, int nq,
+                                         const uint16_t *const *kr, int nk, int hd, float scale,
+                                         float *wide)
+{
+    int j = fl_qk_b16_groups(s, lds, qt, nq, kr, nk, hd, scale, false);
+    if (j < nk)
         fl_qk_bf16_avx512(s + j, lds, qt, nq, kr + j, nk - j, hd, scale, wide);
 }
 
