@@ -1550,14 +1550,12 @@ FL_AVX512 static void fl_qk_b16_avx512(float *s, int lds, const float *qt, int n
                                        const uint16_t *const *kr, int nk, int hd, float scale,
                                        float *wide)
 {
-    if (hd % 2)
-        (nq <= 8 ? fl_qk_b16_avx2 : fl_qk_bf16_avx512)(s, lds, qt, nq, kr, nk, hd, scale, wide);
-    else if (nq <= 8 && hd <= FL_QK8_MAXHD)
-        fl_qk8_b16_avx512(s, lds, qt, nq, kr, nk, hd, scale, wide);
-    else if (nq <= 8)
-        fl_qk_b16_avx2(s, lds, qt, nq, kr, nk, hd, scale, wide);
+    bool even = hd % 2 == 0;
+    if (nq <= 8)
+        (even && hd <= FL_QK8_MAXHD ? fl_qk8_b16_avx512 : fl_qk_b16_avx2)(s, lds, qt, nq, kr, nk,
+                                                                           hd, scale, wide);
     else
-        fl_qk16_b16_avx512(s, lds, qt, nq, kr, nk, hd, scale, wide);
+        (even ? fl_qk16_b16_avx512 : fl_qk_bf16_avx512)(s, lds, qt, nq, kr, nk, hd, scale, wide);
 }
 
 FL_AVX512 static void fl_pv_b16_avx512(float *o, int ldo, const float *p, int ldp, int nq,
