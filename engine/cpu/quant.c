@@ -214,6 +214,37 @@ static FL_INLINE void fl_qprefetch_l2_q4(const uint8_t *wq, const uint16_t *wd, 
 #endif
 }
 
+/* fl_tile2_q4_vnni reads two neighbouring tiles side by side: two streams, each of which
+ * runs on in the tile after its partner (tile t + 2), the partner's tile being read already.
+ * So "c groups ahead" in tile t's own stream (tiles of G groups) is the group a + a / G * G
+ * counted from tile t's start, a = g + c. Prefetching plainly ahead instead, as the one-tile
+ * kernels do, sent most of the L2 prefetches (8 KB ahead: all of them at k = 1024) into the
+ * partner tile and none into the next pair: 0.88-0.92x the time of the q4 projections
+ * against that, paired runs on a Zen 5 (docs/benchmarks.md, "Prefetching two tiles"). */
+static FL_INLINE void fl_qprefetch_pair_q4(const uint8_t *wq, const uint16_t *wd, int g, int G)
+{
+#if FL_QPF > 0
+    int a1 = g + FL_QPF / 256;
+    a1 += a1 / G * G;
+    for (int l = 0; l < 4; l++)
+        _mm_prefetch((const char *)(wq + (size_t)a1 * 256) + 64 * l, FL_QPF_HINT);
+    if (!(g & 1)) { /* two groups' scales per line */
+        int s1 = g + FL_QPF / 512;
+        s1 += s1 / G * G;
+        _mm_prefetch((const char *)(wd + (size_t)s1 * FL_QR), FL_QPF_HINT);
+    }
+#endif
+#if FL_QPF2 > 0
+    int a2 = g + FL_QPF2 / 256;
+    a2 += a2 / G * G;
+    for (int l = 0; l < 4; l++)
+        _mm_prefetch((const char *)(wq + (size_t)a2 * 256) + 64 * l, _MM_HINT_T1);
+    if (!(g & 1))
+        _mm_prefetch((const char *)(wd + (size_t)a2 * FL_QR), _MM_HINT_T1);
+#endif
+    (void)wq, (void)wd, (void)g, (void)G;
+}
+
 /* ---------------------------------------------------------------- AVX2 */
 
 /* fl_qx_quantize's arithmetic, 8 lanes at a time: the same bytes. */
@@ -487,10 +518,8 @@ FL_QVNNI static FL_INLINE void fl_tile2_q4_vnni(float *y, int ldy, const uint8_t
     size_t co = (size_t)k + 4 * (size_t)(2 * G);
     for (int g = 0; g < G; g++) {
         __m512i w0[8], w1[8];
-        fl_qprefetch(wq, wd, g, true);
-        fl_qprefetch(wq1, wd1, g, true);
-        fl_qprefetch_l2_q4(wq, wd, g);
-        fl_qprefetch_l2_q4(wq1, wd1, g);
+        fl_qprefetch_pair_q4(wq, wd, g, G);
+        fl_qprefetch_pair_q4(wq1, wd1, g, G);
         const uint8_t *b0 = wq + (size_t)g * 256, *b1 = wq1 + (size_t)g * 256;
         _Pragma("GCC unroll 4")
         for (int c = 0; c < 4; c++) {
