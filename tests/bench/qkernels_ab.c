@@ -1,0 +1,160 @@
+/* qkernels_ab.c: two builds of engine/cpu/quant.c side by side, on the same weights, in one
+ * process (built and run by qkernels_ab.sh, which says how). The weights stream from DRAM as
+ * in a forward: a Qwen3-0.6B-shaped stack of 28 layers (q|k|v, o, gate|up, down), or the
+ * head, 2 threads each taking half of every matrix's tiles between two barriers. Builds A
+ * and B take turns pass by pass (A B B A ...), so this VM's swings in bandwidth, which move a
+ * single run by 2x within minutes, fall on both alike, and the ratio B/A is what to read.
+ * Both builds must give the same bits (checked on each shape first): the variants this is for
+ * (prefetching, tiling) never change a sum. Not part of the test suite. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#include "cpu/kernels.h"
+#include "cpu/quant.h"
+
+typedef void (*mmq_fn)(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
+                       const uint16_t *wd, int n, int k, bool acc);
+void fl_quant_kernels_init_A(fl_kernels *kk, const char *want);
+void fl_quant_kernels_init_B(fl_kernels *kk, const char *want);
+
+enum { NT = 2, MAXL = 28, MAXS = 4 };
+static int L = 28, NS = 4, Q8, M = 4, PASSES = 22;
+static int SN[MAXS] = {4096, 1024, 6144, 1024}, SK[MAXS] = {1024, 2048, 1024, 3072};
+static const char *SNAME[MAXS] = {"qkv", "o", "gate|up", "down"};
+static uint8_t *wq[MAXL][MAXS];
+static uint16_t *wd[MAXL][MAXS];
+static void *qx[MAXS];
+static float *y;
+static mmq_fn fn[2];
+static pthread_barrier_t bar;
+static double tacc[2][MAXS];
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+/* as the CPU backend allocates weights: 2 MB pages asked for */
+static void *big(size_t n)
+{
+    size_t h = (size_t)2 << 20;
+    char *p = mmap(NULL, n + h, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "qkernels_ab: out of memory\n");
+        exit(1);
+    }
+    madvise(p, n + h, MADV_HUGEPAGE);
+    return (void *)(((uintptr_t)p + h - 1) & ~(h - 1));
+}
+
+static void call(int v, int l, int s, int t)
+{
+    int n = SN[s], k = SK[s], tiles = n / FL_QR, per = (tiles + NT - 1) / NT;
+    int j0 = t * per * FL_QR, j1 = (t + 1) * per * FL_QR < n ? (t + 1) * per * FL_QR : n;
+    if (j1 > j0)
+        fn[v](y + j0, n, qx[s], M, wq[l][s] + (size_t)j0 * k / (Q8 ? 1 : 2),
+              wd[l][s] + (size_t)j0 * (k / FL_QG), j1 - j0, k, false);
+}
+
+static void *worker(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    for (int pass = 0; pass < PASSES; pass++) {
+        int v = (pass & 1) ^ ((pass >> 1) & 1); /* A B B A A B B A ... */
+        for (int l = 0; l < L; l++)
+            for (int s = 0; s < NS; s++) {
+                pthread_barrier_wait(&bar);
+                double t0 = now();
+                call(v, l, s, t);
+                pthread_barrier_wait(&bar);
+                if (t == 0 && pass >= 2) /* the first two passes warm up */
+                    tacc[v][s] += now() - t0;
+            }
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 3 ? argv[3] : "q4";
+    if (argc > 1)
+        M = atoi(argv[1]);
+    if (argc > 2)
+        PASSES = atoi(argv[2]);
+    if (M < 1 || M > 64 || PASSES < 4 || (strcmp(mode, "q4") && strcmp(mode, "q8") && strcmp(mode, "head"))) {
+        fprintf(stderr, "usage: qkernels_ab [rows 1-64] [passes >= 4] [q4|q8|head]\n");
+        return 2;
+    }
+    Q8 = strcmp(mode, "q4") != 0;
+    if (!strcmp(mode, "head")) { /* the head at q8: 155 MB, six copies */
+        L = 6, NS = 1, SN[0] = 151936, SK[0] = 1024, SNAME[0] = "head";
+    }
+    fl_kernels ka, kb;
+    fl_kernels_init(&ka, NULL);
+    kb = ka;
+    fl_quant_kernels_init_A(&ka, "");
+    fl_quant_kernels_init_B(&kb, "");
+    fn[0] = Q8 ? ka.mm_q8 : ka.mm_q4;
+    fn[1] = Q8 ? kb.mm_q8 : kb.mm_q4;
+    unsigned seed = 1;
+    for (int l = 0; l < L; l++)
+        for (int s = 0; s < NS; s++) {
+            size_t qb = fl_qr_quant_bytes(SN[s], SK[s], !Q8), sc = fl_qr_scale_count(SN[s], SK[s]);
+            wq[l][s] = big(qb);
+            wd[l][s] = big(sc * 2);
+            for (size_t i = 0; i < qb; i++)
+                wq[l][s][i] = (uint8_t)((seed = seed * 1103515245u + 12345u) >> 16);
+            for (size_t i = 0; i < sc; i++) /* f16 scales in [2^-4, 2^-3) */
+                wd[l][s][i] = (uint16_t)(0x2c00 + (i * 37 % 1024));
+        }
+    size_t ymax = 0;
+    for (int s = 0; s < NS; s++) {
+        int k = SK[s];
+        float *x = malloc(sizeof(float) * M * k);
+        for (int i = 0; i < M * k; i++)
+            x[i] = (float)((seed = seed * 1103515245u + 12345u) >> 16) / 32768.0f - 1.0f;
+        qx[s] = big(fl_qx_bytes(M, k));
+        ka.qx_quantize(qx[s], x, k, M, k);
+        free(x);
+        if ((size_t)SN[s] > ymax)
+            ymax = SN[s];
+    }
+    y = big(sizeof(float) * M * ymax);
+    float *ya = big(sizeof(float) * M * ymax), *yb = big(sizeof(float) * M * ymax);
+    for (int s = 0; s < NS; s++) {
+        size_t n = (size_t)M * SN[s];
+        fn[0](ya, SN[s], qx[s], M, wq[0][s], wd[0][s], SN[s], SK[s], false);
+        fn[1](yb, SN[s], qx[s], M, wq[0][s], wd[0][s], SN[s], SK[s], false);
+        if (memcmp(ya, yb, n * sizeof(float))) {
+            fprintf(stderr, "qkernels_ab: %s: A and B give different bits\n", SNAME[s]);
+            return 1;
+        }
+    }
+    pthread_barrier_init(&bar, NULL, NT);
+    pthread_t th[NT];
+    for (int t = 0; t < NT; t++)
+        pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t);
+    for (int t = 0; t < NT; t++)
+        pthread_join(th[t], NULL);
+    int per = (PASSES - 2) / 2;
+    double ta = 0, tb = 0;
+    printf("%s, %d rows, %d layers, %d passes each, ms per pass (all layers), same bits\n",
+           Q8 ? "q8" : "q4", M, L, per);
+    for (int s = 0; s < NS; s++) {
+        printf("%-8s A %8.3f  B %8.3f  B/A %.3f\n", SNAME[s], tacc[0][s] / per * 1e3,
+               tacc[1][s] / per * 1e3, tacc[1][s] / tacc[0][s]);
+        ta += tacc[0][s];
+        tb += tacc[1][s];
+    }
+    if (NS > 1)
+        printf("%-8s A %8.3f  B %8.3f  B/A %.3f\n", "all", ta / per * 1e3, tb / per * 1e3, tb / ta);
+    return 0;
+}
