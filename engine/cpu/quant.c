@@ -216,33 +216,34 @@ static FL_INLINE void fl_qprefetch_l2_q4(const uint8_t *wq, const uint16_t *wd, 
 
 /* fl_tile2_q4_vnni reads two neighbouring tiles side by side: two streams, each of which
  * runs on in the tile after its partner (tile t + 2), the partner's tile being read already.
- * So "c groups ahead" in tile t's own stream (tiles of G groups) is the group a + a / G * G
- * counted from tile t's start, a = g + c. Prefetching plainly ahead instead, as the one-tile
- * kernels do, sent most of the L2 prefetches (8 KB ahead: all of them at k = 1024) into the
- * partner tile and none into the next pair: 0.88-0.92x the time of the q4 projections
- * against that, paired runs on a Zen 5 (docs/benchmarks.md, "Prefetching two tiles"). */
-static FL_INLINE void fl_qprefetch_pair_q4(const uint8_t *wq, const uint16_t *wd, int g, int G)
+ * So d bytes ahead of a tile's group g is d bytes on in the tile itself, and past its end
+ * one tile further on (tb bytes), with d <= tb so that it never goes two tiles past; the
+ * scales (an eighth of the quants' bytes) likewise. Prefetching plainly ahead, as the
+ * one-tile kernels do, sent most of the L2 prefetches (all of them at k = 1024) into the
+ * partner tile and none into the next pair (docs/benchmarks.md, "Prefetching two tiles"). */
+static FL_INLINE void fl_qprefetch_pair_q4(const uint8_t *wq, const uint16_t *wd, int g,
+                                           size_t d1, size_t d2, size_t tb)
 {
+    size_t at = (size_t)g * 256, sat = (size_t)g * FL_QR * 2, sb = tb / 8;
 #if FL_QPF > 0
-    int a1 = g + FL_QPF / 256;
-    a1 += a1 / G * G;
+    size_t o1 = at + d1, s1 = sat + d1 / 16;
+    o1 += o1 >= tb ? tb : 0;
+    s1 += s1 >= sb ? sb : 0;
     for (int l = 0; l < 4; l++)
-        _mm_prefetch((const char *)(wq + (size_t)a1 * 256) + 64 * l, FL_QPF_HINT);
-    if (!(g & 1)) { /* two groups' scales per line */
-        int s1 = g + FL_QPF / 512;
-        s1 += s1 / G * G;
-        _mm_prefetch((const char *)(wd + (size_t)s1 * FL_QR), FL_QPF_HINT);
-    }
+        _mm_prefetch((const char *)wq + o1 + 64 * l, FL_QPF_HINT);
+    if (!(g & 1)) /* two groups' scales per line */
+        _mm_prefetch((const char *)wd + s1, FL_QPF_HINT);
 #endif
 #if FL_QPF2 > 0
-    int a2 = g + FL_QPF2 / 256;
-    a2 += a2 / G * G;
+    size_t o2 = at + d2, s2 = sat + d2 / 8;
+    o2 += o2 >= tb ? tb : 0;
+    s2 += s2 >= sb ? sb : 0;
     for (int l = 0; l < 4; l++)
-        _mm_prefetch((const char *)(wq + (size_t)a2 * 256) + 64 * l, _MM_HINT_T1);
+        _mm_prefetch((const char *)wq + o2 + 64 * l, _MM_HINT_T1);
     if (!(g & 1))
-        _mm_prefetch((const char *)(wd + (size_t)a2 * FL_QR), _MM_HINT_T1);
+        _mm_prefetch((const char *)wd + s2, _MM_HINT_T1);
 #endif
-    (void)wq, (void)wd, (void)g, (void)G;
+    (void)wq, (void)wd, (void)at, (void)sat, (void)sb, (void)d1, (void)d2;
 }
 
 /* ---------------------------------------------------------------- AVX2 */
@@ -505,7 +506,7 @@ FL_QVNNI static FL_INLINE void fl_tile_vnni(float *y, int ldy, const uint8_t *qx
  * in the same order as fl_tile_vnni's: the same bits. */
 FL_QVNNI static FL_INLINE void fl_tile2_q4_vnni(float *y, int ldy, const uint8_t *qx, size_t rb,
                                                 int k, const uint8_t *wq, const uint16_t *wd,
-                                                size_t tb, int R, bool acc)
+                                                size_t tb, size_t pd1, size_t pd2, int R, bool acc)
 {
     int G = k / FL_QG;
     __m512 a0[4], a1[4];
@@ -518,8 +519,8 @@ FL_QVNNI static FL_INLINE void fl_tile2_q4_vnni(float *y, int ldy, const uint8_t
     size_t co = (size_t)k + 4 * (size_t)(2 * G);
     for (int g = 0; g < G; g++) {
         __m512i w0[8], w1[8];
-        fl_qprefetch_pair_q4(wq, wd, g, G);
-        fl_qprefetch_pair_q4(wq1, wd1, g, G);
+        fl_qprefetch_pair_q4(wq, wd, g, pd1, pd2, tb);
+        fl_qprefetch_pair_q4(wq1, wd1, g, pd1, pd2, tb);
         const uint8_t *b0 = wq + (size_t)g * 256, *b1 = wq1 + (size_t)g * 256;
         _Pragma("GCC unroll 4")
         for (int c = 0; c < 4; c++) {
@@ -568,12 +569,19 @@ FL_QVNNI static FL_INLINE void fl_mm_q_vnni(float *y, int ldy, const void *qx, i
         float *yj = y + j;
         int i = 0;
         if (q4 && m <= 4 && n - j >= 2 * FL_QR) { /* two whole tiles at once */
-            switch (m) {
-            case 4: fl_tile2_q4_vnni(yj, ldy, x, rb, k, wt, dt, tb, 4, acc); break;
-            case 3: fl_tile2_q4_vnni(yj, ldy, x, rb, k, wt, dt, tb, 3, acc); break;
-            case 2: fl_tile2_q4_vnni(yj, ldy, x, rb, k, wt, dt, tb, 2, acc); break;
-            default: fl_tile2_q4_vnni(yj, ldy, x, rb, k, wt, dt, tb, 1, acc); break;
-            }
+            /* the prefetch distances as constants where tiles are long enough (k >= 1024) */
+#define FL_QT2(D1, D2)                                                                             \
+    switch (m) {                                                                                   \
+    case 4: fl_tile2_q4_vnni(yj, ldy, x, rb, k, wt, dt, tb, D1, D2, 4, acc); break;                \
+    case 3: fl_tile2_q4_vnni(yj, ldy, x, rb, k, wt, dt, tb, D1, D2, 3, acc); break;                \
+    case 2: fl_tile2_q4_vnni(yj, ldy, x, rb, k, wt, dt, tb, D1, D2, 2, acc); break;                \
+    default: fl_tile2_q4_vnni(yj, ldy, x, rb, k, wt, dt, tb, D1, D2, 1, acc); break;               \
+    }
+            if (tb >= FL_QPF && tb >= FL_QPF2)
+                FL_QT2(FL_QPF, FL_QPF2)
+            else
+                FL_QT2(FL_QPF < tb ? FL_QPF : tb, FL_QPF2 < tb ? FL_QPF2 : tb)
+#undef FL_QT2
             j += FL_QR; /* the loop adds the second tile's */
             continue;
         }
