@@ -5,7 +5,8 @@
    engine/, and engine/CMakeLists.txt links no fl_cuda or server target.
 2. A module's private headers are included only inside its folder: engine/cpu/ (public:
    cpu.h), engine/tokenizer/ (public: tokenizer.h), cuda/ (public: fl_cuda.h). White-box unit
-   tests of a module may include its private header; they are listed in WHITE_BOX.
+   tests of a module (and tests/bench/qkernels_ab.c, which links two builds of quant.c) may
+   include its private header; they are listed in WHITE_BOX.
 3. cuda/ includes only cuda/ and engine/'s public headers.
 4. Product Python (engine/train) imports nothing from tests/: no path into tests/ is put on
    sys.path (tests may import engine/train, not the reverse).
@@ -23,8 +24,10 @@ SCAN = ["engine", "server", "cuda", "tests"]
 # folder -> its public headers; every other header in the folder is private to it
 MODULES = {"engine/cpu": {"cpu.h"}, "engine/tokenizer": {"tokenizer.h"},
            "cuda": {"fl_cuda.h"}}
-# white-box unit tests: file -> private headers it may include
+# white-box unit tests, and the kernel benchmark that links two builds of a private source:
+# file -> private headers it may include
 WHITE_BOX = {
+    "tests/bench/qkernels_ab.c": {"engine/cpu/kernels.h", "engine/cpu/quant.h"},
     "tests/unit/test_kernels.c": {"engine/cpu/kernels.h"},
     "tests/unit/test_quant.c": {"engine/cpu/kernels.h", "engine/cpu/quant.h"},
     "tests/unit/test_threadpool.c": {"engine/cpu/threadpool.h"},
