@@ -1035,13 +1035,14 @@ static void fl_job_head(void *ctx, int tid, int nt)
 /* ---------------------------------------------------------------- mixture of experts
  *
  * A MoE layer's MLP, for the n rows of c->xb (normed): the router's logits (one f32
- * projection), each token's top_k experts (moe.h, serial: n x n_experts), the assignments
- * ordered by expert, then two pool jobs whose items are (expert, chunk of rows): gate|up with
+ * projection), each token's top_k experts (moe.h; a pool job over the tokens), the
+ * assignments ordered by expert (serial: n x top_k) and their rows gathered in that order (a
+ * pool job), then two pool jobs whose items are (expert, chunk of rows): gate|up with
  * SwiGLU over the rows of the tokens sent to that expert, then down. Each touched expert's
  * weights are read once per forward, whatever the number of its tokens; an untouched one not
  * at all. The shared expert is one more item list over every token. Each token's output is
- * then summed in a fixed order (its experts best first, then the shared one), so it never
- * depends on the batch or on which thread took which item. */
+ * then summed in a fixed order (its experts best first, then the shared one; a pool job over
+ * the tokens), so it never depends on the batch or on which thread took which item. */
 
 #define FL_MOE_ROWS 64 /* weight rows per item: whole FL_QR tiles and gate|up groups */
 
