@@ -221,30 +221,30 @@ static FL_INLINE void fl_qprefetch_l2_q4(const uint8_t *wq, const uint16_t *wd, 
  * scales (an eighth of the quants' bytes) likewise. Prefetching plainly ahead, as the
  * one-tile kernels do, sent most of the L2 prefetches (all of them at k = 1024) into the
  * partner tile and none into the next pair (docs/benchmarks.md, "Prefetching two tiles"). */
+/* one prefetch of a tile's quants d bytes on, and on even groups of its scales sd bytes on */
+#define FL_QPF_PAIR(D, SD, HINT)                                                                   \
+    do {                                                                                           \
+        size_t o_ = at + (D), s_ = sat + (SD);                                                     \
+        o_ += o_ >= tb ? tb : 0;                                                                   \
+        s_ += s_ >= sb ? sb : 0;                                                                   \
+        for (int l = 0; l < 4; l++)                                                                \
+            _mm_prefetch((const char *)wq + o_ + 64 * l, HINT);                                    \
+        if (!(g & 1)) /* two groups' scales per line */                                            \
+            _mm_prefetch((const char *)wd + s_, HINT);                                             \
+    } while (0)
 static FL_INLINE void fl_qprefetch_pair_q4(const uint8_t *wq, const uint16_t *wd, int g,
                                            size_t d1, size_t d2, size_t tb)
 {
     size_t at = (size_t)g * 256, sat = (size_t)g * FL_QR * 2, sb = tb / 8;
 #if FL_QPF > 0
-    size_t o1 = at + d1, s1 = sat + d1 / 16;
-    o1 += o1 >= tb ? tb : 0;
-    s1 += s1 >= sb ? sb : 0;
-    for (int l = 0; l < 4; l++)
-        _mm_prefetch((const char *)wq + o1 + 64 * l, FL_QPF_HINT);
-    if (!(g & 1)) /* two groups' scales per line */
-        _mm_prefetch((const char *)wd + s1, FL_QPF_HINT);
+    FL_QPF_PAIR(d1, d1 / 16, FL_QPF_HINT);
 #endif
 #if FL_QPF2 > 0
-    size_t o2 = at + d2, s2 = sat + d2 / 8;
-    o2 += o2 >= tb ? tb : 0;
-    s2 += s2 >= sb ? sb : 0;
-    for (int l = 0; l < 4; l++)
-        _mm_prefetch((const char *)wq + o2 + 64 * l, _MM_HINT_T1);
-    if (!(g & 1))
-        _mm_prefetch((const char *)wd + s2, _MM_HINT_T1);
+    FL_QPF_PAIR(d2, d2 / 8, _MM_HINT_T1);
 #endif
     (void)wq, (void)wd, (void)at, (void)sat, (void)sb, (void)d1, (void)d2;
 }
+#undef FL_QPF_PAIR
 
 /* ---------------------------------------------------------------- AVX2 */
 
