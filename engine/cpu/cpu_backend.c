@@ -1165,13 +1165,14 @@ static void fl_job_moe_gather(void *ctx, int tid, int nt)
         }
 }
 
-/* each token: its experts' outputs weighted, best first, then the shared expert's (f->m: 1
- * when there is one), added to the residual */
+/* each token: its experts' outputs weighted, best first, then the shared expert's, added to
+ * the residual */
 static void fl_job_moe_combine(void *ctx, int tid, int nt)
 {
     fl_fwd *f = ctx;
     fl_cpu *c = f->c;
     int H = c->cfg.hidden, K = c->cfg.moe.top_k;
+    bool shared = c->layers[f->layer].sgu.rows > 0;
     for (int t0; (t0 = fl_pool_next(&f->next) * FL_MOE_TOK) < f->n;)
         for (int t = t0; t < f->n && t < t0 + FL_MOE_TOK; t++) {
             float *acc = c->xb + (size_t)t * H, *xr = c->x + (size_t)t * H; /* xb is free now */
@@ -1183,7 +1184,7 @@ static void fl_job_moe_combine(void *ctx, int tid, int nt)
                 for (int d = 0; d < H; d++)
                     acc[d] += w * y[d];
             }
-            if (f->m)
+            if (shared)
                 for (int d = 0; d < H; d++)
                     acc[d] += c->sy[(size_t)t * H + d];
             for (int d = 0; d < H; d++)
@@ -1259,7 +1260,6 @@ static void fl_moe_forward(fl_fwd *f, const fl_cpu_layer *cl)
         ni = fl_moe_add_items(c->items, ni, E, H);
     f->n_items = ni;
     fl_run_chunks(f, fl_job_moe_down, ni);
-    f->m = shared;
     fl_run(f, fl_job_moe_combine);
 }
 
