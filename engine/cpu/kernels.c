@@ -1195,6 +1195,79 @@ FL_AVX512 static inline __m512 fl_load_bf16x16(const uint16_t *p)
  * (whole rows at once, 64 lines per 8 keys, stalled on the fill buffers: cold keys read at
  * 9-10 GB/s against 36 GB/s streaming, docs/benchmarks.md); outputs with 4 query rows x 32
  * dims over spans of FL_KV_PF keys. */
+/* The 16 x 16 floats r[0..16) transposed in place: r[e] lane t = old r[t] lane e. In-lane 4 x 4
+ * transposes (unpack, shuffle), then the 128-bit lanes (two rounds of shuffle_f32x4). */
+FL_AVX512 static inline __attribute__((always_inline)) void fl_tr16_ps(__m512 *r)
+{
+    __m512 t[16], v[16];
+    _Pragma("GCC unroll 8")
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* v[4a + b]: in lane L, rows 4a..4a+3 at element 4L + b */
+    _Pragma("GCC unroll 4")
+    for (int a = 0; a < 4; a++) {
+        v[4 * a] = _mm512_shuffle_ps(t[4 * a], t[4 * a + 2], 0x44);
+        v[4 * a + 1] = _mm512_shuffle_ps(t[4 * a], t[4 * a + 2], 0xee);
+        v[4 * a + 2] = _mm512_shuffle_ps(t[4 * a + 1], t[4 * a + 3], 0x44);
+        v[4 * a + 3] = _mm512_shuffle_ps(t[4 * a + 1], t[4 * a + 3], 0xee);
+    }
+    _Pragma("GCC unroll 4")
+    for (int b = 0; b < 4; b++) {
+        __m512 p0 = _mm512_shuffle_f32x4(v[b], v[4 + b], 0x88), p1 = _mm512_shuffle_f32x4(v[b], v[4 + b], 0xdd);
+        __m512 q0 = _mm512_shuffle_f32x4(v[8 + b], v[12 + b], 0x88), q1 = _mm512_shuffle_f32x4(v[8 + b], v[12 + b], 0xdd);
+        r[b] = _mm512_shuffle_f32x4(p0, q0, 0x88);
+        r[8 + b] = _mm512_shuffle_f32x4(p0, q0, 0xdd);
+        r[4 + b] = _mm512_shuffle_f32x4(p1, q1, 0x88);
+        r[12 + b] = _mm512_shuffle_f32x4(p1, q1, 0xdd);
+    }
+}
+
+/* Scores of a tile of at most 8 queries (block 4 with 2-way GQA), keys [0, nk rounded down
+ * to 16), hd % 16 == 0: 16 keys x 16 elements read as rows and transposed in registers, so
+ * a zmm holds one element of 16 keys, against each query's element broadcast: one
+ * accumulator per query (R of them), lanes the keys, and every lane at work, where the
+ * 16-query kernel below leaves half of each FMA idle at 8 queries and broadcasts every key
+ * element. Each score is still one running sum over d in order (the same bits); a query
+ * row's scores are one store of 16. The rows pf keys ahead are prefetched in memory order,
+ * their lines spread over the element blocks. Returns the keys done. */
+FL_AVX512 static inline __attribute__((always_inline)) int
+fl_qk_t16_avx512(float *s, int lds, const float *qt, const float *const *kr, int nk, int hd,
+                 float scale, int pf, int R)
+{
+    const __m512 sc = _mm512_set1_ps(scale);
+    int lines = hd / 16, per = 16; /* 16 rows x lines lines over lines blocks */
+    int j = 0;
+    for (; j + 16 <= nk; j += 16) {
+        __m512 a[8];
+        _Pragma("GCC unroll 8")
+        for (int i = 0; i < R; i++)
+            a[i] = _mm512_setzero_ps();
+        fl_kv_pf pq = fl_kv_pf_at(kr, j + pf, 16, nk, lines, pf);
+        for (int d0 = 0; d0 < hd; d0 += 16) {
+            for (int x = 0; x < per; x++)
+                fl_kv_pf_next(&pq);
+            __m512 c[16];
+            _Pragma("GCC unroll 16")
+            for (int t = 0; t < 16; t++)
+                c[t] = _mm512_loadu_ps(kr[j + t] + d0);
+            fl_tr16_ps(c);
+            _Pragma("GCC unroll 16")
+            for (int e = 0; e < 16; e++) {
+                const float *qd = qt + (size_t)(d0 + e) * FL_QT;
+                _Pragma("GCC unroll 8")
+                for (int i = 0; i < R; i++)
+                    a[i] = _mm512_fmadd_ps(c[e], _mm512_set1_ps(qd[i]), a[i]);
+            }
+        }
+        _Pragma("GCC unroll 8")
+        for (int i = 0; i < R; i++)
+            _mm512_storeu_ps(s + (size_t)i * lds + j, _mm512_mul_ps(a[i], sc));
+    }
+    return j;
+}
+
 FL_AVX512 static inline __attribute__((always_inline)) void
 fl_qk_pf_avx512(float *s, int lds, const float *qt, int nq, const float *const *kr, int nk, int hd,
               float scale, int pf)
@@ -1202,6 +1275,14 @@ fl_qk_pf_avx512(float *s, int lds, const float *qt, int nq, const float *const *
     float r[FL_QT];
     __m512 sc = _mm512_set1_ps(scale);
     int j = 0;
+    if (nq <= 8 && hd % 16 == 0) {
+        switch (nq) {
+#define FL_QKT(R) case R: j = fl_qk_t16_avx512(s, lds, qt, kr, nk, hd, scale, pf, R); break;
+        FL_QKT(1) FL_QKT(2) FL_QKT(3) FL_QKT(4) FL_QKT(5) FL_QKT(6) FL_QKT(7) FL_QKT(8)
+#undef FL_QKT
+        default: break;
+        }
+    }
     for (; j + 8 <= nk; j += 8) {
         const float *k0 = kr[j], *k1 = kr[j + 1], *k2 = kr[j + 2], *k3 = kr[j + 3];
         const float *k4 = kr[j + 4], *k5 = kr[j + 5], *k6 = kr[j + 6], *k7 = kr[j + 7];
