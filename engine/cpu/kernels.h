@@ -62,7 +62,9 @@ typedef struct fl_kernels {
      * (fl_transpose_q), so that each key element is broadcast against FL_QT queries at
      * once: no horizontal sums, which at head_dim 128 cost as much as the products. Keys
      * are rows anywhere (K/V pages hold B keys each): one call walks them all, enough
-     * independent sums to hide the FMA latency, prefetching rows ahead. */
+     * independent sums to hide the FMA latency, prefetching rows ahead. (AVX-512, at most 8
+     * queries and hd % 16 == 0: 16 keys transposed in registers instead, each query's
+     * element broadcast against one element of 16 keys; the same sums.) */
     void (*qk)(float *s, int lds, const float *qt, int nq, const float *const *kr, int nk,
                int hd, float scale);
     /* o_i += sum_j p[i*ldp + j] * v_j for i < nq, j < nk, v_j = vr[j] (hd floats). */
