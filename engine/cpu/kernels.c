@@ -1190,11 +1190,6 @@ FL_AVX512 static inline __m512 fl_load_bf16x16(const uint16_t *p)
         }                                                                                    \
     }
 
-/* Attention with 16 lanes: scores as the AVX2 kernel with one zmm of 16 queries and 8 keys
- * at a time, the rows FL_KV_PF keys ahead prefetched a line per row every 16 elements
- * (whole rows at once, 64 lines per 8 keys, stalled on the fill buffers: cold keys read at
- * 9-10 GB/s against 36 GB/s streaming, docs/benchmarks.md); outputs with 4 query rows x 32
- * dims over spans of FL_KV_PF keys. */
 /* The 16 x 16 floats r[0..16) transposed in place: r[e] lane t = old r[t] lane e. In-lane 4 x 4
  * transposes (unpack, shuffle), then the 128-bit lanes (two rounds of shuffle_f32x4). */
 FL_AVX512 static inline __attribute__((always_inline)) void fl_tr16_ps(__m512 *r)
@@ -1268,6 +1263,12 @@ fl_qk_t16_avx512(float *s, int lds, const float *qt, const float *const *kr, int
     return j;
 }
 
+/* Attention with 16 lanes: scores as the AVX2 kernel with one zmm of 16 queries and 8 keys
+ * at a time (a tile of at most 8 queries takes fl_qk_t16_avx512 first, above), the rows
+ * FL_KV_PF keys ahead prefetched a line per row every 16 elements
+ * (whole rows at once, 64 lines per 8 keys, stalled on the fill buffers: cold keys read at
+ * 9-10 GB/s against 36 GB/s streaming, docs/benchmarks.md); outputs with 4 query rows x 32
+ * dims over spans of FL_KV_PF keys. */
 FL_AVX512 static inline __attribute__((always_inline)) void
 fl_qk_pf_avx512(float *s, int lds, const float *qt, int nq, const float *const *kr, int nk, int hd,
               float scale, int pf)
