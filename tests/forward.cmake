@@ -35,14 +35,15 @@ set_tests_properties(parity.forward PROPERTIES
   ENVIRONMENT "FL_TESTS_DIR=${FL_TESTS_DIR};FL_BUILD_DIR=${CMAKE_BINARY_DIR}")
 
 # The benchmark's whole path (our forward, the reference subprocess, sgemm and bandwidth
-# probes) on a tiny model: it must run and print its table. Timings here mean nothing.
+# probes, the probes around each timed step with their range) on a tiny model: it must run
+# and print its table. Timings here mean nothing.
 add_test(NAME bench.forward.smoke
   COMMAND fogline bench forward --model ${CMAKE_BINARY_DIR}/forward_ref/q3_f32 --ctx 16
           --blocks 4,8 --steps 2 --threads 2 --kv-format f32,bf16
           --ref-script ${CMAKE_CURRENT_SOURCE_DIR}/reference/bench_forward.py)
 set_tests_properties(bench.forward.smoke PROPERTIES
   FIXTURES_REQUIRED forward_ref LABELS bench TIMEOUT 300
-  PASS_REGULAR_EXPRESSION "floor ms +ms/floor\n +4 +f32 +f32 +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x\n")
+  PASS_REGULAR_EXPRESSION "floor ms +ms/floor\n +4 +f32 +f32 +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ [(][0-9]+-[0-9]+[)] +[0-9.]+ +[0-9.]+x\n")
 # --masked M below the block: the step asking only the masks' outputs, beside the one asking all
 add_test(NAME bench.forward.masked
   COMMAND fogline bench forward --model ${CMAKE_BINARY_DIR}/forward_ref/q3_f32 --ctx 16

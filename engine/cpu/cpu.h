@@ -86,4 +86,14 @@ const char *fl_cpu_kernels_name(void);
  * FL_ENOMEM or FL_EINVAL with a message. Takes about a second. */
 int fl_cpu_read_bandwidth(int n_threads, double *gbs, fl_err *e);
 
+/* The same read, one pass at a time, to be taken right before and after what it bounds: on a
+ * shared machine the bandwidth moves by 2x within minutes (docs/benchmarks.md), so a floor
+ * from a probe taken at another moment says little about one step. A probe holds its own
+ * threads and a buffer of `bytes` (at least 64 MiB, far past any last-level cache), filled
+ * once; fl_bw_probe_read reads all of it once and returns GB/s. FL_ENOMEM or FL_EINVAL. */
+typedef struct fl_bw_probe fl_bw_probe;
+int fl_bw_probe_create(fl_bw_probe **out, int n_threads, size_t bytes, fl_err *e);
+double fl_bw_probe_read(fl_bw_probe *p);
+void fl_bw_probe_destroy(fl_bw_probe *p);
+
 #endif

@@ -7,7 +7,10 @@
  *    threads, weights read from DRAM: the machine's matmul rate;
  *  - the machine's read bandwidth, which bounds a step from below when the weights have to
  *    be streamed once per step (the floor: the bytes a step streams, its weights and the
- *    cached K/V its attention reads, over that bandwidth).
+ *    cached K/V its attention reads, over that bandwidth). It is probed just before and just
+ *    after each timed step (fl_bw_probe), and each step is held against the bandwidth of its
+ *    own moment: on a shared VM it moves by 2x within minutes, so a probe taken once, at
+ *    another moment, could put the same step at 1.5x or 3x its floor.
  * Our GFLOP/s counts every flop of the step (projections, lm_head, attention) over our time;
  * sgemm's counts the projections and lm_head over its time. With several --weights formats
  * or --kv-format formats ours runs once per pair (weights major), one backend at a time, in
@@ -65,6 +68,11 @@ typedef struct fl_ours {
     double phase_ms[FL_MAX_BLOCKS][FL_PH_N]; /* mean per timed forward (CPU backend), -1 else */
     double all_ms[FL_MAX_BLOCKS]; /* --masked M < block: the same step asking every output
                                      (ms then holds the step asking the M masks' only); 0 else */
+    /* the read bandwidth around each timed step (the mean of a probe just before it and one
+       just after), GB/s: the median and the lowest and highest probe; tbw = the median over
+       the steps of ms x that step's bandwidth, so that ms/floor = tbw / (bytes / 1e6) is each
+       step against the bandwidth of its own moment (the median of those ratios) */
+    double bw[FL_MAX_BLOCKS], bw_lo[FL_MAX_BLOCKS], bw_hi[FL_MAX_BLOCKS], tbw[FL_MAX_BLOCKS];
     size_t kv_bytes;              /* the KV pool, as it holds the pages */
     long rss0_kb;                 /* VmRSS before create (the process without this backend) */
     long rss_kb, load_hwm_kb;     /* VmRSS and VmHWM after create */
@@ -384,6 +392,12 @@ static void fl_drop_model_pages(const fl_model *m)
     }
 }
 
+/* "median (lowest-highest)" of the bandwidth probed around block i's timed steps */
+static void fl_bw_range(char *buf, size_t n, const fl_ours *o, int i)
+{
+    snprintf(buf, n, "%.1f (%.0f-%.0f)", o->bw[i], o->bw_lo[i], o->bw_hi[i]);
+}
+
 static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res, fl_err *e)
 {
     fl_wformat wf = res->asked;
@@ -399,6 +413,12 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
                          .kv = res->kv_asked};
     fl_backend *b;
     char chosen[700];
+    /* 256 MiB: 8x a large last-level cache, read in 4-6 ms at 40-70 GB/s; created before
+       the backend so that its buffer is not counted in the backend's memory */
+    fl_bw_probe *probe;
+    int rc = fl_bw_probe_create(&probe, a->threads, (size_t)256 << 20, e);
+    if (rc)
+        return rc;
     fl_drop_model_pages(m);
     /* the peak RSS of this backend alone: /proc/self/clear_refs "5" resets VmHWM */
     FILE *cr = fopen("/proc/self/clear_refs", "w");
@@ -407,9 +427,11 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
         res->hwm_reset = false;
     res->rss0_kb = fl_status_kb("VmRSS");
     double c0 = fl_now();
-    int rc = fl_backend_open(&b, m, &o, a->device, chosen, sizeof chosen, e);
-    if (rc)
+    rc = fl_backend_open(&b, m, &o, a->device, chosen, sizeof chosen, e);
+    if (rc) {
+        fl_bw_probe_destroy(probe);
         return rc;
+    }
     res->create_ms = (fl_now() - c0) * 1e3;
     res->rss_kb = fl_status_kb("VmRSS");
     res->load_hwm_kb = fl_status_kb("VmHWM");
@@ -468,7 +490,9 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
         bool both = a->masked > 0 && a->masked < nb;
         for (int j = 0; j < nb; j++)
             want[j] = j >= nb - a->masked;
-        double t_all[64];
+        double t_all[64], bws[64], tbw[64];
+        res->bw_lo[i] = 1e30;
+        res->bw_hi[i] = 0;
         fl_cpu_phases ph, acc = {{0}, 0};
         bool cpu = true;
         for (int r = 0; r <= steps; r++) { /* r == 0: warm-up */
@@ -482,11 +506,23 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
                 s.want = want;
             }
             cpu = cpu && fl_cpu_phases_get(b, &ph, true) == 0;
+            /* the probe also leaves the caches holding its buffer: every timed step reads
+               its weights from DRAM, as in serving, whatever the model's size */
+            double bw0 = r ? fl_bw_probe_read(probe) : 0;
             t0 = fl_now();
             if ((rc = fl_forward(b, &bt, out, NULL, e)))
                 goto done;
-            if (r)
+            if (r) {
                 t[r - 1] = (fl_now() - t0) * 1e3;
+                double bw1 = fl_bw_probe_read(probe);
+                bws[r - 1] = (bw0 + bw1) / 2;
+                tbw[r - 1] = t[r - 1] * bws[r - 1];
+                for (int k = 0; k < 2; k++) {
+                    double g = k ? bw1 : bw0;
+                    res->bw_lo[i] = g < res->bw_lo[i] ? g : res->bw_lo[i];
+                    res->bw_hi[i] = g > res->bw_hi[i] ? g : res->bw_hi[i];
+                }
+            }
             cpu = cpu && fl_cpu_phases_get(b, &ph, true) == 0;
             if (r && cpu) {
                 for (int k = 0; k < FL_PH_N; k++)
@@ -499,6 +535,8 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
         for (int k = 0; k < FL_PH_N; k++)
             res->phase_ms[i][k] = cpu ? acc.ms[k] / (double)acc.forwards : -1;
         ours_ms[i] = fl_median(t, steps);
+        res->bw[i] = fl_median(bws, steps);
+        res->tbw[i] = fl_median(tbw, steps);
         fl_cpu_moe_stats st;
         res->read_bytes[i] = (double)*wbytes;
         if (fl_cpu_moe_stats_get(b, &st) == 0 && st.moe_layers) {
@@ -516,6 +554,7 @@ done:
     free(out);
     free(want);
     fl_backend_destroy(b);
+    fl_bw_probe_destroy(probe);
     return rc;
 }
 
@@ -689,11 +728,12 @@ int fl_bench_forward(int argc, char **argv)
     }
     printf("%s\n", ref_note);
     printf("machine: OpenBLAS sgemm (%s kernels) with %d threads at the same shapes (M = block "
-           "rows, weights from DRAM); read bandwidth %.1f GB/s; load average %.2f -> %.2f\n",
+           "rows, weights from DRAM); read bandwidth after the runs %.1f GB/s (best of 4 "
+           "passes); load average %.2f -> %.2f\n",
            openblas_get_corename(), a.threads, bw, load0, load1);
-    printf("\n%5s %7s %4s %8s %9s %9s %7s %11s %13s %9s %9s %9s\n", "block", "weights", "kv",
-           "cache MB", "ours ms", "ref ms", "ratio", "our GFLOP/s", "sgemm GFLOP/s", "fraction",
-           "floor ms", "ms/floor");
+    printf("\n%5s %7s %4s %8s %9s %9s %7s %11s %13s %9s %14s %9s %9s\n", "block", "weights",
+           "kv", "cache MB", "ours ms", "ref ms", "ratio", "our GFLOP/s", "sgemm GFLOP/s",
+           "fraction", "step GB/s", "floor ms", "ms/floor");
     for (int i = 0; i < a.n_blocks; i++)
         for (int f = 0; f < n_runs; f++) {
             int nb = a.blocks[i];
@@ -702,14 +742,20 @@ int fl_bench_forward(int argc, char **argv)
             double ours_g = fl / (ours_ms[i] * 1e-3) / 1e9;
             double sg = fl_proj_flops(&cf, nb) / sgemm_s[i] / 1e9;
             double cache = fl_cache_bytes(&cf, a.ctx, ours[f].kv_held);
-            double floor_ms = (ours[f].wbytes + cache) / (bw * 1e9) * 1e3;
-            printf("%5d %7s %4s %8.0f %9.1f %9.1f %6.2fx %11.1f %13.1f %9.2f %9.1f %8.2fx\n", nb,
-                   fl_wformat_name(ours[f].held), fl_kvformat_name(ours[f].kv_held),
+            double bytes = ours[f].wbytes + cache;
+            char bwr[40];
+            fl_bw_range(bwr, sizeof bwr, &ours[f], i);
+            printf("%5d %7s %4s %8.0f %9.1f %9.1f %6.2fx %11.1f %13.1f %9.2f %14s %9.1f %8.2fx\n",
+                   nb, fl_wformat_name(ours[f].held), fl_kvformat_name(ours[f].kv_held),
                    cache / 1048576.0, ours_ms[i], ref_ms[i], ref_ms[i] / ours_ms[i], ours_g, sg,
-                   ours_g / sg, floor_ms, ours_ms[i] / floor_ms);
+                   ours_g / sg, bwr, bytes / (ours[f].bw[i] * 1e9) * 1e3,
+                   ours[f].tbw[i] * 1e6 / bytes);
         }
-    printf("\nratio = reference ms / ours; fraction = our GFLOP/s / sgemm GFLOP/s; floor = "
-           "(weight bytes + cache) / read bandwidth, the bytes a step streams; cache = the ctx "
+    printf("\nratio = reference ms / ours; fraction = our GFLOP/s / sgemm GFLOP/s; step GB/s = "
+           "the read bandwidth probed just before and just after each timed step (median, and "
+           "the lowest-highest probe); floor = (weight bytes + cache) / that bandwidth, the "
+           "bytes a step streams; ms/floor = the median over the steps of each one's ms over "
+           "the floor at its own bandwidth; cache = the ctx "
            "positions' K/V as the pool holds them (from DRAM once per kv head; a block of more "
            "than 16 query rows per kv head reads them again per tile, from cache)\n");
     if (ours[0].phase_ms[0][0] >= 0) {
@@ -732,21 +778,24 @@ int fl_bench_forward(int argc, char **argv)
         printf("\nmixture of experts (%d MoE layers, %d experts, top %d; the last %d tokens of "
                "each block are the mask):\n", ours[0].moe_layers, cf.moe.n_experts,
                cf.moe.top_k, a.masked);
-        printf("%5s %7s %4s %15s %14s %13s %9s %9s %11s\n", "block", "weights", "kv",
-               "experts/layer", "GB read/step", "of all (%)", "ours ms", "floor ms",
-               "ms / floor");
+        printf("%5s %7s %4s %15s %14s %13s %9s %14s %9s %11s\n", "block", "weights", "kv",
+               "experts/layer", "GB read/step", "of all (%)", "ours ms", "step GB/s",
+               "floor ms", "ms / floor");
         for (int i = 0; i < a.n_blocks; i++)
             for (int f = 0; f < n_runs; f++) {
                 double rb = ours[f].read_bytes[i];
-                double fms = (rb + fl_cache_bytes(&cf, a.ctx, ours[f].kv_held)) / (bw * 1e9) * 1e3;
-                printf("%5d %7s %4s %15.1f %14.3f %13.1f %9.1f %9.1f %10.2fx\n", a.blocks[i],
-                       fl_wformat_name(ours[f].held), fl_kvformat_name(ours[f].kv_held),
-                       ours[f].touched[i], rb / 1e9, 100.0 * rb / (double)ours[f].wbytes,
-                       ours[f].ms[i], fms, ours[f].ms[i] / fms);
+                double bytes = rb + fl_cache_bytes(&cf, a.ctx, ours[f].kv_held);
+                char bwr[40];
+                fl_bw_range(bwr, sizeof bwr, &ours[f], i);
+                printf("%5d %7s %4s %15.1f %14.3f %13.1f %9.1f %14s %9.1f %10.2fx\n",
+                       a.blocks[i], fl_wformat_name(ours[f].held),
+                       fl_kvformat_name(ours[f].kv_held), ours[f].touched[i], rb / 1e9,
+                       100.0 * rb / (double)ours[f].wbytes, ours[f].ms[i], bwr,
+                       bytes / (ours[f].bw[i] * 1e9) * 1e3, ours[f].tbw[i] * 1e6 / bytes);
             }
         printf("GB read/step = the weights a step reads: every non-expert matrix, the routers, "
                "the shared experts and the routed experts its tokens went to, each once; floor = "
-               "(that + the cached K/V) / read bandwidth\n");
+               "(that + the cached K/V) / the step's bandwidth, as above\n");
     }
     if (ours[0].all_ms[0] > 0) {
         printf("\noutputs asked (--masked %d): a decoding step asks the backend only for its "
