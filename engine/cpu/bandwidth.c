@@ -88,8 +88,7 @@ int fl_bw_probe_create(fl_bw_probe **out, int n_threads, size_t bytes, fl_err *e
         return rc;
     }
     /* in 2 MB pages where the kernel gives them, as the CPU backend holds its weights and KV
-       pool: with 4 KB pages the read is slower (the prefetchers stop at every page), and the
-       floor it gives would be too low a bar */
+       pool, so that the probe reads memory the way a step reads them */
     size_t n = bytes / sizeof(float), huge = (size_t)2 << 20;
     p->mapped = n * sizeof(float) + huge;
     p->map = mmap(NULL, p->mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
