@@ -4,10 +4,18 @@
  * head, 2 threads each taking half of every matrix's tiles between two barriers. Builds A
  * and B take turns pass by pass (A B B A ...), so this VM's swings in bandwidth, which move a
  * single run by 2x within minutes, fall on both alike, and the ratio B/A is what to read.
- * Both builds must give the same bits (checked on each shape first): the variants this is for
- * (prefetching, tiling) never change a sum. Not part of the test suite. */
+ * A third variant, R, only reads the same bytes (quants and scales, in the same order, with
+ * the kernels' prefetch distances) without any arithmetic: a kernel at R's time is bound by
+ * reading its weights, and no change to its arithmetic can make it faster. The passes go
+ * A B R R B A ..., and the threads meet at a spinning barrier, as the CPU backend's pool
+ * does (a futex barrier, ~10-20 us on this VM, added about 1.5 ms to each pass of 112 calls
+ * and hid that the q4 kernels at 4 rows run at R's time). Both builds must give the same bits
+ * (checked on each shape first): the variants this is for (prefetching, tiling) never change
+ * a sum. Not part of the test suite. */
 #define _GNU_SOURCE
+#include <immintrin.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,8 +40,42 @@ static uint16_t *wd[MAXL][MAXS];
 static void *qx[MAXS];
 static float *y;
 static mmq_fn fn[2];
-static pthread_barrier_t bar;
-static double tacc[2][MAXS];
+static double tacc[3][MAXS];
+static int npass[3];
+
+/* the threads meet here: spinning, as the backend's pool waits between jobs */
+static atomic_int bar_count, bar_gen;
+static void barrier(void)
+{
+    int g = atomic_load(&bar_gen);
+    if (atomic_fetch_add(&bar_count, 1) == NT - 1) {
+        atomic_store(&bar_count, 0);
+        atomic_fetch_add(&bar_gen, 1);
+    } else
+        while (atomic_load(&bar_gen) == g)
+            _mm_pause();
+}
+
+/* R: the bytes a kernel call reads, read in its order (per 256 or 512 bytes of quants, the
+ * group's scales), prefetched 2 KB ahead into L1 and 8 KB into L2 as the kernels do */
+static volatile int sinkv;
+__attribute__((target("avx512f,avx512bw"))) static void read_only(const uint8_t *q, size_t qb,
+                                                                   const uint16_t *d)
+{
+    size_t gb = Q8 ? 512 : 256;
+    const char *sc = (const char *)d;
+    __m512i s = _mm512_setzero_si512();
+    for (size_t o = 0, g = 0; o < qb; o += gb, g++) {
+        for (size_t l = 0; l < gb; l += 64) {
+            _mm_prefetch((const char *)q + o + 2048 + l, _MM_HINT_T0);
+            _mm_prefetch((const char *)q + o + 8192 + l, _MM_HINT_T1);
+            s = _mm512_xor_si512(s, _mm512_loadu_si512(q + o + l));
+        }
+        s = _mm512_xor_si512(s, _mm512_castsi256_si512(_mm256_loadu_si256(
+                                    (const __m256i *)(sc + g * 2 * FL_QR))));
+    }
+    sinkv += _mm512_reduce_add_epi32(s);
+}
 
 static double now(void)
 {
@@ -59,25 +101,33 @@ static void call(int v, int l, int s, int t)
 {
     int n = SN[s], k = SK[s], tiles = n / FL_QR, per = (tiles + NT - 1) / NT;
     int j0 = t * per * FL_QR, j1 = (t + 1) * per * FL_QR < n ? (t + 1) * per * FL_QR : n;
-    if (j1 > j0)
-        fn[v](y + j0, n, qx[s], M, wq[l][s] + (size_t)j0 * k / (Q8 ? 1 : 2),
-              wd[l][s] + (size_t)j0 * (k / FL_QG), j1 - j0, k, false);
+    if (j1 <= j0)
+        return;
+    const uint8_t *q = wq[l][s] + (size_t)j0 * k / (Q8 ? 1 : 2);
+    const uint16_t *d = wd[l][s] + (size_t)j0 * (k / FL_QG);
+    if (v == 2)
+        read_only(q, (size_t)(j1 - j0) * k / (Q8 ? 1 : 2), d);
+    else
+        fn[v](y + j0, n, qx[s], M, q, d, j1 - j0, k, false);
 }
 
 static void *worker(void *arg)
 {
     int t = (int)(intptr_t)arg;
+    static const int order[6] = {0, 1, 2, 2, 1, 0}; /* A B R R B A */
     for (int pass = 0; pass < PASSES; pass++) {
-        int v = (pass & 1) ^ ((pass >> 1) & 1); /* A B B A A B B A ... */
+        int v = order[pass % 6];
         for (int l = 0; l < L; l++)
             for (int s = 0; s < NS; s++) {
-                pthread_barrier_wait(&bar);
+                barrier();
                 double t0 = now();
                 call(v, l, s, t);
-                pthread_barrier_wait(&bar);
-                if (t == 0 && pass >= 2) /* the first two passes warm up */
+                barrier();
+                if (t == 0 && pass >= 3) /* the first three passes warm up */
                     tacc[v][s] += now() - t0;
             }
+        if (t == 0 && pass >= 3)
+            npass[v]++;
     }
     return NULL;
 }
@@ -89,8 +139,8 @@ int main(int argc, char **argv)
         M = atoi(argv[1]);
     if (argc > 2)
         PASSES = atoi(argv[2]);
-    if (M < 1 || M > 64 || PASSES < 4 || (strcmp(mode, "q4") && strcmp(mode, "q8") && strcmp(mode, "head"))) {
-        fprintf(stderr, "usage: qkernels_ab [rows 1-64] [passes >= 4] [q4|q8|head]\n");
+    if (M < 1 || M > 64 || PASSES < 9 || (strcmp(mode, "q4") && strcmp(mode, "q8") && strcmp(mode, "head"))) {
+        fprintf(stderr, "usage: qkernels_ab [rows 1-64] [passes >= 9] [q4|q8|head]\n");
         return 2;
     }
     Q8 = strcmp(mode, "q4") != 0;
@@ -138,23 +188,25 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    pthread_barrier_init(&bar, NULL, NT);
     pthread_t th[NT];
     for (int t = 0; t < NT; t++)
         pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t);
     for (int t = 0; t < NT; t++)
         pthread_join(th[t], NULL);
-    int per = (PASSES - 2) / 2;
-    double ta = 0, tb = 0;
-    printf("%s, %d rows, %d layers, %d passes each, ms per pass (all layers), same bits\n",
-           Q8 ? "q8" : "q4", M, L, per);
+    double ta = 0, tb = 0, tr = 0;
+    printf("%s, %d rows, %d layers, %d/%d/%d passes (A/B/R), ms per pass (all layers), same "
+           "bits; R = reading the same bytes, no arithmetic\n", Q8 ? "q8" : "q4", M, L, npass[0],
+           npass[1], npass[2]);
     for (int s = 0; s < NS; s++) {
-        printf("%-8s A %8.3f  B %8.3f  B/A %.3f\n", SNAME[s], tacc[0][s] / per * 1e3,
-               tacc[1][s] / per * 1e3, tacc[1][s] / tacc[0][s]);
-        ta += tacc[0][s];
-        tb += tacc[1][s];
+        double a = tacc[0][s] / npass[0], b = tacc[1][s] / npass[1], r = tacc[2][s] / npass[2];
+        printf("%-8s A %8.3f  B %8.3f  R %8.3f  B/A %.3f  A/R %.2f  B/R %.2f\n", SNAME[s],
+               a * 1e3, b * 1e3, r * 1e3, b / a, a / r, b / r);
+        ta += a;
+        tb += b;
+        tr += r;
     }
     if (NS > 1)
-        printf("%-8s A %8.3f  B %8.3f  B/A %.3f\n", "all", ta / per * 1e3, tb / per * 1e3, tb / ta);
+        printf("%-8s A %8.3f  B %8.3f  R %8.3f  B/A %.3f  A/R %.2f  B/R %.2f\n", "all",
+               ta * 1e3, tb * 1e3, tr * 1e3, tb / ta, ta / tr, tb / tr);
     return 0;
 }

@@ -7,7 +7,8 @@
 #   tests/bench/qkernels_ab.sh [--a-rev REV] [--a-flags "-D..."] [--b-flags "-D..."] \
 #       [--build DIR] [rows [passes [q4|q8|head]]]
 #
-# e.g. the working tree against the commit before it, q4 at 4 rows:
+# It prints A, B and R (a read of the same bytes without arithmetic) per matrix; e.g. the
+# working tree against the commit before it, q4 at 4 rows:
 #   tests/bench/qkernels_ab.sh --a-rev HEAD~1 4 22 q4
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
