@@ -1175,20 +1175,11 @@ static void fl_job_moe_combine(void *ctx, int tid, int nt)
     bool shared = c->layers[f->layer].sgu.rows > 0;
     for (int t0; (t0 = fl_pool_next(&f->next) * FL_MOE_TOK) < f->n;)
         for (int t = t0; t < f->n && t < t0 + FL_MOE_TOK; t++) {
-            float *acc = c->xb + (size_t)t * H, *xr = c->x + (size_t)t * H; /* xb is free now */
-            for (int d = 0; d < H; d++)
-                acc[d] = 0;
-            for (int k = 0; k < K; k++) {
-                const float *y = c->ey + (size_t)c->apos[t * K + k] * H;
-                float w = c->rw[t * K + k];
-                for (int d = 0; d < H; d++)
-                    acc[d] += w * y[d];
-            }
-            if (shared)
-                for (int d = 0; d < H; d++)
-                    acc[d] += c->sy[(size_t)t * H + d];
-            for (int d = 0; d < H; d++)
-                xr[d] += acc[d];
+            const float *ys[FL_MOE_MAX_TOPK];
+            for (int k = 0; k < K; k++)
+                ys[k] = c->ey + (size_t)c->apos[t * K + k] * H;
+            c->kk.moe_sum(c->x + (size_t)t * H, ys, c->rw + (size_t)t * K, K,
+                          shared ? c->sy + (size_t)t * H : NULL, H);
         }
 }
 

@@ -351,6 +351,21 @@ static void fl_swiglu_c(float *h, const float *gu, int n_grp, int ib)
     }
 }
 
+static void fl_moe_sum_c(float *x, const float *const *ys, const float *w, int K,
+                         const float *s, int n)
+{
+    for (int d = 0; d < n; d++) {
+        float a = 0;
+        for (int k = 0; k < K; k++) {
+            float p = w[k] * ys[k][d]; /* its own statement: never contracted into an fma */
+            a += p;
+        }
+        if (s)
+            a += s[d];
+        x[d] += a;
+    }
+}
+
 /* ---------------------------------------------------------------- AVX2 + FMA kernels */
 #ifdef FL_HAVE_X86
 
@@ -1095,6 +1110,30 @@ FL_AVX2 static void fl_swiglu_avx2(float *h, const float *gu, int n_grp, int ib)
     }
 }
 
+FL_AVX2 static void fl_moe_sum_avx2(float *x, const float *const *ys, const float *w, int K,
+                                    const float *s, int n)
+{
+    int d = 0;
+    for (; d + 8 <= n; d += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (int k = 0; k < K; k++)
+            a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(w[k]), _mm256_loadu_ps(ys[k] + d)));
+        if (s)
+            a = _mm256_add_ps(a, _mm256_loadu_ps(s + d));
+        _mm256_storeu_ps(x + d, _mm256_add_ps(_mm256_loadu_ps(x + d), a));
+    }
+    for (; d < n; d++) {
+        float a = 0;
+        for (int k = 0; k < K; k++) {
+            float p = w[k] * ys[k][d]; /* its own statement: never contracted into an fma */
+            a += p;
+        }
+        if (s)
+            a += s[d];
+        x[d] += a;
+    }
+}
+
 /* ---------------------------------------------------------------- AVX-512 streaming matmul */
 
 FL_AVX512 static inline __m512 fl_load_bf16x16(const uint16_t *p)
@@ -1651,13 +1690,28 @@ FL_AVX512 static void fl_pv_b16_avx512(float *o, int ldo, const float *p, int ld
         fl_pv_bf16_avx512(o, ldo, p, ldp, nq, vr, nk, hd, wide);
 }
 
+FL_AVX512 static void fl_moe_sum_avx512(float *x, const float *const *ys, const float *w,
+                                        int K, const float *s, int n)
+{
+    for (int d = 0; d < n; d += 16) {
+        __mmask16 m = (__mmask16)(n - d >= 16 ? 0xffff : (1u << (n - d)) - 1);
+        __m512 a = _mm512_setzero_ps();
+        for (int k = 0; k < K; k++)
+            a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(w[k]),
+                                               _mm512_maskz_loadu_ps(m, ys[k] + d)));
+        if (s)
+            a = _mm512_add_ps(a, _mm512_maskz_loadu_ps(m, s + d));
+        _mm512_mask_storeu_ps(x + d, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, x + d), a));
+    }
+}
+
 #endif /* FL_HAVE_X86 */
 
 void fl_kernels_init(fl_kernels *k, const char *want)
 {
     *k = (fl_kernels){"plain C", 8, fl_mm_f32_c, fl_mm_bf16_c, fl_qk_c, fl_pv_c, fl_bf16_to_f32_c,
                       fl_lse_add_c, fl_softmax_c, fl_swiglu_c, NULL, NULL, NULL, NULL,
-                      fl_qk_bf16_c, fl_pv_bf16_c, fl_f32_to_bf16_c};
+                      fl_qk_bf16_c, fl_pv_bf16_c, fl_f32_to_bf16_c, fl_moe_sum_c};
     if (!want)
         want = "";
 #ifdef FL_HAVE_X86
@@ -1666,7 +1720,8 @@ void fl_kernels_init(fl_kernels *k, const char *want)
         *k = (fl_kernels){"AVX2+FMA", 32, fl_mm_f32_avx2, fl_mm_bf16_avx2, fl_qk_avx2, fl_pv_avx2,
                           fl_bf16_to_f32_avx2, fl_lse_add_avx2, fl_softmax_avx2, fl_swiglu_avx2,
                           NULL, NULL, NULL, NULL, /* fl_quant_kernels_init fills these */
-                          fl_qk_b16_avx2, fl_pv_b16_avx2, fl_f32_to_bf16_avx2};
+                          fl_qk_b16_avx2, fl_pv_b16_avx2, fl_f32_to_bf16_avx2,
+                          fl_moe_sum_avx2};
     if (!strcmp(want, "") && k->mm_f32 == fl_mm_f32_avx2 && __builtin_cpu_supports("avx512f")) {
         k->name = "AVX-512";
         /* against OpenBLAS's AVX-512 (Cooperlake) sgemm, one thread, 0.6B model: 366 vs
@@ -1679,6 +1734,7 @@ void fl_kernels_init(fl_kernels *k, const char *want)
         k->pv = fl_pv_avx512;
         k->qk_bf16 = fl_qk_b16_avx512;
         k->pv_bf16 = fl_pv_b16_avx512;
+        k->moe_sum = fl_moe_sum_avx512;
     }
 #endif
     fl_quant_kernels_init(k, want);

@@ -112,6 +112,12 @@ typedef struct fl_kernels {
                     const uint16_t *const *vr, int nk, int hd, float *wide);
     /* f32 -> bf16 of n values: fl_f32_to_bf16's bits (nearest even; a NaN stays a NaN). */
     void (*f32_to_bf16)(uint16_t *dst, const float *src, long n);
+    /* A MoE layer's sum for one token, d < n: a = 0, a = a + w[k] * ys[k][d] for k < K in
+     * order (each product rounded, then added: no fused multiply-add), then a = a + s[d] when
+     * s is not NULL (the shared expert), then x[d] = x[d] + a. Elementwise and unfused, so
+     * every level gives the same bits, as does the CUDA backend's k_moe_combine. */
+    void (*moe_sum)(float *x, const float *const *ys, const float *w, int K, const float *s,
+                    int n);
 } fl_kernels;
 
 #define FL_KV_CHUNK 64 /* bf16 key/value rows widened per qk / pv call (16 KB at head_dim 64,

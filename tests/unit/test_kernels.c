@@ -5,7 +5,8 @@
  * rows and their number (the forward's block-causality rests on it); the fused softmax
  * statistics agree with a plain two-pass computation, across chunk merges and ties; the bf16
  * attention kernels equal the f32 ones on widened rows bit for bit, and f32 -> bf16 equals
- * fl_f32_to_bf16; the RMSNorm of several rows at once equals fl_rmsnorm's bits. */
+ * fl_f32_to_bf16; the RMSNorm of several rows at once equals fl_rmsnorm's bits; the MoE
+ * combine's sum is the in-order, unfused sum's bits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -412,6 +413,69 @@ static void test_f32_to_bf16(const fl_kernels *kk)
     }
 }
 
+/* moe_sum: each token's experts' outputs weighted and summed in order, products rounded
+ * before each add (volatile here, so the reference cannot be contracted into fmas either),
+ * plus the shared expert, added to the residual: the same bits at every level, on lengths
+ * that leave every tail, with zeros of both signs among the products (the sum starts at +0),
+ * and nothing written past n. */
+static void test_moe_sum(const fl_kernels *kk)
+{
+    const int ns[] = {1, 7, 8, 9, 15, 16, 17, 33, 2048};
+    const int Ks[] = {1, 2, 8, 32};
+    for (size_t a = 0; a < sizeof ns / sizeof *ns; a++)
+        for (size_t b = 0; b < sizeof Ks / sizeof *Ks; b++)
+            for (int shared = 0; shared < 2; shared++) {
+                int n = ns[a], K = Ks[b];
+                float *y = malloc(sizeof(float) * (size_t)K * n), *sy = malloc(sizeof(float) * n);
+                float *x = malloc(sizeof(float) * (n + 1)), *want = malloc(sizeof(float) * n);
+                float w[32];
+                const float *ys[32];
+                fill(y, (size_t)K * n);
+                fill(sy, (size_t)n);
+                fill(x, (size_t)n);
+                for (int k = 0; k < K; k++) {
+                    w[k] = k == 1 ? -0.0f : frand() * 0.5f; /* a weight of -0: products of -0 */
+                    ys[k] = y + (size_t)k * n;
+                }
+                for (int d = 0; d < n; d += 3)
+                    y[d] = 0; /* expert 0's zeros times a negative weight: -0 */
+                if (K > 0 && w[0] > 0)
+                    w[0] = -w[0];
+                for (int d = 0; d < n; d++) {
+                    volatile float acc = 0;
+                    for (int k = 0; k < K; k++) {
+                        volatile float p = w[k] * ys[k][d];
+                        acc = acc + p;
+                    }
+                    if (shared)
+                        acc = acc + sy[d];
+                    want[d] = x[d] + acc;
+                }
+                x[n] = 1234.5f;
+                kk->moe_sum(x, ys, w, K, shared ? sy : NULL, n);
+                CHECK(memcmp(x, want, sizeof(float) * n) == 0 && x[n] == 1234.5f,
+                      "%s moe_sum n=%d K=%d shared=%d: not the in-order unfused sum's bits (or "
+                      "wrote past n)", kk->name, n, K, shared);
+                free(y);
+                free(sy);
+                free(x);
+                free(want);
+            }
+    /* a residual of -0 plus one expert's -1 * 0 = -0: the sum starts at +0, so 0 + -0 = +0
+       and -0 + +0 = +0; a sum that started from the first product would leave -0 (every
+       lane of the vectors and the tail) */
+    float x[40], y0[40] = {0}, w0 = -1.0f;
+    const float *ys[1] = {y0};
+    for (int d = 0; d < 40; d++)
+        x[d] = -0.0f;
+    kk->moe_sum(x, ys, &w0, 1, NULL, 40);
+    int neg = 0;
+    for (int d = 0; d < 40; d++)
+        neg += signbit(x[d]) != 0;
+    CHECK(neg == 0, "%s moe_sum: -0 + (0 + -1 * 0) gave -0 in %d of 40 places: the sum must "
+          "start at +0", kk->name, neg);
+}
+
 static void test_softmax_stats(const fl_kernels *kk)
 {
     const int ns[] = {1, 5, 8, 17, 300, 1000};
@@ -548,6 +612,7 @@ int main(void)
         test_f32_to_bf16(&kk);
         test_softmax_stats(&kk);
         test_swiglu(&kk);
+        test_moe_sum(&kk);
     }
     test_rmsnorm_rows(); /* plain C, every level's */
     return check_summary("test_kernels");
