@@ -351,10 +351,11 @@ static void fl_swiglu_c(float *h, const float *gu, int n_grp, int ib)
     }
 }
 
-static void fl_moe_sum_c(float *x, const float *const *ys, const float *w, int K,
-                         const float *s, int n)
+/* moe_sum of elements [d0, n): the plain level, and the AVX2 level's tail */
+static void fl_moe_sum_from(float *x, const float *const *ys, const float *w, int K,
+                            const float *s, int d0, int n)
 {
-    for (int d = 0; d < n; d++) {
+    for (int d = d0; d < n; d++) {
         float a = 0;
         for (int k = 0; k < K; k++) {
             float p = w[k] * ys[k][d]; /* its own statement: never contracted into an fma */
@@ -364,6 +365,12 @@ static void fl_moe_sum_c(float *x, const float *const *ys, const float *w, int K
             a += s[d];
         x[d] += a;
     }
+}
+
+static void fl_moe_sum_c(float *x, const float *const *ys, const float *w, int K,
+                         const float *s, int n)
+{
+    fl_moe_sum_from(x, ys, w, K, s, 0, n);
 }
 
 /* ---------------------------------------------------------------- AVX2 + FMA kernels */
@@ -1122,16 +1129,7 @@ FL_AVX2 static void fl_moe_sum_avx2(float *x, const float *const *ys, const floa
             a = _mm256_add_ps(a, _mm256_loadu_ps(s + d));
         _mm256_storeu_ps(x + d, _mm256_add_ps(_mm256_loadu_ps(x + d), a));
     }
-    for (; d < n; d++) {
-        float a = 0;
-        for (int k = 0; k < K; k++) {
-            float p = w[k] * ys[k][d]; /* its own statement: never contracted into an fma */
-            a += p;
-        }
-        if (s)
-            a += s[d];
-        x[d] += a;
-    }
+    fl_moe_sum_from(x, ys, w, K, s, d, n);
 }
 
 /* ---------------------------------------------------------------- AVX-512 streaming matmul */
