@@ -1,0 +1,112 @@
+/* cuda_emu_mv.hh: what cuda/mv_tc.cuh (and cuda/gemm_tc.cuh after it) need from their
+ * includer, for the CPU through cuda_emu.hh: bf16 as emu_bf16, flc_meta.h, norm.cuh, the
+ * product modes, no-op programmatic launch, f16 scales, and mma.sync.m16n8k16 (bf16 in, f32
+ * accumulate) emulated as the PTX ISA defines its fragments ("Matrix Fragments for
+ * mma.m16n8k16 with floating point type"): the warp's 32 lanes' registers are gathered, the
+ * 16x16 A, 16x8 B and 16x8 C rebuilt from them (lane = 4 groupID + threadID_in_group; A
+ * register 0 holds row groupID, columns 2 tid, 2 tid + 1, low half first; register 1 row
+ * groupID + 8; registers 2, 3 the same rows at columns + 8; B register 0 rows 2 tid, 2 tid + 1
+ * of column groupID, register 1 rows + 8; C/D elements 0, 1 row groupID, columns 2 tid,
+ * 2 tid + 1, elements 2, 3 row groupID + 8), and each lane gets its D elements. So a test
+ * checks a kernel's fragment bookkeeping against the documented layout, not only its
+ * arithmetic. Plus the tests' shared helpers (rnd, bf, f2h). Include once per test, after
+ * cuda_emu.hh; FL_CUDA_EMU_DEFINE still goes in the test. */
+#ifndef FL_CUDA_EMU_MV_HH
+#define FL_CUDA_EMU_MV_HH
+
+typedef emu_bf16 flc_bf16;
+#include "flc_meta.h"
+#define FULL 0xffffffffu
+#include "norm.cuh"
+
+enum { FLC_MM_STORE = 0, FLC_MM_ACC = 1, FLC_MM_SWIGLU = 2 };
+static inline void flc_pdl_trigger() {}
+static inline void flc_pdl_wait() {}
+
+/* IEEE half bits to float, every case (the kernel's scales are f16) */
+static inline float flc_h2f(uint16_t h)
+{
+    const unsigned sign = (unsigned)(h >> 15) << 31, e = (h >> 10) & 31u, f = h & 1023u;
+    float v;
+    if (e == 0)
+        v = ldexpf((float)f, -24); /* zero, subnormal */
+    else if (e == 31)
+        v = f ? NAN : INFINITY;
+    else
+        v = ldexpf((float)(f | 1024u), (int)e - 25);
+    return sign ? -v : v;
+}
+
+/* one bf16 of a 32-bit register: the low half is the lower index */
+static inline float half_of(unsigned r, int hi)
+{
+    return __uint_as_float(hi ? (r & 0xffff0000u) : (r << 16));
+}
+
+static inline void flc_mma_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
+{
+    struct frag {
+        unsigned a[4], b[2];
+        float c[4];
+    } mine, all[32];
+    memcpy(mine.a, a, sizeof mine.a);
+    memcpy(mine.b, b, sizeof mine.b);
+    memcpy(mine.c, d, sizeof mine.c);
+    emu_warp_gather(&mine, sizeof mine, all);
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; l++) {
+        const int gid = l >> 2, tig = l & 3;
+        for (int i = 0; i < 8; i++) { /* a0..a7 */
+            const int row = (i & 2) ? gid + 8 : gid, col = tig * 2 + (i & 1) + (i >= 4 ? 8 : 0);
+            A[row][col] = half_of(all[l].a[i >> 1], i & 1);
+        }
+        for (int i = 0; i < 4; i++) { /* b0..b3 */
+            const int row = tig * 2 + (i & 1) + (i >= 2 ? 8 : 0);
+            B[row][gid] = half_of(all[l].b[i >> 1], i & 1);
+        }
+        for (int i = 0; i < 4; i++) /* c0..c3 */
+            C[i < 2 ? gid : gid + 8][tig * 2 + (i & 1)] = all[l].c[i];
+    }
+    const int lane = (int)(threadIdx.x & 31), gid = lane >> 2, tig = lane & 3;
+    for (int i = 0; i < 4; i++) {
+        const int row = i < 2 ? gid : gid + 8, col = tig * 2 + (i & 1);
+        float v = C[row][col];
+        for (int kk = 0; kk < 16; kk++)
+            v = fmaf(A[row][kk], B[kk][col], v);
+        d[i] = v;
+    }
+}
+
+static inline unsigned flc_bf16x2(float lo, float hi)
+{
+    return (unsigned)__float2bfloat16_rn(lo).x | (unsigned)__float2bfloat16_rn(hi).x << 16;
+}
+static inline void flc_prefetch_l2(const void *) {}
+
+typedef struct flc_emat { /* cuda_kernels.cuh's */
+    const flc_bf16 *w;
+    const int8_t *q;
+    const uint16_t *d;
+} flc_emat;
+
+#include "mv_tc.cuh"
+
+static uint32_t g_lcg = 4242;
+static inline float rnd(void) /* [-1, 1) */
+{
+    g_lcg = g_lcg * 1664525u + 1013904223u;
+    return (float)((g_lcg >> 8) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static inline float bf(flc_bf16 b) { return __bfloat162float(b); }
+
+/* f16 bits of a positive normal float (truncated: any f16 will do as a scale) */
+static inline uint16_t f2h(float v)
+{
+    unsigned u;
+    memcpy(&u, &v, 4);
+    const int e = (int)((u >> 23) & 255u) - 127 + 15;
+    return (uint16_t)(((unsigned)e << 10) | ((u >> 13) & 1023u));
+}
+
+#endif
