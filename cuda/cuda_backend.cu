@@ -124,7 +124,11 @@ typedef struct flc {
     float *final_norm;
     bool q8;         /* matrices whose k % 32 == 0 (but the embedding) are q8 */
     flc_bf16 *wdq;   /* (wdq_elems) a q8 matrix as bf16, for cuBLAS at more than skinny rows */
-    size_t wdq_elems;
+    size_t wdq_elems; /* 0 with q8_gemm: nothing widens a matrix then */
+    bool q8_gemm;     /* FL_CUDA_Q8_GEMM=1: q8 products above the streaming kernels' rows on
+                         our tensor-core GEMM (gemm_tc.cuh), not cuBLAS on a bf16 copy */
+    float *gq_part;   /* (2 n_sm FLC_GQ_TILE) its partial tiles when it splits k */
+    int *gq_ticket;   /* (2 n_sm) its tickets, zero between products */
     double *inv_freq;
     /* activations, for max_tokens rows (T) */
     char *amem;
@@ -185,6 +189,8 @@ typedef struct flc {
     int E, K, mi, smi, NIm;
     flc_route route;
     bool egu_q8, edown_q8; /* the experts' matrices are q8 (else bf16) */
+    bool moe_gemm;         /* FL_CUDA_MOE_GEMM=1: the experts' grouped GEMM (gemm_tc.cuh) ... */
+    int moe_gemm_min;      /* ... when they average this many rows (FL_CUDA_MOE_GEMM_MIN) */
     float *rlog;      /* (T, E) router logits */
     int32_t *rid_d;   /* (A) each token's experts, best first */
     float *rw_d;      /* (A) and their weights */
@@ -335,6 +341,10 @@ static int flc_gemm(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m
                                      : flc_skinny(y, NULL, ldy, x, ldx, m, wm->w, n, k, mode,
                                                   flc_pdl(c), c->st),
                             what, layer, e);
+    if (wm->q && c->q8_gemm) /* the quants read as they are, no bf16 copy (gemm_tc.cuh) */
+        return flc_launched(c, flc_gemm_q8(y, ldy, x, ldx, m, wm->q, wm->d, n, k, mode,
+                                           c->gq_part, c->gq_ticket, c->n_sm, flc_pdl(c), c->st),
+                            what, layer, e);
     const flc_bf16 *w = wm->w;
     if (wm->q) {
         int rc = flc_launched(c, flc_dequant_q8(c->wdq, wm->q, wm->d, n, k, c->st),
@@ -421,6 +431,17 @@ static int flc_norm_gemm(flc *c, const float *nw, float *y, int ldy, int m, cons
  * meet it (measured on an H200 with the default model: a forward of 16 new sequences spent
  * 2.4 ms choosing against 0.1 ms replaying). The products write the activation buffers,
  * which every forward overwrites before it reads them. */
+/* flc_gemm for the warm-up: nothing for a q8 matrix that our GEMM takes (no cuBLAS choice to
+ * make) */
+static int flc_warm1(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m,
+                     const flc_mat *wm, int n, int k, int mode, const char *what, int layer,
+                     fl_err *e)
+{
+    if (wm->q && c->q8_gemm)
+        return 0;
+    return flc_gemm(c, y, ldy, x, ldx, m, wm, n, k, mode, what, layer, e);
+}
+
 static int flc_gemm_warm(flc *c, fl_err *e)
 {
     if (!c->gemm_pad || c->cfg.n_layers < 1)
@@ -436,23 +457,23 @@ static int flc_gemm_warm(flc *c, fl_err *e)
     for (int m = 16; m <= c->base.max_tokens; m = flc_pad_rows(m + 1)) {
         int rc;
         if (m > c->skinny_rows) { /* rows <= skinny_rows never reach cuBLAS */
-            if ((rc = flc_gemm(c, c->qkv, d.qkvd, c->xb, H, m, &ly->wqkv, d.qkvd, H, FLC_MM_STORE,
+            if ((rc = flc_warm1(c, c->qkv, d.qkvd, c->xb, H, m, &ly->wqkv, d.qkvd, H, FLC_MM_STORE,
                                "warm-up: q|k|v projection", 0, e)) ||
-                (rc = flc_gemm(c, c->x, H, c->att, d.qd, m, &ly->wo, H, d.qd, FLC_MM_ACC,
+                (rc = flc_warm1(c, c->x, H, c->att, d.qd, m, &ly->wo, H, d.qd, FLC_MM_ACC,
                                "warm-up: o projection", 0, e)) ||
-                (mlp && (rc = flc_gemm(c, c->gu, 2 * NI, c->xb, H, m, &ly->wgu, 2 * NI, H,
+                (mlp && (rc = flc_warm1(c, c->gu, 2 * NI, c->xb, H, m, &ly->wgu, 2 * NI, H,
                                        FLC_MM_STORE, "warm-up: gate|up projection", 0, e))) ||
-                (mlp && (rc = flc_gemm(c, c->x, H, c->hb, NI, m, &ly->wdown, H, NI, FLC_MM_ACC,
+                (mlp && (rc = flc_warm1(c, c->x, H, c->hb, NI, m, &ly->wdown, H, NI, FLC_MM_ACC,
                                        "warm-up: down projection", 0, e))) ||
-                (sl >= 0 && (rc = flc_gemm(c, c->gu, 2 * c->smi, c->xb, H, m, &c->layers[sl].sgu,
+                (sl >= 0 && (rc = flc_warm1(c, c->gu, 2 * c->smi, c->xb, H, m, &c->layers[sl].sgu,
                                            2 * c->smi, H, FLC_MM_STORE,
                                            "warm-up: shared expert's gate|up", sl, e))) ||
-                (sl >= 0 && (rc = flc_gemm(c, c->sy, H, c->hb, c->smi, m, &c->layers[sl].sdown,
+                (sl >= 0 && (rc = flc_warm1(c, c->sy, H, c->hb, c->smi, m, &c->layers[sl].sdown,
                                            H, c->smi, FLC_MM_STORE,
                                            "warm-up: shared expert's down", sl, e))))
                 return rc;
             if (m <= c->head_rows &&
-                (rc = flc_gemm(c, c->logits, d.V, c->xb, H, m, &c->lm_head, d.V, H, FLC_MM_STORE,
+                (rc = flc_warm1(c, c->logits, d.V, c->xb, H, m, &c->lm_head, d.V, H, FLC_MM_STORE,
                                "warm-up: lm_head", -1, e)))
                 return rc;
         }
@@ -747,17 +768,27 @@ static int flc_moe(flc *c, const flc_layer *ly, int l, int T, fl_err *e)
     FLC_L(flc_moe_assign(eoff, c->atok_d, c->apos_d, c->rid_d, A, K, E, c->st),
           "assignments in expert order", l);
     FLC_L(flc_gather_rows(c->xg, c->xb, c->atok_d, A, H, c->st), "gathering rows by expert", l);
-    const bool tgu = c->mv_rows > 0 && H % 32 == 0, tdn = c->mv_rows > 0 && mi % 32 == 0;
-    FLC_L(tgu ? flc_moe_mv_tc(NULL, c->eh, mi, c->xg, H, gu, c->egu_q8, eoff, E, mi, H,
-                              FLC_MM_SWIGLU, c->st)
-              : flc_moe_mm(NULL, c->eh, mi, c->xg, H, gu, c->egu_q8, eoff, E, mi, H,
+    /* the experts' grouped GEMM when they average moe_gemm_min rows or more (a prefill) */
+    if (c->moe_gemm && (long)A >= (long)c->moe_gemm_min * E) {
+        FLC_L(flc_moe_gemm(NULL, c->eh, mi, c->xg, H, gu, c->egu_q8, eoff, E, mi, H,
                            FLC_MM_SWIGLU, c->st),
-          "experts' gate|up + SwiGLU", l);
-    FLC_L(tdn ? flc_moe_mv_tc(c->ey, NULL, H, c->eh, mi, dn, c->edown_q8, eoff, E, H, mi,
-                              FLC_MM_STORE, c->st)
-              : flc_moe_mm(c->ey, NULL, H, c->eh, mi, dn, c->edown_q8, eoff, E, H, mi,
+              "experts' gate|up + SwiGLU (grouped GEMM)", l);
+        FLC_L(flc_moe_gemm(c->ey, NULL, H, c->eh, mi, dn, c->edown_q8, eoff, E, H, mi,
                            FLC_MM_STORE, c->st),
-          "experts' down", l);
+              "experts' down (grouped GEMM)", l);
+    } else {
+        const bool tgu = c->mv_rows > 0 && H % 32 == 0, tdn = c->mv_rows > 0 && mi % 32 == 0;
+        FLC_L(tgu ? flc_moe_mv_tc(NULL, c->eh, mi, c->xg, H, gu, c->egu_q8, eoff, E, mi, H,
+                                  FLC_MM_SWIGLU, c->st)
+                  : flc_moe_mm(NULL, c->eh, mi, c->xg, H, gu, c->egu_q8, eoff, E, mi, H,
+                               FLC_MM_SWIGLU, c->st),
+              "experts' gate|up + SwiGLU", l);
+        FLC_L(tdn ? flc_moe_mv_tc(c->ey, NULL, H, c->eh, mi, dn, c->edown_q8, eoff, E, H, mi,
+                                  FLC_MM_STORE, c->st)
+                  : flc_moe_mm(c->ey, NULL, H, c->eh, mi, dn, c->edown_q8, eoff, E, H, mi,
+                               FLC_MM_STORE, c->st),
+              "experts' down", l);
+    }
     if (ly->shared && (rc = flc_mlp(c, c->sy, FLC_MM_STORE, c->xb, NULL, T, &ly->sgu, &ly->sdown,
                                     c->smi, c->gu, c->hb, l, e)))
         return rc;
@@ -1269,6 +1300,10 @@ static void flc_place_acts(flc *c, fl_bump *b)
     c->part = (float *)fl_bump_take(b, c->part_floats * 4);
     c->ticket = (int *)fl_bump_take(b, (size_t)c->tiles_max * d->kvh * sizeof(int));
     c->wdq = c->wdq_elems ? (flc_bf16 *)fl_bump_take(b, c->wdq_elems * 2) : NULL;
+    if (c->q8_gemm) {
+        c->gq_part = (float *)fl_bump_take(b, 2 * (size_t)c->n_sm * FLC_GQ_TILE * 4);
+        c->gq_ticket = (int *)fl_bump_take(b, 2 * (size_t)c->n_sm * sizeof(int));
+    }
     if (c->moe) {
         size_t E = (size_t)c->E, A = T * (size_t)c->K, mi = (size_t)c->mi;
         c->rlog = (float *)fl_bump_take(b, T * E * 4);
@@ -1600,6 +1635,10 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
         c->route = (flc_route){c->E, c->K, cf->moe.n_group, cf->moe.topk_group,
                                cf->moe.router == FL_ROUTER_SOFTMAX, cf->moe.norm_topk,
                                cf->moe.scaling};
+        /* opt-in until measured on a GPU (docs/cuda.md "Mixture of experts") */
+        c->moe_gemm = flc_env_int("FL_CUDA_MOE_GEMM", 0, 0, 1) == 1 && c->cc_major >= 8 &&
+                      d->H % 32 == 0 && c->mi % 32 == 0;
+        c->moe_gemm_min = flc_env_int("FL_CUDA_MOE_GEMM_MIN", 16, 0, 1 << 20);
     }
     d->V = cf->vocab;
     d->B = cf->block_size;
@@ -1625,6 +1664,10 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
         c->mv_rows = c->mv_tc && c->skinny_rows > 0 ? FLC_MV_MAX : 0;
         c->norm_fuse = c->mv_tc && flc_env_int("FL_CUDA_NORM_FUSE", 1, 0, 1) == 1;
     }
+    /* opt-in until measured on a GPU (docs/cuda.md "q8 weights"); every x a q8 product reads
+     * (rows of H, the attention's qd, the SwiGLU's NI or a shared expert's) in whole 16 bytes */
+    c->q8_gemm = c->q8 && c->cc_major >= 8 && flc_env_int("FL_CUDA_Q8_GEMM", 0, 0, 1) == 1 &&
+                 d->H % 8 == 0 && d->qd % 8 == 0 && d->NI % 8 == 0 && c->smi % 8 == 0;
     c->graphs = flc_env_int("FL_CUDA_GRAPHS", 1, 0, 1) == 1 && !c->sync_debug && !c->ktime;
     {
         const char *at = getenv("FL_CUDA_ATTN");
@@ -1703,7 +1746,7 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
                             .map = false, .mat_bytes = c->q8 ? flc_q8_mat_bytes : NULL, .ctx = c};
         if ((rc = fl_wplan_build(&c->wplan, m, &po, e)))
             goto fail;
-        for (int i = 0; i < c->wplan.n; i++) /* the largest q8 matrix, for its bf16 copy */
+        for (int i = 0; !c->q8_gemm && i < c->wplan.n; i++) /* the largest q8 matrix, for its bf16 copy */
             if (c->wplan.slot[i].elem == 0 &&
                 c->wplan.slot[i].rows * c->wplan.slot[i].cols > c->wdq_elems)
                 c->wdq_elems = c->wplan.slot[i].rows * c->wplan.slot[i].cols;
@@ -1758,6 +1801,9 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
         flc_place_acts(c, &ab);
         CK(cudaMemsetAsync(c->ticket, 0, (size_t)c->tiles_max * d->kvh * sizeof(int), c->st),
            "clearing the attention tickets");
+        if (c->q8_gemm)
+            CK(cudaMemsetAsync(c->gq_ticket, 0, 2 * (size_t)c->n_sm * sizeof(int), c->st),
+               "clearing the q8 GEMM's tickets");
     }
     if ((rc = flc_upload_weights(c, &c->wplan, e)))
         goto fail;
@@ -1799,7 +1845,11 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
                  "%.2f GiB for %d tokens; KV pool %d pages x %.2f MiB = %.2f GiB%s; %.120s; graphs %s; "
                  "streaming matmul up to %d rows%s; cuBLAS rows %s; attention on %s",
                  c->gpu, c->dev, c->cc_major, c->cc_minor, c->n_sm, GIB(c->mem_total),
-                 GIB(c->wbytes), c->q8 ? "q8 (embedding bf16)" : "bf16", GIB(c->abytes), o->max_tokens, c->base.n_pages,
+                 GIB(c->wbytes),
+                 c->q8_gemm ? "q8 (embedding bf16; above the streaming rows our q8 GEMM)"
+                 : c->q8    ? "q8 (embedding bf16)"
+                            : "bf16",
+                 GIB(c->abytes), o->max_tokens, c->base.n_pages,
                  MIB(c->page_dev_bytes), GIB(c->pool_bytes), pages, c->blas.path,
                  c->graphs ? "on" : "off", c->skinny_rows,
                  c->mv_tc && c->pdl && c->norm_fuse

@@ -951,6 +951,28 @@ cudaError_t flc_mv_tc_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int
     return flc_mv_any(y, yh, ldy, x, ldx, m, NULL, wq, wd, n, k, nz, mode, pdl, s);
 }
 
+#include "gemm_tc.cuh"
+
+cudaError_t flc_gemm_q8(float *y, int ldy, const flc_bf16 *x, int ldx, int m, const int8_t *wq,
+                        const uint16_t *wd, int n, int k, int mode, float *part, int *ticket,
+                        int n_sm, bool pdl, cudaStream_t s)
+{
+    if (m <= 0 || n <= 0 || k <= 0 || k % 32 || ldx % 8 || n_sm <= 0 ||
+        (mode != FLC_MM_STORE && mode != FLC_MM_ACC))
+        return cudaErrorInvalidValue;
+    flc_gq_plan p = flc_gq_plan_for(m, n, k, n_sm);
+    if (p.tiles_m > 65535)
+        return cudaErrorInvalidValue;
+    if (p.splits > 1 && (!part || !ticket))
+        p.splits = 1, p.gps = k / 32;
+    dim3 grid((unsigned)p.tiles_n, (unsigned)p.tiles_m, (unsigned)p.splits);
+    if (mode == FLC_MM_ACC)
+        return flc_launch(pdl, k_gemm_q8<FLC_MM_ACC>, grid, FLC_GQ_THREADS, s, y, ldy, x, ldx,
+                          m, wq, wd, n, k, p.gps, part, ticket);
+    return flc_launch(pdl, k_gemm_q8<FLC_MM_STORE>, grid, FLC_GQ_THREADS, s, y, ldy, x, ldx, m,
+                      wq, wd, n, k, p.gps, part, ticket);
+}
+
 /* ---------------------------------------------------------------- q8 weights (weight-only) */
 
 /* q8 weights in qformat.h's plain layout: quants (n, k) int8 row-major, scales (n, k / 32) f16
@@ -1507,6 +1529,32 @@ cudaError_t flc_moe_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, in
         else
             k_moe_mv_tc<FLC_MM_SWIGLU, false><<<grid, nt, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff,
                                                                   n, k);
+    }
+    return cudaGetLastError();
+}
+
+cudaError_t flc_moe_gemm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
+                         const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
+                         int mode, cudaStream_t s)
+{
+    if (k % 32 || ldx % 8 || E <= 0 || (mode != FLC_MM_STORE && mode != FLC_MM_SWIGLU))
+        return cudaErrorInvalidValue;
+    const int bn = mode == FLC_MM_SWIGLU ? FLC_GQ_BN / 2 : FLC_GQ_BN;
+    dim3 grid((unsigned)((n + bn - 1) / bn), (unsigned)E);
+    if (mode == FLC_MM_STORE) {
+        if (q8)
+            k_moe_gemm<FLC_MM_STORE, true><<<grid, FLC_GQ_THREADS, 0, s>>>(y, yh, ldy, x, ldx, mats,
+                                                                          eoff, n, k);
+        else
+            k_moe_gemm<FLC_MM_STORE, false><<<grid, FLC_GQ_THREADS, 0, s>>>(y, yh, ldy, x, ldx,
+                                                                           mats, eoff, n, k);
+    } else {
+        if (q8)
+            k_moe_gemm<FLC_MM_SWIGLU, true><<<grid, FLC_GQ_THREADS, 0, s>>>(y, yh, ldy, x, ldx,
+                                                                           mats, eoff, n, k);
+        else
+            k_moe_gemm<FLC_MM_SWIGLU, false><<<grid, FLC_GQ_THREADS, 0, s>>>(y, yh, ldy, x, ldx,
+                                                                            mats, eoff, n, k);
     }
     return cudaGetLastError();
 }

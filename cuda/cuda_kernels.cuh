@@ -118,6 +118,13 @@ cudaError_t flc_skinny_q8(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, in
                           cudaStream_t s);
 cudaError_t flc_dequant_q8(flc_bf16 *w, const int8_t *wq, const uint16_t *wd, int n, int k,
                            cudaStream_t s);
+/* Y (m, n) = (FLC_MM_STORE) or += (FLC_MM_ACC) X W^T with W q8, any m, on tensor cores
+ * (gemm_tc.cuh; FL_CUDA_Q8_GEMM=1): the quants read directly, the CPU q8's arithmetic (each
+ * group's sum scaled). part (2 n_sm * FLC_GQ_TILE floats) and ticket (2 n_sm ints, zero) let
+ * it split k when the tiles would not fill the n_sm multiprocessors; NULL: no splits. */
+cudaError_t flc_gemm_q8(float *y, int ldy, const flc_bf16 *x, int ldx, int m, const int8_t *wq,
+                        const uint16_t *wd, int n, int k, int mode, float *part, int *ticket,
+                        int n_sm, bool pdl, cudaStream_t s);
 
 cudaError_t flc_swiglu(flc_bf16 *hb, const float *gu, int T, int NI, bool pdl, cudaStream_t s);
 
@@ -165,6 +172,12 @@ cudaError_t flc_moe_mm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int l
 cudaError_t flc_moe_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
                           const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
                           int mode, cudaStream_t s);
+/* flc_moe_mm grouped on tensor cores (gemm_tc.cuh, FL_CUDA_MOE_GEMM=1): an expert's rows 64 at
+ * a time against 64 of its output columns (32 with SwiGLU) staged in shared memory, for
+ * prefills' tens of rows per expert; k % 32 == 0, ldx % 8 == 0. */
+cudaError_t flc_moe_gemm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
+                         const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
+                         int mode, cudaStream_t s);
 /* xg[a] = xb[rows[a]] (H wide, bf16), a < A. */
 cudaError_t flc_gather_rows(flc_bf16 *xg, const flc_bf16 *xb, const int32_t *rows, int A, int H,
                             cudaStream_t s);

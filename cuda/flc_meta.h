@@ -12,6 +12,9 @@
 #define FLC_HD_MAX 256     /* largest head_dim the attention kernel takes */
 #define FLC_SKINNY_MAX 8   /* most rows the weight-streaming matmul takes */
 #define FLC_MV_MAX 32      /* ... and its tensor-core form (FL_CUDA_MV=tc): 4 tiles of 8 */
+#define FLC_GQ_BN 64       /* the tensor-core GEMM's block (gemm_tc.cuh): weight rows (y's columns) */
+#define FLC_GQ_BM 64       /* ... rows of x */
+#define FLC_GQ_TILE (FLC_GQ_BM * FLC_GQ_BN) /* floats of one of its partial tiles */
 #define FLC_VCHUNK 4096    /* vocabulary ids per softmax-statistics chunk */
 
 /* Offsets (in int32) of the metadata block; fixed for a backend (sized by max_tokens), so

@@ -7,7 +7,9 @@
  *   gpu_bench --model DIR [--ctx 512] [--batches 1,64] [--steps 30] [--json PATH] [--moe]
  *
  * --moe (a mixture-of-experts model: FL_CUDA_MOE=1): the default variant at every batch,
- * eager at batch 1, and the tensor-core matmul (FL_CUDA_MV=tc: k_moe_mv_tc) at every batch;
+ * eager at batch 1, the tensor-core matmul (FL_CUDA_MV=tc: k_moe_mv_tc) at every batch, and
+ * with it the experts' grouped GEMM (FL_CUDA_MOE_GEMM=1, gemm_tc.cuh) where they average 16
+ * rows or more;
  * a step's floor is the bytes it read (the experts its tokens went to, fl_cuda_moe_stats_get,
  * plus every other matrix), and the table says how many experts a layer touched.
  *
@@ -16,7 +18,7 @@
  * merged in the kernel), the streaming matmuls' programmatic launch (FL_CUDA_PDL=1), the
  * streaming matmul on tensor cores (FL_CUDA_MV=tc, the RMSNorms inside its products), the
  * three together, and q8 weights (its own floor: its bytes; with and without the tensor-core
- * matmul) at every batch; eager, cuBLAS only and the tensor-core matmul with the RMSNorms in
+ * matmul, and with the q8 GEMM above the streaming rows, FL_CUDA_Q8_GEMM=1) at every batch; eager, cuBLAS only and the tensor-core matmul with the RMSNorms in
  * their own kernel (FL_CUDA_NORM_FUSE=0) at batch 1. Prints a table and one JSON line (also
  * written to --json). Exit 0 when every run completed, 1 otherwise, 77 with no
  * GPU. */
@@ -236,7 +238,7 @@ int main(int argc, char **argv)
     k.V = m->cfg.vocab;
     if (k.ctx % k.B)
         k.ctx -= k.ctx % k.B; /* whole cached blocks: every step is one block */
-    result res[96]; /* 11 variants x MAX_BATCHES at most */
+    result res[128]; /* 12 variants x MAX_BATCHES at most */
     int n_res = 0, fails = 0;
     double bw = 0;
     size_t stream = 0;
@@ -259,6 +261,13 @@ int main(int argc, char **argv)
         fails += run_variant(&k, "graphs, tensor-core matmul", "1", "8", "", "0", "tc", "", bf,
                              batches, n_batches, res, &n_res, NULL, NULL, scratch,
                              sizeof scratch) != 0;
+        /* FL_CUDA_MOE_GEMM=1: the experts' grouped GEMM where they average 16 rows or more
+         * (batch 32 of block 32: 1,024 tokens, 32 a LLaDA2.0-mini expert), else as above */
+        setenv("FL_CUDA_MOE_GEMM", "1", 1);
+        fails += run_variant(&k, "graphs, tc matmul + grouped GEMM", "1", "8", "", "0", "tc", "",
+                             bf, batches, n_batches, res, &n_res, NULL, NULL, scratch,
+                             sizeof scratch) != 0;
+        unsetenv("FL_CUDA_MOE_GEMM");
     }
     /* name, graphs, streaming rows, FL_CUDA_ATTN, FL_CUDA_PDL, FL_CUDA_MV,
      * FL_CUDA_NORM_FUSE, weights, all batches (else batch 1 only). The tensor-core matmul
@@ -279,14 +288,19 @@ int main(int argc, char **argv)
         {"graphs, few-row + tc matmul + PDL", "1", "8", "few", "1", "tc", "", FL_WEIGHTS_AUTO,
          true},
         {"graphs, q8 weights, tc matmul", "1", "8", "", "0", "tc", "", FL_WEIGHTS_Q8, true},
+        /* FL_CUDA_Q8_GEMM=1: above the streaming rows, the q8 GEMM (gemm_tc.cuh) */
+        {"graphs, q8 weights, q8 GEMM", "1", "8", "", "0", "", "", FL_WEIGHTS_Q8, true},
         {"graphs, q8 weights", "1", "8", "", "0", "", "", FL_WEIGHTS_Q8, true}, /* last: see below */
     };
-    for (size_t i = 0; !k.moe && i < sizeof more / sizeof more[0]; i++)
+    for (size_t i = 0; !k.moe && i < sizeof more / sizeof more[0]; i++) {
+        setenv("FL_CUDA_Q8_GEMM", strstr(more[i].name, "q8 GEMM") ? "1" : "0", 1);
         fails += run_variant(&k, more[i].name, more[i].graphs, more[i].skinny, more[i].attn,
                              more[i].pdl, more[i].mv, more[i].norm, more[i].wf,
                              more[i].all ? batches : one,
                              more[i].all ? n_batches : 1, res, &n_res, NULL, NULL, scratch,
                              sizeof scratch) != 0;
+    }
+    unsetenv("FL_CUDA_Q8_GEMM");
     double floor_ms = bw > 0 ? stream / bw * 1e3 : NAN;
     printf("\nbench: model %s: %d layers, hidden %d, vocab %d, block %d; ctx %d cached tokens "
            "per sequence\n", model, m->cfg.n_layers, m->cfg.hidden, m->cfg.vocab, k.B, k.ctx);

@@ -36,7 +36,8 @@
  * attention (FL_CUDA_ATTN=tc), few-row attention (FL_CUDA_ATTN=few), the streaming matmul on
  * tensor cores (FL_CUDA_MV=tc, which runs the RMSNorms inside its products), all three new
  * ones together with the streaming matmuls' programmatic launch (FL_CUDA_PDL=1), the
- * tensor-core matmul with the RMSNorms in their own kernel (FL_CUDA_NORM_FUSE=0)}; case H's
+ * tensor-core matmul with the RMSNorms in their own kernel (FL_CUDA_NORM_FUSE=0), and with
+ * --q8 every q8 product on the q8 GEMM (FL_CUDA_Q8_GEMM=1, streaming kernels off)}; case H's
  * outputs of the tensor-core matmul with the norms inside and separate must be the same bits.
  * --big (a large model): cases A, G, H in the default variants, eager tensor-core and
  * few-row attention, eager tensor-core matmul with the norms inside and separate, and the
@@ -749,28 +750,58 @@ static void case_j(ctx *c)
 
 typedef struct variant {
     const char *name, *graphs, *skinny, *attn, *pdl, *mv, *norm;
+    const char *env; /* more settings, "NAME=VALUE ..." (unset between variants) */
 } variant;
 
 /* pairs: an odd variant is the even one before it with graphs (compared bit for bit) */
 static const variant VARIANTS[] = {
-    {"eager, streaming matmul <= 8 rows", "0", "8", "", "0", "", ""},
-    {"graphs, streaming matmul <= 8 rows", "1", "8", "", "0", "", ""},
-    {"eager, cuBLAS only", "0", "0", "", "0", "", ""},
-    {"graphs, cuBLAS only", "1", "0", "", "0", "", ""},
-    {"eager, tensor-core attention", "0", "8", "tc", "0", "", ""},
-    {"graphs, tensor-core attention", "1", "8", "tc", "0", "", ""},
-    {"eager, few-row attention", "0", "8", "few", "0", "", ""},
-    {"graphs, few-row attention", "1", "8", "few", "0", "", ""},
+    {"eager, streaming matmul <= 8 rows", "0", "8", "", "0", "", "", ""},
+    {"graphs, streaming matmul <= 8 rows", "1", "8", "", "0", "", "", ""},
+    {"eager, cuBLAS only", "0", "0", "", "0", "", "", ""},
+    {"graphs, cuBLAS only", "1", "0", "", "0", "", "", ""},
+    {"eager, tensor-core attention", "0", "8", "tc", "0", "", "", ""},
+    {"graphs, tensor-core attention", "1", "8", "tc", "0", "", "", ""},
+    {"eager, few-row attention", "0", "8", "few", "0", "", "", ""},
+    {"graphs, few-row attention", "1", "8", "few", "0", "", "", ""},
     /* the tensor-core matmul runs the RMSNorms inside its products (FL_CUDA_NORM_FUSE) */
-    {"eager, tensor-core streaming matmul", "0", "8", "", "0", "tc", ""},
-    {"graphs, tensor-core streaming matmul", "1", "8", "", "0", "tc", ""},
-    {"eager, few-row attention, tc matmul, programmatic launch", "0", "8", "few", "1", "tc", ""},
-    {"graphs, few-row attention, tc matmul, programmatic launch", "1", "8", "few", "1", "tc", ""},
-    {"eager, tc matmul, RMSNorms separate", "0", "8", "", "0", "tc", "0"},
-    {"graphs, tc matmul, RMSNorms separate", "1", "8", "", "0", "tc", "0"},
+    {"eager, tensor-core streaming matmul", "0", "8", "", "0", "tc", "", ""},
+    {"graphs, tensor-core streaming matmul", "1", "8", "", "0", "tc", "", ""},
+    {"eager, few-row attention, tc matmul, programmatic launch", "0", "8", "few", "1", "tc", "", ""},
+    {"graphs, few-row attention, tc matmul, programmatic launch", "1", "8", "few", "1", "tc", "", ""},
+    {"eager, tc matmul, RMSNorms separate", "0", "8", "", "0", "tc", "0", ""},
+    {"graphs, tc matmul, RMSNorms separate", "1", "8", "", "0", "tc", "0", ""},
+    /* --q8 only: every q8 product of every row count on the q8 GEMM (FL_CUDA_Q8_GEMM) */
+    {"eager, q8 GEMM for every row count", "0", "0", "", "0", "", "", "FL_CUDA_Q8_GEMM=1"},
+    {"graphs, q8 GEMM for every row count", "1", "0", "", "0", "", "", "FL_CUDA_Q8_GEMM=1"},
+    /* mixture-of-experts models only: every MoE layer's experts on the grouped GEMM */
+    {"eager, experts' grouped GEMM", "0", "8", "", "0", "", "",
+     "FL_CUDA_MOE_GEMM=1 FL_CUDA_MOE_GEMM_MIN=0"},
+    {"graphs, experts' grouped GEMM", "1", "8", "", "0", "", "",
+     "FL_CUDA_MOE_GEMM=1 FL_CUDA_MOE_GEMM_MIN=0"},
 };
+static const char *const VARIANT_ENV[] = {"FL_CUDA_Q8_GEMM", "FL_CUDA_MOE_GEMM",
+                                          "FL_CUDA_MOE_GEMM_MIN"};
+
+/* a variant's env settings ("NAME=VALUE ..."), after unsetting every VARIANT_ENV */
+static void set_variant_env(const char *env)
+{
+    for (size_t i = 0; i < sizeof VARIANT_ENV / sizeof VARIANT_ENV[0]; i++)
+        unsetenv(VARIANT_ENV[i]);
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", env ? env : "");
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, " ", &save); tok; tok = strtok_r(NULL, " ", &save)) {
+        char *eq = strchr(tok, '=');
+        if (eq) {
+            *eq = 0;
+            setenv(tok, eq + 1, 1);
+        }
+    }
+}
 #define V_TC_EAGER 8     /* the tensor-core matmul, norms inside, eager */
 #define V_TC_SEPARATE 12 /* ... norms in their own kernel: the same bits */
+#define V_Q8_GEMM 14     /* the q8 GEMM pair: with --q8 only */
+#define V_MOE_GEMM 16    /* the experts' grouped GEMM pair: mixture-of-experts models only */
 #define N_VARIANTS (int)(sizeof VARIANTS / sizeof VARIANTS[0])
 
 static void run_model(const char *dir, bool big)
@@ -820,7 +851,10 @@ static void run_model(const char *dir, bool big)
         /* --big: the default pair, eager tc attention, few-row attention, tc matmul (norms
          * inside and separate), all new */
         bool big_v = v == 0 || v == 1 || v == 4 || v == 6 || v == 8 || v == 11 || v == 12;
-        if ((g_only >= 0 && v != g_only) || (big && !big_v))
+        const bool moe_model = c.m->cfg.moe.router != FL_ROUTER_NONE;
+        if ((g_only >= 0 && v != g_only) || (big && !big_v) ||
+            ((v == V_Q8_GEMM || v == V_Q8_GEMM + 1) && !g_q8) ||
+            ((v == V_MOE_GEMM || v == V_MOE_GEMM + 1) && !moe_model))
             continue;
         g_variant = VARIANTS[v].name;
         setenv("FL_CUDA_GRAPHS", VARIANTS[v].graphs, 1);
@@ -829,6 +863,7 @@ static void run_model(const char *dir, bool big)
         setenv("FL_CUDA_PDL", VARIANTS[v].pdl, 1);
         setenv("FL_CUDA_MV", VARIANTS[v].mv, 1);
         setenv("FL_CUDA_NORM_FUSE", VARIANTS[v].norm, 1);
+        set_variant_env(VARIANTS[v].env);
         fl_backend_opts go = {.n_pages = N_PAGES, .max_tokens = c.max_tokens,
                               .weights = g_q8 ? FL_WEIGHTS_Q8 : FL_WEIGHTS_AUTO};
         struct timespec t0, t1;
@@ -870,6 +905,7 @@ static void run_model(const char *dir, bool big)
     unsetenv("FL_CUDA_PDL");
     unsetenv("FL_CUDA_MV");
     unsetenv("FL_CUDA_NORM_FUSE");
+    set_variant_env(NULL);
     /* graphs replay exactly what eager execution computes */
     bool debug = getenv("FL_CUDA_SYNC_DEBUG") && !strcmp(getenv("FL_CUDA_SYNC_DEBUG"), "1");
     for (int v = 1; v < nv; v += 2) {

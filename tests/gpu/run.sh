@@ -265,7 +265,8 @@ fi
 # A LLaDA2.0-mini-shaped random model (16.3 B parameters, written at q8 by
 # tests/reference/make_moe_model.py with numpy: 16 GB) on the GPU: block 32 over 256 cached
 # tokens at batch 1 and 32 (tests/gpu/gpu_bench.c --moe), each step against the floor of the
-# bytes it read (the experts its tokens went to). Runs with FL_GPU_ONLY=moe, or when the time
+# bytes it read (the experts its tokens went to); by default, eager, with the tensor-core
+# matmul, and with the experts' grouped GEMM (FL_CUDA_MOE_GEMM=1) added. Runs with FL_GPU_ONLY=moe, or when the time
 # left allows.
 if ((selftest)); then
     note "SKIP moe bench: FL_GPU_SELFTEST"
@@ -284,7 +285,7 @@ else
     else
         stage moebench 240 "$mlog" "$bd/gpu_bench" --moe --model "$mb" --ctx 256 --batches 1,32 \
             --steps 10 --json "$out/moe.json"
-        rows=$(grep -E '^(graphs|eager), streaming matmul' "$mlog" | tail -n 3 | tr -s ' ' | paste -sd ';' -)
+        rows=$(grep -E '^(graphs|eager), (streaming|tc|tensor)' "$mlog" | tail -n 7 | tr -s ' ' | paste -sd ';' -)
         if ((st_rc == 0)); then
             note "PASS moe bench, LLaDA2.0-mini shape q8 (${st_s}s): $rows (variant batch step-ms min-ms tok/s x-floor replayed GB-read experts-touched)"
         else

@@ -81,6 +81,13 @@ def main():
             elif r["batch"] in (1, 64):
                 lines.append("SKIP goal >= 2x PyTorch eager at batch %d: no PyTorch measurement"
                              % r["batch"])
+    # the q8 GEMM (FL_CUDA_Q8_GEMM=1) against cuBLAS on the widened copy, at every batch
+    for g in [x for x in b["runs"] if x["ok"] and x["variant"] == "graphs, q8 weights, q8 GEMM"]:
+        q = [x for x in b["runs"] if x["ok"] and x["batch"] == g["batch"] and x["variant"] == "graphs, q8 weights"]
+        if q:
+            lines.append("INFO q8 GEMM at batch %d: %.3f ms, against %.3f ms with cuBLAS on the "
+                         "bf16 copy (%.2fx)" % (g["batch"], g["median_ms"], q[0]["median_ms"],
+                                                q[0]["median_ms"] / g["median_ms"]))
     # the RMSNorms inside the tensor-core products against their own kernels, batch 1
     ins = [x for x in b["runs"] if x["ok"] and x["batch"] == 1 and x["variant"] == "graphs, tensor-core matmul"]
     sep = [x for x in b["runs"] if x["ok"] and x["batch"] == 1 and x["variant"] == "graphs, tc matmul, norms separate"]
