@@ -759,7 +759,8 @@ static int flc_moe(flc *c, const flc_layer *ly, int l, int T, fl_err *e)
     const flc_emat *gu = c->emats + (size_t)l * 2 * E, *dn = gu + E;
     int32_t *eoff = c->eoff_d + (size_t)l * (E + 2);
     int rc;
-    FLC_L(flc_router(c->rlog, c->x, ly->mlp_norm, ly->router, T, H, E, c->d.eps, c->st),
+    FLC_L(flc_router(c->rlog, c->x, ly->mlp_norm, ly->router, T, H, E, c->d.eps, c->n_sm,
+                     c->st),
           "router logits", l);
     FLC_L(flc_route_tokens(c->rid_d, c->rw_d, c->rlog, ly->ebias, c->route, T, c->st),
           "routing (top-k)", l);

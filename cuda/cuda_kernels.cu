@@ -1287,43 +1287,35 @@ cudaError_t flc_top1(flc_tok *out, flc_lse *lse, const float *logits, int rows, 
 /* ---------------------------------------------------------------- mixture of experts */
 
 /* Block t: the token's RMSNorm in f32 into shared memory, then a warp per expert. */
-__global__ void k_router(float *lg, const float *x, const float *nw, const float *R, int H, int E,
-                         float eps)
+#include "router.cuh"
+
+template <int RT>
+__global__ void __launch_bounds__(256)
+k_router(float *lg, const float *x, const float *nw, const float *R, int T, int H, int E,
+         float eps)
 {
-    extern __shared__ float xn[];
+    extern __shared__ float xn[]; /* RT H */
     __shared__ double sh[32];
-    const int t = blockIdx.x;
-    const float *xr = x + (size_t)t * H;
-    double ss = 0.0;
-    for (int i = threadIdx.x; i < H; i += blockDim.x)
-        ss += (double)xr[i] * xr[i];
-    ss = flc_block_sum_d(ss, sh);
-    float r = (float)(1.0 / sqrt(ss / H + (double)eps));
-    for (int i = threadIdx.x; i < H; i += blockDim.x)
-        xn[i] = nw[i] * (xr[i] * r);
-    __syncthreads();
-    const int lane = threadIdx.x & 31, nwarp = blockDim.x >> 5;
-    for (int e = threadIdx.x >> 5; e < E; e += nwarp) {
-        const float *re = R + (size_t)e * H;
-        float acc = 0.f;
-        for (int i = lane; i < H; i += 32)
-            acc = fmaf(xn[i], re[i], acc);
-        for (int o = 16; o; o >>= 1)
-            acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (lane == 0)
-            lg[(size_t)t * E + e] = acc;
-    }
+    flc_router_block<RT>(xn, sh, lg, x, nw, R, T, H, E, eps);
 }
 
 cudaError_t flc_router(float *logits, const float *x, const float *norm_w, const float *router,
-                       int T, int H, int E, float eps, cudaStream_t s)
+                       int T, int H, int E, float eps, int n_sm, cudaStream_t s)
 {
     if (T <= 0)
         return cudaSuccess;
-    size_t shm = (size_t)H * sizeof(float);
-    if (shm > 48 * 1024 - 256)
-        return cudaErrorInvalidValue; /* 48 KiB a block, less sh; create admits hidden <= 12224 */
-    k_router<<<T, 256, shm, s>>>(logits, x, norm_w, router, H, E, eps);
+    /* 48 KiB a block without opting in, less sh; create admits hidden <= 12224 */
+    const flc_router_plan p = flc_router_plan_for(T, H, E, n_sm, 48 * 1024 - 256);
+    if (p.rt == 0)
+        return cudaErrorInvalidValue;
+    const dim3 grid((unsigned)p.tblocks, (unsigned)p.eblocks);
+    const size_t shm = (size_t)p.rt * H * sizeof(float);
+    if (p.rt == 4)
+        k_router<4><<<grid, 256, shm, s>>>(logits, x, norm_w, router, T, H, E, eps);
+    else if (p.rt == 2)
+        k_router<2><<<grid, 256, shm, s>>>(logits, x, norm_w, router, T, H, E, eps);
+    else
+        k_router<1><<<grid, 256, shm, s>>>(logits, x, norm_w, router, T, H, E, eps);
     return cudaGetLastError();
 }
 

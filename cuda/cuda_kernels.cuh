@@ -134,9 +134,11 @@ cudaError_t flc_top1(flc_tok *out, flc_lse *lse, const float *logits, int rows, 
                      cudaStream_t s);
 
 /* Mixture of experts (cuda_backend.cu flc_moe). Router logits (T, E) f32 of each token's
- * RMSNorm in f32 (norm_w, as the CPU computes the router's input) by router (E, H) f32. */
+ * RMSNorm in f32 (norm_w, as the CPU computes the router's input) by router (E, H) f32;
+ * several tokens a block and the experts spread over about 2 n_sm blocks (router.cuh), the
+ * same bits for any T. */
 cudaError_t flc_router(float *logits, const float *x, const float *norm_w, const float *router,
-                       int T, int H, int E, float eps, cudaStream_t s);
+                       int T, int H, int E, float eps, int n_sm, cudaStream_t s);
 /* The router of config.h fl_moe, for k_route. */
 typedef struct flc_route {
     int E, K, G, TG; /* experts, top_k, groups, groups kept (1, 1 for softmax) */

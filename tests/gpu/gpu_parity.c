@@ -930,10 +930,18 @@ static void run_model(const char *dir, bool big)
     }
     for (int v = 0; v < N_VARIANTS; v++)
         free(so[v].out);
-    if (g_routes > 0) /* information, not a check: near ties go either way */
+    if (g_routes > 0) { /* near ties go either way: information, up to a bound */
         printf("INFO %s: the GPU routed %lld token-layers as the CPU told it; its own choice of "
                "experts differed in %lld (%.2f%%)\n", c.name, g_routes, g_route_diff,
                100.0 * (double)g_route_diff / (double)g_routes);
+        /* the router's logits are not compared directly (the routes are the CPU's), but
+         * wrong logits would choose other experts for most tokens (two random sets of K of E
+         * seldom agree), where near ties at bf16 precision leave far fewer */
+        g_variant = "all";
+        RESULT(2 * g_route_diff <= g_routes, "routes: the GPU's own choice of experts agreed "
+               "with the CPU's in %lld of %lld token-layers (at least half must)",
+               g_routes - g_route_diff, g_routes);
+    }
 out:
     fl_backend_destroy(c.cpu);
     for (int s = 0; s < NSEQ; s++)
