@@ -201,6 +201,28 @@ __device__ __forceinline__ void flc_gq_store(const flc_gq_regs<Q8> &r, uint4 (*s
     }
 }
 
+/* This thread's place in the block: its lane's group g and place t in it (the fragments'
+ * groupID and threadID_in_group), its warp's first weight row cw and x row rw */
+struct flc_gq_at {
+    int tid, g, t, cw, rw;
+};
+__device__ __forceinline__ flc_gq_at flc_gq_here()
+{
+    const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
+    return flc_gq_at{tid, lane >> 2, lane & 3, 32 * (wp & 1), 32 * (wp >> 1)};
+}
+
+__device__ __forceinline__ void flc_gq_zero(float (&d)[2][4][4])
+{
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                d[i][j][e] = 0.f;
+}
+
 /* A warp's product of one stage's ng groups: rows cw .. cw + 31 of the shared weights
  * (2 m16 tiles) by rows rw .. rw + 31 of the shared x (4 n8 tiles); per group the sum of
  * w x x into a zeroed fragment, then the scale (q8) or 1 times it into d */
@@ -221,13 +243,7 @@ __device__ __forceinline__ void flc_gq_mma(float (&d)[2][4][4], uint4 (*sw)[FLC_
         for (int j = 0; j < 4; j++)
             b[j] = sx[rw + 8 * j + g][kk];
         float tmp[2][4][4];
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    tmp[i][j][e] = 0.f;
+        flc_gq_zero(tmp);
 #pragma unroll
         for (int s = 0; s < 2; s++)
 #pragma unroll
@@ -274,16 +290,9 @@ __device__ __forceinline__ void flc_gq_tile(float (&d)[2][4][4], flc_gq_smem &sm
                                             int ldx, int m, int n, int k, int c0, int r0,
                                             int gbeg, int gend, bool &waited)
 {
-    const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int cw = 32 * (wp & 1), rw = 32 * (wp >> 1); /* the warp's weight rows, x rows */
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++)
-                d[i][j][e] = 0.f;
+    const flc_gq_at at = flc_gq_here();
+    const int tid = at.tid;
+    flc_gq_zero(d);
     flc_gq_regs<Q8> r;
     int ng = gend - gbeg < FLC_GQ_G ? gend - gbeg : FLC_GQ_G;
     flc_gq_load_w<Q8, SWI>(r, wm, n, k, c0, gbeg, ng, tid);
@@ -300,7 +309,7 @@ __device__ __forceinline__ void flc_gq_tile(float (&d)[2][4][4], flc_gq_smem &sm
             flc_gq_load_w<Q8, SWI>(r, wm, n, k, c0, g1, ng1, tid);
             flc_gq_load_x<Q8>(r, x, ldx, m, r0, g1, ng1, tid);
         }
-        flc_gq_mma<Q8>(d, sm.w, sm.x, sm.s, ng, cw, rw, g, t);
+        flc_gq_mma<Q8>(d, sm.w, sm.x, sm.s, ng, at.cw, at.rw, at.g, at.t);
     }
 }
 
@@ -312,18 +321,16 @@ template <int MODE>
 __device__ __forceinline__ void flc_gq_write(const float (&d)[2][4][4], float *y, flc_bf16 *yh,
                                              int ldy, int m, int n, int c0, int r0)
 {
-    const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int cw = 32 * (wp & 1), rw = 32 * (wp >> 1);
+    const flc_gq_at at = flc_gq_here();
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int jw = cw + 16 * i + g + (e >= 2 ? 8 : 0); /* shared weight row */
+                const int jw = at.cw + 16 * i + at.g + (e >= 2 ? 8 : 0); /* shared weight row */
                 const int col = MODE == FLC_MM_SWIGLU ? flc_gq_col<true>(jw, c0) : c0 + jw;
-                const int row = r0 + rw + 8 * j + 2 * t + (e & 1);
+                const int row = r0 + at.rw + 8 * j + 2 * at.t + (e & 1);
                 if (row >= m || col >= n || (MODE == FLC_MM_SWIGLU && i == 1))
                     continue;
                 if (MODE == FLC_MM_SWIGLU) {
@@ -349,9 +356,8 @@ k_gemm_q8(float *y, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
 {
     __shared__ __align__(16) flc_gq_smem sm;
     __shared__ int last_s;
-    const int tid = threadIdx.x, lane = tid & 31, wp = tid >> 5;
-    const int g = lane >> 2, t = lane & 3;
-    const int cw = 32 * (wp & 1), rw = 32 * (wp >> 1);
+    const flc_gq_at at = flc_gq_here();
+    const int tid = at.tid;
     const int c0 = blockIdx.x * FLC_GQ_BN, r0 = blockIdx.y * FLC_GQ_BM;
     const int S = gridDim.z, sp = blockIdx.z, nwin = k >> 5;
     const int gbeg = sp * gps, gend = gbeg + gps < nwin ? gbeg + gps : nwin;
@@ -371,7 +377,7 @@ k_gemm_q8(float *y, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
         for (int j = 0; j < 4; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++)
-                mine[(rw + 8 * j + 2 * t + (e & 1)) * FLC_GQ_BN + cw + 16 * i + g +
+                mine[(at.rw + 8 * j + 2 * at.t + (e & 1)) * FLC_GQ_BN + at.cw + 16 * i + at.g +
                      (e >= 2 ? 8 : 0)] = d[i][j][e];
     __threadfence(); /* this block's partial before its ticket */
     __syncthreads();

@@ -109,4 +109,45 @@ static inline uint16_t f2h(float v)
     return (uint16_t)(((unsigned)e << 10) | ((u >> 13) & 1023u));
 }
 
+
+/* Experts for a grouped kernel's test: E experts of rows_of[e] rows of x each, grouped by
+ * expert (eoff, with eoff[E + 1] = eoff[E] as flc_moe_assign leaves it), `spare` rows of x
+ * past them that no expert owns; per expert a (nw, k) matrix both as bf16 (w) and as q8 (wq:
+ * quants from -128 to 127; wd: a f16 scale per 32), mats pointing at the one asked for. */
+struct emu_experts {
+    int E, A;
+    std::vector<int32_t> eoff;
+    std::vector<flc_bf16> x;
+    std::vector<std::vector<flc_bf16>> w;
+    std::vector<std::vector<int8_t>> wq;
+    std::vector<std::vector<uint16_t>> wd;
+    std::vector<flc_emat> mats;
+    emu_experts(const int *rows_of, int n_experts, int spare, int nw, int k, int ldx, bool q8)
+        : E(n_experts), eoff(n_experts + 2), w(n_experts), wq(n_experts), wd(n_experts),
+          mats(n_experts)
+    {
+        eoff[0] = 0;
+        for (int e = 0; e < E; e++)
+            eoff[e + 1] = eoff[e] + rows_of[e];
+        eoff[E + 1] = eoff[E];
+        A = eoff[E];
+        x.resize((size_t)(A + spare) * ldx);
+        for (auto &v : x)
+            v = __float2bfloat16_rn(rnd());
+        for (int e = 0; e < E; e++) {
+            w[e].resize((size_t)nw * k);
+            wq[e].resize((size_t)nw * k);
+            wd[e].resize((size_t)nw * (k / 32));
+            for (size_t i = 0; i < w[e].size(); i++) {
+                w[e][i] = __float2bfloat16_rn(rnd());
+                wq[e][i] = (int8_t)(int)floorf((rnd() + 1.0f) * 128.0f - 128.0f);
+            }
+            for (auto &v : wd[e])
+                v = f2h((rnd() + 1.5f) / 256.0f);
+            mats[e] = q8 ? flc_emat{nullptr, wq[e].data(), wd[e].data()}
+                         : flc_emat{w[e].data(), nullptr, nullptr};
+        }
+    }
+};
+
 #endif

@@ -176,32 +176,14 @@ static void run_moe(const char *name, int mode, bool q8, int n, int k)
 {
     const int rows_of[] = {0, 3, 64, 65, 130, 1}, E = 6, spare = 2, ldx = k + 8;
     const int nw = mode == FLC_MM_SWIGLU ? 2 * n : n, ldy = n + 5;
-    std::vector<int32_t> eoff(E + 2);
-    eoff[0] = 0;
-    for (int e = 0; e < E; e++)
-        eoff[e + 1] = eoff[e] + rows_of[e];
-    eoff[E + 1] = eoff[E];
-    const int A = eoff[E];
-    std::vector<flc_bf16> x((size_t)(A + spare) * ldx);
-    for (auto &v : x)
-        v = __float2bfloat16_rn(rnd());
-    std::vector<std::vector<flc_bf16>> w(E);
-    std::vector<std::vector<int8_t>> wq(E);
-    std::vector<std::vector<uint16_t>> wd(E);
-    std::vector<flc_emat> mats(E);
-    for (int e = 0; e < E; e++) {
-        w[e].resize((size_t)nw * k);
-        wq[e].resize((size_t)nw * k);
-        wd[e].resize((size_t)nw * (k / 32));
-        for (size_t i = 0; i < w[e].size(); i++) {
-            w[e][i] = __float2bfloat16_rn(rnd());
-            wq[e][i] = i % 89 == 0 ? (int8_t)-128 : (int8_t)(int)floorf((rnd() + 1.0f) * 127.99f - 127.0f);
-        }
-        for (auto &v : wd[e])
-            v = f2h((rnd() + 1.5f) / 256.0f);
-        mats[e] = q8 ? flc_emat{nullptr, wq[e].data(), wd[e].data()}
-                     : flc_emat{w[e].data(), nullptr, nullptr};
-    }
+    const emu_experts ex(rows_of, E, spare, nw, k, ldx, q8);
+    const int A = ex.A;
+    const std::vector<int32_t> &eoff = ex.eoff;
+    const std::vector<flc_bf16> &x = ex.x;
+    const std::vector<std::vector<flc_bf16>> &w = ex.w;
+    const std::vector<std::vector<int8_t>> &wq = ex.wq;
+    const std::vector<std::vector<uint16_t>> &wd = ex.wd;
+    const std::vector<flc_emat> &mats = ex.mats;
     auto wv = [&](int e, int j, int c) -> double {
         return q8 ? (double)flc_h2f(wd[e][(size_t)j * (k / 32) + c / 32]) * wq[e][(size_t)j * k + c]
                   : (double)bf(w[e][(size_t)j * k + c]);

@@ -193,32 +193,9 @@ static void run_moe(const char *name, int mode, bool q8)
 {
     const int rows_of[] = {0, 3, 40, 9, 1, 32}, E = 6, n = 24, k = 96, ldx = 104;
     const int nw = mode == FLC_MM_SWIGLU ? 2 * n : n;
-    std::vector<int32_t> eoff(E + 2);
-    eoff[0] = 0;
-    for (int e = 0; e < E; e++)
-        eoff[e + 1] = eoff[e] + rows_of[e];
-    eoff[E + 1] = eoff[E];
-    const int A = eoff[E], spare = 2;
-    std::vector<flc_bf16> x((size_t)(A + spare) * ldx);
-    for (auto &v : x)
-        v = __float2bfloat16_rn(rnd());
-    std::vector<std::vector<flc_bf16>> w(E);
-    std::vector<std::vector<int8_t>> wq(E);
-    std::vector<std::vector<uint16_t>> wd(E);
-    std::vector<flc_emat> mats(E);
-    for (int e = 0; e < E; e++) {
-        w[e].resize((size_t)nw * k);
-        wq[e].resize((size_t)nw * k);
-        wd[e].resize((size_t)nw * (k / 32));
-        for (size_t i = 0; i < w[e].size(); i++) {
-            w[e][i] = __float2bfloat16_rn(rnd());
-            wq[e][i] = (int8_t)(int)floorf((rnd() + 1.0f) * 128.0f - 128.0f);
-        }
-        for (auto &v : wd[e])
-            v = f2h((rnd() + 1.5f) / 256.0f);
-        mats[e] = q8 ? flc_emat{nullptr, wq[e].data(), wd[e].data()}
-                     : flc_emat{w[e].data(), nullptr, nullptr};
-    }
+    const int spare = 2;
+    emu_experts ex(rows_of, E, spare, nw, k, ldx, q8);
+    const int A = ex.A;
     std::vector<float> y((size_t)(A + spare) * n, 123.0f);
     const flc_bf16 sent = __float2bfloat16_rn(-77.0f);
     std::vector<flc_bf16> yh((size_t)(A + spare) * n, sent);
@@ -231,9 +208,9 @@ static void run_moe(const char *name, int mode, bool q8)
         std::fill(yh.begin(), yh.end(), sent);
         float *yp = y.data();
         flc_bf16 *yhp = yh.data();
-        const flc_bf16 *xp = x.data();
-        const flc_emat *mp = mats.data();
-        const int32_t *ep = eoff.data();
+        const flc_bf16 *xp = ex.x.data();
+        const flc_emat *mp = ex.mats.data();
+        const int32_t *ep = ex.eoff.data();
         if (mode == FLC_MM_STORE && q8)
             emu_launch(grid, 32 * FLC_MV_WARPS, [&] {
                 k_moe_mv_tc<FLC_MM_STORE, true>(yp, nullptr, n, xp, ldx, mp, ep, n, k);
@@ -253,7 +230,7 @@ static void run_moe(const char *name, int mode, bool q8)
         int bad = 0, touched = 0;
         double worst = 0;
         for (int e = 0; e < E; e++)
-            for (int a = eoff[e]; a < eoff[e + 1]; a++) {
+            for (int a = ex.eoff[e]; a < ex.eoff[e + 1]; a++) {
                 double dot[2][64], mag[2][64];
                 for (int q = 0; q < (mode == FLC_MM_SWIGLU ? 2 : 1); q++)
                     for (int j = 0; j < n; j++) {
@@ -262,9 +239,9 @@ static void run_moe(const char *name, int mode, bool q8)
                         for (int c = 0; c < k; c++) {
                             const size_t wi = (size_t)row * k + c;
                             const double wv =
-                                q8 ? (double)flc_h2f(wd[e][wi / 32]) * wq[e][wi]
-                                   : (double)bf(w[e][wi]);
-                            const double p = wv * bf(x[(size_t)a * ldx + c]);
+                                q8 ? (double)flc_h2f(ex.wd[e][wi / 32]) * ex.wq[e][wi]
+                                   : (double)bf(ex.w[e][wi]);
+                            const double p = wv * bf(ex.x[(size_t)a * ldx + c]);
                             sum += p;
                             am += fabs(p);
                         }
