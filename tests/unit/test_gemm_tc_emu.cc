@@ -320,7 +320,7 @@ int main(void)
     {
         const problem p = make(130, 2080, 2088, 135);
         run("store, n 130, k 2080", FLC_MM_STORE, p, {130}, 1);
-        run("store, n 130, k 2080", FLC_MM_STORE, p, {130, 65}, 4);
+        run("store, n 130, k 2080", FLC_MM_STORE, p, {65}, 4);
     }
     {
         const problem p = make(70, 544, 552, 105);
