@@ -5,7 +5,7 @@
  * SwiGLU).
  *
  * The dense q8 form. Cases: store and accumulate; row counts from 1 to 130 (a partial 64-row tile, two and three
- * tiles), n not a multiple of 64, k of one group (one partial stage) up to 65 groups (16
+ * tiles), n not a multiple of 64, k of one group (one partial stage) up to 17 groups (4
  * stages and a partial one), ldx past k, quants over the full range (-128 included); k split
  * in 1, 2 and 4 ranges of unequal length (the last block of a tile sums the partials).
  * Checked: each output within float rounding of the double sum; y's rows past m, and its
@@ -167,14 +167,14 @@ static void run_shift(const char *name, const problem &p, int m, int S,
     printf("%s %s: rows shifted by 5, m %d, S %d\n", variant ? "FAIL" : "ok", name, m, S);
 }
 
-/* k_moe_gemm: experts of 0, 3, 64, 65, 130 and 1 rows of x grouped by expert (partial, whole
- * and several 64-row tiles), 2 spare rows no expert owns; each row against its own expert's
+/* k_moe_gemm: experts of 0, 3, 64, 70 and 1 rows of x grouped by expert (partial, whole and
+ * two 64-row tiles), 2 spare rows no expert owns; each row against its own expert's
  * product (bf16 or q8; store, or SwiGLU with gate rows then up rows), spare rows untouched,
  * both block orders the same bits; with q8 and store, each expert's rows the same bits as
  * k_gemm_q8 on those rows alone (one split). */
 static void run_moe(const char *name, int mode, bool q8, int n, int k)
 {
-    const int rows_of[] = {0, 3, 64, 65, 130, 1}, E = 6, spare = 2, ldx = k + 8;
+    const int rows_of[] = {0, 3, 64, 70, 1}, E = 5, spare = 2, ldx = k + 8;
     const int nw = mode == FLC_MM_SWIGLU ? 2 * n : n, ldy = n + 5;
     const emu_experts ex(rows_of, E, spare, nw, k, ldx, q8);
     const int A = ex.A;
@@ -318,17 +318,17 @@ int main(void)
     setvbuf(stdout, NULL, _IOLBF, 0);
     check_plans();
     {
-        const problem p = make(130, 2080, 2088, 135);
-        run("store, n 130, k 2080", FLC_MM_STORE, p, {130}, 1);
-        run("store, n 130, k 2080", FLC_MM_STORE, p, {65}, 4);
+        const problem p = make(130, 544, 552, 135); /* 17 groups: 4 stages and a partial one */
+        run("store, n 130, k 544", FLC_MM_STORE, p, {130}, 1);
+        run("store, n 130, k 544", FLC_MM_STORE, p, {65}, 4); /* 5, 5, 5 and 2 groups */
     }
     {
-        const problem p = make(70, 544, 552, 105);
-        const std::vector<float> s1 = run("store, n 70, k 544", FLC_MM_STORE, p, {100, 1, 33, 64, 65}, 1);
-        run_shift("store, n 70, k 544", p, 95, 1, s1);
-        const std::vector<float> s2 = run("store, n 70, k 544", FLC_MM_STORE, p, {100, 7, 64}, 2);
-        run_shift("store, n 70, k 544, split", p, 95, 2, s2);
-        run("accumulate, n 70, k 544", FLC_MM_ACC, p, {100, 40}, 2);
+        const problem p = make(70, 288, 296, 105);
+        const std::vector<float> s1 = run("store, n 70, k 288", FLC_MM_STORE, p, {100, 1, 65}, 1);
+        run_shift("store, n 70, k 288", p, 95, 1, s1);
+        const std::vector<float> s2 = run("store, n 70, k 288", FLC_MM_STORE, p, {100, 64}, 2);
+        run_shift("store, n 70, k 288, split", p, 95, 2, s2);
+        run("accumulate, n 70, k 288", FLC_MM_ACC, p, {100}, 2);
     }
     {
         const problem p = make(64, 160, 168, 64);
@@ -338,8 +338,8 @@ int main(void)
         const problem p = make(17, 32, 32, 70);
         run("store, n 17, k 32", FLC_MM_STORE, p, {70, 2}, 1);
     }
-    run_moe("experts, store, bf16", FLC_MM_STORE, false, 70, 544);
-    run_moe("experts, store, q8", FLC_MM_STORE, true, 70, 544);
+    run_moe("experts, store, bf16", FLC_MM_STORE, false, 70, 160);
+    run_moe("experts, store, q8", FLC_MM_STORE, true, 70, 160);
     run_moe("experts, SwiGLU, bf16", FLC_MM_SWIGLU, false, 40, 160);
     run_moe("experts, SwiGLU, q8", FLC_MM_SWIGLU, true, 40, 160);
     return check_summary("test_gemm_tc_emu");
