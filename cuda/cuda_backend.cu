@@ -425,12 +425,6 @@ static int flc_norm_gemm(flc *c, const float *nw, float *y, int ldy, int m, cons
                         what, layer, e);
 }
 
-/* Calls cuBLAS once for every padded row count up to the activation rows and every product
- * shape of a forward (layer 0's weights, the lm_head up to head_rows), so that its
- * algorithm choice for each shape is made here, once, and not in the first forwards that
- * meet it (measured on an H200 with the default model: a forward of 16 new sequences spent
- * 2.4 ms choosing against 0.1 ms replaying). The products write the activation buffers,
- * which every forward overwrites before it reads them. */
 /* flc_gemm for the warm-up: nothing for a q8 matrix that our GEMM takes (no cuBLAS choice to
  * make) */
 static int flc_warm1(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int m,
@@ -442,6 +436,12 @@ static int flc_warm1(flc *c, float *y, int ldy, const flc_bf16 *x, int ldx, int 
     return flc_gemm(c, y, ldy, x, ldx, m, wm, n, k, mode, what, layer, e);
 }
 
+/* Calls cuBLAS once for every padded row count up to the activation rows and every product
+ * shape of a forward (layer 0's weights, the lm_head up to head_rows), so that its
+ * algorithm choice for each shape is made here, once, and not in the first forwards that
+ * meet it (measured on an H200 with the default model: a forward of 16 new sequences spent
+ * 2.4 ms choosing against 0.1 ms replaying). The products write the activation buffers,
+ * which every forward overwrites before it reads them. */
 static int flc_gemm_warm(flc *c, fl_err *e)
 {
     if (!c->gemm_pad || c->cfg.n_layers < 1)

@@ -1286,9 +1286,10 @@ cudaError_t flc_top1(flc_tok *out, flc_lse *lse, const float *logits, int rows, 
 
 /* ---------------------------------------------------------------- mixture of experts */
 
-/* Block t: the token's RMSNorm in f32 into shared memory, then a warp per expert. */
 #include "router.cuh"
 
+/* Block (t, r): RT tokens' RMSNorms in f32 into shared memory (xn), then a warp per expert of
+ * range r (router.cuh) */
 template <int RT>
 __global__ void __launch_bounds__(256)
 k_router(float *lg, const float *x, const float *nw, const float *R, int T, int H, int E,
