@@ -41,6 +41,7 @@
 #include "cublas_dl.cuh"
 #include "cuda_kernels.cuh"
 #include "fl_cuda.h"
+#include "flc_shape.h"
 extern "C" {
 #include "qformat.h"
 }
@@ -53,11 +54,9 @@ extern "C" {
 #endif
 
 #define FLC_EV_RING 64                   /* events of recent storing forwards */
-#define FLC_GRAPHS 16                    /* batch shapes kept as graphs */
 #define FLC_KT_EVENTS 1024               /* FL_CUDA_KTIME: launches timed per forward */
 #define FLC_KT_LABELS 40
 #define FLC_HEAD_ROWS 256                /* lm_head rows per pass (the logits buffer) */
-#define FLC_PART_BYTES ((size_t)64 << 20) /* attention split partials, at most */
 #define FLC_WS_BYTES ((size_t)32 << 20)   /* cuBLAS workspace (Hopper's recommendation) */
 #define FLC_ALIGN 256
 #define GIB(x) ((double)(x) / (double)(1ull << 30))
@@ -90,13 +89,6 @@ typedef struct flc_layer {
     flc_mat sgu, sdown;  /* the shared expert ((2 smi, H), (H, smi)) when shared */
     bool shared;
 } flc_layer;
-
-typedef struct flc_graph {
-    bool used;
-    int T, S, n_out, n_splits;
-    cudaGraphExec_t exec; /* NULL: seen once, not captured yet */
-    unsigned long long last;
-} flc_graph;
 
 /* int32 offsets of the metadata regions (cuda_kernels.cuh flc_meta) */
 typedef struct flc_meta_off {
@@ -147,6 +139,7 @@ typedef struct flc {
     size_t part_floats;
     int *ticket;    /* (tiles_max * kvh) the few-row attention's tickets, zero between forwards */
     int head_rows, tiles_max;
+    flc_shape_cfg shape_cfg; /* what a batch's graph key is made of (flc_shape.h) */
     /* KV pool */
     flc_bf16 *pool;
     size_t pool_bytes, page_dev_bytes;
@@ -210,8 +203,8 @@ typedef struct flc {
     int force_ld, force_n; /* force_n: the forward's real tokens (padding rows keep theirs) */
     int32_t *rid_h;   /* pinned (A) */
     float *rw_h;      /* pinned (A) */
-    flc_graph gr[FLC_GRAPHS];
-    unsigned long long gclock;
+    flc_gcache gc;                    /* which batch shapes have graphs (flc_shape.h) */
+    cudaGraphExec_t gexec[FLC_GRAPHS]; /* by gc's slot; NULL until captured */
     fl_cuda_stats stats;
     char desc[640];
     char broken[300]; /* non-empty once the device failed */
@@ -299,17 +292,6 @@ static int flc_launched(flc *c, cudaError_t err, const char *what, int layer, fl
 
 /* The row count cuBLAS is called with for m rows (FL_CUDA_GEMM_PAD): 16, 32, then
  * multiples of 64 up to 1024, then of 256 (prefills: at most 25% extra rows there). */
-static int flc_pad_rows(int m)
-{
-    if (m <= 16)
-        return 16;
-    if (m <= 32)
-        return 32;
-    if (m <= 1024)
-        return (m + 63) / 64 * 64;
-    return (m + 255) / 256 * 256;
-}
-
 /* Whether the kernel about to be enqueued gets the programmatic launch (FL_CUDA_PDL=1): only
  * when the last thing enqueued on the stream was one of our kernels (not a copy, not cuBLAS,
  * not a mixture-of-experts layer's kernels, which are not yet verified on a GPU). */
@@ -523,10 +505,11 @@ static void flc_meta_bind(flc *c)
 static void flc_graphs_flush(flc *c)
 {
     for (int i = 0; i < FLC_GRAPHS; i++) {
-        if (c->gr[i].exec)
-            cudaGraphExecDestroy(c->gr[i].exec);
-        memset(&c->gr[i], 0, sizeof c->gr[i]);
+        if (c->gexec[i])
+            cudaGraphExecDestroy(c->gexec[i]);
+        c->gexec[i] = NULL;
     }
+    memset(&c->gc, 0, sizeof c->gc);
 }
 
 /* Room for `pages` page-table entries; a new block moves every pointer, so graphs go. */
@@ -611,63 +594,29 @@ static int flc_plan_batch(flc *c, const fl_batch *bt, bool want_out, bool pad_ou
         if (sg->pos0 + sg->n > max_end)
             max_end = sg->pos0 + sg->n;
     }
-    p->T = bt->n_tokens;
-    p->S = bt->n_segs;
-    p->n_out = p->n_out_real = want_out ? n_out : 0;
-    /* Shape padding (FL_CUDA_SHAPE_PAD=1, opt-in): a scheduler's batches rarely repeat
-     * their exact (tokens, segments, outputs), so graphs seldom replay. Above the streaming
-     * matmul's rows, tokens and outputs go up to the bucket cuBLAS is called with anyway
-     * (flc_pad_rows: the same products, so the same numbers for the real rows) and the
-     * segments' bound to a power of two. Extra tokens are token 0 at position 0, stored
-     * nowhere and in no attention tile; extra outputs repeat row 0 and are not copied back. */
-    if (c->shape_pad && p->T > c->skinny_rows && p->T <= 1024) {
-        int Tp = flc_pad_rows(p->T);
-        if (Tp <= c->base.max_tokens) {
-            for (int x = p->T; x < Tp; x++) {
-                h[o->tokens + x] = 0;
-                h[o->tok_pos + x] = 0;
-                h[o->tok_store + x] = -1;
-            }
-            int Sp = 1;
-            while (Sp < p->S)
-                Sp *= 2;
-            p->S = Sp < Tp ? Sp : Tp;
-            p->T = Tp;
-            if (pad_out && p->n_out > c->skinny_rows) {
-                int no = flc_pad_rows(p->n_out);
-                for (int x = p->n_out; x < no; x++)
-                    h[o->out_rows + x] = 0;
-                p->n_out = no;
-            }
-        }
-    }
-    p->tiles = tiles;
-    /* a bound on the tiles of any batch with these T and S (ceil(x + y) <= ceil(x) + ceil(y)
-     * <= ceil(x + y) + 1 over the segments), so the grid, and a graph, serve all of them */
-    p->tiles_bound = (p->T * rep + FLC_QROWS - 1) / FLC_QROWS + p->S - 1;
-    if (p->tiles_bound > c->tiles_max || tiles > p->tiles_bound)
+    flc_shape_in in = {bt->n_tokens, bt->n_segs, want_out ? n_out : 0, tiles, max_end, pad_out};
+    flc_shape sh;
+    if (flc_shape_of(&c->shape_cfg, &in, &sh))
         return fl_err_set(e, FL_EINVAL, "cuda: internal: %d attention tiles (bound %d, room %d)",
-                          tiles, p->tiles_bound, c->tiles_max);
-    /* split the keys when the tiles alone would leave most multiprocessors idle; powers of
-     * two, so that a growing context changes the graph key only a few times */
-    long long blocks = (long long)p->tiles_bound * d->kvh;
-    long long want = (2LL * c->n_sm + blocks - 1) / blocks;
-    long long by_len = (max_end + 63) / 64;
-    long long room = (long long)(c->part_floats / ((size_t)blocks * FLC_QROWS * (d->hd + 2)));
-    long long ns = want < by_len ? want : by_len;
-    if (ns > room)
-        ns = room;
-    if (ns > 1024)
-        ns = 1024;
-    int n_splits = 1;
-    while (n_splits * 2 <= ns)
-        n_splits *= 2;
-    /* the few-row kernel: the power of two at or above, so that a split is one chunk of 64
-     * keys where the multiprocessors allow (batch 1, 516 keys: 16 splits of 33, not 8 of 65) */
-    if (c->attn_few && n_splits < ns && n_splits * 2 <= room && n_splits * 2 <= 1024)
-        n_splits *= 2;
-    p->n_splits = n_splits;
-    p->split_len = (max_end + n_splits - 1) / n_splits;
+                          tiles, sh.tiles_bound, c->tiles_max);
+    /* Shape padding (FL_CUDA_SHAPE_PAD=1, opt-in; flc_shape.h): extra tokens are token 0 at
+     * position 0, stored nowhere and in no attention tile; extra outputs repeat row 0 and
+     * are not copied back. */
+    for (int x = bt->n_tokens; x < sh.T; x++) {
+        h[o->tokens + x] = 0;
+        h[o->tok_pos + x] = 0;
+        h[o->tok_store + x] = -1;
+    }
+    for (int x = in.n_out; x < sh.n_out; x++)
+        h[o->out_rows + x] = 0;
+    p->T = sh.T;
+    p->S = sh.S;
+    p->n_out = sh.n_out;
+    p->n_out_real = in.n_out;
+    p->tiles = tiles;
+    p->tiles_bound = sh.tiles_bound;
+    p->n_splits = sh.n_splits;
+    p->split_len = sh.split_len;
     p->stores = stores;
     h[o->params + FLC_P_TILES] = tiles;
     h[o->params + FLC_P_SPLIT] = p->split_len;
@@ -899,32 +848,20 @@ static int flc_run(flc *c, const flc_plan *p, float *logits, fl_err *e)
         c->stats.eager++;
         return flc_enqueue(c, p, logits, e);
     }
-    flc_graph *g = NULL, *lru = &c->gr[0];
-    for (int i = 0; i < FLC_GRAPHS; i++) {
-        flc_graph *q = &c->gr[i];
-        if (q->used && q->T == p->T && q->S == p->S && q->n_out == p->n_out &&
-            q->n_splits == p->n_splits) {
-            g = q;
-            break;
+    const flc_gkey key = {p->T, p->S, p->n_out, p->n_splits};
+    int slot;
+    bool evict;
+    int what = flc_gcache_see(&c->gc, &key, &slot, &evict);
+    if (what == FLC_G_FIRST) { /* first sighting: the key is remembered, the run eager */
+        if (c->gexec[slot]) {
+            cudaGraphExecDestroy(c->gexec[slot]);
+            c->gexec[slot] = NULL;
         }
-        if (!q->used || (lru->used && q->last < lru->last))
-            lru = q;
-    }
-    if (!g) { /* first sighting: remember the shape, run eagerly */
-        if (lru->exec)
-            cudaGraphExecDestroy(lru->exec);
-        memset(lru, 0, sizeof *lru);
-        lru->used = true;
-        lru->T = p->T;
-        lru->S = p->S;
-        lru->n_out = p->n_out;
-        lru->n_splits = p->n_splits;
-        lru->last = ++c->gclock;
+        c->stats.evicted += evict;
         c->stats.eager++;
         return flc_enqueue(c, p, NULL, e);
     }
-    g->last = ++c->gclock;
-    if (!g->exec) {
+    if (what == FLC_G_CAPTURE) {
         double tc0 = fl_now();
         cudaError_t err = cudaStreamBeginCapture(c->st, cudaStreamCaptureModeThreadLocal);
         if (err != cudaSuccess) {
@@ -947,18 +884,19 @@ static int flc_run(flc *c, const flc_plan *p, float *logits, fl_err *e)
             c->stats.eager++;
             return flc_enqueue(c, p, NULL, e);
         }
-        err = cudaGraphInstantiate(&g->exec, graph, 0);
+        err = cudaGraphInstantiate(&c->gexec[slot], graph, 0);
         cudaGraphDestroy(graph);
         if (err != cudaSuccess) {
-            g->exec = NULL;
+            c->gexec[slot] = NULL;
             flc_graphs_off(c, "cudaGraphInstantiate failed", err);
             c->stats.eager++;
             return flc_enqueue(c, p, NULL, e);
         }
+        c->gc.s[slot].captured = true;
         c->stats.captured++;
         c->stats.capture_s += fl_now() - tc0;
     }
-    cudaError_t err = cudaGraphLaunch(g->exec, c->st);
+    cudaError_t err = cudaGraphLaunch(c->gexec[slot], c->st);
     if (err != cudaSuccess)
         return flc_fail(c, e, err, "cudaGraphLaunch");
     c->stats.replayed++;
@@ -1682,14 +1620,14 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
              : c->ktime      ? "off (FL_CUDA_KTIME)"
                              : "off (FL_CUDA_GRAPHS=0)");
     c->head_rows = o->max_tokens < FLC_HEAD_ROWS ? o->max_tokens : FLC_HEAD_ROWS;
-    c->tiles_max = (o->max_tokens * d->rep + FLC_QROWS - 1) / FLC_QROWS + o->max_tokens;
-    {
-        size_t one = (size_t)c->tiles_max * d->kvh * FLC_QROWS * (d->hd + 2);
-        size_t cap = FLC_PART_BYTES / 4;
-        c->part_floats = one * 64 < cap ? one * 64 : cap;
-        if (c->part_floats < one * 2)
-            c->part_floats = one * 2 < cap ? one * 2 : c->part_floats;
-    }
+    flc_shape_cfg_init(&c->shape_cfg, d->rep, d->kvh, d->hd, c->n_sm, c->skinny_rows,
+                       o->max_tokens, c->shape_pad, c->attn_few);
+    c->tiles_max = c->shape_cfg.tiles_max;
+    c->part_floats = c->shape_cfg.part_floats;
+    c->stats.n_sm = c->n_sm;
+    c->stats.skinny_rows = c->skinny_rows;
+    c->stats.shape_pad = c->shape_pad;
+    c->stats.attn_few = c->attn_few;
     int rc = 0;
     cudaError_t err;
     char w[320];

@@ -110,6 +110,12 @@ typedef struct fl_cuda_stats {
     /* mixture of experts, in forwards whose routes fl_cuda_force_routes gave: the
      * token-layers routed so, and those where the backend's own choice of experts differed */
     long long routes, route_diff;
+    /* captured graphs pushed out of the cache (FLC_GRAPHS shapes) by a newer shape */
+    long long evicted;
+    /* what a batch's graph key is made of (cuda/flc_shape.h flc_shape_cfg): multiprocessors,
+     * the weight-streaming kernels' rows, FL_CUDA_SHAPE_PAD, FL_CUDA_ATTN=few; 0 for another
+     * backend */
+    int n_sm, skinny_rows, shape_pad, attn_few;
 } fl_cuda_stats;
 void fl_cuda_get_stats(const fl_backend *b, fl_cuda_stats *s);
 

@@ -76,5 +76,7 @@ foreach(t test_attn_few_emu test_mv_tc_emu test_gemm_tc_emu test_router_emu)
   # threads outnumber the cores, so these slow down steeply when other tests run beside
   set_tests_properties(unit.${t} PROPERTIES LABELS unit TIMEOUT 900)
 endforeach()
+# the batch shapes and graph cache of the CUDA backend (cuda/flc_shape.h), plain C
+target_include_directories(test_flc_shape PRIVATE ${CMAKE_SOURCE_DIR}/cuda)
 # unit.test_cuda_select also checks a mixture-of-experts model (FL_CUDA_MOE)
 set_tests_properties(unit.test_cuda_select PROPERTIES FIXTURES_REQUIRED llada2_dec_model)
