@@ -337,11 +337,18 @@ if [ -x "$bd/fogline_bench" ]; then
         for pad in "1 1" "1 0" "0 0"; do
             read -r gp sp <<<"$pad"
             echo "+ FL_CUDA_GEMM_PAD=$gp FL_CUDA_SHAPE_PAD=$sp" >>"$blog"
+            l0=$(wc -l <"$blog")
             FL_CUDA_GEMM_PAD=$gp FL_CUDA_SHAPE_PAD=$sp stage sched 40 "$blog" "$bd/gpu_sched" --device "$dev" \
-                --model engine/models/fogline-helpdesk --prompts tests/data/helpdesk_heldout.json
+                --model engine/models/fogline-helpdesk --prompts tests/data/helpdesk_heldout.json \
+                --n 64 --rounds 4 --graph-sim
+            run_log=$(tail -n +"$((l0 + 1))" "$blog")
             if ((st_rc == 0)); then
-                note "PASS sched profile, padding rows $gp shapes $sp (${st_s}s): $(awk '/^\| conc \|/ {t=1} t && /^\| [0-9]/' "$blog" |
-                    tail -n 4 | awk -F'|' '{printf "conc%s: %s ms, fwd%s, rows%s, plan%s enq%s cap%s wait%s sched%s us; ", $2, $3, $4, $5, $7, $8, $9, $10, $11}' | tr -s ' ')"
+                note "PASS sched profile, padding rows $gp shapes $sp (${st_s}s): $(awk '/^\| conc \| wall ms/ {t=1} /^graph cache simulated/ {t=0} t && /^\| [0-9]/' <<<"$run_log" |
+                    awk -F'|' '{printf "conc%s: %s ms, fwd%s, rows%s, plan%s enq%s cap%s wait%s sched%s us, graphs r/c/e%s ev%s; ", $2, $3, $4, $5, $7, $8, $9, $10, $11, $13, $14}' | tr -s ' ')"
+                # the graph cache as flc_shape.h simulates it, and whether the backend agreed
+                sim=$(awk -F'|' '/^graph cache simulated/ {t=1} t && /^\| [0-9]/ {
+                    r[$3] = r[$3] $7 ","} END {for (k in r) printf "%s:%s ", k, r[k]}' <<<"$run_log" | tr -s ' ')
+                note "INFO graph cache simulated, replayed per run (conc 1, 4, 16, 64, 4 warm): ${sim}the backend's counters: $(grep -c '| the same (' <<<"$run_log") runs the same, $(grep -c '| DIFFER (' <<<"$run_log") differ"
             elif ((st_rc == 77)); then
                 note "SKIP sched profile: no GPU"
                 break
