@@ -1429,44 +1429,25 @@ cudaError_t flc_route_tokens(int32_t *rid, float *rw, const float *logits, const
     return cudaGetLastError();
 }
 
-/* One block: thread e counts expert e's assignments, thread 0 sums the counts into eoff,
- * then thread e places its assignments in token order (tokens ascending within an expert,
- * as the CPU). */
-__global__ void k_moe_assign(int32_t *eoff, int32_t *atok, int32_t *apos, const int32_t *rid,
-                             int A, int K, int E)
+#include "moe_assign.cuh"
+
+/* One block of 1,024 threads (moe_assign.cuh) */
+__global__ void __launch_bounds__(1024)
+k_moe_assign(int32_t *eoff, int32_t *atok, int32_t *apos, const int32_t *rid, int A, int K, int E,
+             int C)
 {
-    extern __shared__ int32_t so[]; /* (E + 1) */
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        int c = 0;
-        for (int a = 0; a < A; a++)
-            c += rid[a] == e;
-        so[e + 1] = c;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        so[0] = 0;
-        for (int e = 0; e < E; e++)
-            so[e + 1] += so[e];
-        for (int e = 0; e <= E; e++)
-            eoff[e] = so[e];
-        eoff[E + 1] = so[E];
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-        int at = so[e];
-        for (int a = 0; a < A; a++)
-            if (rid[a] == e) {
-                atok[at] = a / K;
-                apos[a] = at++;
-            }
-    }
+    extern __shared__ int32_t sa[];
+    flc_moe_assign_block(sa, eoff, atok, apos, rid, A, K, E, C);
 }
 
 cudaError_t flc_moe_assign(int32_t *eoff, int32_t *atok, int32_t *apos, const int32_t *rid,
                            int A, int K, int E, cudaStream_t s)
 {
-    k_moe_assign<<<1, 1024, (size_t)(E + 1) * sizeof(int32_t), s>>>(eoff, atok, apos, rid, A, K,
-                                                                     E);
+    const int C = flc_assign_chunks(E, 1024);
+    const size_t shm = flc_assign_smem_ints(E, C) * sizeof(int32_t);
+    if (shm > 48 * 1024)
+        return cudaErrorInvalidValue;
+    k_moe_assign<<<1, 1024, shm, s>>>(eoff, atok, apos, rid, A, K, E, C);
     return cudaGetLastError();
 }
 

@@ -65,8 +65,9 @@ set_tests_properties(gpu.script PROPERTIES LABELS gpu TIMEOUT 900)
 # nvcc (no CUDA header is involved): the few-row attention (cuda/attn_few.cuh) and the
 # tensor-core streaming matmul (cuda/mv_tc.cuh, mma.sync emulated by its PTX layout) and the
 # tensor-core GEMM for many rows, dense q8 and the experts grouped (cuda/gemm_tc.cuh), and a
-# MoE layer's router (cuda/router.cuh)
-foreach(t test_attn_few_emu test_mv_tc_emu test_gemm_tc_emu test_router_emu)
+# MoE layer's router (cuda/router.cuh) and its assignments in expert order (cuda/moe_assign.cuh)
+foreach(t test_attn_few_emu test_mv_tc_emu test_gemm_tc_emu test_router_emu
+    test_moe_assign_emu)
   add_executable(${t} ${FL_TESTS_DIR}/unit/${t}.cc)
   target_include_directories(${t} PRIVATE ${CMAKE_SOURCE_DIR}/cuda ${FL_TESTS_DIR}/unit)
   target_compile_options(${t} PRIVATE -Wno-unknown-pragmas)
