@@ -5,7 +5,10 @@
  * bandwidth, bytes read plus written per second).
  *
  *   gpu_bench --model DIR [--ctx 512] [--batches 1,64] [--steps 30] [--json PATH] [--moe]
+ *             [--default-only]
  *
+ * --default-only: the default variant alone (a FL_CUDA_KTIME=1 run, whose table per kernel
+ * is printed when its backend is destroyed, needs no other).
  * --moe (a mixture-of-experts model: FL_CUDA_MOE=1): the default variant at every batch,
  * eager at batch 1, the tensor-core matmul (FL_CUDA_MV=tc: k_moe_mv_tc) at every batch, and
  * with it the experts' grouped GEMM (FL_CUDA_MOE_GEMM=1, gemm_tc.cuh) where they average 16
@@ -190,6 +193,7 @@ int main(int argc, char **argv)
     k.steps = 30;
     k.lcg = 42;
     int batches[MAX_BATCHES] = {1, 64}, n_batches = 2;
+    bool only_default = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--model") && i + 1 < argc)
             model = argv[++i];
@@ -201,6 +205,8 @@ int main(int argc, char **argv)
             json = argv[++i];
         else if (!strcmp(argv[i], "--moe"))
             k.moe = true;
+        else if (!strcmp(argv[i], "--default-only"))
+            only_default = true;
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc) {
             n_batches = 0;
             for (char *s = argv[++i]; *s && n_batches < MAX_BATCHES;) {
@@ -213,7 +219,7 @@ int main(int argc, char **argv)
             }
         } else {
             fprintf(stderr, "usage: gpu_bench --model DIR [--ctx 512] [--batches 1,64] "
-                            "[--steps 30] [--json PATH] [--moe]\n");
+                            "[--steps 30] [--json PATH] [--moe] [--default-only]\n");
             return 2;
         }
     }
@@ -255,7 +261,7 @@ int main(int argc, char **argv)
         setenv("FL_CUDA_MOE", "1", 1);
     fails += run_variant(&k, "graphs, streaming matmul (default)", "1", "8", "", "0", "", "", bf,
                          batches, n_batches, res, &n_res, &bw, &stream, desc, sizeof desc) != 0;
-    if (k.moe) {
+    if (k.moe && !only_default) {
         fails += run_variant(&k, "eager, streaming matmul", "0", "8", "", "0", "", "", bf, one, 1, res,
                              &n_res, NULL, NULL, scratch, sizeof scratch) != 0;
         fails += run_variant(&k, "graphs, tensor-core matmul", "1", "8", "", "0", "tc", "", bf,
@@ -292,7 +298,7 @@ int main(int argc, char **argv)
         {"graphs, q8 weights, q8 GEMM", "1", "8", "", "0", "", "", FL_WEIGHTS_Q8, true},
         {"graphs, q8 weights", "1", "8", "", "0", "", "", FL_WEIGHTS_Q8, true}, /* last: see below */
     };
-    for (size_t i = 0; !k.moe && i < sizeof more / sizeof more[0]; i++) {
+    for (size_t i = 0; !k.moe && !only_default && i < sizeof more / sizeof more[0]; i++) {
         setenv("FL_CUDA_Q8_GEMM", strstr(more[i].name, "q8 GEMM") ? "1" : "0", 1);
         fails += run_variant(&k, more[i].name, more[i].graphs, more[i].skinny, more[i].attn,
                              more[i].pdl, more[i].mv, more[i].norm, more[i].wf,

@@ -17,8 +17,9 @@
 #   paritymoe tiny LLaDA2 and SDAR-MoE models (prepare.sh makes them), CUDA (FL_CUDA_MOE=1)
 #            vs CPU, bf16 and q8, the GPU taking the CPU's routes (fl_cuda_force_routes)
 #   moebench a LLaDA2.0-mini-shaped model at q8 (16 GB, written there with numpy): block 32 at
-#            batch 1 and 32 against the floor of the bytes each step read; when time allows,
-#            or first with FL_GPU_ONLY=moe (run.sh's second call: the MoE stages only)
+#            batch 1 and 32 against the floor of the bytes each step read, then batch 32's
+#            kernel times (FL_CUDA_KTIME); when time allows, or first with FL_GPU_ONLY=moe
+#            (run.sh's second call: the MoE stages only)
 #   parallel `fogline bench parallel --repeat 5` (groups of 4, 8, 16; skeleton at 4), gpu_sched
 #            (host time per forward under the scheduler; shapes padded, cuBLAS rows only, none)
 #            and `fogline bench decode` on the built-in default model, on the GPU
@@ -291,6 +292,25 @@ else
         else
             fails=$((fails + 1))
             note "FAIL moe bench (rc $st_rc, ${st_s}s): $(grep -m1 FAIL "$mlog" | cut -c1-250)"
+        fi
+        # where a batch-32 MoE step goes (FL_CUDA_KTIME=1, eager, the default variant): the
+        # six largest kernels, and the routing's own (router, top-k, assignments)
+        if (($(left) > 90)); then
+            echo "+ FL_CUDA_KTIME=1 (moe)" >>"$mlog"
+            l0=$(wc -l <"$mlog")
+            FL_CUDA_KTIME=1 stage moektime 80 "$mlog" "$bd/gpu_bench" --moe --default-only \
+                --model "$mb" --ctx 256 --batches 32 --steps 3
+            kt=$(tail -n +"$((l0 + 1))" "$mlog")
+            if ((st_rc == 0)); then
+                kern=$(awk '/^cuda kernel times/ {n++; next}
+                    n == 1 && /^  / {lab = substr($0, 3, 52); sub(/ +$/, "", lab); split(substr($0, 56), a, " ");
+                        printf "%s\t%s\t%s\n", a[5], lab, a[1]}' <<<"$kt" | sort -g -r | head -n 6 |
+                    awk -F'\t' '{printf "%s %s ms (%s); ", $2, $3, $1}')
+                k_us() { grep -m1 -E "^  $1 +[0-9]" <<<"$kt" | awk '{print $(NF-3)}'; }
+                note "INFO MoE batch-32 kernel times, eager (${st_s}s): ${kern}per layer: router $(k_us 'router logits') us, top-k $(k_us 'routing \(top-k\)') us, assignments $(k_us 'assignments in expert order') us"
+            else
+                note "INFO MoE kernel times not taken (rc $st_rc)"
+            fi
         fi
     fi
     rm -rf "$mb"
