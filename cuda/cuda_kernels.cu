@@ -1320,103 +1320,15 @@ cudaError_t flc_router(float *logits, const float *x, const float *norm_w, const
     return cudaGetLastError();
 }
 
-/* engine/moe.c's fl_best and fl_take, on shared arrays, by one thread */
-__device__ int flc_best(const float *v, const float *ok, int n)
-{
-    int b = -1;
-    for (int i = 0; i < n; i++)
-        if (ok[i] != 0 && (b < 0 || v[i] > v[b] || (v[b] != v[b] && v[i] == v[i])))
-            b = i;
-    return b;
-}
+#include "route.cuh"
 
-__device__ float flc_take(int K, int E, const float *score, float *ok, const float *wt, int32_t *ids,
-                          float *w)
-{
-    float tot = 0;
-    for (int k = 0; k < K; k++) {
-        int b = flc_best(score, ok, E);
-        ok[b] = 0;
-        ids[k] = b;
-        w[k] = wt[b];
-        tot += w[k];
-    }
-    return tot;
-}
-
-/* Block t routes token t as fl_moe_route does (engine/moe.c, the same steps in the same
- * order; the device's expf may differ from the host's in the last bit): the scores by all
- * threads, every sum and selection by thread 0. */
+/* Block t routes token t (route.cuh) */
 __global__ void k_route(int32_t *rid, float *rw, const float *lg, const float *bias,
                         flc_route r)
 {
     extern __shared__ float sm[];
-    const int E = r.E, K = r.K, t = blockIdx.x;
-    float *score = sm, *sel = sm + E, *ok = sm + 2 * E, *gs = sm + 3 * E, *gok = gs + r.G;
-    __shared__ float smx, ssum;
-    const float *l = lg + (size_t)t * E;
-    int32_t *ids = rid + (size_t)t * K;
-    float *w = rw + (size_t)t * K;
-    if (r.softmax) {
-        if (threadIdx.x == 0) {
-            float mx = l[0];
-            for (int i = 1; i < E; i++)
-                mx = l[i] > mx ? l[i] : mx;
-            smx = mx;
-        }
-        __syncthreads();
-        for (int i = threadIdx.x; i < E; i += blockDim.x)
-            score[i] = expf(l[i] - smx);
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float sum = 0;
-            for (int i = 0; i < E; i++)
-                sum += score[i];
-            ssum = sum;
-        }
-        __syncthreads();
-        for (int i = threadIdx.x; i < E; i += blockDim.x) {
-            score[i] /= ssum;
-            ok[i] = 1;
-        }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            float tot = flc_take(K, E, score, ok, score, ids, w);
-            if (r.norm_topk)
-                for (int k = 0; k < K; k++)
-                    w[k] /= tot;
-        }
-        return;
-    }
-    for (int i = threadIdx.x; i < E; i += blockDim.x) {
-        score[i] = 1.0f / (1.0f + expf(-l[i]));
-        sel[i] = bias ? score[i] + bias[i] : score[i];
-        ok[i] = 0;
-    }
-    __syncthreads();
-    if (threadIdx.x != 0)
-        return;
-    const int G = r.G, per = E / G;
-    for (int g = 0; g < G; g++) {
-        const float *sg = sel + (size_t)g * per;
-        int a = 0, b = -1;
-        for (int i = 1; i < per; i++)
-            a = sg[i] > sg[a] ? i : a;
-        for (int i = 0; i < per; i++)
-            if (i != a && (b < 0 || sg[i] > sg[b]))
-                b = i;
-        gs[g] = sg[a] + sg[b];
-        gok[g] = 1;
-    }
-    for (int k = 0; k < r.TG; k++) {
-        int g = flc_best(gs, gok, G);
-        gok[g] = 0;
-        for (int i = 0; i < per; i++)
-            ok[(size_t)g * per + i] = 1;
-    }
-    float tot = flc_take(K, E, sel, ok, score, ids, w);
-    for (int k = 0; k < K; k++)
-        w[k] = (K > 1 ? w[k] / (tot + 1e-20f) : w[k]) * r.scaling;
+    __shared__ float red[2];
+    flc_route_block(sm, red, rid, rw, lg, bias, r);
 }
 
 cudaError_t flc_route_tokens(int32_t *rid, float *rw, const float *logits, const float *bias,

@@ -139,15 +139,9 @@ cudaError_t flc_top1(flc_tok *out, flc_lse *lse, const float *logits, int rows, 
  * same bits for any T. */
 cudaError_t flc_router(float *logits, const float *x, const float *norm_w, const float *router,
                        int T, int H, int E, float eps, int n_sm, cudaStream_t s);
-/* The router of config.h fl_moe, for k_route. */
-typedef struct flc_route {
-    int E, K, G, TG; /* experts, top_k, groups, groups kept (1, 1 for softmax) */
-    int softmax;     /* FL_ROUTER_SOFTMAX, else SIGMOID_GROUPED */
-    int norm_topk;
-    float scaling;
-} flc_route;
 /* Each of the T tokens' top_k experts (rid (T, K), best first) and weights (rw (T, K)) from
- * its router logits (T, E), as engine/moe.c fl_moe_route computes them; bias (E) or NULL. */
+ * its router logits (T, E), as engine/moe.c fl_moe_route computes them (route.cuh); bias (E)
+ * or NULL; r: config.h's fl_moe as flc_meta.h's flc_route. */
 cudaError_t flc_route_tokens(int32_t *rid, float *rw, const float *logits, const float *bias,
                              flc_route r, int T, cudaStream_t s);
 /* The A = T K assignments in expert order: eoff (E + 2) the first assignment of each expert

@@ -57,4 +57,12 @@ typedef struct flc_norm_in {
     float eps;
 } flc_norm_in;
 
+/* A mixture-of-experts layer's routing (route.cuh), as engine/moe.c's fl_moe takes it. */
+typedef struct flc_route {
+    int E, K, G, TG; /* experts, top_k, groups, groups kept (1, 1 for softmax) */
+    int softmax;     /* FL_ROUTER_SOFTMAX, else SIGMOID_GROUPED */
+    int norm_topk;
+    float scaling;
+} flc_route;
+
 #endif

@@ -65,9 +65,10 @@ set_tests_properties(gpu.script PROPERTIES LABELS gpu TIMEOUT 900)
 # nvcc (no CUDA header is involved): the few-row attention (cuda/attn_few.cuh) and the
 # tensor-core streaming matmul (cuda/mv_tc.cuh, mma.sync emulated by its PTX layout) and the
 # tensor-core GEMM for many rows, dense q8 and the experts grouped (cuda/gemm_tc.cuh), and a
-# MoE layer's router (cuda/router.cuh) and its assignments in expert order (cuda/moe_assign.cuh)
+# MoE layer's router (cuda/router.cuh), its routing (cuda/route.cuh, against engine/moe.c) and
+# its assignments in expert order (cuda/moe_assign.cuh)
 foreach(t test_attn_few_emu test_mv_tc_emu test_gemm_tc_emu test_router_emu
-    test_moe_assign_emu)
+    test_moe_assign_emu test_route_emu)
   add_executable(${t} ${FL_TESTS_DIR}/unit/${t}.cc)
   target_include_directories(${t} PRIVATE ${CMAKE_SOURCE_DIR}/cuda ${FL_TESTS_DIR}/unit)
   target_compile_options(${t} PRIVATE -Wno-unknown-pragmas)
@@ -77,6 +78,9 @@ foreach(t test_attn_few_emu test_mv_tc_emu test_gemm_tc_emu test_router_emu
   # threads outnumber the cores, so these slow down steeply when other tests run beside
   set_tests_properties(unit.${t} PROPERTIES LABELS unit TIMEOUT 900)
 endforeach()
+# the device's routing is compared with the engine's own fl_moe_route
+target_include_directories(test_route_emu PRIVATE ${CMAKE_SOURCE_DIR}/engine)
+target_link_libraries(test_route_emu PRIVATE fl_engine)
 # the batch shapes and graph cache of the CUDA backend (cuda/flc_shape.h), plain C
 target_include_directories(test_flc_shape PRIVATE ${CMAKE_SOURCE_DIR}/cuda)
 # unit.test_cuda_select also checks a mixture-of-experts model (FL_CUDA_MOE)

@@ -136,6 +136,12 @@ extern bool emu_reverse;
 static inline void __syncthreads() { emu_cur->bar.wait("__syncthreads"); }
 static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
+static inline void __syncwarp(unsigned mask = 0xffffffffu)
+{
+    (void)mask;
+    emu_cur->warp_bar[threadIdx.x >> 5].wait("__syncwarp");
+}
+
 template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask)
 {
     static_assert(sizeof(T) <= 8, "a shuffled value fits a slot");
