@@ -5,8 +5,10 @@
  *
  * What it checks: indexing, masking, the order of the sums, the synchronisation structure
  * (a __syncthreads some threads skip, or a shuffle a lane skips, hangs on a GPU; here the
- * barrier times out after 60 s and the test aborts with a message), and, under ASan, every
- * access to the buffers. What it does not: the GPU's memory model beyond what the barriers
+ * barrier times out after 60 s and the test aborts with a message), the alignment of vector
+ * loads (uint4, uint2, float4 are aligned as CUDA's; __ldg, __ldcg and __ldcs abort on a
+ * misaligned one, UBSan flags a plain dereference), and, under ASan, every access to the
+ * buffers. What it does not: the GPU's memory model beyond what the barriers
  * order, occupancy, registers, speed. Parity on a GPU (tests/gpu/gpu_parity.c) is still
  * the check of the real thing. */
 #ifndef FL_CUDA_EMU_HH
@@ -35,13 +37,15 @@ struct dim3 {
     unsigned x, y, z;
     dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
-struct uint4 {
+/* aligned as CUDA's: a misaligned vector load faults on a GPU, so here __ldg and its kin
+ * abort on one (emu_aligned), and UBSan flags a plain dereference */
+struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };
-struct uint2 {
+struct alignas(8) uint2 {
     unsigned x, y;
 };
-struct float4 {
+struct alignas(16) float4 {
     float x, y, z, w;
 };
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d)
@@ -171,9 +175,18 @@ static inline void emu_warp_gather(const void *mine, size_t bytes, void *all)
 }
 
 static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
-template <class T> static inline T __ldcg(const T *p) { return *p; }
-template <class T> static inline T __ldg(const T *p) { return *p; }
-template <class T> static inline T __ldcs(const T *p) { return *p; }
+template <class T> static inline const T *emu_aligned(const T *p, const char *what)
+{
+    if ((uintptr_t)p % alignof(T)) {
+        fprintf(stderr, "cuda_emu: %s of %zu bytes from %p, not %zu-byte aligned (a GPU faults)\n",
+                what, sizeof(T), (const void *)p, alignof(T));
+        abort();
+    }
+    return p;
+}
+template <class T> static inline T __ldcg(const T *p) { return *emu_aligned(p, "__ldcg"); }
+template <class T> static inline T __ldg(const T *p) { return *emu_aligned(p, "__ldg"); }
+template <class T> static inline T __ldcs(const T *p) { return *emu_aligned(p, "__ldcs"); }
 
 /* Runs f() as every thread of every block of the grid, blocks in order (x fastest; the
  * reverse with emu_reverse). The block size must be a multiple of 32. */
