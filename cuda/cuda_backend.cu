@@ -162,7 +162,7 @@ typedef struct flc {
     int skinny_rows;
     bool graphs, sync_debug, attn_tc, attn_few, gemm_pad, shape_pad;
     bool pdl;   /* FL_CUDA_PDL=1 on sm_90+: programmatic launch of a forward's kernels */
-    bool pdl_ok, in_moe; /* flc_pdl: the last thing enqueued was our kernel; in a MoE layer */
+    bool pdl_ok; /* flc_pdl: the last thing enqueued was our kernel */
     bool mv_tc; /* FL_CUDA_MV=tc on sm_80+: the streaming matmul on tensor cores */
     int mv_rows; /* rows it takes: FLC_MV_MAX, 0 without it (or FL_CUDA_SKINNY_ROWS=0) */
     bool norm_fuse; /* with mv_tc: the RMSNorms run inside the products they feed, unless
@@ -290,14 +290,12 @@ static int flc_launched(flc *c, cudaError_t err, const char *what, int layer, fl
 
 /* ---------------------------------------------------------------- matmul dispatch */
 
-/* The row count cuBLAS is called with for m rows (FL_CUDA_GEMM_PAD): 16, 32, then
- * multiples of 64 up to 1024, then of 256 (prefills: at most 25% extra rows there). */
 /* Whether the kernel about to be enqueued gets the programmatic launch (FL_CUDA_PDL=1): only
- * when the last thing enqueued on the stream was one of our kernels (not a copy, not cuBLAS,
- * not a mixture-of-experts layer's kernels, which are not yet verified on a GPU). */
+ * when the last thing enqueued on the stream was one of our kernels (not a copy, not cuBLAS).
+ * A mixture-of-experts layer's kernels too since 2026-12-06 (not yet run on a GPU). */
 static bool flc_pdl(flc *c)
 {
-    bool r = c->pdl && c->pdl_ok && !c->in_moe;
+    bool r = c->pdl && c->pdl_ok;
     c->pdl_ok = true;
     return r;
 }
@@ -692,6 +690,7 @@ static int flc_force(flc *c, int l, int T, fl_err *e)
         (err = cudaMemcpyAsync(c->rw_d, c->rw_h, (size_t)n * K * 4, cudaMemcpyHostToDevice,
                                c->st)) != cudaSuccess)
         return flc_fail(c, e, err, "copying the given routes to the device");
+    c->pdl_ok = false; /* the kernel after the copies is launched plainly */
     return 0;
 }
 
@@ -709,41 +708,43 @@ static int flc_moe(flc *c, const flc_layer *ly, int l, int T, fl_err *e)
     int32_t *eoff = c->eoff_d + (size_t)l * (E + 2);
     int rc;
     FLC_L(flc_router(c->rlog, c->x, ly->mlp_norm, ly->router, T, H, E, c->d.eps, c->n_sm,
-                     c->st),
+                     flc_pdl(c), c->st),
           "router logits", l);
-    FLC_L(flc_route_tokens(c->rid_d, c->rw_d, c->rlog, ly->ebias, c->route, T, c->st),
+    FLC_L(flc_route_tokens(c->rid_d, c->rw_d, c->rlog, ly->ebias, c->route, T, flc_pdl(c),
+                           c->st),
           "routing (top-k)", l);
     if (c->force_ids && (rc = flc_force(c, l, T, e)))
         return rc;
-    FLC_L(flc_moe_assign(eoff, c->atok_d, c->apos_d, c->rid_d, A, K, E, c->st),
+    FLC_L(flc_moe_assign(eoff, c->atok_d, c->apos_d, c->rid_d, A, K, E, flc_pdl(c), c->st),
           "assignments in expert order", l);
-    FLC_L(flc_gather_rows(c->xg, c->xb, c->atok_d, A, H, c->st), "gathering rows by expert", l);
+    FLC_L(flc_gather_rows(c->xg, c->xb, c->atok_d, A, H, flc_pdl(c), c->st),
+          "gathering rows by expert", l);
     /* the experts' grouped GEMM when they average moe_gemm_min rows or more (a prefill) */
     if (c->moe_gemm && (long)A >= (long)c->moe_gemm_min * E) {
         FLC_L(flc_moe_gemm(NULL, c->eh, mi, c->xg, H, gu, c->egu_q8, eoff, E, mi, H,
-                           FLC_MM_SWIGLU, c->st),
+                           FLC_MM_SWIGLU, flc_pdl(c), c->st),
               "experts' gate|up + SwiGLU (grouped GEMM)", l);
         FLC_L(flc_moe_gemm(c->ey, NULL, H, c->eh, mi, dn, c->edown_q8, eoff, E, H, mi,
-                           FLC_MM_STORE, c->st),
+                           FLC_MM_STORE, flc_pdl(c), c->st),
               "experts' down (grouped GEMM)", l);
     } else {
         const bool tgu = c->mv_rows > 0 && H % 32 == 0, tdn = c->mv_rows > 0 && mi % 32 == 0;
         FLC_L(tgu ? flc_moe_mv_tc(NULL, c->eh, mi, c->xg, H, gu, c->egu_q8, eoff, E, mi, H,
-                                  FLC_MM_SWIGLU, c->st)
+                                  FLC_MM_SWIGLU, flc_pdl(c), c->st)
                   : flc_moe_mm(NULL, c->eh, mi, c->xg, H, gu, c->egu_q8, eoff, E, mi, H,
-                               FLC_MM_SWIGLU, c->st),
+                               FLC_MM_SWIGLU, flc_pdl(c), c->st),
               "experts' gate|up + SwiGLU", l);
         FLC_L(tdn ? flc_moe_mv_tc(c->ey, NULL, H, c->eh, mi, dn, c->edown_q8, eoff, E, H, mi,
-                                  FLC_MM_STORE, c->st)
+                                  FLC_MM_STORE, flc_pdl(c), c->st)
                   : flc_moe_mm(c->ey, NULL, H, c->eh, mi, dn, c->edown_q8, eoff, E, H, mi,
-                               FLC_MM_STORE, c->st),
+                               FLC_MM_STORE, flc_pdl(c), c->st),
               "experts' down", l);
     }
     if (ly->shared && (rc = flc_mlp(c, c->sy, FLC_MM_STORE, c->xb, NULL, T, &ly->sgu, &ly->sdown,
                                     c->smi, c->gu, c->hb, l, e)))
         return rc;
     FLC_L(flc_moe_combine(c->x, c->ey, c->apos_d, c->rw_d, ly->shared ? c->sy : NULL, T, K, H,
-                          c->st),
+                          flc_pdl(c), c->st),
           "summing the experts' outputs", l);
     return 0;
 }
@@ -783,14 +784,10 @@ static int flc_enqueue(flc *c, const flc_plan *p, float *logits, fl_err *e)
         if ((rc = flc_gemm(c, c->x, H, c->att, d.qd, T, &ly->wo, H, d.qd, FLC_MM_ACC,
                            "o projection", l, e)))
             return rc;
-        if (ly->moe) { /* plain launches throughout (flc_pdl); the router and the gathered
-                          experts read xb */
+        if (ly->moe) { /* the gathered experts read xb, the router x */
             FLC_L(flc_rmsnorm(c->xb, c->x, ly->mlp_norm, NULL, T, H, d.eps, flc_pdl(c), st),
                   "post-attention RMSNorm", l);
-            c->in_moe = true;
             rc = flc_moe(c, ly, l, T, e);
-            c->in_moe = false;
-            c->pdl_ok = false;
         } else {
             flc_norm_in nz;
             const flc_norm_in *use;

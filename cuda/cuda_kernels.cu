@@ -66,19 +66,20 @@ __device__ __forceinline__ void flc_pdl_trigger()
         flc_pdl_trigger();                                                                     \
     } while (0)
 
-/* k<<<grid, block, 0, s>>>(args...), with the programmatic-serialization attribute when pdl */
+/* k<<<grid, block, smem, s>>>(args...), with the programmatic-serialization attribute when
+ * pdl */
 template <typename... P, typename... A>
-static cudaError_t flc_launch(bool pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s,
-                              A... args)
+static cudaError_t flc_launch_smem(bool pdl, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
+                                   cudaStream_t s, A... args)
 {
     if (!pdl) {
-        k<<<grid, block, 0, s>>>(args...);
+        k<<<grid, block, smem, s>>>(args...);
         return cudaGetLastError();
     }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
-    cfg.dynamicSmemBytes = 0;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -86,6 +87,13 @@ static cudaError_t flc_launch(bool pdl, void (*k)(P...), dim3 grid, dim3 block, 
     cfg.attrs = at;
     cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, k, args...);
+}
+
+template <typename... P, typename... A>
+static cudaError_t flc_launch(bool pdl, void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s,
+                              A... args)
+{
+    return flc_launch_smem(pdl, k, grid, block, 0, s, args...);
 }
 
 /* 8 bf16 (one 16-byte load) to floats. */
@@ -1297,11 +1305,12 @@ k_router(float *lg, const float *x, const float *nw, const float *R, int T, int 
 {
     extern __shared__ float xn[]; /* RT H */
     __shared__ double sh[32];
+    FLC_PDL_ENTER();
     flc_router_block<RT>(xn, sh, lg, x, nw, R, T, H, E, eps);
 }
 
 cudaError_t flc_router(float *logits, const float *x, const float *norm_w, const float *router,
-                       int T, int H, int E, float eps, int n_sm, cudaStream_t s)
+                       int T, int H, int E, float eps, int n_sm, bool pdl, cudaStream_t s)
 {
     if (T <= 0)
         return cudaSuccess;
@@ -1311,13 +1320,8 @@ cudaError_t flc_router(float *logits, const float *x, const float *norm_w, const
         return cudaErrorInvalidValue;
     const dim3 grid((unsigned)p.tblocks, (unsigned)p.eblocks);
     const size_t shm = (size_t)p.rt * H * sizeof(float);
-    if (p.rt == 4)
-        k_router<4><<<grid, 256, shm, s>>>(logits, x, norm_w, router, T, H, E, eps);
-    else if (p.rt == 2)
-        k_router<2><<<grid, 256, shm, s>>>(logits, x, norm_w, router, T, H, E, eps);
-    else
-        k_router<1><<<grid, 256, shm, s>>>(logits, x, norm_w, router, T, H, E, eps);
-    return cudaGetLastError();
+    return flc_launch_smem(pdl, p.rt == 4 ? k_router<4> : p.rt == 2 ? k_router<2> : k_router<1>,
+                           grid, 256, shm, s, logits, x, norm_w, router, T, H, E, eps);
 }
 
 #include "route.cuh"
@@ -1328,17 +1332,17 @@ __global__ void k_route(int32_t *rid, float *rw, const float *lg, const float *b
 {
     extern __shared__ float sm[];
     __shared__ float red[2];
+    FLC_PDL_ENTER();
     flc_route_block(sm, red, rid, rw, lg, bias, r);
 }
 
 cudaError_t flc_route_tokens(int32_t *rid, float *rw, const float *logits, const float *bias,
-                             flc_route r, int T, cudaStream_t s)
+                             flc_route r, int T, bool pdl, cudaStream_t s)
 {
     if (T <= 0)
         return cudaSuccess;
     size_t shm = (3 * (size_t)r.E + 2 * (size_t)r.G) * sizeof(float);
-    k_route<<<T, 128, shm, s>>>(rid, rw, logits, bias, r);
-    return cudaGetLastError();
+    return flc_launch_smem(pdl, k_route, (unsigned)T, 128, shm, s, rid, rw, logits, bias, r);
 }
 
 #include "moe_assign.cuh"
@@ -1349,18 +1353,18 @@ k_moe_assign(int32_t *eoff, int32_t *atok, int32_t *apos, const int32_t *rid, in
              int C)
 {
     extern __shared__ int32_t sa[];
+    FLC_PDL_ENTER();
     flc_moe_assign_block(sa, eoff, atok, apos, rid, A, K, E, C);
 }
 
 cudaError_t flc_moe_assign(int32_t *eoff, int32_t *atok, int32_t *apos, const int32_t *rid,
-                           int A, int K, int E, cudaStream_t s)
+                           int A, int K, int E, bool pdl, cudaStream_t s)
 {
     const int C = flc_assign_chunks(E, 1024);
     const size_t shm = flc_assign_smem_ints(E, C) * sizeof(int32_t);
     if (shm > 48 * 1024)
         return cudaErrorInvalidValue;
-    k_moe_assign<<<1, 1024, shm, s>>>(eoff, atok, apos, rid, A, K, E, C);
-    return cudaGetLastError();
+    return flc_launch_smem(pdl, k_moe_assign, 1, 1024, shm, s, eoff, atok, apos, rid, A, K, E, C);
 }
 
 /* Block (b, e): output columns 4b .. 4b + 3 of expert e for its rows [eoff[e], eoff[e + 1])
@@ -1371,6 +1375,7 @@ __global__ void __launch_bounds__(128)
 k_moe_mm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx,
          const flc_emat *mats, const int32_t *eoff, int n, int k)
 {
+    FLC_PDL_ENTER(); /* eoff and x are the kernels' before */
     const int e = blockIdx.y, a0 = eoff[e], me = eoff[e + 1] - a0;
     const int j = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (me <= 0 || j >= n)
@@ -1395,79 +1400,54 @@ k_moe_mm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ld
 
 cudaError_t flc_moe_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
                           const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
-                          int mode, cudaStream_t s)
+                          int mode, bool pdl, cudaStream_t s)
 {
     if (k % 32 || ldx % 8 || (mode != FLC_MM_STORE && mode != FLC_MM_SWIGLU))
         return cudaErrorInvalidValue;
     dim3 grid((unsigned)((n + 15) / 16), (unsigned)E);
     const unsigned nt = 32 * FLC_MV_WARPS;
-    if (mode == FLC_MM_STORE) {
-        if (q8)
-            k_moe_mv_tc<FLC_MM_STORE, true><<<grid, nt, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff, n,
-                                                                k);
-        else
-            k_moe_mv_tc<FLC_MM_STORE, false><<<grid, nt, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff,
-                                                                 n, k);
-    } else {
-        if (q8)
-            k_moe_mv_tc<FLC_MM_SWIGLU, true><<<grid, nt, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff,
-                                                                 n, k);
-        else
-            k_moe_mv_tc<FLC_MM_SWIGLU, false><<<grid, nt, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff,
-                                                                  n, k);
-    }
-    return cudaGetLastError();
+    void (*kf)(float *, flc_bf16 *, int, const flc_bf16 *, int, const flc_emat *,
+               const int32_t *, int, int) =
+        mode == FLC_MM_SWIGLU
+            ? (q8 ? k_moe_mv_tc<FLC_MM_SWIGLU, true> : k_moe_mv_tc<FLC_MM_SWIGLU, false>)
+            : (q8 ? k_moe_mv_tc<FLC_MM_STORE, true> : k_moe_mv_tc<FLC_MM_STORE, false>);
+    return flc_launch(pdl, kf, grid, nt, s, y, yh, ldy, x, ldx, mats, eoff, n, k);
 }
 
 cudaError_t flc_moe_gemm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
                          const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
-                         int mode, cudaStream_t s)
+                         int mode, bool pdl, cudaStream_t s)
 {
     if (k % 32 || ldx % 8 || E <= 0 || (mode != FLC_MM_STORE && mode != FLC_MM_SWIGLU))
         return cudaErrorInvalidValue;
     const int bn = mode == FLC_MM_SWIGLU ? FLC_GQ_BN / 2 : FLC_GQ_BN;
     dim3 grid((unsigned)((n + bn - 1) / bn), (unsigned)E);
-    if (mode == FLC_MM_STORE) {
-        if (q8)
-            k_moe_gemm<FLC_MM_STORE, true><<<grid, FLC_GQ_THREADS, 0, s>>>(y, yh, ldy, x, ldx, mats,
-                                                                          eoff, n, k);
-        else
-            k_moe_gemm<FLC_MM_STORE, false><<<grid, FLC_GQ_THREADS, 0, s>>>(y, yh, ldy, x, ldx,
-                                                                           mats, eoff, n, k);
-    } else {
-        if (q8)
-            k_moe_gemm<FLC_MM_SWIGLU, true><<<grid, FLC_GQ_THREADS, 0, s>>>(y, yh, ldy, x, ldx,
-                                                                           mats, eoff, n, k);
-        else
-            k_moe_gemm<FLC_MM_SWIGLU, false><<<grid, FLC_GQ_THREADS, 0, s>>>(y, yh, ldy, x, ldx,
-                                                                            mats, eoff, n, k);
-    }
-    return cudaGetLastError();
+    void (*kf)(float *, flc_bf16 *, int, const flc_bf16 *, int, const flc_emat *,
+               const int32_t *, int, int) =
+        mode == FLC_MM_SWIGLU
+            ? (q8 ? k_moe_gemm<FLC_MM_SWIGLU, true> : k_moe_gemm<FLC_MM_SWIGLU, false>)
+            : (q8 ? k_moe_gemm<FLC_MM_STORE, true> : k_moe_gemm<FLC_MM_STORE, false>);
+    return flc_launch(pdl, kf, grid, FLC_GQ_THREADS, s, y, yh, ldy, x, ldx, mats, eoff, n, k);
 }
 
 cudaError_t flc_moe_mm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
                        const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
-                       int mode, cudaStream_t s)
+                       int mode, bool pdl, cudaStream_t s)
 {
     if (k % (q8 ? 32 : 8) || ldx % 8 || (mode != FLC_MM_STORE && mode != FLC_MM_SWIGLU))
         return cudaErrorInvalidValue;
     dim3 grid((unsigned)((n + 3) / 4), (unsigned)E);
-    if (mode == FLC_MM_STORE) {
-        if (q8)
-            k_moe_mm<FLC_MM_STORE, true><<<grid, 128, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff, n, k);
-        else
-            k_moe_mm<FLC_MM_STORE, false><<<grid, 128, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff, n, k);
-    } else {
-        if (q8)
-            k_moe_mm<FLC_MM_SWIGLU, true><<<grid, 128, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff, n, k);
-        else
-            k_moe_mm<FLC_MM_SWIGLU, false><<<grid, 128, 0, s>>>(y, yh, ldy, x, ldx, mats, eoff, n, k);
-    }
-    return cudaGetLastError();
+    void (*kf)(float *, flc_bf16 *, int, const flc_bf16 *, int, const flc_emat *,
+               const int32_t *, int, int) =
+        mode == FLC_MM_SWIGLU
+            ? (q8 ? k_moe_mm<FLC_MM_SWIGLU, true> : k_moe_mm<FLC_MM_SWIGLU, false>)
+            : (q8 ? k_moe_mm<FLC_MM_STORE, true> : k_moe_mm<FLC_MM_STORE, false>);
+    return flc_launch(pdl, kf, grid, 128, s, y, yh, ldy, x, ldx, mats, eoff, n, k);
 }
 
 __global__ void k_gather_rows(flc_bf16 *xg, const flc_bf16 *xb, const int32_t *rows, int H)
 {
+    FLC_PDL_ENTER();
     const int a = blockIdx.x;
     const flc_bf16 *src = xb + (size_t)rows[a] * H;
     flc_bf16 *dst = xg + (size_t)a * H;
@@ -1476,17 +1456,17 @@ __global__ void k_gather_rows(flc_bf16 *xg, const flc_bf16 *xb, const int32_t *r
 }
 
 cudaError_t flc_gather_rows(flc_bf16 *xg, const flc_bf16 *xb, const int32_t *rows, int A, int H,
-                            cudaStream_t s)
+                            bool pdl, cudaStream_t s)
 {
     if (A <= 0)
         return cudaSuccess;
-    k_gather_rows<<<A, 256, 0, s>>>(xg, xb, rows, H);
-    return cudaGetLastError();
+    return flc_launch(pdl, k_gather_rows, (unsigned)A, 256, s, xg, xb, rows, H);
 }
 
 __global__ void k_moe_combine(float *x, const float *ey, const int32_t *apos, const float *w,
                               const float *sy, int K, int H)
 {
+    FLC_PDL_ENTER();
     const int t = blockIdx.x;
     for (int d = threadIdx.x; d < H; d += blockDim.x) {
         float acc = 0.f;
@@ -1499,12 +1479,11 @@ __global__ void k_moe_combine(float *x, const float *ey, const int32_t *apos, co
 }
 
 cudaError_t flc_moe_combine(float *x, const float *ey, const int32_t *apos, const float *w,
-                            const float *sy, int T, int K, int H, cudaStream_t s)
+                            const float *sy, int T, int K, int H, bool pdl, cudaStream_t s)
 {
     if (T <= 0)
         return cudaSuccess;
-    k_moe_combine<<<T, 256, 0, s>>>(x, ey, apos, w, sy, K, H);
-    return cudaGetLastError();
+    return flc_launch(pdl, k_moe_combine, (unsigned)T, 256, s, x, ey, apos, w, sy, K, H);
 }
 
 cudaError_t flc_kernels_loadable(void)

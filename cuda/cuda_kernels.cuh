@@ -133,22 +133,23 @@ cudaError_t flc_swiglu(flc_bf16 *hb, const float *gu, int T, int NI, bool pdl, c
 cudaError_t flc_top1(flc_tok *out, flc_lse *lse, const float *logits, int rows, int V, bool pdl,
                      cudaStream_t s);
 
-/* Mixture of experts (cuda_backend.cu flc_moe). Router logits (T, E) f32 of each token's
+/* Mixture of experts (cuda_backend.cu flc_moe); every kernel waits first (FLC_PDL_ENTER),
+ * so each may be launched with pdl. Router logits (T, E) f32 of each token's
  * RMSNorm in f32 (norm_w, as the CPU computes the router's input) by router (E, H) f32;
  * several tokens a block and the experts spread over about 2 n_sm blocks (router.cuh), the
  * same bits for any T. */
 cudaError_t flc_router(float *logits, const float *x, const float *norm_w, const float *router,
-                       int T, int H, int E, float eps, int n_sm, cudaStream_t s);
+                       int T, int H, int E, float eps, int n_sm, bool pdl, cudaStream_t s);
 /* Each of the T tokens' top_k experts (rid (T, K), best first) and weights (rw (T, K)) from
  * its router logits (T, E), as engine/moe.c fl_moe_route computes them (route.cuh); bias (E)
  * or NULL; r: config.h's fl_moe as flc_meta.h's flc_route. */
 cudaError_t flc_route_tokens(int32_t *rid, float *rw, const float *logits, const float *bias,
-                             flc_route r, int T, cudaStream_t s);
+                             flc_route r, int T, bool pdl, cudaStream_t s);
 /* The A = T K assignments in expert order: eoff (E + 2) the first assignment of each expert
  * (eoff[E] = eoff[E + 1] = A), atok (A) each one's token, apos (A) where assignment a (token
  * a / K's k-th expert) went. One block; E <= 1024. */
 cudaError_t flc_moe_assign(int32_t *eoff, int32_t *atok, int32_t *apos, const int32_t *rid,
-                           int A, int K, int E, cudaStream_t s);
+                           int A, int K, int E, bool pdl, cudaStream_t s);
 /* An expert's matrix, as the backend holds it: bf16 (w), or q8 (q, d; w NULL). */
 typedef struct flc_emat {
     const flc_bf16 *w;
@@ -162,25 +163,25 @@ typedef struct flc_emat {
  * (a graph replays it). */
 cudaError_t flc_moe_mm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
                        const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
-                       int mode, cudaStream_t s);
+                       int mode, bool pdl, cudaStream_t s);
 /* flc_moe_mm on tensor cores (mv_tc.cuh, FL_CUDA_MV=tc): an expert's rows 32 at a time, its
  * weights read once for up to 32 rows; k % 32 == 0. */
 cudaError_t flc_moe_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
                           const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
-                          int mode, cudaStream_t s);
+                          int mode, bool pdl, cudaStream_t s);
 /* flc_moe_mm grouped on tensor cores (gemm_tc.cuh, FL_CUDA_MOE_GEMM=1): an expert's rows 64 at
  * a time against 64 of its output columns (32 with SwiGLU) staged in shared memory, for
  * prefills' tens of rows per expert; k % 32 == 0, ldx % 8 == 0. */
 cudaError_t flc_moe_gemm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *x, int ldx,
                          const flc_emat *mats, bool q8, const int32_t *eoff, int E, int n, int k,
-                         int mode, cudaStream_t s);
+                         int mode, bool pdl, cudaStream_t s);
 /* xg[a] = xb[rows[a]] (H wide, bf16), a < A. */
 cudaError_t flc_gather_rows(flc_bf16 *xg, const flc_bf16 *xb, const int32_t *rows, int A, int H,
-                            cudaStream_t s);
+                            bool pdl, cudaStream_t s);
 /* x[t] += (sum over k < K, in order, of w[t K + k] ey[apos[t K + k]]) + sy[t] (sy may be
  * NULL): each token's experts best first, then the shared expert, as the CPU sums them. */
 cudaError_t flc_moe_combine(float *x, const float *ey, const int32_t *apos, const float *w,
-                            const float *sy, int T, int K, int H, cudaStream_t s);
+                            const float *sy, int T, int K, int H, bool pdl, cudaStream_t s);
 
 /* Whether this build's kernels can run on the current device (a device the build has no
  * code for answers cudaErrorNoKernelImageForDevice or cudaErrorInvalidDeviceFunction). */

@@ -409,8 +409,8 @@ k_gemm_q8(float *y, int ldy, const flc_bf16 *__restrict__ x, int ldx, int m,
  * for its rows [eoff[e], eoff[e + 1]) of x (grouped by expert, flc_moe_assign), 64 at a time;
  * y's rows are x's. Store (f32 y) or SwiGLU (bf16 yh; mats' matrices (2n, k), gate rows then
  * up rows). An expert without rows returns at once, so the launch is the same whatever the
- * routing (a graph replays it). Plain launches (no programmatic wait is needed: waited
- * starts true). */
+ * routing (a graph replays it). Every thread waits first (programmatic launch): eoff and x
+ * are the kernels' before. */
 template <int MODE, bool Q8>
 __global__ void __launch_bounds__(FLC_GQ_THREADS)
 k_moe_gemm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int ldx,
@@ -418,6 +418,8 @@ k_moe_gemm(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int 
 {
     __shared__ __align__(16) flc_gq_smem sm;
     constexpr bool SWI = MODE == FLC_MM_SWIGLU;
+    flc_pdl_wait();
+    flc_pdl_trigger();
     const int e = blockIdx.y, a0 = eoff[e], me = eoff[e + 1] - a0;
     if (me <= 0)
         return; /* the whole block: me is the block's */

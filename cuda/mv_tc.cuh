@@ -493,11 +493,13 @@ k_moe_mv_tc(float *y, flc_bf16 *yh, int ldy, const flc_bf16 *__restrict__ x, int
             const flc_emat *mats, const int32_t *eoff, int n, int k)
 {
     __shared__ __align__(16) float red[FLC_MV_RED(MODE == FLC_MM_SWIGLU ? 2 : 1, 4)];
+    flc_pdl_wait(); /* eoff, and then x, are the kernels' before */
+    flc_pdl_trigger();
     const int e = blockIdx.y, a0 = eoff[e], me = eoff[e + 1] - a0;
     if (me <= 0)
         return; /* the whole block: me is the block's */
     const flc_emat wm = mats[e];
-    bool waited = false;
+    bool waited = true;
     for (int r0 = 0; r0 < me; r0 += 32) {
         const int mm = me - r0 < 32 ? me - r0 : 32;
         float *yy = y ? y + (size_t)(a0 + r0) * ldy : nullptr;

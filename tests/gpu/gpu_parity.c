@@ -37,7 +37,10 @@
  * tensor cores (FL_CUDA_MV=tc, which runs the RMSNorms inside its products), all three new
  * ones together with the streaming matmuls' programmatic launch (FL_CUDA_PDL=1), the
  * tensor-core matmul with the RMSNorms in their own kernel (FL_CUDA_NORM_FUSE=0), and with
- * --q8 every q8 product on the q8 GEMM (FL_CUDA_Q8_GEMM=1, streaming kernels off)}; case H's
+ * --q8 every q8 product on the q8 GEMM (FL_CUDA_Q8_GEMM=1, streaming kernels off), and on
+ * mixture-of-experts models the experts' grouped GEMM (FL_CUDA_MOE_GEMM=1), and the MoE
+ * kernels' programmatic launch with the experts on the streaming matmul and on the grouped
+ * GEMM}; case H's
  * outputs of the tensor-core matmul with the norms inside and separate must be the same bits.
  * --big (a large model): cases A, G, H in the default variants, eager tensor-core and
  * few-row attention, eager tensor-core matmul with the norms inside and separate, and the
@@ -778,6 +781,14 @@ static const variant VARIANTS[] = {
      "FL_CUDA_MOE_GEMM=1 FL_CUDA_MOE_GEMM_MIN=0"},
     {"graphs, experts' grouped GEMM", "1", "8", "", "0", "", "",
      "FL_CUDA_MOE_GEMM=1 FL_CUDA_MOE_GEMM_MIN=0"},
+    /* mixture-of-experts models only: the MoE kernels' programmatic launch with the experts
+     * on the streaming matmul and on the grouped GEMM (the pair above with tc has k_moe_mv_tc) */
+    {"eager, MoE streaming matmul, programmatic launch", "0", "8", "", "1", "", "", ""},
+    {"graphs, MoE streaming matmul, programmatic launch", "1", "8", "", "1", "", "", ""},
+    {"eager, experts' grouped GEMM, programmatic launch", "0", "8", "", "1", "", "",
+     "FL_CUDA_MOE_GEMM=1 FL_CUDA_MOE_GEMM_MIN=0"},
+    {"graphs, experts' grouped GEMM, programmatic launch", "1", "8", "", "1", "", "",
+     "FL_CUDA_MOE_GEMM=1 FL_CUDA_MOE_GEMM_MIN=0"},
 };
 static const char *const VARIANT_ENV[] = {"FL_CUDA_Q8_GEMM", "FL_CUDA_MOE_GEMM",
                                           "FL_CUDA_MOE_GEMM_MIN"};
@@ -802,6 +813,7 @@ static void set_variant_env(const char *env)
 #define V_TC_SEPARATE 12 /* ... norms in their own kernel: the same bits */
 #define V_Q8_GEMM 14     /* the q8 GEMM pair: with --q8 only */
 #define V_MOE_GEMM 16    /* the experts' grouped GEMM pair: mixture-of-experts models only */
+#define V_MOE_PDL 18     /* two pairs, the MoE kernels' programmatic launch: MoE models only */
 #define N_VARIANTS (int)(sizeof VARIANTS / sizeof VARIANTS[0])
 
 static void run_model(const char *dir, bool big)
@@ -854,7 +866,7 @@ static void run_model(const char *dir, bool big)
         const bool moe_model = c.m->cfg.moe.router != FL_ROUTER_NONE;
         if ((g_only >= 0 && v != g_only) || (big && !big_v) ||
             ((v == V_Q8_GEMM || v == V_Q8_GEMM + 1) && !g_q8) ||
-            ((v == V_MOE_GEMM || v == V_MOE_GEMM + 1) && !moe_model))
+            ((v == V_MOE_GEMM || v == V_MOE_GEMM + 1 || v >= V_MOE_PDL) && !moe_model))
             continue;
         g_variant = VARIANTS[v].name;
         setenv("FL_CUDA_GRAPHS", VARIANTS[v].graphs, 1);
@@ -927,6 +939,18 @@ static void run_model(const char *dir, bool big)
         bool same = a->n == b->n && a->n > 0 && !memcmp(a->out, b->out, (size_t)a->n * sizeof *a->out);
         RESULT(same, "H RMSNorms inside the products vs in their own kernel (%s): outputs %s",
                VARIANTS[V_TC_SEPARATE].name, same ? "bit-identical" : "DIFFER");
+    }
+    /* the MoE kernels' programmatic launch changes when they start, never what they compute:
+     * a read before its wait would show here as other bits */
+    for (int p = 0; p < 2; p++) {
+        const int v = V_MOE_PDL + 2 * p, base = p ? V_MOE_GEMM : 0;
+        if (!so[v].out || !so[base].out)
+            continue;
+        g_variant = VARIANTS[v].name;
+        bool same = so[v].n == so[base].n && so[v].n > 0 &&
+                    !memcmp(so[v].out, so[base].out, (size_t)so[v].n * sizeof *so[v].out);
+        RESULT(same, "H programmatic launch vs plain launches (%s): outputs %s",
+               VARIANTS[base].name, same ? "bit-identical" : "DIFFER");
     }
     for (int v = 0; v < N_VARIANTS; v++)
         free(so[v].out);
