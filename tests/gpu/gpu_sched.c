@@ -155,8 +155,8 @@ int main(int argc, char **argv)
     fl_err e = {0};
     printf("gpu_sched: %s, %d prompts x %d rounds, max_tokens %d\nbackend: %s\n\n", model, n,
            rounds, max_tokens, env.chosen);
-    printf("| conc | wall ms | forwards | rows/fwd | tokens/s | plan us | enqueue us | capture us | "
-           "wait us | sched us | flush ms | replayed/captured/eager | evicted |\n"
+    printf("| conc | wall ms | forwards | rows/fwd | tokens/s | plan us | enqueue us | "
+           "capture us | wait us | sched us | flush ms | replayed/captured/eager | evicted |\n"
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     if (sim) {
         const fl_config *cf = &m->cfg;
@@ -278,8 +278,9 @@ int main(int argc, char **argv)
     if (sim && !rc) {
         printf("\ngraph cache simulated (cuda/flc_shape.h, %d multiprocessors, %d graphs kept):\n\n"
                "| conc | policy | forwards | eager (first sighting) | captured | replayed | "
-               "evicted | rows of the keys / real rows | outputs of the keys / real | the backend's "
-               "counters |\n|---|---|---|---|---|---|---|---|---|---|\n", n_sm, FLC_GRAPHS);
+               "evicted | rows of the keys / real rows | outputs of the keys / real | "
+               "the backend's counters |\n|---|---|---|---|---|---|---|---|---|---|\n",
+               n_sm, FLC_GRAPHS);
         int differ = 0;
         for (size_t ci = 0; ci < sizeof concs / sizeof concs[0]; ci++)
             for (int i = 0; i < g_npol; i++) {
@@ -294,7 +295,8 @@ int main(int argc, char **argv)
                              same ? "the same" : "DIFFER", q->eager, q->captured, q->replayed,
                              q->evicted);
                 }
-                printf("| %d | %s | %lld | %lld | %lld | %lld (%.0f%%) | %lld | %.3f | %.3f | %s |\n",
+                printf("| %d | %s | %lld | %lld | %lld | %lld (%.0f%%) | %lld | %.3f | %.3f | "
+                       "%s |\n",
                        concs[ci], r->name, r->fw, r->first, r->capture, r->replay,
                        r->fw ? 100.0 * (double)r->replay / (double)r->fw : 0.0, r->evicted,
                        r->rows ? (double)r->rows_key / (double)r->rows : 0.0,

@@ -79,8 +79,9 @@ static void run_case(int A, int K, int E, int threads, int skew, bool bad_ids)
                     "counting sort", A, K, E, threads, C, skew ? ", skewed" : "",
           bad_ids ? ", bad ids" : "", bad);
     CHECK(sentinels, "A %d E %d: written past an array", A, E);
-    printf("%s assign A %d, K %d, E %d, %d threads, %d chunks%s%s\n", bad || !sentinels ? "FAIL" : "ok",
-           A, K, E, threads, C, skew ? ", skewed" : "", bad_ids ? ", bad ids" : "");
+    printf("%s assign A %d, K %d, E %d, %d threads, %d chunks%s%s\n",
+           bad || !sentinels ? "FAIL" : "ok", A, K, E, threads, C, skew ? ", skewed" : "",
+           bad_ids ? ", bad ids" : "");
 }
 
 int main(void)

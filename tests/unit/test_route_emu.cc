@@ -118,7 +118,8 @@ static void check_best(void)
             ok[i] = it % 50 == 7 ? 0.0f : (float)(irnd(5) != 0);
         const int want = flc_best(v.data(), ok.data(), n);
         static int got[32];
-        emu_launch(dim3(1), dim3(32), [&] { got[threadIdx.x] = flc_best_warp(v.data(), ok.data(), n); });
+        emu_launch(dim3(1), dim3(32),
+                   [&] { got[threadIdx.x] = flc_best_warp(v.data(), ok.data(), n); });
         runs++;
         int lanes = 0;
         for (int l = 0; l < 32; l++)
