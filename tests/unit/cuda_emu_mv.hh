@@ -9,7 +9,7 @@
  * of column groupID, register 1 rows + 8; C/D elements 0, 1 row groupID, columns 2 tid,
  * 2 tid + 1, elements 2, 3 row groupID + 8), and each lane gets its D elements. So a test
  * checks a kernel's fragment bookkeeping against the documented layout, not only its
- * arithmetic. Plus the tests' shared helpers (rnd, bf, f2h). Include once per test, after
+ * arithmetic. Plus the tests' shared helpers (rnd, irnd, bf, f2h). Include once per test, after
  * cuda_emu.hh; FL_CUDA_EMU_DEFINE still goes in the test. */
 #ifndef FL_CUDA_EMU_MV_HH
 #define FL_CUDA_EMU_MV_HH
@@ -96,6 +96,16 @@ static inline float rnd(void) /* [-1, 1) */
 {
     g_lcg = g_lcg * 1664525u + 1013904223u;
     return (float)((g_lcg >> 8) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+/* 0 .. n - 1 (xorshift) */
+static uint64_t g_xs = 0x2545f4914f6cdd1dull;
+static inline int irnd(int n)
+{
+    g_xs ^= g_xs << 13;
+    g_xs ^= g_xs >> 7;
+    g_xs ^= g_xs << 17;
+    return (int)(g_xs % (uint64_t)n);
 }
 
 static inline float bf(flc_bf16 b) { return __bfloat162float(b); }

@@ -14,19 +14,11 @@
 
 #include "check.h"
 #include "cuda_emu.hh"
+#include "cuda_emu_mv.hh"
 
 #include "moe_assign.cuh"
 
 FL_CUDA_EMU_DEFINE
-
-static uint64_t rs = 0x2545f4914f6cdd1dull;
-static int irnd(int n)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (int)(rs % (uint64_t)n);
-}
 
 static void run_case(int A, int K, int E, int threads, int skew, bool bad_ids)
 {

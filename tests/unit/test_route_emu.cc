@@ -28,15 +28,6 @@ extern "C" {
 
 FL_CUDA_EMU_DEFINE
 
-static uint64_t rs = 0x853c49e6748fea9bull;
-static int irnd(int n)
-{
-    rs ^= rs << 13;
-    rs ^= rs >> 7;
-    rs ^= rs << 17;
-    return (int)(rs % (uint64_t)n);
-}
-
 /* logits of token t in style st */
 static void fill(float *l, int E, int st)
 {
