@@ -354,6 +354,7 @@ if [ -x "$bd/fogline_bench" ]; then
     done
     if [ -x "$bd/gpu_sched" ]; then
         # shapes padded (FL_CUDA_SHAPE_PAD, opt-in), cuBLAS rows padded (the default), nothing
+        declare -A warm=()
         for pad in "1 1" "1 0" "0 0"; do
             read -r gp sp <<<"$pad"
             echo "+ FL_CUDA_GEMM_PAD=$gp FL_CUDA_SHAPE_PAD=$sp" >>"$blog"
@@ -366,6 +367,9 @@ if [ -x "$bd/fogline_bench" ]; then
                 note "PASS sched profile, padding rows $gp shapes $sp (${st_s}s): $(awk '/^\| conc \| wall ms/ {t=1} /^graph cache simulated/ {t=0} t && /^\| [0-9]/' <<<"$run_log" |
                     awk -F'|' '{printf "conc%s: %s ms, fwd%s, rows%s, plan%s enq%s cap%s wait%s sched%s us, graphs r/c/e%s ev%s; ", $2, $3, $4, $5, $7, $8, $9, $10, $11, $13, $14}' | tr -s ' ')"
                 # the graph cache as flc_shape.h simulates it, and whether the backend agreed
+                # the last row: 4 sequences again, warm (the backend's graphs kept)
+                warm[$gp$sp]=$(awk '/^\| conc \| wall ms/ {t=1} /^graph cache simulated/ {t=0} t && /^\| [0-9]/' <<<"$run_log" |
+                    tail -n 1 | awk -F'|' '{gsub(/ /, "", $3); print $3}')
                 sim=$(awk -F'|' '/^graph cache simulated/ {t=1} t && /^\| [0-9]/ {
                     r[$3] = r[$3] $7 ","} END {for (k in r) printf "%s:%s ", k, r[k]}' <<<"$run_log" | tr -s ' ')
                 note "INFO graph cache simulated, replayed per run (conc 1, 4, 16, 64, 4 warm): ${sim}the backend's counters: $(grep -c '| the same (' <<<"$run_log") runs the same, $(grep -c '| DIFFER (' <<<"$run_log") differ"
@@ -377,6 +381,9 @@ if [ -x "$bd/fogline_bench" ]; then
                 note "FAIL sched profile (rc $st_rc, ${st_s}s): $(tail -n 1 "$blog" | cut -c1-200)"
             fi
         done
+        if [ -n "${warm[11]:-}" ] && [ -n "${warm[10]:-}" ]; then
+            note "INFO sched, 4 sequences warm: shapes padded ${warm[11]} ms, cuBLAS rows padded only ${warm[10]} ms ($(awk -v a="${warm[11]}" -v b="${warm[10]}" 'BEGIN {printf "%.2fx", b / a}') faster padded; above 1: make FL_CUDA_SHAPE_PAD=1 the default)"
+        fi
     fi
     stage decode 60 "$blog" "$bd/fogline_bench" decode --device "$dev" --n 32 --no-fsync
     if ((st_rc == 0)); then
