@@ -1,11 +1,12 @@
 /* cuda_emu.hh: enough of CUDA's execution model to run a kernel's logic on the CPU, for
- * kernels written to need only what is here (cuda/attn_few.cuh). A block runs as one OS
- * thread per CUDA thread; __syncthreads and the warp shuffles are barriers. Blocks run one
- * after another, so `__shared__` (a function-local static here) is the running block's.
+ * kernels written to need only what is here (cuda/attn_few.cuh). A block runs as one fiber
+ * per CUDA thread on the calling OS thread; __syncthreads and the warp shuffles are
+ * barriers. Blocks run one after another, so `__shared__` (a function-local static here) is
+ * the running block's.
  *
  * What it checks: indexing, masking, the order of the sums, the synchronisation structure
  * (a __syncthreads some threads skip, or a shuffle a lane skips, hangs on a GPU; here the
- * barrier times out after 60 s and the test aborts with a message), the alignment of vector
+ * test aborts with a message as soon as no thread can go on), the alignment of vector
  * loads (uint4, uint2, float4 are aligned as CUDA's; __ldg, __ldcg and __ldcs abort on a
  * misaligned one, UBSan flags a plain dereference), and, under ASan, every access to the
  * buffers. What it does not: the GPU's memory model beyond what the barriers
@@ -15,13 +16,12 @@
 #define FL_CUDA_EMU_HH
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <math.h>
-#include <thread>
+#include <sys/mman.h>
 #include <vector>
 
 #define __global__
@@ -89,40 +89,21 @@ static inline unsigned __float_as_uint(float f)
 static inline int min(int a, int b) { return a < b ? a : b; }
 static inline int max(int a, int b) { return a > b ? a : b; }
 
-/* A barrier that aborts instead of hanging: the threads of a block that do not all reach
- * it are a bug that hangs a GPU. */
+/* The threads of a block are fibers on the calling OS thread (emu_swap, below): a block's
+ * threads run one after another, each until it waits at a barrier or returns; then the next.
+ * A thread waiting at a barrier yields until the barrier's last thread arrives. A whole pass
+ * over the block in which no thread arrived anywhere, finished or got past a barrier means
+ * some threads wait for others that never come: on a GPU a hang, here an abort with what was
+ * waited for. The order of the pass is reversed with emu_reverse, so a read of another
+ * thread's write that no barrier orders sees a different value in one of the two orders. */
 struct emu_barrier {
-    std::atomic<int> count{0};
-    std::atomic<unsigned> gen{0};
+    int count = 0;
+    unsigned gen = 0;
     int n = 0;
-    emu_barrier() = default;
-    emu_barrier(const emu_barrier &o) : n(o.n) {}
-    /* the last to arrive starts the next generation; the others yield the CPU until it
-     * does (a block's threads outnumber the cores: blocking costs more than yielding) */
-    void wait(const char *what)
-    {
-        const unsigned g = gen.load(std::memory_order_acquire);
-        if (count.fetch_add(1, std::memory_order_acq_rel) + 1 == n) {
-            count.store(0, std::memory_order_relaxed);
-            gen.store(g + 1, std::memory_order_release);
-            return;
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        for (unsigned i = 0; gen.load(std::memory_order_acquire) == g; i++) {
-            std::this_thread::yield();
-            if ((i & 0xffff) == 0xffff &&
-                std::chrono::steady_clock::now() - t0 > std::chrono::seconds(60)) {
-                fprintf(stderr, "cuda_emu: %s not reached by every thread in 60 s (%d of %d)\n",
-                        what, count.load(), n);
-                abort();
-            }
-        }
-    }
+    void wait(const char *what);
 };
-
 struct emu_block {
     emu_barrier bar;  /* __syncthreads */
-    emu_barrier done; /* the end of the block (a thread that returns early waits here) */
     std::vector<emu_barrier> warp_bar;
     std::vector<uint64_t> xbuf; /* one slot per thread, for the shuffles */
     std::vector<unsigned char> gbuf; /* EMU_GATHER_MAX bytes per thread, for emu_warp_gather */
@@ -188,40 +169,128 @@ template <class T> static inline T __ldcg(const T *p) { return *emu_aligned(p, "
 template <class T> static inline T __ldg(const T *p) { return *emu_aligned(p, "__ldg"); }
 template <class T> static inline T __ldcs(const T *p) { return *emu_aligned(p, "__ldcs"); }
 
+/* The fibers. emu_swap (x86-64 System V) saves the callee-saved registers on the running
+ * stack, stores its stack pointer in *save and continues on `to` (a stack emu_swap left, or
+ * one emu_fiber_init made). */
+extern "C" void emu_swap(void **save, void *to);
+#define EMU_STACK ((size_t)256 << 10) /* a CUDA thread's stack, with a guard page below */
+#define EMU_THREADS_MAX 1024
+
+struct emu_fiber {
+    void *sp = nullptr;
+    unsigned char *base = nullptr; /* the mapping, guard page first */
+    bool done = false;
+};
+struct emu_sched_t {
+    emu_fiber fib[EMU_THREADS_MAX];
+    void *main_sp = nullptr;
+    int cur = 0;
+    void (*run)(void *) = nullptr;
+    void *ctx = nullptr;
+    unsigned long progress = 0; /* arrivals, barriers passed, threads finished */
+    const char *waiting = "";
+};
+extern emu_sched_t emu_sched;
+
+[[noreturn]] inline void emu_fiber_main()
+{
+    emu_sched.run(emu_sched.ctx);
+    emu_fiber &f = emu_sched.fib[emu_sched.cur];
+    f.done = true;
+    emu_sched.progress++;
+    emu_swap(&f.sp, emu_sched.main_sp);
+    abort(); /* a finished fiber is never resumed */
+}
+
+inline void emu_fiber_init(emu_fiber &f)
+{
+    if (!f.base) {
+        void *p = mmap(nullptr, EMU_STACK + 4096, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED || mprotect(p, 4096, PROT_NONE)) {
+            fprintf(stderr, "cuda_emu: cannot map a thread's stack\n");
+            abort();
+        }
+        f.base = (unsigned char *)p;
+    }
+    /* from the top: a zero return address for emu_fiber_main (which never returns), then
+     * emu_swap's: its `ret` enters emu_fiber_main with the stack as a call leaves it; below
+     * them the six registers emu_swap pops */
+    void **sp = (void **)(((uintptr_t)(f.base + 4096 + EMU_STACK)) & ~(uintptr_t)15);
+    *--sp = nullptr;
+    *--sp = (void *)&emu_fiber_main;
+    for (int i = 0; i < 6; i++)
+        *--sp = nullptr;
+    f.sp = sp;
+    f.done = false;
+}
+
+inline void emu_barrier::wait(const char *what)
+{
+    const unsigned g = gen;
+    emu_sched.progress++;
+    if (++count == n) {
+        count = 0;
+        gen = g + 1;
+        return;
+    }
+    while (gen == g) {
+        emu_sched.waiting = what;
+        emu_swap(&emu_sched.fib[emu_sched.cur].sp, emu_sched.main_sp);
+    }
+}
+
 /* Runs f() as every thread of every block of the grid, blocks in order (x fastest; the
- * reverse with emu_reverse). The block size must be a multiple of 32. */
+ * reverse with emu_reverse, which also reverses the order the threads of a block take
+ * turns in). The block size must be a multiple of 32, at most 1024. Not reentrant: a
+ * caller with several OS threads holds one lock around its launches. */
 template <class F> static void emu_launch(dim3 grid, dim3 block, F f)
 {
-    if (block.x % 32 || block.y != 1 || block.z != 1) {
-        fprintf(stderr, "cuda_emu: blocks of a multiple of 32 threads in x only\n");
+    if (block.x % 32 || block.x > EMU_THREADS_MAX || block.y != 1 || block.z != 1) {
+        fprintf(stderr, "cuda_emu: blocks of a multiple of 32 threads (up to %d) in x only\n",
+                EMU_THREADS_MAX);
         abort();
     }
     const int nt = (int)block.x;
     gridDim = grid;
     blockDim = block;
     emu_block b;
-    b.bar.n = b.done.n = nt;
+    b.bar.n = nt;
     b.warp_bar = std::vector<emu_barrier>((size_t)nt / 32);
     for (auto &wb : b.warp_bar)
         wb.n = 32;
     b.xbuf.assign((size_t)nt, 0);
     b.gbuf.assign((size_t)nt * EMU_GATHER_MAX, 0);
     emu_cur = &b;
-    std::vector<std::thread> th;
-    th.reserve((size_t)nt);
-    for (int t = 0; t < nt; t++)
-        th.emplace_back([&, t] {
-            threadIdx = dim3((unsigned)t);
-            const unsigned nb = grid.x * grid.y * grid.z;
-            for (unsigned i = 0; i < nb; i++) {
-                const unsigned bi = emu_reverse ? nb - 1 - i : i;
-                blockIdx = dim3(bi % grid.x, bi / grid.x % grid.y, bi / (grid.x * grid.y));
-                f();
-                emu_cur->done.wait("the end of the block");
+    emu_sched.run = [](void *c) { (*(F *)c)(); };
+    emu_sched.ctx = &f;
+    const unsigned nb = grid.x * grid.y * grid.z;
+    for (unsigned i = 0; i < nb; i++) {
+        const unsigned bi = emu_reverse ? nb - 1 - i : i;
+        blockIdx = dim3(bi % grid.x, bi / grid.x % grid.y, bi / (grid.x * grid.y));
+        for (int t = 0; t < nt; t++)
+            emu_fiber_init(emu_sched.fib[t]);
+        for (int live = nt; live > 0;) {
+            const unsigned long before = emu_sched.progress;
+            for (int k = 0; k < nt; k++) {
+                const int t = emu_reverse ? nt - 1 - k : k;
+                emu_fiber &fb = emu_sched.fib[t];
+                if (fb.done)
+                    continue;
+                emu_sched.cur = t;
+                threadIdx = dim3((unsigned)t);
+                emu_swap(&emu_sched.main_sp, fb.sp);
+                live -= fb.done;
             }
-        });
-    for (auto &t : th)
-        t.join();
+            if (live > 0 && emu_sched.progress == before) {
+                int at_bar = b.bar.count;
+                fprintf(stderr, "cuda_emu: %s not reached by every thread of block (%u,%u,%u) "
+                        "(%d of %d threads finished, %d at __syncthreads)\n", emu_sched.waiting,
+                        blockIdx.x, blockIdx.y, blockIdx.z, nt - live, nt, at_bar);
+                abort();
+            }
+        }
+    }
     emu_cur = nullptr;
 }
 
@@ -229,6 +298,12 @@ template <class F> static void emu_launch(dim3 grid, dim3 block, F f)
     thread_local dim3 threadIdx, blockIdx;                                                     \
     dim3 blockDim, gridDim;                                                                    \
     emu_block *emu_cur;                                                                        \
-    bool emu_reverse;
+    bool emu_reverse;                                                                          \
+    emu_sched_t emu_sched;                                                                     \
+    __asm__(".pushsection .text\n.globl emu_swap\n.type emu_swap, @function\nemu_swap:\n"      \
+            "pushq %rbp\npushq %rbx\npushq %r12\npushq %r13\npushq %r14\npushq %r15\n"           \
+            "movq %rsp, (%rdi)\nmovq %rsi, %rsp\n"                                               \
+            "popq %r15\npopq %r14\npopq %r13\npopq %r12\npopq %rbx\npopq %rbp\nret\n"             \
+            ".size emu_swap, .-emu_swap\n.popsection\n");
 
 #endif
