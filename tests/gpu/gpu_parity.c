@@ -1,6 +1,6 @@
 /* gpu_parity.c: the CUDA backend against the CPU backend on the same model and batches.
  *
- *   gpu_parity [--self-test] [--big] [--q8] [--variant N] MODEL_DIR...
+ *   gpu_parity [--self-test] [--big] [--q8] [--variant N[,N...]] MODEL_DIR...
  *                                       exit 0: all passed, 1: a check failed, 77: no GPU
  *
  * The CPU backend (bf16 weights, so a BF16 file is exact on both sides) is the reference.
@@ -81,7 +81,7 @@ static bool g_q8; /* --q8 */
 static int n_pass, n_fail;
 static const char *g_model = "", *g_variant = "";
 static bool g_self; /* --self-test: a second CPU backend stands in for the GPU */
-static int g_only = -1; /* --variant N: run only that variant */
+static unsigned long long g_only; /* --variant N[,N...]: run only those variants (bits) */
 
 #define RESULT(ok, ...)                                                                      \
     do {                                                                                     \
@@ -209,6 +209,23 @@ static int run_both(ctx *c, const seg_spec *ss, int ns, run_out *rg, run_out *rc
     return 0;
 }
 
+/* A mixture-of-experts model's GPU-only forward that is compared with a GPU forward run_both
+ * ran (the GPU against itself): it must route as that one did, or a token whose experts
+ * nearly tie could take another expert in one of them and the two would be two models. So
+ * its next forward takes the routes of the CPU's last forward, from that forward's token
+ * `from` on (a pass of the same tokens split in two: the second pass starts at its first
+ * token's row). No-op for a dense model or the self-test. */
+static int force_cpu_routes(ctx *c, int from, fl_err *e)
+{
+    if (c->m->cfg.moe.router == FL_ROUTER_NONE || g_self)
+        return 0;
+    const int32_t *ids;
+    const float *w;
+    fl_cpu_routes(c->cpu, &ids, &w);
+    const size_t off = (size_t)from * (size_t)c->m->cfg.moe.top_k;
+    return fl_cuda_force_routes(c->gpu, ids + off, w + off, c->max_tokens, e);
+}
+
 /* GPU outputs vs CPU outputs over the wanted rows; one PASS/FAIL line. */
 static void compare(const ctx *c, const seg_spec *ss, int ns, const run_out *g, const run_out *r,
                     const char *what)
@@ -324,7 +341,8 @@ static void case_a(ctx *c)
     free(buf);
     seg_spec dec2 = dec;
     dec2.pages = pg2;
-    int rc = io ? -1 : run_batch(c->gpu, c, &dec2, 1, NULL, true, &g2, &e);
+    int rc = io ? -1 : force_cpu_routes(c, 0, &e);
+    rc = rc ? rc : run_batch(c->gpu, c, &dec2, 1, NULL, true, &g2, &e);
     if (!rc && g.logits)
         RESULT(!memcmp(g.logits + (size_t)c->V, g2.logits + (size_t)c->V,
                        (size_t)(B - 1) * c->V * sizeof(float)) &&
@@ -332,7 +350,8 @@ static void case_a(ctx *c)
                "A page round trip (page_read -> page_write -> decode): outputs bit-identical");
     else
         RESULT(0, "A page round trip: %s", e.msg);
-    rc = run_batch(c->gpu, c, &dec, 1, NULL, false, &g3, &e);
+    rc = force_cpu_routes(c, 0, &e);
+    rc = rc ? rc : run_batch(c->gpu, c, &dec, 1, NULL, false, &g3, &e);
     if (!rc)
         RESULT(!memcmp(g.out, g3.out, (size_t)B * sizeof *g.out),
                "A outputs without a logits buffer equal those with one, bit for bit");
@@ -396,7 +415,10 @@ static void case_c(ctx *c)
         compare_pages(c, pa + 2, 1, "C store+decode");
     }
     seg_spec st = {5, 2 * B, B, B, B, pb}, dc = {5, 3 * B, B, 0, 0, pb};
-    int rc = run_batch(c->gpu, c, &st, 1, NULL, true, &gs, &e);
+    /* the CPU's last forward is `both`: st is its first B tokens, dc the next B */
+    int rc = force_cpu_routes(c, 0, &e);
+    rc = rc ? rc : run_batch(c->gpu, c, &st, 1, NULL, true, &gs, &e);
+    rc = rc ? rc : force_cpu_routes(c, B, &e);
     rc = rc ? rc : run_batch(c->gpu, c, &dc, 1, NULL, true, &gd, &e);
     if (!rc && g.logits) {
         double d = rel_diff(g.logits + (size_t)B * V, gd.logits, (size_t)B * V);
@@ -864,7 +886,7 @@ static void run_model(const char *dir, bool big)
          * inside and separate), all new */
         bool big_v = v == 0 || v == 1 || v == 4 || v == 6 || v == 8 || v == 11 || v == 12;
         const bool moe_model = c.m->cfg.moe.router != FL_ROUTER_NONE;
-        if ((g_only >= 0 && v != g_only) || (big && !big_v) ||
+        if ((g_only && !(g_only >> v & 1)) || (big && !big_v) ||
             ((v == V_Q8_GEMM || v == V_Q8_GEMM + 1) && !g_q8) ||
             ((v == V_MOE_GEMM || v == V_MOE_GEMM + 1 || v >= V_MOE_PDL) && !moe_model))
             continue;
@@ -1001,7 +1023,23 @@ int main(int argc, char **argv)
             continue;
         }
         if (!strcmp(argv[i], "--variant") && i + 1 < argc) {
-            g_only = atoi(argv[++i]);
+            /* a list: the emulated GPU (tests/cuda_emu) runs a few variants of a slow model */
+            char *p = argv[++i], *end;
+            for (;;) {
+                long v = strtol(p, &end, 10);
+                if (end == p || v < 0 || v >= 64) {
+                    fprintf(stderr, "gpu_parity: --variant takes numbers 0-63, comma-separated\n");
+                    return 2;
+                }
+                g_only |= 1ull << v;
+                if (*end != ',')
+                    break;
+                p = end + 1;
+            }
+            if (*end) {
+                fprintf(stderr, "gpu_parity: --variant takes numbers 0-63, comma-separated\n");
+                return 2;
+            }
             continue;
         }
         run_model(argv[i], big);
