@@ -72,10 +72,12 @@ template <typename... P, typename... A>
 static cudaError_t flc_launch_smem(bool pdl, void (*k)(P...), dim3 grid, dim3 block, size_t smem,
                                    cudaStream_t s, A... args)
 {
+#ifndef FL_CUDA_EMU
     if (!pdl) {
         k<<<grid, block, smem, s>>>(args...);
         return cudaGetLastError();
     }
+#endif
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -85,7 +87,7 @@ static cudaError_t flc_launch_smem(bool pdl, void (*k)(P...), dim3 grid, dim3 bl
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     at[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = at;
-    cfg.numAttrs = 1;
+    cfg.numAttrs = pdl ? 1 : 0;
     return cudaLaunchKernelEx(&cfg, k, args...);
 }
 
@@ -95,6 +97,13 @@ static cudaError_t flc_launch(bool pdl, void (*k)(P...), dim3 grid, dim3 block, 
 {
     return flc_launch_smem(pdl, k, grid, block, 0, s, args...);
 }
+
+/* A kernel's dynamic shared memory (the launch's smem bytes), as an array of T. */
+#ifndef FL_CUDA_EMU
+#define FLC_DYN_SHARED(T, name) extern __shared__ T name[]
+#else
+#define FLC_DYN_SHARED(T, name) T *name = reinterpret_cast<T *>(emu_dyn_smem)
+#endif
 
 /* 8 bf16 (one 16-byte load) to floats. */
 __device__ __forceinline__ void flc_unpack8(const uint4 &raw, float *f)
@@ -121,8 +130,7 @@ __global__ void k_embed(float *x, const flc_bf16 *embed, const int32_t *tokens, 
 
 cudaError_t flc_embed(float *x, const flc_bf16 *embed, flc_meta m, int T, int H, cudaStream_t s)
 {
-    k_embed<<<T, 256, 0, s>>>(x, embed, m.tokens, H);
-    return cudaGetLastError();
+    return flc_launch(false, k_embed, dim3((unsigned)T), dim3(256), s, x, embed, m.tokens, H);
 }
 
 __global__ void k_rmsnorm(flc_bf16 *out, const float *x, const float *w, const int32_t *gather,
@@ -871,6 +879,8 @@ __device__ __forceinline__ void flc_mma_bf16(float (&d)[4], const unsigned (&a)[
         "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#elif defined(FL_CUDA_EMU)
+    emu_mma_bf16(d, a, b);
 #endif
 }
 
@@ -884,7 +894,11 @@ __device__ __forceinline__ unsigned flc_bf16x2(float lo, float hi)
 
 __device__ __forceinline__ void flc_prefetch_l2(const void *p)
 {
+#ifndef FL_CUDA_EMU
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
 }
 
 #include "mv_tc.cuh"
@@ -1138,8 +1152,8 @@ cudaError_t flc_dequant_q8(flc_bf16 *w, const int8_t *wq, const uint16_t *wd, in
         return cudaErrorInvalidValue;
     size_t pieces = (size_t)n * (size_t)k / 16;
     size_t blocks = (pieces + 255) / 256;
-    k_dequant_q8<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, s>>>(w, wq, wd, pieces);
-    return cudaGetLastError();
+    return flc_launch(false, k_dequant_q8, dim3((unsigned)(blocks < 65535 ? blocks : 65535)),
+                      dim3(256), s, w, wq, wd, pieces);
 }
 
 __global__ void k_swiglu(flc_bf16 *hb, const float *gu, int NI, size_t total)
@@ -1303,7 +1317,7 @@ __global__ void __launch_bounds__(256)
 k_router(float *lg, const float *x, const float *nw, const float *R, int T, int H, int E,
          float eps)
 {
-    extern __shared__ float xn[]; /* RT H */
+    FLC_DYN_SHARED(float, xn); /* RT H */
     __shared__ double sh[32];
     FLC_PDL_ENTER();
     flc_router_block<RT>(xn, sh, lg, x, nw, R, T, H, E, eps);
@@ -1330,7 +1344,7 @@ cudaError_t flc_router(float *logits, const float *x, const float *norm_w, const
 __global__ void k_route(int32_t *rid, float *rw, const float *lg, const float *bias,
                         flc_route r)
 {
-    extern __shared__ float sm[];
+    FLC_DYN_SHARED(float, sm);
     __shared__ float red[2];
     FLC_PDL_ENTER();
     flc_route_block(sm, red, rid, rw, lg, bias, r);
@@ -1352,7 +1366,7 @@ __global__ void __launch_bounds__(1024)
 k_moe_assign(int32_t *eoff, int32_t *atok, int32_t *apos, const int32_t *rid, int A, int K, int E,
              int C)
 {
-    extern __shared__ int32_t sa[];
+    FLC_DYN_SHARED(int32_t, sa);
     FLC_PDL_ENTER();
     flc_moe_assign_block(sa, eoff, atok, apos, rid, A, K, E, C);
 }

@@ -5,9 +5,21 @@
 # the GPU, so that the checks themselves are tested everywhere; gpu.script builds the GPU
 # machine's own build (without CUDA) and runs its serve stage on the CPU. On a GPU machine
 # tests/gpu/run.sh is the whole story (build, parity, server, benchmark, PyTorch baseline).
+# the small models of the parity tests (plain C: the emulated GPU below uses them too)
+add_executable(gpu_make_model ${FL_TESTS_DIR}/gpu/make_model.c)
+target_link_libraries(gpu_make_model PRIVATE m)
+set(FL_GPU_MODELS ${CMAKE_BINARY_DIR}/fixtures/gpu)
+set(FL_GPU_MODEL_DIRS "")
+foreach(spec "q3-tiny;--layout;qwen3;--shape;tiny;--seed;1"
+             "q2-tiny-tied;--layout;qwen2;--shape;tiny;--tie;--seed;2"
+             "q3-small-f32;--layout;qwen3;--shape;small;--dtype;f32;--seed;3")
+  list(GET spec 0 name)
+  list(SUBLIST spec 1 -1 args)
+  add_test(NAME gpu.fixture.${name} COMMAND gpu_make_model ${FL_GPU_MODELS}/${name} ${args})
+  set_tests_properties(gpu.fixture.${name} PROPERTIES FIXTURES_SETUP gpu_models LABELS gpu)
+  list(APPEND FL_GPU_MODEL_DIRS ${FL_GPU_MODELS}/${name})
+endforeach()
 if(FL_CUDA_BUILT)
-  add_executable(gpu_make_model ${FL_TESTS_DIR}/gpu/make_model.c)
-  target_link_libraries(gpu_make_model PRIVATE m)
   foreach(t gpu_parity gpu_bench gpu_batch)
     add_executable(${t} ${FL_TESTS_DIR}/gpu/${t}.c)
     target_link_libraries(${t} PRIVATE fl_backends Threads::Threads)
@@ -17,17 +29,6 @@ if(FL_CUDA_BUILT)
                  ${CMAKE_SOURCE_DIR}/server/bench/bench_common.c)
   target_include_directories(gpu_sched PRIVATE ${CMAKE_SOURCE_DIR}/server/bench)
   target_link_libraries(gpu_sched PRIVATE fl_backends Threads::Threads)
-  set(FL_GPU_MODELS ${CMAKE_BINARY_DIR}/fixtures/gpu)
-  set(FL_GPU_MODEL_DIRS "")
-  foreach(spec "q3-tiny;--layout;qwen3;--shape;tiny;--seed;1"
-               "q2-tiny-tied;--layout;qwen2;--shape;tiny;--tie;--seed;2"
-               "q3-small-f32;--layout;qwen3;--shape;small;--dtype;f32;--seed;3")
-    list(GET spec 0 name)
-    list(SUBLIST spec 1 -1 args)
-    add_test(NAME gpu.fixture.${name} COMMAND gpu_make_model ${FL_GPU_MODELS}/${name} ${args})
-    set_tests_properties(gpu.fixture.${name} PROPERTIES FIXTURES_SETUP gpu_models LABELS gpu)
-    list(APPEND FL_GPU_MODEL_DIRS ${FL_GPU_MODELS}/${name})
-  endforeach()
   add_test(NAME gpu.parity COMMAND gpu_parity ${FL_GPU_MODEL_DIRS})
   set_tests_properties(gpu.parity PROPERTIES FIXTURES_REQUIRED gpu_models LABELS gpu
                        SKIP_RETURN_CODE 77 TIMEOUT 600)
@@ -85,3 +86,61 @@ target_link_libraries(test_route_emu PRIVATE fl_engine)
 target_include_directories(test_flc_shape PRIVATE ${CMAKE_SOURCE_DIR}/cuda)
 # unit.test_cuda_select also checks a mixture-of-experts model (FL_CUDA_MOE)
 set_tests_properties(unit.test_cuda_select PROPERTIES FIXTURES_REQUIRED llada2_dec_model)
+# The CUDA backend itself on the CPU (tests/cuda_emu/README.md): cuda/cuda_backend.cu and
+# cuda/cuda_kernels.cu compiled as C++ against an emulated CUDA runtime and cuBLAS, every
+# build, with or without nvcc; gpu_parity_emu is tests/gpu/gpu_parity.c linked with it, so the
+# checks a GPU runs (tests/gpu/run.sh) run here on the host code and kernels as written
+add_library(fl_cuda_emu STATIC ${FL_TESTS_DIR}/cuda_emu/runtime.cc
+            ${FL_TESTS_DIR}/cuda_emu/kernels.cc ${FL_TESTS_DIR}/cuda_emu/backend.cc)
+target_include_directories(fl_cuda_emu PRIVATE ${FL_TESTS_DIR}/cuda_emu/include ${FL_TESTS_DIR}/unit)
+target_include_directories(fl_cuda_emu PUBLIC ${CMAKE_SOURCE_DIR}/cuda)
+target_compile_definitions(fl_cuda_emu PRIVATE FL_CUDA_EMU FL_CUBLAS_DIR="" FL_CUDA_ARCHS="90")
+# the nvcc build's own flags for these files (cuda/CMakeLists.txt): no -Wshadow; its host pass
+# does not see the format truncation g++ finds in a description it cuts on purpose; device
+# code reads memory through other types (16-byte loads of bf16), which nvcc allows and g++'s
+# strict aliasing would not
+target_compile_options(fl_cuda_emu PRIVATE -Wno-unknown-pragmas -Wno-shadow
+                       -Wno-format-truncation -fno-strict-aliasing)
+target_link_libraries(fl_cuda_emu PUBLIC fl_engine Threads::Threads)
+add_library(fl_backends_emu STATIC ${CMAKE_SOURCE_DIR}/server/backend_select.c)
+target_include_directories(fl_backends_emu PUBLIC ${CMAKE_SOURCE_DIR}/server)
+target_link_libraries(fl_backends_emu PUBLIC fl_engine fl_cuda_emu)
+add_executable(gpu_parity_emu ${FL_TESTS_DIR}/gpu/gpu_parity.c)
+target_link_libraries(gpu_parity_emu PRIVATE fl_backends_emu Threads::Threads)
+# The emulated GPU's parity runs. Label unit (so under ASan+UBSan too): a dense model in every
+# variant, a mixture-of-experts model in the default pair. Label gpu (release only): q8, the
+# other small dense models, and the MoE variants (grouped GEMM, programmatic launch, tensor-core
+# matmul) and q8 experts. A variant costs about 10 s on a dense model and 40-80 s on a MoE one
+# here: each CUDA thread is emulated.
+add_test(NAME unit.cuda_emu.parity COMMAND gpu_parity_emu ${FL_GPU_MODELS}/q3-tiny)
+set_tests_properties(unit.cuda_emu.parity PROPERTIES FIXTURES_REQUIRED gpu_models LABELS unit
+                     TIMEOUT 1500)
+add_test(NAME unit.cuda_emu.parity.moe COMMAND gpu_parity_emu --variant 0,1
+         ${CMAKE_BINARY_DIR}/fixtures/dec_llada2)
+set_tests_properties(unit.cuda_emu.parity.moe PROPERTIES FIXTURES_REQUIRED llada2_dec_model
+                     LABELS unit TIMEOUT 1500 ENVIRONMENT FL_CUDA_MOE=1)
+add_test(NAME gpu.cuda_emu.parity COMMAND gpu_parity_emu ${FL_GPU_MODELS}/q2-tiny-tied
+         ${FL_GPU_MODELS}/q3-small-f32)
+add_test(NAME gpu.cuda_emu.parity.q8 COMMAND gpu_parity_emu --q8 ${FL_GPU_MODELS}/q3-tiny)
+set_tests_properties(gpu.cuda_emu.parity gpu.cuda_emu.parity.q8 PROPERTIES
+                     FIXTURES_REQUIRED gpu_models LABELS gpu TIMEOUT 1500)
+# the experts on the tensor-core matmul, grouped, programmatically launched; SDAR-MoE's
+# softmax routing; q8 experts
+add_test(NAME gpu.cuda_emu.parity.moe COMMAND gpu_parity_emu --variant 9,17,19,21
+         ${CMAKE_BINARY_DIR}/fixtures/dec_llada2)
+add_test(NAME gpu.cuda_emu.parity.moe.sdar COMMAND gpu_parity_emu --variant 1
+         ${CMAKE_BINARY_DIR}/fixtures/dec_sdarmoe)
+add_test(NAME gpu.cuda_emu.parity.moe.q8 COMMAND gpu_parity_emu --q8 --variant 1
+         ${CMAKE_BINARY_DIR}/fixtures/dec_llada2)
+set_tests_properties(gpu.cuda_emu.parity.moe gpu.cuda_emu.parity.moe.sdar
+                     gpu.cuda_emu.parity.moe.q8 PROPERTIES
+                     FIXTURES_REQUIRED "llada2_dec_model;sdarmoe_dec_model" LABELS gpu
+                     TIMEOUT 1500 ENVIRONMENT FL_CUDA_MOE=1)
+# the emulation itself: kernels' barriers and turns, the runtime's queues, capture, checks
+add_executable(test_cuda_emu ${FL_TESTS_DIR}/cuda_emu/test_cuda_emu.cc)
+target_include_directories(test_cuda_emu PRIVATE ${FL_TESTS_DIR}/cuda_emu/include
+                           ${FL_TESTS_DIR}/unit)
+target_compile_options(test_cuda_emu PRIVATE -Wno-unknown-pragmas)
+target_link_libraries(test_cuda_emu PRIVATE fl_cuda_emu)
+add_test(NAME unit.test_cuda_emu COMMAND test_cuda_emu)
+set_tests_properties(unit.test_cuda_emu PROPERTIES LABELS unit TIMEOUT 120)

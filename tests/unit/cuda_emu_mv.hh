@@ -1,15 +1,7 @@
 /* cuda_emu_mv.hh: what cuda/mv_tc.cuh (and cuda/gemm_tc.cuh after it) need from their
  * includer, for the CPU through cuda_emu.hh: bf16 as emu_bf16, flc_meta.h, norm.cuh, the
- * product modes, no-op programmatic launch, f16 scales, and mma.sync.m16n8k16 (bf16 in, f32
- * accumulate) emulated as the PTX ISA defines its fragments ("Matrix Fragments for
- * mma.m16n8k16 with floating point type"): the warp's 32 lanes' registers are gathered, the
- * 16x16 A, 16x8 B and 16x8 C rebuilt from them (lane = 4 groupID + threadID_in_group; A
- * register 0 holds row groupID, columns 2 tid, 2 tid + 1, low half first; register 1 row
- * groupID + 8; registers 2, 3 the same rows at columns + 8; B register 0 rows 2 tid, 2 tid + 1
- * of column groupID, register 1 rows + 8; C/D elements 0, 1 row groupID, columns 2 tid,
- * 2 tid + 1, elements 2, 3 row groupID + 8), and each lane gets its D elements. So a test
- * checks a kernel's fragment bookkeeping against the documented layout, not only its
- * arithmetic. Plus the tests' shared helpers (rnd, irnd, bf, f2h). Include once per test, after
+ * product modes, no-op programmatic launch, f16 scales, and mma.sync.m16n8k16 as cuda_emu.hh's
+ * emu_mma_bf16. Plus the tests' shared helpers (rnd, irnd, bf, f2h). Include once per test, after
  * cuda_emu.hh; FL_CUDA_EMU_DEFINE still goes in the test. */
 #ifndef FL_CUDA_EMU_MV_HH
 #define FL_CUDA_EMU_MV_HH
@@ -37,44 +29,9 @@ static inline float flc_h2f(uint16_t h)
     return sign ? -v : v;
 }
 
-/* one bf16 of a 32-bit register: the low half is the lower index */
-static inline float half_of(unsigned r, int hi)
-{
-    return __uint_as_float(hi ? (r & 0xffff0000u) : (r << 16));
-}
-
 static inline void flc_mma_bf16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2])
 {
-    struct frag {
-        unsigned a[4], b[2];
-        float c[4];
-    } mine, all[32];
-    memcpy(mine.a, a, sizeof mine.a);
-    memcpy(mine.b, b, sizeof mine.b);
-    memcpy(mine.c, d, sizeof mine.c);
-    emu_warp_gather(&mine, sizeof mine, all);
-    float A[16][16], B[16][8], C[16][8];
-    for (int l = 0; l < 32; l++) {
-        const int gid = l >> 2, tig = l & 3;
-        for (int i = 0; i < 8; i++) { /* a0..a7 */
-            const int row = (i & 2) ? gid + 8 : gid, col = tig * 2 + (i & 1) + (i >= 4 ? 8 : 0);
-            A[row][col] = half_of(all[l].a[i >> 1], i & 1);
-        }
-        for (int i = 0; i < 4; i++) { /* b0..b3 */
-            const int row = tig * 2 + (i & 1) + (i >= 2 ? 8 : 0);
-            B[row][gid] = half_of(all[l].b[i >> 1], i & 1);
-        }
-        for (int i = 0; i < 4; i++) /* c0..c3 */
-            C[i < 2 ? gid : gid + 8][tig * 2 + (i & 1)] = all[l].c[i];
-    }
-    const int lane = (int)(threadIdx.x & 31), gid = lane >> 2, tig = lane & 3;
-    for (int i = 0; i < 4; i++) {
-        const int row = i < 2 ? gid : gid + 8, col = tig * 2 + (i & 1);
-        float v = C[row][col];
-        for (int kk = 0; kk < 16; kk++)
-            v = fmaf(A[row][kk], B[kk][col], v);
-        d[i] = v;
-    }
+    emu_mma_bf16(d, a, b);
 }
 
 static inline unsigned flc_bf16x2(float lo, float hi)
