@@ -97,7 +97,8 @@ typedef struct fl_cuda_moe_stats {
  * another backend or a dense model. */
 int fl_cuda_moe_stats_get(const fl_backend *b, fl_cuda_moe_stats *st, fl_err *e);
 
-/* Counters since create: forwards run eagerly, replayed from a graph, graphs captured. */
+/* Counters since create: forwards run eagerly, forwards run from a graph (replayed: the one
+ * that captured it included), graphs captured. */
 typedef struct fl_cuda_stats {
     long long eager, replayed, captured;
     int graphs_on; /* 0 once a capture failed (graphs_note says why) or when disabled */
