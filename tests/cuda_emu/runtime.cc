@@ -9,7 +9,8 @@
  * staging buffer an earlier queued copy still reads, sees what it would see on a GPU. A
  * stream capturing a graph records instead; while a thread captures, its synchronous calls
  * fail with cudaErrorStreamCaptureUnsupported and invalidate the capture (thread-local
- * capture mode). cuBLAS is one GemmEx on the CPU with the checks of its arguments.
+ * capture mode). cuBLAS is one GemmEx, OpenBLAS's sgemm on f32 copies of the operands, with
+ * cuBLAS's checks of its arguments.
  *
  * Misuse a GPU would turn into a fault or silent garbage aborts here with a message: a copy
  * whose kind does not match its pointers, a cuBLAS operand outside device memory. */
@@ -20,6 +21,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+
+#include <cblas.h>
 
 #include "cuda_runtime.h"
 #include "cublas_dl.cuh"
@@ -622,8 +625,8 @@ float elem(const void *p, cudaDataType t, size_t i)
     return __bfloat162float(((const emu_bf16 *)p)[i]);
 }
 
-/* column-major, as cuBLAS: C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C; fp32 sums in
- * k order; beta 0 reads no C */
+/* column-major, as cuBLAS: C (m, n) = alpha op(A) (m, k) op(B) (k, n) + beta C in f32; beta 0
+ * reads no C */
 cublasStatus_t b_gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
                          int n, int k, const void *alpha, const void *A, cudaDataType at,
                          int lda, const void *B, cudaDataType bt, int ldb, const void *beta,
@@ -655,24 +658,40 @@ cublasStatus_t b_gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation
                        "A %p, B %p, C %p", m, n, k, A, B, C));
     }
     const float al = *(const float *)alpha, be = *(const float *)beta; /* host pointer mode */
+    const size_t na = ((size_t)(acols - 1) * lda + arows), nb = ((size_t)(bcols - 1) * ldb + brows);
     return emu_enqueue(h->s, [=] {
-        for (int j = 0; j < n; j++)
-            for (int i = 0; i < m; i++) {
-                float acc = 0;
-                for (int l = 0; l < k; l++) {
-                    const size_t ia = ta == CUBLAS_OP_N ? (size_t)l * lda + i : (size_t)i * lda + l;
-                    const size_t ib = tb == CUBLAS_OP_N ? (size_t)j * ldb + l : (size_t)l * ldb + j;
-                    acc = fmaf(elem(A, at, ia), elem(B, bt, ib), acc);
-                }
-                const size_t ic = (size_t)j * ldc + i;
-                float v = al * acc;
-                if (be != 0)
-                    v += be * elem(C, ct, ic);
-                if (ct == CUDA_R_32F)
-                    ((float *)C)[ic] = v;
-                else
-                    ((emu_bf16 *)C)[ic] = __float2bfloat16_rn(v);
-            }
+        /* OpenBLAS on f32 copies of the operands as they are laid out (the warm-up's products
+         * of up to max_tokens rows would take minutes as a plain loop) */
+        std::vector<float> fa(k ? na : 0), fb(k ? nb : 0);
+        for (size_t i = 0; i < fa.size(); i++)
+            fa[i] = elem(A, at, i);
+        for (size_t i = 0; i < fb.size(); i++)
+            fb[i] = elem(B, bt, i);
+        std::vector<float> tmp;
+        float *c = (float *)C;
+        int ld = ldc;
+        if (ct != CUDA_R_32F) { /* bf16 out: in f32, then rounded */
+            tmp.assign((size_t)m * n, 0.0f);
+            if (be != 0)
+                for (int j = 0; j < n; j++)
+                    for (int i = 0; i < m; i++)
+                        tmp[(size_t)j * m + i] = elem(C, ct, (size_t)j * ldc + i);
+            c = tmp.data();
+            ld = m;
+        }
+        if (k == 0) { /* C = beta C */
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++)
+                    c[(size_t)j * ld + i] = be != 0 ? be * c[(size_t)j * ld + i] : 0.0f;
+        } else {
+            cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
+                        tb == CUBLAS_OP_N ? CblasNoTrans : CblasTrans, m, n, k, al, fa.data(),
+                        lda, fb.data(), ldb, be, c, ld);
+        }
+        if (ct != CUDA_R_32F)
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++)
+                    ((emu_bf16 *)C)[(size_t)j * ldc + i] = __float2bfloat16_rn(c[(size_t)j * m + i]);
     }, "cublasGemmEx") == cudaSuccess
                ? CUBLAS_STATUS_SUCCESS
                : CUBLAS_STATUS_EXECUTION_FAILED;

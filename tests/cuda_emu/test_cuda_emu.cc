@@ -12,8 +12,8 @@
  * arguments of the capture; a synchronous call while capturing fails and invalidates the
  * capture; a copy whose kind does not match its pointers aborts; allocations past the
  * device's size fail; fresh device memory is 0xff bytes; a launch CUDA refuses returns its
- * error. cuBLAS: GemmEx against a plain triple loop, transposes and beta included, and its
- * argument checks. */
+ * error. cuBLAS: GemmEx against a plain triple loop, transposes and beta included, a beta of
+ * 0 not reading C, and its argument checks. */
 #include <signal.h>
 #include <string>
 #include <sys/wait.h>
@@ -294,6 +294,21 @@ static void blas(void)
                     worst = fmax(worst, fabs(dC[(size_t)j * ldc + i] - want));
                 }
             CHECK(worst < 1e-5, "GemmEx transa %d transb %d: worst error %g", ta, tb, worst);
+            /* beta 0 on fresh memory (0xff bytes, NaN): C is not read */
+            float *dN;
+            cudaMalloc(&dN, (size_t)ldc * n * 4);
+            const float zero = 0.0f;
+            CHECK(b.gemm_ex(b.h, ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                            m, n, k, &al, dA, CUDA_R_16BF, lda, dB, CUDA_R_16BF, ldb, &zero, dN,
+                            CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                            CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS, "%s", "beta 0");
+            cudaStreamSynchronize(g_s);
+            int nans = 0;
+            for (int j = 0; j < n; j++)
+                for (int i = 0; i < m; i++)
+                    nans += dN[(size_t)j * ldc + i] != dN[(size_t)j * ldc + i];
+            CHECK(nans == 0, "beta 0 read C: %d NaN outputs", nans);
+            cudaFree(dN);
             CHECK(b.gemm_ex(b.h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &al, dA, CUDA_R_16BF, m - 1,
                             dB, CUDA_R_16BF, ldb, &be, dC, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
                             CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_INVALID_VALUE, "%s", "not as the emulation promises");
