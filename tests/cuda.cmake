@@ -101,31 +101,38 @@ target_compile_definitions(fl_cuda_emu PRIVATE FL_CUDA_EMU FL_CUBLAS_DIR="" FL_C
 # strict aliasing would not
 target_compile_options(fl_cuda_emu PRIVATE -Wno-unknown-pragmas -Wno-shadow
                        -Wno-format-truncation -fno-strict-aliasing)
-target_link_libraries(fl_cuda_emu PUBLIC fl_engine Threads::Threads)
+target_link_libraries(fl_cuda_emu PUBLIC fl_engine Threads::Threads PRIVATE PkgConfig::OPENBLAS)
 add_library(fl_backends_emu STATIC ${CMAKE_SOURCE_DIR}/server/backend_select.c)
 target_include_directories(fl_backends_emu PUBLIC ${CMAKE_SOURCE_DIR}/server)
 target_link_libraries(fl_backends_emu PUBLIC fl_engine fl_cuda_emu)
 add_executable(gpu_parity_emu ${FL_TESTS_DIR}/gpu/gpu_parity.c)
 target_link_libraries(gpu_parity_emu PRIVATE fl_backends_emu Threads::Threads)
-# The emulated GPU's parity runs. Label unit (so under ASan+UBSan too): a dense model in every
-# variant, a mixture-of-experts model in the default pair. Label gpu (release only): q8, the
-# other small dense models, and the MoE variants (grouped GEMM, programmatic launch, tensor-core
-# matmul) and q8 experts. A variant costs about 10 s on a dense model and 40-80 s on a MoE one
-# here: each CUDA thread is emulated.
-add_test(NAME unit.cuda_emu.parity COMMAND gpu_parity_emu ${FL_GPU_MODELS}/q3-tiny)
+# The emulated GPU's runs. A variant costs about 7 s on a dense model and 40-80 s on a MoE one
+# in release (each CUDA thread is emulated), several times that under ASan. Label unit (so
+# under ASan+UBSan too): a dense model in the streaming, tensor-core attention, tensor-core
+# matmul and programmatic-launch variants, eager and graphs; a MoE model with graphs; the
+# emulation's own test. Label integration: the server (tests/gpu/serve.sh: WebSocket chat,
+# OpenAI client, load, Redis, metrics, SIGTERM). Label gpu (release only): every variant of
+# another dense model, q8, the MoE variants (tensor-core matmul, grouped GEMM, programmatic
+# launch), SDAR-MoE, q8 experts, and the scheduler with the graph cache simulated against the
+# backend's counters.
+add_test(NAME unit.cuda_emu.parity COMMAND gpu_parity_emu --variant 0,1,4,5,8,9,10,11
+         ${FL_GPU_MODELS}/q3-tiny)
 set_tests_properties(unit.cuda_emu.parity PROPERTIES FIXTURES_REQUIRED gpu_models LABELS unit
                      TIMEOUT 1500)
-add_test(NAME unit.cuda_emu.parity.moe COMMAND gpu_parity_emu --variant 0,1
+add_test(NAME unit.cuda_emu.parity.moe COMMAND gpu_parity_emu --variant 1
          ${CMAKE_BINARY_DIR}/fixtures/dec_llada2)
 set_tests_properties(unit.cuda_emu.parity.moe PROPERTIES FIXTURES_REQUIRED llada2_dec_model
                      LABELS unit TIMEOUT 1500 ENVIRONMENT FL_CUDA_MOE=1)
-add_test(NAME gpu.cuda_emu.parity COMMAND gpu_parity_emu ${FL_GPU_MODELS}/q2-tiny-tied
-         ${FL_GPU_MODELS}/q3-small-f32)
-add_test(NAME gpu.cuda_emu.parity.q8 COMMAND gpu_parity_emu --q8 ${FL_GPU_MODELS}/q3-tiny)
+add_test(NAME integration.cuda_emu.serve COMMAND bash ${FL_TESTS_DIR}/gpu/serve.sh
+         $<TARGET_FILE:fogline_emu> cuda "" 2 4)
+set_tests_properties(integration.cuda_emu.serve PROPERTIES LABELS integration TIMEOUT 900
+                     SKIP_RETURN_CODE 77 ENVIRONMENT FL_CUDA_EMU_MEM_MB=1024)
+add_test(NAME gpu.cuda_emu.parity COMMAND gpu_parity_emu ${FL_GPU_MODELS}/q2-tiny-tied)
+add_test(NAME gpu.cuda_emu.parity.q8 COMMAND gpu_parity_emu --q8 --variant 0,1,8,9,14,15
+         ${FL_GPU_MODELS}/q3-tiny)
 set_tests_properties(gpu.cuda_emu.parity gpu.cuda_emu.parity.q8 PROPERTIES
                      FIXTURES_REQUIRED gpu_models LABELS gpu TIMEOUT 1500)
-# the experts on the tensor-core matmul, grouped, programmatically launched; SDAR-MoE's
-# softmax routing; q8 experts
 add_test(NAME gpu.cuda_emu.parity.moe COMMAND gpu_parity_emu --variant 9,17,19,21
          ${CMAKE_BINARY_DIR}/fixtures/dec_llada2)
 add_test(NAME gpu.cuda_emu.parity.moe.sdar COMMAND gpu_parity_emu --variant 1
@@ -144,3 +151,22 @@ target_compile_options(test_cuda_emu PRIVATE -Wno-unknown-pragmas)
 target_link_libraries(test_cuda_emu PRIVATE fl_cuda_emu)
 add_test(NAME unit.test_cuda_emu COMMAND test_cuda_emu)
 set_tests_properties(unit.test_cuda_emu PROPERTIES LABELS unit TIMEOUT 120)
+# The scheduler (gpu_sched --graph-sim: the graph cache simulated against the backend's own
+# counters) and the whole server (tests/gpu/serve.sh) on the emulated GPU
+add_executable(gpu_sched_emu ${FL_TESTS_DIR}/gpu/gpu_sched.c
+               ${CMAKE_SOURCE_DIR}/server/bench/bench_common.c)
+target_include_directories(gpu_sched_emu PRIVATE ${CMAKE_SOURCE_DIR}/server/bench)
+target_link_libraries(gpu_sched_emu PRIVATE fl_backends_emu Threads::Threads)
+include(${CMAKE_SOURCE_DIR}/server/sources.cmake)
+pkg_check_modules(LWS REQUIRED IMPORTED_TARGET libwebsockets)
+pkg_check_modules(LIBUV REQUIRED IMPORTED_TARGET libuv)
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+add_executable(fogline_emu ${FL_SERVER_SRC})
+target_include_directories(fogline_emu PRIVATE ${CMAKE_SOURCE_DIR}/server)
+target_link_libraries(fogline_emu PRIVATE fl_backends_emu PkgConfig::LWS PkgConfig::LIBUV
+                      PkgConfig::JANSSON PkgConfig::HIREDIS)
+fl_server_paths(fogline_emu)
+add_test(NAME gpu.cuda_emu.sched COMMAND gpu_sched_emu --device cuda
+         --model ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk
+         --prompts ${FL_TESTS_DIR}/data/helpdesk_heldout.json --n 4 --rounds 2 --graph-sim)
+set_tests_properties(gpu.cuda_emu.sched PROPERTIES LABELS gpu TIMEOUT 1500)
