@@ -170,3 +170,18 @@ add_test(NAME gpu.cuda_emu.sched COMMAND gpu_sched_emu --device cuda
          --model ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk
          --prompts ${FL_TESTS_DIR}/data/helpdesk_heldout.json --n 4 --rounds 2 --graph-sim)
 set_tests_properties(gpu.cuda_emu.sched PROPERTIES LABELS gpu TIMEOUT 1500)
+# the benchmark programs' own logic (floors, MoE byte counts, variants, the batch scheduler
+# loop) on the emulated GPU: their times mean nothing here, only that every run completes
+add_executable(gpu_bench_emu ${FL_TESTS_DIR}/gpu/gpu_bench.c)
+add_executable(gpu_batch_emu ${FL_TESTS_DIR}/gpu/gpu_batch.c)
+foreach(t gpu_bench_emu gpu_batch_emu)
+  target_link_libraries(${t} PRIVATE fl_backends_emu Threads::Threads)
+endforeach()
+add_test(NAME gpu.cuda_emu.bench.moe COMMAND gpu_bench_emu --moe
+         --model ${CMAKE_BINARY_DIR}/fixtures/dec_llada2 --ctx 64 --batches 1,4 --steps 2)
+set_tests_properties(gpu.cuda_emu.bench.moe PROPERTIES FIXTURES_REQUIRED llada2_dec_model
+                     LABELS gpu TIMEOUT 900 ENVIRONMENT FL_CUDA_MOE=1)
+add_test(NAME gpu.cuda_emu.batch COMMAND gpu_batch_emu --model ${FL_GPU_MODELS}/q3-tiny
+         --device cuda --conc 1,6 --prompt 37 --max-tokens 21)
+set_tests_properties(gpu.cuda_emu.batch PROPERTIES FIXTURES_REQUIRED gpu_models LABELS gpu
+                     TIMEOUT 900)
