@@ -92,7 +92,8 @@ set_tests_properties(unit.test_cuda_select PROPERTIES FIXTURES_REQUIRED llada2_d
 # checks a GPU runs (tests/gpu/run.sh) run here on the host code and kernels as written
 add_library(fl_cuda_emu STATIC ${FL_TESTS_DIR}/cuda_emu/runtime.cc
             ${FL_TESTS_DIR}/cuda_emu/kernels.cc ${FL_TESTS_DIR}/cuda_emu/backend.cc)
-target_include_directories(fl_cuda_emu PRIVATE ${FL_TESTS_DIR}/cuda_emu/include ${FL_TESTS_DIR}/unit)
+target_include_directories(fl_cuda_emu PRIVATE ${FL_TESTS_DIR}/cuda_emu/include
+                           ${FL_TESTS_DIR}/unit)
 target_include_directories(fl_cuda_emu PUBLIC ${CMAKE_SOURCE_DIR}/cuda)
 target_compile_definitions(fl_cuda_emu PRIVATE FL_CUDA_EMU FL_CUBLAS_DIR="" FL_CUDA_ARCHS="90")
 # the nvcc build's own flags for these files (cuda/CMakeLists.txt): no -Wshadow; its host pass

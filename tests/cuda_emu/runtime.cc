@@ -691,7 +691,8 @@ cublasStatus_t b_gemm_ex(cublasHandle_t h, cublasOperation_t ta, cublasOperation
         if (ct != CUDA_R_32F)
             for (int j = 0; j < n; j++)
                 for (int i = 0; i < m; i++)
-                    ((emu_bf16 *)C)[(size_t)j * ldc + i] = __float2bfloat16_rn(c[(size_t)j * m + i]);
+                    ((emu_bf16 *)C)[(size_t)j * ldc + i] =
+                        __float2bfloat16_rn(c[(size_t)j * m + i]);
     }, "cublasGemmEx") == cudaSuccess
                ? CUBLAS_STATUS_SUCCESS
                : CUBLAS_STATUS_EXECUTION_FAILED;
