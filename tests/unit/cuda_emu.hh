@@ -266,7 +266,11 @@ inline void emu_fiber_init(emu_fiber &f)
     /* from the top: a zero return address for emu_fiber_main (which never returns), then
      * emu_swap's: its `ret` enters emu_fiber_main with the stack as a call leaves it; below
      * them the six registers emu_swap pops */
-    void **sp = (void **)(((uintptr_t)(f.base + 4096 + EMU_STACK)) & ~(uintptr_t)15);
+    /* each fiber's stack starts at its own offset from the mapping's top: tops EMU_STACK
+     * apart would all fall into the same cache sets, and every switch would miss */
+    const size_t idx = (size_t)(&f - emu_sched.fib),
+                 color = (idx & 63) * 64 + ((idx >> 6) & 15) * (4096 + 64);
+    void **sp = (void **)(((uintptr_t)(f.base + 4096 + EMU_STACK - color)) & ~(uintptr_t)15);
     *--sp = nullptr;
     *--sp = (void *)&emu_fiber_main;
     for (int i = 0; i < 6; i++)
