@@ -115,8 +115,7 @@ target_link_libraries(gpu_parity_emu PRIVATE fl_backends_emu Threads::Threads)
 # emulation's own test. Label integration: the server (tests/gpu/serve.sh: WebSocket chat,
 # OpenAI client, load, Redis, metrics, SIGTERM). Label gpu (release only): every variant of
 # another dense model, q8, the MoE variants (tensor-core matmul, grouped GEMM, programmatic
-# launch), SDAR-MoE, q8 experts, and the scheduler with the graph cache simulated against the
-# backend's counters.
+# launch), SDAR-MoE, q8 experts, and tests/gpu/run.sh itself (gpu.rehearsal, below).
 add_test(NAME unit.cuda_emu.parity COMMAND gpu_parity_emu --variant 0,1,4,5,8,9,10,11
          ${FL_GPU_MODELS}/q3-tiny)
 set_tests_properties(unit.cuda_emu.parity PROPERTIES FIXTURES_REQUIRED gpu_models LABELS unit
@@ -167,22 +166,26 @@ target_include_directories(fogline_emu PRIVATE ${CMAKE_SOURCE_DIR}/server)
 target_link_libraries(fogline_emu PRIVATE fl_backends_emu PkgConfig::LWS PkgConfig::LIBUV
                       PkgConfig::JANSSON PkgConfig::HIREDIS)
 fl_server_paths(fogline_emu)
-add_test(NAME gpu.cuda_emu.sched COMMAND gpu_sched_emu --device cuda
-         --model ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk
-         --prompts ${FL_TESTS_DIR}/data/helpdesk_heldout.json --n 4 --rounds 2 --graph-sim)
-set_tests_properties(gpu.cuda_emu.sched PROPERTIES LABELS gpu TIMEOUT 1500)
-# the benchmark programs' own logic (floors, MoE byte counts, variants, the batch scheduler
-# loop) on the emulated GPU: their times mean nothing here, only that every run completes
+# the benchmark programs (floors, MoE byte counts, variants, the batch scheduler loop) on the
+# emulated GPU: their times mean nothing here, only that every run completes
 add_executable(gpu_bench_emu ${FL_TESTS_DIR}/gpu/gpu_bench.c)
 add_executable(gpu_batch_emu ${FL_TESTS_DIR}/gpu/gpu_batch.c)
 foreach(t gpu_bench_emu gpu_batch_emu)
   target_link_libraries(${t} PRIVATE fl_backends_emu Threads::Threads)
 endforeach()
-add_test(NAME gpu.cuda_emu.bench.moe COMMAND gpu_bench_emu --moe
-         --model ${CMAKE_BINARY_DIR}/fixtures/dec_llada2 --ctx 64 --batches 1,4 --steps 2)
-set_tests_properties(gpu.cuda_emu.bench.moe PROPERTIES FIXTURES_REQUIRED llada2_dec_model
-                     LABELS gpu TIMEOUT 900 ENVIRONMENT FL_CUDA_MOE=1)
-add_test(NAME gpu.cuda_emu.batch COMMAND gpu_batch_emu --model ${FL_GPU_MODELS}/q3-tiny
-         --device cuda --conc 1,6 --prompt 37 --max-tokens 21)
-set_tests_properties(gpu.cuda_emu.batch PROPERTIES FIXTURES_REQUIRED gpu_models LABELS gpu
-                     TIMEOUT 900)
+# The GPU machine's script itself on the emulated GPU (FL_GPU_EMU, docs/cuda.md): every stage
+# of tests/gpu/run.sh but PyTorch's, through these programs, on tiny models, few variants and
+# steps, and the script's reading of what only a GPU prints (the benchmark's JSON and goals,
+# the per-kernel times, the MoE rows, the scheduler's graph counters against their
+# simulation, the batch stage on CUDA). It runs what gpu_sched, gpu_bench --moe and
+# gpu_batch ran here on their own before. The tiny MoE models are the decode fixtures.
+set(FL_REHEARSAL ${CMAKE_BINARY_DIR}/gpu-rehearsal)
+add_test(NAME gpu.rehearsal COMMAND sh -c "rm -rf '${FL_REHEARSAL}' && \
+mkdir -p '${FL_REHEARSAL}/moe' && \
+ln -s '${CMAKE_BINARY_DIR}/fixtures/dec_llada2' '${FL_REHEARSAL}/moe/llada2-tiny' && \
+ln -s '${CMAKE_BINARY_DIR}/fixtures/dec_sdarmoe' '${FL_REHEARSAL}/moe/sdarmoe-tiny' && \
+FL_GPU_EMU='${CMAKE_BINARY_DIR}/tests' FL_GPU_MOE_MODELS='${FL_REHEARSAL}/moe' \
+FL_GPU_BUILD='${FL_REHEARSAL}/bin' FL_GPU_MODELS='${FL_REHEARSAL}/models' \
+OUT='${FL_REHEARSAL}/out' bash '${FL_TESTS_DIR}/gpu/run.sh'")
+set_tests_properties(gpu.rehearsal PROPERTIES LABELS gpu TIMEOUT 3600
+                     FIXTURES_REQUIRED "llada2_dec_model;sdarmoe_dec_model")

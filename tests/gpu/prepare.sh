@@ -61,6 +61,36 @@ mkdir -p "$mm"
 /usr/bin/python3 "$root/tests/reference/make_moe_model.py" "$mm/sdarmoe-tiny" --family sdar-moe --seed 8 --vocab 1024 >/dev/null
 test -s "$mm/llada2-tiny/config.json" && test -s "$mm/sdarmoe-tiny/config.json" ||
     { echo "prepare: the MoE models were not written" >&2; exit 1; }
+# The test programs, built here for sm_90 when nvcc is here (FL_GPU_PREBUILT=0: not), so that
+# the device's time goes to the checks: run.sh takes them when the working tree's sources
+# hash the same (tests/gpu/src_hash.sh), and builds there when not, or when they do not run.
+# Configured through the symlink /tmp/fogline-gpu-src (the paths the programs keep: the
+# default model, the web folder, the prompts; run.sh makes the same link there), with the
+# cblas stand-in (the GPU machine has no OpenBLAS) and .gpu-deps' static libraries; stripped
+# and compressed (~17 MB).
+nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if [ "${FL_GPU_PREBUILT:-1}" = 1 ] && [ -x "$nvcc_bin" ]; then
+    src=/tmp/fogline-gpu-src
+    ln -sfn "$root" "$src"
+    pbd=$(mktemp -d /tmp/fogline-prebuilt.XXXXXX)
+    if ! { cmake -S "$src/tests/gpu" -B "$pbd" -DCMAKE_BUILD_TYPE=Release \
+            -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="$nvcc_bin" -DFL_BLAS_SHIM=ON \
+            -DFL_DEPS_ROOT="$src/.gpu-deps/root" && cmake --build "$pbd" -j "$(nproc)"; } \
+            >"$pbd.log" 2>&1; then
+        tail -n 20 "$pbd.log" >&2
+        echo "prepare: the prebuilt programs did not build (log: $pbd.log)" >&2
+        exit 1
+    fi
+    mkdir -p "$dst/prebuilt"
+    for b in gpu_parity gpu_bench gpu_sched gpu_batch fogline fogline_bench make_model; do
+        test -x "$pbd/$b" || { echo "prepare: $b was not built (log: $pbd.log)" >&2; exit 1; }
+        strip -o "$dst/prebuilt/$b" "$pbd/$b"
+    done
+    tar -C "$dst/prebuilt" -czf "$dst/prebuilt.tar.gz" .
+    rm -rf "$dst/prebuilt" "$pbd" "$pbd.log"
+    bash "$root/tests/gpu/src_hash.sh" >"$dst/prebuilt.sources"
+    echo "prepare: test programs prebuilt for sm_90 with $("$nvcc_bin" --version | tail -n 1)"
+fi
 exclude=$(cd "$root" && git rev-parse --git-path info/exclude)
 case $exclude in /*) ;; *) exclude="$root/$exclude" ;; esac
 grep -qxF '/.gpu-deps/' "$exclude" 2>/dev/null || echo '/.gpu-deps/' >>"$exclude"
