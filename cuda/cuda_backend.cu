@@ -167,10 +167,17 @@ typedef struct flc {
     int mv_rows; /* rows it takes: FLC_MV_MAX, 0 without it (or FL_CUDA_SKINNY_ROWS=0) */
     bool norm_fuse; /* with mv_tc: the RMSNorms run inside the products they feed, unless
                        FL_CUDA_NORM_FUSE=0 */
-    /* FL_CUDA_KTIME: an event after every launch of an eager forward; the time between two
-     * events is the work launched between them, summed per label and printed at destroy */
-    bool ktime;
+    /* FL_CUDA_KTIME: an event after every launch; the time between two events is the work
+     * launched between them, summed per label and printed at destroy. =1: eager forwards
+     * (graphs off), where the host's launch interval bounds each time from below; =2
+     * (kt_graphs): the events are nodes of the captured graphs (external event nodes), timed
+     * on replays only, as production runs them */
+    bool ktime, kt_graphs;
+    bool kt_ext; /* capturing: the events become the graph's nodes */
     int kt_n, kt_labels;
+    int kt_replay;   /* kt_graphs: the slot this forward replayed, or -1 */
+    int *kt_slot_n;  /* kt_graphs: per graph slot, the events its graph records */
+    int *kt_slot_of; /* and their labels (kt_of's), FLC_KT_EVENTS per slot */
     cudaEvent_t kt_ev[FLC_KT_EVENTS];
     int kt_of[FLC_KT_EVENTS];             /* label index of the launch ending at event i */
     char kt_name[FLC_KT_LABELS][64];
@@ -247,6 +254,14 @@ static int flc_fail(flc *c, fl_err *e, cudaError_t err, const char *what)
     return rc;
 }
 
+/* FL_CUDA_KTIME's event after a launch: into the capture as a node of the graph (kt_ext),
+ * else on the stream */
+static cudaError_t flc_kt_record(flc *c, cudaEvent_t ev)
+{
+    return c->kt_ext ? cudaEventRecordWithFlags(ev, c->st, cudaEventRecordExternal)
+                     : cudaEventRecord(ev, c->st);
+}
+
 /* Checks a launch (and, with FL_CUDA_SYNC_DEBUG, its completion). layer < 0: not in a
  * layer. */
 static int flc_launched(flc *c, cudaError_t err, const char *what, int layer, fl_err *e)
@@ -267,7 +282,7 @@ static int flc_launched(flc *c, cudaError_t err, const char *what, int layer, fl
             k++;
         if (k == c->kt_labels && k < FLC_KT_LABELS)
             snprintf(c->kt_name[c->kt_labels++], sizeof c->kt_name[0], "%s", what);
-        if (k < FLC_KT_LABELS && cudaEventRecord(c->kt_ev[c->kt_n], c->st) == cudaSuccess)
+        if (k < FLC_KT_LABELS && flc_kt_record(c, c->kt_ev[c->kt_n]) == cudaSuccess)
             c->kt_of[c->kt_n++] = k;
     }
     if (c->sync_debug) {
@@ -867,7 +882,12 @@ static int flc_run(flc *c, const flc_plan *p, float *logits, fl_err *e)
             return flc_enqueue(c, p, NULL, e);
         }
         fl_err ce = {0, {0}};
+        if (c->kt_graphs) { /* FL_CUDA_KTIME=2: the events are the graph's own nodes */
+            c->kt_ext = true;
+            c->kt_n = flc_kt_record(c, c->kt_ev[0]) == cudaSuccess ? 1 : 0;
+        }
         int rc = flc_enqueue(c, p, NULL, &ce);
+        c->kt_ext = false;
         cudaGraph_t graph = NULL;
         err = cudaStreamEndCapture(c->st, &graph);
         if (rc || err != cudaSuccess || !graph) {
@@ -890,12 +910,19 @@ static int flc_run(flc *c, const flc_plan *p, float *logits, fl_err *e)
             return flc_enqueue(c, p, NULL, e);
         }
         c->gc.s[slot].captured = true;
+        if (c->kt_graphs) {
+            c->kt_slot_n[slot] = c->kt_n;
+            memcpy(c->kt_slot_of + (size_t)slot * FLC_KT_EVENTS, c->kt_of,
+                   (size_t)c->kt_n * sizeof *c->kt_of);
+        }
+        c->kt_n = 0;
         c->stats.captured++;
         c->stats.capture_s += fl_now() - tc0;
     }
     cudaError_t err = cudaGraphLaunch(c->gexec[slot], c->st);
     if (err != cudaSuccess)
         return flc_fail(c, e, err, "cudaGraphLaunch");
+    c->kt_replay = slot;
     c->stats.replayed++;
     return 0;
 }
@@ -922,8 +949,9 @@ static int flc_forward_impl(fl_backend *b, const fl_batch *bt, fl_tok_out *out, 
     if (err != cudaSuccess)
         return flc_fail(c, e, err, "copying the batch metadata to the GPU");
     double t1 = fl_now();
-    if (c->ktime)
+    if (c->ktime && !c->kt_graphs)
         c->kt_n = cudaEventRecord(c->kt_ev[0], c->st) == cudaSuccess ? 1 : 0;
+    c->kt_replay = -1;
     rc = flc_run(c, &p, logits, e);
     if (!rc && out && p.n_out > 0) {
         err = cudaMemcpyAsync(c->tok_h, c->tok_d, (size_t)p.n_out * sizeof(flc_tok),
@@ -958,14 +986,20 @@ static int flc_forward_impl(fl_backend *b, const fl_batch *bt, fl_tok_out *out, 
     c->stats.forwards++;
     c->stats.rows += bt->n_tokens;
     if (c->ktime && serr == cudaSuccess && !rc) {
-        for (int i = 1; i < c->kt_n; i++) {
+        /* =1: this eager forward's events; =2: those of the graph it replayed, if any */
+        const int n = !c->kt_graphs ? c->kt_n
+                      : c->kt_replay >= 0 ? c->kt_slot_n[c->kt_replay] : 0;
+        const int *of = !c->kt_graphs ? c->kt_of
+                        : c->kt_replay >= 0 ? c->kt_slot_of + (size_t)c->kt_replay * FLC_KT_EVENTS
+                                            : NULL;
+        for (int i = 1; i < n; i++) {
             float ms = 0;
             if (cudaEventElapsedTime(&ms, c->kt_ev[i - 1], c->kt_ev[i]) == cudaSuccess) {
-                c->kt_ms[c->kt_of[i]] += ms;
-                c->kt_calls[c->kt_of[i]]++;
+                c->kt_ms[of[i]] += ms;
+                c->kt_calls[of[i]]++;
             }
         }
-        c->kt_forwards++;
+        c->kt_forwards += n > 1;
     }
     if (c->ktime)
         c->kt_n = 0;
@@ -1091,7 +1125,8 @@ static void flc_destroy(fl_backend *b)
         double total = 0;
         for (int k = 0; k < c->kt_labels; k++)
             total += c->kt_ms[k];
-        fprintf(stderr, "cuda kernel times (FL_CUDA_KTIME), %lld forwards, %.3f ms per forward:\n",
+        fprintf(stderr, "cuda kernel times (FL_CUDA_KTIME=%d, %s), %lld forwards, %.3f ms per "
+                "forward:\n", c->kt_graphs ? 2 : 1, c->kt_graphs ? "graph replays" : "eager",
                 c->kt_forwards, c->kt_forwards ? total / (double)c->kt_forwards : 0.0);
         for (int k = 0; k < c->kt_labels; k++)
             fprintf(stderr, "  %-52s %9.3f ms per forward %5.1f%%  %8.1f us per call\n",
@@ -1102,6 +1137,8 @@ static void flc_destroy(fl_backend *b)
             if (c->kt_ev[i])
                 cudaEventDestroy(c->kt_ev[i]);
     }
+    free(c->kt_slot_n);
+    free(c->kt_slot_of);
     flc_blas_close(&c->blas);
     cudaFree(c->ws);
     cudaFree(c->wmem);
@@ -1594,7 +1631,11 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
      * slower (12.2 vs 10.3 ms for 29; extra rows and attention blocks), docs/cuda.md */
     c->shape_pad = c->gemm_pad && flc_env_int("FL_CUDA_SHAPE_PAD", 0, 0, 1) == 1;
     c->sync_debug = flc_env_int("FL_CUDA_SYNC_DEBUG", 0, 0, 1) == 1;
-    c->ktime = flc_env_int("FL_CUDA_KTIME", 0, 0, 1) == 1;
+    {
+        const int kt = flc_env_int("FL_CUDA_KTIME", 0, 0, 2);
+        c->ktime = kt > 0;
+        c->kt_graphs = kt == 2;
+    }
     /* opt-in until measured on a GPU (docs/cuda.md "Programmatic launch") */
     /* not with the per-launch events of FL_CUDA_KTIME or the syncs of FL_CUDA_SYNC_DEBUG */
     c->pdl = flc_env_int("FL_CUDA_PDL", 0, 0, 1) == 1 && c->cc_major >= 9 && !c->ktime &&
@@ -1609,7 +1650,8 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
      * (rows of H, the attention's qd, the SwiGLU's NI or a shared expert's) in whole 16 bytes */
     c->q8_gemm = c->q8 && c->cc_major >= 8 && flc_env_int("FL_CUDA_Q8_GEMM", 0, 0, 1) == 1 &&
                  d->H % 8 == 0 && d->qd % 8 == 0 && d->NI % 8 == 0 && c->smi % 8 == 0;
-    c->graphs = flc_env_int("FL_CUDA_GRAPHS", 1, 0, 1) == 1 && !c->sync_debug && !c->ktime;
+    c->graphs = flc_env_int("FL_CUDA_GRAPHS", 1, 0, 1) == 1 && !c->sync_debug &&
+                (!c->ktime || c->kt_graphs);
     {
         const char *at = getenv("FL_CUDA_ATTN");
         c->attn_tc = at && !strcmp(at, "tc") && flc_attention_tc_ok(d->hd);
@@ -1619,7 +1661,7 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
     snprintf(c->stats.graphs_note, sizeof c->stats.graphs_note, "%s",
              c->graphs       ? "on"
              : c->sync_debug ? "off (FL_CUDA_SYNC_DEBUG)"
-             : c->ktime      ? "off (FL_CUDA_KTIME)"
+             : c->ktime      ? "off (FL_CUDA_KTIME=1)"
                              : "off (FL_CUDA_GRAPHS=0)");
     c->head_rows = o->max_tokens < FLC_HEAD_ROWS ? o->max_tokens : FLC_HEAD_ROWS;
     flc_shape_cfg_init(&c->shape_cfg, d->rep, d->kvh, d->hd, c->n_sm, c->skinny_rows,
@@ -1668,6 +1710,14 @@ extern "C" int fl_backend_cuda_create(fl_backend **out, const fl_model *m,
         CK(cudaEventCreateWithFlags(&c->ev[c->n_ev], cudaEventDisableTiming), "creating events");
     for (int i = 0; c->ktime && i < FLC_KT_EVENTS; i++)
         CK(cudaEventCreate(&c->kt_ev[i]), "creating FL_CUDA_KTIME events");
+    if (c->kt_graphs) {
+        c->kt_slot_n = (int *)calloc(FLC_GRAPHS, sizeof *c->kt_slot_n);
+        c->kt_slot_of = (int *)calloc((size_t)FLC_GRAPHS * FLC_KT_EVENTS, sizeof *c->kt_slot_of);
+        if (!c->kt_slot_n || !c->kt_slot_of) {
+            rc = fl_err_set(e, FL_ENOMEM, "cuda: FL_CUDA_KTIME=2: out of host memory");
+            goto fail;
+        }
+    }
     if (flc_blas_open(&c->blas, FL_CUBLAS_DIR, w, sizeof w)) {
         rc = fl_err_set(e, FL_EUNSUPPORTED, "cuda: %s", w);
         goto fail;

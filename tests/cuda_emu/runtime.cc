@@ -467,12 +467,20 @@ cudaError_t cudaEventDestroy(cudaEvent_t e)
     return cudaSuccess;
 }
 
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st)
+/* In a capture only cudaEventRecordExternal makes the event a node of the graph, which
+ * stamps the time when the graph runs; a plain record there only orders the capture's own
+ * streams (unused here), so the event then has no time to read. */
+cudaError_t cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t st, unsigned flags)
 {
     lock l(g_mu);
     emu_stream *s = S(st);
-    if (s->cap) { /* a node of the graph: it stamps the time when the graph runs */
+    if (flags & ~(unsigned)cudaEventRecordExternal)
+        return fail(cudaErrorInvalidValue);
+    if (s->cap) {
         e->s = nullptr;
+        e->t_ms = -1;
+        if (!(flags & cudaEventRecordExternal))
+            return cudaSuccess;
         return emu_enqueue(st, [e] { e->t_ms = now_ms(); }, "an event");
     }
     e->t_ms = -1;
@@ -480,6 +488,11 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st)
     e->s = s;
     e->seq = s->queued;
     return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t st)
+{
+    return cudaEventRecordWithFlags(e, st, cudaEventRecordDefault);
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e)

@@ -242,6 +242,38 @@ static void streams(void)
     EXPECT(cudaStreamEndCapture(g_s, &g) == cudaErrorStreamCaptureInvalidated && !g);
     (void)cudaGetLastError();
 
+    /* events in a capture: cudaEventRecordExternal makes a node that stamps the time of each
+     * replay (FL_CUDA_KTIME=2 reads those); a plain record makes none, as in CUDA */
+    cudaEvent_t t0, t1, tp;
+    cudaEventCreate(&t0);
+    cudaEventCreate(&t1);
+    cudaEventCreate(&tp);
+    EXPECT(cudaStreamBeginCapture(g_s, cudaStreamCaptureModeThreadLocal) == cudaSuccess);
+    EXPECT(cudaEventRecordWithFlags(t0, g_s, cudaEventRecordExternal) == cudaSuccess);
+    EXPECT(launch(k_add, dim3(1), dim3(32), 0, dv, 1.0f, 64) == cudaSuccess);
+    EXPECT(cudaEventRecordWithFlags(t1, g_s, cudaEventRecordExternal) == cudaSuccess);
+    EXPECT(cudaEventRecord(tp, g_s) == cudaSuccess);
+    EXPECT(cudaStreamEndCapture(g_s, &g) == cudaSuccess);
+    EXPECT(cudaGraphInstantiate(&x, g, 0) == cudaSuccess);
+    cudaGraphDestroy(g);
+    float ms = -1;
+    CHECK(cudaEventElapsedTime(&ms, t0, t1) == cudaErrorNotReady,
+          "an event node has a time before its graph ran");
+    (void)cudaGetLastError();
+    cudaGraphLaunch(x, g_s);
+    cudaStreamSynchronize(g_s);
+    CHECK(cudaEventElapsedTime(&ms, t0, t1) == cudaSuccess && ms >= 0,
+          "the event nodes of a replay: %g ms", ms);
+    CHECK(cudaEventElapsedTime(&ms, t0, tp) == cudaErrorNotReady,
+          "a plain record in a capture has a time");
+    (void)cudaGetLastError();
+    EXPECT(cudaEventRecordWithFlags(t0, g_s, 0x8) == cudaErrorInvalidValue);
+    (void)cudaGetLastError();
+    cudaGraphExecDestroy(x);
+    cudaEventDestroy(t0);
+    cudaEventDestroy(t1);
+    cudaEventDestroy(tp);
+
     CHECK(aborts_with([&] { cudaMemcpy(dv, back, 16, cudaMemcpyDeviceToHost); },
                       "does not match its pointers"),
           "a copy with its kind backwards does not abort");

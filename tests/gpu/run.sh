@@ -124,6 +124,17 @@ stage() {
     ((st_rc == 124 || st_rc == 137)) && echo "[$name] TIMED OUT after ${max}s" >>"$log"
 }
 tail_of() { tail -n "${2:-15}" "$1" | sed 's/^/    | /'; }
+# FL_CUDA_KTIME's tables (printed when a backend is destroyed) in a stage's OUTPUT:
+# kt_first OUTPUT: the first table's time per forward; kt_top OUTPUT: its six largest
+# labels; kt_us OUTPUT LABEL: that label's time per call in the first table it is in
+kt_first() { awk '/^cuda kernel times/ {n++; if (n == 1) {sub(/.*forwards, /, ""); sub(/:$/, ""); print}}' <<<"$1"; }
+kt_top() {
+    awk '/^cuda kernel times/ {n++; next}
+        n == 1 && /^  / {lab = substr($0, 3, 52); sub(/ +$/, "", lab); split(substr($0, 56), a, " ");
+            printf "%s\t%s\t%s\n", a[5], lab, a[1]}' <<<"$1" | sort -g -r | head -n 6 |
+        awk -F'\t' '{printf "%s %s ms (%s); ", $2, $3, $1}'
+}
+kt_us() { grep -m1 -E "^  $2 +[0-9]" <<<"$1" | awk '{print $(NF-3)}'; }
 
 echo "== fogline CUDA checks: $(date -u +%FT%TZ), budget ${budget}s, logs in $out"
 
@@ -394,12 +405,7 @@ else
                 --model "$mb" "${moe_kt_args[@]}"
             kt=$(tail -n +"$((l0 + 1))" "$mlog")
             if ((st_rc == 0)); then
-                kern=$(awk '/^cuda kernel times/ {n++; next}
-                    n == 1 && /^  / {lab = substr($0, 3, 52); sub(/ +$/, "", lab); split(substr($0, 56), a, " ");
-                        printf "%s\t%s\t%s\n", a[5], lab, a[1]}' <<<"$kt" | sort -g -r | head -n 6 |
-                    awk -F'\t' '{printf "%s %s ms (%s); ", $2, $3, $1}')
-                k_us() { grep -m1 -E "^  $1 +[0-9]" <<<"$kt" | awk '{print $(NF-3)}'; }
-                note "INFO MoE batch-32 kernel times, eager (${st_s}s): ${kern}per layer: router $(k_us 'router logits') us, top-k $(k_us 'routing \(top-k\)') us, assignments $(k_us 'assignments in expert order') us"
+                note "INFO MoE batch-32 kernel times, eager (${st_s}s): $(kt_top "$kt")per layer: router $(kt_us "$kt" 'router logits') us, top-k $(kt_us "$kt" 'routing \(top-k\)') us, assignments $(kt_us "$kt" 'assignments in expert order') us"
             else
                 note "INFO MoE kernel times not taken (rc $st_rc)"
             fi
@@ -505,9 +511,12 @@ else
         fi
 
         # ------------------------------------------------------------ kernel times
-        # where a batch-1 step goes: FL_CUDA_KTIME=1 (eager, an event after every launch);
-        # the first table of this stage's output is the default variant's (bench.log holds
-        # the MoE stage's tables before it when that ran)
+        # where a batch-1 step goes: FL_CUDA_KTIME=1 (eager, an event after every launch, so
+        # a kernel shorter than the host's launch interval reads as that interval), then
+        # FL_CUDA_KTIME=2 (the events are nodes of the captured graphs: the kernels' own
+        # times in the replays production runs, the default variant). The first table of a
+        # stage's output is the default variant's (bench.log holds the MoE stage's tables
+        # before these when that ran).
         klog=$out/bench.log
         echo "+ FL_CUDA_KTIME=1" >>"$klog"
         l0=$(wc -l <"$klog")
@@ -515,17 +524,21 @@ else
             --batches 1 --steps "$kt_steps"
         kt=$(tail -n +"$((l0 + 1))" "$klog")
         if ((st_rc == 0)); then
-            first=$(awk '/^cuda kernel times/ {n++; if (n == 1) {sub(/.*forwards, /, ""); sub(/:$/, ""); print}}' <<<"$kt")
-            kern=$(awk '/^cuda kernel times/ {n++; next}
-                n == 1 && /^  / {lab = substr($0, 3, 52); sub(/ +$/, "", lab); split(substr($0, 56), a, " ");
-                    printf "%s\t%s\t%s\n", a[5], lab, a[1]}' <<<"$kt" | sort -g -r | head -n 6 |
-                awk -F'\t' '{printf "%s %s ms (%s); ", $2, $3, $1}')
-            note "INFO batch-1 kernel times, eager (${st_s}s): ${first}; ${kern}"
+            note "INFO batch-1 kernel times, eager (${st_s}s): $(kt_first "$kt"); $(kt_top "$kt")"
             # the attention of a layer, default (+ the split combine) and few-row kernel
-            att_us() { grep -m1 -E "^  $1 +[0-9]" <<<"$kt" | awk '{print $(NF-3)}'; }
-            note "INFO batch-1 attention per layer, eager: default $(att_us 'attention') us + combine $(att_us 'attention split combine') us; few-row kernel (FL_CUDA_ATTN=few) $(att_us 'attention \(few-row kernel, splits merged\)') us"
+            note "INFO batch-1 attention per layer, eager: default $(kt_us "$kt" 'attention') us + combine $(kt_us "$kt" 'attention split combine') us; few-row kernel (FL_CUDA_ATTN=few) $(kt_us "$kt" 'attention \(few-row kernel, splits merged\)') us"
         else
             note "INFO kernel times not taken (rc $st_rc)"
+        fi
+        echo "+ FL_CUDA_KTIME=2" >>"$klog"
+        l0=$(wc -l <"$klog")
+        FL_CUDA_KTIME=2 stage ktime2 60 "$klog" "$bd/gpu_bench" --default-only --model "$big" \
+            "${bench_args[@]:0:2}" --batches 1 --steps "$kt_steps"
+        kt=$(tail -n +"$((l0 + 1))" "$klog")
+        if ((st_rc == 0)); then
+            note "INFO batch-1 kernel times, graph replays (${st_s}s): $(kt_first "$kt"); $(kt_top "$kt")attention $(kt_us "$kt" 'attention') us + combine $(kt_us "$kt" 'attention split combine') us per layer"
+        else
+            note "INFO kernel times in graph replays not taken (rc $st_rc)"
         fi
 
         # ------------------------------------------------------------ torch
