@@ -2,7 +2,7 @@
 # tests/gpu/prepare.sh: run HERE (the Debian development machine, which reaches Debian's
 # package registry) before the device call. The GPU machine reaches no registry; this unpacks
 # Debian 12 packages into .gpu-deps/root, adds .gpu-deps to .git/info/exclude, and the device
-# call carries it (~17 MB):
+# call carries it (~31 MB with the prebuilt programs, ~17 MB without):
 #
 #   bash tests/gpu/prepare.sh
 #   run(command="bash tests/gpu/run.sh", carry=[".gpu-deps"], timeout_s=560)
@@ -18,6 +18,8 @@
 # - redis-server (redis-tools' binary) and the two libraries Ubuntu lacks (lzf, jemalloc), for
 #   the serve stage's Redis path.
 # - Two tiny mixture-of-experts models (LLaDA2, SDAR-MoE) for run.sh's paritymoe stage.
+# - When nvcc is here, run.sh's programs built for sm_90 (prebuilt.tar.gz), stamped with the
+#   sources' hash (prebuilt.sources): run prepare.sh again after any change to the sources.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 dst="$root/.gpu-deps"
@@ -67,7 +69,7 @@ test -s "$mm/llada2-tiny/config.json" && test -s "$mm/sdarmoe-tiny/config.json" 
 # Configured through the symlink /tmp/fogline-gpu-src (the paths the programs keep: the
 # default model, the web folder, the prompts; run.sh makes the same link there), with the
 # cblas stand-in (the GPU machine has no OpenBLAS) and .gpu-deps' static libraries; stripped
-# and compressed (~17 MB).
+# and compressed (~14 MB).
 nvcc_bin=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 if [ "${FL_GPU_PREBUILT:-1}" = 1 ] && [ -x "$nvcc_bin" ]; then
     src=/tmp/fogline-gpu-src

@@ -55,7 +55,10 @@ out=${OUT:-$root/build-gpu/out}
 bd=${FL_GPU_BUILD:-$root/build-gpu/build}
 models=${FL_GPU_MODELS:-/tmp/fogline-gpu-models}
 emu=${FL_GPU_EMU:-}
-[ -n "$emu" ] && emu=$(cd "$emu" && pwd)
+if [ -n "$emu" ] && ! emu=$(cd "$emu" 2>/dev/null && pwd); then
+    echo "run.sh: FL_GPU_EMU=${FL_GPU_EMU}: no such folder (a main build's tests/)" >&2
+    exit 2
+fi
 budget=${FL_GPU_BUDGET:-470}
 [ -n "$emu" ] && budget=${FL_GPU_BUDGET:-7200}
 t_start=$(date +%s)
