@@ -119,6 +119,10 @@ const char *fl_memrstr(const char *s, size_t n, const char *needle);
 /* dir + "/" + name (no doubled slash), malloc'd; NULL when out of memory. */
 char *fl_path_join(const char *dir, const char *name);
 
+/* Removes path and, for a directory, everything under it (links are removed, not followed).
+ * 0, or -1 with errno set; a missing path is -1 with ENOENT. */
+int fl_rmtree(const char *path);
+
 /* Reads a whole file; *out is NUL-terminated and owned by the caller. */
 int fl_read_file(const char *path, char **out, size_t *len, fl_err *e);
 

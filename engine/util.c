@@ -1,7 +1,8 @@
-/* util.c: error messages, dtype helpers, the byte buffer, file reading. */
+/* util.c: error messages, dtype helpers, the byte buffer, file reading, removing a tree. */
 #include "fl.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -299,4 +300,23 @@ uint64_t fl_hash64(const void *data, size_t n)
     for (size_t k = 0; i < n; i++, k++)
         t |= (uint64_t)p[i] << (8 * k);
     return fl_mix64(h, t);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *f)
+{
+    (void)sb;
+    (void)flag;
+    (void)f;
+    return remove(path) ? -1 : 0;
+}
+
+int fl_rmtree(const char *path)
+{
+    if (!path || !path[0]) {
+        errno = EINVAL;
+        return -1;
+    }
+    /* FTW_PHYS: a symbolic link inside is removed, never followed out of the tree */
+    int rc = nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return rc == 0 ? 0 : -1;
 }

@@ -12,7 +12,9 @@
  * sequences unconstrained and under the constraint, on the same prompts: what constrained
  * denoising costs in TPF and tokens/s, the share of committed positions it changed, and the
  * share of replies the automaton accepts and jansson parses. */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,6 +158,8 @@ static void usage(FILE *f)
                "                            [--schema FILE | --json-object]\n\n"
                "FILE: a JSON array of {\"messages\": [...], \"reply\": \"reference reply\"}\n"
                "(default: tests/data/helpdesk_heldout.json of the default model).\n"
+               "--tier-dir: where the KV pages are persisted (default: a fresh directory under\n"
+               "$TMPDIR or /tmp, removed at the end; a directory given here is left as it is).\n"
                "--device: the backend (default cpu; auto: the GPU when one is usable).\n"
                "--weights: a comma list of formats (auto, f32, bf16, q8, q4): instead of the\n"
                "techniques' table, row 4 (all of them) for each format, one after another.\n"
@@ -172,11 +176,6 @@ static int weights_table(const char *model_dir, const char *prompts, int n, int 
                          int threads, const char *device, const char *tier_dir, bool fsync_tier,
                          const fl_wformat *formats, int n_formats)
 {
-    char tmpdir[] = "/tmp/fogline-bench-tier-XXXXXX";
-    if (!tier_dir && !(tier_dir = mkdtemp(tmpdir))) {
-        fprintf(stderr, "fogline bench decode: cannot make a temporary tier directory\n");
-        return 1;
-    }
     int rc = 0;
     for (int f = 0; f < n_formats && !rc; f++) {
         fl_bench_env env;
@@ -247,6 +246,50 @@ static int constrained_table(const fl_bench_env *env, const char *model_dir, int
     }
     fl_cons_unref(cons);
     fl_cons_cache_free(cc);
+    return rc;
+}
+
+/* The tables the flags ask for; tier_dir exists. */
+static int decode_tables(const char *model_dir, const char *prompts, int n, int max_tokens,
+                         int threads, const char *device, const char *tier_dir, bool fsync_tier,
+                         const fl_wformat *formats, int n_formats, const char *schema_file,
+                         const char *schema_text, bool json_object_fmt)
+{
+    if (n_formats)
+        return weights_table(model_dir, prompts, n, max_tokens, threads, device, tier_dir,
+                             fsync_tier, formats, n_formats);
+    fl_bench_env env;
+    if (fl_bench_env_open(&env, "decode", model_dir, prompts, n, 16, max_tokens, threads, device,
+                          FL_WEIGHTS_AUTO))
+        return 1;
+    const fl_model *m = env.m;
+    fl_backend *b = env.b;
+    const item *items = env.items;
+    n = env.n;
+    int32_t B = m->cfg.block_size;
+    if (schema_file || json_object_fmt) {
+        int rc = constrained_table(&env, model_dir, max_tokens, tier_dir, fsync_tier, schema_file,
+                                   schema_text);
+        fl_bench_env_close(&env);
+        return rc;
+    }
+    printf("fogline bench decode: %s, %d prompts, max_tokens %d, block %d, tier %s (%s)\n"
+           "backend: %s\n\n",
+           model_dir, n, max_tokens, B, tier_dir, fsync_tier ? "fsync per page" : "no fsync", env.chosen);
+    printf(TABLE_HEAD, "configuration");
+    row rows[] = {
+        {"1 baseline (store pass, sync)", false, false, false, 1},
+        {"2 + decode-store overlap", true, false, false, 1},
+        {"3 + multi-block pipelining", true, true, false, 1},
+        {"4 + async persistence", true, true, true, 1},
+        {"5 row 4, 4 concurrent", true, true, true, 4},
+        {"5 row 4, 16 concurrent", true, true, true, 16},
+    };
+    int rc = 0;
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0] && !rc; r++)
+        rc = run_row(m, b, &rows[r], items, n, max_tokens, tier_dir, threads, fsync_tier, NULL,
+                     NULL);
+    fl_bench_env_close(&env);
     return rc;
 }
 
@@ -327,50 +370,27 @@ int fl_bench_decode(int argc, char **argv)
             return 1;
         }
     }
-    if (n_formats)
-        return weights_table(model_dir, prompts, n, max_tokens, threads, device, tier_dir,
-                             fsync_tier, formats, n_formats);
-    fl_bench_env env;
-    if (fl_bench_env_open(&env, "decode", model_dir, prompts, n, 16, max_tokens, threads, device,
-                          FL_WEIGHTS_AUTO))
-        return 1;
-    const fl_model *m = env.m;
-    fl_backend *b = env.b;
-    const item *items = env.items;
-    n = env.n;
-    int32_t B = m->cfg.block_size;
-    char tmpdir[] = "/tmp/fogline-bench-tier-XXXXXX";
+    /* the tier's pages go to a fresh directory under $TMPDIR unless --tier-dir names one; that
+       one is the user's and is left as it is */
+    const char *tmp = getenv("TMPDIR");
+    char made[PATH_MAX] = "";
     if (!tier_dir) {
-        if (!mkdtemp(tmpdir)) {
-            fprintf(stderr, "fogline bench decode: cannot make a temporary tier directory\n");
-            fl_bench_env_close(&env);
+        if (snprintf(made, sizeof made, "%s/fogline-bench-tier-XXXXXX", tmp && *tmp ? tmp : "/tmp")
+                >= (int)sizeof made || !mkdtemp(made)) {
+            fprintf(stderr, "fogline bench decode: cannot make a temporary tier directory under "
+                            "%s: %s\n", tmp && *tmp ? tmp : "/tmp", strerror(errno));
+            free(schema_text);
             return 1;
         }
-        tier_dir = tmpdir;
+        tier_dir = made;
     }
-    if (schema_file || json_object_fmt) {
-        int rc = constrained_table(&env, model_dir, max_tokens, tier_dir, fsync_tier, schema_file,
-                                   schema_text);
-        free(schema_text);
-        fl_bench_env_close(&env);
-        return rc;
+    int rc = decode_tables(model_dir, prompts, n, max_tokens, threads, device, tier_dir,
+                           fsync_tier, formats, n_formats, schema_file, schema_text,
+                           json_object_fmt);
+    free(schema_text);
+    if (made[0] && fl_rmtree(made)) {
+        fprintf(stderr, "fogline bench decode: cannot remove %s: %s\n", made, strerror(errno));
+        rc = rc ? rc : 1;
     }
-    printf("fogline bench decode: %s, %d prompts, max_tokens %d, block %d, tier %s (%s)\n"
-           "backend: %s\n\n",
-           model_dir, n, max_tokens, B, tier_dir, fsync_tier ? "fsync per page" : "no fsync", env.chosen);
-    printf(TABLE_HEAD, "configuration");
-    row rows[] = {
-        {"1 baseline (store pass, sync)", false, false, false, 1},
-        {"2 + decode-store overlap", true, false, false, 1},
-        {"3 + multi-block pipelining", true, true, false, 1},
-        {"4 + async persistence", true, true, true, 1},
-        {"5 row 4, 4 concurrent", true, true, true, 4},
-        {"5 row 4, 16 concurrent", true, true, true, 16},
-    };
-    int rc = 0;
-    for (size_t r = 0; r < sizeof rows / sizeof rows[0] && !rc; r++)
-        rc = run_row(m, b, &rows[r], items, n, max_tokens, tier_dir, threads, fsync_tier, NULL,
-                     NULL);
-    fl_bench_env_close(&env);
     return rc;
 }

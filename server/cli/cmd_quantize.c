@@ -22,7 +22,6 @@
  * to OUT only when complete, and removed on any error. */
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
@@ -72,14 +71,6 @@ static int fail(const char *fmt, ...)
         fputc(*p == '\n' || *p == '\r' ? ' ' : *p, stderr);
     fputc('\n', stderr);
     return 1;
-}
-
-static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f)
-{
-    (void)sb;
-    (void)flag;
-    (void)f;
-    return remove(p);
 }
 
 /* 0 when dir is missing or an empty directory; 1 when it holds something; -1 when it is not
@@ -536,7 +527,7 @@ int fl_cmd_quantize(int argc, char **argv)
     else if (!rc)
         made = false;
     if (made)
-        nftw(tmp, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        fl_rmtree(tmp);
     if (!rc)
         printf("fogline quantize: %s -> %s (%s): %zu tensors (%zu quantized, %zu copied, %zu "
                "scales added), %llu bytes in, %llu bytes out, %d other files copied, %.1f s\n",

@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """`fogline bench parallel` and `fogline bench decode` on the built-in model: a short
 parallel run with --repeat (fan-out texts identical to the sequential ones in every run, the
-skeleton table with its forwards column), bench decode's table per weights format, and bad flags as one-line errors with exit 2;
---device cuda where no GPU is usable is a one-line error with exit 1.
+skeleton table with its forwards column), bench decode's table per weights format, and bad
+flags as one-line errors with exit 2; bench decode's temporary tier directory is gone after the
+run, and a --tier-dir keeps its pages; --device cuda where no GPU is usable is a one-line error with exit 1.
 
   test_bench_cli.py FOGLINE_BIN MODEL_DIR"""
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 FAILS = []
 
@@ -18,8 +22,12 @@ def check(cond, msg):
         FAILS.append(msg)
 
 
-def bench(fogline, *args):
-    return subprocess.run([fogline, "bench", *args], capture_output=True, text=True, timeout=300)
+def bench(fogline, *args, tmpdir=None):
+    env = dict(os.environ)
+    if tmpdir is not None:
+        env["TMPDIR"] = tmpdir
+    return subprocess.run([fogline, "bench", *args], capture_output=True, text=True, timeout=300,
+                          env=env)
 
 
 def main():
@@ -68,8 +76,12 @@ def main():
               "%s: exit 2 with %r (%d: %r)" % (" ".join(args), want, r.returncode, err))
 
     # the weights table: one pair of rows (1 and 16 sequences) per format, in the order given
+    # its KV pages go to a fresh directory under $TMPDIR, removed at the end
+    tmp = tempfile.mkdtemp(prefix="fl-bench-cli-")
     r = bench(fogline, "decode", "--model", model, "--n", "2", "--max-tokens", "16", "--weights",
-              "q4,f32,q8")
+              "q4,f32,q8", tmpdir=tmp)
+    left = os.listdir(tmp)
+    check(r.returncode == 0 and not left, "bench decode leaves nothing under $TMPDIR: %s" % left)
     rows = re.findall(r"^\| (\w+) \((\w+)\) +\| +(\d+) \| +[0-9.]+ \|.*\| +([0-9.]+)% \|$", r.stdout,
                       re.M)
     check(r.returncode == 0 and [(a, b, c) for a, b, c, _ in rows] ==
@@ -77,6 +89,22 @@ def main():
            ("q8", "q8", "1"), ("q8", "q8", "16")],
           "bench decode --weights q4,f32,q8: rows per format and concurrency (%d: %s %s)"
           % (r.returncode, rows, r.stderr.strip()))
+
+    # a --tier-dir is the user's: the pages written there stay, and so does the directory
+    given = os.path.join(tmp, "tier")
+    os.mkdir(given)
+    r = bench(fogline, "decode", "--model", model, "--n", "1", "--max-tokens", "16", "--weights",
+              "q8", "--tier-dir", given, tmpdir=tmp)
+    pages = [f for f in os.listdir(given) if f.endswith(".kv")] if os.path.isdir(given) else []
+    check(r.returncode == 0 and len(pages) > 0 and os.listdir(tmp) == ["tier"],
+          "--tier-dir keeps the directory and its pages (%d, %d pages, %s)"
+          % (r.returncode, len(pages), os.listdir(tmp)))
+    r = bench(fogline, "decode", "--model", model, "--n", "1", "--weights", "q8",
+              tmpdir=os.path.join(tmp, "missing"))
+    err = r.stderr.strip()
+    check(r.returncode == 1 and "cannot make a temporary tier directory under" in err
+          and err.count("\n") == 0, "a $TMPDIR that is missing: one line, exit 1 (%r)" % err)
+    shutil.rmtree(tmp)
 
     r = bench(fogline, "decode", "--model", model, "--n", "1", "--device", "cuda")
     if r.returncode == 1:

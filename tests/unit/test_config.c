@@ -268,7 +268,7 @@ static void test_load(void)
     tk_write(p, "{\"a\": 1}\0{\"b\": 2}", 17);
     rc = fl_config_load(&c, dir, &e);
     CHECK(rc == FL_EFORMAT && tk_has(e.msg, "NUL"), "NUL byte: %d %s", rc, e.msg);
-    tk_rmrf(dir);
+    fl_rmtree(dir);
 }
 
 /* Decoding defaults: the family's, then config.json's fogline.decoding, each with its source. */

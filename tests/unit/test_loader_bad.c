@@ -388,6 +388,6 @@ int main(void)
     test_files();
     int rc = check_summary("test_loader_bad");
     if (!rc)
-        tk_rmrf(root); /* kept on failure, to look at */
+        fl_rmtree(root); /* kept on failure, to look at */
     return rc;
 }

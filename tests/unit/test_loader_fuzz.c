@@ -340,6 +340,6 @@ int main(void)
     fuzz_config(d2);
     printf("%.2f s cpu\n", (double)(clock() - t0) / CLOCKS_PER_SEC);
     int rc = check_summary("test_loader_fuzz");
-    tk_rmrf(dir); /* the seed is fixed: a failure reproduces without the files */
+    fl_rmtree(dir); /* the seed is fixed: a failure reproduces without the files */
     return rc;
 }

@@ -285,6 +285,6 @@ int main(void)
     test_errors();
     int rc = check_summary("test_loader_info");
     if (!rc)
-        tk_rmrf(root);
+        fl_rmtree(root);
     return rc;
 }

@@ -7,7 +7,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -67,16 +66,6 @@ static inline int tk_mkdtemp_fast(char *out, const char *tag)
     }
     return tk_mkdtemp(out, tag);
 }
-
-static inline int tk_rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f)
-{
-    (void)sb;
-    (void)flag;
-    (void)f;
-    return remove(p);
-}
-
-static inline void tk_rmrf(const char *dir) { nftw(dir, tk_rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
 static inline int tk_write(const char *path, const void *p, size_t n)
 {

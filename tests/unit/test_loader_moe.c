@@ -462,6 +462,6 @@ int main(void)
     llada2_defaults();
     bad_config();
     bad_tensors();
-    tk_rmrf(root);
+    fl_rmtree(root);
     return check_summary("test_loader_moe");
 }

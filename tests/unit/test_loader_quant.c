@@ -475,6 +475,6 @@ int main(void)
     test_tensors();
     int rc = check_summary("test_loader_quant");
     if (!rc)
-        tk_rmrf(root);
+        fl_rmtree(root);
     return rc;
 }

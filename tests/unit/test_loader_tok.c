@@ -194,6 +194,6 @@ int main(void)
     test_info();
     int rc = check_summary("test_loader_tok");
     if (!rc)
-        tk_rmrf(root);
+        fl_rmtree(root);
     return rc;
 }

@@ -579,6 +579,6 @@ int main(void)
     test_refusals();
     int rc = check_summary("test_quantize");
     if (!rc)
-        tk_rmrf(root);
+        fl_rmtree(root);
     return rc;
 }

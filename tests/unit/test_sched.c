@@ -9,6 +9,7 @@
 #include "cpu/cpu.h"
 #include "engine.h"
 
+#include <errno.h>
 #include <unistd.h>
 
 #define MAXR 8
@@ -443,6 +444,7 @@ int main(int argc, char **argv)
         free(pg2);
     }
     fl_tier_destroy(tier);
+    CHECK(fl_rmtree(d1) == 0, "tier directory removed: %s", strerror(errno));
     /* 7. cancellation mid-block frees every page */
     {
         fl_sched_opts so = {.max_batch_tokens = BK->max_tokens, .max_seqs = 4, .async_persist = true};
@@ -537,6 +539,7 @@ int main(int argc, char **argv)
         }
         CHECK(found > 0, "some edited reply blocks were stored (%d)", found);
         fl_tier_destroy(et);
+        CHECK(fl_rmtree(d2) == 0, "edit tier directory removed: %s", strerror(errno));
         /* batched: every prompt in one scheduler, each its lone output */
         CHECK(run(&edo, true, NULL, MAXR, MAXR, prompts, plen, MT, e3, &left) == 0, "batched editing run");
         for (int i = 0; i < MAXR; i++)

@@ -1,6 +1,51 @@
-/* test_util.c: dtype conversions and the byte buffer. */
+/* test_util.c: dtype conversions, the byte buffer, removing a tree. */
+#include <errno.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include "check.h"
 #include "fl.h"
+
+static int put(const char *dir, const char *name, const char *text)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    if (!f)
+        return -1;
+    fputs(text, f);
+    return fclose(f);
+}
+
+/* fl_rmtree: nested directories, files, an empty directory and a link that points out of the
+   tree; the tree goes, what the link points at stays. */
+static void test_rmtree(void)
+{
+    char root[] = "/tmp/fl-util-rmtree-XXXXXX", outside[] = "/tmp/fl-util-keep-XXXXXX";
+    CHECK(mkdtemp(root) && mkdtemp(outside), "mkdtemp");
+    char p[512], q[512];
+    CHECK(put(outside, "kept", "stay") == 0, "the outside file");
+    snprintf(p, sizeof p, "%s/a", root);
+    CHECK(mkdir(p, 0755) == 0, "mkdir a");
+    snprintf(p, sizeof p, "%s/a/b", root);
+    CHECK(mkdir(p, 0755) == 0, "mkdir a/b");
+    snprintf(p, sizeof p, "%s/empty", root);
+    CHECK(mkdir(p, 0700) == 0, "mkdir empty");
+    CHECK(put(root, "top.kv", "x") == 0 && put(root, "a/mid", "y") == 0 &&
+              put(root, "a/b/deep.kv", "z") == 0,
+          "files");
+    snprintf(p, sizeof p, "%s/a/link", root);
+    CHECK(symlink(outside, p) == 0, "a link to a directory outside");
+    CHECK(fl_rmtree(root) == 0, "rmtree: %s", strerror(errno));
+    CHECK(access(root, F_OK) != 0 && errno == ENOENT, "the tree is gone");
+    snprintf(q, sizeof q, "%s/kept", outside);
+    CHECK(access(q, F_OK) == 0, "what the link pointed at stays");
+    errno = 0;
+    CHECK(fl_rmtree(root) == -1 && errno == ENOENT, "a missing path: -1, ENOENT (%d)", errno);
+    CHECK(fl_rmtree("") == -1 && errno == EINVAL, "an empty path: -1, EINVAL");
+    CHECK(fl_rmtree(q) == 0 && access(q, F_OK) != 0, "a plain file is removed");
+    CHECK(fl_rmtree(outside) == 0 && access(outside, F_OK) != 0, "an emptied directory too");
+}
 
 int main(void)
 {
@@ -52,5 +97,6 @@ int main(void)
     CHECK(fl_err_set(&e, FL_EFORMAT, "bad %s", "thing") == FL_EFORMAT, "err code");
     fl_err_prefix(&e, "file %d", 3);
     CHECK(!strcmp(e.msg, "file 3: bad thing"), "prefix: %s", e.msg);
+    test_rmtree();
     return check_summary("test_util");
 }

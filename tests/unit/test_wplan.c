@@ -227,7 +227,7 @@ int main(void)
                 }
             }
             fl_model_free(m);
-            tk_rmrf(dir);
+            fl_rmtree(dir);
         }
     return check_summary("test_wplan");
 }
