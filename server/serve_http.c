@@ -1,6 +1,6 @@
 /* serve_http.c: HTTP on the WebSocket port: static files from the web root, /health, /ready,
- * /metrics, the OpenAI-compatible /v1/models and /v1/chat/completions (SSE when
- * stream is true), and /generate (serve_generate.c).
+ * /metrics, the OpenAI-compatible /v1/models, /v1/chat/completions and /v1/completions (SSE
+ * when stream is true), and /generate (serve_generate.c).
  *
  * Every response goes through one path: the handler fills status, type and body (or starts
  * an SSE stream) and asks for WRITEABLE; the headers go out in one callback and the body in
@@ -23,7 +23,7 @@
 #include "serve_group.h"
 #include "serve_request.h"
 
-enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER, R_GENERATE };
+enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER, R_GENERATE, R_COMPLETION };
 
 #define SRV_JOIN_MAX 16 /* segments of a joined answer (outlines have at most 10 points) */
 
@@ -45,7 +45,7 @@ struct srv_http {
     bool complete;       /* resp holds the whole body (or the stream has ended) */
     bool sse;
     bool final_sent;
-    /* a chat completion */
+    /* a chat completion (or a text completion: /v1/completions) */
     srv_req *req;
     bool stream, include_usage, sent_role;
     char cmpl_id[48];
@@ -408,6 +408,12 @@ static void list_del(srv *s, srv_http *h)
 
 static const srv_owner_ops http_owner, generate_owner;
 
+/* A route whose request comes in a POST body. */
+static bool takes_body(const srv_http *h)
+{
+    return h->route == R_CHAT || h->route == R_GENERATE || h->route == R_COMPLETION;
+}
+
 static void chat_start(srv_http *h)
 {
     srv *s = h->s;
@@ -436,7 +442,9 @@ static void chat_start(srv_http *h)
     const char *code = NULL, *param = NULL;
     char m[FL_ERR_MSG];
     int rc = h->route == R_GENERATE ? srv_generate_parse(o, &L, &chat, &code, &param, m, sizeof m)
-                                    : srv_parse_chat_openai(o, &L, &chat, &code, &param, m, sizeof m);
+             : h->route == R_COMPLETION
+                 ? srv_parse_completion_openai(o, &L, &chat, &code, &param, m, sizeof m)
+                 : srv_parse_chat_openai(o, &L, &chat, &code, &param, m, sizeof m);
     json_decref(o);
     if (rc) {
         srv_chat_free(&chat);
@@ -458,7 +466,8 @@ static void chat_start(srv_http *h)
     h->joined = chat.parallel >= SRV_PAR_SKELETON;
     h->created = (long long)time(NULL);
     snprintf(h->cmpl_id, sizeof h->cmpl_id, "%s-%llx%04llx",
-             h->route == R_GENERATE ? "gen" : "chatcmpl", (unsigned long long)h->created,
+             h->route == R_GENERATE ? "gen" : h->route == R_COMPLETION ? "cmpl" : "chatcmpl",
+             (unsigned long long)h->created,
              (unsigned long long)(s->next_serial + 1));
     if (!(chat.id = strdup(h->cmpl_id))) {
         srv_chat_free(&chat);
@@ -487,15 +496,26 @@ static void chat_start(srv_http *h)
 
 /* ---- engine events for an HTTP exchange ---- */
 
+/* One streamed chunk. A text completion's has the delta's content as its "text" (its other
+   fields, none for such a request, are dropped). */
 static json_t *chunk_at(srv_http *h, int index, json_t *delta, const char *finish)
 {
     json_t *o = json_object(), *ch = json_object(), *choices = json_array();
+    bool text = h->route == R_COMPLETION;
     json_object_set_new(o, "id", json_string(h->cmpl_id));
-    json_object_set_new(o, "object", json_string("chat.completion.chunk"));
+    json_object_set_new(o, "object", json_string(text ? "text_completion"
+                                                      : "chat.completion.chunk"));
     json_object_set_new(o, "created", json_integer(h->created));
     json_object_set_new(o, "model", json_string(h->s->model_id));
     json_object_set_new(ch, "index", json_integer(index));
-    json_object_set_new(ch, "delta", delta);
+    if (text) {
+        const json_t *c = json_object_get(delta, "content");
+        json_object_set_new(ch, "text", json_string(c && json_string_value(c)
+                                                        ? json_string_value(c) : ""));
+        json_decref(delta);
+    } else {
+        json_object_set_new(ch, "delta", delta);
+    }
     json_object_set_new(ch, "logprobs", json_null());
     json_object_set_new(ch, "finish_reason", finish ? json_string(finish) : json_null());
     json_array_append_new(choices, ch);
@@ -579,6 +599,8 @@ static void sse_begin(srv_http *h)
     h->status = 200;
     h->ctype = "text/event-stream";
     srv_metrics_http(&h->s->m, 200);
+    if (h->route == R_COMPLETION) /* a text completion's chunks carry text only */
+        return;
     json_t *d = json_object();
     json_object_set_new(d, "role", json_string("assistant"));
     json_object_set_new(d, "content", json_string(""));
@@ -734,6 +756,16 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
         sse_put(h, "[DONE]");
         h->complete = true;
         arm(h);
+        return;
+    }
+    if (h->route == R_COMPLETION) {
+        json_t *o = chunk(h, json_object(), finish);
+        json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
+        json_object_set_new(ch, "text", json_stringn(ev->text, ev->text_len));
+        json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids,
+                                                   ev->stats.cached_tokens));
+        json_object_set_new(o, "fogline", stats_json(&ev->stats));
+        respond_json(h, 200, o);
         return;
     }
     json_t *o = json_object(), *choices = json_array(), *ch = json_object(), *msg = json_object();
@@ -1151,7 +1183,8 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
                       "missing or wrong API key (Authorization: Bearer KEY)");
         return 0;
     }
-    if (!strcmp(uri, "/v1/chat/completions") || gen) {
+    bool text = !strcmp(uri, "/v1/completions");
+    if (!strcmp(uri, "/v1/chat/completions") || text || gen) {
         if (meth != LWSHUMETH_POST) {
             if (gen) {
                 size_t el = strlen(h->extra);
@@ -1160,7 +1193,7 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
             respond_error(h, 405, "method_not_allowed", NULL, "use POST");
             return 0;
         }
-        h->route = gen ? R_GENERATE : R_CHAT;
+        h->route = gen ? R_GENERATE : text ? R_COMPLETION : R_CHAT;
         srv_generate_init(&h->gen);
         char cl[32];
         if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 &&
@@ -1212,7 +1245,7 @@ int srv_http_callback(struct lws *wsi, int reason, void *user, void *in, size_t 
     case LWS_CALLBACK_HTTP:
         return pss ? on_http(s, wsi, pss) : -1;
     case LWS_CALLBACK_HTTP_BODY:
-        if (h && (h->route == R_CHAT || h->route == R_GENERATE) && !h->responding &&
+        if (h && takes_body(h) && !h->responding &&
             !h->body_too_big) {
             if (h->body.len + len > s->cfg->max_message) {
                 h->body_too_big = true;
@@ -1223,7 +1256,7 @@ int srv_http_callback(struct lws *wsi, int reason, void *user, void *in, size_t 
         }
         return 0;
     case LWS_CALLBACK_HTTP_BODY_COMPLETION:
-        if (h && (h->route == R_CHAT || h->route == R_GENERATE) && !h->responding && !h->req)
+        if (h && takes_body(h) && !h->responding && !h->req)
             chat_start(h);
         return 0;
     case LWS_CALLBACK_HTTP_WRITEABLE:

@@ -35,6 +35,8 @@ void srv_chat_free(srv_chat *c)
     for (size_t i = 0; i < c->n_calls; i++)
         free(c->calls[i]);
     free(c->calls);
+    free(c->prompt);
+    free(c->prompt_ids);
     memset(c, 0, sizeof *c);
 }
 
@@ -1000,6 +1002,124 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     return 0;
 }
 
+/* The fields shared with chat completions: model, n, stream, stream_options. */
+static int parse_openai_common(pctx *P, const json_t *o, srv_chat *c)
+{
+    const json_t *model = json_object_get(o, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model))
+            return bad(P, SRV_E_BAD_REQUEST, "model", "'model' must be a string");
+        if (!(c->model = strdup(json_string_value(model))))
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    }
+    double x;
+    if (get_int(P, o, "n", "n", 1, 1, &x) < 0 || get_bool(P, o, "stream", "stream", &c->stream))
+        return -1;
+    const json_t *so = json_object_get(o, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so))
+            return bad(P, SRV_E_BAD_REQUEST, "stream_options",
+                       "'stream_options' must be an object");
+        if (get_bool(P, so, "include_usage", "stream_options.include_usage", &c->include_usage))
+            return -1;
+    }
+    return 0;
+}
+
+/* A token-id prompt: a non-empty array of integers in [0, 2^31). */
+static int prompt_ids(pctx *P, const json_t *a, const char *name, srv_chat *c)
+{
+    size_t n = json_array_size(a);
+    if (!n)
+        return bad(P, SRV_E_BAD_REQUEST, "prompt", "'%s' must not be empty", name);
+    if (!(c->prompt_ids = malloc(n * sizeof(int32_t))))
+        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        double d;
+        if (!integer(json_array_get(a, i), &d) || d < 0 || d > INT32_MAX)
+            return bad(P, SRV_E_BAD_REQUEST, "prompt", "%s[%zu] must be a token id (an integer "
+                       ">= 0)", name, i);
+        c->prompt_ids[i] = (int32_t)d;
+    }
+    c->n_prompt_ids = n;
+    return 0;
+}
+
+static int parse_prompt(pctx *P, const json_t *v, srv_chat *c)
+{
+    if (!v || json_is_null(v))
+        return bad(P, SRV_E_BAD_REQUEST, "prompt", "'prompt' is required");
+    const char *name = "prompt";
+    if (json_is_array(v) && json_array_size(v) > 0 &&
+        (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0)))) {
+        /* a batch of prompts: one is taken */
+        if (json_array_size(v) > 1)
+            return bad(P, SRV_E_OUT_OF_RANGE, "prompt", "'prompt' holds %zu prompts; this server "
+                       "answers one prompt per request (send them as separate requests, which "
+                       "share its forward passes)", json_array_size(v));
+        v = json_array_get(v, 0);
+        name = "prompt[0]";
+    }
+    if (json_is_array(v)) {
+        /* an array holding neither strings nor arrays: token ids (checked one by one) */
+        return prompt_ids(P, v, name, c);
+    }
+    if (!json_is_string(v))
+        return bad(P, SRV_E_BAD_REQUEST, "prompt", "'%s' must be a string, an array of token "
+                   "ids, or an array holding one of those", name);
+    size_t len = json_string_length(v);
+    if (!len)
+        return bad(P, SRV_E_BAD_REQUEST, "prompt", "'%s' must not be empty", name);
+    if (memchr(json_string_value(v), 0, len))
+        return bad(P, SRV_E_BAD_REQUEST, "prompt", "'%s' contains a NUL", name);
+    if (!(c->prompt = strndup(json_string_value(v), len)))
+        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    c->prompt_len = len;
+    return 0;
+}
+
+int srv_parse_completion_openai(const json_t *o, const srv_limits *L, srv_chat *c,
+                                const char **code, const char **param, char *msg, size_t msglen)
+{
+    pctx P = {code, param, msg, msglen};
+    memset(c, 0, sizeof *c);
+    *param = NULL;
+    c->dec = L->dec_default;
+    c->raw = true;
+    if (!json_is_object(o))
+        return bad(&P, SRV_E_BAD_REQUEST, NULL, "the request body must be a JSON object");
+    if (parse_openai_common(&P, o, c))
+        return -1;
+    double x;
+    if (get_int(&P, o, "best_of", "best_of", 1, 1, &x) < 0)
+        return -1;
+    /* what the engine cannot give is refused, never silently left out of the answer */
+    const json_t *v = json_object_get(o, "echo");
+    if (v && !json_is_null(v) && !json_is_boolean(v))
+        return bad(&P, SRV_E_BAD_REQUEST, "echo", "'echo' must be true or false");
+    if (json_is_true(v))
+        return bad(&P, SRV_E_BAD_REQUEST, "echo", "'echo' is not supported: the reply holds the "
+                   "completion only");
+    v = json_object_get(o, "logprobs");
+    if (v && !json_is_null(v) && !json_is_false(v))
+        return bad(&P, SRV_E_BAD_REQUEST, "logprobs", "'logprobs' is not supported: a diffusion "
+                   "model unmasks tokens in parallel and gives no left-to-right log probabilities");
+    v = json_object_get(o, "suffix");
+    if (v && !json_is_null(v) && !(json_is_string(v) && !json_string_length(v)))
+        return bad(&P, SRV_E_BAD_REQUEST, "suffix", "'suffix' is not supported");
+    static const char *const chat_only[] = {"messages", "session", "parallel", "response_format",
+                                            "tools", "tool_choice", "chat_template_kwargs"};
+    for (size_t i = 0; i < sizeof chat_only / sizeof chat_only[0]; i++)
+        if (json_object_get(o, chat_only[i]))
+            return bad(&P, SRV_E_BAD_REQUEST, chat_only[i], "'%s' belongs to "
+                       "/v1/chat/completions, not to /v1/completions", chat_only[i]);
+    if (parse_prompt(&P, json_object_get(o, "prompt"), c) ||
+        parse_sampling(&P, o, L, c, "max_tokens") ||
+        parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
+        return -1;
+    return 0;
+}
+
 int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, const char **code,
                           const char **param, char *msg, size_t msglen)
 {
@@ -1009,26 +1129,8 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
     c->dec = L->dec_default;
     if (!json_is_object(o))
         return bad(&P, SRV_E_BAD_REQUEST, NULL, "the request body must be a JSON object");
-    const json_t *model = json_object_get(o, "model");
-    if (model && !json_is_null(model)) {
-        if (!json_is_string(model))
-            return bad(&P, SRV_E_BAD_REQUEST, "model", "'model' must be a string");
-        if (!(c->model = strdup(json_string_value(model))))
-            return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
-    }
-    double x;
-    int r = get_int(&P, o, "n", "n", 1, 1, &x);
-    if (r < 0)
+    if (parse_openai_common(&P, o, c))
         return -1;
-    if (get_bool(&P, o, "stream", "stream", &c->stream))
-        return -1;
-    const json_t *so = json_object_get(o, "stream_options");
-    if (so && !json_is_null(so)) {
-        if (!json_is_object(so))
-            return bad(&P, SRV_E_BAD_REQUEST, "stream_options", "'stream_options' must be an object");
-        if (get_bool(&P, so, "include_usage", "stream_options.include_usage", &c->include_usage))
-            return -1;
-    }
     /* fogline extensions, as on the WebSocket: session (continued from Redis), parallel */
     c->enable_thinking = L->enable_thinking;
     if (parse_conversation(&P, o, true, c) || parse_template_kwargs(&P, o, c) ||

@@ -78,6 +78,14 @@ typedef struct srv_chat {
     char **calls;        /* (n_calls) */
     size_t n_calls;
     bool tool_msgs;      /* a message is a tool result or has tool calls */
+    /* /v1/completions: the prompt as it is, no chat template (msgs is empty): its text
+       (tokenized as given, special tokens' text included) or its token ids (checked against
+       the vocabulary when tokenized) */
+    bool raw;
+    char *prompt;
+    size_t prompt_len;
+    int32_t *prompt_ids; /* (n_prompt_ids), or NULL for a text prompt */
+    size_t n_prompt_ids;
     /* OpenAI only */
     bool stream;
     bool include_usage;
@@ -99,6 +107,11 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *out, const
                       char *msg, size_t msglen);
 int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *out, const char **code,
                           const char **param, char *msg, size_t msglen);
+
+/* POST /v1/completions (docs/protocol.md): one prompt, text or token ids; what the engine
+ * cannot give (several prompts or choices, echo, logprobs, suffix) is refused by name. */
+int srv_parse_completion_openai(const json_t *o, const srv_limits *L, srv_chat *out,
+                                const char **code, const char **param, char *msg, size_t msglen);
 
 /* vLLM's chat_template_kwargs, a JSON object of the template's variables: the built-in
  * renderers know enable_thinking (true or false). Sets *enable_thinking when the object has it;

@@ -110,9 +110,45 @@ void srv_req_reject(srv_req *r, const char *code, const char *text)
 /* Renders and tokenizes (work pool). When the session's earlier turns make the prompt longer
  * than the limit, the oldest of them are dropped (a leading system message stays) until it
  * fits or none is left. */
+/* /v1/completions: the prompt as given, text tokenized or ids checked; no template, no
+ * reasoning split, no history. */
+static void tokenize_raw(srv_req *r)
+{
+    const fl_tokenizer *tok = r->s->model->tok;
+    const srv_chat *c = &r->chat;
+    if (!c->prompt_ids) {
+        r->work_rc = fl_tokenizer_encode(tok, c->prompt, c->prompt_len, true, &r->ids, &r->n_ids,
+                                         &r->work_err);
+        if (!r->work_rc && !r->n_ids) /* nothing the tokenizer keeps (cannot happen: bytes) */
+            r->work_rc = fl_err_set(&r->work_err, FL_EINVAL, "the prompt has no tokens");
+        if (r->work_rc)
+            r->work_param = "prompt";
+        return;
+    }
+    int vocab = r->s->model->cfg.vocab;
+    for (size_t i = 0; i < c->n_prompt_ids; i++)
+        if (c->prompt_ids[i] >= vocab) {
+            r->work_rc = fl_err_set(&r->work_err, FL_EINVAL, "prompt: token id %d at %zu is "
+                                    "outside the vocabulary (%d ids)", (int)c->prompt_ids[i], i,
+                                    vocab);
+            r->work_param = "prompt";
+            return;
+        }
+    if (!(r->ids = malloc(c->n_prompt_ids * sizeof(int32_t)))) {
+        r->work_rc = fl_err_set(&r->work_err, FL_ENOMEM, "out of memory");
+        return;
+    }
+    memcpy(r->ids, c->prompt_ids, c->n_prompt_ids * sizeof(int32_t));
+    r->n_ids = c->n_prompt_ids;
+}
+
 static void tokenize_work(uv_work_t *w)
 {
     srv_req *r = w->data;
+    if (r->chat.raw) {
+        tokenize_raw(r);
+        return;
+    }
     const fl_tokenizer *tok = r->s->model->tok;
     fl_chat_opts co = {.add_generation_prompt = true, .enable_thinking = r->chat.enable_thinking};
     size_t n = r->chat.n_msgs;
@@ -277,8 +313,10 @@ static void tokenize_done(uv_work_t *w, int status)
     }
     int max_prompt = s->cfg->max_prompt_tokens;
     if ((int64_t)r->n_ids > max_prompt) {
-        snprintf(msg, sizeof msg, "the prompt has %zu tokens after the chat template; the limit "
-                 "is %d", r->n_ids, max_prompt);
+        snprintf(msg, sizeof msg, "the prompt has %zu tokens%s; the limit is %d", r->n_ids,
+                 r->chat.raw ? "" : " after the chat template", max_prompt);
+        if (r->chat.raw)
+            r->work_param = "prompt";
         srv_req_reject(r, SRV_E_PROMPT_TOO_LONG, msg);
         return;
     }

@@ -36,7 +36,8 @@ void fz_check_rejection(const char *code, const char *param, const char *msg)
             "decoding.pipeline", "decoding.tau_add", "decoding.tau_act", "decoding.tau_conf",
             "decoding.max_blocks", "decoding.steps", "decoding.edit_threshold",
             "decoding.max_post_steps", "decoding.preset", "parallel", "chat_template_kwargs",
-            "drafts", "response_format", "tools", "tool_choice"};
+            "drafts", "response_format", "tools", "tool_choice", "prompt", "best_of", "echo",
+            "logprobs", "suffix"};
         FZ_CHECK(in_list(param, known, sizeof known / sizeof known[0]), "unknown param '%s'",
                  param);
     }
@@ -103,6 +104,11 @@ void fz_check_chat(const srv_chat *c, const srv_limits *L, bool openai)
                             strlen(c->msgs[i].content)),
                  "message %zu content is not UTF-8", i);
     }
+    fz_check_sampling(c, L);
+}
+
+void fz_check_sampling(const srv_chat *c, const srv_limits *L)
+{
     FZ_CHECK(c->n_stop >= 0 && c->n_stop <= SRV_MAX_STOPS, "%d stop strings", c->n_stop);
     for (int i = 0; i < c->n_stop; i++) {
         size_t n = c->stop[i] ? strlen(c->stop[i]) : 0;
@@ -149,4 +155,31 @@ void fz_render_like_server(const fl_tokenizer *tok, const srv_chat *c)
     rc = fz_tokenize_roundtrip(tok, text.data ? text.data : "", text.len);
     FZ_CHECK(rc == 0, "an accepted chat fails to tokenize");
     fl_buf_free(&text);
+}
+
+void fz_check_completion(const srv_chat *c, const srv_limits *L)
+{
+    FZ_CHECK(c->raw && c->n_msgs == 0 && !c->session && !c->parallel && !c->tools &&
+                 c->format == FL_FMT_TEXT,
+             "a completion accepted with chat fields");
+    FZ_CHECK(!c->prompt != !c->prompt_ids, "a completion with %s prompt",
+             c->prompt ? "a text and an id" : "no");
+    if (c->prompt) {
+        FZ_CHECK(c->prompt_len >= 1 && strlen(c->prompt) == c->prompt_len,
+                 "a prompt of %zu bytes (strlen %zu)", c->prompt_len, strlen(c->prompt));
+        FZ_CHECK(fz_utf8_ok((const unsigned char *)c->prompt, c->prompt_len),
+                 "the prompt is not UTF-8");
+    } else {
+        FZ_CHECK(c->n_prompt_ids >= 1, "an empty id prompt");
+        for (size_t i = 0; i < c->n_prompt_ids; i++)
+            FZ_CHECK(c->prompt_ids[i] >= 0, "prompt id %zu is %d", i, (int)c->prompt_ids[i]);
+    }
+    fz_check_sampling(c, L);
+}
+
+void fz_tokenize_completion(const fl_tokenizer *tok, const srv_chat *c)
+{
+    if (c->prompt)
+        FZ_CHECK(fz_tokenize_roundtrip(tok, c->prompt, c->prompt_len) == 0,
+                 "an accepted prompt fails to tokenize");
 }

@@ -17,6 +17,14 @@ void fz_check_error_frame(const char *id, const char *code, const char *msg);
 void fz_check_openai_error(const char *code, const char *param, const char *msg);
 /* An accepted chat is inside every limit docs/protocol.md states. */
 void fz_check_chat(const srv_chat *c, const srv_limits *L, bool openai);
+/* The sampling fields (stop, max_tokens, decoding) of an accepted request are in range. */
+void fz_check_sampling(const srv_chat *c, const srv_limits *L);
+/* An accepted /v1/completions body: one prompt, text (UTF-8, no NUL) or ids (>= 0), no chat
+ * field, sampling in range. */
+void fz_check_completion(const srv_chat *c, const srv_limits *L);
+/* Tokenizes an accepted text prompt as tokenize_raw does (ids are checked there against the
+ * model's vocabulary, which the parser does not know). */
+void fz_tokenize_completion(const fl_tokenizer *tok, const srv_chat *c);
 /* Renders and tokenizes an accepted chat as serve_request.c tokenize_work does; both must
  * succeed, since the parser has already checked roles and text. */
 void fz_render_like_server(const fl_tokenizer *tok, const srv_chat *c);

@@ -1,7 +1,9 @@
 /* fuzz_chat_openai.c: a /v1/chat/completions body as serve_http.c handles it: the UTF-8
  * check, jansson (duplicate keys allowed, as the HTTP path loads them), srv_parse_chat_openai,
  * and for an accepted request the template and tokenizer. A rejection must carry a known
- * code, a message and a sensible param, and become a well-formed OpenAI error object. */
+ * code, a message and a sensible param, and become a well-formed OpenAI error object. The same
+ * body then goes to srv_parse_completion_openai (/v1/completions) under the same checks, an
+ * accepted text prompt through the tokenizer. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +42,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_CHECK(param == NULL, "param left set on success");
         fz_check_chat(&c, &L, true);
         fz_render_like_server(tok, &c);
+    }
+    srv_chat_free(&c);
+    code = NULL;
+    param = (const char *)1;
+    msg[0] = 0;
+    rc = srv_parse_completion_openai(o, &L, &c, &code, &param, msg, sizeof msg);
+    if (rc) {
+        FZ_CHECK(rc == -1, "srv_parse_completion_openai returned %d", rc);
+        fz_check_rejection(code, param, msg);
+        fz_check_openai_error(code, param, msg);
+    } else {
+        FZ_CHECK(param == NULL, "param left set on a completion's success");
+        fz_check_completion(&c, &L);
+        fz_tokenize_completion(tok, &c);
     }
     srv_chat_free(&c);
     json_decref(o);
