@@ -1,5 +1,5 @@
 /* serve_http.c: HTTP on the WebSocket port: static files from the web root, /health, /ready,
- * /metrics, the OpenAI-compatible /v1/models, /v1/chat/completions and /v1/completions (SSE
+ * /metrics, the OpenAI-compatible /v1/models[/ID], /v1/chat/completions and /v1/completions (SSE
  * when stream is true), and /generate (serve_generate.c).
  *
  * Every response goes through one path: the handler fills status, type and body (or starts
@@ -277,9 +277,20 @@ static bool authorized(srv_http *h, struct lws *wsi)
     return n > 7 && !strncasecmp(v, "Bearer ", 7) && !strcmp(v + 7, key);
 }
 
-static void route_models(srv_http *h)
+/* GET /v1/models: the list of the one model; GET /v1/models/ID (one not NULL): that model, as
+   the list's entry, when ID is its id or "fogline". */
+static void route_models(srv_http *h, const char *one)
 {
     srv *s = h->s;
+    if (one && strcmp(one, s->model_id) && strcmp(one, "fogline")) {
+        char name[101], m[300];
+        snprintf(name, sizeof name, "%s", one);
+        srv_utf8_clip(name); /* never cut a character in two */
+        snprintf(m, sizeof m, "the model '%s' does not exist; this server serves '%s'", name,
+                 s->model_id);
+        respond_error(h, 404, SRV_E_MODEL_NOT_FOUND, "model", m);
+        return;
+    }
     json_t *o = json_object(), *data = json_array(), *m = json_object();
     json_object_set_new(m, "id", json_string(s->model_id));
     json_object_set_new(m, "object", json_string("model"));
@@ -294,6 +305,12 @@ static void route_models(srv_http *h)
         json_decref(data);
         json_decref(m);
         respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
+        return;
+    }
+    if (one) {
+        json_decref(o);
+        json_decref(data);
+        respond_json(h, 200, m);
         return;
     }
     json_array_append_new(data, m);
@@ -1226,7 +1243,9 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
     } else if (!strcmp(uri, "/metrics")) {
         route_metrics(h);
     } else if (!strcmp(uri, "/v1/models")) {
-        route_models(h);
+        route_models(h, NULL);
+    } else if (!strncmp(uri, "/v1/models/", 11) && uri[11]) {
+        route_models(h, uri + 11);
     } else if (v1) {
         respond_error(h, 404, "not_found", NULL, "unknown endpoint");
     } else {

@@ -1,4 +1,4 @@
-// The official `openai` npm client, unchanged, against /v1/models and /v1/chat/completions,
+// The official `openai` npm client, unchanged, against /v1/models[/ID] and /v1/chat/completions,
 // streaming (SSE) and not, plus OpenAI-shaped errors with the right HTTP status.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -26,6 +26,16 @@ test('models.list names the served model', async () => {
   assert.equal(models.length, 1);
   assert.equal(models[0].object, 'model');
   assert.equal(typeof models[0].id, 'string');
+});
+
+test('models.retrieve gives the served model by its id or "fogline", 404 for another', async () => {
+  const [listed] = (await client.models.list()).data;
+  const m = await client.models.retrieve(listed.id);
+  assert.deepEqual(m, listed);
+  assert.deepEqual(await client.models.retrieve('fogline'), listed);
+  await assert.rejects(client.models.retrieve('gpt-4o'),
+    (e) => e.status === 404 && e.code === 'model_not_found' && e.param === 'model' &&
+      /'gpt-4o' does not exist/.test(e.message));
 });
 
 test('a non-streaming completion', async () => {
