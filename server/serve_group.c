@@ -129,6 +129,8 @@ static void group_branch_ended(srv_req *k, const char *finish, const fl_seq_stat
     json_array_set_new(g->seg_results, (size_t)k->segment, o);
     if (k->group_text) /* an HTTP owner answers with every branch's text at the end */
         json_object_set_new(o, "text", json_string(k->group_text));
+    if (k->group_reasoning)
+        json_object_set_new(o, "reasoning", json_string(k->group_reasoning));
     g->any_error |= err_code != NULL;
     g->kids[k->segment] = NULL;
     g->n_ended++;
@@ -158,7 +160,9 @@ void srv_group_totals(const srv_req *g, long long *prompt, long long *completion
 }
 
 /* A branch request of group g: messages base[0..n_base) plus, when extra is set, one more user
-   message; the group's sampling options. NULL when out of memory. */
+   message; the group's sampling options, its raw prompt (/v1/completions) and response format;
+   for samples (n > 1) branch i is sampled with the group's seed + i, so that choice 0 is what
+   the request alone gives. NULL when out of memory. */
 static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, const char *extra,
                            int segment)
 {
@@ -181,8 +185,22 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
     c->dec = g->chat.dec;
     c->every_step = g->chat.every_step;
     c->enable_thinking = g->chat.enable_thinking;
+    if (g->chat.parallel == SRV_PAR_SAMPLES && segment > 0)
+        c->dec.seed += (uint64_t)segment;
     c->stop = g->chat.n_stop ? calloc((size_t)g->chat.n_stop, sizeof(char *)) : NULL;
-    bool oom = !c->id || !c->msgs || (g->chat.n_stop && !c->stop);
+    const srv_chat *gc = &g->chat;
+    c->raw = gc->raw;
+    c->prompt = gc->prompt ? strndup(gc->prompt, gc->prompt_len) : NULL;
+    c->prompt_len = gc->prompt_len;
+    c->prompt_ids = gc->prompt_ids ? malloc(gc->n_prompt_ids * sizeof(int32_t)) : NULL;
+    if (c->prompt_ids)
+        memcpy(c->prompt_ids, gc->prompt_ids, gc->n_prompt_ids * sizeof(int32_t));
+    c->n_prompt_ids = c->prompt_ids ? gc->n_prompt_ids : 0;
+    c->format = gc->format;
+    c->schema = gc->schema ? strdup(gc->schema) : NULL;
+    bool oom = !c->id || !c->msgs || (g->chat.n_stop && !c->stop) ||
+               (gc->prompt && !c->prompt) || (gc->prompt_ids && !c->prompt_ids) ||
+               (gc->schema && !c->schema);
     for (size_t j = 0; !oom && j < c->n_msgs; j++) {
         bool last = j == n_base;
         c->msgs[j].role = strdup(last ? "user" : base[j].role);
@@ -358,8 +376,10 @@ srv_req *srv_group_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat
     srv_req_init(g, s, ops, owner, chat);
     group_link(g); /* every group_free from here on unlinks it */
     g->state = SRV_REQ_RUNNING;
-    if (g->chat.parallel == SRV_PAR_FANOUT) {
-        if (!group_add_branches(g, g->chat.msgs, g->chat.n_msgs, g->chat.segments, g->chat.n_segments)) {
+    if (g->chat.parallel == SRV_PAR_FANOUT || g->chat.parallel == SRV_PAR_SAMPLES) {
+        bool fan = g->chat.parallel == SRV_PAR_FANOUT;
+        if (!group_add_branches(g, g->chat.msgs, g->chat.n_msgs, fan ? g->chat.segments : NULL,
+                                fan ? g->chat.n_segments : g->chat.n_choices)) {
             group_free(g);
             *code = SRV_E_INTERNAL;
             snprintf(msg, msglen, "out of memory");

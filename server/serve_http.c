@@ -480,7 +480,7 @@ static void chat_start(srv_http *h)
     }
     h->stream = chat.stream;
     h->include_usage = chat.include_usage;
-    h->joined = chat.parallel >= SRV_PAR_SKELETON;
+    h->joined = SRV_PAR_OUTLINED(chat.parallel);
     h->created = (long long)time(NULL);
     snprintf(h->cmpl_id, sizeof h->cmpl_id, "%s-%llx%04llx",
              h->route == R_GENERATE ? "gen" : h->route == R_COMPLETION ? "cmpl" : "chatcmpl",
@@ -684,9 +684,11 @@ static int reason_json(json_t *d, srv_reason *rs, const char *text, size_t n, bo
 
 static void tools_json(json_t *d, srv_tools *t, bool end);
 
-/* A stream's end: what the split held back (a tag cut off by the reply's end), as one delta. */
+/* A stream's end: what the split held back (a tag cut off by the reply's end), as one delta
+   (of the branch's choice for a branch). */
 static void reason_tail(srv_http *h, srv_req *r)
 {
+    int index = r->segment > 0 ? r->segment : 0;
     fl_buf a = {0}, b = {0};
     if (!srv_reason_finish(&r->reason, &a, &b) && (a.len || b.len)) {
         json_t *d = json_object();
@@ -697,7 +699,7 @@ static void reason_tail(srv_http *h, srv_req *r)
         if (r->tools.on)
             tools_json(d, &r->tools, false);
         sse_begin(h);
-        sse_send(h, chunk(h, d, NULL));
+        sse_send(h, chunk_at(h, index, d, NULL));
     }
     fl_buf_free(&a);
     fl_buf_free(&b);
@@ -885,13 +887,28 @@ static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
         return;
     }
     if (ev->type == FL_EV_DONE) {
-        if (!h->stream) {
+        if (!h->stream) { /* the answer part and the reasoning, as on_done splits them */
             free(r->group_text);
-            r->group_text = strndup(ev->text, ev->text_len);
+            free(r->group_reasoning);
+            r->group_text = r->group_reasoning = NULL;
+            json_t *d = r->reason.on ? json_object() : NULL;
+            bool any;
+            if (d && !reason_json(d, &r->reason, ev->text, ev->text_len, true, &any)) {
+                const json_t *a = json_object_get(d, "reasoning_content");
+                const json_t *b = json_object_get(d, "content");
+                r->group_text = strndup(json_string_value(b), json_string_length(b));
+                if (a)
+                    r->group_reasoning = strndup(json_string_value(a), json_string_length(a));
+            }
+            json_decref(d);
+            if (!r->group_text)
+                r->group_text = strndup(ev->text, ev->text_len);
             return;
         }
         if (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH) {
             sse_begin(h);
+            if (r->reason.on)
+                reason_tail(h, r);
             sse_send(h, chunk_at(h, r->segment, json_object(),
                                  ev->finish == FL_FINISH_LENGTH ? "length" : "stop"));
         }
@@ -902,9 +919,14 @@ static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
     sse_begin(h);
     if (ev->type == FL_EV_COMMIT && ev->text_len) {
         json_t *d = json_object();
-        json_object_set_new(d, "content", json_stringn(ev->text, ev->text_len));
+        bool any = true;
+        if (!r->reason.on || reason_json(d, &r->reason, ev->text, ev->text_len, false, &any))
+            json_object_set_new(d, "content", json_stringn(ev->text, ev->text_len));
         h->s->m.commits_sent++;
-        sse_send(h, chunk_at(h, r->segment, d, NULL));
+        if (any) /* a commit that is all tag or held back: nothing to say yet */
+            sse_send(h, chunk_at(h, r->segment, d, NULL));
+        else
+            json_decref(d);
     }
 }
 
@@ -943,11 +965,23 @@ static void http_on_group_done(void *owner, srv_req *g)
         if (!err && !strcmp(json_string_value(json_object_get(v, "finish")), "cancelled"))
             err = SRV_E_SHUTTING_DOWN;
     }
+    bool samples = g->chat.parallel == SRV_PAR_SAMPLES;
+    if (err && samples && h->gen.segment >= 0 && strcmp(err, SRV_E_SHUTTING_DOWN)) {
+        /* n > 1: a choice refused before the engine (they share the prompt: all were), with
+           the refusal's own code and message, as the request alone would get it */
+        bool ctx = !strcmp(h->gen.code, SRV_E_PROMPT_TOO_LONG);
+        const char *param = ctx ? (g->chat.raw ? "prompt" : "messages") : NULL;
+        fail_exchange(h, status_of(h->gen.code), ctx ? "context_length_exceeded" : h->gen.code,
+                      param, h->gen.msg);
+        return;
+    }
     if (err) { /* a branch failed or was cancelled: the request failed */
         const char *msg = !strcmp(err, SRV_E_SHUTTING_DOWN) ? "the request was cancelled (the "
-                          "server is shutting down)" : "a segment of the request failed";
+                          "server is shutting down)"
+                          : samples ? "a choice of the request failed"
+                                    : "a segment of the request failed";
         int status = !strcmp(err, SRV_E_SHUTTING_DOWN) ? 503 : status_of(err);
-        fail_exchange(h, status, err, "parallel", msg);
+        fail_exchange(h, status, err, samples ? "n" : "parallel", msg);
         return;
     }
     if (h->stream) {
@@ -969,9 +1003,10 @@ static void http_on_group_done(void *owner, srv_req *g)
         arm(h);
         return;
     }
+    bool text = h->route == R_COMPLETION;
     json_t *o = json_object(), *choices = json_array();
     json_object_set_new(o, "id", json_string(h->cmpl_id));
-    json_object_set_new(o, "object", json_string("chat.completion"));
+    json_object_set_new(o, "object", json_string(text ? "text_completion" : "chat.completion"));
     json_object_set_new(o, "created", json_integer(h->created));
     json_object_set_new(o, "model", json_string(h->s->model_id));
     if (h->joined) { /* one choice: the points' answers in order */
@@ -1010,12 +1045,20 @@ static void http_on_group_done(void *owner, srv_req *g)
     {
         if (h->joined)
             break;
-        json_t *ch = json_object(), *msg = json_object();
+        json_t *ch = json_object();
         const char *t = json_string_value(json_object_get(v, "text"));
-        json_object_set_new(msg, "role", json_string("assistant"));
-        json_object_set_new(msg, "content", json_string(t ? t : ""));
+        const char *rs = json_string_value(json_object_get(v, "reasoning"));
         json_object_set_new(ch, "index", json_integer((json_int_t)i));
-        json_object_set_new(ch, "message", msg);
+        if (text) {
+            json_object_set_new(ch, "text", json_string(t ? t : ""));
+        } else {
+            json_t *msg = json_object();
+            json_object_set_new(msg, "role", json_string("assistant"));
+            json_object_set_new(msg, "content", json_string(t ? t : ""));
+            if (rs)
+                json_object_set_new(msg, "reasoning_content", json_string(rs));
+            json_object_set_new(ch, "message", msg);
+        }
         json_object_set_new(ch, "logprobs", json_null());
         json_object_set_new(ch, "finish_reason", json_string(json_string_value(json_object_get(v, "finish"))));
         json_array_append_new(choices, ch);
@@ -1064,6 +1107,12 @@ static void http_on_event(void *owner, srv_req *r, const srv_ev *ev)
 static void http_on_reject(void *owner, srv_req *r, const char *code, const char *msg)
 {
     srv_http *h = owner;
+    if (r->parent && r->parent->chat.parallel == SRV_PAR_SAMPLES && h->gen.segment < 0) {
+        h->gen.segment = r->segment; /* n > 1: the answer reports the first refusal as it is */
+        h->gen.code = code;
+        snprintf(h->gen.msg, sizeof h->gen.msg, "%s", msg && *msg ? msg : code);
+        srv_utf8_clip(h->gen.msg);
+    }
     if (r->parent) /* a branch: the group's answer reports it */
         return;
     h->req = NULL;

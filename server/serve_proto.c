@@ -610,7 +610,7 @@ static int parse_conversation(pctx *P, const json_t *o, bool openai, srv_chat *c
     bool no_msgs = c->segments && (!msgs || (json_is_array(msgs) && !json_array_size(msgs)));
     if (!no_msgs && parse_messages(P, msgs, openai, c))
         return -1;
-    if (c->parallel >= SRV_PAR_SKELETON && strcmp(c->msgs[c->n_msgs - 1].role, "user"))
+    if (SRV_PAR_OUTLINED(c->parallel) && strcmp(c->msgs[c->n_msgs - 1].role, "user"))
         return bad(P, SRV_E_BAD_REQUEST, "parallel", "skeleton and auto split the last message, "
                    "which must be the user's");
     return 0;
@@ -1013,8 +1013,10 @@ static int parse_openai_common(pctx *P, const json_t *o, srv_chat *c)
             return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
     }
     double x;
-    if (get_int(P, o, "n", "n", 1, 1, &x) < 0 || get_bool(P, o, "stream", "stream", &c->stream))
+    int r = get_int(P, o, "n", "n", 1, SRV_MAX_SEGMENTS, &x);
+    if (r < 0 || get_bool(P, o, "stream", "stream", &c->stream))
         return -1;
+    c->n_choices = r ? 1 : (int)x;
     const json_t *so = json_object_get(o, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so))
@@ -1023,6 +1025,23 @@ static int parse_openai_common(pctx *P, const json_t *o, srv_chat *c)
         if (get_bool(P, so, "include_usage", "stream_options.include_usage", &c->include_usage))
             return -1;
     }
+    return 0;
+}
+
+/* n above 1: n branches of the one prompt (SRV_PAR_SAMPLES), after every other field. */
+static int parse_samples(pctx *P, srv_chat *c)
+{
+    if (c->n_choices <= 1)
+        return 0;
+    const char *with = c->parallel                        ? "parallel"
+                       : c->session                       ? "session"
+                       : c->tools || c->tool_schema       ? "tools"
+                       : c->tool_msgs                     ? "messages (tool calls or results)"
+                                                          : NULL;
+    if (with)
+        return bad(P, SRV_E_BAD_REQUEST, "n", "'n' above 1 cannot be combined with '%s'", with);
+    c->parallel = SRV_PAR_SAMPLES;
+    c->max_branches = c->n_choices;
     return 0;
 }
 
@@ -1091,8 +1110,12 @@ int srv_parse_completion_openai(const json_t *o, const srv_limits *L, srv_chat *
     if (parse_openai_common(&P, o, c))
         return -1;
     double x;
-    if (get_int(&P, o, "best_of", "best_of", 1, 1, &x) < 0)
+    int r = get_int(&P, o, "best_of", "best_of", 1, SRV_MAX_SEGMENTS, &x);
+    if (r < 0)
         return -1;
+    if (!r && (int)x != c->n_choices) /* best_of > n ranks samples by their log probabilities */
+        return bad(&P, SRV_E_OUT_OF_RANGE, "best_of", "'best_of' must equal 'n' (%d), got %.0f: "
+                   "the server cannot rank samples (no log probabilities)", c->n_choices, x);
     /* what the engine cannot give is refused, never silently left out of the answer */
     const json_t *v = json_object_get(o, "echo");
     if (v && !json_is_null(v) && !json_is_boolean(v))
@@ -1115,7 +1138,8 @@ int srv_parse_completion_openai(const json_t *o, const srv_limits *L, srv_chat *
                        "/v1/chat/completions, not to /v1/completions", chat_only[i]);
     if (parse_prompt(&P, json_object_get(o, "prompt"), c) ||
         parse_sampling(&P, o, L, c, "max_tokens") ||
-        parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
+        parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c) ||
+        parse_samples(&P, c))
         return -1;
     return 0;
 }
@@ -1142,7 +1166,8 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
                               ? "max_completion_tokens"
                               : "max_tokens";
     if (parse_sampling(&P, o, L, c, max_key) ||
-        parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
+        parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c) ||
+        parse_samples(&P, c))
         return -1;
     return 0;
 }

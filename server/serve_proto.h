@@ -35,7 +35,10 @@
 #define SRV_MAX_STOPS 8
 #define SRV_STOP_MAX 64     /* bytes in one stop string */
 #define SRV_MAX_SEGMENTS 16 /* branches of one parallel request */
-enum { SRV_PAR_NONE = 0, SRV_PAR_FANOUT, SRV_PAR_SKELETON, SRV_PAR_AUTO };
+/* SRV_PAR_SAMPLES: OpenAI's n > 1, n branches of one prompt, branch i sampled with seed + i */
+enum { SRV_PAR_NONE = 0, SRV_PAR_FANOUT, SRV_PAR_SKELETON, SRV_PAR_AUTO, SRV_PAR_SAMPLES };
+/* the modes with an outline stage before their branches */
+#define SRV_PAR_OUTLINED(p) ((p) == SRV_PAR_SKELETON || (p) == SRV_PAR_AUTO)
 enum { SRV_TOOL_NONE = 0, SRV_TOOL_AUTO, SRV_TOOL_REQUIRED, SRV_TOOL_NAMED };
 #define SRV_MAX_TOOLS 64
 #define SRV_PARAMS_VISITS 1024 /* subschemas a tool's parameters' top level may have (anyOf, $ref) */
@@ -55,6 +58,7 @@ typedef struct srv_chat {
     int parallel;        /* SRV_PAR_* */
     char **segments;     /* (n_segments) owned; fanout only */
     int n_segments;
+    int n_choices;       /* OpenAI's n (samples: SRV_PAR_SAMPLES when above 1) */
     int max_branches;    /* branches running at once */
     bool enable_thinking; /* the template's enable_thinking: chat_template_kwargs, else the
                              server's default (--chat-template-kwargs), else true as the

@@ -34,6 +34,7 @@ void srv_req_unlink(srv_req *r)
 static void req_free(srv_req *r)
 {
     free(r->group_text);
+    free(r->group_reasoning);
     /* a queued draft must not point at a freed request */
     for (int i = 0; i < SRV_DRAFT_SLOTS; i++) {
         if (r->draft_slot[i])
@@ -361,7 +362,9 @@ srv_req *srv_req_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat *
         goto refuse;
     }
     if (chat->parallel) {
-        int need = chat->parallel == SRV_PAR_FANOUT ? chat->n_segments : 1;
+        int need = chat->parallel == SRV_PAR_FANOUT    ? chat->n_segments
+                   : chat->parallel == SRV_PAR_SAMPLES ? chat->n_choices
+                                                       : 1;
         if (s->n_reqs + need > s->cfg->max_seqs + s->cfg->max_queued) {
             *code = SRV_E_BUSY;
             snprintf(msg, msglen, "the server is busy: %d requests are running or waiting and "

@@ -123,7 +123,9 @@ struct srv_req {
     struct srv_req *outline; /* a skeleton/auto group: its outline stage while it runs */
     int n_outline;          /* points the outline gave (0: decoded plainly) */
     json_t *seg_results;    /* a group: one object per segment, filled as branches end */
-    char *group_text;       /* a branch with an HTTP owner: its whole text, kept for the answer */
+    char *group_text;       /* a branch with an HTTP owner: its whole text (with a model that
+                               thinks, the answer part), kept for the answer */
+    char *group_reasoning;  /* ... and its reasoning part, or NULL */
     bool any_error;
     /* the sink's (engine thread, from submit until done): a done that cannot be copied, or
        that follows a commit that could not be, goes out as this error instead, so that no

@@ -284,7 +284,7 @@ static void ws_on_group_done(void *owner, srv_req *g)
     json_object_set_new(u, "cached_tokens", json_integer(cached));
     json_object_set_new(o, "usage", u);
     json_object_set(o, "segments", g->seg_results);
-    if (g->chat.parallel >= SRV_PAR_SKELETON)
+    if (SRV_PAR_OUTLINED(g->chat.parallel))
         json_object_set_new(o, "outline_points", json_integer(g->n_outline));
     json_t *x = json_object();
     json_object_set_new(x, "ms_total", json_real(srv_now_ms(c->s) - g->t_start));

@@ -94,6 +94,12 @@ void fz_check_chat(const srv_chat *c, const srv_limits *L, bool openai)
         FZ_CHECK(strlen(c->session) >= 1 && strlen(c->session) <= SRV_ID_MAX,
                  "session of %zu bytes", strlen(c->session));
     FZ_CHECK(c->n_msgs >= 1 && c->n_msgs <= SRV_MAX_MESSAGES, "%zu messages", c->n_msgs);
+    if (openai)
+        FZ_CHECK(c->n_choices >= 1 && c->n_choices <= SRV_MAX_SEGMENTS &&
+                     (c->n_choices == 1 ? c->parallel != SRV_PAR_SAMPLES
+                                        : c->parallel == SRV_PAR_SAMPLES && !c->session &&
+                                              !c->tools && !c->tool_schema && !c->tool_msgs),
+                 "n %d accepted as parallel %d", c->n_choices, c->parallel);
     for (size_t i = 0; i < c->n_msgs; i++) {
         const char *r = c->msgs[i].role;
         FZ_CHECK(r && (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant") ||
@@ -159,9 +165,13 @@ void fz_render_like_server(const fl_tokenizer *tok, const srv_chat *c)
 
 void fz_check_completion(const srv_chat *c, const srv_limits *L)
 {
-    FZ_CHECK(c->raw && c->n_msgs == 0 && !c->session && !c->parallel && !c->tools &&
-                 c->format == FL_FMT_TEXT,
+    FZ_CHECK(c->raw && c->n_msgs == 0 && !c->session && !c->tools && c->format == FL_FMT_TEXT,
              "a completion accepted with chat fields");
+    FZ_CHECK(c->n_choices >= 1 && c->n_choices <= SRV_MAX_SEGMENTS &&
+                 c->parallel == (c->n_choices > 1 ? SRV_PAR_SAMPLES : SRV_PAR_NONE) &&
+                 (c->n_choices == 1 || c->max_branches == c->n_choices),
+             "n %d accepted as parallel %d with %d branches", c->n_choices, c->parallel,
+             c->max_branches);
     FZ_CHECK(!c->prompt != !c->prompt_ids, "a completion with %s prompt",
              c->prompt ? "a text and an id" : "no");
     if (c->prompt) {

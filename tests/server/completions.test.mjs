@@ -1,7 +1,9 @@
 // POST /v1/completions (docs/protocol.md) with the official `openai` npm client: a prompt given
 // as the chat template's rendered text, or as its token ids (from `fogline tokenize`), decodes
 // to exactly the reply /v1/chat/completions gives for those messages; streamed chunks add up to
-// the plain answer; stop strings; and every bad input as an OpenAI-shaped error with its status.
+// the plain answer; stop strings; n > 1 samples (here and on chat completions): choice i is the
+// request alone with seed + i, the choices share the prompt's KV pages; and every bad input as an
+// OpenAI-shaped error with its status.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -121,6 +123,62 @@ test('a stop string ends the text before it', async () => {
   assert.equal(r.choices[0].finish_reason, 'stop');
 });
 
+// Three samples that differ at this temperature (checked below: a mix-up of seeds would show).
+const SAMPLED = 'what can you do';
+const HOT = { max_tokens: 32, temperature: 1.2, seed: 11 };
+
+test('n samples: choice i is the request alone with seed + i; they share the prompt pages', async () => {
+  const B = (await client.models.list()).data[0].block_size;
+  const p = rendered(SAMPLED);
+  const P = p.ids.length;
+  assert.ok(P % B !== 0 && P > B, `test data: a prompt of ${P} tokens, not whole blocks of ${B}`);
+  // the group first, so that its branches compute the prompt (nothing cached yet)
+  const many = await client.completions.create({ model: 'fogline', prompt: p.text, ...HOT, n: 3,
+    best_of: 3 });
+  assert.deepEqual(many.choices.map((c) => c.index), [0, 1, 2]);
+  assert.equal(many.usage.prompt_tokens, 3 * P);
+  // one branch computes the prompt's whole blocks, the other two take them from the cache
+  assert.equal(many.usage.prompt_tokens_details.cached_tokens, 2 * Math.floor(P / B) * B);
+  let completion = 0;
+  const alone = [];
+  for (let i = 0; i < 3; i++) {
+    const one = await client.completions.create({ model: 'fogline', prompt: p.text, ...HOT,
+      seed: HOT.seed + i });
+    alone.push(one.choices[0].text);
+    assert.equal(many.choices[i].text, one.choices[0].text, `choice ${i}`);
+    assert.equal(many.choices[i].finish_reason, one.choices[0].finish_reason, `choice ${i}`);
+    completion += one.usage.completion_tokens;
+  }
+  assert.equal(new Set(alone).size, 3, `test data: three different samples: ${alone}`);
+  assert.equal(many.usage.completion_tokens, completion);
+  // streamed: each choice's chunks add up to its text, one finish each, usage at the end
+  const stream = await client.completions.create({ model: 'fogline', prompt: p.ids, ...HOT, n: 3,
+    stream: true, stream_options: { include_usage: true } });
+  const text = ['', '', ''];
+  const fin = [0, 0, 0];
+  let usage = null;
+  for await (const ch of stream) {
+    if (ch.usage) usage = ch.usage;
+    for (const c of ch.choices) {
+      text[c.index] += c.text;
+      if (c.finish_reason) fin[c.index]++;
+    }
+  }
+  assert.deepEqual(text, alone);
+  assert.deepEqual(fin, [1, 1, 1]);
+  assert.equal(usage.completion_tokens, completion);
+  // chat completions take n the same way
+  const msgs = [{ role: 'user', content: SAMPLED }];
+  const chat = await client.chat.completions.create({ model: 'fogline', messages: msgs, ...HOT, n: 2 });
+  assert.deepEqual(chat.choices.map((c) => [c.index, c.message.role, c.message.content]),
+    [[0, 'assistant', alone[0]], [1, 'assistant', alone[1]]]);
+  const cs = await client.chat.completions.create({ model: 'fogline', messages: msgs, ...HOT, n: 2,
+    stream: true });
+  const ct = ['', ''];
+  for await (const ch of cs) for (const c of ch.choices) ct[c.index] += c.delta.content ?? '';
+  assert.deepEqual(ct, alone.slice(0, 2));
+});
+
 test('every bad input is an OpenAI-shaped error with its status and param', async () => {
   const cases = [
     [{}, 400, 'bad_request', 'prompt', /'prompt' is required/],
@@ -138,8 +196,11 @@ test('every bad input is an OpenAI-shaped error with its status and param', asyn
     [{ prompt: { text: 'x' } }, 400, 'bad_request', 'prompt', /must be a string/],
     [{ prompt: 'a\u0000b' }, 400, 'bad_json', null, /NUL/], // jansson refuses it first
     [{ prompt: 'x'.repeat(400) }, 400, 'context_length_exceeded', 'prompt', /tokens; the limit is 96/],
-    [{ prompt: 'hi', n: 2 }, 400, 'out_of_range', 'n', /'n' must be in \[1, 1\]/],
-    [{ prompt: 'hi', best_of: 3 }, 400, 'out_of_range', 'best_of', /'best_of' must be in \[1, 1\]/],
+    [{ prompt: 'hi', n: 17 }, 400, 'out_of_range', 'n', /'n' must be in \[1, 16\]/],
+    [{ prompt: 'hi', n: 0 }, 400, 'out_of_range', 'n', /'n' must be in \[1, 16\]/],
+    [{ prompt: 'hi', best_of: 3 }, 400, 'out_of_range', 'best_of', /'best_of' must equal 'n' \(1\), got 3/],
+    [{ prompt: 'hi', n: 2, best_of: 4 }, 400, 'out_of_range', 'best_of', /must equal 'n' \(2\)/],
+    [{ prompt: 'x'.repeat(400), n: 3 }, 400, 'context_length_exceeded', 'prompt', /tokens; the limit is 96/],
     [{ prompt: 'hi', echo: true }, 400, 'bad_request', 'echo', /'echo' is not supported/],
     [{ prompt: 'hi', echo: 'yes' }, 400, 'bad_request', 'echo', /true or false/],
     [{ prompt: 'hi', logprobs: 1 }, 400, 'bad_request', 'logprobs', /not supported/],
@@ -167,6 +228,24 @@ test('every bad input is an OpenAI-shaped error with its status and param', asyn
       what);
     assert.match(r.json.error.message, msg, what);
   }
+  // n above 1 with what has no single reply, on chat completions
+  const chat = async (body) => {
+    const res = await fetch(`${server.url}/v1/chat/completions`, { method: 'POST', headers: AUTH,
+      body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], ...body }) });
+    return { status: res.status, json: await res.json() };
+  };
+  const tool = { type: 'function', function: { name: 'f', parameters: { type: 'object' } } };
+  for (const [body, with_] of [[{ session: 's1' }, 'session'], [{ tools: [tool] }, 'tools'],
+    [{ parallel: { mode: 'fanout', segments: ['a', 'b'] } }, 'parallel']]) {
+    const r = await chat({ n: 2, ...body });
+    assert.equal(r.status, 400, JSON.stringify(r.json));
+    assert.equal(r.json.error.param, 'n');
+    assert.equal(r.json.error.message, `'n' above 1 cannot be combined with '${with_}'`);
+  }
+  const long = await chat({ n: 2, messages: [{ role: 'user', content: 'x'.repeat(400) }] });
+  assert.equal(long.status, 400);
+  assert.equal(long.json.error.code, 'context_length_exceeded');
+  assert.equal(long.json.error.param, 'messages');
   // the same refusals through the client: a missing key, a wrong method
   const anon = new OpenAI({ apiKey: 'wrong', baseURL: `${server.url}/v1`, maxRetries: 0 });
   await assert.rejects(anon.completions.create({ model: 'fogline', prompt: 'hi' }),

@@ -6,7 +6,8 @@
 //   request, --chat-template-kwargs as the server's default: checked through usage.prompt_tokens
 //   against @huggingface/jinja rendering Qwen3's template, tokenized by @huggingface/tokenizers
 //   (the empty think block of enable_thinking=false is 4 tokens).
-// - reasoning_content / content over HTTP (plain and streamed with the official openai client),
+// - reasoning_content / content over HTTP (plain and streamed with the official openai client;
+//   each choice of n > 1 and of a fan-out),
 //   "reasoning"/"content" on WebSocket commits, a think tag cut by a stop string (the tails).
 // - every bad chat_template_kwargs: HTTP 400, a WebSocket error frame, a one-line CLI error.
 //
@@ -116,6 +117,34 @@ test('streamed with the openai client: delta.reasoning_content, then delta.conte
   assert.equal(order[0], 'r');
   assert.ok(order.lastIndexOf('r') < order.indexOf('c'), order.join(''));
   assert.ok(order.length >= 3, `several commits: ${order.join('')}`);
+});
+
+test('every choice of n > 1 and every fan-out segment is split as a lone reply (HTTP)', async () => {
+  // n samples, plain and streamed; the stop string cuts </think> (its tail goes out at the end)
+  const stop = 'ink>\n\nHello';
+  let r = await post(server, { messages: CONVS[0], max_tokens: 3, n: 3 });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  assert.deepEqual(r.body.choices.map((c) => [c.index, c.message.reasoning_content, c.message.content]),
+    [0, 1, 2].map((i) => [i, REASONING, ANSWER + REPLY + REPLY]));
+  const client = new OpenAI({ apiKey: 'none', baseURL: `${server.url}/v1`, maxRetries: 0 });
+  const alone = (await post(server, { messages: CONVS[0], max_tokens: 4, stop: [stop] })).body;
+  const stream = await client.chat.completions.create({ model: 'fogline', messages: CONVS[0],
+    max_tokens: 4, n: 2, stop: [stop], stream: true });
+  const got = [{ r: '', c: '' }, { r: '', c: '' }];
+  for await (const ch of stream)
+    for (const c of ch.choices) {
+      got[c.index].r += c.delta.reasoning_content ?? '';
+      got[c.index].c += c.delta.content ?? '';
+    }
+  const want = { r: alone.choices[0].message.reasoning_content, c: alone.choices[0].message.content };
+  assert.ok(want.r.length > REASONING.length, `the cut tag is reasoning text: ${JSON.stringify(want)}`);
+  assert.deepEqual(got, [want, want]);
+  // a fan-out's choices
+  r = await post(server, { messages: [], max_tokens: 1,
+    parallel: { mode: 'fanout', segments: ['hi', 'hello'] } });
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  assert.deepEqual(r.body.choices.map((c) => [c.message.reasoning_content, c.message.content]),
+    [[REASONING, ANSWER], [REASONING, ANSWER]]);
 });
 
 test('WebSocket commits carry each block\'s reasoning and content; text stays the raw reply', async () => {
