@@ -160,9 +160,9 @@ void srv_group_totals(const srv_req *g, long long *prompt, long long *completion
 }
 
 /* A branch request of group g: messages base[0..n_base) plus, when extra is set, one more user
-   message; the group's sampling options, its raw prompt (/v1/completions) and response format;
-   for samples (n > 1) branch i is sampled with the group's seed + i, so that choice 0 is what
-   the request alone gives. NULL when out of memory. */
+   message; the group's sampling options and response format. Samples: branch k has prompt
+   k / n of a text completion's (raw) and the group's seed + k % n, so that choice j of a
+   prompt is what that prompt alone gives with seed + j. NULL when out of memory. */
 static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, const char *extra,
                            int segment)
 {
@@ -185,22 +185,28 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
     c->dec = g->chat.dec;
     c->every_step = g->chat.every_step;
     c->enable_thinking = g->chat.enable_thinking;
-    if (g->chat.parallel == SRV_PAR_SAMPLES && segment > 0)
-        c->dec.seed += (uint64_t)segment;
-    c->stop = g->chat.n_stop ? calloc((size_t)g->chat.n_stop, sizeof(char *)) : NULL;
     const srv_chat *gc = &g->chat;
+    int per = gc->n_choices > 0 ? gc->n_choices : 1;
+    if (gc->parallel == SRV_PAR_SAMPLES && segment > 0)
+        c->dec.seed += (uint64_t)(segment % per);
+    c->stop = g->chat.n_stop ? calloc((size_t)g->chat.n_stop, sizeof(char *)) : NULL;
     c->raw = gc->raw;
-    c->prompt = gc->prompt ? strndup(gc->prompt, gc->prompt_len) : NULL;
-    c->prompt_len = gc->prompt_len;
-    c->prompt_ids = gc->prompt_ids ? malloc(gc->n_prompt_ids * sizeof(int32_t)) : NULL;
-    if (c->prompt_ids)
-        memcpy(c->prompt_ids, gc->prompt_ids, gc->n_prompt_ids * sizeof(int32_t));
-    c->n_prompt_ids = c->prompt_ids ? gc->n_prompt_ids : 0;
+    bool oom = false;
+    if (gc->n_prompts && segment >= 0) {
+        const srv_prompt *p = &gc->prompts[(segment / per) % gc->n_prompts];
+        srv_prompt *q = c->prompts = calloc(1, sizeof *c->prompts);
+        c->n_prompts = q ? 1 : 0;
+        if (q && p->text)
+            q->len = (q->text = strndup(p->text, p->len)) ? p->len : 0;
+        if (q && p->ids && (q->ids = malloc(p->n_ids * sizeof(int32_t)))) {
+            memcpy(q->ids, p->ids, p->n_ids * sizeof(int32_t));
+            q->n_ids = p->n_ids;
+        }
+        oom = !q || (p->text && !q->text) || (p->ids && !q->ids);
+    }
     c->format = gc->format;
     c->schema = gc->schema ? strdup(gc->schema) : NULL;
-    bool oom = !c->id || !c->msgs || (g->chat.n_stop && !c->stop) ||
-               (gc->prompt && !c->prompt) || (gc->prompt_ids && !c->prompt_ids) ||
-               (gc->schema && !c->schema);
+    oom |= !c->id || !c->msgs || (g->chat.n_stop && !c->stop) || (gc->schema && !c->schema);
     for (size_t j = 0; !oom && j < c->n_msgs; j++) {
         bool last = j == n_base;
         c->msgs[j].role = strdup(last ? "user" : base[j].role);
@@ -379,7 +385,7 @@ srv_req *srv_group_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat
     if (g->chat.parallel == SRV_PAR_FANOUT || g->chat.parallel == SRV_PAR_SAMPLES) {
         bool fan = g->chat.parallel == SRV_PAR_FANOUT;
         if (!group_add_branches(g, g->chat.msgs, g->chat.n_msgs, fan ? g->chat.segments : NULL,
-                                fan ? g->chat.n_segments : g->chat.n_choices)) {
+                                srv_chat_branches(&g->chat))) {
             group_free(g);
             *code = SRV_E_INTERNAL;
             snprintf(msg, msglen, "out of memory");

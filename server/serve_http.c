@@ -966,11 +966,11 @@ static void http_on_group_done(void *owner, srv_req *g)
             err = SRV_E_SHUTTING_DOWN;
     }
     bool samples = g->chat.parallel == SRV_PAR_SAMPLES;
-    if (err && samples && h->gen.segment >= 0 && strcmp(err, SRV_E_SHUTTING_DOWN)) {
-        /* n > 1: a choice refused before the engine (they share the prompt: all were), with
-           the refusal's own code and message, as the request alone would get it */
+    if (samples && h->gen.segment >= 0) {
+        /* a choice refused before the engine: its refusal's own code and message, as the
+           request (that prompt) alone would get it */
         bool ctx = !strcmp(h->gen.code, SRV_E_PROMPT_TOO_LONG);
-        const char *param = ctx ? (g->chat.raw ? "prompt" : "messages") : NULL;
+        const char *param = g->chat.raw ? "prompt" : ctx ? "messages" : NULL;
         fail_exchange(h, status_of(h->gen.code), ctx ? "context_length_exceeded" : h->gen.code,
                       param, h->gen.msg);
         return;
@@ -1107,11 +1107,22 @@ static void http_on_event(void *owner, srv_req *r, const srv_ev *ev)
 static void http_on_reject(void *owner, srv_req *r, const char *code, const char *msg)
 {
     srv_http *h = owner;
-    if (r->parent && r->parent->chat.parallel == SRV_PAR_SAMPLES && h->gen.segment < 0) {
-        h->gen.segment = r->segment; /* n > 1: the answer reports the first refusal as it is */
+    if (r->parent && r->parent->chat.parallel == SRV_PAR_SAMPLES &&
+        (h->gen.segment < 0 || r->segment < h->gen.segment)) {
+        /* samples: the answer reports the lowest choice's refusal as it is (whichever branch
+           ended first), and the rest are cancelled: the answer is that error */
+        h->gen.segment = r->segment;
         h->gen.code = code;
-        snprintf(h->gen.msg, sizeof h->gen.msg, "%s", msg && *msg ? msg : code);
+        const srv_chat *gc = &r->parent->chat;
+        if (gc->n_prompts > 1) /* which prompt of a batch */
+            snprintf(h->gen.msg, sizeof h->gen.msg, "prompt[%d]: %s",
+                     r->segment / (gc->n_choices > 0 ? gc->n_choices : 1),
+                     msg && *msg ? msg : code);
+        else
+            snprintf(h->gen.msg, sizeof h->gen.msg, "%s", msg && *msg ? msg : code);
         srv_utf8_clip(h->gen.msg);
+        srv_req_cancel(r->parent);
+        return;
     }
     if (r->parent) /* a branch: the group's answer reports it */
         return;

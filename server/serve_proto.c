@@ -35,8 +35,11 @@ void srv_chat_free(srv_chat *c)
     for (size_t i = 0; i < c->n_calls; i++)
         free(c->calls[i]);
     free(c->calls);
-    free(c->prompt);
-    free(c->prompt_ids);
+    for (int i = 0; i < c->n_prompts; i++) {
+        free(c->prompts[i].text);
+        free(c->prompts[i].ids);
+    }
+    free(c->prompts);
     memset(c, 0, sizeof *c);
 }
 
@@ -1028,11 +1031,16 @@ static int parse_openai_common(pctx *P, const json_t *o, srv_chat *c)
     return 0;
 }
 
-/* n above 1: n branches of the one prompt (SRV_PAR_SAMPLES), after every other field. */
+/* Several choices (n above 1, or a text completion's prompts): a group of samples
+   (SRV_PAR_SAMPLES), after every other field. */
 static int parse_samples(pctx *P, srv_chat *c)
 {
-    if (c->n_choices <= 1)
+    int total = c->n_choices * (c->n_prompts > 1 ? c->n_prompts : 1);
+    if (total <= 1)
         return 0;
+    if (total > SRV_MAX_CHOICES)
+        return bad(P, SRV_E_OUT_OF_RANGE, "prompt", "%d prompts times n %d is %d choices; at "
+                   "most %d", c->n_prompts, c->n_choices, total, SRV_MAX_CHOICES);
     const char *with = c->parallel                        ? "parallel"
                        : c->session                       ? "session"
                        : c->tools || c->tool_schema       ? "tools"
@@ -1041,59 +1049,66 @@ static int parse_samples(pctx *P, srv_chat *c)
     if (with)
         return bad(P, SRV_E_BAD_REQUEST, "n", "'n' above 1 cannot be combined with '%s'", with);
     c->parallel = SRV_PAR_SAMPLES;
-    c->max_branches = c->n_choices;
+    c->max_branches = total;
     return 0;
 }
 
-/* A token-id prompt: a non-empty array of integers in [0, 2^31). */
-static int prompt_ids(pctx *P, const json_t *a, const char *name, srv_chat *c)
+/* One prompt of a text completion, named name in messages: a non-empty string, or a non-empty
+   array of token ids (integers in [0, 2^31)). */
+static int parse_one_prompt(pctx *P, const json_t *v, const char *name, srv_prompt *out)
 {
-    size_t n = json_array_size(a);
-    if (!n)
-        return bad(P, SRV_E_BAD_REQUEST, "prompt", "'%s' must not be empty", name);
-    if (!(c->prompt_ids = malloc(n * sizeof(int32_t))))
-        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
-    for (size_t i = 0; i < n; i++) {
-        double d;
-        if (!integer(json_array_get(a, i), &d) || d < 0 || d > INT32_MAX)
-            return bad(P, SRV_E_BAD_REQUEST, "prompt", "%s[%zu] must be a token id (an integer "
-                       ">= 0)", name, i);
-        c->prompt_ids[i] = (int32_t)d;
-    }
-    c->n_prompt_ids = n;
-    return 0;
-}
-
-static int parse_prompt(pctx *P, const json_t *v, srv_chat *c)
-{
-    if (!v || json_is_null(v))
-        return bad(P, SRV_E_BAD_REQUEST, "prompt", "'prompt' is required");
-    const char *name = "prompt";
-    if (json_is_array(v) && json_array_size(v) > 0 &&
-        (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0)))) {
-        /* a batch of prompts: one is taken */
-        if (json_array_size(v) > 1)
-            return bad(P, SRV_E_OUT_OF_RANGE, "prompt", "'prompt' holds %zu prompts; this server "
-                       "answers one prompt per request (send them as separate requests, which "
-                       "share its forward passes)", json_array_size(v));
-        v = json_array_get(v, 0);
-        name = "prompt[0]";
-    }
     if (json_is_array(v)) {
-        /* an array holding neither strings nor arrays: token ids (checked one by one) */
-        return prompt_ids(P, v, name, c);
+        size_t n = json_array_size(v);
+        if (!n)
+            return bad(P, SRV_E_BAD_REQUEST, "prompt", "'%s' must not be empty", name);
+        if (!(out->ids = malloc(n * sizeof(int32_t))))
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            double d;
+            if (!integer(json_array_get(v, i), &d) || d < 0 || d > INT32_MAX)
+                return bad(P, SRV_E_BAD_REQUEST, "prompt", "%s[%zu] must be a token id (an "
+                           "integer >= 0)", name, i);
+            out->ids[i] = (int32_t)d;
+        }
+        out->n_ids = n;
+        return 0;
     }
     if (!json_is_string(v))
         return bad(P, SRV_E_BAD_REQUEST, "prompt", "'%s' must be a string, an array of token "
-                   "ids, or an array holding one of those", name);
+                   "ids, or an array of those", name);
     size_t len = json_string_length(v);
     if (!len)
         return bad(P, SRV_E_BAD_REQUEST, "prompt", "'%s' must not be empty", name);
     if (memchr(json_string_value(v), 0, len))
         return bad(P, SRV_E_BAD_REQUEST, "prompt", "'%s' contains a NUL", name);
-    if (!(c->prompt = strndup(json_string_value(v), len)))
+    if (!(out->text = strndup(json_string_value(v), len)))
         return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
-    c->prompt_len = len;
+    out->len = len;
+    return 0;
+}
+
+/* prompt: a string, an array of ids, or an array of those (a batch: every prompt gets its own
+   choices, in order). */
+static int parse_prompt(pctx *P, const json_t *v, srv_chat *c)
+{
+    if (!v || json_is_null(v))
+        return bad(P, SRV_E_BAD_REQUEST, "prompt", "'prompt' is required");
+    const json_t *first = json_is_array(v) ? json_array_get(v, 0) : NULL;
+    bool batch = first && (json_is_string(first) || json_is_array(first));
+    size_t n = batch ? json_array_size(v) : 1;
+    if (n > SRV_MAX_CHOICES)
+        return bad(P, SRV_E_OUT_OF_RANGE, "prompt", "'prompt' holds %zu prompts; at most %d", n,
+                   SRV_MAX_CHOICES);
+    if (!(c->prompts = calloc(n, sizeof *c->prompts)))
+        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    c->n_prompts = (int)n;
+    for (size_t i = 0; i < n; i++) {
+        char name[32] = "prompt";
+        if (batch)
+            snprintf(name, sizeof name, "prompt[%zu]", i);
+        if (parse_one_prompt(P, batch ? json_array_get(v, i) : v, name, &c->prompts[i]))
+            return -1;
+    }
     return 0;
 }
 

@@ -44,6 +44,16 @@ enum { SRV_TOOL_NONE = 0, SRV_TOOL_AUTO, SRV_TOOL_REQUIRED, SRV_TOOL_NAMED };
 #define SRV_PARAMS_VISITS 1024 /* subschemas a tool's parameters' top level may have (anyOf, $ref) */
 
 
+#define SRV_MAX_CHOICES 64 /* a text completion's prompts times n */
+
+/* A /v1/completions prompt: its text (tokenized as given) or its token ids. */
+typedef struct srv_prompt {
+    char *text; /* NULL for ids */
+    size_t len;
+    int32_t *ids; /* (n_ids), NULL for text */
+    size_t n_ids;
+} srv_prompt;
+
 typedef struct srv_chat {
     char *id;            /* the client's request id (WebSocket); OpenAI: generated */
     char *session;       /* continued from / saved to Redis when the server has one */
@@ -58,7 +68,7 @@ typedef struct srv_chat {
     int parallel;        /* SRV_PAR_* */
     char **segments;     /* (n_segments) owned; fanout only */
     int n_segments;
-    int n_choices;       /* OpenAI's n (samples: SRV_PAR_SAMPLES when above 1) */
+    int n_choices;       /* OpenAI's n per prompt (SRV_PAR_SAMPLES when the choices are several) */
     int max_branches;    /* branches running at once */
     bool enable_thinking; /* the template's enable_thinking: chat_template_kwargs, else the
                              server's default (--chat-template-kwargs), else true as the
@@ -82,14 +92,13 @@ typedef struct srv_chat {
     char **calls;        /* (n_calls) */
     size_t n_calls;
     bool tool_msgs;      /* a message is a tool result or has tool calls */
-    /* /v1/completions: the prompt as it is, no chat template (msgs is empty): its text
-       (tokenized as given, special tokens' text included) or its token ids (checked against
-       the vocabulary when tokenized) */
+    /* /v1/completions: the prompts as they are, no chat template (msgs is empty): text
+       (tokenized as given, special tokens' text included) or token ids (checked against the
+       vocabulary when tokenized). More than one (or n above 1) is a group of samples, whose
+       branch k has prompt k / n_choices alone */
     bool raw;
-    char *prompt;
-    size_t prompt_len;
-    int32_t *prompt_ids; /* (n_prompt_ids), or NULL for a text prompt */
-    size_t n_prompt_ids;
+    srv_prompt *prompts; /* (n_prompts) owned */
+    int n_prompts;
     /* OpenAI only */
     bool stream;
     bool include_usage;
@@ -104,6 +113,15 @@ typedef struct srv_limits {
 } srv_limits;
 
 void srv_chat_free(srv_chat *c);
+
+/* The branches a request's group has: its segments (fan-out), its choices (samples: prompts
+ * times n), or 1 (the outline stage first). */
+static inline int srv_chat_branches(const srv_chat *c)
+{
+    return c->parallel == SRV_PAR_FANOUT    ? c->n_segments
+           : c->parallel == SRV_PAR_SAMPLES ? c->n_choices * (c->n_prompts > 1 ? c->n_prompts : 1)
+                                            : 1;
+}
 
 /* Each parser returns 0, or -1 with *code (an SRV_E_*), a message naming the field, and
  * (OpenAI) *param set to the offending field's name or NULL. */

@@ -116,9 +116,9 @@ void srv_req_reject(srv_req *r, const char *code, const char *text)
 static void tokenize_raw(srv_req *r)
 {
     const fl_tokenizer *tok = r->s->model->tok;
-    const srv_chat *c = &r->chat;
-    if (!c->prompt_ids) {
-        r->work_rc = fl_tokenizer_encode(tok, c->prompt, c->prompt_len, true, &r->ids, &r->n_ids,
+    const srv_prompt *c = &r->chat.prompts[0]; /* a group's branch has its own one */
+    if (!c->ids) {
+        r->work_rc = fl_tokenizer_encode(tok, c->text, c->len, true, &r->ids, &r->n_ids,
                                          &r->work_err);
         if (!r->work_rc && !r->n_ids) /* nothing the tokenizer keeps (cannot happen: bytes) */
             r->work_rc = fl_err_set(&r->work_err, FL_EINVAL, "the prompt has no tokens");
@@ -127,20 +127,19 @@ static void tokenize_raw(srv_req *r)
         return;
     }
     int vocab = r->s->model->cfg.vocab;
-    for (size_t i = 0; i < c->n_prompt_ids; i++)
-        if (c->prompt_ids[i] >= vocab) {
-            r->work_rc = fl_err_set(&r->work_err, FL_EINVAL, "prompt: token id %d at %zu is "
-                                    "outside the vocabulary (%d ids)", (int)c->prompt_ids[i], i,
-                                    vocab);
+    for (size_t i = 0; i < c->n_ids; i++)
+        if (c->ids[i] >= vocab) {
+            r->work_rc = fl_err_set(&r->work_err, FL_EINVAL, "token id %d at %zu is outside "
+                                    "the vocabulary (%d ids)", (int)c->ids[i], i, vocab);
             r->work_param = "prompt";
             return;
         }
-    if (!(r->ids = malloc(c->n_prompt_ids * sizeof(int32_t)))) {
+    if (!(r->ids = malloc(c->n_ids * sizeof(int32_t)))) {
         r->work_rc = fl_err_set(&r->work_err, FL_ENOMEM, "out of memory");
         return;
     }
-    memcpy(r->ids, c->prompt_ids, c->n_prompt_ids * sizeof(int32_t));
-    r->n_ids = c->n_prompt_ids;
+    memcpy(r->ids, c->ids, c->n_ids * sizeof(int32_t));
+    r->n_ids = c->n_ids;
 }
 
 static void tokenize_work(uv_work_t *w)
@@ -362,9 +361,7 @@ srv_req *srv_req_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat *
         goto refuse;
     }
     if (chat->parallel) {
-        int need = chat->parallel == SRV_PAR_FANOUT    ? chat->n_segments
-                   : chat->parallel == SRV_PAR_SAMPLES ? chat->n_choices
-                                                       : 1;
+        int need = srv_chat_branches(chat);
         if (s->n_reqs + need > s->cfg->max_seqs + s->cfg->max_queued) {
             *code = SRV_E_BUSY;
             snprintf(msg, msglen, "the server is busy: %d requests are running or waiting and "

@@ -167,29 +167,34 @@ void fz_check_completion(const srv_chat *c, const srv_limits *L)
 {
     FZ_CHECK(c->raw && c->n_msgs == 0 && !c->session && !c->tools && c->format == FL_FMT_TEXT,
              "a completion accepted with chat fields");
-    FZ_CHECK(c->n_choices >= 1 && c->n_choices <= SRV_MAX_SEGMENTS &&
-                 c->parallel == (c->n_choices > 1 ? SRV_PAR_SAMPLES : SRV_PAR_NONE) &&
-                 (c->n_choices == 1 || c->max_branches == c->n_choices),
-             "n %d accepted as parallel %d with %d branches", c->n_choices, c->parallel,
-             c->max_branches);
-    FZ_CHECK(!c->prompt != !c->prompt_ids, "a completion with %s prompt",
-             c->prompt ? "a text and an id" : "no");
-    if (c->prompt) {
-        FZ_CHECK(c->prompt_len >= 1 && strlen(c->prompt) == c->prompt_len,
-                 "a prompt of %zu bytes (strlen %zu)", c->prompt_len, strlen(c->prompt));
-        FZ_CHECK(fz_utf8_ok((const unsigned char *)c->prompt, c->prompt_len),
-                 "the prompt is not UTF-8");
-    } else {
-        FZ_CHECK(c->n_prompt_ids >= 1, "an empty id prompt");
-        for (size_t i = 0; i < c->n_prompt_ids; i++)
-            FZ_CHECK(c->prompt_ids[i] >= 0, "prompt id %zu is %d", i, (int)c->prompt_ids[i]);
+    int total = c->n_choices * c->n_prompts;
+    FZ_CHECK(c->n_choices >= 1 && c->n_choices <= SRV_MAX_SEGMENTS && total <= SRV_MAX_CHOICES &&
+                 c->parallel == (total > 1 ? SRV_PAR_SAMPLES : SRV_PAR_NONE) &&
+                 (total == 1 || (c->max_branches == total && srv_chat_branches(c) == total)),
+             "n %d of %d prompts accepted as parallel %d with %d branches", c->n_choices,
+             c->n_prompts, c->parallel, c->max_branches);
+    FZ_CHECK(c->n_prompts >= 1 && c->n_prompts <= SRV_MAX_CHOICES, "%d prompts", c->n_prompts);
+    for (int k = 0; k < c->n_prompts; k++) {
+        const srv_prompt *p = &c->prompts[k];
+        FZ_CHECK(!p->text != !p->ids, "prompt %d with %s", k, p->text ? "a text and ids" : "none");
+        if (p->text) {
+            FZ_CHECK(p->len >= 1 && strlen(p->text) == p->len, "prompt %d of %zu bytes (strlen "
+                     "%zu)", k, p->len, strlen(p->text));
+            FZ_CHECK(fz_utf8_ok((const unsigned char *)p->text, p->len), "prompt %d is not UTF-8",
+                     k);
+        } else {
+            FZ_CHECK(p->n_ids >= 1, "prompt %d has no ids", k);
+            for (size_t i = 0; i < p->n_ids; i++)
+                FZ_CHECK(p->ids[i] >= 0, "prompt %d id %zu is %d", k, i, (int)p->ids[i]);
+        }
     }
     fz_check_sampling(c, L);
 }
 
 void fz_tokenize_completion(const fl_tokenizer *tok, const srv_chat *c)
 {
-    if (c->prompt)
-        FZ_CHECK(fz_tokenize_roundtrip(tok, c->prompt, c->prompt_len) == 0,
-                 "an accepted prompt fails to tokenize");
+    for (int k = 0; k < c->n_prompts; k++)
+        if (c->prompts[k].text)
+            FZ_CHECK(fz_tokenize_roundtrip(tok, c->prompts[k].text, c->prompts[k].len) == 0,
+                     "accepted prompt %d fails to tokenize", k);
 }

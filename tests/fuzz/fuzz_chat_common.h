@@ -19,8 +19,8 @@ void fz_check_openai_error(const char *code, const char *param, const char *msg)
 void fz_check_chat(const srv_chat *c, const srv_limits *L, bool openai);
 /* The sampling fields (stop, max_tokens, decoding) of an accepted request are in range. */
 void fz_check_sampling(const srv_chat *c, const srv_limits *L);
-/* An accepted /v1/completions body: one prompt, text (UTF-8, no NUL) or ids (>= 0), no chat
- * field, sampling in range. */
+/* An accepted /v1/completions body: 1..SRV_MAX_CHOICES prompts, each text (UTF-8, no NUL) or
+ * ids (>= 0), several choices a group of samples, no chat field, sampling in range. */
 void fz_check_completion(const srv_chat *c, const srv_limits *L);
 /* Tokenizes an accepted text prompt as tokenize_raw does (ids are checked there against the
  * model's vocabulary, which the parser does not know). */

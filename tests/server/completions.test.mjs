@@ -1,9 +1,9 @@
 // POST /v1/completions (docs/protocol.md) with the official `openai` npm client: a prompt given
 // as the chat template's rendered text, or as its token ids (from `fogline tokenize`), decodes
 // to exactly the reply /v1/chat/completions gives for those messages; streamed chunks add up to
-// the plain answer; stop strings; n > 1 samples (here and on chat completions): choice i is the
-// request alone with seed + i, the choices share the prompt's KV pages; and every bad input as an
-// OpenAI-shaped error with its status.
+// the plain answer; stop strings; n > 1 samples (here and on chat completions) and batches of
+// prompts: choice i of a prompt is that prompt alone with seed + i, the choices share the
+// prompt's KV pages; and every bad input as an OpenAI-shaped error with its status.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -179,20 +179,51 @@ test('n samples: choice i is the request alone with seed + i; they share the pro
   assert.deepEqual(ct, alone.slice(0, 2));
 });
 
+test('a batch of prompts: each prompt its n choices in order, each as that prompt alone', async () => {
+  // (after the samples' test: it needs their prompt uncached)
+  const a = rendered(SAMPLED), b = rendered(QUESTIONS[2]);
+  const many = await client.completions.create({ model: 'fogline', prompt: [a.text, b.ids], ...HOT,
+    n: 2 });
+  assert.equal(many.choices.length, 4);
+  assert.deepEqual(many.choices.map((c) => c.index), [0, 1, 2, 3]);
+  let completion = 0;
+  for (const [k, p] of [a.text, b.ids].entries())
+    for (let j = 0; j < 2; j++) {
+      const one = await client.completions.create({ model: 'fogline', prompt: p, ...HOT,
+        seed: HOT.seed + j });
+      assert.equal(many.choices[2 * k + j].text, one.choices[0].text, `prompt ${k} choice ${j}`);
+      completion += one.usage.completion_tokens;
+    }
+  assert.equal(many.usage.prompt_tokens, 2 * (a.ids.length + b.ids.length));
+  assert.equal(many.usage.completion_tokens, completion);
+  // streamed, the same texts under the same indices
+  const stream = await client.completions.create({ model: 'fogline', prompt: [a.ids, b.text],
+    ...HOT, n: 2, stream: true });
+  const text = ['', '', '', ''];
+  for await (const ch of stream) for (const c of ch.choices) text[c.index] += c.text;
+  assert.deepEqual(text, many.choices.map((c) => c.text));
+});
+
 test('every bad input is an OpenAI-shaped error with its status and param', async () => {
   const cases = [
     [{}, 400, 'bad_request', 'prompt', /'prompt' is required/],
     [{ prompt: '' }, 400, 'bad_request', 'prompt', /must not be empty/],
     [{ prompt: [] }, 400, 'bad_request', 'prompt', /must not be empty/],
     [{ prompt: [[]] }, 400, 'bad_request', 'prompt', /'prompt\[0\]' must not be empty/],
-    [{ prompt: ['a', 'b'] }, 400, 'out_of_range', 'prompt', /holds 2 prompts/],
-    [{ prompt: [[1], [2]] }, 400, 'out_of_range', 'prompt', /holds 2 prompts/],
+    [{ prompt: Array(65).fill('a') }, 400, 'out_of_range', 'prompt', /holds 65 prompts; at most 64/],
+    [{ prompt: Array(9).fill('a'), n: 8 }, 400, 'out_of_range', 'prompt', /9 prompts times n 8 is 72 choices; at most 64/],
+    [{ prompt: ['a', ''] }, 400, 'bad_request', 'prompt', /'prompt\[1\]' must not be empty/],
+    [{ prompt: ['a', 7] }, 400, 'bad_request', 'prompt', /'prompt\[1\]' must be a string/],
+    [{ prompt: [[1], [2, -3]] }, 400, 'bad_request', 'prompt', /prompt\[1\]\[1\] must be a token id/],
+    [{ prompt: ['hi', 'x'.repeat(400)] }, 400, 'context_length_exceeded', 'prompt', /^prompt\[1\]: the prompt has \d+ tokens; the limit is 96/],
+    [{ prompt: [[5], [6, 99999999]], n: 2 }, 400, 'bad_request', 'prompt', /^prompt\[1\]: token id 99999999 at 1 is outside/],
     [{ prompt: [5, 'x'] }, 400, 'bad_request', 'prompt', /prompt\[1\] must be a token id/],
     [{ prompt: [-1] }, 400, 'bad_request', 'prompt', /prompt\[0\] must be a token id/],
     [{ prompt: [1.5] }, 400, 'bad_request', 'prompt', /prompt\[0\] must be a token id/],
     [{ prompt: [2147483648] }, 400, 'bad_request', 'prompt', /must be a token id/],
     [{ prompt: [7, 99999999] }, 400, 'bad_request', 'prompt', /token id 99999999 at 1 is outside the vocabulary/],
     [{ prompt: 42 }, 400, 'bad_request', 'prompt', /must be a string, an array of token ids/],
+    [{ prompt: [] }, 400, 'bad_request', 'prompt', /'prompt' must not be empty/],
     [{ prompt: { text: 'x' } }, 400, 'bad_request', 'prompt', /must be a string/],
     [{ prompt: 'a\u0000b' }, 400, 'bad_json', null, /NUL/], // jansson refuses it first
     [{ prompt: 'x'.repeat(400) }, 400, 'context_length_exceeded', 'prompt', /tokens; the limit is 96/],
