@@ -177,6 +177,15 @@ test('n samples: choice i is the request alone with seed + i; they share the pro
   const ct = ['', ''];
   for await (const ch of cs) for (const c of ch.choices) ct[c.index] += c.delta.content ?? '';
   assert.deepEqual(ct, alone.slice(0, 2));
+  // each choice keeps the response format, as the request alone with its seed
+  const fmt = { messages: msgs, ...HOT, max_tokens: 64, response_format: { type: 'json_object' } };
+  const js = await client.chat.completions.create({ model: 'fogline', ...fmt, n: 2 });
+  for (const c of js.choices) {
+    const one = await client.chat.completions.create({ model: 'fogline', ...fmt,
+      seed: HOT.seed + c.index });
+    assert.equal(c.message.content, one.choices[0].message.content, `json choice ${c.index}`);
+    if (c.finish_reason === 'stop') JSON.parse(c.message.content);
+  }
 });
 
 test('a batch of prompts: each prompt its n choices in order, each as that prompt alone', async () => {
