@@ -277,18 +277,24 @@ static bool authorized(srv_http *h, struct lws *wsi)
     return n > 7 && !strncasecmp(v, "Bearer ", 7) && !strcmp(v + 7, key);
 }
 
+/* 404 model_not_found for a model name the request gave (quoted cut to whole characters). */
+static void model_not_found(srv_http *h, const char *asked)
+{
+    char name[101], m[300];
+    snprintf(name, sizeof name, "%s", asked);
+    srv_utf8_clip(name); /* never cut a character in two */
+    snprintf(m, sizeof m, "the model '%s' does not exist; this server serves '%s'", name,
+             h->s->model_id);
+    respond_error(h, 404, SRV_E_MODEL_NOT_FOUND, "model", m);
+}
+
 /* GET /v1/models: the list of the one model; GET /v1/models/ID (one not NULL): that model, as
    the list's entry, when ID is its id or "fogline". */
 static void route_models(srv_http *h, const char *one)
 {
     srv *s = h->s;
     if (one && strcmp(one, s->model_id) && strcmp(one, "fogline")) {
-        char name[101], m[300];
-        snprintf(name, sizeof name, "%s", one);
-        srv_utf8_clip(name); /* never cut a character in two */
-        snprintf(m, sizeof m, "the model '%s' does not exist; this server serves '%s'", name,
-                 s->model_id);
-        respond_error(h, 404, SRV_E_MODEL_NOT_FOUND, "model", m);
+        model_not_found(h, one);
         return;
     }
     json_t *o = json_object(), *data = json_array(), *m = json_object();
@@ -469,13 +475,8 @@ static void chat_start(srv_http *h)
         return;
     }
     if (chat.model && strcmp(chat.model, s->model_id) && strcmp(chat.model, "fogline")) {
-        char name[101];
-        snprintf(name, sizeof name, "%s", chat.model);
-        srv_utf8_clip(name); /* never cut a character in two */
-        snprintf(m, sizeof m, "the model '%s' does not exist; this server serves '%s'", name,
-                 s->model_id);
+        model_not_found(h, chat.model);
         srv_chat_free(&chat);
-        respond_error(h, 404, SRV_E_MODEL_NOT_FOUND, "model", m);
         return;
     }
     h->stream = chat.stream;

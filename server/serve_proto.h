@@ -130,8 +130,9 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *out, const
 int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *out, const char **code,
                           const char **param, char *msg, size_t msglen);
 
-/* POST /v1/completions (docs/protocol.md): one prompt, text or token ids; what the engine
- * cannot give (several prompts or choices, echo, logprobs, suffix) is refused by name. */
+/* POST /v1/completions (docs/protocol.md): a prompt (text or token ids) or a batch of them, n
+ * choices each; what the engine cannot give (echo, logprobs, suffix, best_of other than n) is
+ * refused by name. */
 int srv_parse_completion_openai(const json_t *o, const srv_limits *L, srv_chat *out,
                                 const char **code, const char **param, char *msg, size_t msglen);
 

@@ -108,9 +108,6 @@ void srv_req_reject(srv_req *r, const char *code, const char *text)
     req_end(r, &(srv_req_end){.finish = "error", .code = code});
 }
 
-/* Renders and tokenizes (work pool). When the session's earlier turns make the prompt longer
- * than the limit, the oldest of them are dropped (a leading system message stays) until it
- * fits or none is left. */
 /* /v1/completions: the prompt as given, text tokenized or ids checked; no template, no
  * reasoning split, no history. */
 static void tokenize_raw(srv_req *r)
@@ -142,6 +139,9 @@ static void tokenize_raw(srv_req *r)
     r->n_ids = c->n_ids;
 }
 
+/* Renders and tokenizes (work pool). When the session's earlier turns make the prompt longer
+ * than the limit, the oldest of them are dropped (a leading system message stays) until it
+ * fits or none is left. A raw prompt (/v1/completions) is tokenized as it is. */
 static void tokenize_work(uv_work_t *w)
 {
     srv_req *r = w->data;
