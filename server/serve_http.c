@@ -47,7 +47,8 @@ struct srv_http {
     bool final_sent;
     /* a chat completion (or a text completion: /v1/completions) */
     srv_req *req;
-    bool stream, include_usage, sent_role;
+    bool stream, include_usage;
+    int n_choices;       /* the answer's choices: each gets its own opening role chunk */
     char cmpl_id[48];
     long long created;
     int prompt_tokens;
@@ -482,6 +483,7 @@ static void chat_start(srv_http *h)
     h->stream = chat.stream;
     h->include_usage = chat.include_usage;
     h->joined = SRV_PAR_OUTLINED(chat.parallel);
+    h->n_choices = chat.parallel && !h->joined ? srv_chat_branches(&chat) : 1;
     h->created = (long long)time(NULL);
     snprintf(h->cmpl_id, sizeof h->cmpl_id, "%s-%llx%04llx",
              h->route == R_GENERATE ? "gen" : h->route == R_COMPLETION ? "cmpl" : "chatcmpl",
@@ -619,11 +621,14 @@ static void sse_begin(srv_http *h)
     srv_metrics_http(&h->s->m, 200);
     if (h->route == R_COMPLETION) /* a text completion's chunks carry text only */
         return;
-    json_t *d = json_object();
-    json_object_set_new(d, "role", json_string("assistant"));
-    json_object_set_new(d, "content", json_string(""));
-    sse_send(h, chunk(h, d, NULL));
-    h->sent_role = true;
+    /* as OpenAI streams n choices: each choice's first chunk says its role, all of them
+       before any text (a choice that has not started yet has had its role said) */
+    for (int i = 0; i < h->n_choices && !h->complete; i++) {
+        json_t *d = json_object();
+        json_object_set_new(d, "role", json_string("assistant"));
+        json_object_set_new(d, "content", json_string(""));
+        sse_send(h, chunk_at(h, i, d, NULL));
+    }
 }
 
 static json_t *usage_json(int prompt, int completion, int cached)

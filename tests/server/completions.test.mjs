@@ -175,8 +175,15 @@ test('n samples: choice i is the request alone with seed + i; they share the pro
   const cs = await client.chat.completions.create({ model: 'fogline', messages: msgs, ...HOT, n: 2,
     stream: true });
   const ct = ['', ''];
-  for await (const ch of cs) for (const c of ch.choices) ct[c.index] += c.delta.content ?? '';
+  const roles = [[], []];
+  for await (const ch of cs)
+    for (const c of ch.choices) {
+      ct[c.index] += c.delta.content ?? '';
+      roles[c.index].push(c.delta.role ?? null);
+    }
   assert.deepEqual(ct, alone.slice(0, 2));
+  // as OpenAI streams n choices: each choice's first chunk, and only that one, says its role
+  for (const r of roles) assert.deepEqual([r[0], r.filter((x) => x).length], ['assistant', 1]);
   // each choice keeps the response format, as the request alone with its seed
   const fmt = { messages: msgs, ...HOT, max_tokens: 64, response_format: { type: 'json_object' } };
   const js = await client.chat.completions.create({ model: 'fogline', ...fmt, n: 2 });

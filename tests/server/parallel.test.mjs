@@ -219,15 +219,19 @@ test('the OpenAI endpoint: one choice per segment, streamed by index with the of
   const stream = await client.chat.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
   const text = ['', '', ''];
   const finish = [null, null, null];
+  const roles = [[], [], []]; // each choice's roles, in order: 'assistant' first, then none
   let usage = null;
   for await (const ch of stream) {
     if (ch.usage) usage = ch.usage;
     for (const c of ch.choices) {
+      roles[c.index].push(c.delta?.role ?? null);
       text[c.index] += c.delta?.content ?? '';
       if (c.finish_reason) finish[c.index] = c.finish_reason;
     }
   }
   for (let i = 0; i < 3; i++) {
+    assert.equal(roles[i][0], 'assistant', `choice ${i}'s first chunk says its role`);
+    assert.equal(roles[i].filter((x) => x).length, 1, `choice ${i}: ${roles[i]}`);
     assert.equal(text[i], r.choices[i].message.content, `streamed choice ${i}`);
     assert.equal(finish[i], r.choices[i].finish_reason);
   }
@@ -313,14 +317,17 @@ test('skeleton and auto on the OpenAI endpoint: one choice, the segments joined 
     let text = '';
     let finish = null;
     let usage = null;
+    let roles = 0;
     for await (const ch of stream) {
       if (ch.usage) usage = ch.usage;
       for (const x of ch.choices) {
         assert.equal(x.index, 0);
+        if (x.delta?.role) roles++;
         text += x.delta?.content ?? '';
         if (x.finish_reason) finish = x.finish_reason;
       }
     }
+    assert.equal(roles, 1, `one choice, one role chunk (${mode})`);
     assert.equal(text, want, `streamed ${mode}`);
     assert.equal(finish, 'stop');
     assert.equal(usage.completion_tokens, r.usage.completion_tokens);
