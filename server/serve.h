@@ -113,6 +113,7 @@ typedef enum srv_fault_site {
     SRV_FAULT_BRANCHES,     /* "branches": a fan-out group's branch requests */
     SRV_FAULT_SSE,          /* "sse": an SSE event in an HTTP response */
     SRV_FAULT_WS_FRAME,     /* "ws_frame": a WebSocket frame queued for a client */
+    SRV_FAULT_TOKENIZE,     /* "tokenize": a /tokenize job, then its answer (each one call) */
     SRV_FAULT_SITES
 } srv_fault_site;
 

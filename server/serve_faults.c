@@ -18,6 +18,7 @@ static const char *const site_names[SRV_FAULT_SITES] = {
     [SRV_FAULT_BRANCHES] = "branches",
     [SRV_FAULT_SSE] = "sse",
     [SRV_FAULT_WS_FRAME] = "ws_frame",
+    [SRV_FAULT_TOKENIZE] = "tokenize",
 };
 
 int srv_faults_parse(srv_faults *f, const char *spec, char *err, size_t errlen)
@@ -39,8 +40,8 @@ int srv_faults_parse(srv_faults *f, const char *spec, char *err, size_t errlen)
         long nth = colon ? strtol(colon + 1, &end, 10) : 0;
         if (site < 0 || !end || end == colon + 1 || (*end && *end != ',') || nth < 1) {
             snprintf(err, errlen, "FOGLINE_TEST_FAIL_ALLOC: '%s' is not a list of <site>:<n> "
-                     "(sites: draft_event, commit_event, done_event, branches, sse, ws_frame; "
-                     "n from 1)",
+                     "(sites: draft_event, commit_event, done_event, branches, sse, ws_frame, "
+                     "tokenize; n from 1)",
                      spec);
             return -1;
         }

@@ -22,8 +22,9 @@
 #include "serve_generate.h"
 #include "serve_group.h"
 #include "serve_request.h"
+#include "serve_tokenize.h"
 
-enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER, R_GENERATE, R_COMPLETION };
+enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER, R_GENERATE, R_COMPLETION, R_TOKENIZE, R_DETOKENIZE };
 
 #define SRV_JOIN_MAX 16 /* segments of a joined answer (outlines have at most 10 points) */
 
@@ -60,6 +61,7 @@ struct srv_http {
     bool ended[SRV_JOIN_MAX];
     fl_buf pend[SRV_JOIN_MAX];
     srv_gen_fail gen;    /* /generate: its first failing segment */
+    srv_tok_job *tok;    /* /tokenize: its work, until it answers */
     struct srv_http *prev, *next;
 };
 
@@ -289,12 +291,18 @@ static void model_not_found(srv_http *h, const char *asked)
     respond_error(h, 404, SRV_E_MODEL_NOT_FOUND, "model", m);
 }
 
+/* Whether a request's model names another model than this one (its id, or "fogline"). */
+static bool other_model(const srv *s, const char *asked)
+{
+    return asked && strcmp(asked, s->model_id) && strcmp(asked, "fogline");
+}
+
 /* GET /v1/models: the list of the one model; GET /v1/models/ID (one not NULL): that model, as
    the list's entry, when ID is its id or "fogline". */
 static void route_models(srv_http *h, const char *one)
 {
     srv *s = h->s;
-    if (one && strcmp(one, s->model_id) && strcmp(one, "fogline")) {
+    if (other_model(s, one)) {
         model_not_found(h, one);
         return;
     }
@@ -435,7 +443,60 @@ static const srv_owner_ops http_owner, generate_owner;
 /* A route whose request comes in a POST body. */
 static bool takes_body(const srv_http *h)
 {
-    return h->route == R_CHAT || h->route == R_GENERATE || h->route == R_COMPLETION;
+    return h->route == R_CHAT || h->route == R_GENERATE || h->route == R_COMPLETION ||
+           h->route == R_TOKENIZE || h->route == R_DETOKENIZE;
+}
+
+static void tok_answer(srv_http *h, srv_tok_answer *a)
+{
+    if (a->status == 200)
+        respond_json(h, 200, a->body);
+    else
+        respond_error(h, a->status, a->code, a->param, a->msg);
+}
+
+static void tok_done(void *owner, srv_tok_answer *a)
+{
+    srv_http *h = owner;
+    h->tok = NULL;
+    tok_answer(h, a);
+}
+
+/* POST /tokenize and /detokenize: the body parsed; the model, when named, must be this one. */
+static void tok_start(srv_http *h, const json_t *o)
+{
+    srv *s = h->s;
+    const char *code = NULL, *param = NULL;
+    char m[FL_ERR_MSG];
+    srv_tok_answer a;
+    if (h->route == R_DETOKENIZE) {
+        srv_detokenize d;
+        if (srv_parse_detokenize(o, s->model->cfg.vocab, &d, &code, &param, m, sizeof m))
+            respond_error(h, status_of(code), code, param, m);
+        else if (other_model(s, d.model))
+            model_not_found(h, d.model);
+        else {
+            srv_detokenize_answer(s, &d, &a);
+            tok_answer(h, &a);
+        }
+        srv_detokenize_free(&d);
+        return;
+    }
+    srv_limits L = {s->cfg->max_tokens_limit, s->cfg->gen.max_tokens, s->cfg->gen.dec,
+                     s->cfg->enable_thinking};
+    srv_tokenize t;
+    if (srv_parse_tokenize(o, &L, &t, &code, &param, m, sizeof m)) {
+        srv_chat_free(&t.chat);
+        respond_error(h, status_of(code), code, param, m);
+        return;
+    }
+    if (other_model(s, t.chat.model)) {
+        model_not_found(h, t.chat.model);
+        srv_chat_free(&t.chat);
+        return;
+    }
+    if (!(h->tok = srv_tokenize_start(s, &t, tok_done, h, &a)))
+        tok_answer(h, &a);
 }
 
 static void chat_start(srv_http *h)
@@ -460,6 +521,11 @@ static void chat_start(srv_http *h)
         respond_error(h, 400, SRV_E_BAD_JSON, NULL, m);
         return;
     }
+    if (h->route == R_TOKENIZE || h->route == R_DETOKENIZE) {
+        tok_start(h, o);
+        json_decref(o);
+        return;
+    }
     srv_limits L = {s->cfg->max_tokens_limit, s->cfg->gen.max_tokens, s->cfg->gen.dec,
                      s->cfg->enable_thinking};
     srv_chat chat;
@@ -475,7 +541,7 @@ static void chat_start(srv_http *h)
         respond_error(h, status_of(code), code, param, m);
         return;
     }
-    if (chat.model && strcmp(chat.model, s->model_id) && strcmp(chat.model, "fogline")) {
+    if (other_model(s, chat.model)) {
         model_not_found(h, chat.model);
         srv_chat_free(&chat);
         return;
@@ -1201,6 +1267,7 @@ static void http_free(srv_pss *pss)
         list_del(h->s, h);
         srv_req_orphan(r);
     }
+    srv_tokenize_detach(h->tok);
     fl_buf_free(&h->body);
     fl_buf_free(&h->resp);
     for (int k = 0; k < SRV_JOIN_MAX; k++)
@@ -1259,7 +1326,8 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
     }
     bool v1 = !strncmp(uri, "/v1/", 4);
     bool gen = !strcmp(uri, "/generate");
-    if ((v1 || gen) && !authorized(h, wsi)) {
+    bool tok = !strcmp(uri, "/tokenize"), detok = !strcmp(uri, "/detokenize");
+    if ((v1 || gen || tok || detok) && !authorized(h, wsi)) {
         size_t el = strlen(h->extra);
         snprintf(h->extra + el, sizeof h->extra - el, "www-authenticate: Bearer\r\n");
         respond_error(h, 401, "invalid_api_key", NULL,
@@ -1267,16 +1335,17 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
         return 0;
     }
     bool text = !strcmp(uri, "/v1/completions");
-    if (!strcmp(uri, "/v1/chat/completions") || text || gen) {
+    if (!strcmp(uri, "/v1/chat/completions") || text || gen || tok || detok) {
         if (meth != LWSHUMETH_POST) {
-            if (gen) {
+            if (gen || tok || detok) {
                 size_t el = strlen(h->extra);
                 snprintf(h->extra + el, sizeof h->extra - el, "allow: POST\r\n");
             }
             respond_error(h, 405, "method_not_allowed", NULL, "use POST");
             return 0;
         }
-        h->route = gen ? R_GENERATE : text ? R_COMPLETION : R_CHAT;
+        h->route = gen ? R_GENERATE : text ? R_COMPLETION : tok ? R_TOKENIZE
+                                                : detok ? R_DETOKENIZE : R_CHAT;
         srv_generate_init(&h->gen);
         char cl[32];
         if (lws_hdr_copy(wsi, cl, sizeof cl, WSI_TOKEN_HTTP_CONTENT_LENGTH) > 0 &&
@@ -1287,7 +1356,7 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
             respond_error(h, 413, SRV_E_TOO_LARGE, NULL, m);
             return 0;
         }
-        if (s->draining) {
+        if (s->draining && !tok && !detok) { /* those two do not need the engine */
             respond_error(h, 503, SRV_E_SHUTTING_DOWN, NULL, "the server is shutting down");
             return 0;
         }

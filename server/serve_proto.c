@@ -1187,6 +1187,105 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
     return 0;
 }
 
+int srv_parse_tokenize(const json_t *o, const srv_limits *L, srv_tokenize *t, const char **code,
+                       const char **param, char *msg, size_t msglen)
+{
+    pctx P = {code, param, msg, msglen};
+    memset(t, 0, sizeof *t);
+    *param = NULL;
+    t->add_generation_prompt = true;
+    if (!json_is_object(o))
+        return bad(&P, SRV_E_BAD_REQUEST, NULL, "the request body must be a JSON object");
+    const json_t *prompt = json_object_get(o, "prompt"), *msgs = json_object_get(o, "messages");
+    bool add_special = true, cont = false;
+    if (get_bool(&P, o, "return_token_strs", "return_token_strs", &t->token_strs) ||
+        get_bool(&P, o, "add_special_tokens", "add_special_tokens", &add_special) ||
+        get_bool(&P, o, "add_generation_prompt", "add_generation_prompt",
+                 &t->add_generation_prompt) ||
+        get_bool(&P, o, "continue_final_message", "continue_final_message", &cont))
+        return -1;
+    if (cont)
+        return bad(&P, SRV_E_BAD_REQUEST, "continue_final_message", "'continue_final_message' is "
+                   "not supported: the chat template ends the last message");
+    if (prompt && !json_is_null(prompt) && msgs && !json_is_null(msgs))
+        return bad(&P, SRV_E_BAD_REQUEST, "prompt", "give 'prompt' or 'messages', not both");
+    if (msgs && !json_is_null(msgs)) {
+        if (srv_parse_chat_openai(o, L, &t->chat, code, param, msg, msglen))
+            return -1;
+        const char *with = t->chat.session ? "session" : t->chat.parallel ? "parallel" : NULL;
+        if (with) /* a session's turns are in Redis, a fan-out is several prompts */
+            return bad(&P, SRV_E_BAD_REQUEST, with, "'%s' is not taken by /tokenize", with);
+        return 0;
+    }
+    t->chat.raw = true;
+    if (parse_openai_common(&P, o, &t->chat))
+        return -1;
+    static const char *const chat_only[] = {"tools", "tool_choice", "chat_template_kwargs",
+                                            "add_generation_prompt"};
+    for (size_t i = 0; i < sizeof chat_only / sizeof chat_only[0]; i++)
+        if (json_object_get(o, chat_only[i]))
+            return bad(&P, SRV_E_BAD_REQUEST, chat_only[i], "'%s' applies to 'messages' (the "
+                       "chat template), not to a 'prompt'", chat_only[i]);
+    if (!prompt || json_is_null(prompt))
+        return bad(&P, SRV_E_BAD_REQUEST, "prompt", "'prompt' (a string) or 'messages' is "
+                   "required");
+    if (!json_is_string(prompt))
+        return bad(&P, SRV_E_BAD_REQUEST, "prompt", "'prompt' must be a string");
+    size_t len = json_string_length(prompt); /* no NUL: the body was loaded without them */
+    if (!(t->chat.prompts = calloc(1, sizeof *t->chat.prompts)) ||
+        !(t->chat.prompts[0].text = strndup(json_string_value(prompt), len)))
+        return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
+    t->chat.n_prompts = 1;
+    t->chat.prompts[0].len = len;
+    return 0;
+}
+
+int srv_parse_detokenize(const json_t *o, int vocab, srv_detokenize *d, const char **code,
+                         const char **param, char *msg, size_t msglen)
+{
+    pctx P = {code, param, msg, msglen};
+    memset(d, 0, sizeof *d);
+    *param = NULL;
+    if (!json_is_object(o))
+        return bad(&P, SRV_E_BAD_REQUEST, NULL, "the request body must be a JSON object");
+    const json_t *model = json_object_get(o, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model))
+            return bad(&P, SRV_E_BAD_REQUEST, "model", "'model' must be a string");
+        if (!(d->model = strdup(json_string_value(model))))
+            return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
+    }
+    if (get_bool(&P, o, "skip_special_tokens", "skip_special_tokens", &d->skip_special))
+        return -1;
+    const json_t *v = json_object_get(o, "tokens");
+    if (!v || json_is_null(v))
+        return bad(&P, SRV_E_BAD_REQUEST, "tokens", "'tokens' (an array of token ids) is "
+                   "required");
+    if (!json_is_array(v))
+        return bad(&P, SRV_E_BAD_REQUEST, "tokens", "'tokens' must be an array of token ids");
+    size_t n = json_array_size(v);
+    if (!(d->ids = malloc((n ? n : 1) * sizeof(int32_t))))
+        return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        double x;
+        if (!integer(json_array_get(v, i), &x))
+            return bad(&P, SRV_E_BAD_REQUEST, "tokens", "tokens[%zu] must be an integer", i);
+        if (x < 0 || x >= vocab)
+            return bad(&P, SRV_E_OUT_OF_RANGE, "tokens", "tokens[%zu] is %.0f, outside the "
+                       "vocabulary (%d ids)", i, x, vocab);
+        d->ids[i] = (int32_t)x;
+    }
+    d->n = n;
+    return 0;
+}
+
+void srv_detokenize_free(srv_detokenize *d)
+{
+    free(d->ids);
+    free(d->model);
+    memset(d, 0, sizeof *d);
+}
+
 static char *dump(json_t *o)
 {
     if (!o)

@@ -145,6 +145,29 @@ int srv_template_kwargs_parse(const json_t *v, const char *what, bool *enable_th
 /* A request id as the protocol accepts it: a string of 1..SRV_ID_MAX bytes. */
 bool srv_id_ok(const json_t *v);
 
+/* POST /tokenize (vLLM's shape, docs/protocol.md): a prompt (a string, tokenized as
+ * /v1/completions takes it: chat.raw, chat.prompts[0]) or messages (parsed as chat completions
+ * parse them, then rendered as they are: tools, chat_template_kwargs); add_generation_prompt
+ * (default true) and return_token_strs. A session or a fan-out is refused. */
+typedef struct srv_tokenize {
+    srv_chat chat;
+    bool add_generation_prompt;
+    bool token_strs;
+} srv_tokenize;
+int srv_parse_tokenize(const json_t *o, const srv_limits *L, srv_tokenize *t, const char **code,
+                       const char **param, char *msg, size_t msglen);
+
+/* POST /detokenize: token ids, each below vocab; skip_special_tokens (default false). */
+typedef struct srv_detokenize {
+    int32_t *ids; /* (n) owned */
+    size_t n;
+    bool skip_special;
+    char *model;  /* owned, NULL when not given */
+} srv_detokenize;
+int srv_parse_detokenize(const json_t *o, int vocab, srv_detokenize *d, const char **code,
+                         const char **param, char *msg, size_t msglen);
+void srv_detokenize_free(srv_detokenize *d);
+
 /* {"type":"error","id":...,"code":...,"message":...}; id may be NULL. Returns a malloc'd
  * string (NULL on out of memory). */
 char *srv_frame_error(const char *id, const char *code, const char *message);

@@ -139,6 +139,28 @@ static void tokenize_raw(srv_req *r)
     r->n_ids = c->n_ids;
 }
 
+int srv_chat_render_prompt(const fl_tokenizer *tok, const srv_chat *c, const fl_chat_msg *view,
+                           size_t n, bool add_generation_prompt, fl_buf *text, fl_err *e,
+                           const char **param)
+{
+    fl_chat_opts co = {.add_generation_prompt = add_generation_prompt,
+                       .enable_thinking = c->enable_thinking};
+    /* tools, and the messages' tool calls (no session with them: the view is the messages) */
+    fl_chat_extra extra = {c->tools, (const char *const *)c->calls, NULL};
+    bool tools = c->tools || c->tool_msgs;
+    if (tools && !fl_chat_takes_tools(tok)) {
+        *param = c->tools ? "tools" : "messages";
+        return fl_err_set(e, FL_EUNSUPPORTED, "this model's chat template has no tool syntax "
+                          "(%s): it cannot be offered tools or shown tool calls",
+                          fl_chat_kind_name(fl_tokenizer_chat_kind(tok)));
+    }
+    int rc = tools ? fl_chat_render_extra(tok, view, n, &co, &extra, text, e)
+                   : fl_chat_render(tok, view, n, &co, text, e);
+    if (rc && tools) /* the renderer refused the tools' JSON or a message's calls */
+        *param = !strncmp(e->msg, "tools", 5) ? "tools" : "messages";
+    return rc;
+}
+
 /* Renders and tokenizes (work pool). When the session's earlier turns make the prompt longer
  * than the limit, the oldest of them are dropped (a leading system message stays) until it
  * fits or none is left. A raw prompt (/v1/completions) is tokenized as it is. */
@@ -150,22 +172,10 @@ static void tokenize_work(uv_work_t *w)
         return;
     }
     const fl_tokenizer *tok = r->s->model->tok;
-    fl_chat_opts co = {.add_generation_prompt = true, .enable_thinking = r->chat.enable_thinking};
     size_t n = r->chat.n_msgs;
     bool sys = r->n_history > 0 && !strcmp(r->chat.msgs[0].role, "system");
     size_t droppable = r->n_history - (sys ? 1 : 0);
     fl_chat_msg *view = malloc(sizeof(fl_chat_msg) * (n ? n : 1));
-    /* tools, and the messages' tool calls (no session with them: the view is the messages) */
-    fl_chat_extra extra = {r->chat.tools, (const char *const *)r->chat.calls, NULL};
-    bool tools = r->chat.tools || r->chat.tool_msgs;
-    if (tools && !fl_chat_takes_tools(tok)) {
-        free(view);
-        r->work_rc = fl_err_set(&r->work_err, FL_EUNSUPPORTED, "this model's chat template has no "
-                                "tool syntax (%s): it cannot be offered tools or shown tool calls",
-                                fl_chat_kind_name(fl_tokenizer_chat_kind(tok)));
-        r->work_param = r->chat.tools ? "tools" : "messages";
-        return;
-    }
     if (!view) {
         r->work_rc = fl_err_set(&r->work_err, FL_ENOMEM, "out of memory");
         return;
@@ -182,10 +192,8 @@ static void tokenize_work(uv_work_t *w)
         free(r->ids);
         r->ids = NULL;
         r->n_ids = 0;
-        r->work_rc = tools ? fl_chat_render_extra(tok, view, k, &co, &extra, &text, &r->work_err)
-                           : fl_chat_render(tok, view, k, &co, &text, &r->work_err);
-        if (r->work_rc && tools) /* the renderer refused the tools' JSON or a message's calls */
-            r->work_param = !strncmp(r->work_err.msg, "tools", 5) ? "tools" : "messages";
+        r->work_rc = srv_chat_render_prompt(tok, &r->chat, view, k, true, &text, &r->work_err,
+                                            &r->work_param);
         if (!r->work_rc) /* Qwen3's is the template with think blocks */
             srv_reason_init(&r->reason, fl_tokenizer_chat_kind(tok) == FL_CHAT_QWEN3, text.data,
                             text.len);

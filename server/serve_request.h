@@ -168,4 +168,12 @@ void srv_req_submit(srv_req *r, void *prefix, int32_t n_prefix);
  * Does not free ev. */
 void srv_req_deliver(srv *s, srv_ev *ev);
 
+/* Renders the chat template over view (n messages: the request's, or a session's view of them)
+ * with c's tools, tool calls and enable_thinking, into text. On failure: an error, and *param
+ * set to the field it names ("tools", "messages") where that is one. Thread-safe (the work
+ * pool's tokenizing and /tokenize use it). */
+int srv_chat_render_prompt(const fl_tokenizer *tok, const srv_chat *c, const fl_chat_msg *view,
+                           size_t n, bool add_generation_prompt, fl_buf *text, fl_err *e,
+                           const char **param);
+
 #endif

@@ -37,7 +37,8 @@ void fz_check_rejection(const char *code, const char *param, const char *msg)
             "decoding.max_blocks", "decoding.steps", "decoding.edit_threshold",
             "decoding.max_post_steps", "decoding.preset", "parallel", "chat_template_kwargs",
             "drafts", "response_format", "tools", "tool_choice", "prompt", "best_of", "echo",
-            "logprobs", "suffix"};
+            "logprobs", "suffix", "return_token_strs", "add_special_tokens",
+            "add_generation_prompt", "continue_final_message", "tokens", "skip_special_tokens"};
         FZ_CHECK(in_list(param, known, sizeof known / sizeof known[0]), "unknown param '%s'",
                  param);
     }

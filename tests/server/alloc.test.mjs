@@ -8,7 +8,8 @@
 //     streamed) and over the WebSocket;
 //   - done_event / commit_event / draft_event: an engine event that cannot be copied;
 //   - sse: an SSE event that cannot be appended to the response;
-//   - ws_frame: a WebSocket frame that cannot be queued.
+//   - ws_frame: a WebSocket frame that cannot be queued;
+//   - tokenize: a /tokenize job, or its answer.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, connect, metrics, until, user, FOUR_QUESTIONS, require } from './lib.mjs';
@@ -205,5 +206,25 @@ test('a WebSocket frame that cannot be made closes the connection (1011) instead
     assert.equal(frames.at(-1).type, 'done', JSON.stringify(frames.at(-1)));
     assert.equal(frames.at(-1).finish, 'stop');
     c2.close();
+  });
+});
+
+test('a /tokenize job or answer that cannot be made: a 500 with its JSON body; the next one is whole', async () => {
+  // the site's calls: the first request's job (1, fails), the second's job (2) and answer (3,
+  // fails), the third's job and answer (4, 5)
+  await withServer('tokenize:1,tokenize:3', async (server) => {
+    const tok = async () => {
+      const res = await fetch(`${server.url}/tokenize`, { method: 'POST',
+        headers: { 'content-type': 'application/json' }, body: JSON.stringify({ prompt: 'hello there' }) });
+      return { status: res.status, body: await res.json() };
+    };
+    const want = { status: 500, body: { error: { message: 'out of memory', type: 'server_error',
+      param: null, code: 'internal_error' } } };
+    assert.deepEqual(await tok(), want, 'the job');
+    assert.deepEqual(await tok(), want, 'the answer');
+    const ok = await tok();
+    assert.equal(ok.status, 200, JSON.stringify(ok.body));
+    assert.equal(ok.body.count, ok.body.tokens.length);
+    assert.ok(ok.body.count > 0);
   });
 });

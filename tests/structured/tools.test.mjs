@@ -153,6 +153,18 @@ test('think: the round trip renders as the template does; auto leaves the model 
   const rendered = messages.map((m) => (m.tool_calls ? { ...m, content: '', tool_calls: m.tool_calls.map((t) =>
     ({ ...t, function: { ...t.function, arguments: JSON.parse(t.function.arguments) } })) } : m));
   assert.equal(second.usage.prompt_tokens, promptTokens({ messages: rendered, tools: TOOLS }));
+  // POST /tokenize renders the same conversation: the reference's very text and ids, with the
+  // tools, the call, the result and chat_template_kwargs
+  for (const enable_thinking of [true, false]) {
+    const res = await fetch(`${servers.think.url}/tokenize`, { method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ messages, tools: TOOLS, chat_template_kwargs: { enable_thinking } }) });
+    const tk = await res.json();
+    assert.equal(res.status, 200, JSON.stringify(tk));
+    const want = tpl.render({ add_generation_prompt: true, messages: rendered, tools: TOOLS, enable_thinking });
+    assert.equal(tk.prompt, want, `enable_thinking ${enable_thinking}`);
+    assert.deepEqual(tk.tokens, tok.encode(want, { add_special_tokens: false }).ids);
+  }
   // the model's own answer (it was trained on one greeting only): no call in it
   assert.equal(second.choices[0].message.tool_calls, undefined);
   assert.equal(typeof second.choices[0].message.content, 'string');
