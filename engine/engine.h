@@ -42,6 +42,13 @@ typedef struct fl_request {
      * accepts, ended by an end token or by max_tokens. The engine takes its own reference.
      * Token editing is refused with it. */
     struct fl_cons *constraint;
+    /* Log probabilities: each reply token's, and its top_logprobs (0..FL_MAX_TOP_LOGPROBS)
+     * most likely alternatives', under the model's distribution (temperature 1, the whole
+     * vocabulary: before sampling filters and the output constraint) in the forward whose
+     * prediction decided it: the step that unmasked it, or with token editing the step that
+     * last rewrote it. Commit and done events carry them. Needs the forward's full logits. */
+    bool logprobs;
+    int32_t top_logprobs;
 } fl_request;
 
 typedef enum fl_seq_state {
@@ -96,6 +103,15 @@ typedef struct fl_event {
     size_t text_len;
     const int32_t *ids;     /* commit: the block's committed ids; done: the reply's ids */
     int32_t n_ids;
+    /* with the request's logprobs (else NULL, 0): each id's log probability, and n_top
+       alternatives per id, most likely first (top_ids, top_lps: (n_ids, n_top)) */
+    const float *lps;
+    const int32_t *top_ids;
+    const float *top_lps;
+    int32_t n_top;
+    int32_t n_lps; /* of the ids, those whose log probabilities belong to the reply: all, or
+                      when a stop string cut the text, the first ones, whose text starts
+                      before the cut */
     /* done */
     fl_finish finish;
     const char *error;      /* FL_FINISH_ERROR: the message */

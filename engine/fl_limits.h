@@ -33,6 +33,9 @@
  * grammar bounds them likewise). */
 #define FL_CONSTRAIN_DECODE_DIGITS 15
 
+/* Alternatives a reply token's log probabilities may list at most (OpenAI's top_logprobs). */
+#define FL_MAX_TOP_LOGPROBS 20
+
 #define FL_STR_(x) #x
 #define FL_STR(x) FL_STR_(x)
 

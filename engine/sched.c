@@ -62,6 +62,20 @@ typedef struct seq {
     int32_t carry_pos;
     int32_t ar_pos;   /* shifted logits: a block's first position that takes the argmax of the
                          store forward's last row (Fast-dLLM v2's autoregressive step); -1 */
+    /* log probabilities (fl_request.logprobs): per position the decided token's and its n_top
+       alternatives' (cap; cap * n_top), copied per reply id at commit (max_tokens + 1 each) */
+    bool lp_on;
+    int32_t n_top;
+    float *plp;
+    int32_t *ptop;
+    float *ptop_lp;
+    float *ids_lp;
+    int32_t *ids_top;
+    float *ids_top_lp;
+    size_t *ids_end;  /* (max_tokens + 1) the reply text's length after each id */
+    int32_t n_lps;    /* ids whose log probabilities were reported in commits (lp_count) */
+    bool lp_cut;      /* a stop string cut the text */
+    bool carry_has_lg; /* carry_lg holds the carry's logits (its forward had them) */
     uint64_t rng;
     fl_detok detok;
     fl_buf text;   /* committed reply text */
@@ -183,6 +197,13 @@ static void seq_free(seq *q)
     free(q->ids);
     free(q->prefix);
     free(q->carry_lg);
+    free(q->plp);
+    free(q->ptop);
+    free(q->ptop_lp);
+    free(q->ids_lp);
+    free(q->ids_top);
+    free(q->ids_top_lp);
+    free(q->ids_end);
     free(q->cprev);
     free(q->cprob);
     fl_cons_unref(q->cons);
@@ -225,6 +246,9 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
         return fl_err_set(e, FL_ERANGE, "the shortest reply the constraint allows takes %d tokens; "
                                         "max_tokens is %d", fl_cons_min_tokens(r->constraint),
                           max_tokens);
+    if (r->logprobs && (r->top_logprobs < 0 || r->top_logprobs > FL_MAX_TOP_LOGPROBS))
+        return fl_err_set(e, FL_EINVAL, "top_logprobs must be in [0, %d], got %d",
+                          FL_MAX_TOP_LOGPROBS, r->top_logprobs);
     int32_t run_blocks = r->dec.pipeline ? r->dec.max_blocks : 1;
     if ((run_blocks + 1) * B > s->o.max_batch_tokens)
         return fl_err_set(e, FL_ERANGE, "max_blocks %d needs %d tokens per forward; the limit is %d",
@@ -252,15 +276,33 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     q->block_steps = calloc((size_t)nb, sizeof(int32_t));
     q->ids = malloc(sizeof(int32_t) * (size_t)(max_tokens + 1));
     q->stop = r->n_stop ? calloc((size_t)r->n_stop, sizeof(char *)) : NULL;
-    if (r->constraint && c->logits_shift)
+    bool carry_lg = (r->constraint || r->logprobs) && c->logits_shift;
+    if (carry_lg)
         q->carry_lg = malloc(sizeof(float) * (size_t)c->vocab);
+    bool lp_bad = false;
+    if (r->logprobs) {
+        size_t k = (size_t)r->top_logprobs, cap = (size_t)q->cap, n = (size_t)max_tokens + 1;
+        q->lp_on = true;
+        q->n_top = r->top_logprobs;
+        q->plp = malloc(sizeof(float) * cap);
+        q->ids_lp = malloc(sizeof(float) * n);
+        q->ids_end = malloc(sizeof(size_t) * n);
+        if (k) {
+            q->ptop = malloc(sizeof(int32_t) * cap * k);
+            q->ptop_lp = malloc(sizeof(float) * cap * k);
+            q->ids_top = malloc(sizeof(int32_t) * n * k);
+            q->ids_top_lp = malloc(sizeof(float) * n * k);
+        }
+        lp_bad = !q->plp || !q->ids_lp || !q->ids_end ||
+                 (k && (!q->ptop || !q->ptop_lp || !q->ids_top || !q->ids_top_lp));
+    }
     if (r->constraint) {
         q->cprev = malloc(sizeof(int32_t) * (size_t)q->cap);
         q->cprob = malloc(sizeof(float) * (size_t)q->cap);
     }
     if (!q->x || !q->fixed || !q->fresh || !q->edited || !q->pages || !q->keys ||
         !q->block_steps || !q->ids || (r->n_stop && !q->stop) ||
-        (r->constraint && c->logits_shift && !q->carry_lg) || (r->constraint && (!q->cprev || !q->cprob))) {
+        (carry_lg && !q->carry_lg) || (r->constraint && (!q->cprev || !q->cprob)) || lp_bad) {
         seq_free(q);
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     }
@@ -318,6 +360,18 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     return 0;
 }
 
+/* The reply ids whose log probabilities are reported: every one, or once a stop string cut
+ * the text, those whose text starts before the cut. */
+static int32_t lp_count(const seq *q)
+{
+    if (!q->lp_cut)
+        return q->n_ids;
+    int32_t n = 0;
+    while (n < q->n_ids && (n ? q->ids_end[n - 1] : 0) < q->text.len)
+        n++;
+    return n;
+}
+
 static void emit_done(fl_sched *s, seq *q, fl_finish fin, const char *err)
 {
     double t = fl_now_ms();
@@ -340,6 +394,13 @@ static void emit_done(fl_sched *s, seq *q, fl_finish fin, const char *err)
     ev.text_len = q->text.len;
     ev.ids = q->ids;
     ev.n_ids = q->n_ids;
+    if (q->lp_on) {
+        ev.lps = q->ids_lp;
+        ev.top_ids = q->ids_top;
+        ev.top_lps = q->ids_top_lp;
+        ev.n_top = q->n_top;
+        ev.n_lps = lp_count(q);
+    }
     ev.stats = &q->st;
     if (q->sink)
         q->sink(&ev, q->ctx);
@@ -696,6 +757,58 @@ static int constrain_window(fl_sched *s, seq *q, const fl_segment *sg, const fl_
                         q->cprob + from);
 }
 
+/* Log probabilities: x[p]'s, and the n_top most likely tokens', in the logits behind p's
+ * prediction in this forward (or the carry's): log-softmax at temperature 1 over the whole
+ * vocabulary, summed in double. Ties keep the lower id first. -1 when the forward has no
+ * logits (they could not be allocated). */
+static int note_lp(const fl_sched *s, seq *q, const fl_segment *sg, const float *logits,
+                   int32_t p)
+{
+    const float *row = logits_at(s, q, sg, logits, p);
+    if (!row || (row == q->carry_lg && !q->carry_has_lg))
+        return -1;
+    int32_t V = s->m->cfg.vocab, k = q->n_top;
+    float mx = row[0];
+    for (int32_t v = 1; v < V; v++)
+        mx = row[v] > mx ? row[v] : mx;
+    double sum = 0;
+    for (int32_t v = 0; v < V; v++)
+        sum += exp((double)row[v] - (double)mx);
+    double lse = (double)mx + log(sum);
+    q->plp[p] = (float)((double)row[q->x[p]] - lse);
+    if (!k)
+        return 0;
+    int32_t *ti = q->ptop + (size_t)p * (size_t)k;
+    float *tl = q->ptop_lp + (size_t)p * (size_t)k;
+    int32_t n = 0;
+    for (int32_t v = 0; v < V; v++) {
+        if (n == k && row[v] <= tl[k - 1])
+            continue;
+        int32_t i = n < k ? n++ : k - 1;
+        while (i > 0 && row[v] > tl[i - 1]) {
+            tl[i] = tl[i - 1];
+            ti[i] = ti[i - 1];
+            i--;
+        }
+        tl[i] = row[v];
+        ti[i] = v;
+    }
+    for (int32_t i = 0; i < n; i++)
+        tl[i] = (float)((double)tl[i] - lse);
+    return 0;
+}
+
+/* note_lp for a reply position just decided; a forward without logits fails the sequence. */
+static bool lp_failed(const fl_sched *s, seq *q, const fl_segment *sg, const float *logits,
+                      int32_t p)
+{
+    if (!q->lp_on || p < q->L || p >= q->limit || !note_lp(s, q, sg, logits, p))
+        return false;
+    q->finish = FL_FINISH_ERROR;
+    q->fail = "out of memory for the log probabilities";
+    return true;
+}
+
 static void emit_draft(fl_sched *s, seq *q, int32_t start)
 {
     int32_t B = s->B;
@@ -753,9 +866,19 @@ static bool commit_block(fl_sched *s, seq *q)
             q->finish = FL_FINISH_STOP;
             break;
         }
+        if (q->lp_on) {
+            size_t k = (size_t)q->n_top, i = (size_t)q->n_ids;
+            q->ids_lp[i] = q->plp[p];
+            if (k) {
+                memcpy(q->ids_top + i * k, q->ptop + (size_t)p * k, sizeof(int32_t) * k);
+                memcpy(q->ids_top_lp + i * k, q->ptop_lp + (size_t)p * k, sizeof(float) * k);
+            }
+        }
         q->ids[q->n_ids++] = t;
         if (s->m->tok)
             fl_detok_push(&q->detok, t, &q->text);
+        if (q->lp_on)
+            q->ids_end[q->n_ids - 1] = q->text.len;
     }
     if (q->text.err) { /* no commit with a hole in its text: the reply fails instead */
         q->finish = FL_FINISH_ERROR;
@@ -766,6 +889,7 @@ static bool commit_block(fl_sched *s, seq *q)
         end = true;
         q->finish = FL_FINISH_LENGTH;
     }
+    size_t full = q->text.len;
     /* stop strings: search the new text, and the tail before it they may straddle */
     for (int i = 0; i < q->n_stop && q->text.len; i++) {
         size_t sl = strlen(q->stop[i]);
@@ -781,6 +905,10 @@ static bool commit_block(fl_sched *s, seq *q)
     if (q->text.len < text0) { /* a stop string began in an earlier block: nothing new */
         text0 = q->text.len;
     }
+    int32_t lps0 = q->n_lps;
+    q->lp_cut |= q->text.len < full;
+    if (q->lp_on)
+        q->n_lps = lp_count(q);
     q->st.blocks++;
     if (q->sink) {
         fl_event ev = {0};
@@ -791,6 +919,14 @@ static bool commit_block(fl_sched *s, seq *q)
         ev.text_len = q->text.len - text0;
         ev.ids = q->ids + ids0;
         ev.n_ids = q->n_ids - ids0;
+        if (q->lp_on) {
+            size_t k = (size_t)q->n_top;
+            ev.lps = q->ids_lp + ids0;
+            ev.top_ids = k ? q->ids_top + (size_t)ids0 * k : NULL;
+            ev.top_lps = k ? q->ids_top_lp + (size_t)ids0 * k : NULL;
+            ev.n_top = q->n_top;
+            ev.n_lps = q->n_lps > lps0 ? q->n_lps - lps0 : 0;
+        }
         q->sink(&ev, q->ctx);
     }
     q->run_start += B;
@@ -858,10 +994,11 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
         if (c->logits_shift && sg->out_from <= sg->n_store - 1 && q->n_cached == q->run_start) {
             q->carry = out[last - sg->pos0];
             q->carry_pos = last;
-            if (q->cons && logits)
+            if (q->carry_lg && logits) /* constrained or with log probabilities */
                 memcpy(q->carry_lg, logits + (size_t)(last - sg->pos0) * (size_t)c->vocab,
                        sizeof(float) * (size_t)c->vocab);
-            else if (logits && q->dec.temperature > 0)
+            q->carry_has_lg = q->carry_lg && logits;
+            if (logits && q->dec.temperature > 0 && !q->cons)
                 fl_sample(&q->dec, logits + (size_t)(last - sg->pos0) * (size_t)c->vocab, c->vocab,
                           &q->rng, s->sample_tmp, &q->carry);
         }
@@ -897,6 +1034,8 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
         q->fresh[p] = 1;
         if (p < q->limit)
             q->produced++;
+        if (lp_failed(s, q, sg, logits, p))
+            return true;
         q->ar_pos = -1;
         emit_draft(s, q, q->run_start);
         ar = true;
@@ -1020,11 +1159,15 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
                     q->produced++;
                 if (q->cons && changed[j] && start + j < q->limit)
                     q->st.constrained++;
+                if (lp_failed(s, q, sg, logits, start + j))
+                    return true;
             }
         for (int32_t j = 0; j < B && n_edit; j++)
             if (edit[j]) {
                 q->x[start + j] = etok[j];
                 q->edited[start + j] = 1;
+                if (lp_failed(s, q, sg, logits, start + j))
+                    return true;
             }
         q->st.edits += n_edit;
         if (edits_here) {
@@ -1078,7 +1221,7 @@ int fl_sched_step(fl_sched *s, fl_err *e)
         memcpy(s->tokens + used, q->x + sg->pos0, sizeof(int32_t) * (size_t)n);
         used += n;
         s->seg_seq[nseg++] = q;
-        if ((q->dec.temperature > 0 || q->cons) && sg->out_from < sg->n)
+        if ((q->dec.temperature > 0 || q->cons || q->lp_on) && sg->out_from < sg->n)
             want_logits = true;
     }
     if (!nseg)

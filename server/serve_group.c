@@ -131,7 +131,11 @@ static void group_branch_ended(srv_req *k, const char *finish, const fl_seq_stat
         json_object_set_new(o, "text", json_string(k->group_text));
     if (k->group_reasoning)
         json_object_set_new(o, "reasoning", json_string(k->group_reasoning));
-    g->any_error |= err_code != NULL;
+    if (k->group_logprobs)
+        json_object_set(o, "logprobs", k->group_logprobs);
+    if (k->group_lp_lost) /* the answer cannot be whole: it fails instead */
+        json_object_set_new(o, "error", json_string(SRV_E_INTERNAL));
+    g->any_error |= err_code != NULL || k->group_lp_lost;
     g->kids[k->segment] = NULL;
     g->n_ended++;
     if (k->t_first && (!g->t_first || k->t_first < g->t_first))
@@ -185,6 +189,8 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
     c->dec = g->chat.dec;
     c->every_step = g->chat.every_step;
     c->enable_thinking = g->chat.enable_thinking;
+    c->logprobs = g->chat.logprobs;
+    c->top_logprobs = g->chat.top_logprobs;
     const srv_chat *gc = &g->chat;
     int per = gc->n_choices > 0 ? gc->n_choices : 1;
     if (gc->parallel == SRV_PAR_SAMPLES && segment > 0)

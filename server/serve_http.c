@@ -8,6 +8,7 @@
  * until the engine has taken the request, so a rejection (busy, prompt too long) is still a
  * proper HTTP error, even when streaming was asked for. */
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -660,7 +661,8 @@ static void sse_put(srv_http *h, const char *payload)
 
 static void sse_send(srv_http *h, json_t *o)
 {
-    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    /* numbers as respond_json writes them: a streamed value reads as the plain answer's */
+    char *s = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(15)) : NULL;
     json_decref(o);
     sse_put(h, s);
     free(s);
@@ -708,6 +710,135 @@ static json_t *usage_json(int prompt, int completion, int cached)
     json_object_set_new(d, "cached_tokens", json_integer(cached));
     json_object_set_new(u, "prompt_tokens_details", d);
     return u;
+}
+
+/* One token of OpenAI's logprobs: its text (as decoding it alone gives: a piece of a UTF-8
+   character is U+FFFD), its log probability and its bytes. NULL when out of memory. */
+static json_t *lp_token(const fl_tokenizer *tok, int32_t id, float lp)
+{
+    json_t *o = json_object(), *b = json_array();
+    fl_buf t = {0};
+    fl_err e = {0};
+    size_t n = 0;
+    const unsigned char *raw = fl_tokenizer_token_bytes(tok, id, &n);
+    bool ok = o && b && !fl_tokenizer_decode(tok, &id, 1, false, &t, &e) && !t.err;
+    if (ok && !raw) { /* an added token: the bytes of its text */
+        raw = (const unsigned char *)t.data;
+        n = t.len;
+    }
+    for (size_t i = 0; ok && i < n; i++)
+        ok = !json_array_append_new(b, json_integer(raw[i]));
+    /* -9999 for a probability that rounds to 0, as OpenAI writes it (JSON has no -inf) */
+    ok = ok && !json_object_set_new(o, "token", json_stringn(t.data ? t.data : "", t.len)) &&
+         !json_object_set_new(o, "logprob", json_real(isfinite(lp) ? lp : -9999.0)) &&
+         !json_object_set(o, "bytes", b);
+    json_decref(b);
+    fl_buf_free(&t);
+    if (!ok) {
+        json_decref(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* OpenAI's logprobs of an event's reply tokens (a commit's or a done's, fl_event.n_lps):
+   {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]}. *oom set (and NULL
+   returned) when it cannot be made. */
+static json_t *lp_json(const srv *s, const srv_ev *ev, bool *oom)
+{
+    const fl_tokenizer *tok = s->model->tok;
+    json_t *o = json_object(), *content = json_array();
+    bool ok = o && content;
+    for (int32_t i = 0; ok && i < ev->n_lps; i++) {
+        json_t *t = lp_token(tok, ev->ids[i], ev->lps[i]), *top = json_array();
+        ok = t && top;
+        for (int32_t j = 0; ok && j < ev->n_top; j++) {
+            size_t at = (size_t)i * (size_t)ev->n_top + (size_t)j;
+            json_t *a = lp_token(tok, ev->top_ids[at], ev->top_lps[at]);
+            ok = a && !json_array_append_new(top, a);
+        }
+        ok = ok && !json_object_set(t, "top_logprobs", top) && !json_array_append(content, t);
+        json_decref(top);
+        json_decref(t);
+    }
+    ok = ok && !json_object_set(o, "content", content);
+    json_decref(content);
+    if (!ok) {
+        json_decref(o);
+        *oom = true;
+        return NULL;
+    }
+    return o;
+}
+
+/* Unicode characters (code points) in n bytes of UTF-8. */
+static size_t utf8_chars(const char *p, size_t n)
+{
+    size_t c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += ((unsigned char)p[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* The legacy completions' logprobs of an event's reply tokens: {"tokens", "token_logprobs",
+   "top_logprobs" (per token an object of its n_top alternatives and itself, text -> logprob),
+   "text_offset" (the character where each token's text starts in the completion)}. The
+   offsets go on across a stream's chunks: r keeps the reply decoded so far (as the engine
+   decodes it) and its length in characters. *oom set (and NULL returned) when it cannot be
+   made. */
+static json_t *lp_legacy_json(const srv *s, srv_req *r, const srv_ev *ev, bool *oom)
+{
+    const fl_tokenizer *tok = s->model->tok;
+    if (!r->lp_dt_on) {
+        fl_detok_init(&r->lp_dt, tok, true);
+        r->lp_dt_on = true;
+    }
+    json_t *o = json_object(), *toks = json_array(), *lps = json_array(), *tops = json_array();
+    json_t *offs = json_array();
+    bool ok = o && toks && lps && tops && offs;
+    for (int32_t i = 0; ok && i < ev->n_lps; i++) {
+        json_t *t = lp_token(tok, ev->ids[i], ev->lps[i]), *top = json_object();
+        ok = t && top && !json_array_append_new(offs, json_integer((json_int_t)r->lp_chars));
+        fl_buf piece = {0};
+        ok = ok && !fl_detok_push(&r->lp_dt, ev->ids[i], &piece) && !piece.err;
+        r->lp_chars += utf8_chars(piece.data, piece.len);
+        fl_buf_free(&piece);
+        for (int32_t j = 0; ok && j < ev->n_top; j++) {
+            size_t at = (size_t)i * (size_t)ev->n_top + (size_t)j;
+            json_t *a = lp_token(tok, ev->top_ids[at], ev->top_lps[at]);
+            ok = a && !json_object_set(top, json_string_value(json_object_get(a, "token")),
+                                       json_object_get(a, "logprob"));
+            json_decref(a);
+        }
+        /* the chosen token is always among them, as OpenAI's legacy answer has it */
+        ok = ok && !json_object_set(top, json_string_value(json_object_get(t, "token")),
+                                    json_object_get(t, "logprob"));
+        ok = ok && !json_array_append(toks, json_object_get(t, "token")) &&
+             !json_array_append(lps, json_object_get(t, "logprob")) &&
+             !json_array_append(tops, top);
+        json_decref(top);
+        json_decref(t);
+    }
+    ok = ok && !json_object_set(o, "tokens", toks) && !json_object_set(o, "token_logprobs", lps) &&
+         !json_object_set(o, "top_logprobs", tops) && !json_object_set(o, "text_offset", offs);
+    json_decref(toks);
+    json_decref(lps);
+    json_decref(tops);
+    json_decref(offs);
+    if (!ok) {
+        json_decref(o);
+        *oom = true;
+        return NULL;
+    }
+    return o;
+}
+
+/* A request's logprobs for an event, in its endpoint's shape; NULL (not *oom) without any. */
+static json_t *lp_for(const srv_http *h, srv_req *r, const srv_ev *ev, bool *oom)
+{
+    if (!r->chat.logprobs)
+        return NULL;
+    return h->route == R_COMPLETION ? lp_legacy_json(h->s, r, ev, oom) : lp_json(h->s, ev, oom);
 }
 
 static json_t *stats_json(const fl_seq_stats *st)
@@ -853,9 +984,18 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
         json_t *o = chunk(h, json_object(), finish);
         json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
         json_object_set_new(ch, "text", json_stringn(ev->text, ev->text_len));
+        bool oom = false;
+        json_t *lp = lp_for(h, r, ev, &oom);
+        if (lp)
+            json_object_set_new(ch, "logprobs", lp);
         json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids,
                                                    ev->stats.cached_tokens));
         json_object_set_new(o, "fogline", stats_json(&ev->stats));
+        if (oom) { /* never an answer without the log probabilities it was asked for */
+            json_decref(o);
+            respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
+            return;
+        }
         respond_json(h, 200, o);
         return;
     }
@@ -875,12 +1015,19 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
     }
     json_object_set_new(ch, "index", json_integer(0));
     json_object_set_new(ch, "message", msg);
-    json_object_set_new(ch, "logprobs", json_null());
+    bool oom = false;
+    json_t *lp = lp_for(h, r, ev, &oom);
+    json_object_set_new(ch, "logprobs", lp ? lp : json_null());
     json_object_set_new(ch, "finish_reason", json_string(finish));
     json_array_append_new(choices, ch);
     json_object_set_new(o, "choices", choices);
     json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids, ev->stats.cached_tokens));
     json_object_set_new(o, "fogline", stats_json(&ev->stats));
+    if (oom) { /* never an answer without the log probabilities it was asked for */
+        json_decref(o);
+        respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
+        return;
+    }
     respond_json(h, 200, o);
 }
 
@@ -950,6 +1097,39 @@ static void on_joined_event(srv_http *h, srv_req *r, const srv_ev *ev)
         sse_broken(h, h->resp.len); /* a later segment's text is lost: the answer cannot be whole */
 }
 
+/* A commit's chunk of choice index: its delta d (taken), when it says something (any), and with
+   log probabilities, the commit's tokens' (then also a delta that says nothing yet: a tag held
+   back, a call not decided). */
+static void send_commit(srv_http *h, srv_req *r, int index, json_t *d, bool any,
+                        const srv_ev *ev)
+{
+    if (!r->chat.logprobs) {
+        if (any) /* a commit that is all tag or held back: nothing to say yet */
+            sse_send(h, chunk_at(h, index, d, NULL));
+        else
+            json_decref(d);
+        return;
+    }
+    if (!any) {
+        json_object_clear(d);
+        if (!ev->n_lps) {
+            json_decref(d);
+            return;
+        }
+    }
+    bool oom = false;
+    json_t *lp = lp_for(h, r, ev, &oom), *o = oom ? NULL : chunk_at(h, index, d, NULL);
+    if (!o) {
+        json_decref(lp);
+        if (oom)
+            json_decref(d);
+        sse_broken(h, h->resp.len); /* no chunk without what it was asked to carry */
+        return;
+    }
+    json_object_set_new(json_array_get(json_object_get(o, "choices"), 0), "logprobs", lp);
+    sse_send(h, o);
+}
+
 /* A fan-out branch (choice r->segment): streamed as that choice's chunks; the answer (or the
    stream's end) comes with the group. */
 static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
@@ -975,6 +1155,10 @@ static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
             json_decref(d);
             if (!r->group_text)
                 r->group_text = strndup(ev->text, ev->text_len);
+            json_decref(r->group_logprobs);
+            bool oom = false;
+            r->group_logprobs = lp_for(h, r, ev, &oom);
+            r->group_lp_lost = oom;
             return;
         }
         if (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH) {
@@ -989,16 +1173,13 @@ static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
     if (!h->stream)
         return;
     sse_begin(h);
-    if (ev->type == FL_EV_COMMIT && ev->text_len) {
+    if (ev->type == FL_EV_COMMIT && (ev->text_len || ev->n_lps)) {
         json_t *d = json_object();
         bool any = true;
         if (!r->reason.on || reason_json(d, &r->reason, ev->text, ev->text_len, false, &any))
             json_object_set_new(d, "content", json_stringn(ev->text, ev->text_len));
         h->s->m.commits_sent++;
-        if (any) /* a commit that is all tag or held back: nothing to say yet */
-            sse_send(h, chunk_at(h, r->segment, d, NULL));
-        else
-            json_decref(d);
+        send_commit(h, r, r->segment, d, any, ev);
     }
 }
 
@@ -1131,7 +1312,8 @@ static void http_on_group_done(void *owner, srv_req *g)
                 json_object_set_new(msg, "reasoning_content", json_string(rs));
             json_object_set_new(ch, "message", msg);
         }
-        json_object_set_new(ch, "logprobs", json_null());
+        json_t *lp = json_object_get(v, "logprobs");
+        json_object_set_new(ch, "logprobs", lp ? json_incref(lp) : json_null());
         json_object_set_new(ch, "finish_reason", json_string(json_string_value(json_object_get(v, "finish"))));
         json_array_append_new(choices, ch);
     }
@@ -1159,7 +1341,7 @@ static void http_on_event(void *owner, srv_req *r, const srv_ev *ev)
     if (!h->stream)
         return; /* non-streaming: the done event carries the whole text */
     sse_begin(h);
-    if (ev->type == FL_EV_COMMIT && ev->text_len) {
+    if (ev->type == FL_EV_COMMIT && (ev->text_len || ev->n_lps)) {
         json_t *d = json_object();
         bool any = true;
         if (!r->reason.on || reason_json(d, &r->reason, ev->text, ev->text_len, false, &any))
@@ -1169,10 +1351,7 @@ static void http_on_event(void *owner, srv_req *r, const srv_ev *ev)
             any = json_object_size(d) > 0;
         }
         h->s->m.commits_sent++;
-        if (any) /* a commit that is all tag or held back: nothing to say yet */
-            sse_send(h, chunk(h, d, NULL));
-        else
-            json_decref(d);
+        send_commit(h, r, 0, d, any, ev);
     }
 }
 

@@ -1138,10 +1138,15 @@ int srv_parse_completion_openai(const json_t *o, const srv_limits *L, srv_chat *
     if (json_is_true(v))
         return bad(&P, SRV_E_BAD_REQUEST, "echo", "'echo' is not supported: the reply holds the "
                    "completion only");
-    v = json_object_get(o, "logprobs");
-    if (v && !json_is_null(v) && !json_is_false(v))
-        return bad(&P, SRV_E_BAD_REQUEST, "logprobs", "'logprobs' is not supported: a diffusion "
-                   "model unmasks tokens in parallel and gives no left-to-right log probabilities");
+    /* the legacy form: an integer, the alternatives per token (0 gives the chosen ones);
+       false is off, as null is */
+    r = json_is_false(json_object_get(o, "logprobs"))
+            ? 1
+            : get_int(&P, o, "logprobs", "logprobs", 0, FL_MAX_TOP_LOGPROBS, &x);
+    if (r < 0)
+        return -1;
+    c->logprobs = !r;
+    c->top_logprobs = r ? 0 : (int)x;
     v = json_object_get(o, "suffix");
     if (v && !json_is_null(v) && !(json_is_string(v) && !json_string_length(v)))
         return bad(&P, SRV_E_BAD_REQUEST, "suffix", "'suffix' is not supported");
@@ -1156,6 +1161,24 @@ int srv_parse_completion_openai(const json_t *o, const srv_limits *L, srv_chat *
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c) ||
         parse_samples(&P, c))
         return -1;
+    return 0;
+}
+
+/* Chat completions' logprobs (true or false) and top_logprobs (0..20, with logprobs only). */
+static int parse_logprobs(pctx *P, const json_t *o, srv_chat *c)
+{
+    if (get_bool(P, o, "logprobs", "logprobs", &c->logprobs))
+        return -1;
+    double x;
+    int r = get_int(P, o, "top_logprobs", "top_logprobs", 0, FL_MAX_TOP_LOGPROBS, &x);
+    if (r < 0)
+        return -1;
+    if (!r && !c->logprobs)
+        return bad(P, SRV_E_BAD_REQUEST, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (c->logprobs && c->parallel) /* a joined answer's tokens are several replies' */
+        return bad(P, SRV_E_BAD_REQUEST, "logprobs", "'logprobs' cannot be combined with "
+                   "'parallel' (use 'n' for several choices)");
+    c->top_logprobs = r ? 0 : (int)x;
     return 0;
 }
 
@@ -1180,7 +1203,7 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
                                   !json_is_null(json_object_get(o, "max_completion_tokens"))
                               ? "max_completion_tokens"
                               : "max_tokens";
-    if (parse_sampling(&P, o, L, c, max_key) ||
+    if (parse_sampling(&P, o, L, c, max_key) || parse_logprobs(&P, o, c) ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c) ||
         parse_samples(&P, c))
         return -1;

@@ -100,6 +100,8 @@ typedef struct srv_chat {
     srv_prompt *prompts; /* (n_prompts) owned */
     int n_prompts;
     /* OpenAI only */
+    bool logprobs;       /* each reply token's log probability (chat completions) */
+    int top_logprobs;    /* and its most likely alternatives, 0..FL_MAX_TOP_LOGPROBS */
     bool stream;
     bool include_usage;
     char *model;

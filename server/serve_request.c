@@ -35,6 +35,7 @@ static void req_free(srv_req *r)
 {
     free(r->group_text);
     free(r->group_reasoning);
+    json_decref(r->group_logprobs);
     /* a queued draft must not point at a freed request */
     for (int i = 0; i < SRV_DRAFT_SLOTS; i++) {
         if (r->draft_slot[i])
@@ -268,6 +269,8 @@ void srv_req_submit(srv_req *r, void *prefix, int32_t n_prefix)
     q.dec = r->chat.dec;
     q.every_step = r->chat.every_step;
     q.constraint = r->cons;
+    q.logprobs = r->chat.logprobs;
+    q.top_logprobs = r->chat.top_logprobs;
     q.prefix = prefix;
     q.n_prefix = prefix ? n_prefix : 0;
     if (r->chat.n_stop) {

@@ -40,7 +40,14 @@ struct srv_ev {
     bool spare;             /* the request's own ev_spare (freed with it, not on its own) */
     fl_seq_stats stats;
     int32_t n_ids;
-    int32_t *ids;           /* done: (n_ids) the reply's ids */
+    int32_t *ids;           /* done: (n_ids) the reply's ids; commit: the block's, with
+                               log probabilities only */
+    /* with log probabilities (chat.logprobs): of the ids, the first n_lps are the reply's
+       (fl_event.n_lps), each with its log probability and n_top alternatives */
+    int32_t n_lps, n_top;
+    float *lps;             /* (n_lps) */
+    int32_t *top_ids;       /* (n_lps, n_top) */
+    float *top_lps;         /* (n_lps, n_top) */
 };
 
 /* The code a failed done (FL_FINISH_ERROR) reports to the client. */
@@ -126,6 +133,13 @@ struct srv_req {
     char *group_text;       /* a branch with an HTTP owner: its whole text (with a model that
                                thinks, the answer part), kept for the answer */
     char *group_reasoning;  /* ... and its reasoning part, or NULL */
+    json_t *group_logprobs; /* ... and its log probabilities (chat.logprobs), or NULL */
+    /* /v1/completions' logprobs: the reply decoded so far as the engine decodes it (its
+       held-back bytes) and its characters, for text_offset across a stream's chunks */
+    fl_detok lp_dt;
+    bool lp_dt_on;
+    size_t lp_chars;
+    bool group_lp_lost;     /* they could not be made (out of memory) */
     bool any_error;
     /* the sink's (engine thread, from submit until done): a done that cannot be copied, or
        that follows a commit that could not be, goes out as this error instead, so that no

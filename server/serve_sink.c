@@ -55,8 +55,13 @@ void srv_sink(const fl_event *ev, void *ctx)
     size_t ntok = ev->type == FL_EV_DRAFT ? (size_t)ev->n : 0;
     size_t ntext = ev->type == FL_EV_DRAFT ? 0 : ev->text_len;
     size_t nerr = ev->error ? strlen(ev->error) + 1 : 0;
-    size_t nids = ev->type == FL_EV_DONE && ev->ids && ev->n_ids > 0 ? (size_t)ev->n_ids : 0;
-    size_t sz = sizeof(srv_ev) + (ntok + nids) * sizeof(int32_t) + ntext + 1 + nerr;
+    /* ids: a done's (the session stores them), and with log probabilities a commit's too */
+    bool lp = ev->type != FL_EV_DRAFT && ev->lps && ev->n_lps > 0;
+    size_t nids = (ev->type == FL_EV_DONE || lp) && ev->ids && ev->n_ids > 0 ? (size_t)ev->n_ids
+                                                                            : 0;
+    size_t nlp = lp ? (size_t)ev->n_lps : 0, ntop = lp ? nlp * (size_t)ev->n_top : 0;
+    size_t sz = sizeof(srv_ev) + (ntok + nids + ntop) * sizeof(int32_t) +
+                (nlp + ntop) * sizeof(float) + ntext + 1 + nerr;
     srv_fault_site site = ev->type == FL_EV_DRAFT    ? SRV_FAULT_DRAFT_EVENT
                           : ev->type == FL_EV_COMMIT ? SRV_FAULT_COMMIT_EVENT
                                                      : SRV_FAULT_DONE_EVENT;
@@ -89,6 +94,20 @@ void srv_sink(const fl_event *ev, void *ctx)
     if (nids)
         memcpy(x->ids, ev->ids, nids * sizeof(int32_t));
     p += nids * sizeof(int32_t);
+    x->top_ids = (int32_t *)p;
+    if (ntop)
+        memcpy(x->top_ids, ev->top_ids, ntop * sizeof(int32_t));
+    p += ntop * sizeof(int32_t);
+    x->lps = (float *)p;
+    if (nlp)
+        memcpy(x->lps, ev->lps, nlp * sizeof(float));
+    p += nlp * sizeof(float);
+    x->top_lps = (float *)p;
+    if (ntop)
+        memcpy(x->top_lps, ev->top_lps, ntop * sizeof(float));
+    p += ntop * sizeof(float);
+    x->n_lps = (int32_t)nlp;
+    x->n_top = lp ? ev->n_top : 0;
     x->text = p;
     if (ntext)
         memcpy(x->text, ev->text, ntext);

@@ -21,6 +21,14 @@ add_test(NAME decode.parity_reference
           ${CMAKE_BINARY_DIR}/fixtures/dec_sdarmoe)
 set_tests_properties(decode.parity_reference PROPERTIES
   FIXTURES_REQUIRED "decode_models;sdarmoe_dec_model" LABELS "integration")
+# log probabilities: the engine's trace replayed on the reference, each decided token's
+# log-softmax and top alternatives from the forward that decided it (sampled, edited, shifted)
+add_test(NAME decode.parity_logprobs
+  COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/reference/parity_logprobs.py $<TARGET_FILE:fogline>
+          ${CMAKE_BINARY_DIR}/fixtures/dec_q3 ${CMAKE_BINARY_DIR}/fixtures/dec_q2
+          ${CMAKE_BINARY_DIR}/fixtures/edit_model ${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk)
+set_tests_properties(decode.parity_logprobs PROPERTIES
+  FIXTURES_REQUIRED "decode_models;edit_model" LABELS "integration" TIMEOUT 900)
 # LLaDA2's rules token for token against ref_decode.py: LLaDA2.0's threshold with the authors'
 # quota schedule, LLaDA2.1's token editing and post steps (edits, post steps and forwards
 # counted against the reference's loop, with and without decode-store overlap), on sharpened

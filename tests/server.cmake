@@ -7,6 +7,8 @@
 #   server.completions   /v1/completions: prompts as text or ids equal their chat replies; bad input
 #   server.tokenize      /tokenize and /detokenize against @huggingface/jinja and tokenizers;
 #                        bad input
+#   server.logprobs      chat completions' logprobs: as the engine gives them, streamed, cut by a
+#                        stop string, per choice; bad input
 #   server.http          /health /ready, static files, origins/CORS, API key, /metrics
 #   server.ops           flags/FOGLINE_*, one-line errors, limits, SIGTERM drain
 #   server.backpressure  a client that never reads
@@ -25,8 +27,8 @@ if(NOT FL_NODE)
 endif()
 set(FL_SERVE_MODEL "${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk" CACHE PATH
     "model directory the server tests load")
-foreach(suite ws_protocol openai completions tokenize http ops backpressure redis parallel faults
-              generate alloc steps bench_load)
+foreach(suite ws_protocol openai completions tokenize logprobs http ops backpressure redis parallel
+              faults generate alloc steps bench_load)
   add_test(NAME server.${suite}
     COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/${suite}.test.mjs)
   set_tests_properties(server.${suite} PROPERTIES LABELS integration TIMEOUT 600

@@ -34,6 +34,12 @@ typedef struct live {
     fl_seq_stats st;
     int32_t *ids;
     int32_t n_ids;
+    /* --logprobs: the reply ids' log probabilities (n_lps of them) and n_top alternatives */
+    float *lps;
+    int32_t *top_ids;
+    float *top_lps;
+    int32_t n_lps, n_top;
+    bool lp_lost;
     fl_buf text;
 } live;
 
@@ -165,6 +171,22 @@ static void sink(const fl_event *ev, void *ctx)
             memcpy(L->ids, ev->ids, sizeof(int32_t) * (size_t)ev->n_ids);
             L->n_ids = ev->n_ids;
         }
+        if (ev->lps) {
+            size_t n = (size_t)ev->n_lps, k = n * (size_t)ev->n_top;
+            L->lps = malloc(sizeof(float) * (n + 1));
+            L->top_ids = malloc(sizeof(int32_t) * (k + 1));
+            L->top_lps = malloc(sizeof(float) * (k + 1));
+            L->lp_lost = !L->lps || !L->top_ids || !L->top_lps;
+            if (!L->lp_lost) {
+                memcpy(L->lps, ev->lps, sizeof(float) * n);
+                if (k) {
+                    memcpy(L->top_ids, ev->top_ids, sizeof(int32_t) * k);
+                    memcpy(L->top_lps, ev->top_lps, sizeof(float) * k);
+                }
+                L->n_lps = ev->n_lps;
+                L->n_top = ev->n_top;
+            }
+        }
         break;
     }
 }
@@ -191,6 +213,9 @@ static void usage(FILE *f)
                "  --json               print one JSON object: text, ids, finish, stats\n"
                "  --trace              with --json: also \"steps\", every denoising step's draft\n"
                "                       (block, step, tokens with -1 masked, new, edited)\n"
+               "  --logprobs N         with --json: also \"logprobs\", each reply token's log\n"
+               "                       probability where it was decided and its N (0..20) most\n"
+               "                       likely alternatives\n"
                "  --visual             watch it denoise: every step redrawn on the terminal,\n"
                "                       masks as fog, the step's new tokens marked\n"
                "  --pace MS            with --visual: wait MS ms after each step (0..10000;\n"
@@ -221,6 +246,7 @@ int fl_cmd_generate(int argc, char **argv)
     bool steps = false, visual = false;
     const char *pace = NULL, *schema_file = NULL;
     bool json_object_fmt = false;
+    int logprobs = -1; /* --logprobs N: off */
     int threads = 0;
     const char *device = getenv("FOGLINE_DEVICE");
     const char *weights = getenv("FOGLINE_WEIGHTS");
@@ -231,7 +257,7 @@ int fl_cmd_generate(int argc, char **argv)
     fl_gen_opts_default(&g);
     enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
            O_IDS, O_DEVICE, O_NO_THINK, O_THINK, O_WEIGHTS, O_KV_FORMAT, O_STEPS, O_VISUAL,
-           O_PACE, O_SCHEMA, O_JSON_OBJECT };
+           O_PACE, O_SCHEMA, O_JSON_OBJECT, O_LOGPROBS };
     struct option base[] = {
         {"model", required_argument, 0, O_MODEL},     {"prompt", required_argument, 0, O_PROMPT},
         {"system", required_argument, 0, O_SYSTEM},   {"messages", required_argument, 0, O_MESSAGES},
@@ -243,6 +269,7 @@ int fl_cmd_generate(int argc, char **argv)
         {"kv-format", required_argument, 0, O_KV_FORMAT}, {"trace", no_argument, 0, O_STEPS},
         {"visual", no_argument, 0, O_VISUAL},         {"pace", required_argument, 0, O_PACE},
         {"schema", required_argument, 0, O_SCHEMA},   {"json-object", no_argument, 0, O_JSON_OBJECT},
+        {"logprobs", required_argument, 0, O_LOGPROBS},
     };
     struct option opts[64];
     int nopt = fl_gen_opts_longopts(opts, 64, base, (int)(sizeof base / sizeof base[0]));
@@ -270,6 +297,17 @@ int fl_cmd_generate(int argc, char **argv)
         case O_PACE: pace = optarg; break;
         case O_SCHEMA: schema_file = optarg; break;
         case O_JSON_OBJECT: json_object_fmt = true; break;
+        case O_LOGPROBS: {
+            char *end = NULL;
+            long v = strtol(optarg, &end, 10);
+            if (!*optarg || *end || v < 0 || v > FL_MAX_TOP_LOGPROBS) {
+                fprintf(stderr, "fogline generate: --logprobs takes an integer in [0, %d], got "
+                                "'%s'\n", FL_MAX_TOP_LOGPROBS, optarg);
+                return 2;
+            }
+            logprobs = (int)v;
+            break;
+        }
         case O_NO_THINK: thinking = false; break;
         case O_THINK: thinking = true; break;
         case O_HELP: usage(stdout); return 0;
@@ -291,6 +329,11 @@ int fl_cmd_generate(int argc, char **argv)
     long pace_ms = 60;
     if (schema_file && json_object_fmt) {
         fprintf(stderr, "fogline generate: give --schema FILE or --json-object, not both\n");
+        return 2;
+    }
+    if (logprobs >= 0 && !json) {
+        fprintf(stderr, "fogline generate: --logprobs adds \"logprobs\" to --json's output; give "
+                        "--json too\n");
         return 2;
     }
     if (steps && !json) {
@@ -495,6 +538,8 @@ int fl_cmd_generate(int argc, char **argv)
     req.n_stop = g.n_stop;
     req.dec = g.dec;
     req.every_step = steps || visual;
+    req.logprobs = logprobs >= 0;
+    req.top_logprobs = logprobs >= 0 ? logprobs : 0;
     L.tok = m->tok;
     L.json = json;
     L.tty = isatty(STDOUT_FILENO) && !json && m->tok;
@@ -530,7 +575,7 @@ int fl_cmd_generate(int argc, char **argv)
         fprintf(stderr, "fogline generate: %s\n", L.error);
         goto out;
     }
-    if (L.text.err) { /* the reply did not fit: never print a cut one */
+    if (L.text.err || L.lp_lost) { /* the reply did not fit: never print a cut one */
         fprintf(stderr, "fogline generate: out of memory\n");
         goto out;
     }
@@ -541,6 +586,23 @@ int fl_cmd_generate(int argc, char **argv)
         for (int32_t i = 0; i < L.n_ids; i++)
             json_array_append_new(ja, json_integer(L.ids[i]));
         json_object_set_new(o, "ids", ja);
+        if (logprobs >= 0) { /* [{"logprob": x, "top": [[id, logprob], ...]}, ...] per id */
+            json_t *lp = json_array();
+            for (int32_t i = 0; i < L.n_lps; i++) {
+                json_t *one = json_object(), *top = json_array();
+                for (int32_t j = 0; j < L.n_top; j++) {
+                    size_t at = (size_t)i * (size_t)L.n_top + (size_t)j;
+                    json_t *pair = json_array();
+                    json_array_append_new(pair, json_integer(L.top_ids[at]));
+                    json_array_append_new(pair, json_real(L.top_lps[at]));
+                    json_array_append_new(top, pair);
+                }
+                json_object_set_new(one, "logprob", json_real(L.lps[i]));
+                json_object_set_new(one, "top", top);
+                json_array_append_new(lp, one);
+            }
+            json_object_set_new(o, "logprobs", lp);
+        }
         json_object_set_new(o, "finish", json_string(finish_name(L.finish)));
         json_object_set_new(o, "prompt_tokens", json_integer((json_int_t)n_ids));
         json_object_set_new(o, "weights", json_string(fl_wformat_name(b->weights)));
@@ -594,6 +656,9 @@ out:
     fl_buf_free(&L.committed);
     fl_buf_free(&L.text);
     free(L.ids);
+    free(L.lps);
+    free(L.top_ids);
+    free(L.top_lps);
     free(L.error);
     json_decref(L.steps);
     fl_gen_opts_free(&g);

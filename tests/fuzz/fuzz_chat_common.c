@@ -37,7 +37,7 @@ void fz_check_rejection(const char *code, const char *param, const char *msg)
             "decoding.max_blocks", "decoding.steps", "decoding.edit_threshold",
             "decoding.max_post_steps", "decoding.preset", "parallel", "chat_template_kwargs",
             "drafts", "response_format", "tools", "tool_choice", "prompt", "best_of", "echo",
-            "logprobs", "suffix", "return_token_strs", "add_special_tokens",
+            "logprobs", "top_logprobs", "suffix", "return_token_strs", "add_special_tokens",
             "add_generation_prompt", "continue_final_message", "tokens", "skip_special_tokens"};
         FZ_CHECK(in_list(param, known, sizeof known / sizeof known[0]), "unknown param '%s'",
                  param);
@@ -116,6 +116,11 @@ void fz_check_chat(const srv_chat *c, const srv_limits *L, bool openai)
 
 void fz_check_sampling(const srv_chat *c, const srv_limits *L)
 {
+    FZ_CHECK(c->top_logprobs >= 0 && c->top_logprobs <= FL_MAX_TOP_LOGPROBS &&
+                 (c->logprobs || !c->top_logprobs) &&
+                 (!c->logprobs || c->parallel == SRV_PAR_NONE || c->parallel == SRV_PAR_SAMPLES),
+             "logprobs %d, top_logprobs %d accepted (parallel %d)", c->logprobs,
+             c->top_logprobs, c->parallel);
     FZ_CHECK(c->n_stop >= 0 && c->n_stop <= SRV_MAX_STOPS, "%d stop strings", c->n_stop);
     for (int i = 0; i < c->n_stop; i++) {
         size_t n = c->stop[i] ? strlen(c->stop[i]) : 0;

@@ -104,7 +104,12 @@ def main():
                        ({"FOGLINE_WEIGHTS": "half"}, "FOGLINE_WEIGHTS must be auto, f32, bf16, q8 or q4, got 'half'"),
                        (["--kv-format", "f16"], "--kv-format must be auto, f32 or bf16, got 'f16'"),
                        (["--kv-format", ""], "--kv-format must be auto, f32 or bf16, got ''"),
-                       ({"FOGLINE_KV_FORMAT": "BF16"}, "FOGLINE_KV_FORMAT must be auto, f32 or bf16, got 'BF16'")):
+                       ({"FOGLINE_KV_FORMAT": "BF16"}, "FOGLINE_KV_FORMAT must be auto, f32 or bf16, got 'BF16'"),
+                       (["--logprobs", "2"], "--logprobs adds \"logprobs\" to --json's output"),
+                       (["--json", "--logprobs", "21"], "--logprobs takes an integer in [0, 20], got '21'"),
+                       (["--json", "--logprobs", "-1"], "--logprobs takes an integer in [0, 20], got '-1'"),
+                       (["--json", "--logprobs", "x"], "--logprobs takes an integer in [0, 20], got 'x'"),
+                       (["--json", "--logprobs", ""], "--logprobs takes an integer in [0, 20], got ''")):
         env = dict(os.environ, **args) if isinstance(args, dict) else None
         args = [] if isinstance(args, dict) else args
         r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", *args],

@@ -101,6 +101,19 @@ test('a reply with a think block: reasoning_content and content (not streamed)',
   assert.equal(r.body.choices[0].message.reasoning_content, REASONING);
   assert.equal(r.body.choices[0].message.content, ANSWER + REPLY + REPLY);
   assert.equal(r.body.choices[0].finish_reason, 'length');
+  // logprobs cover every reply token, the reasoning's too: their texts are the raw reply
+  r = await post(server, { messages: CONVS[0], max_tokens: 3, logprobs: true, top_logprobs: 1 });
+  assert.equal(r.body.choices[0].message.reasoning_content, REASONING);
+  const lp = r.body.choices[0].logprobs.content;
+  assert.equal(lp.map((e) => e.token).join(''), REPLY.repeat(3));
+  assert.deepEqual(lp.map((e) => e.top_logprobs[0].token), [REPLY, REPLY, REPLY]);
+  // streamed: the same entries, also from commits whose text the split holds back
+  const res = await fetch(`${server.url}/v1/chat/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: CONVS[0], max_tokens: 3, logprobs: true, top_logprobs: 1, stream: true }) });
+  const streamed = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: {'))
+    .flatMap((e) => JSON.parse(e.slice(6)).choices.flatMap((c) => c.logprobs?.content ?? []));
+  assert.deepEqual(streamed, lp);
 });
 
 test('streamed with the openai client: delta.reasoning_content, then delta.content', async () => {
