@@ -8,7 +8,6 @@
  * until the engine has taken the request, so a rejection (busy, prompt too long) is still a
  * proper HTTP error, even when streaming was asked for. */
 #include <errno.h>
-#include <math.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,6 +23,7 @@
 #include "serve_group.h"
 #include "serve_request.h"
 #include "serve_tokenize.h"
+#include "logprobs.h"
 
 enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER, R_GENERATE, R_COMPLETION, R_TOKENIZE, R_DETOKENIZE };
 
@@ -712,133 +712,34 @@ static json_t *usage_json(int prompt, int completion, int cached)
     return u;
 }
 
-/* One token of OpenAI's logprobs: its text (as decoding it alone gives: a piece of a UTF-8
-   character is U+FFFD), its log probability and its bytes. NULL when out of memory. */
-static json_t *lp_token(const fl_tokenizer *tok, int32_t id, float lp)
-{
-    json_t *o = json_object(), *b = json_array();
-    fl_buf t = {0};
-    fl_err e = {0};
-    size_t n = 0;
-    const unsigned char *raw = fl_tokenizer_token_bytes(tok, id, &n);
-    bool ok = o && b && !fl_tokenizer_decode(tok, &id, 1, false, &t, &e) && !t.err;
-    if (ok && !raw) { /* an added token: the bytes of its text */
-        raw = (const unsigned char *)t.data;
-        n = t.len;
-    }
-    for (size_t i = 0; ok && i < n; i++)
-        ok = !json_array_append_new(b, json_integer(raw[i]));
-    /* -9999 for a probability that rounds to 0, as OpenAI writes it (JSON has no -inf) */
-    ok = ok && !json_object_set_new(o, "token", json_stringn(t.data ? t.data : "", t.len)) &&
-         !json_object_set_new(o, "logprob", json_real(isfinite(lp) ? lp : -9999.0)) &&
-         !json_object_set(o, "bytes", b);
-    json_decref(b);
-    fl_buf_free(&t);
-    if (!ok) {
-        json_decref(o);
-        return NULL;
-    }
-    return o;
-}
-
-/* OpenAI's logprobs of an event's reply tokens (a commit's or a done's, fl_event.n_lps):
-   {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]}. *oom set (and NULL
-   returned) when it cannot be made. */
-static json_t *lp_json(const srv *s, const srv_ev *ev, bool *oom)
-{
-    const fl_tokenizer *tok = s->model->tok;
-    json_t *o = json_object(), *content = json_array();
-    bool ok = o && content;
-    for (int32_t i = 0; ok && i < ev->n_lps; i++) {
-        json_t *t = lp_token(tok, ev->ids[i], ev->lps[i]), *top = json_array();
-        ok = t && top;
-        for (int32_t j = 0; ok && j < ev->n_top; j++) {
-            size_t at = (size_t)i * (size_t)ev->n_top + (size_t)j;
-            json_t *a = lp_token(tok, ev->top_ids[at], ev->top_lps[at]);
-            ok = a && !json_array_append_new(top, a);
-        }
-        ok = ok && !json_object_set(t, "top_logprobs", top) && !json_array_append(content, t);
-        json_decref(top);
-        json_decref(t);
-    }
-    ok = ok && !json_object_set(o, "content", content);
-    json_decref(content);
-    if (!ok) {
-        json_decref(o);
-        *oom = true;
-        return NULL;
-    }
-    return o;
-}
-
-/* Unicode characters (code points) in n bytes of UTF-8. */
-static size_t utf8_chars(const char *p, size_t n)
-{
-    size_t c = 0;
-    for (size_t i = 0; i < n; i++)
-        c += ((unsigned char)p[i] & 0xC0) != 0x80;
-    return c;
-}
-
-/* The legacy completions' logprobs of an event's reply tokens: {"tokens", "token_logprobs",
-   "top_logprobs" (per token an object of its n_top alternatives and itself, text -> logprob),
-   "text_offset" (the character where each token's text starts in the completion)}. The
-   offsets go on across a stream's chunks: r keeps the reply decoded so far (as the engine
-   decodes it) and its length in characters. *oom set (and NULL returned) when it cannot be
-   made. */
-static json_t *lp_legacy_json(const srv *s, srv_req *r, const srv_ev *ev, bool *oom)
-{
-    const fl_tokenizer *tok = s->model->tok;
-    if (!r->lp_dt_on) {
-        fl_detok_init(&r->lp_dt, tok, true);
-        r->lp_dt_on = true;
-    }
-    json_t *o = json_object(), *toks = json_array(), *lps = json_array(), *tops = json_array();
-    json_t *offs = json_array();
-    bool ok = o && toks && lps && tops && offs;
-    for (int32_t i = 0; ok && i < ev->n_lps; i++) {
-        json_t *t = lp_token(tok, ev->ids[i], ev->lps[i]), *top = json_object();
-        ok = t && top && !json_array_append_new(offs, json_integer((json_int_t)r->lp_chars));
-        fl_buf piece = {0};
-        ok = ok && !fl_detok_push(&r->lp_dt, ev->ids[i], &piece) && !piece.err;
-        r->lp_chars += utf8_chars(piece.data, piece.len);
-        fl_buf_free(&piece);
-        for (int32_t j = 0; ok && j < ev->n_top; j++) {
-            size_t at = (size_t)i * (size_t)ev->n_top + (size_t)j;
-            json_t *a = lp_token(tok, ev->top_ids[at], ev->top_lps[at]);
-            ok = a && !json_object_set(top, json_string_value(json_object_get(a, "token")),
-                                       json_object_get(a, "logprob"));
-            json_decref(a);
-        }
-        /* the chosen token is always among them, as OpenAI's legacy answer has it */
-        ok = ok && !json_object_set(top, json_string_value(json_object_get(t, "token")),
-                                    json_object_get(t, "logprob"));
-        ok = ok && !json_array_append(toks, json_object_get(t, "token")) &&
-             !json_array_append(lps, json_object_get(t, "logprob")) &&
-             !json_array_append(tops, top);
-        json_decref(top);
-        json_decref(t);
-    }
-    ok = ok && !json_object_set(o, "tokens", toks) && !json_object_set(o, "token_logprobs", lps) &&
-         !json_object_set(o, "top_logprobs", tops) && !json_object_set(o, "text_offset", offs);
-    json_decref(toks);
-    json_decref(lps);
-    json_decref(tops);
-    json_decref(offs);
-    if (!ok) {
-        json_decref(o);
-        *oom = true;
-        return NULL;
-    }
-    return o;
-}
-
-/* A request's logprobs for an event, in its endpoint's shape; NULL (not *oom) without any. */
+/* A request's logprobs for an event, in its endpoint's shape (logprobs.h); NULL without any,
+   and NULL with *oom set when they cannot be made. */
 static json_t *lp_for(const srv_http *h, srv_req *r, const srv_ev *ev, bool *oom)
 {
     if (!r->chat.logprobs)
         return NULL;
-    return h->route == R_COMPLETION ? lp_legacy_json(h->s, r, ev, oom) : lp_json(h->s, ev, oom);
+    const fl_tokenizer *tok = h->s->model->tok;
+    json_t *o;
+    if (h->route == R_COMPLETION) {
+        if (!r->lp_dt_on) {
+            fl_detok_init(&r->lp_dt, tok, true);
+            r->lp_dt_on = true;
+        }
+        o = srv_lp_legacy(tok, ev->ids, ev->lps, ev->top_ids, ev->top_lps, ev->n_lps, ev->n_top,
+                          &r->lp_dt, &r->lp_chars);
+    } else {
+        json_t *content = srv_lp_content(tok, ev->ids, ev->lps, ev->top_ids, ev->top_lps,
+                                         ev->n_lps, ev->n_top);
+        o = content ? json_object() : NULL;
+        if (o && json_object_set_new(o, "content", content)) {
+            json_decref(o);
+            o = NULL;
+        } else if (!o) {
+            json_decref(content);
+        }
+    }
+    *oom |= !o;
+    return o;
 }
 
 static json_t *stats_json(const fl_seq_stats *st)

@@ -970,6 +970,25 @@ static int check_decoding(pctx *P, srv_chat *c)
     return 0;
 }
 
+/* logprobs (true or false) and top_logprobs (0..20, with logprobs only): chat completions and
+   the WebSocket chat. */
+static int parse_logprobs(pctx *P, const json_t *o, srv_chat *c)
+{
+    if (get_bool(P, o, "logprobs", "logprobs", &c->logprobs))
+        return -1;
+    double x = 0;
+    int r = get_int(P, o, "top_logprobs", "top_logprobs", 0, FL_MAX_TOP_LOGPROBS, &x);
+    if (r < 0)
+        return -1;
+    if (!r && !c->logprobs)
+        return bad(P, SRV_E_BAD_REQUEST, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (c->logprobs && c->parallel) /* a joined answer's tokens are several replies' */
+        return bad(P, SRV_E_BAD_REQUEST, "logprobs", "'logprobs' cannot be combined with "
+                   "'parallel': its answer joins several replies");
+    c->top_logprobs = r ? 0 : (int)x;
+    return 0;
+}
+
 int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const char **code,
                       char *msg, size_t msglen)
 {
@@ -979,7 +998,8 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     static const char *const known[] = {"type", "id", "session", "messages", "max_tokens",
                                         "temperature", "top_p", "top_k", "seed", "stop", "decoding",
                                         "parallel", "chat_template_kwargs", "drafts",
-                                        "response_format", "tools", "tool_choice"};
+                                        "response_format", "tools", "tool_choice", "logprobs",
+                                        "top_logprobs"};
     const char *key = srv_json_unknown_key(o, known, sizeof known / sizeof known[0]);
     if (key)
         return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);
@@ -999,7 +1019,7 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     c->enable_thinking = L->enable_thinking;
     if (parse_conversation(&P, o, false, c) || parse_template_kwargs(&P, o, c) ||
         parse_response_format(&P, o, c) || parse_tools(&P, o, c) ||
-        parse_sampling(&P, o, L, c, "max_tokens") ||
+        parse_sampling(&P, o, L, c, "max_tokens") || parse_logprobs(&P, o, c) ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
         return -1;
     return 0;
@@ -1161,24 +1181,6 @@ int srv_parse_completion_openai(const json_t *o, const srv_limits *L, srv_chat *
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c) ||
         parse_samples(&P, c))
         return -1;
-    return 0;
-}
-
-/* Chat completions' logprobs (true or false) and top_logprobs (0..20, with logprobs only). */
-static int parse_logprobs(pctx *P, const json_t *o, srv_chat *c)
-{
-    if (get_bool(P, o, "logprobs", "logprobs", &c->logprobs))
-        return -1;
-    double x;
-    int r = get_int(P, o, "top_logprobs", "top_logprobs", 0, FL_MAX_TOP_LOGPROBS, &x);
-    if (r < 0)
-        return -1;
-    if (!r && !c->logprobs)
-        return bad(P, SRV_E_BAD_REQUEST, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
-    if (c->logprobs && c->parallel) /* a joined answer's tokens are several replies' */
-        return bad(P, SRV_E_BAD_REQUEST, "logprobs", "'logprobs' cannot be combined with "
-                   "'parallel' (use 'n' for several choices)");
-    c->top_logprobs = r ? 0 : (int)x;
     return 0;
 }
 

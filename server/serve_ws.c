@@ -17,6 +17,7 @@
 #include "serve.h"
 #include "serve_group.h"
 #include "serve_request.h"
+#include "logprobs.h"
 
 struct srv_conn {
     srv *s;
@@ -560,6 +561,14 @@ static void ws_on_event(void *owner, srv_req *r, const srv_ev *ev)
             reason_fields(o, &r->reason, ev->text, ev->text_len, false);
         if (r->tools.on) /* the calls go out with done */
             ws_tools_push(r, o, ev->text, ev->text_len);
+        if (r->chat.logprobs) { /* the block's tokens' (logprobs.h); never a commit without */
+            json_t *lp = srv_lp_content(c->s->model->tok, ev->ids, ev->lps, ev->top_ids,
+                                        ev->top_lps, ev->n_lps, ev->n_top);
+            if (!lp || json_object_set_new(o, "logprobs", lp)) {
+                json_decref(o);
+                o = NULL; /* as a frame that cannot be made: the connection closes (1011) */
+            }
+        }
         c->s->m.commits_sent++;
         send_str(c, dumps(o));
         break;

@@ -5,12 +5,13 @@
 // entry per reply token, their texts adding up to the reply; streamed chunks carrying their
 // commit's tokens, adding up to the plain answer; a stop string keeping the tokens whose text
 // starts before the cut; n choices each the lone request's with its seed; the legacy shape
-// (tokens, token_logprobs, top_logprobs, text_offset) with the chat's numbers; bad inputs.
+// (tokens, token_logprobs, top_logprobs, text_offset) with the chat's numbers; the WebSocket
+// chat's commits carrying their tokens'; bad inputs on both.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { startServer, require, BIN, MODEL } from './lib.mjs';
+import { startServer, connect, require, BIN, MODEL } from './lib.mjs';
 
 const OpenAI = require('openai').default;
 const DIR = MODEL || fileURLToPath(new URL('../../engine/models/fogline-helpdesk', import.meta.url));
@@ -220,4 +221,34 @@ test('/v1/completions: the legacy shape, the same numbers as the chat for the re
   const many = await client.completions.create({ ...body, prompt: [tk.prompt, tk.tokens], n: 2 });
   assert.equal(many.choices.length, 4);
   for (const x of many.choices) assert.deepEqual(x.logprobs, lp, `choice ${x.index}`);
+});
+
+test('the WebSocket: each commit carries its tokens\' log probabilities; bad ones are errors', async () => {
+  const http = await client.chat.completions.create({ model: 'fogline', messages: msgs, temperature: 0,
+    logprobs: true, top_logprobs: 2 });
+  const c = await connect(server);
+  c.send({ type: 'chat', id: 'lp', messages: msgs, temperature: 0, logprobs: true, top_logprobs: 2 });
+  const frames = await c.collect('lp');
+  assert.equal(frames.at(-1).type, 'done', JSON.stringify(frames.at(-1)));
+  const commits = frames.filter((f) => f.type === 'commit');
+  for (const f of commits) assert.equal(texts(f.logprobs), f.text, `block ${f.block}`);
+  // the same values (the WebSocket writes reals with 17 digits, HTTP with 15)
+  const round = (list) => list.map((e) => ({ ...e, logprob: +e.logprob.toPrecision(12),
+    top_logprobs: e.top_logprobs.map((t) => ({ ...t, logprob: +t.logprob.toPrecision(12) })) }));
+  assert.deepEqual(round(commits.flatMap((f) => f.logprobs)), round(http.choices[0].logprobs.content));
+  // without: no field
+  c.send({ type: 'chat', id: 'plain', messages: msgs, temperature: 0, max_tokens: 8 });
+  for (const f of await c.collect('plain')) assert.equal(f.logprobs, undefined, f.type);
+  for (const [extra, re] of [
+    [{ top_logprobs: 2 }, /needs 'logprobs': true/],
+    [{ logprobs: 'yes' }, /'logprobs' must be true or false/],
+    [{ logprobs: true, top_logprobs: 30 }, /\[0, 20\], got 30/],
+    [{ logprobs: true, parallel: { mode: 'fanout', segments: ['a'] } }, /cannot be combined with 'parallel'/],
+  ]) {
+    c.send({ type: 'chat', id: 'bad', messages: msgs, ...extra });
+    const [e] = await c.collect('bad');
+    assert.equal(e.type, 'error', JSON.stringify(e));
+    assert.match(e.message, re, JSON.stringify(extra));
+  }
+  c.close();
 });
