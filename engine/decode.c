@@ -477,3 +477,52 @@ void fl_sample(const fl_decode_opts *o, const float *logits, int vocab, uint64_t
     out->prob = (float)(tmp[tok] / zk);
     out->entropy = (float)ent;
 }
+
+/* The log-sum-exp of a logits row: from the backend's argmax when it has one (its logit less
+ * the log of its probability; the backend summed the row in double while it wrote it), else
+ * summed here in double. */
+double fl_row_lse(const float *row, int32_t V, const fl_tok_out *top1)
+{
+    if (top1 && top1->prob > 0 && top1->token >= 0 && top1->token < V &&
+        isfinite(row[top1->token]))
+        return (double)row[top1->token] - log((double)top1->prob);
+    float mx = row[0];
+    for (int32_t v = 1; v < V; v++)
+        mx = row[v] > mx ? row[v] : mx;
+    double sum = 0;
+    for (int32_t v = 0; v < V; v++)
+        sum += exp((double)row[v] - (double)mx);
+    return (double)mx + log(sum);
+}
+
+/* The k largest entries of row (ids ti, values tl, descending; ties keep the lower id first).
+ * A span of 64 whose largest entry cannot enter the list is skipped after one pass that the
+ * compiler vectorises. Returns how many were found (k unless V < k). */
+int32_t fl_row_top(const float *row, int32_t V, int32_t k, int32_t *ti, float *tl)
+{
+    enum { SPAN = 64 };
+    int32_t n = 0;
+    for (int32_t v0 = 0; v0 < V; v0 += SPAN) {
+        int32_t v1 = V - v0 < SPAN ? V : v0 + SPAN;
+        if (n == k) {
+            float bm = row[v0];
+            for (int32_t v = v0 + 1; v < v1; v++)
+                bm = row[v] > bm ? row[v] : bm;
+            if (!(bm > tl[k - 1]))
+                continue;
+        }
+        for (int32_t v = v0; v < v1; v++) {
+            if (n == k && row[v] <= tl[k - 1])
+                continue;
+            int32_t i = n < k ? n++ : k - 1;
+            while (i > 0 && row[v] > tl[i - 1]) {
+                tl[i] = tl[i - 1];
+                ti[i] = ti[i - 1];
+                i--;
+            }
+            tl[i] = row[v];
+            ti[i] = v;
+        }
+    }
+    return n;
+}

@@ -26,4 +26,12 @@ uint64_t fl_xorshift(uint64_t *s);
  * exp((logit - max) / T), z their sum; 0 when neither is set. */
 float fl_sample_cut(const fl_decode_opts *o, const float *w, double z, int vocab);
 
+/* Log probabilities (fl_request.logprobs). The log-sum-exp of a logits row (vocab V) at
+ * temperature 1: from top1, the backend's argmax of that row and its probability, when it has
+ * one (its logit less the log of its probability), else summed over the row in double. */
+double fl_row_lse(const float *row, int32_t V, const fl_tok_out *top1);
+/* The k largest entries of row (ids ti, values tl, k each; descending, ties keep the lower id
+ * first). Returns how many were found (k unless V < k). */
+int32_t fl_row_top(const float *row, int32_t V, int32_t k, int32_t *ti, float *tl);
+
 #endif

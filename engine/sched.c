@@ -59,6 +59,7 @@ typedef struct seq {
     float *cprob;     /* (cap) and its probability */
     fl_tok_out carry; /* shifted logits: prediction for position n_cached made when the block
                          before it was stored */
+    fl_tok_out carry_top1; /* the backend's argmax for the carry, before sampling replaced it */
     int32_t carry_pos;
     int32_t ar_pos;   /* shifted logits: a block's first position that takes the argmax of the
                          store forward's last row (Fast-dLLM v2's autoregressive step); -1 */
@@ -759,50 +760,32 @@ static int constrain_window(fl_sched *s, seq *q, const fl_segment *sg, const fl_
 
 /* Log probabilities: x[p]'s, and the n_top most likely tokens', in the logits behind p's
  * prediction in this forward (or the carry's): log-softmax at temperature 1 over the whole
- * vocabulary, summed in double. Ties keep the lower id first. -1 when the forward has no
- * logits (they could not be allocated). */
-static int note_lp(const fl_sched *s, seq *q, const fl_segment *sg, const float *logits,
-                   int32_t p)
+ * vocabulary. -1 when the forward has no logits (they could not be allocated). */
+static int note_lp(const fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *out,
+                   const float *logits, int32_t p)
 {
     const float *row = logits_at(s, q, sg, logits, p);
     if (!row || (row == q->carry_lg && !q->carry_has_lg))
         return -1;
     int32_t V = s->m->cfg.vocab, k = q->n_top;
-    float mx = row[0];
-    for (int32_t v = 1; v < V; v++)
-        mx = row[v] > mx ? row[v] : mx;
-    double sum = 0;
-    for (int32_t v = 0; v < V; v++)
-        sum += exp((double)row[v] - (double)mx);
-    double lse = (double)mx + log(sum);
+    const fl_tok_out *top1 = row == q->carry_lg ? &q->carry_top1 : pred_at(s, q, sg, out, p);
+    double lse = fl_row_lse(row, V, top1);
     q->plp[p] = (float)((double)row[q->x[p]] - lse);
     if (!k)
         return 0;
     int32_t *ti = q->ptop + (size_t)p * (size_t)k;
     float *tl = q->ptop_lp + (size_t)p * (size_t)k;
-    int32_t n = 0;
-    for (int32_t v = 0; v < V; v++) {
-        if (n == k && row[v] <= tl[k - 1])
-            continue;
-        int32_t i = n < k ? n++ : k - 1;
-        while (i > 0 && row[v] > tl[i - 1]) {
-            tl[i] = tl[i - 1];
-            ti[i] = ti[i - 1];
-            i--;
-        }
-        tl[i] = row[v];
-        ti[i] = v;
-    }
+    int32_t n = fl_row_top(row, V, k, ti, tl);
     for (int32_t i = 0; i < n; i++)
         tl[i] = (float)((double)tl[i] - lse);
     return 0;
 }
 
 /* note_lp for a reply position just decided; a forward without logits fails the sequence. */
-static bool lp_failed(const fl_sched *s, seq *q, const fl_segment *sg, const float *logits,
-                      int32_t p)
+static bool lp_failed(const fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *out,
+                      const float *logits, int32_t p)
 {
-    if (!q->lp_on || p < q->L || p >= q->limit || !note_lp(s, q, sg, logits, p))
+    if (!q->lp_on || p < q->L || p >= q->limit || !note_lp(s, q, sg, out, logits, p))
         return false;
     q->finish = FL_FINISH_ERROR;
     q->fail = "out of memory for the log probabilities";
@@ -993,6 +976,7 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
         int32_t last = sg->pos0 + sg->n_store - 1;
         if (c->logits_shift && sg->out_from <= sg->n_store - 1 && q->n_cached == q->run_start) {
             q->carry = out[last - sg->pos0];
+            q->carry_top1 = q->carry;
             q->carry_pos = last;
             if (q->carry_lg && logits) /* constrained or with log probabilities */
                 memcpy(q->carry_lg, logits + (size_t)(last - sg->pos0) * (size_t)c->vocab,
@@ -1034,7 +1018,7 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
         q->fresh[p] = 1;
         if (p < q->limit)
             q->produced++;
-        if (lp_failed(s, q, sg, logits, p))
+        if (lp_failed(s, q, sg, out, logits, p))
             return true;
         q->ar_pos = -1;
         emit_draft(s, q, q->run_start);
@@ -1159,14 +1143,14 @@ static bool apply(fl_sched *s, seq *q, const fl_segment *sg, const fl_tok_out *o
                     q->produced++;
                 if (q->cons && changed[j] && start + j < q->limit)
                     q->st.constrained++;
-                if (lp_failed(s, q, sg, logits, start + j))
+                if (lp_failed(s, q, sg, out, logits, start + j))
                     return true;
             }
         for (int32_t j = 0; j < B && n_edit; j++)
             if (edit[j]) {
                 q->x[start + j] = etok[j];
                 q->edited[start + j] = 1;
-                if (lp_failed(s, q, sg, logits, start + j))
+                if (lp_failed(s, q, sg, out, logits, start + j))
                     return true;
             }
         q->st.edits += n_edit;

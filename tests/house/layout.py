@@ -5,7 +5,8 @@
    engine/, and engine/CMakeLists.txt links no fl_cuda or server target.
 2. A module's private headers are included only inside its folder: engine/cpu/ (public:
    cpu.h), engine/tokenizer/ (public: tokenizer.h), cuda/ (public: fl_cuda.h). White-box unit
-   tests of a module (and tests/bench/qkernels_ab.c, which links two builds of quant.c, and
+   tests of a module (and tests/bench/qkernels_ab.c, which links two builds of quant.c,
+   tests/bench/lse_rows_ab.c, which sums logits rows as the CPU backend's head does, and
    tests/gpu/gpu_sched.c, which replays a scheduler's batches through the CUDA backend's own
    graph key and cache) may include its private header; they are listed in WHITE_BOX.
 3. cuda/ includes only cuda/ and engine/'s public headers.
@@ -28,6 +29,7 @@ MODULES = {"engine/cpu": {"cpu.h"}, "engine/tokenizer": {"tokenizer.h"},
 # white-box unit tests, and the kernel benchmark that links two builds of a private source:
 # file -> private headers it may include
 WHITE_BOX = {
+    "tests/bench/lse_rows_ab.c": {"engine/cpu/kernels.h"},
     "tests/bench/qkernels_ab.c": {"engine/cpu/kernels.h", "engine/cpu/quant.h"},
     "tests/gpu/gpu_sched.c": {"cuda/flc_shape.h"},
     "tests/unit/test_flc_shape.c": {"cuda/flc_shape.h"},

@@ -1,6 +1,7 @@
 /* test_decode.c: the unmasking policies on predictions whose right answer is known, the
  * option checks, LLaDA2's options (the steps schedule, token editing, presets) and their JSON
- * parsing with its exact errors, sampling, and the KV page pool. */
+ * parsing with its exact errors, sampling, the log probabilities' row functions and the KV
+ * page pool. */
 #include "check.h"
 #include "decode.h"
 #include "kvpool.h"
@@ -151,12 +152,115 @@ static int sel_mask(const uint8_t *sel, int n)
     return m;
 }
 
+/* The log-sum-exp of a row in long double, a different sum from fl_row_lse's fallback. */
+static double lse_exact(const float *row, int V)
+{
+    long double mx = -INFINITY, s = 0;
+    for (int v = 0; v < V; v++)
+        mx = row[v] > mx ? row[v] : mx;
+    for (int v = 0; v < V; v++)
+        s += expl((long double)row[v] - mx);
+    return (double)(mx + logl(s));
+}
+
+/* The k largest by sorting every id: value descending, then id ascending. */
+static const float *cmp_row;
+static int by_value(const void *a, const void *b)
+{
+    int32_t i = *(const int32_t *)a, j = *(const int32_t *)b;
+    float x = cmp_row[i], y = cmp_row[j];
+    return x > y ? -1 : x < y ? 1 : (i > j) - (i < j);
+}
+
+static int top_naive(const float *row, int V, int k, int32_t *ti, float *tl)
+{
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)V);
+    if (!ids)
+        return -1;
+    for (int v = 0; v < V; v++)
+        ids[v] = v;
+    cmp_row = row;
+    qsort(ids, (size_t)V, sizeof *ids, by_value);
+    int n = V < k ? V : k;
+    for (int i = 0; i < n; i++)
+        ti[i] = ids[i], tl[i] = row[ids[i]];
+    free(ids);
+    return n;
+}
+
+static float urand(uint64_t *r) { return (float)((fl_xorshift(r) >> 40) / 16777216.0); }
+
+/* fl_row_lse from an argmax and its probability (as a backend gives them; test_kernels checks
+ * them from the kernels' own sums) and its fallback against a long double sum; fl_row_top
+ * against a sort of every id, on rows with ties, -inf, fewer ids than k and spans of 64 cut
+ * anywhere. */
+static void logprob_rows(void)
+{
+    enum { V = 151936 };
+    float *row = malloc(sizeof(float) * V);
+    CHECK(row != NULL, "row");
+    if (!row)
+        return;
+    uint64_t rng = 7;
+    for (int shape = 0; shape < 3; shape++) {
+        for (int v = 0; v < V; v++) /* logits around 0, a few far above */
+            row[v] = 4.0f * (urand(&rng) - 0.5f) + (urand(&rng) < 1e-4f ? 12.0f : 0.0f);
+        if (shape == 1)
+            row[V / 3] = 40.0f; /* one near-certain token */
+        if (shape == 2)
+            for (int v = 0; v < V; v += 2)
+                row[v] = -INFINITY; /* a constraint-like mask */
+        double want = lse_exact(row, V);
+        int arg = 0;
+        for (int v = 1; v < V; v++)
+            arg = row[v] > row[arg] ? v : arg;
+        fl_tok_out t1 = {arg, (float)exp((double)row[arg] - want), 0};
+        double got = fl_row_lse(row, V, &t1);
+        CHECK(fabs(got - want) < 1e-6, "shape %d: lse %.9f from the argmax, exact %.9f", shape,
+              got, want);
+        fl_tok_out none = {0, 0.0f, NAN}, outside = {V, 0.5f, 0}, masked = {0, 0.5f, 0};
+        const fl_tok_out *fall[] = {NULL, &none, &outside, shape == 2 ? &masked : NULL};
+        for (int i = 0; i < 4; i++) {
+            got = fl_row_lse(row, V, fall[i]);
+            CHECK(fabs(got - want) < 1e-9, "shape %d, fallback %d: %.12f vs %.12f", shape, i,
+                  got, want);
+        }
+    }
+    /* the top k: random rows, rows of 5 values (ties everywhere), -inf, short rows */
+    int32_t ti[FL_MAX_TOP_LOGPROBS], wi[FL_MAX_TOP_LOGPROBS];
+    float tl[FL_MAX_TOP_LOGPROBS], wl[FL_MAX_TOP_LOGPROBS];
+    const int lens[] = {V, 1000, 65, 64, 63, 19, 5, 1};
+    const int ks[] = {1, 2, 5, 20};
+    int cases = 0;
+    for (int li = 0; li < 8; li++)
+        for (int ki = 0; ki < 4; ki++)
+            for (int kind = 0; kind < 3; kind++) {
+                int n = lens[li], k = ks[ki];
+                for (int v = 0; v < n; v++) {
+                    float u = urand(&rng);
+                    row[v] = kind == 0 ? 8.0f * u : kind == 1 ? (float)(int)(5.0f * u) : -INFINITY;
+                }
+                if (kind == 2 && n > 3)
+                    row[n / 2] = 1.0f, row[n - 1] = 1.0f, row[1] = 2.0f;
+                int got = fl_row_top(row, n, k, ti, tl), want = top_naive(row, n, k, wi, wl);
+                bool same = got == want && got == (n < k ? n : k);
+                for (int i = 0; same && i < got; i++)
+                    same = ti[i] == wi[i] && (tl[i] == wl[i] || (isinf(tl[i]) && isinf(wl[i])));
+                CHECK(same, "top %d of %d (kind %d): %d found, want %d; first %d vs %d", k, n,
+                      kind, got, want, got ? ti[0] : -1, want ? wi[0] : -1);
+                cases++;
+            }
+    CHECK(cases == 96, "every top case ran");
+    free(row);
+}
+
 int main(void)
 {
     fl_decode_opts o;
     fl_decode_opts_default(&o);
     fl_err e = {0};
     CHECK(fl_decode_opts_check(&o, &e) == 0, "defaults valid: %s", e.msg);
+    logprob_rows();
     /* 8 positions; position 1 is already decided (not eligible) */
     fl_tok_out p[8] = {
         {10, 0.50f, 1.2f}, {11, 0.99f, 0.01f}, {12, 0.95f, 0.10f}, {13, 0.20f, 2.0f},

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "fl.h"
 #include "cpu/kernels.h"
+#include "decode.h"
 #include "logit_ref.h"
 
 static uint32_t rng = 1;
@@ -511,6 +512,11 @@ static void test_softmax_stats(const fl_kernels *kk)
                   kk->name, n, chunks[c], prob, 1 / z);
             CHECK(fabs(ent - h) < 1e-5 * fmax(1, h), "%s lse n=%d chunk=%d: entropy %.8g, want "
                   "%.8g", kk->name, n, chunks[c], ent, h);
+            /* the log probabilities' normaliser is taken from these (fl_row_lse) */
+            fl_tok_out t1 = {tok, prob, ent};
+            double lse = fl_row_lse(l, n, &t1), want = mx + log(z);
+            CHECK(fabs(lse - want) < 1e-6, "%s lse n=%d chunk=%d: log-sum-exp %.9f, want %.9f",
+                  kk->name, n, chunks[c], lse, want);
         }
         memcpy(s, l, sizeof(float) * n);
         kk->softmax(s, n);
