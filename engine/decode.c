@@ -495,6 +495,77 @@ double fl_row_lse(const float *row, int32_t V, const fl_tok_out *top1)
     return (double)mx + log(sum);
 }
 
+void fl_row_top1(const float *row, int32_t V, fl_tok_out *out)
+{
+    int32_t arg = -1;
+    float mx = -INFINITY;
+    for (int32_t v = 0; v < V; v++)
+        if (row[v] > mx) {
+            mx = row[v];
+            arg = v;
+        }
+    if (arg < 0) { /* no finite logit: as fl_lse_finish reports it */
+        out->token = 0;
+        out->prob = 0;
+        out->entropy = NAN;
+        return;
+    }
+    double sum = 0, su = 0;
+    for (int32_t v = 0; v < V; v++) {
+        double u = (double)row[v] - (double)mx, w = exp(u);
+        if (w > 0) {
+            sum += w;
+            su += w * u;
+        }
+    }
+    double h = log(sum) - su / sum;
+    out->token = arg;
+    out->prob = (float)(1.0 / sum);
+    out->entropy = (float)(h > 0 ? h : 0);
+}
+
+/* The sums kept from top1 are relative to m, its logit: sum = 1 / prob and su = sum (log sum -
+ * entropy) (fl_lse_finish's inverse). Each biased logit moves its e^(l - m) and e^(l - m) (l -
+ * m) terms; the argmax can only become a biased token. Subtracting the old terms loses
+ * precision only when they were a large part of the sum, hence the half-mass bound. */
+void fl_row_bias(float *row, int32_t V, const int32_t *ids, const float *bias, int32_t n,
+                 fl_tok_out *top1)
+{
+    bool fast = top1->prob > 0 && top1->token >= 0 && top1->token < V &&
+                isfinite(row[top1->token]) && isfinite(top1->entropy);
+    double m = fast ? row[top1->token] : 0, sum0 = fast ? 1.0 / top1->prob : 0;
+    double sum = sum0, su = fast ? sum0 * (log(sum0) - top1->entropy) : 0, moved = 0;
+    int32_t arg = top1->token;
+    float best = fast ? row[arg] : 0;
+    for (int32_t j = 0; j < n; j++) {
+        int32_t i = ids[j];
+        float old = row[i];
+        row[i] = old + bias[j];
+        if (!fast || !isfinite(old))
+            continue; /* -inf stays -inf: no term */
+        if (i == arg && bias[j] < 0) {
+            fast = false; /* the new argmax may be any token */
+            continue;
+        }
+        double uo = (double)old - m, un = (double)row[i] - m, eo = exp(uo), en = exp(un);
+        sum += en - eo;
+        su += en * un - eo * uo;
+        moved += eo;
+        if (row[i] > best || (row[i] == best && i < arg)) {
+            best = row[i];
+            arg = i;
+        }
+    }
+    if (!fast || !(moved <= 0.5 * sum0) || !(sum > 0) || !isfinite(sum)) {
+        fl_row_top1(row, V, top1);
+        return;
+    }
+    double h = log(sum) - su / sum;
+    top1->token = arg;
+    top1->prob = (float)(exp((double)best - m) / sum);
+    top1->entropy = (float)(h > 0 ? h : 0);
+}
+
 /* The k largest entries of row (ids ti, values tl, descending; ties keep the lower id first).
  * A span of 64 whose largest entry cannot enter the list is skipped after one pass that the
  * compiler vectorises. Returns how many were found (k unless V < k). */

@@ -30,6 +30,16 @@ float fl_sample_cut(const fl_decode_opts *o, const float *w, double z, int vocab
  * temperature 1: from top1, the backend's argmax of that row and its probability, when it has
  * one (its logit less the log of its probability), else summed over the row in double. */
 double fl_row_lse(const float *row, int32_t V, const fl_tok_out *top1);
+/* A row's prediction as the backends give it (backend.h, fl_tok_out), taken on the host: the
+ * argmax (the lowest id on a tie), its probability and the entropy, at temperature 1 and
+ * summed in double. For a row whose logits were changed after the forward (logit bias). */
+void fl_row_top1(const float *row, int32_t V, fl_tok_out *out);
+/* Logit bias: adds bias[j] to row[ids[j]] for j < n (a repeated id adds up) and makes *top1,
+ * the row's prediction before them (as its backend gave it), the biased row's. From top1's own
+ * sums in O(n) while that is exact (the argmax is not biased down, and the biased tokens held at
+ * most half of the row's probability), else over the whole row (fl_row_top1). */
+void fl_row_bias(float *row, int32_t V, const int32_t *ids, const float *bias, int32_t n,
+                 fl_tok_out *top1);
 /* The k largest entries of row (ids ti, values tl, k each; descending, ties keep the lower id
  * first). Returns how many were found (k unless V < k). */
 int32_t fl_row_top(const float *row, int32_t V, int32_t k, int32_t *ti, float *tl);

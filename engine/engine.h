@@ -49,6 +49,15 @@ typedef struct fl_request {
      * last rewrote it. Commit and done events carry them. Needs the forward's full logits. */
     bool logprobs;
     int32_t top_logprobs;
+    /* Logit bias (OpenAI's logit_bias): bias[i] (finite, |bias| <= FL_LOGIT_BIAS_MAX) is added
+     * to the logit of token bias_ids[i] (in the vocabulary; a repeated id adds up) in every row
+     * that decides a reply position, before anything reads the row: the unmasking policies'
+     * argmax and confidence, sampling, token edits, the output constraint and the log
+     * probabilities, which then describe the biased distribution. At most FL_MAX_LOGIT_BIAS
+     * entries, copied at submit. Needs the forward's full logits. */
+    const int32_t *bias_ids;
+    const float *bias;
+    int32_t n_bias;
 } fl_request;
 
 typedef enum fl_seq_state {

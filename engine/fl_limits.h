@@ -35,6 +35,10 @@
 
 /* Alternatives a reply token's log probabilities may list at most (OpenAI's top_logprobs). */
 #define FL_MAX_TOP_LOGPROBS 20
+/* Tokens a request's logit_bias may name at most, and the largest bias either way (OpenAI's
+ * range: -100 bans a token in practice, 100 makes it the only choice). */
+#define FL_MAX_LOGIT_BIAS 1024
+#define FL_LOGIT_BIAS_MAX 100.0f
 
 #define FL_STR_(x) #x
 #define FL_STR(x) FL_STR_(x)

@@ -77,6 +77,9 @@ typedef struct seq {
     int32_t n_lps;    /* ids whose log probabilities were reported in commits (lp_count) */
     bool lp_cut;      /* a stop string cut the text */
     bool carry_has_lg; /* carry_lg holds the carry's logits (its forward had them) */
+    int32_t n_bias;    /* logit bias (fl_request.bias): ids and values, n_bias each */
+    int32_t *bias_ids;
+    float *bias;
     uint64_t rng;
     fl_detok detok;
     fl_buf text;   /* committed reply text */
@@ -207,6 +210,8 @@ static void seq_free(seq *q)
     free(q->ids_end);
     free(q->cprev);
     free(q->cprob);
+    free(q->bias_ids);
+    free(q->bias);
     fl_cons_unref(q->cons);
     fl_buf_free(&q->text);
     free(q);
@@ -250,6 +255,17 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     if (r->logprobs && (r->top_logprobs < 0 || r->top_logprobs > FL_MAX_TOP_LOGPROBS))
         return fl_err_set(e, FL_EINVAL, "top_logprobs must be in [0, %d], got %d",
                           FL_MAX_TOP_LOGPROBS, r->top_logprobs);
+    if (r->n_bias < 0 || r->n_bias > FL_MAX_LOGIT_BIAS || (r->n_bias && (!r->bias_ids || !r->bias)))
+        return fl_err_set(e, FL_EINVAL, "logit_bias names %d tokens; at most %d", r->n_bias,
+                          FL_MAX_LOGIT_BIAS);
+    for (int32_t i = 0; i < r->n_bias; i++) {
+        if (r->bias_ids[i] < 0 || r->bias_ids[i] >= c->vocab)
+            return fl_err_set(e, FL_EINVAL, "logit_bias: token %d is outside the vocabulary "
+                              "(%d ids)", r->bias_ids[i], c->vocab);
+        if (!(fabsf(r->bias[i]) <= FL_LOGIT_BIAS_MAX))
+            return fl_err_set(e, FL_EINVAL, "logit_bias: token %d's bias must be in [-%g, %g]",
+                              r->bias_ids[i], (double)FL_LOGIT_BIAS_MAX, (double)FL_LOGIT_BIAS_MAX);
+    }
     int32_t run_blocks = r->dec.pipeline ? r->dec.max_blocks : 1;
     if ((run_blocks + 1) * B > s->o.max_batch_tokens)
         return fl_err_set(e, FL_ERANGE, "max_blocks %d needs %d tokens per forward; the limit is %d",
@@ -301,9 +317,19 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
         q->cprev = malloc(sizeof(int32_t) * (size_t)q->cap);
         q->cprob = malloc(sizeof(float) * (size_t)q->cap);
     }
+    if (r->n_bias) {
+        q->bias_ids = malloc(sizeof(int32_t) * (size_t)r->n_bias);
+        q->bias = malloc(sizeof(float) * (size_t)r->n_bias);
+        if (q->bias_ids && q->bias) {
+            memcpy(q->bias_ids, r->bias_ids, sizeof(int32_t) * (size_t)r->n_bias);
+            memcpy(q->bias, r->bias, sizeof(float) * (size_t)r->n_bias);
+            q->n_bias = r->n_bias;
+        }
+    }
     if (!q->x || !q->fixed || !q->fresh || !q->edited || !q->pages || !q->keys ||
         !q->block_steps || !q->ids || (r->n_stop && !q->stop) ||
-        (carry_lg && !q->carry_lg) || (r->constraint && (!q->cprev || !q->cprob)) || lp_bad) {
+        (carry_lg && !q->carry_lg) || (r->constraint && (!q->cprev || !q->cprob)) || lp_bad ||
+        q->n_bias != r->n_bias) {
         seq_free(q);
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     }
@@ -1182,6 +1208,26 @@ static void reap(fl_sched *s)
         fl_kvpool_unref(&s->pool, s->reap[i]);
 }
 
+/* Logit bias: adds the sequence's biases to each wanted row of its segment and makes the row's
+ * prediction the biased row's (fl_row_bias), before apply reads either. Returns true (the sequence
+ * failed) when the forward has no logits (they could not be allocated) but rows are wanted. */
+static bool bias_rows(const fl_sched *s, seq *q, const fl_segment *sg, fl_tok_out *out,
+                      float *logits)
+{
+    int32_t V = s->m->cfg.vocab;
+    for (int32_t i = sg->out_from; i < sg->n; i++) {
+        if (!fl_seg_wants(sg, i))
+            continue;
+        if (!logits) {
+            q->finish = FL_FINISH_ERROR;
+            q->fail = "out of memory for the logit bias";
+            return true;
+        }
+        fl_row_bias(logits + (size_t)i * (size_t)V, V, q->bias_ids, q->bias, q->n_bias, &out[i]);
+    }
+    return false;
+}
+
 int fl_sched_step(fl_sched *s, fl_err *e)
 {
     reap(s);
@@ -1205,7 +1251,7 @@ int fl_sched_step(fl_sched *s, fl_err *e)
         memcpy(s->tokens + used, q->x + sg->pos0, sizeof(int32_t) * (size_t)n);
         used += n;
         s->seg_seq[nseg++] = q;
-        if ((q->dec.temperature > 0 || q->cons || q->lp_on) && sg->out_from < sg->n)
+        if ((q->dec.temperature > 0 || q->cons || q->lp_on || q->n_bias) && sg->out_from < sg->n)
             want_logits = true;
     }
     if (!nseg)
@@ -1241,9 +1287,11 @@ int fl_sched_step(fl_sched *s, fl_err *e)
     for (int i = 0; i < nseg; i++) {
         seq *q = s->seg_seq[i];
         const fl_segment *sg = &s->segs[i];
-        const float *lg = want_logits ? s->logits + (size_t)off * (size_t)s->m->cfg.vocab : NULL;
+        float *lg = want_logits ? s->logits + (size_t)off * (size_t)s->m->cfg.vocab : NULL;
         int64_t before = q->n_ids;
-        bool fin = apply(s, q, sg, s->out + off, lg);
+        bool fin = q->n_bias && bias_rows(s, q, sg, s->out + off, lg);
+        if (!fin)
+            fin = apply(s, q, sg, s->out + off, lg);
         s->st.reply_tokens += q->n_ids - before;
         off += sg->n;
         if (fin)

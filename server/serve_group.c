@@ -212,6 +212,16 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
     }
     c->format = gc->format;
     c->schema = gc->schema ? strdup(gc->schema) : NULL;
+    if (gc->n_bias) {
+        c->bias_ids = malloc(sizeof(int32_t) * (size_t)gc->n_bias);
+        c->bias = malloc(sizeof(float) * (size_t)gc->n_bias);
+        if (c->bias_ids && c->bias) {
+            memcpy(c->bias_ids, gc->bias_ids, sizeof(int32_t) * (size_t)gc->n_bias);
+            memcpy(c->bias, gc->bias, sizeof(float) * (size_t)gc->n_bias);
+            c->n_bias = gc->n_bias;
+        }
+        oom |= c->n_bias != gc->n_bias;
+    }
     oom |= !c->id || !c->msgs || (g->chat.n_stop && !c->stop) || (gc->schema && !c->schema);
     for (size_t j = 0; !oom && j < c->n_msgs; j++) {
         bool last = j == n_base;

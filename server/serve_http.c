@@ -484,7 +484,7 @@ static void tok_start(srv_http *h, const json_t *o)
         return;
     }
     srv_limits L = {s->cfg->max_tokens_limit, s->cfg->gen.max_tokens, s->cfg->gen.dec,
-                     s->cfg->enable_thinking};
+                     s->cfg->enable_thinking, s->model->cfg.vocab};
     srv_tokenize t;
     if (srv_parse_tokenize(o, &L, &t, &code, &param, m, sizeof m)) {
         srv_chat_free(&t.chat);
@@ -528,7 +528,7 @@ static void chat_start(srv_http *h)
         return;
     }
     srv_limits L = {s->cfg->max_tokens_limit, s->cfg->gen.max_tokens, s->cfg->gen.dec,
-                     s->cfg->enable_thinking};
+                     s->cfg->enable_thinking, s->model->cfg.vocab};
     srv_chat chat;
     const char *code = NULL, *param = NULL;
     char m[FL_ERR_MSG];

@@ -40,6 +40,8 @@ void srv_chat_free(srv_chat *c)
         free(c->prompts[i].ids);
     }
     free(c->prompts);
+    free(c->bias_ids);
+    free(c->bias);
     memset(c, 0, sizeof *c);
 }
 
@@ -989,6 +991,53 @@ static int parse_logprobs(pctx *P, const json_t *o, srv_chat *c)
     return 0;
 }
 
+/* logit_bias: OpenAI's object of token ids (decimal strings, as written by a tokenizer: no
+   sign, no leading zero) to biases in [-100, 100], each id in the model's vocabulary. */
+static int parse_logit_bias(pctx *P, const json_t *o, const srv_limits *L, srv_chat *c)
+{
+    const json_t *b = json_object_get(o, "logit_bias");
+    if (!b || json_is_null(b))
+        return 0;
+    if (!json_is_object(b))
+        return bad(P, SRV_E_BAD_REQUEST, "logit_bias", "'logit_bias' must be an object of token "
+                   "ids to biases");
+    size_t n = json_object_size(b);
+    if (n > FL_MAX_LOGIT_BIAS)
+        return bad(P, SRV_E_OUT_OF_RANGE, "logit_bias", "'logit_bias' names %zu tokens; at most "
+                   "%d", n, FL_MAX_LOGIT_BIAS);
+    if (!n)
+        return 0;
+    c->bias_ids = malloc(sizeof(int32_t) * n);
+    c->bias = malloc(sizeof(float) * n);
+    if (!c->bias_ids || !c->bias)
+        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)b, key, v) {
+        size_t len = strlen(key);
+        bool digits = len > 0 && len <= 10 && (key[0] != '0' || len == 1);
+        for (size_t i = 0; digits && i < len; i++)
+            digits = key[i] >= '0' && key[i] <= '9';
+        if (!digits)
+            return bad(P, SRV_E_BAD_REQUEST, "logit_bias", "'logit_bias' key \"%.32s\" is not a "
+                       "token id", key);
+        long long id = strtoll(key, NULL, 10);
+        if (id > INT32_MAX || (L->vocab > 0 && id >= L->vocab))
+            return bad(P, SRV_E_OUT_OF_RANGE, "logit_bias", "'logit_bias' names token %lld, "
+                       "outside the vocabulary (%d ids)", id, L->vocab);
+        if (!json_is_number(v))
+            return bad(P, SRV_E_BAD_REQUEST, "logit_bias", "'logit_bias' value for token %lld "
+                       "must be a number", id);
+        double x = json_number_value(v);
+        if (!(x >= -FL_LOGIT_BIAS_MAX && x <= FL_LOGIT_BIAS_MAX))
+            return bad(P, SRV_E_OUT_OF_RANGE, "logit_bias", "'logit_bias' value for token %lld "
+                       "must be in [-100, 100], got %g", id, x);
+        c->bias_ids[c->n_bias] = (int32_t)id;
+        c->bias[c->n_bias++] = (float)x;
+    }
+    return 0;
+}
+
 int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const char **code,
                       char *msg, size_t msglen)
 {
@@ -999,7 +1048,7 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
                                         "temperature", "top_p", "top_k", "seed", "stop", "decoding",
                                         "parallel", "chat_template_kwargs", "drafts",
                                         "response_format", "tools", "tool_choice", "logprobs",
-                                        "top_logprobs"};
+                                        "top_logprobs", "logit_bias"};
     const char *key = srv_json_unknown_key(o, known, sizeof known / sizeof known[0]);
     if (key)
         return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);
@@ -1020,6 +1069,7 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     if (parse_conversation(&P, o, false, c) || parse_template_kwargs(&P, o, c) ||
         parse_response_format(&P, o, c) || parse_tools(&P, o, c) ||
         parse_sampling(&P, o, L, c, "max_tokens") || parse_logprobs(&P, o, c) ||
+        parse_logit_bias(&P, o, L, c) ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
         return -1;
     return 0;
@@ -1177,7 +1227,7 @@ int srv_parse_completion_openai(const json_t *o, const srv_limits *L, srv_chat *
             return bad(&P, SRV_E_BAD_REQUEST, chat_only[i], "'%s' belongs to "
                        "/v1/chat/completions, not to /v1/completions", chat_only[i]);
     if (parse_prompt(&P, json_object_get(o, "prompt"), c) ||
-        parse_sampling(&P, o, L, c, "max_tokens") ||
+        parse_sampling(&P, o, L, c, "max_tokens") || parse_logit_bias(&P, o, L, c) ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c) ||
         parse_samples(&P, c))
         return -1;
@@ -1206,6 +1256,7 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
                               ? "max_completion_tokens"
                               : "max_tokens";
     if (parse_sampling(&P, o, L, c, max_key) || parse_logprobs(&P, o, c) ||
+        parse_logit_bias(&P, o, L, c) ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c) ||
         parse_samples(&P, c))
         return -1;

@@ -102,6 +102,11 @@ typedef struct srv_chat {
     /* OpenAI only */
     bool logprobs;       /* each reply token's log probability (chat completions) */
     int top_logprobs;    /* and its most likely alternatives, 0..FL_MAX_TOP_LOGPROBS */
+    /* "logit_bias" (both transports, OpenAI's shape: token id -> bias in [-100, 100]): the ids
+       and biases, n_bias each, owned */
+    int32_t *bias_ids;
+    float *bias;
+    int n_bias;
     bool stream;
     bool include_usage;
     char *model;
@@ -112,6 +117,7 @@ typedef struct srv_limits {
     int max_tokens_default;
     fl_decode_opts dec_default;
     bool enable_thinking; /* the default of chat_template_kwargs.enable_thinking */
+    int vocab;            /* the model's token ids (logit_bias keys are checked against it) */
 } srv_limits;
 
 void srv_chat_free(srv_chat *c);

@@ -271,6 +271,9 @@ void srv_req_submit(srv_req *r, void *prefix, int32_t n_prefix)
     q.constraint = r->cons;
     q.logprobs = r->chat.logprobs;
     q.top_logprobs = r->chat.top_logprobs;
+    q.bias_ids = r->chat.bias_ids;
+    q.bias = r->chat.bias;
+    q.n_bias = r->chat.n_bias;
     q.prefix = prefix;
     q.n_prefix = prefix ? n_prefix : 0;
     if (r->chat.n_stop) {

@@ -609,7 +609,7 @@ static void handle_chat(srv_conn *c, const json_t *msg, const char *id)
         return;
     }
     srv_limits L = {s->cfg->max_tokens_limit, s->cfg->gen.max_tokens, s->cfg->gen.dec,
-                     s->cfg->enable_thinking};
+                     s->cfg->enable_thinking, s->model->cfg.vocab};
     srv_chat chat;
     const char *code = NULL;
     char m[FL_ERR_MSG];

@@ -9,6 +9,8 @@
 #                        bad input
 #   server.logprobs      chat completions' logprobs: as the engine gives them, streamed, cut by a
 #                        stop string, per choice; bad input
+#   server.logit_bias    logit_bias on both completions and the WebSocket: as `fogline generate
+#                        --logit-bias` decodes it, per choice and prompt; bad input
 #   server.http          /health /ready, static files, origins/CORS, API key, /metrics
 #   server.ops           flags/FOGLINE_*, one-line errors, limits, SIGTERM drain
 #   server.backpressure  a client that never reads
@@ -27,8 +29,8 @@ if(NOT FL_NODE)
 endif()
 set(FL_SERVE_MODEL "${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk" CACHE PATH
     "model directory the server tests load")
-foreach(suite ws_protocol openai completions tokenize logprobs http ops backpressure redis parallel
-              faults generate alloc steps bench_load)
+foreach(suite ws_protocol openai completions tokenize logprobs logit_bias http ops backpressure
+              redis parallel faults generate alloc steps bench_load)
   add_test(NAME server.${suite}
     COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/${suite}.test.mjs)
   set_tests_properties(server.${suite} PROPERTIES LABELS integration TIMEOUT 600

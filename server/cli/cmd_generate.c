@@ -201,6 +201,38 @@ static const char *finish_name(fl_finish f)
     }
 }
 
+/* --logit-bias ID:B[,ID:B...] (repeatable): appends to ids/bias; -1 after a one-line message. */
+static int parse_bias(const char *arg, int32_t *ids, float *bias, int *n)
+{
+    const char *p = arg;
+    do {
+        char *end;
+        long id = strtol(p, &end, 10);
+        if (end == p || *end != ':' || id < 0 || id > 0x7fffffff)
+            goto bad;
+        p = end + 1;
+        double b = strtod(p, &end);
+        if (end == p || (*end && *end != ',') ||
+            !(b >= -FL_LOGIT_BIAS_MAX && b <= FL_LOGIT_BIAS_MAX))
+            goto bad;
+        if (*n == FL_MAX_LOGIT_BIAS) {
+            fprintf(stderr, "fogline generate: --logit-bias names more than %d tokens\n",
+                    FL_MAX_LOGIT_BIAS);
+            return -1;
+        }
+        ids[*n] = (int32_t)id;
+        bias[(*n)++] = (float)b;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) /* a trailing comma */
+            goto bad;
+    } while (*p);
+    return 0;
+bad:
+    fprintf(stderr, "fogline generate: --logit-bias takes ID:BIAS pairs (a token id, a bias in "
+                    "[-100, 100]) separated by commas, got '%s'\n", arg);
+    return -1;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: fogline generate [--model DIR] (--prompt TEXT | --messages FILE) [options]\n\n"
@@ -216,6 +248,8 @@ static void usage(FILE *f)
                "  --logprobs N         with --json: also \"logprobs\", each reply token's log\n"
                "                       probability where it was decided and its N (0..20) most\n"
                "                       likely alternatives\n"
+               "  --logit-bias ID:B,.. add B (-100..100) to token ID's logit wherever a reply\n"
+               "                       token is decided (OpenAI's logit_bias)\n"
                "  --visual             watch it denoise: every step redrawn on the terminal,\n"
                "                       masks as fog, the step's new tokens marked\n"
                "  --pace MS            with --visual: wait MS ms after each step (0..10000;\n"
@@ -247,6 +281,9 @@ int fl_cmd_generate(int argc, char **argv)
     const char *pace = NULL, *schema_file = NULL;
     bool json_object_fmt = false;
     int logprobs = -1; /* --logprobs N: off */
+    int32_t bias_ids[FL_MAX_LOGIT_BIAS]; /* --logit-bias */
+    float bias[FL_MAX_LOGIT_BIAS];
+    int n_bias = 0;
     int threads = 0;
     const char *device = getenv("FOGLINE_DEVICE");
     const char *weights = getenv("FOGLINE_WEIGHTS");
@@ -257,7 +294,7 @@ int fl_cmd_generate(int argc, char **argv)
     fl_gen_opts_default(&g);
     enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
            O_IDS, O_DEVICE, O_NO_THINK, O_THINK, O_WEIGHTS, O_KV_FORMAT, O_STEPS, O_VISUAL,
-           O_PACE, O_SCHEMA, O_JSON_OBJECT, O_LOGPROBS };
+           O_PACE, O_SCHEMA, O_JSON_OBJECT, O_LOGPROBS, O_LOGIT_BIAS };
     struct option base[] = {
         {"model", required_argument, 0, O_MODEL},     {"prompt", required_argument, 0, O_PROMPT},
         {"system", required_argument, 0, O_SYSTEM},   {"messages", required_argument, 0, O_MESSAGES},
@@ -270,6 +307,7 @@ int fl_cmd_generate(int argc, char **argv)
         {"visual", no_argument, 0, O_VISUAL},         {"pace", required_argument, 0, O_PACE},
         {"schema", required_argument, 0, O_SCHEMA},   {"json-object", no_argument, 0, O_JSON_OBJECT},
         {"logprobs", required_argument, 0, O_LOGPROBS},
+        {"logit-bias", required_argument, 0, O_LOGIT_BIAS},
     };
     struct option opts[64];
     int nopt = fl_gen_opts_longopts(opts, 64, base, (int)(sizeof base / sizeof base[0]));
@@ -308,6 +346,10 @@ int fl_cmd_generate(int argc, char **argv)
             logprobs = (int)v;
             break;
         }
+        case O_LOGIT_BIAS:
+            if (parse_bias(optarg, bias_ids, bias, &n_bias))
+                return 2;
+            break;
         case O_NO_THINK: thinking = false; break;
         case O_THINK: thinking = true; break;
         case O_HELP: usage(stdout); return 0;
@@ -540,6 +582,9 @@ int fl_cmd_generate(int argc, char **argv)
     req.every_step = steps || visual;
     req.logprobs = logprobs >= 0;
     req.top_logprobs = logprobs >= 0 ? logprobs : 0;
+    req.bias_ids = bias_ids;
+    req.bias = bias;
+    req.n_bias = n_bias;
     L.tok = m->tok;
     L.json = json;
     L.tty = isatty(STDOUT_FILENO) && !json && m->tok;

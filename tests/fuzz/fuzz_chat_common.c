@@ -1,12 +1,13 @@
 /* fuzz_chat_common.c: see fuzz_chat_common.h. */
 #include "fuzz_chat_common.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 srv_limits fz_limits(void)
 {
-    srv_limits L = {.max_tokens_limit = 1024, .max_tokens_default = 256};
+    srv_limits L = {.max_tokens_limit = 1024, .max_tokens_default = 256, .vocab = 3000};
     fl_decode_opts_default(&L.dec_default);
     return L;
 }
@@ -37,8 +38,9 @@ void fz_check_rejection(const char *code, const char *param, const char *msg)
             "decoding.max_blocks", "decoding.steps", "decoding.edit_threshold",
             "decoding.max_post_steps", "decoding.preset", "parallel", "chat_template_kwargs",
             "drafts", "response_format", "tools", "tool_choice", "prompt", "best_of", "echo",
-            "logprobs", "top_logprobs", "suffix", "return_token_strs", "add_special_tokens",
-            "add_generation_prompt", "continue_final_message", "tokens", "skip_special_tokens"};
+            "logprobs", "top_logprobs", "logit_bias", "suffix", "return_token_strs",
+            "add_special_tokens", "add_generation_prompt", "continue_final_message", "tokens",
+            "skip_special_tokens"};
         FZ_CHECK(in_list(param, known, sizeof known / sizeof known[0]), "unknown param '%s'",
                  param);
     }
@@ -121,6 +123,11 @@ void fz_check_sampling(const srv_chat *c, const srv_limits *L)
                  (!c->logprobs || c->parallel == SRV_PAR_NONE || c->parallel == SRV_PAR_SAMPLES),
              "logprobs %d, top_logprobs %d accepted (parallel %d)", c->logprobs,
              c->top_logprobs, c->parallel);
+    FZ_CHECK(c->n_bias >= 0 && c->n_bias <= FL_MAX_LOGIT_BIAS, "logit_bias of %d", c->n_bias);
+    for (int i = 0; i < c->n_bias; i++)
+        FZ_CHECK(c->bias_ids[i] >= 0 && c->bias_ids[i] < L->vocab &&
+                     fabsf(c->bias[i]) <= FL_LOGIT_BIAS_MAX,
+                 "logit_bias %d: %g accepted", c->bias_ids[i], (double)c->bias[i]);
     FZ_CHECK(c->n_stop >= 0 && c->n_stop <= SRV_MAX_STOPS, "%d stop strings", c->n_stop);
     for (int i = 0; i < c->n_stop; i++) {
         size_t n = c->stop[i] ? strlen(c->stop[i]) : 0;

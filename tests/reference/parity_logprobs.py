@@ -11,15 +11,19 @@ the row that predicts the position (the position's own, or the one before it for
 shifted logits: Fast-dLLM v2, whose block-first token also comes from the previous block's last
 row), and give the token's log probability and the N most likely tokens'. Greedy and sampled
 replies, one token per step and several, and with token editing (LLaDA2.1's: a rewritten token's
-log probability is the rewriting step's), on a Qwen3-layout (SDAR) and a Qwen2-layout
-(Fast-dLLM v2) random model, a random model that edits and the built-in model. Checked:
+log probability is the rewriting step's), also with a logit bias (`--logit-bias`: added to every
+deciding row before anything reads it, so the reference adds it to its logits too), on a
+Qwen3-layout (SDAR) and a Qwen2-layout (Fast-dLLM v2) random model, a random model that edits
+and the built-in model. Checked:
 
 - the reply ids are those of the same run without --logprobs and --trace (they change nothing);
 - every reply token has an entry, its log probability within 2e-3 of the reference's;
 - the alternatives: N of them, in descending order, the k-th within 2e-3 of the reference's
   k-th largest, and each id's reference log probability within 2e-3 of the one given for it
   (so ties may come in either order, nothing else may differ);
-- greedy: the chosen token is the first alternative.
+- greedy: the chosen token is the first alternative;
+- with a logit bias: the token banned with -100 never appears, and the biases changed some
+  reply (else they were not applied).
 
 max_tokens ends the reply on a block boundary, so that every position of every block the
 engine decoded is in the trace (positions past max_tokens in a last block would be decoded but
@@ -43,6 +47,7 @@ TOP = 5
 FAILS = []
 CHECKS = [0]
 EDITS = [0]
+BIAS_CHANGED = [0]
 
 
 def check(cond, msg):
@@ -63,12 +68,15 @@ def run(fogline, d, prompt, max_tokens, extra):
 
 
 @torch.no_grad()
-def logsoftmax(model, x):
+def logsoftmax(model, x, bias):
     logits, _ = model(torch.tensor([x]))
-    return torch.log_softmax(logits[0].double(), dim=-1)
+    lg = logits[0].double()
+    for t, b in bias.items():
+        lg[:, t] += b
+    return torch.log_softmax(lg, dim=-1)
 
 
-def replay(model, cfg, prompt, got):
+def replay(model, cfg, prompt, got, bias):
     """What the reference says of each reply position: {reply index: log-softmax row} from the
     forward before the step that last decided it."""
     B = model.c.block_size
@@ -90,7 +98,7 @@ def replay(model, cfg, prompt, got):
         x += [mask if t < 0 else t for t in prev]
         changed = set(d["new"]) | set(d["edited"])
         if changed:
-            lsm = logsoftmax(model, x)
+            lsm = logsoftmax(model, x, bias)
             for i in changed:
                 p = frm + i
                 rows[p - L] = (lsm[p - shift], d["tokens"][i])
@@ -146,23 +154,47 @@ def main():
         for n in (5, B, 2 * B + 3):
             prompt = [t for t in (rng.randrange(0, V - 3) for _ in range(3 * n)) if t not in eos][:n]
             max_tokens = 3 * B - n % B  # the reply ends on a block boundary
-            for label, extra, greedy in (
+            unbiased = {}
+            cases = [(label, extra, greedy, False) for label, extra, greedy in (
                     ("greedy, one per step", ["--temperature", "0", "--policy", "sequential"], True),
                     ("greedy, threshold 0.3", ["--temperature", "0", "--policy", "threshold",
                                                "--threshold", "0.3"], True),
                     ("sampled at 0.9", ["--temperature", "0.9", "--seed", "5", "--policy",
                                         "threshold", "--threshold", "0.5"], False),
                     ("token editing", ["--temperature", "0", "--policy", "threshold",
-                                       "--threshold", "0.3", "--edit-threshold", "0.05"], False)):
+                                       "--threshold", "0.3", "--edit-threshold", "0.05"], False))]
+            cases += [(label + ", logit bias", extra, greedy, True)
+                      for label, extra, greedy, _ in cases[1:]]
+            for label, extra, greedy, biased in cases:
                 name = "%s, prompt %d, %s" % (os.path.basename(d.rstrip("/")), n, label)
+                bias = {}
+                if biased:  # ban the unbiased reply's most frequent token, lift three others
+                    ids = unbiased[label[:-len(", logit bias")]]
+                    bias[max(set(ids), key=lambda t: (ids.count(t), -t))] = -100.0
+                    for b in (4.0, 2.5, 1.5):
+                        t = rng.randrange(0, V - 3)
+                        while t in eos or t in bias:
+                            t = rng.randrange(0, V - 3)
+                        bias[t] = b
+                    extra = extra + ["--logit-bias",
+                                     ",".join("%d:%g" % (t, b) for t, b in bias.items())]
                 plain = run(fogline, d, prompt, max_tokens, extra)
                 got = run(fogline, d, prompt, max_tokens, extra + ["--logprobs", str(TOP),
                                                                    "--trace"])
                 check(got["ids"] == plain["ids"], "%s: --logprobs changed the reply" % name)
-                compare(name, got, replay(m, cfg, prompt, got), greedy)
+                compare(name, got, replay(m, cfg, prompt, got, bias), greedy)
                 EDITS[0] += sum(len(st["edited"]) for st in got["steps"])
+                if not biased:
+                    unbiased[label] = plain["ids"]
+                    continue
+                banned = [t for t, b in bias.items() if b == -100.0][0]
+                check(banned not in plain["ids"], "%s: the banned token %d is in the reply" % (
+                    name, banned))
+                BIAS_CHANGED[0] += plain["ids"] != unbiased[label[:-len(", logit bias")]]
     # the editing path was taken: some model of the run rewrites decided tokens
     check(EDITS[0] > 0, "no token was edited in any run: the edit path went unchecked")
+    check(BIAS_CHANGED[0] > 0, "no logit bias changed a reply: the biases went unapplied")
+    print("%d biased replies differ from the unbiased ones" % BIAS_CHANGED[0])
     print("%d edits replayed" % EDITS[0])
     print("%d checks, %d failed" % (CHECKS[0], len(FAILS)))
     sys.exit(1 if FAILS else 0)

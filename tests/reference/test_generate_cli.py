@@ -97,6 +97,8 @@ def main():
           "FOGLINE_KV_FORMAT bf16 -> %s; with --kv-format f32 -> %s" % (env16["kv_format"],
                                                                         kv_flag["kv_format"]))
     # bad flags
+    BIAS_SYNTAX = ("--logit-bias takes ID:BIAS pairs (a token id, a bias in [-100, 100]) "
+                   "separated by commas, got ")
     for args, word in ((["--threshold", "2"], "threshold"), (["--policy", "bogus"], "policy"),
                        (["--max-tokens", "0"], "max-tokens"), (["--top-p", "x"], "top-p"),
                        (["--weights", "q6"], "--weights must be auto, f32, bf16, q8 or q4, got 'q6'"),
@@ -109,7 +111,10 @@ def main():
                        (["--json", "--logprobs", "21"], "--logprobs takes an integer in [0, 20], got '21'"),
                        (["--json", "--logprobs", "-1"], "--logprobs takes an integer in [0, 20], got '-1'"),
                        (["--json", "--logprobs", "x"], "--logprobs takes an integer in [0, 20], got 'x'"),
-                       (["--json", "--logprobs", ""], "--logprobs takes an integer in [0, 20], got ''")):
+                       (["--json", "--logprobs", ""], "--logprobs takes an integer in [0, 20], got ''"),
+                       *((["--logit-bias", v], BIAS_SYNTAX + "'%s'" % v)
+                         for v in ("", "5", "5:", ":1", "a:1", "5:x", "5:101", "5:-100.5", "5:1,",
+                                   "5:1;6:2", "-3:1", "5:nan", "5:inf"))):
         env = dict(os.environ, **args) if isinstance(args, dict) else None
         args = [] if isinstance(args, dict) else args
         r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", *args],
@@ -117,6 +122,28 @@ def main():
         line = r.stderr.strip()
         check(r.returncode == 2 and word in line and "\n" not in line,
               "bad %s -> exit %d, %r" % (" ".join(args), r.returncode, line))
+    # --logit-bias: an id outside the vocabulary is the engine's one-line refusal; a ban keeps
+    # the token out and changes the reply, a +100 fills it (decode.parity_logprobs checks the
+    # values against the reference)
+    with open(os.path.join(model, "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi",
+                        "--logit-bias", "5:1,%d:2" % vocab], capture_output=True, text=True)
+    line = r.stderr.strip()
+    check(r.returncode == 1 and line == "fogline generate: logit_bias: token %d is outside the "
+          "vocabulary (%d ids)" % (vocab, vocab),
+          "--logit-bias %d -> exit %d, %r" % (vocab, r.returncode, line))
+    base = [fogline, "generate", "--model", model, "--prompt", "Where is my order 48213?", "--json",
+            "--temperature", "0", "--max-tokens", "16"]
+    plain = json.loads(subprocess.run(base, capture_output=True, text=True).stdout)
+    ban = plain["ids"][0]
+    banned = json.loads(subprocess.run(base + ["--logit-bias", "%d:-100" % ban], capture_output=True,
+                                       text=True).stdout)
+    check(ban not in banned["ids"] and banned["ids"] != plain["ids"],
+          "--logit-bias %d:-100: %s (unbiased %s)" % (ban, banned["ids"], plain["ids"]))
+    filled = json.loads(subprocess.run(base + ["--logit-bias", "%d:100" % plain["ids"][2]],
+                                       capture_output=True, text=True).stdout)
+    check(filled["ids"] == [plain["ids"][2]] * 16, "--logit-bias +100: %s" % filled["ids"])
     # --schema / --json-object: the reply is a value of the schema (checked here by Python's
     # json and the schema's own terms), and the unconstrained reply's text is inside it
     import tempfile

@@ -226,6 +226,65 @@ static void logprob_rows(void)
                   got, want);
         }
     }
+    /* fl_row_top1 against the long double sums; fl_row_bias (from the unbiased prediction)
+       against fl_row_top1 over the biased row, on both of its paths */
+    for (int shape = 0; shape < 10; shape++) {
+        for (int v = 0; v < V; v++)
+            row[v] = 4.0f * (urand(&rng) - 0.5f) + (urand(&rng) < 1e-4f ? 12.0f : 0.0f);
+        if (shape % 3 == 1)
+            row[V / 3] = 30.0f; /* a near-certain token */
+        if (shape % 3 == 2)
+            for (int v = 1; v < V; v += 3)
+                row[v] = -INFINITY;
+        fl_tok_out t1;
+        fl_row_top1(row, V, &t1);
+        int32_t arg = 0;
+        for (int v = 1; v < V; v++)
+            arg = row[v] > row[arg] ? v : arg;
+        double lse = lse_exact(row, V);
+        long double su = 0;
+        for (int v = 0; v < V; v++)
+            if (row[v] > -INFINITY)
+                su += expl((long double)row[v] - lse) * ((long double)row[v] - lse);
+        CHECK(t1.token == arg && fabs(t1.prob - exp(row[arg] - lse)) < 1e-6 &&
+                  fabs(t1.entropy + (double)su) < 1e-5,
+              "shape %d: top1 %d %.8f %.8f, want %d %.8f %.8f", shape, t1.token, t1.prob,
+              t1.entropy, arg, exp(row[arg] - lse), -(double)su);
+        /* biases: a few lifted, one repeated, one on a -inf logit; shape 3..5 lift one token
+           past the maximum; 6..8 push the argmax down (the whole-row path); 9 bans tokens that
+           hold most of the mass (the whole-row path too) */
+        int32_t ids[70] = {17, 4000, 4000, 1, (int32_t)(urand(&rng) * V), 99999};
+        float bias[70] = {2.5f, 1.0f, 0.75f, 3.0f, -1.5f, 0.25f};
+        int nb = 6;
+        if (shape >= 3 && shape <= 5)
+            bias[0] = row[arg] - row[17] + 0.5f;
+        if (shape >= 6 && shape <= 8)
+            ids[5] = arg, bias[5] = -50.0f;
+        if (shape == 9) { /* 64 tokens tie at 30: the 63 after the argmax banned */
+            for (int j = 0; j < 64; j++) {
+                row[V / 3 + j] = 30.0f;
+                if (j)
+                    ids[nb] = V / 3 + j, bias[nb++] = -100.0f;
+            }
+            fl_row_top1(row, V, &t1);
+        }
+        float *copy = malloc(sizeof(float) * V);
+        CHECK(copy != NULL, "copy");
+        if (!copy)
+            break;
+        memcpy(copy, row, sizeof(float) * V);
+        fl_tok_out fast = t1, full;
+        fl_row_bias(row, V, ids, bias, nb, &fast);
+        for (int j = 0; j < nb; j++)
+            copy[ids[j]] += bias[j];
+        CHECK(!memcmp(copy, row, sizeof(float) * V), "shape %d: the biases are added", shape);
+        fl_row_top1(copy, V, &full);
+        CHECK(fast.token == full.token && fabs(fast.prob - full.prob) < 1e-6 * fmax(1, full.prob) &&
+                  fabs(fast.entropy - full.entropy) < 1e-5,
+              "shape %d: biased top1 %d %.8f %.8f, over the row %d %.8f %.8f", shape, fast.token,
+              fast.prob, fast.entropy, full.token, full.prob, full.entropy);
+        free(copy);
+    }
     /* the top k: random rows, rows of 5 values (ties everywhere), -inf, short rows */
     int32_t ti[FL_MAX_TOP_LOGPROBS], wi[FL_MAX_TOP_LOGPROBS];
     float tl[FL_MAX_TOP_LOGPROBS], wl[FL_MAX_TOP_LOGPROBS];
