@@ -549,7 +549,7 @@ void fl_row_bias(float *row, int32_t V, const int32_t *ids, const float *bias, i
         }
         double uo = (double)old - m, un = (double)row[i] - m, eo = exp(uo), en = exp(un);
         sum += en - eo;
-        su += en * un - eo * uo;
+        su += (en > 0 ? en * un : 0) - eo * uo; /* a -inf bias: no term (not 0 * -inf) */
         moved += eo;
         if (row[i] > best || (row[i] == best && i < arg)) {
             best = row[i];

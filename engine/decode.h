@@ -34,7 +34,8 @@ double fl_row_lse(const float *row, int32_t V, const fl_tok_out *top1);
  * argmax (the lowest id on a tie), its probability and the entropy, at temperature 1 and
  * summed in double. For a row whose logits were changed after the forward (logit bias). */
 void fl_row_top1(const float *row, int32_t V, fl_tok_out *out);
-/* Logit bias: adds bias[j] to row[ids[j]] for j < n (a repeated id adds up) and makes *top1,
+/* Logit bias: adds bias[j] (finite, or -inf: a ban) to row[ids[j]] for j < n (a repeated id
+ * adds up) and makes *top1,
  * the row's prediction before them (as its backend gave it), the biased row's. From top1's own
  * sums in O(n) while that is exact (the argmax is not biased down, and the biased tokens held at
  * most half of the row's probability), else over the whole row (fl_row_top1). */

@@ -58,6 +58,11 @@ typedef struct fl_request {
     const int32_t *bias_ids;
     const float *bias;
     int32_t n_bias;
+    /* The model's end tokens are kept out of the reply's first min_tokens positions (vLLM's
+     * min_tokens; its ignore_eos is min_tokens = max_tokens): their logits are -inf in the rows
+     * that decide those positions, as a logit bias is applied. Stop strings still end the reply.
+     * 0..max_tokens; refused with an output constraint, whose end needs an end token. */
+    int32_t min_tokens;
 } fl_request;
 
 typedef enum fl_seq_state {

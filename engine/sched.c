@@ -77,6 +77,7 @@ typedef struct seq {
     int32_t n_lps;    /* ids whose log probabilities were reported in commits (lp_count) */
     bool lp_cut;      /* a stop string cut the text */
     bool carry_has_lg; /* carry_lg holds the carry's logits (its forward had them) */
+    int32_t min_tokens; /* fl_request.min_tokens: no end token before this reply index */
     int32_t n_bias;    /* logit bias (fl_request.bias): ids and values, n_bias each */
     int32_t *bias_ids;
     float *bias;
@@ -266,6 +267,12 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
             return fl_err_set(e, FL_EINVAL, "logit_bias: token %d's bias must be in [-%g, %g]",
                               r->bias_ids[i], (double)FL_LOGIT_BIAS_MAX, (double)FL_LOGIT_BIAS_MAX);
     }
+    if (r->min_tokens < 0 || r->min_tokens > r->max_tokens)
+        return fl_err_set(e, FL_EINVAL, "min_tokens must be in [0, max_tokens %d], got %d",
+                          r->max_tokens, r->min_tokens);
+    if (r->min_tokens && r->constraint)
+        return fl_err_set(e, FL_EINVAL, "min_tokens cannot be combined with an output constraint: "
+                                        "the constrained reply ends with an end token");
     int32_t run_blocks = r->dec.pipeline ? r->dec.max_blocks : 1;
     if ((run_blocks + 1) * B > s->o.max_batch_tokens)
         return fl_err_set(e, FL_ERANGE, "max_blocks %d needs %d tokens per forward; the limit is %d",
@@ -317,6 +324,7 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
         q->cprev = malloc(sizeof(int32_t) * (size_t)q->cap);
         q->cprob = malloc(sizeof(float) * (size_t)q->cap);
     }
+    q->min_tokens = r->min_tokens;
     if (r->n_bias) {
         q->bias_ids = malloc(sizeof(int32_t) * (size_t)r->n_bias);
         q->bias = malloc(sizeof(float) * (size_t)r->n_bias);
@@ -1208,13 +1216,22 @@ static void reap(fl_sched *s)
         fl_kvpool_unref(&s->pool, s->reap[i]);
 }
 
-/* Logit bias: adds the sequence's biases to each wanted row of its segment and makes the row's
- * prediction the biased row's (fl_row_bias), before apply reads either. Returns true (the sequence
- * failed) when the forward has no logits (they could not be allocated) but rows are wanted. */
+/* Logit bias and min_tokens: adds the sequence's biases to each wanted row of its segment, and
+ * -inf to the end tokens' logits in a row that decides a reply position before min_tokens;
+ * makes the row's prediction the biased row's (fl_row_bias), before apply reads either.
+ * Returns true (the sequence failed) when the forward has no logits (they could not be
+ * allocated) but rows are wanted. */
 static bool bias_rows(const fl_sched *s, seq *q, const fl_segment *sg, fl_tok_out *out,
                       float *logits)
 {
-    int32_t V = s->m->cfg.vocab;
+    const fl_config *c = &s->m->cfg;
+    int32_t V = c->vocab;
+    float ban[sizeof c->eos_ids / sizeof c->eos_ids[0]];
+    int32_t eos[sizeof c->eos_ids / sizeof c->eos_ids[0]];
+    for (int j = 0; j < c->n_eos; j++) {
+        ban[j] = -INFINITY;
+        eos[j] = c->eos_ids[j];
+    }
     for (int32_t i = sg->out_from; i < sg->n; i++) {
         if (!fl_seg_wants(sg, i))
             continue;
@@ -1223,7 +1240,12 @@ static bool bias_rows(const fl_sched *s, seq *q, const fl_segment *sg, fl_tok_ou
             q->fail = "out of memory for the logit bias";
             return true;
         }
-        fl_row_bias(logits + (size_t)i * (size_t)V, V, q->bias_ids, q->bias, q->n_bias, &out[i]);
+        float *row = logits + (size_t)i * (size_t)V;
+        if (q->n_bias)
+            fl_row_bias(row, V, q->bias_ids, q->bias, q->n_bias, &out[i]);
+        int32_t p = sg->pos0 + i + c->logits_shift; /* the position this row predicts */
+        if (p < q->L + q->min_tokens)
+            fl_row_bias(row, V, eos, ban, c->n_eos, &out[i]);
     }
     return false;
 }
@@ -1251,7 +1273,8 @@ int fl_sched_step(fl_sched *s, fl_err *e)
         memcpy(s->tokens + used, q->x + sg->pos0, sizeof(int32_t) * (size_t)n);
         used += n;
         s->seg_seq[nseg++] = q;
-        if ((q->dec.temperature > 0 || q->cons || q->lp_on || q->n_bias) && sg->out_from < sg->n)
+        if ((q->dec.temperature > 0 || q->cons || q->lp_on || q->n_bias || q->min_tokens) &&
+            sg->out_from < sg->n)
             want_logits = true;
     }
     if (!nseg)
@@ -1289,7 +1312,7 @@ int fl_sched_step(fl_sched *s, fl_err *e)
         const fl_segment *sg = &s->segs[i];
         float *lg = want_logits ? s->logits + (size_t)off * (size_t)s->m->cfg.vocab : NULL;
         int64_t before = q->n_ids;
-        bool fin = q->n_bias && bias_rows(s, q, sg, s->out + off, lg);
+        bool fin = (q->n_bias || q->min_tokens) && bias_rows(s, q, sg, s->out + off, lg);
         if (!fin)
             fin = apply(s, q, sg, s->out + off, lg);
         s->st.reply_tokens += q->n_ids - before;

@@ -191,6 +191,8 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
     c->enable_thinking = g->chat.enable_thinking;
     c->logprobs = g->chat.logprobs;
     c->top_logprobs = g->chat.top_logprobs;
+    c->min_tokens = g->chat.min_tokens;
+    c->ignore_eos = g->chat.ignore_eos;
     const srv_chat *gc = &g->chat;
     int per = gc->n_choices > 0 ? gc->n_choices : 1;
     if (gc->parallel == SRV_PAR_SAMPLES && segment > 0)

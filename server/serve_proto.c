@@ -1038,6 +1038,26 @@ static int parse_logit_bias(pctx *P, const json_t *o, const srv_limits *L, srv_c
     return 0;
 }
 
+/* vLLM's min_tokens (0..max_tokens) and ignore_eos, after max_tokens and the format are known:
+   an output constraint ends with an end token, so neither goes with one. */
+static int parse_min_tokens(pctx *P, const json_t *o, const srv_limits *L, srv_chat *c)
+{
+    double x = 0;
+    int r = get_int(P, o, "min_tokens", "min_tokens", 0, L->max_tokens_limit, &x);
+    if (r < 0 || get_bool(P, o, "ignore_eos", "ignore_eos", &c->ignore_eos))
+        return -1;
+    c->min_tokens = r ? 0 : (int)x;
+    if (c->min_tokens > c->max_tokens)
+        return bad(P, SRV_E_OUT_OF_RANGE, "min_tokens", "'min_tokens' (%d) must not exceed "
+                   "max_tokens (%d)", c->min_tokens, (int)c->max_tokens);
+    const char *which = c->ignore_eos ? "ignore_eos" : c->min_tokens ? "min_tokens" : NULL;
+    if (which && (c->format != FL_FMT_TEXT || c->tool_choice >= SRV_TOOL_REQUIRED))
+        return bad(P, SRV_E_BAD_REQUEST, which, "'%s' cannot be combined with %s: a constrained "
+                   "reply ends with an end token", which,
+                   c->format != FL_FMT_TEXT ? "'response_format'" : "a required tool call");
+    return 0;
+}
+
 int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const char **code,
                       char *msg, size_t msglen)
 {
@@ -1048,7 +1068,8 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
                                         "temperature", "top_p", "top_k", "seed", "stop", "decoding",
                                         "parallel", "chat_template_kwargs", "drafts",
                                         "response_format", "tools", "tool_choice", "logprobs",
-                                        "top_logprobs", "logit_bias"};
+                                        "top_logprobs", "logit_bias", "min_tokens",
+                                        "ignore_eos"};
     const char *key = srv_json_unknown_key(o, known, sizeof known / sizeof known[0]);
     if (key)
         return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);
@@ -1069,7 +1090,7 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     if (parse_conversation(&P, o, false, c) || parse_template_kwargs(&P, o, c) ||
         parse_response_format(&P, o, c) || parse_tools(&P, o, c) ||
         parse_sampling(&P, o, L, c, "max_tokens") || parse_logprobs(&P, o, c) ||
-        parse_logit_bias(&P, o, L, c) ||
+        parse_logit_bias(&P, o, L, c) || parse_min_tokens(&P, o, L, c) ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
         return -1;
     return 0;
@@ -1228,6 +1249,7 @@ int srv_parse_completion_openai(const json_t *o, const srv_limits *L, srv_chat *
                        "/v1/chat/completions, not to /v1/completions", chat_only[i]);
     if (parse_prompt(&P, json_object_get(o, "prompt"), c) ||
         parse_sampling(&P, o, L, c, "max_tokens") || parse_logit_bias(&P, o, L, c) ||
+        parse_min_tokens(&P, o, L, c) ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c) ||
         parse_samples(&P, c))
         return -1;
@@ -1256,7 +1278,7 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
                               ? "max_completion_tokens"
                               : "max_tokens";
     if (parse_sampling(&P, o, L, c, max_key) || parse_logprobs(&P, o, c) ||
-        parse_logit_bias(&P, o, L, c) ||
+        parse_logit_bias(&P, o, L, c) || parse_min_tokens(&P, o, L, c) ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c) ||
         parse_samples(&P, c))
         return -1;

@@ -107,6 +107,10 @@ typedef struct srv_chat {
     int32_t *bias_ids;
     float *bias;
     int n_bias;
+    /* vLLM's min_tokens and ignore_eos (both transports): no end token before min_tokens reply
+       tokens, or at all (the reply runs to max_tokens or a stop string) */
+    int min_tokens;
+    bool ignore_eos;
     bool stream;
     bool include_usage;
     char *model;

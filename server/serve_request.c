@@ -274,6 +274,7 @@ void srv_req_submit(srv_req *r, void *prefix, int32_t n_prefix)
     q.bias_ids = r->chat.bias_ids;
     q.bias = r->chat.bias;
     q.n_bias = r->chat.n_bias;
+    q.min_tokens = r->chat.ignore_eos ? q.max_tokens : r->chat.min_tokens;
     q.prefix = prefix;
     q.n_prefix = prefix ? n_prefix : 0;
     if (r->chat.n_stop) {

@@ -250,6 +250,9 @@ static void usage(FILE *f)
                "                       likely alternatives\n"
                "  --logit-bias ID:B,.. add B (-100..100) to token ID's logit wherever a reply\n"
                "                       token is decided (OpenAI's logit_bias)\n"
+               "  --min-tokens N       no end token before N reply tokens (0..max-tokens)\n"
+               "  --ignore-eos         no end token at all: the reply runs to --max-tokens or a\n"
+               "                       stop string\n"
                "  --visual             watch it denoise: every step redrawn on the terminal,\n"
                "                       masks as fog, the step's new tokens marked\n"
                "  --pace MS            with --visual: wait MS ms after each step (0..10000;\n"
@@ -284,6 +287,7 @@ int fl_cmd_generate(int argc, char **argv)
     int32_t bias_ids[FL_MAX_LOGIT_BIAS]; /* --logit-bias */
     float bias[FL_MAX_LOGIT_BIAS];
     int n_bias = 0;
+    long min_tokens = 0; /* --min-tokens; -1: --ignore-eos */
     int threads = 0;
     const char *device = getenv("FOGLINE_DEVICE");
     const char *weights = getenv("FOGLINE_WEIGHTS");
@@ -294,7 +298,8 @@ int fl_cmd_generate(int argc, char **argv)
     fl_gen_opts_default(&g);
     enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
            O_IDS, O_DEVICE, O_NO_THINK, O_THINK, O_WEIGHTS, O_KV_FORMAT, O_STEPS, O_VISUAL,
-           O_PACE, O_SCHEMA, O_JSON_OBJECT, O_LOGPROBS, O_LOGIT_BIAS };
+           O_PACE, O_SCHEMA, O_JSON_OBJECT, O_LOGPROBS, O_LOGIT_BIAS,
+           O_MIN_TOKENS, O_IGNORE_EOS };
     struct option base[] = {
         {"model", required_argument, 0, O_MODEL},     {"prompt", required_argument, 0, O_PROMPT},
         {"system", required_argument, 0, O_SYSTEM},   {"messages", required_argument, 0, O_MESSAGES},
@@ -308,6 +313,8 @@ int fl_cmd_generate(int argc, char **argv)
         {"schema", required_argument, 0, O_SCHEMA},   {"json-object", no_argument, 0, O_JSON_OBJECT},
         {"logprobs", required_argument, 0, O_LOGPROBS},
         {"logit-bias", required_argument, 0, O_LOGIT_BIAS},
+        {"min-tokens", required_argument, 0, O_MIN_TOKENS},
+        {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
     };
     struct option opts[64];
     int nopt = fl_gen_opts_longopts(opts, 64, base, (int)(sizeof base / sizeof base[0]));
@@ -350,6 +357,17 @@ int fl_cmd_generate(int argc, char **argv)
             if (parse_bias(optarg, bias_ids, bias, &n_bias))
                 return 2;
             break;
+        case O_MIN_TOKENS: {
+            char *end = NULL;
+            min_tokens = strtol(optarg, &end, 10);
+            if (!*optarg || *end || min_tokens < 0 || min_tokens > 1 << 24) {
+                fprintf(stderr, "fogline generate: --min-tokens takes a count of tokens, got "
+                                "'%s'\n", optarg);
+                return 2;
+            }
+            break;
+        }
+        case O_IGNORE_EOS: min_tokens = -1; break;
         case O_NO_THINK: thinking = false; break;
         case O_THINK: thinking = true; break;
         case O_HELP: usage(stdout); return 0;
@@ -585,6 +603,7 @@ int fl_cmd_generate(int argc, char **argv)
     req.bias_ids = bias_ids;
     req.bias = bias;
     req.n_bias = n_bias;
+    req.min_tokens = min_tokens < 0 ? g.max_tokens : (int32_t)min_tokens;
     L.tok = m->tok;
     L.json = json;
     L.tty = isatty(STDOUT_FILENO) && !json && m->tok;

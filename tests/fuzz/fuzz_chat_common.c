@@ -38,9 +38,9 @@ void fz_check_rejection(const char *code, const char *param, const char *msg)
             "decoding.max_blocks", "decoding.steps", "decoding.edit_threshold",
             "decoding.max_post_steps", "decoding.preset", "parallel", "chat_template_kwargs",
             "drafts", "response_format", "tools", "tool_choice", "prompt", "best_of", "echo",
-            "logprobs", "top_logprobs", "logit_bias", "suffix", "return_token_strs",
-            "add_special_tokens", "add_generation_prompt", "continue_final_message", "tokens",
-            "skip_special_tokens"};
+            "logprobs", "top_logprobs", "logit_bias", "min_tokens", "ignore_eos", "suffix",
+            "return_token_strs", "add_special_tokens", "add_generation_prompt",
+            "continue_final_message", "tokens", "skip_special_tokens"};
         FZ_CHECK(in_list(param, known, sizeof known / sizeof known[0]), "unknown param '%s'",
                  param);
     }
@@ -128,6 +128,11 @@ void fz_check_sampling(const srv_chat *c, const srv_limits *L)
         FZ_CHECK(c->bias_ids[i] >= 0 && c->bias_ids[i] < L->vocab &&
                      fabsf(c->bias[i]) <= FL_LOGIT_BIAS_MAX,
                  "logit_bias %d: %g accepted", c->bias_ids[i], (double)c->bias[i]);
+    FZ_CHECK(c->min_tokens >= 0 && c->min_tokens <= c->max_tokens &&
+                 (!(c->min_tokens || c->ignore_eos) ||
+                  (c->format == FL_FMT_TEXT && c->tool_choice < SRV_TOOL_REQUIRED)),
+             "min_tokens %d, ignore_eos %d accepted (max_tokens %d, format %d, tool_choice %d)",
+             c->min_tokens, c->ignore_eos, c->max_tokens, c->format, c->tool_choice);
     FZ_CHECK(c->n_stop >= 0 && c->n_stop <= SRV_MAX_STOPS, "%d stop strings", c->n_stop);
     for (int i = 0; i < c->n_stop; i++) {
         size_t n = c->stop[i] ? strlen(c->stop[i]) : 0;

@@ -12,7 +12,9 @@ shifted logits: Fast-dLLM v2, whose block-first token also comes from the previo
 row), and give the token's log probability and the N most likely tokens'. Greedy and sampled
 replies, one token per step and several, and with token editing (LLaDA2.1's: a rewritten token's
 log probability is the rewriting step's), also with a logit bias (`--logit-bias`: added to every
-deciding row before anything reads it, so the reference adds it to its logits too), on a
+deciding row before anything reads it, so the reference adds it to its logits too) and with
+`--min-tokens` / `--ignore-eos` (the end tokens' logits -inf in the rows that decide the reply's
+first min_tokens positions), on a
 Qwen3-layout (SDAR) and a Qwen2-layout (Fast-dLLM v2) random model, a random model that edits
 and the built-in model. Checked:
 
@@ -23,7 +25,8 @@ and the built-in model. Checked:
   (so ties may come in either order, nothing else may differ);
 - greedy: the chosen token is the first alternative;
 - with a logit bias: the token banned with -100 never appears, and the biases changed some
-  reply (else they were not applied).
+  reply (else they were not applied);
+- with min_tokens: no end token among the first min_tokens, and some reply changed.
 
 max_tokens ends the reply on a block boundary, so that every position of every block the
 engine decoded is in the trace (positions past max_tokens in a last block would be decoded but
@@ -48,6 +51,7 @@ FAILS = []
 CHECKS = [0]
 EDITS = [0]
 BIAS_CHANGED = [0]
+MIN_CHANGED = [0]
 
 
 def check(cond, msg):
@@ -68,15 +72,20 @@ def run(fogline, d, prompt, max_tokens, extra):
 
 
 @torch.no_grad()
-def logsoftmax(model, x, bias):
+def logsoftmax(model, x, bias, ban):
+    """ban: (rows, end ids): -inf in those rows (min_tokens)"""
     logits, _ = model(torch.tensor([x]))
     lg = logits[0].double()
     for t, b in bias.items():
         lg[:, t] += b
+    rows, ids = ban
+    for r in rows:
+        if r < lg.shape[0]:
+            lg[r, list(ids)] = float("-inf")
     return torch.log_softmax(lg, dim=-1)
 
 
-def replay(model, cfg, prompt, got, bias):
+def replay(model, cfg, prompt, got, bias, min_tokens=0, eos=()):
     """What the reference says of each reply position: {reply index: log-softmax row} from the
     forward before the step that last decided it."""
     B = model.c.block_size
@@ -98,7 +107,9 @@ def replay(model, cfg, prompt, got, bias):
         x += [mask if t < 0 else t for t in prev]
         changed = set(d["new"]) | set(d["edited"])
         if changed:
-            lsm = logsoftmax(model, x, bias)
+            # the rows that predict a reply position before min_tokens
+            ban = [p - shift for p in range(L, L + min_tokens)]
+            lsm = logsoftmax(model, x, bias, (ban, eos))
             for i in changed:
                 p = frm + i
                 rows[p - L] = (lsm[p - shift], d["tokens"][i])
@@ -165,9 +176,15 @@ def main():
                                        "--threshold", "0.3", "--edit-threshold", "0.05"], False))]
             cases += [(label + ", logit bias", extra, greedy, True)
                       for label, extra, greedy, _ in cases[1:]]
+            thr = cases[1][1]
+            cases += [("greedy, threshold 0.3, min_tokens %d" % (max_tokens // 2),
+                       thr + ["--min-tokens", str(max_tokens // 2)], True, False),
+                      ("greedy, threshold 0.3, ignore_eos", thr + ["--ignore-eos"], True, False)]
             for label, extra, greedy, biased in cases:
                 name = "%s, prompt %d, %s" % (os.path.basename(d.rstrip("/")), n, label)
                 bias = {}
+                min_tokens = (max_tokens if label.endswith("ignore_eos") else max_tokens // 2
+                              if "min_tokens" in label else 0)
                 if biased:  # ban the unbiased reply's most frequent token, lift three others
                     ids = unbiased[label[:-len(", logit bias")]]
                     bias[max(set(ids), key=lambda t: (ids.count(t), -t))] = -100.0
@@ -182,8 +199,16 @@ def main():
                 got = run(fogline, d, prompt, max_tokens, extra + ["--logprobs", str(TOP),
                                                                    "--trace"])
                 check(got["ids"] == plain["ids"], "%s: --logprobs changed the reply" % name)
-                compare(name, got, replay(m, cfg, prompt, got, bias), greedy)
+                compare(name, got, replay(m, cfg, prompt, got, bias, min_tokens, eos), greedy)
                 EDITS[0] += sum(len(st["edited"]) for st in got["steps"])
+                if min_tokens:
+                    base = unbiased["greedy, threshold 0.3"]
+                    check(not eos & set(plain["ids"][:min_tokens]),
+                          "%s: an end token before %d: %s" % (name, min_tokens, plain["ids"]))
+                    check(len(plain["ids"]) >= min_tokens,
+                          "%s: %d tokens" % (name, len(plain["ids"])))
+                    MIN_CHANGED[0] += plain["ids"] != base
+                    continue
                 if not biased:
                     unbiased[label] = plain["ids"]
                     continue
@@ -195,6 +220,8 @@ def main():
     check(EDITS[0] > 0, "no token was edited in any run: the edit path went unchecked")
     check(BIAS_CHANGED[0] > 0, "no logit bias changed a reply: the biases went unapplied")
     print("%d biased replies differ from the unbiased ones" % BIAS_CHANGED[0])
+    check(MIN_CHANGED[0] > 0, "min_tokens / ignore_eos changed no reply: the ban went unchecked")
+    print("%d replies changed by min_tokens or ignore_eos" % MIN_CHANGED[0])
     print("%d edits replayed" % EDITS[0])
     print("%d checks, %d failed" % (CHECKS[0], len(FAILS)))
     sys.exit(1 if FAILS else 0)

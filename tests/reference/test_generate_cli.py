@@ -114,7 +114,9 @@ def main():
                        (["--json", "--logprobs", ""], "--logprobs takes an integer in [0, 20], got ''"),
                        *((["--logit-bias", v], BIAS_SYNTAX + "'%s'" % v)
                          for v in ("", "5", "5:", ":1", "a:1", "5:x", "5:101", "5:-100.5", "5:1,",
-                                   "5:1;6:2", "-3:1", "5:nan", "5:inf"))):
+                                   "5:1;6:2", "-3:1", "5:nan", "5:inf")),
+                       *((["--min-tokens", v], "--min-tokens takes a count of tokens, got '%s'" % v)
+                         for v in ("", "x", "-1", "4k"))):
         env = dict(os.environ, **args) if isinstance(args, dict) else None
         args = [] if isinstance(args, dict) else args
         r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", *args],
@@ -133,6 +135,11 @@ def main():
     check(r.returncode == 1 and line == "fogline generate: logit_bias: token %d is outside the "
           "vocabulary (%d ids)" % (vocab, vocab),
           "--logit-bias %d -> exit %d, %r" % (vocab, r.returncode, line))
+    r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", "--max-tokens", "8",
+                        "--min-tokens", "9"], capture_output=True, text=True)
+    line = r.stderr.strip()
+    check(r.returncode == 1 and line == "fogline generate: min_tokens must be in [0, max_tokens 8], "
+          "got 9", "--min-tokens 9 -> exit %d, %r" % (r.returncode, line))
     base = [fogline, "generate", "--model", model, "--prompt", "Where is my order 48213?", "--json",
             "--temperature", "0", "--max-tokens", "16"]
     plain = json.loads(subprocess.run(base, capture_output=True, text=True).stdout)

@@ -1,12 +1,15 @@
-// logit_bias (OpenAI's: token id -> bias in [-100, 100]) on /v1/chat/completions,
-// /v1/completions and the WebSocket chat (docs/protocol.md), with the official `openai` client.
+// logit_bias (OpenAI's: token id -> bias in [-100, 100]) and vLLM's min_tokens and ignore_eos on
+// /v1/chat/completions, /v1/completions and the WebSocket chat (docs/protocol.md), with the
+// official `openai` client.
 // That the engine adds the biases to every deciding row before anything reads it is checked
 // against the PyTorch reference by decode.parity_logprobs (the trace replayed with the biases);
 // here, that the server hands them on: a ban and several biases decode exactly as
 // `fogline generate --logit-bias` does, a +100 token fills the reply (and its log probability
 // is 0), streamed chunks add up to the plain answer, every choice of n and every prompt of a
 // batch takes the biases, the WebSocket chat too; and every bad value is a 400 (an error frame)
-// naming logit_bias.
+// naming logit_bias. min_tokens and ignore_eos (the end tokens banned from the first positions,
+// checked on the reference by decode.parity_logprobs too) decode as `fogline generate
+// --min-tokens / --ignore-eos`, on every transport, with their bad values.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -42,9 +45,9 @@ after(async () => {
 });
 
 // `fogline generate` for the same question, greedy, with the biases as --logit-bias
-function generate(bias = {}, maxTokens = 48) {
+function generate(bias = {}, maxTokens = 48, more = []) {
   const args = ['generate', '--model', DIR, '--json', '--prompt', Q, '--max-tokens', String(maxTokens),
-    '--temperature', '0', '--threads', '2'];
+    '--temperature', '0', '--threads', '2', ...more];
   const pairs = Object.entries(bias).map(([t, b]) => `${t}:${b}`);
   if (pairs.length) args.push('--logit-bias', pairs.join(','));
   const r = spawnSync(BIN, args, { encoding: 'utf8' });
@@ -174,5 +177,71 @@ test('bad logit_bias: 400s (error frames) naming the field', async () => {
   // the connection and the server are whole after them
   c.send({ type: 'chat', id: 'ok', messages: msgs, temperature: 0 });
   assert.equal(wsText(await c.collect('ok')), plain.text);
+  c.close();
+});
+
+test('min_tokens and ignore_eos: no end token before them, as `fogline generate` decodes them', async () => {
+  assert.equal(plain.finish, 'stop');
+  assert.ok(plain.ids.length < 40, `test data: the reply ends early (${plain.ids.length} tokens)`);
+  const atLeast = generate({}, 48, ['--min-tokens', '40']);
+  const all = generate({}, 48, ['--ignore-eos']);
+  assert.ok(atLeast.ids.length >= 40, `${atLeast.ids.length}`);
+  assert.equal(all.ids.length, 48);
+  assert.equal(all.finish, 'length');
+  const chat = (extra) => client.chat.completions.create({ model: 'fogline', messages: msgs, temperature: 0, ...extra });
+  let r = await chat({ min_tokens: 40 });
+  assert.equal(r.choices[0].message.content, atLeast.text);
+  assert.ok(r.usage.completion_tokens >= 40, `${r.usage.completion_tokens}`);
+  r = await chat({ ignore_eos: true });
+  assert.equal(r.choices[0].message.content, all.text);
+  assert.equal(r.usage.completion_tokens, 48);
+  assert.equal(r.choices[0].finish_reason, 'length');
+  // every choice; min_tokens 0 and ignore_eos false are the plain reply
+  r = await chat({ ignore_eos: true, n: 2, temperature: 1, seed: 9, max_tokens: 40 });
+  for (const c of r.choices) assert.equal(c.finish_reason, 'length', `choice ${c.index}`);
+  assert.equal(r.usage.completion_tokens, 80);
+  r = await chat({ min_tokens: 0, ignore_eos: false });
+  assert.equal(r.choices[0].message.content, plain.text);
+  // text completions and the WebSocket
+  const tk = await post('/tokenize', { messages: msgs });
+  const t = await client.completions.create({ model: 'fogline', prompt: tk.json.prompt, temperature: 0,
+    ignore_eos: true });
+  assert.equal(t.choices[0].text, all.text);
+  assert.equal(t.choices[0].finish_reason, 'length');
+  const c = await connect(server);
+  c.send({ type: 'chat', id: 'm', messages: msgs, temperature: 0, min_tokens: 40 });
+  const frames = await c.collect('m');
+  assert.equal(wsText(frames), atLeast.text);
+  assert.ok(frames.at(-1).usage.completion_tokens >= 40);
+  for (const [extra, code, param, re] of [
+    [{ min_tokens: -1 }, 'out_of_range', 'min_tokens', /min_tokens/],
+    [{ min_tokens: 1.5 }, 'bad_request', 'min_tokens', /integer/],
+    [{ min_tokens: '4' }, 'bad_request', 'min_tokens', /min_tokens/],
+    [{ min_tokens: 49 }, 'out_of_range', 'min_tokens', /'min_tokens' \(49\) must not exceed max_tokens \(48\)/],
+    [{ min_tokens: 10, max_tokens: 8 }, 'out_of_range', 'min_tokens', /must not exceed max_tokens \(8\)/],
+    [{ ignore_eos: 'yes' }, 'bad_request', 'ignore_eos', /true or false/],
+    [{ ignore_eos: 1 }, 'bad_request', 'ignore_eos', /true or false/],
+    [{ min_tokens: 4, response_format: { type: 'json_object' } }, 'bad_request', 'min_tokens',
+      /'min_tokens' cannot be combined with 'response_format': a constrained reply ends with an end token/],
+    [{ ignore_eos: true, response_format: { type: 'json_object' } }, 'bad_request', 'ignore_eos',
+      /'ignore_eos' cannot be combined with 'response_format'/],
+  ]) {
+    const what = JSON.stringify(extra);
+    const h = await post('/v1/chat/completions', { messages: msgs, ...extra });
+    assert.equal(h.status, 400, `${what}: ${JSON.stringify(h.json)}`);
+    assert.equal(h.json.error.code, code, what);
+    assert.equal(h.json.error.param, param, what);
+    assert.match(h.json.error.message, re, what);
+    if (!extra.response_format) {
+      const tc = await post('/v1/completions', { prompt: Q, ...extra });
+      assert.equal(tc.status, 400, `completions ${what}`);
+      assert.equal(tc.json.error.param, param, `completions ${what}`);
+    }
+    c.send({ type: 'chat', id: 'bad', messages: msgs, ...extra });
+    const [e] = await c.collect('bad');
+    assert.equal(e.type, 'error', `ws ${what}: ${JSON.stringify(e)}`);
+    assert.equal(e.code, code, `ws ${what}`);
+    assert.match(e.message, re, `ws ${what}`);
+  }
   c.close();
 });
