@@ -404,38 +404,94 @@ uint64_t fl_xorshift(uint64_t *s)
     return x;
 }
 
-static int cmp_desc(const void *a, const void *b)
+/* The weights sorted in descending order, as a comparison sort of the floats would give them:
+ * for weights >= 0 the order of their bits is their order, so a radix sort over the bits
+ * (least significant byte first, each pass stable) gives the same sequence. a: (n) in, sorted
+ * out; tmp: (n) scratch. */
+static void sort_desc(float *a, float *tmp, size_t n)
 {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x < y) - (x > y);
+    uint32_t *x = (uint32_t *)(void *)a, *y = (uint32_t *)(void *)tmp;
+    for (int shift = 0; shift < 32; shift += 8) {
+        size_t count[257] = {0};
+        for (size_t i = 0; i < n; i++)
+            count[255 - ((x[i] >> shift) & 255) + 1]++;
+        for (int d = 0; d < 256; d++)
+            count[d + 1] += count[d];
+        for (size_t i = 0; i < n; i++)
+            y[count[255 - ((x[i] >> shift) & 255)]++] = x[i];
+        uint32_t *t = x;
+        x = y;
+        y = t;
+    }
+    /* four passes: the result is back in a */
 }
 
+/* The cut is the keep-th largest weight, keep the smallest prefix of the weights in descending
+ * order whose probabilities (w / z, summed in that order in double) reach top_p, at most top_k.
+ * Only that prefix needs sorting: a histogram of the weights by binary exponent (w in [0, 1])
+ * finds the lowest exponent whose weights and the ones above it hold enough count and mass;
+ * the weights at or above it are sorted and walked exactly as the whole sorted vocabulary
+ * would be (they are its first entries). Should the walk run out of them (the histogram's
+ * mass is summed in another order), the next exponent down is taken too. */
 float fl_sample_cut(const fl_decode_opts *o, const float *w, double z, int vocab)
 {
-    float cut = 0.0f;
-    if ((o->top_k > 0 && o->top_k < vocab) || o->top_p < 1.0f) {
-        float *sorted = malloc(sizeof(float) * (size_t)vocab);
-        if (sorted) {
-            memcpy(sorted, w, sizeof(float) * (size_t)vocab);
-            qsort(sorted, (size_t)vocab, sizeof(float), cmp_desc);
-            int keep = vocab;
-            if (o->top_k > 0 && o->top_k < keep)
-                keep = o->top_k;
-            if (o->top_p < 1.0f) {
-                double acc = 0;
-                for (int i = 0; i < keep; i++) {
-                    acc += sorted[i] / z;
-                    if (acc >= o->top_p) {
-                        keep = i + 1;
-                        break;
-                    }
+    bool by_k = o->top_k > 0 && o->top_k < vocab, by_p = o->top_p < 1.0f;
+    if (!by_k && !by_p)
+        return 0.0f;
+    int keep0 = by_k ? o->top_k : vocab;
+    size_t count[129] = {0}; /* by exponent field, 0 (zero and subnormal) .. 127 (1.0); 128: NaN */
+    double mass[129] = {0};
+    for (int i = 0; i < vocab; i++) {
+        uint32_t bits;
+        memcpy(&bits, &w[i], sizeof bits);
+        uint32_t e = (bits >> 23) & 255;
+        e = e > 127 ? 128 : e;
+        count[e]++;
+        mass[e] += w[i];
+    }
+    int e = 128;
+    size_t have = count[128];
+    double got = 0;
+    while (e > 0 && have < (size_t)keep0 && !(by_p && got >= (double)o->top_p * z * (1 + 1e-9))) {
+        e--;
+        have += count[e];
+        got += mass[e];
+    }
+    for (;;) {
+        float floor_w; /* the smallest weight with exponent field e */
+        uint32_t fb = (uint32_t)e << 23;
+        memcpy(&floor_w, &fb, sizeof floor_w);
+        float *sorted = malloc(sizeof(float) * 2 * (have ? have : 1)); /* and the sort's scratch */
+        if (!sorted)
+            return 0.0f;
+        size_t n = 0;
+        for (int i = 0; i < vocab && n < have; i++)
+            if (e == 0 || w[i] >= floor_w || w[i] != w[i])
+                sorted[n++] = w[i];
+        sort_desc(sorted, sorted + have, n);
+        int keep = keep0;
+        bool out = false;
+        if (by_p) {
+            double acc = 0;
+            int i = 0;
+            for (; i < keep && (size_t)i < n; i++) {
+                acc += sorted[i] / z;
+                if (acc >= o->top_p) {
+                    keep = i + 1;
+                    break;
                 }
             }
-            cut = sorted[keep - 1];
-            free(sorted);
+            out = i == (int)n && i < keep; /* ran out of the sorted weights first */
         }
+        if (!out || e == 0) {
+            float cut = n == 0 ? 0.0f : (size_t)keep <= n ? sorted[keep - 1] : sorted[n - 1];
+            free(sorted);
+            return cut;
+        }
+        free(sorted);
+        e--;
+        have += count[e];
     }
-    return cut;
 }
 
 void fl_sample(const fl_decode_opts *o, const float *logits, int vocab, uint64_t *rng, float *tmp,

@@ -9,8 +9,10 @@
  * over the whole row (fl_row_top1, one max pass and a double exp pass), D from the backend's
  * prediction and sums, updated for the biased tokens only (fl_row_bias); five tokens lifted
  * by 1..3 (D's path; a bias that pushes the argmax down takes C's). Both must give the same
- * token, and probabilities within 1e-6. Not part of the test suite; run it on the Release
- * build:
+ * token, and probabilities within 1e-6. Last, sampling's cut for top_p / top_k (temperature
+ * 0.7): E sorts the whole vocabulary's weights (qsort, fl_sample_cut until 2026-12-07), F is
+ * fl_sample_cut (a histogram by exponent, then a radix sort of only the weights it needs);
+ * the cuts must be the same bits. Not part of the test suite; run it on the Release build:
  *
  *   cc -O3 -Iengine tests/bench/lse_rows_ab.c build/engine/libfl_engine.a -lopenblas \
  *      -ljansson -lm -lpthread -o /tmp/lse_ab
@@ -62,6 +64,36 @@ static double former(const float *row, int k, int32_t *ti, float *tl)
     for (int i = 0; i < n; i++)
         tl[i] = (float)((double)tl[i] - lse);
     return lse;
+}
+
+/* E: fl_sample_cut until 2026-12-07 */
+static int cmp_desc_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+static float sorted_cut(const fl_decode_opts *o, const float *w, double z)
+{
+    float *sorted = malloc(sizeof(float) * V);
+    if (!sorted)
+        return 0.0f;
+    memcpy(sorted, w, sizeof(float) * V);
+    qsort(sorted, V, sizeof(float), cmp_desc_f);
+    int keep = o->top_k > 0 && o->top_k < V ? o->top_k : V;
+    if (o->top_p < 1.0f) {
+        double acc = 0;
+        for (int i = 0; i < keep; i++) {
+            acc += sorted[i] / z;
+            if (acc >= o->top_p) {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    float cut = sorted[keep - 1];
+    free(sorted);
+    return cut;
 }
 
 static double now_way(const float *row, const fl_tok_out *t1, int k, int32_t *ti, float *tl)
@@ -194,6 +226,51 @@ int main(int argc, char **argv)
            "tokens only) %.2f; C / D %.0fx\n", ta[passes / 2], tb[passes / 2],
            ta[passes / 2] / tb[passes / 2]);
     free(work);
+    /* sampling's cut: the tempered weights of each row, as fl_sample makes them */
+    float *wts = malloc(sizeof(float) * (size_t)V * (size_t)rows);
+    double *zs = malloc(sizeof(double) * (size_t)rows);
+    if (!wts || !zs)
+        return 1;
+    for (int r = 0; r < rows; r++) {
+        const float *row = lg + (size_t)r * V;
+        float mx = row[0];
+        for (int v = 1; v < V; v++)
+            mx = row[v] > mx ? row[v] : mx;
+        zs[r] = 0;
+        for (int v = 0; v < V; v++) {
+            wts[(size_t)r * V + v] = expf((row[v] - mx) / 0.7f);
+            zs[r] += wts[(size_t)r * V + v];
+        }
+    }
+    const struct { int k; float p; } cuts[] = {{0, 0.95f}, {0, 0.8f}, {50, 1.0f}, {20, 0.9f}};
+    for (size_t ci = 0; ci < sizeof cuts / sizeof cuts[0]; ci++) {
+        fl_decode_opts o;
+        fl_decode_opts_default(&o);
+        o.top_k = cuts[ci].k;
+        o.top_p = cuts[ci].p;
+        for (int r = 0; r < rows; r++)
+            if (sorted_cut(&o, wts + (size_t)r * V, zs[r]) !=
+                fl_sample_cut(&o, wts + (size_t)r * V, zs[r], V)) {
+                fprintf(stderr, "lse_rows_ab: row %d: the cuts differ\n", r);
+                return 1;
+            }
+        for (int p = 0; p < passes; p++)
+            for (int side = 0; side < 2; side++) {
+                bool e = (side == 0) == (p % 2 == 0);
+                double t0 = now_us();
+                for (int r = 0; r < rows; r++)
+                    sink += e ? sorted_cut(&o, wts + (size_t)r * V, zs[r])
+                              : fl_sample_cut(&o, wts + (size_t)r * V, zs[r], V);
+                (e ? ta : tb)[p] = (now_us() - t0) / rows;
+            }
+        qsort(ta, (size_t)passes, sizeof *ta, cmp_d);
+        qsort(tb, (size_t)passes, sizeof *tb, cmp_d);
+        printf("sampling cut, top_k %d top_p %.2f (median us per row): E (whole vocabulary "
+               "sorted) %.1f, F (fl_sample_cut) %.1f; E / F %.1fx\n", cuts[ci].k,
+               (double)cuts[ci].p, ta[passes / 2], tb[passes / 2], ta[passes / 2] / tb[passes / 2]);
+    }
+    free(wts);
+    free(zs);
     free(lg);
     free(t1);
     free(ta);

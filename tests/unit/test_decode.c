@@ -313,6 +313,93 @@ static void logprob_rows(void)
     free(row);
 }
 
+/* fl_sample_cut until 2026-12-07: the whole vocabulary sorted by qsort, then walked. */
+static int cmp_desc_f(const void *a, const void *b)
+{
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x < y) - (x > y);
+}
+
+static float cut_by_sorting(const fl_decode_opts *o, const float *w, double z, int vocab)
+{
+    float cut = 0.0f;
+    if ((o->top_k > 0 && o->top_k < vocab) || o->top_p < 1.0f) {
+        float *sorted = malloc(sizeof(float) * (size_t)vocab);
+        if (!sorted)
+            return -1.0f;
+        memcpy(sorted, w, sizeof(float) * (size_t)vocab);
+        qsort(sorted, (size_t)vocab, sizeof(float), cmp_desc_f);
+        int keep = vocab;
+        if (o->top_k > 0 && o->top_k < keep)
+            keep = o->top_k;
+        if (o->top_p < 1.0f) {
+            double acc = 0;
+            for (int i = 0; i < keep; i++) {
+                acc += sorted[i] / z;
+                if (acc >= o->top_p) {
+                    keep = i + 1;
+                    break;
+                }
+            }
+        }
+        cut = sorted[keep - 1];
+        free(sorted);
+    }
+    return cut;
+}
+
+/* fl_sample_cut (a histogram, then only the weights it needs sorted) gives the very cut the
+ * whole sorted vocabulary gives, on flat, peaked, tied and underflowing rows, for top_k and
+ * top_p alone and together. */
+static void sample_cut(void)
+{
+    const int vocabs[] = {4, 100, 1000, 151936};
+    const int ks[] = {0, 1, 5, 50, 999, 200000};
+    const float ps[] = {1.0f, 0.999f, 0.95f, 0.9f, 0.5f, 0.1f, 1e-6f};
+    float *l = malloc(sizeof(float) * 151936), *w = malloc(sizeof(float) * 151936);
+    CHECK(l && w, "rows");
+    if (!l || !w)
+        return;
+    uint64_t rng = 99;
+    int cases = 0, same = 0;
+    for (int vi = 0; vi < 4; vi++)
+        for (int kind = 0; kind < 4; kind++) {
+            int V = vocabs[vi];
+            for (int i = 0; i < V; i++) {
+                float u = urand(&rng);
+                l[i] = kind == 0 ? 6.0f * u                        /* flat */
+                       : kind == 1 ? 30.0f * u * u * u * u        /* a few far above */
+                       : kind == 2 ? (float)(int)(4.0f * u)       /* four values: ties */
+                                   : (u < 0.5f ? -200.0f : 2.0f * u); /* half underflow to 0 */
+            }
+            float mx = l[0];
+            for (int i = 1; i < V; i++)
+                mx = l[i] > mx ? l[i] : mx;
+            double z = 0;
+            for (int i = 0; i < V; i++) {
+                w[i] = expf(l[i] - mx);
+                z += w[i];
+            }
+            for (int ki = 0; ki < 6; ki++)
+                for (int pi = 0; pi < 7; pi++) {
+                    if (V > 1000 && (ki % 2 || pi % 2)) /* the qsort reference is slow there */
+                        continue;
+                    fl_decode_opts o;
+                    fl_decode_opts_default(&o);
+                    o.top_k = ks[ki];
+                    o.top_p = ps[pi];
+                    float want = cut_by_sorting(&o, w, z, V), got = fl_sample_cut(&o, w, z, V);
+                    cases++;
+                    same += want == got;
+                    CHECK(want == got, "vocab %d kind %d top_k %d top_p %g: cut %.9g, sorting "
+                          "gives %.9g", V, kind, ks[ki], (double)ps[pi], got, want);
+                }
+        }
+    CHECK(cases == 552 && same == cases, "%d of %d cuts the same", same, cases);
+    free(l);
+    free(w);
+}
+
 int main(void)
 {
     fl_decode_opts o;
@@ -320,6 +407,7 @@ int main(void)
     fl_err e = {0};
     CHECK(fl_decode_opts_check(&o, &e) == 0, "defaults valid: %s", e.msg);
     logprob_rows();
+    sample_cut();
     /* 8 positions; position 1 is already decided (not eligible) */
     fl_tok_out p[8] = {
         {10, 0.50f, 1.2f}, {11, 0.99f, 0.01f}, {12, 0.95f, 0.10f}, {13, 0.20f, 2.0f},
