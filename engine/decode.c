@@ -404,13 +404,12 @@ uint64_t fl_xorshift(uint64_t *s)
     return x;
 }
 
-/* The weights sorted in descending order, as a comparison sort of the floats would give them:
- * for weights >= 0 the order of their bits is their order, so a radix sort over the bits
- * (least significant byte first, each pass stable) gives the same sequence. a: (n) in, sorted
- * out; tmp: (n) scratch. */
-static void sort_desc(float *a, float *tmp, size_t n)
+/* Weights' bits sorted in descending order: for weights >= 0 the order of their bits is their
+ * order, so a radix sort over the bits (least significant byte first, each pass stable) gives
+ * the sequence a comparison sort of the floats gives. a: (n) in, sorted out; tmp: (n). */
+static void sort_desc(uint32_t *a, uint32_t *tmp, size_t n)
 {
-    uint32_t *x = (uint32_t *)(void *)a, *y = (uint32_t *)(void *)tmp;
+    uint32_t *x = a, *y = tmp;
     for (int shift = 0; shift < 32; shift += 8) {
         size_t count[257] = {0};
         for (size_t i = 0; i < n; i++)
@@ -424,6 +423,13 @@ static void sort_desc(float *a, float *tmp, size_t n)
         y = t;
     }
     /* four passes: the result is back in a */
+}
+
+static float bits_float(uint32_t b)
+{
+    float f;
+    memcpy(&f, &b, sizeof f);
+    return f;
 }
 
 /* The cut is the keep-th largest weight, keep the smallest prefix of the weights in descending
@@ -458,16 +464,14 @@ float fl_sample_cut(const fl_decode_opts *o, const float *w, double z, int vocab
         got += mass[e];
     }
     for (;;) {
-        float floor_w; /* the smallest weight with exponent field e */
-        uint32_t fb = (uint32_t)e << 23;
-        memcpy(&floor_w, &fb, sizeof floor_w);
-        float *sorted = malloc(sizeof(float) * 2 * (have ? have : 1)); /* and the sort's scratch */
+        float floor_w = bits_float((uint32_t)e << 23); /* the least weight of exponent e */
+        uint32_t *sorted = malloc(sizeof(uint32_t) * 2 * (have ? have : 1)); /* and scratch */
         if (!sorted)
             return 0.0f;
         size_t n = 0;
         for (int i = 0; i < vocab && n < have; i++)
             if (e == 0 || w[i] >= floor_w || w[i] != w[i])
-                sorted[n++] = w[i];
+                memcpy(&sorted[n++], &w[i], sizeof(uint32_t));
         sort_desc(sorted, sorted + have, n);
         int keep = keep0;
         bool out = false;
@@ -475,7 +479,7 @@ float fl_sample_cut(const fl_decode_opts *o, const float *w, double z, int vocab
             double acc = 0;
             int i = 0;
             for (; i < keep && (size_t)i < n; i++) {
-                acc += sorted[i] / z;
+                acc += bits_float(sorted[i]) / z;
                 if (acc >= o->top_p) {
                     keep = i + 1;
                     break;
@@ -484,7 +488,9 @@ float fl_sample_cut(const fl_decode_opts *o, const float *w, double z, int vocab
             out = i == (int)n && i < keep; /* ran out of the sorted weights first */
         }
         if (!out || e == 0) {
-            float cut = n == 0 ? 0.0f : (size_t)keep <= n ? sorted[keep - 1] : sorted[n - 1];
+            float cut = n == 0                 ? 0.0f
+                        : (size_t)keep <= n ? bits_float(sorted[keep - 1])
+                                            : bits_float(sorted[n - 1]);
             free(sorted);
             return cut;
         }
@@ -535,8 +541,8 @@ void fl_sample(const fl_decode_opts *o, const float *logits, int vocab, uint64_t
 }
 
 /* The log-sum-exp of a logits row: from the backend's argmax when it has one (its logit less
- * the log of its probability; the backend summed the row in double while it wrote it), else
- * summed here in double. */
+ * the log of its probability; the backend summed the row while it wrote it), else summed here
+ * in double. */
 double fl_row_lse(const float *row, int32_t V, const fl_tok_out *top1)
 {
     if (top1 && top1->prob > 0 && top1->token >= 0 && top1->token < V &&
@@ -623,8 +629,8 @@ void fl_row_bias(float *row, int32_t V, const int32_t *ids, const float *bias, i
 }
 
 /* The k largest entries of row (ids ti, values tl, descending; ties keep the lower id first).
- * A span of 64 whose largest entry cannot enter the list is skipped after one pass that the
- * compiler vectorises. Returns how many were found (k unless V < k). */
+ * A span of 64 whose largest entry cannot enter the list is skipped after one max pass, with
+ * no compare and branch per entry. Returns how many were found (k unless V < k). */
 int32_t fl_row_top(const float *row, int32_t V, int32_t k, int32_t *ti, float *tl)
 {
     enum { SPAN = 64 };
