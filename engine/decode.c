@@ -513,11 +513,14 @@ void fl_sample(const fl_decode_opts *o, const float *logits, int vocab, uint64_t
         tmp[i] = expf((logits[i] - mx) / t);
         z += tmp[i];
     }
-    double ent = 0;
-    for (int i = 0; i < vocab; i++) {
-        double p = tmp[i] / z;
-        if (p > 0)
-            ent -= p * log(p);
+    double ent = NAN; /* only the entropy policy reads it: a log per id is not paid otherwise */
+    if (o->policy == FL_POLICY_ENTROPY) {
+        ent = 0;
+        for (int i = 0; i < vocab; i++) {
+            double p = tmp[i] / z;
+            if (p > 0)
+                ent -= p * log(p);
+        }
     }
     float cut = fl_sample_cut(o, tmp, z, vocab);
     double zk = 0;

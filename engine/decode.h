@@ -15,8 +15,9 @@ int fl_policy_select(const fl_decode_opts *o, const fl_tok_out *pred, const uint
 
 /* Sampling from full logits (temperature > 0): tempered softmax restricted by top_k/top_p,
  * drawn with *rng (xorshift state, advanced). out gets the drawn token, its probability
- * under the restricted distribution (the confidence the policies use) and the tempered
- * distribution's entropy. tmp: (vocab) scratch. */
+ * under the restricted distribution (the confidence the policies use) and, for the entropy
+ * policy (the one reader), the tempered distribution's entropy; NaN under the others.
+ * tmp: (vocab) scratch. */
 void fl_sample(const fl_decode_opts *o, const float *logits, int vocab, uint64_t *rng, float *tmp,
                fl_tok_out *out);
 

@@ -12,7 +12,10 @@
  * token, and probabilities within 1e-6. Last, sampling's cut for top_p / top_k (temperature
  * 0.7): E sorts the whole vocabulary's weights (qsort, fl_sample_cut until 2026-12-07), F is
  * fl_sample_cut (a histogram by exponent, then a radix sort of only the weights it needs);
- * the cuts must be the same bits. Not part of the test suite; run it on the Release build:
+ * the cuts must be the same bits. And a whole fl_sample at temperature 0.7 without a cut: G
+ * under the entropy policy (which reads the entropy, a log per id), H under any other (which
+ * does not, and since 2026-12-07 does not pay for it); the draws must be the same. Not part
+ * of the test suite; run it on the Release build:
  *
  *   cc -O3 -Iengine tests/bench/lse_rows_ab.c build/engine/libfl_engine.a -lopenblas \
  *      -ljansson -lm -lpthread -o /tmp/lse_ab
@@ -271,6 +274,43 @@ int main(int argc, char **argv)
     }
     free(wts);
     free(zs);
+    fl_decode_opts g, h;
+    fl_decode_opts_default(&g);
+    g.temperature = 0.7f;
+    h = g;
+    g.policy = FL_POLICY_ENTROPY;
+    h.policy = FL_POLICY_THRESHOLD;
+    float *tmp = malloc(sizeof(float) * V);
+    if (!tmp)
+        return 1;
+    for (int p = 0; p < passes; p++)
+        for (int side = 0; side < 2; side++) {
+            bool a = (side == 0) == (p % 2 == 0);
+            uint64_t r1 = 77;
+            double t0 = now_us();
+            for (int r = 0; r < rows; r++) {
+                fl_tok_out o;
+                fl_sample(a ? &g : &h, lg + (size_t)r * V, V, &r1, tmp, &o);
+                sink += o.token;
+            }
+            (a ? ta : tb)[p] = (now_us() - t0) / rows;
+        }
+    uint64_t r1 = 5, r2 = 5;
+    for (int r = 0; r < rows; r++) {
+        fl_tok_out x, y;
+        fl_sample(&g, lg + (size_t)r * V, V, &r1, tmp, &x);
+        fl_sample(&h, lg + (size_t)r * V, V, &r2, tmp, &y);
+        if (x.token != y.token || x.prob != y.prob) {
+            fprintf(stderr, "lse_rows_ab: row %d: the draws differ\n", r);
+            return 1;
+        }
+    }
+    qsort(ta, (size_t)passes, sizeof *ta, cmp_d);
+    qsort(tb, (size_t)passes, sizeof *tb, cmp_d);
+    printf("fl_sample at temperature 0.7 (median us per row): G (entropy policy) %.1f, H (other "
+           "policies, no entropy) %.1f; G / H %.2fx\n", ta[passes / 2], tb[passes / 2],
+           ta[passes / 2] / tb[passes / 2]);
+    free(tmp);
     free(lg);
     free(t1);
     free(ta);

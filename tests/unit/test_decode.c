@@ -491,6 +491,24 @@ int main(void)
         double want = exp(logits[i]) / z, got = counts[i] / 20000.0;
         CHECK(fabs(want - got) < 0.015, "softmax frequency %d: %g vs %g", i, got, want);
     }
+    /* the entropy, which only the entropy policy reads, is the tempered distribution's; it
+       changes nothing else: the same draws with and without it */
+    {
+        fl_decode_opts eo = so_o;
+        eo.policy = FL_POLICY_ENTROPY;
+        uint64_t r1 = 7, r2 = 7;
+        double h = 0;
+        for (int i = 0; i < 4; i++)
+            h -= exp(logits[i]) / z * log(exp(logits[i]) / z);
+        for (int i = 0; i < 50; i++) {
+            fl_tok_out a, b;
+            fl_sample(&eo, logits, 4, &r1, tmp, &a);
+            fl_sample(&so_o, logits, 4, &r2, tmp, &b);
+            CHECK(fabs(a.entropy - h) < 1e-6 && a.token == b.token && a.prob == b.prob,
+                  "draw %d: entropy %.8f (want %.8f), tokens %d %d", i, a.entropy, h, a.token,
+                  b.token);
+        }
+    }
     so_o.top_p = 0.7f; /* p = .665, .245, .090, .033: top_p 0.7 keeps tokens 1 and 2 */
     for (int i = 0; i < 2000; i++) {
         fl_sample(&so_o, logits, 4, &rng, tmp, &so);
