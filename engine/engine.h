@@ -63,6 +63,13 @@ typedef struct fl_request {
      * that decide those positions, as a logit bias is applied. Stop strings still end the reply.
      * 0..max_tokens; refused with an output constraint, whose end needs an end token. */
     int32_t min_tokens;
+    /* OpenAI's presence and frequency penalties, in [-2, 2] (0: off). No published diffusion
+     * decoder defines them; here each forward's deciding rows get, for every token t among the
+     * reply positions decided before that forward (committed or in a running block),
+     * -(presence_penalty + frequency_penalty * count(t)) added to t's logit, as a logit bias
+     * (and after it). Needs the forward's full logits. */
+    float presence_penalty;
+    float frequency_penalty;
 } fl_request;
 
 typedef enum fl_seq_state {

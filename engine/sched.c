@@ -78,6 +78,9 @@ typedef struct seq {
     bool lp_cut;      /* a stop string cut the text */
     bool carry_has_lg; /* carry_lg holds the carry's logits (its forward had them) */
     int32_t min_tokens; /* fl_request.min_tokens: no end token before this reply index */
+    float pres_pen, freq_pen; /* fl_request.presence_penalty, frequency_penalty */
+    int32_t *pen_ids;  /* (max_tokens) scratch: the decided reply tokens, then distinct ones */
+    float *pen;        /* (max_tokens) their penalties */
     int32_t n_bias;    /* logit bias (fl_request.bias): ids and values, n_bias each */
     int32_t *bias_ids;
     float *bias;
@@ -213,6 +216,8 @@ static void seq_free(seq *q)
     free(q->cprob);
     free(q->bias_ids);
     free(q->bias);
+    free(q->pen_ids);
+    free(q->pen);
     fl_cons_unref(q->cons);
     fl_buf_free(&q->text);
     free(q);
@@ -270,6 +275,10 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     if (r->min_tokens < 0 || r->min_tokens > r->max_tokens)
         return fl_err_set(e, FL_EINVAL, "min_tokens must be in [0, max_tokens %d], got %d",
                           r->max_tokens, r->min_tokens);
+    if (!(fabsf(r->presence_penalty) <= 2.0f) || !(fabsf(r->frequency_penalty) <= 2.0f))
+        return fl_err_set(e, FL_EINVAL, "presence_penalty and frequency_penalty must be in "
+                          "[-2, 2], got %g and %g", (double)r->presence_penalty,
+                          (double)r->frequency_penalty);
     if (r->min_tokens && r->constraint)
         return fl_err_set(e, FL_EINVAL, "min_tokens cannot be combined with an output constraint: "
                                         "the constrained reply ends with an end token");
@@ -325,6 +334,14 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
         q->cprob = malloc(sizeof(float) * (size_t)q->cap);
     }
     q->min_tokens = r->min_tokens;
+    q->pres_pen = r->presence_penalty;
+    q->freq_pen = r->frequency_penalty;
+    bool pen_bad = false;
+    if (q->pres_pen != 0 || q->freq_pen != 0) {
+        q->pen_ids = malloc(sizeof(int32_t) * (size_t)max_tokens);
+        q->pen = malloc(sizeof(float) * (size_t)max_tokens);
+        pen_bad = !q->pen_ids || !q->pen;
+    }
     if (r->n_bias) {
         q->bias_ids = malloc(sizeof(int32_t) * (size_t)r->n_bias);
         q->bias = malloc(sizeof(float) * (size_t)r->n_bias);
@@ -337,7 +354,7 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     if (!q->x || !q->fixed || !q->fresh || !q->edited || !q->pages || !q->keys ||
         !q->block_steps || !q->ids || (r->n_stop && !q->stop) ||
         (carry_lg && !q->carry_lg) || (r->constraint && (!q->cprev || !q->cprob)) || lp_bad ||
-        q->n_bias != r->n_bias) {
+        q->n_bias != r->n_bias || pen_bad) {
         seq_free(q);
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     }
@@ -1216,6 +1233,34 @@ static void reap(fl_sched *s)
         fl_kvpool_unref(&s->pool, s->reap[i]);
 }
 
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Presence and frequency penalties: the distinct tokens of the reply positions decided so far
+ * (the state this forward saw) into pen_ids, ascending, each with -(presence + frequency *
+ * count) in pen. Returns how many. */
+static int32_t penalties(const fl_sched *s, const seq *q)
+{
+    int32_t n = 0, end = q->run_start + q->n_run * s->B;
+    for (int32_t p = q->L; p < end && p < q->limit; p++)
+        if (q->fixed[p])
+            q->pen_ids[n++] = q->x[p];
+    qsort(q->pen_ids, (size_t)n, sizeof(int32_t), cmp_i32);
+    int32_t d = 0;
+    for (int32_t i = 0; i < n;) {
+        int32_t j = i;
+        while (j < n && q->pen_ids[j] == q->pen_ids[i])
+            j++;
+        q->pen_ids[d] = q->pen_ids[i];
+        q->pen[d++] = -(q->pres_pen + q->freq_pen * (float)(j - i));
+        i = j;
+    }
+    return d;
+}
+
 /* Logit bias and min_tokens: adds the sequence's biases to each wanted row of its segment, and
  * -inf to the end tokens' logits in a row that decides a reply position before min_tokens;
  * makes the row's prediction the biased row's (fl_row_bias), before apply reads either.
@@ -1232,6 +1277,7 @@ static bool bias_rows(const fl_sched *s, seq *q, const fl_segment *sg, fl_tok_ou
         ban[j] = -INFINITY;
         eos[j] = c->eos_ids[j];
     }
+    int32_t n_pen = q->pen_ids ? penalties(s, q) : 0;
     for (int32_t i = sg->out_from; i < sg->n; i++) {
         if (!fl_seg_wants(sg, i))
             continue;
@@ -1243,6 +1289,8 @@ static bool bias_rows(const fl_sched *s, seq *q, const fl_segment *sg, fl_tok_ou
         float *row = logits + (size_t)i * (size_t)V;
         if (q->n_bias)
             fl_row_bias(row, V, q->bias_ids, q->bias, q->n_bias, &out[i]);
+        if (n_pen)
+            fl_row_bias(row, V, q->pen_ids, q->pen, n_pen, &out[i]);
         int32_t p = sg->pos0 + i + c->logits_shift; /* the position this row predicts */
         if (p < q->L + q->min_tokens)
             fl_row_bias(row, V, eos, ban, c->n_eos, &out[i]);
@@ -1273,8 +1321,8 @@ int fl_sched_step(fl_sched *s, fl_err *e)
         memcpy(s->tokens + used, q->x + sg->pos0, sizeof(int32_t) * (size_t)n);
         used += n;
         s->seg_seq[nseg++] = q;
-        if ((q->dec.temperature > 0 || q->cons || q->lp_on || q->n_bias || q->min_tokens) &&
-            sg->out_from < sg->n)
+        if ((q->dec.temperature > 0 || q->cons || q->lp_on || q->n_bias || q->min_tokens ||
+             q->pen_ids) && sg->out_from < sg->n)
             want_logits = true;
     }
     if (!nseg)
@@ -1312,7 +1360,8 @@ int fl_sched_step(fl_sched *s, fl_err *e)
         const fl_segment *sg = &s->segs[i];
         float *lg = want_logits ? s->logits + (size_t)off * (size_t)s->m->cfg.vocab : NULL;
         int64_t before = q->n_ids;
-        bool fin = (q->n_bias || q->min_tokens) && bias_rows(s, q, sg, s->out + off, lg);
+        bool fin = (q->n_bias || q->min_tokens || q->pen_ids) &&
+                   bias_rows(s, q, sg, s->out + off, lg);
         if (!fin)
             fin = apply(s, q, sg, s->out + off, lg);
         s->st.reply_tokens += q->n_ids - before;

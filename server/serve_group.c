@@ -193,6 +193,8 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
     c->top_logprobs = g->chat.top_logprobs;
     c->min_tokens = g->chat.min_tokens;
     c->ignore_eos = g->chat.ignore_eos;
+    c->presence_penalty = g->chat.presence_penalty;
+    c->frequency_penalty = g->chat.frequency_penalty;
     const srv_chat *gc = &g->chat;
     int per = gc->n_choices > 0 ? gc->n_choices : 1;
     if (gc->parallel == SRV_PAR_SAMPLES && segment > 0)

@@ -1039,7 +1039,8 @@ static int parse_logit_bias(pctx *P, const json_t *o, const srv_limits *L, srv_c
 }
 
 /* vLLM's min_tokens (0..max_tokens) and ignore_eos, after max_tokens and the format are known:
-   an output constraint ends with an end token, so neither goes with one. */
+   an output constraint ends with an end token, so neither goes with one. And OpenAI's
+   presence_penalty and frequency_penalty, [-2, 2]. */
 static int parse_min_tokens(pctx *P, const json_t *o, const srv_limits *L, srv_chat *c)
 {
     double x = 0;
@@ -1050,6 +1051,11 @@ static int parse_min_tokens(pctx *P, const json_t *o, const srv_limits *L, srv_c
     if (c->min_tokens > c->max_tokens)
         return bad(P, SRV_E_OUT_OF_RANGE, "min_tokens", "'min_tokens' (%d) must not exceed "
                    "max_tokens (%d)", c->min_tokens, (int)c->max_tokens);
+    if (get_num(P, o, "presence_penalty", "presence_penalty", -2, 2, false,
+                &c->presence_penalty) ||
+        get_num(P, o, "frequency_penalty", "frequency_penalty", -2, 2, false,
+                &c->frequency_penalty))
+        return -1;
     const char *which = c->ignore_eos ? "ignore_eos" : c->min_tokens ? "min_tokens" : NULL;
     if (which && (c->format != FL_FMT_TEXT || c->tool_choice >= SRV_TOOL_REQUIRED))
         return bad(P, SRV_E_BAD_REQUEST, which, "'%s' cannot be combined with %s: a constrained "
@@ -1069,7 +1075,7 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
                                         "parallel", "chat_template_kwargs", "drafts",
                                         "response_format", "tools", "tool_choice", "logprobs",
                                         "top_logprobs", "logit_bias", "min_tokens",
-                                        "ignore_eos"};
+                                        "ignore_eos", "presence_penalty", "frequency_penalty"};
     const char *key = srv_json_unknown_key(o, known, sizeof known / sizeof known[0]);
     if (key)
         return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);

@@ -111,6 +111,9 @@ typedef struct srv_chat {
        tokens, or at all (the reply runs to max_tokens or a stop string) */
     int min_tokens;
     bool ignore_eos;
+    /* OpenAI's presence_penalty and frequency_penalty (both transports), [-2, 2] */
+    float presence_penalty;
+    float frequency_penalty;
     bool stream;
     bool include_usage;
     char *model;

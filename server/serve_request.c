@@ -275,6 +275,8 @@ void srv_req_submit(srv_req *r, void *prefix, int32_t n_prefix)
     q.bias = r->chat.bias;
     q.n_bias = r->chat.n_bias;
     q.min_tokens = r->chat.ignore_eos ? q.max_tokens : r->chat.min_tokens;
+    q.presence_penalty = r->chat.presence_penalty;
+    q.frequency_penalty = r->chat.frequency_penalty;
     q.prefix = prefix;
     q.n_prefix = prefix ? n_prefix : 0;
     if (r->chat.n_stop) {

@@ -253,6 +253,8 @@ static void usage(FILE *f)
                "  --min-tokens N       no end token before N reply tokens (0..max-tokens)\n"
                "  --ignore-eos         no end token at all: the reply runs to --max-tokens or a\n"
                "                       stop string\n"
+               "  --presence-penalty X, --frequency-penalty X\n"
+               "                       OpenAI's penalties (-2..2) on the reply's decided tokens\n"
                "  --visual             watch it denoise: every step redrawn on the terminal,\n"
                "                       masks as fog, the step's new tokens marked\n"
                "  --pace MS            with --visual: wait MS ms after each step (0..10000;\n"
@@ -288,6 +290,7 @@ int fl_cmd_generate(int argc, char **argv)
     float bias[FL_MAX_LOGIT_BIAS];
     int n_bias = 0;
     long min_tokens = 0; /* --min-tokens; -1: --ignore-eos */
+    float penalty[2] = {0, 0}; /* --presence-penalty, --frequency-penalty */
     int threads = 0;
     const char *device = getenv("FOGLINE_DEVICE");
     const char *weights = getenv("FOGLINE_WEIGHTS");
@@ -299,7 +302,7 @@ int fl_cmd_generate(int argc, char **argv)
     enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
            O_IDS, O_DEVICE, O_NO_THINK, O_THINK, O_WEIGHTS, O_KV_FORMAT, O_STEPS, O_VISUAL,
            O_PACE, O_SCHEMA, O_JSON_OBJECT, O_LOGPROBS, O_LOGIT_BIAS,
-           O_MIN_TOKENS, O_IGNORE_EOS };
+           O_MIN_TOKENS, O_IGNORE_EOS, O_PRESENCE, O_FREQUENCY };
     struct option base[] = {
         {"model", required_argument, 0, O_MODEL},     {"prompt", required_argument, 0, O_PROMPT},
         {"system", required_argument, 0, O_SYSTEM},   {"messages", required_argument, 0, O_MESSAGES},
@@ -315,6 +318,8 @@ int fl_cmd_generate(int argc, char **argv)
         {"logit-bias", required_argument, 0, O_LOGIT_BIAS},
         {"min-tokens", required_argument, 0, O_MIN_TOKENS},
         {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
+        {"presence-penalty", required_argument, 0, O_PRESENCE},
+        {"frequency-penalty", required_argument, 0, O_FREQUENCY},
     };
     struct option opts[64];
     int nopt = fl_gen_opts_longopts(opts, 64, base, (int)(sizeof base / sizeof base[0]));
@@ -368,6 +373,18 @@ int fl_cmd_generate(int argc, char **argv)
             break;
         }
         case O_IGNORE_EOS: min_tokens = -1; break;
+        case O_PRESENCE:
+        case O_FREQUENCY: {
+            char *end = NULL;
+            double v = strtod(optarg, &end);
+            if (!*optarg || *end || !(v >= -2 && v <= 2)) {
+                fprintf(stderr, "fogline generate: --%s-penalty takes a number in [-2, 2], got "
+                                "'%s'\n", c == O_PRESENCE ? "presence" : "frequency", optarg);
+                return 2;
+            }
+            penalty[c == O_FREQUENCY] = (float)v;
+            break;
+        }
         case O_NO_THINK: thinking = false; break;
         case O_THINK: thinking = true; break;
         case O_HELP: usage(stdout); return 0;
@@ -604,6 +621,8 @@ int fl_cmd_generate(int argc, char **argv)
     req.bias = bias;
     req.n_bias = n_bias;
     req.min_tokens = min_tokens < 0 ? g.max_tokens : (int32_t)min_tokens;
+    req.presence_penalty = penalty[0];
+    req.frequency_penalty = penalty[1];
     L.tok = m->tok;
     L.json = json;
     L.tty = isatty(STDOUT_FILENO) && !json && m->tok;

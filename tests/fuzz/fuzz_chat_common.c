@@ -38,9 +38,10 @@ void fz_check_rejection(const char *code, const char *param, const char *msg)
             "decoding.max_blocks", "decoding.steps", "decoding.edit_threshold",
             "decoding.max_post_steps", "decoding.preset", "parallel", "chat_template_kwargs",
             "drafts", "response_format", "tools", "tool_choice", "prompt", "best_of", "echo",
-            "logprobs", "top_logprobs", "logit_bias", "min_tokens", "ignore_eos", "suffix",
-            "return_token_strs", "add_special_tokens", "add_generation_prompt",
-            "continue_final_message", "tokens", "skip_special_tokens"};
+            "logprobs", "top_logprobs", "logit_bias", "min_tokens", "ignore_eos",
+            "presence_penalty", "frequency_penalty", "suffix", "return_token_strs",
+            "add_special_tokens", "add_generation_prompt", "continue_final_message", "tokens",
+            "skip_special_tokens"};
         FZ_CHECK(in_list(param, known, sizeof known / sizeof known[0]), "unknown param '%s'",
                  param);
     }
@@ -128,6 +129,9 @@ void fz_check_sampling(const srv_chat *c, const srv_limits *L)
         FZ_CHECK(c->bias_ids[i] >= 0 && c->bias_ids[i] < L->vocab &&
                      fabsf(c->bias[i]) <= FL_LOGIT_BIAS_MAX,
                  "logit_bias %d: %g accepted", c->bias_ids[i], (double)c->bias[i]);
+    FZ_CHECK(fabsf(c->presence_penalty) <= 2 && fabsf(c->frequency_penalty) <= 2,
+             "penalties %g, %g accepted", (double)c->presence_penalty,
+             (double)c->frequency_penalty);
     FZ_CHECK(c->min_tokens >= 0 && c->min_tokens <= c->max_tokens &&
                  (!(c->min_tokens || c->ignore_eos) ||
                   (c->format == FL_FMT_TEXT && c->tool_choice < SRV_TOOL_REQUIRED)),

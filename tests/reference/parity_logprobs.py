@@ -14,7 +14,8 @@ replies, one token per step and several, and with token editing (LLaDA2.1's: a r
 log probability is the rewriting step's), also with a logit bias (`--logit-bias`: added to every
 deciding row before anything reads it, so the reference adds it to its logits too) and with
 `--min-tokens` / `--ignore-eos` (the end tokens' logits -inf in the rows that decide the reply's
-first min_tokens positions), on a
+first min_tokens positions) and with presence and frequency penalties (from the reply tokens
+decided before the step, which the trace gives), on a
 Qwen3-layout (SDAR) and a Qwen2-layout (Fast-dLLM v2) random model, a random model that edits
 and the built-in model. Checked:
 
@@ -26,7 +27,8 @@ and the built-in model. Checked:
 - greedy: the chosen token is the first alternative;
 - with a logit bias: the token banned with -100 never appears, and the biases changed some
   reply (else they were not applied);
-- with min_tokens: no end token among the first min_tokens, and some reply changed.
+- with min_tokens: no end token among the first min_tokens, and some reply changed;
+- with penalties: some reply changed.
 
 max_tokens ends the reply on a block boundary, so that every position of every block the
 engine decoded is in the trace (positions past max_tokens in a last block would be decoded but
@@ -52,6 +54,8 @@ CHECKS = [0]
 EDITS = [0]
 BIAS_CHANGED = [0]
 MIN_CHANGED = [0]
+PEN_CHANGED = [0]
+PENALTIES = ["--presence-penalty", "0.8", "--frequency-penalty", "0.6"]
 
 
 def check(cond, msg):
@@ -72,11 +76,14 @@ def run(fogline, d, prompt, max_tokens, extra):
 
 
 @torch.no_grad()
-def logsoftmax(model, x, bias, ban):
-    """ban: (rows, end ids): -inf in those rows (min_tokens)"""
+def logsoftmax(model, x, bias, ban, pen=None):
+    """ban: (rows, end ids): -inf in those rows (min_tokens); pen: {token: penalty}, added to
+    every row after the bias (presence and frequency penalties)"""
     logits, _ = model(torch.tensor([x]))
     lg = logits[0].double()
     for t, b in bias.items():
+        lg[:, t] += b
+    for t, b in (pen or {}).items():
         lg[:, t] += b
     rows, ids = ban
     for r in rows:
@@ -85,7 +92,7 @@ def logsoftmax(model, x, bias, ban):
     return torch.log_softmax(lg, dim=-1)
 
 
-def replay(model, cfg, prompt, got, bias, min_tokens=0, eos=()):
+def replay(model, cfg, prompt, got, bias, min_tokens=0, eos=(), penalties=(0.0, 0.0)):
     """What the reference says of each reply position: {reply index: log-softmax row} from the
     forward before the step that last decided it."""
     B = model.c.block_size
@@ -109,7 +116,18 @@ def replay(model, cfg, prompt, got, bias, min_tokens=0, eos=()):
         if changed:
             # the rows that predict a reply position before min_tokens
             ban = [p - shift for p in range(L, L + min_tokens)]
-            lsm = logsoftmax(model, x, bias, (ban, eos))
+            # the penalties: from the reply tokens decided before this step, counted as float32
+            # products (-(presence + frequency * count), as the engine rounds them)
+            pen = {}
+            if penalties != (0.0, 0.0):
+                counts = {}
+                for t in [t for bb in range(b) for t in state[bb]] + [t for t in prev if t >= 0]:
+                    counts[t] = counts.get(t, 0) + 1
+                pres = torch.tensor(penalties[0], dtype=torch.float32)
+                freq = torch.tensor(penalties[1], dtype=torch.float32)
+                pen = {t: -float(pres + freq * torch.tensor(float(c), dtype=torch.float32))
+                       for t, c in counts.items()}
+            lsm = logsoftmax(model, x, bias, (ban, eos), pen)
             for i in changed:
                 p = frm + i
                 rows[p - L] = (lsm[p - shift], d["tokens"][i])
@@ -179,7 +197,9 @@ def main():
             thr = cases[1][1]
             cases += [("greedy, threshold 0.3, min_tokens %d" % (max_tokens // 2),
                        thr + ["--min-tokens", str(max_tokens // 2)], True, False),
-                      ("greedy, threshold 0.3, ignore_eos", thr + ["--ignore-eos"], True, False)]
+                      ("greedy, threshold 0.3, ignore_eos", thr + ["--ignore-eos"], True, False),
+                      ("greedy, threshold 0.3, penalties", thr + PENALTIES, True, False),
+                      ("sampled at 0.9, penalties", cases[2][1] + PENALTIES, False, False)]
             for label, extra, greedy, biased in cases:
                 name = "%s, prompt %d, %s" % (os.path.basename(d.rstrip("/")), n, label)
                 bias = {}
@@ -199,8 +219,13 @@ def main():
                 got = run(fogline, d, prompt, max_tokens, extra + ["--logprobs", str(TOP),
                                                                    "--trace"])
                 check(got["ids"] == plain["ids"], "%s: --logprobs changed the reply" % name)
-                compare(name, got, replay(m, cfg, prompt, got, bias, min_tokens, eos), greedy)
+                pens = (0.8, 0.6) if label.endswith("penalties") else (0.0, 0.0)
+                compare(name, got, replay(m, cfg, prompt, got, bias, min_tokens, eos, pens), greedy)
                 EDITS[0] += sum(len(st["edited"]) for st in got["steps"])
+                if label.endswith("penalties"):
+                    base = unbiased[label[:-len(", penalties")]]
+                    PEN_CHANGED[0] += plain["ids"] != base
+                    continue
                 if min_tokens:
                     base = unbiased["greedy, threshold 0.3"]
                     check(not eos & set(plain["ids"][:min_tokens]),
@@ -222,6 +247,8 @@ def main():
     print("%d biased replies differ from the unbiased ones" % BIAS_CHANGED[0])
     check(MIN_CHANGED[0] > 0, "min_tokens / ignore_eos changed no reply: the ban went unchecked")
     print("%d replies changed by min_tokens or ignore_eos" % MIN_CHANGED[0])
+    check(PEN_CHANGED[0] > 0, "the penalties changed no reply: they went unchecked")
+    print("%d replies changed by the presence and frequency penalties" % PEN_CHANGED[0])
     print("%d edits replayed" % EDITS[0])
     print("%d checks, %d failed" % (CHECKS[0], len(FAILS)))
     sys.exit(1 if FAILS else 0)

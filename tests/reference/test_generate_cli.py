@@ -116,7 +116,10 @@ def main():
                          for v in ("", "5", "5:", ":1", "a:1", "5:x", "5:101", "5:-100.5", "5:1,",
                                    "5:1;6:2", "-3:1", "5:nan", "5:inf")),
                        *((["--min-tokens", v], "--min-tokens takes a count of tokens, got '%s'" % v)
-                         for v in ("", "x", "-1", "4k"))):
+                         for v in ("", "x", "-1", "4k")),
+                       *(([f, v], "%s takes a number in [-2, 2], got '%s'" % (f, v))
+                         for f in ("--presence-penalty", "--frequency-penalty")
+                         for v in ("", "x", "2.5", "-3", "nan"))):
         env = dict(os.environ, **args) if isinstance(args, dict) else None
         args = [] if isinstance(args, dict) else args
         r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", *args],

@@ -7,9 +7,10 @@
 // `fogline generate --logit-bias` does, a +100 token fills the reply (and its log probability
 // is 0), streamed chunks add up to the plain answer, every choice of n and every prompt of a
 // batch takes the biases, the WebSocket chat too; and every bad value is a 400 (an error frame)
-// naming logit_bias. min_tokens and ignore_eos (the end tokens banned from the first positions,
-// checked on the reference by decode.parity_logprobs too) decode as `fogline generate
-// --min-tokens / --ignore-eos`, on every transport, with their bad values.
+// naming logit_bias. min_tokens and ignore_eos (the end tokens banned from the first positions),
+// and presence_penalty and frequency_penalty (checked on the reference by
+// decode.parity_logprobs too), decode as `fogline generate` does with the same flags, on every
+// transport, with their bad values.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -242,6 +243,46 @@ test('min_tokens and ignore_eos: no end token before them, as `fogline generate`
     assert.equal(e.type, 'error', `ws ${what}: ${JSON.stringify(e)}`);
     assert.equal(e.code, code, `ws ${what}`);
     assert.match(e.message, re, `ws ${what}`);
+  }
+  c.close();
+});
+
+test('presence_penalty and frequency_penalty decode as `fogline generate` with the same penalties', async () => {
+  const all = generate({}, 48, ['--ignore-eos']);
+  const pen = generate({}, 48, ['--ignore-eos', '--frequency-penalty', '2', '--presence-penalty', '0.5']);
+  assert.notEqual(pen.text, all.text, 'test data: the penalties change the reply');
+  const body = { model: 'fogline', messages: msgs, temperature: 0, ignore_eos: true, frequency_penalty: 2,
+    presence_penalty: 0.5 };
+  const r = await client.chat.completions.create(body);
+  assert.equal(r.choices[0].message.content, pen.text);
+  // zero is no penalty
+  const zero = await client.chat.completions.create({ ...body, frequency_penalty: 0, presence_penalty: 0 });
+  assert.equal(zero.choices[0].message.content, all.text);
+  const tk = await post('/tokenize', { messages: msgs });
+  const t = await client.completions.create({ model: 'fogline', prompt: tk.json.tokens, temperature: 0,
+    ignore_eos: true, frequency_penalty: 2, presence_penalty: 0.5 });
+  assert.equal(t.choices[0].text, pen.text);
+  const c = await connect(server);
+  c.send({ type: 'chat', id: 'p', messages: msgs, temperature: 0, ignore_eos: true, frequency_penalty: 2,
+    presence_penalty: 0.5 });
+  assert.equal(wsText(await c.collect('p')), pen.text);
+  for (const [extra, code, re] of [
+    [{ presence_penalty: 2.5 }, 'out_of_range', /'presence_penalty' must be in \[-2, 2\], got 2.5/],
+    [{ frequency_penalty: -3 }, 'out_of_range', /'frequency_penalty' must be in \[-2, 2\], got -3/],
+    [{ frequency_penalty: 'x' }, 'bad_request', /'frequency_penalty' must be a number/],
+  ]) {
+    const param = Object.keys(extra)[0];
+    for (const [path, b] of [['/v1/chat/completions', { messages: msgs }], ['/v1/completions', { prompt: Q }]]) {
+      const h = await post(path, { ...b, ...extra });
+      assert.equal(h.status, 400, `${path} ${JSON.stringify(extra)}`);
+      assert.equal(h.json.error.code, code);
+      assert.equal(h.json.error.param, param);
+      assert.match(h.json.error.message, re);
+    }
+    c.send({ type: 'chat', id: 'bad', messages: msgs, ...extra });
+    const [e] = await c.collect('bad');
+    assert.equal(e.type, 'error', JSON.stringify(e));
+    assert.match(e.message, re);
   }
   c.close();
 });
