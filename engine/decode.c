@@ -26,6 +26,7 @@ void fl_decode_opts_default(fl_decode_opts *o)
     o->temperature = 0.0f;
     o->top_k = 0;
     o->top_p = 1.0f;
+    o->min_p = 0.0f;
     o->seed = 0;
 }
 
@@ -59,6 +60,7 @@ int fl_decode_opts_check_ranges(const fl_decode_opts *o, fl_err *e)
     RANGE(o->entropy_bound, 0.0f, 100.0f, "entropy_bound");
     RANGE(o->temperature, 0.0f, 10.0f, "temperature");
     RANGE(o->top_p, 0.0f, 1.0f, "top_p");
+    RANGE(o->min_p, 0.0f, 1.0f, "min_p");
     if (o->edit_threshold != FL_EDIT_OFF)
         RANGE(o->edit_threshold, 0.0f, 1.0f, "edit_threshold");
 #undef RANGE
@@ -143,6 +145,7 @@ static const char *fnames[FL_DF_COUNT] = {
     [FL_DF_PIPELINE] = "pipeline",   [FL_DF_TAU_ADD] = "tau_add",     [FL_DF_TAU_ACT] = "tau_act",
     [FL_DF_TAU_CONF] = "tau_conf",   [FL_DF_MAX_BLOCKS] = "max_blocks",
     [FL_DF_TEMPERATURE] = "temperature", [FL_DF_TOP_K] = "top_k", [FL_DF_TOP_P] = "top_p",
+    [FL_DF_MIN_P] = "min_p",
 };
 
 const char *fl_dec_field_name(fl_dec_field f)
@@ -175,6 +178,7 @@ static void copy_field(fl_decode_opts *d, const fl_decode_opts *s, fl_dec_field 
     case FL_DF_TEMPERATURE: d->temperature = s->temperature; break;
     case FL_DF_TOP_K: d->top_k = s->top_k; break;
     case FL_DF_TOP_P: d->top_p = s->top_p; break;
+    case FL_DF_MIN_P: d->min_p = s->min_p; break;
     default: break;
     }
 }
@@ -214,6 +218,7 @@ void fl_dec_field_json(const fl_decode_opts *o, fl_dec_field f, char *buf, size_
     case FL_DF_TAU_CONF: snprintf(buf, cap, "%g", (double)o->tau_conf); break;
     case FL_DF_TEMPERATURE: snprintf(buf, cap, "%g", (double)o->temperature); break;
     case FL_DF_TOP_P: snprintf(buf, cap, "%g", (double)o->top_p); break;
+    case FL_DF_MIN_P: snprintf(buf, cap, "%g", (double)o->min_p); break;
     default: snprintf(buf, cap, "null"); break;
     }
 }
@@ -295,6 +300,7 @@ int fl_decode_opts_parse_json(const struct json_t *obj, const char *where, fl_de
                        : f == FL_DF_TAU_ACT         ? &t.tau_act
                        : f == FL_DF_TAU_CONF        ? &t.tau_conf
                        : f == FL_DF_TEMPERATURE     ? &t.temperature
+                       : f == FL_DF_MIN_P           ? &t.min_p
                                                     : &t.top_p;
             *dst = x;
             break;
@@ -439,7 +445,7 @@ static float bits_float(uint32_t b)
  * the weights at or above it are sorted and walked exactly as the whole sorted vocabulary
  * would be (they are its first entries). Should the walk run out of them (the histogram's
  * mass is summed in another order), the next exponent down is taken too. */
-float fl_sample_cut(const fl_decode_opts *o, const float *w, double z, int vocab)
+static float cut_top(const fl_decode_opts *o, const float *w, double z, int vocab)
 {
     bool by_k = o->top_k > 0 && o->top_k < vocab, by_p = o->top_p < 1.0f;
     if (!by_k && !by_p)
@@ -498,6 +504,16 @@ float fl_sample_cut(const fl_decode_opts *o, const float *w, double z, int vocab
         e--;
         have += count[e];
     }
+}
+
+/* min_p after top_k and top_p, as Hugging Face's MinPLogitsWarper follows their warpers: a
+ * token goes when its probability is below min_p times the likeliest one's. The weights are
+ * relative to the likeliest token's (1), so that cut is min_p itself, and the likeliest token
+ * is never cut by top_k or top_p: the two cuts are taken together by their maximum. */
+float fl_sample_cut(const fl_decode_opts *o, const float *w, double z, int vocab)
+{
+    float c = cut_top(o, w, z, vocab);
+    return c > o->min_p ? c : o->min_p;
 }
 
 void fl_sample(const fl_decode_opts *o, const float *logits, int vocab, uint64_t *rng, float *tmp,
@@ -593,8 +609,11 @@ void fl_row_top1(const float *row, int32_t V, fl_tok_out *out)
  * entropy) (fl_lse_finish's inverse). Each biased logit moves its e^(l - m) and e^(l - m) (l -
  * m) terms; the argmax can only become a biased token. Subtracting the old terms loses
  * precision only when they were a large part of the sum, hence the half-mass bound. */
-void fl_row_bias(float *row, int32_t V, const int32_t *ids, const float *bias, int32_t n,
-                 fl_tok_out *top1)
+/* fl_row_bias's and fl_row_rep's work: each ids[j]'s logit becomes its old one plus bias[j],
+ * or without a bias its repetition-penalized one (divided by rep when positive, else
+ * multiplied by it, as vLLM and Hugging Face write it). */
+static void row_change(float *row, int32_t V, const int32_t *ids, const float *bias, float rep,
+                       int32_t n, fl_tok_out *top1)
 {
     bool fast = top1->prob > 0 && top1->token >= 0 && top1->token < V &&
                 isfinite(row[top1->token]) && isfinite(top1->entropy);
@@ -605,10 +624,10 @@ void fl_row_bias(float *row, int32_t V, const int32_t *ids, const float *bias, i
     for (int32_t j = 0; j < n; j++) {
         int32_t i = ids[j];
         float old = row[i];
-        row[i] = old + bias[j];
+        row[i] = bias ? old + bias[j] : old > 0 ? old / rep : old * rep;
         if (!fast || !isfinite(old))
             continue; /* -inf stays -inf: no term */
-        if (i == arg && bias[j] < 0) {
+        if (i == arg && row[i] < old) {
             fast = false; /* the new argmax may be any token */
             continue;
         }
@@ -629,6 +648,17 @@ void fl_row_bias(float *row, int32_t V, const int32_t *ids, const float *bias, i
     top1->token = arg;
     top1->prob = (float)(exp((double)best - m) / sum);
     top1->entropy = (float)(h > 0 ? h : 0);
+}
+
+void fl_row_bias(float *row, int32_t V, const int32_t *ids, const float *bias, int32_t n,
+                 fl_tok_out *top1)
+{
+    row_change(row, V, ids, bias, 1.0f, n, top1);
+}
+
+void fl_row_rep(float *row, int32_t V, const int32_t *ids, int32_t n, float rep, fl_tok_out *top1)
+{
+    row_change(row, V, ids, NULL, rep, n, top1);
 }
 
 /* The k largest entries of row (ids ti, values tl, descending; ties keep the lower id first).

@@ -46,11 +46,13 @@ typedef struct fl_decode_opts {
     float temperature;   /* 0: greedy */
     int top_k;           /* 0: off */
     float top_p;         /* 1: off */
+    float min_p;         /* a token below min_p times the likeliest one's probability is
+                            excluded (after top_k and top_p); 0: off */
     uint64_t seed;
 } fl_decode_opts;
 
 /* The options a model, a flag or a request may set as a default, by their JSON names (the
- * protocol's "decoding" keys, and temperature/top_k/top_p). The seed is per request. */
+ * protocol's "decoding" keys, and temperature/top_k/top_p/min_p). The seed is per request. */
 typedef enum fl_dec_field {
     FL_DF_POLICY = 0,
     FL_DF_THRESHOLD,
@@ -68,6 +70,7 @@ typedef enum fl_dec_field {
     FL_DF_TEMPERATURE,
     FL_DF_TOP_K,
     FL_DF_TOP_P,
+    FL_DF_MIN_P,
     FL_DF_COUNT
 } fl_dec_field;
 

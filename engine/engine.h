@@ -58,8 +58,8 @@ typedef struct fl_request {
     const int32_t *bias_ids;
     const float *bias;
     int32_t n_bias;
-    /* The model's end tokens are kept out of the reply's first min_tokens positions (vLLM's
-     * min_tokens; its ignore_eos is min_tokens = max_tokens): their logits are -inf in the rows
+    /* The model's end tokens (and stop_ids) are kept out of the reply's first min_tokens
+     * positions (vLLM's min_tokens): their logits are -inf in the rows
      * that decide those positions, as a logit bias is applied. Stop strings still end the reply.
      * 0..max_tokens; refused with an output constraint, whose end needs an end token. */
     int32_t min_tokens;
@@ -70,6 +70,23 @@ typedef struct fl_request {
      * (and after it). Needs the forward's full logits. */
     float presence_penalty;
     float frequency_penalty;
+    /* The end tokens are kept out of the whole reply (vLLM's ignore_eos), as min_tokens keeps
+     * them out of its first positions: it runs to max_tokens unless a stop string or a stop
+     * token id ends it. Refused with an output constraint. */
+    bool ignore_eos;
+    /* vLLM's and Hugging Face's repetition_penalty: 0 or 1 is off, else in
+     * (0, FL_REP_PENALTY_MAX]. In each row that decides a reply position, the logit of every
+     * token among the prompt and the reply positions decided before that forward is divided
+     * by it when positive, else multiplied by it: after the logit bias and before the presence
+     * and frequency penalties (vLLM's order). Needs the forward's full logits. */
+    float repetition_penalty;
+    /* vLLM's stop_token_ids: tokens (in the vocabulary, at most FL_MAX_STOP_TOKEN_IDS, copied
+     * at submit) that end the reply as an end token does, except that the token itself stays
+     * in it (in its ids, and in its text unless it is a special token). min_tokens keeps them
+     * out of its first positions too; ignore_eos does not. Refused with an output constraint,
+     * whose reply a stop token could cut short. */
+    const int32_t *stop_ids;
+    int32_t n_stop_ids;
 } fl_request;
 
 typedef enum fl_seq_state {

@@ -39,6 +39,10 @@
  * range: -100 bans a token in practice, 100 makes it the only choice). */
 #define FL_MAX_LOGIT_BIAS 1024
 #define FL_LOGIT_BIAS_MAX 100.0f
+/* repetition_penalty's upper bound (its lower one is open: above 0) */
+#define FL_REP_PENALTY_MAX 10.0f
+/* stop_token_ids per request (vLLM's) */
+#define FL_MAX_STOP_TOKEN_IDS 256
 
 #define FL_STR_(x) #x
 #define FL_STR(x) FL_STR_(x)

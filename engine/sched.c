@@ -78,9 +78,17 @@ typedef struct seq {
     bool lp_cut;      /* a stop string cut the text */
     bool carry_has_lg; /* carry_lg holds the carry's logits (its forward had them) */
     int32_t min_tokens; /* fl_request.min_tokens: no end token before this reply index */
+    bool ignore_eos;    /* fl_request.ignore_eos: no end token at all */
     float pres_pen, freq_pen; /* fl_request.presence_penalty, frequency_penalty */
+    float rep_pen;      /* fl_request.repetition_penalty; 1: off */
+    /* with any of the three penalties on: */
     int32_t *pen_ids;  /* (max_tokens) scratch: the decided reply tokens, then distinct ones */
-    float *pen;        /* (max_tokens) their penalties */
+    float *pen;        /* (max_tokens) their presence and frequency penalties */
+    int32_t *rep_prompt; /* (n_rep_prompt) repetition: the prompt's distinct tokens, ascending */
+    int32_t n_rep_prompt;
+    int32_t *rep_ids;  /* (n_rep_prompt + max_tokens) scratch: those and the reply's, merged */
+    int32_t *stop_ids; /* (n_stop_ids) fl_request.stop_ids */
+    int32_t n_stop_ids;
     int32_t n_bias;    /* logit bias (fl_request.bias): ids and values, n_bias each */
     int32_t *bias_ids;
     float *bias;
@@ -126,6 +134,39 @@ static bool is_eos(const fl_sched *s, int32_t tok)
 {
     for (int i = 0; i < s->m->cfg.n_eos; i++)
         if (s->m->cfg.eos_ids[i] == tok)
+            return true;
+    return false;
+}
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sorts ids (n) ascending and keeps each id once, at the front; count (n, or NULL) gets how
+ * many times each was there. Returns how many distinct ids. */
+static int32_t distinct(int32_t *ids, int32_t n, float *count)
+{
+    qsort(ids, (size_t)n, sizeof(int32_t), cmp_i32);
+    int32_t d = 0;
+    for (int32_t i = 0; i < n;) {
+        int32_t j = i;
+        while (j < n && ids[j] == ids[i])
+            j++;
+        if (count)
+            count[d] = (float)(j - i);
+        ids[d++] = ids[i];
+        i = j;
+    }
+    return d;
+}
+
+/* A stop token id of the request's (fl_request.stop_ids): it ends the reply and stays in it. */
+static bool is_stop_id(const seq *q, int32_t tok)
+{
+    for (int32_t i = 0; i < q->n_stop_ids; i++)
+        if (q->stop_ids[i] == tok)
             return true;
     return false;
 }
@@ -218,6 +259,9 @@ static void seq_free(seq *q)
     free(q->bias);
     free(q->pen_ids);
     free(q->pen);
+    free(q->rep_prompt);
+    free(q->rep_ids);
+    free(q->stop_ids);
     fl_cons_unref(q->cons);
     fl_buf_free(&q->text);
     free(q);
@@ -279,9 +323,24 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
         return fl_err_set(e, FL_EINVAL, "presence_penalty and frequency_penalty must be in "
                           "[-2, 2], got %g and %g", (double)r->presence_penalty,
                           (double)r->frequency_penalty);
-    if (r->min_tokens && r->constraint)
-        return fl_err_set(e, FL_EINVAL, "min_tokens cannot be combined with an output constraint: "
-                                        "the constrained reply ends with an end token");
+    if ((r->min_tokens || r->ignore_eos) && r->constraint)
+        return fl_err_set(e, FL_EINVAL, "%s cannot be combined with an output constraint: the "
+                          "constrained reply ends with an end token",
+                          r->ignore_eos ? "ignore_eos" : "min_tokens");
+    if (!(r->repetition_penalty >= 0.0f && r->repetition_penalty <= FL_REP_PENALTY_MAX))
+        return fl_err_set(e, FL_EINVAL, "repetition_penalty must be in (0, %g] (0: off), got %g",
+                          (double)FL_REP_PENALTY_MAX, (double)r->repetition_penalty);
+    if (r->n_stop_ids < 0 || r->n_stop_ids > FL_MAX_STOP_TOKEN_IDS ||
+        (r->n_stop_ids && !r->stop_ids))
+        return fl_err_set(e, FL_EINVAL, "stop_token_ids names %d tokens; at most %d",
+                          r->n_stop_ids, FL_MAX_STOP_TOKEN_IDS);
+    for (int32_t i = 0; i < r->n_stop_ids; i++)
+        if (r->stop_ids[i] < 0 || r->stop_ids[i] >= c->vocab)
+            return fl_err_set(e, FL_EINVAL, "stop_token_ids: token %d is outside the vocabulary "
+                              "(%d ids)", r->stop_ids[i], c->vocab);
+    if (r->n_stop_ids && r->constraint)
+        return fl_err_set(e, FL_EINVAL, "stop_token_ids cannot be combined with an output "
+                          "constraint: a stop token could cut its reply short");
     int32_t run_blocks = r->dec.pipeline ? r->dec.max_blocks : 1;
     if ((run_blocks + 1) * B > s->o.max_batch_tokens)
         return fl_err_set(e, FL_ERANGE, "max_blocks %d needs %d tokens per forward; the limit is %d",
@@ -334,13 +393,31 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
         q->cprob = malloc(sizeof(float) * (size_t)q->cap);
     }
     q->min_tokens = r->min_tokens;
+    q->ignore_eos = r->ignore_eos;
     q->pres_pen = r->presence_penalty;
     q->freq_pen = r->frequency_penalty;
+    q->rep_pen = r->repetition_penalty > 0 ? r->repetition_penalty : 1.0f;
     bool pen_bad = false;
-    if (q->pres_pen != 0 || q->freq_pen != 0) {
+    if (q->pres_pen != 0 || q->freq_pen != 0 || q->rep_pen != 1.0f) {
         q->pen_ids = malloc(sizeof(int32_t) * (size_t)max_tokens);
         q->pen = malloc(sizeof(float) * (size_t)max_tokens);
         pen_bad = !q->pen_ids || !q->pen;
+    }
+    if (q->rep_pen != 1.0f && !pen_bad) {
+        q->rep_prompt = malloc(sizeof(int32_t) * (size_t)r->n_prompt);
+        q->rep_ids = malloc(sizeof(int32_t) * ((size_t)r->n_prompt + (size_t)max_tokens));
+        pen_bad = !q->rep_prompt || !q->rep_ids;
+        if (!pen_bad)
+            q->n_rep_prompt = distinct(memcpy(q->rep_prompt, r->prompt,
+                                              sizeof(int32_t) * (size_t)r->n_prompt),
+                                       r->n_prompt, NULL);
+    }
+    if (r->n_stop_ids) {
+        q->stop_ids = malloc(sizeof(int32_t) * (size_t)r->n_stop_ids);
+        if (q->stop_ids) {
+            memcpy(q->stop_ids, r->stop_ids, sizeof(int32_t) * (size_t)r->n_stop_ids);
+            q->n_stop_ids = r->n_stop_ids;
+        }
     }
     if (r->n_bias) {
         q->bias_ids = malloc(sizeof(int32_t) * (size_t)r->n_bias);
@@ -354,7 +431,7 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     if (!q->x || !q->fixed || !q->fresh || !q->edited || !q->pages || !q->keys ||
         !q->block_steps || !q->ids || (r->n_stop && !q->stop) ||
         (carry_lg && !q->carry_lg) || (r->constraint && (!q->cprev || !q->cprob)) || lp_bad ||
-        q->n_bias != r->n_bias || pen_bad) {
+        q->n_bias != r->n_bias || q->n_stop_ids != r->n_stop_ids || pen_bad) {
         seq_free(q);
         return fl_err_set(e, FL_ENOMEM, "out of memory");
     }
@@ -646,7 +723,7 @@ static bool block_ready(const fl_sched *s, const seq *q, int32_t start)
     for (int32_t p = start; p < end; p++) {
         if (!q->fixed[p])
             return false;
-        if (p >= q->L && is_eos(s, q->x[p]))
+        if (p >= q->L && (is_eos(s, q->x[p]) || is_stop_id(q, q->x[p])))
             return true;
     }
     return true;
@@ -913,6 +990,11 @@ static bool commit_block(fl_sched *s, seq *q)
             fl_detok_push(&q->detok, t, &q->text);
         if (q->lp_on)
             q->ids_end[q->n_ids - 1] = q->text.len;
+        if (is_stop_id(q, t)) { /* it ends the reply, after taking its place in it */
+            end = true;
+            q->finish = FL_FINISH_STOP;
+            break;
+        }
     }
     if (q->text.err) { /* no commit with a hole in its text: the reply fails instead */
         q->finish = FL_FINISH_ERROR;
@@ -1233,51 +1315,64 @@ static void reap(fl_sched *s)
         fl_kvpool_unref(&s->pool, s->reap[i]);
 }
 
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Presence and frequency penalties: the distinct tokens of the reply positions decided so far
- * (the state this forward saw) into pen_ids, ascending, each with -(presence + frequency *
- * count) in pen. Returns how many. */
-static int32_t penalties(const fl_sched *s, const seq *q)
+/* Penalties: the distinct tokens of the reply positions decided so far (the state this
+ * forward saw) into pen_ids, ascending, each with its presence and frequency penalty,
+ * -(presence + frequency * count), in pen. Returns how many. */
+static int32_t penalties(const fl_sched *s, seq *q)
 {
     int32_t n = 0, end = q->run_start + q->n_run * s->B;
     for (int32_t p = q->L; p < end && p < q->limit; p++)
         if (q->fixed[p])
             q->pen_ids[n++] = q->x[p];
-    qsort(q->pen_ids, (size_t)n, sizeof(int32_t), cmp_i32);
-    int32_t d = 0;
-    for (int32_t i = 0; i < n;) {
-        int32_t j = i;
-        while (j < n && q->pen_ids[j] == q->pen_ids[i])
-            j++;
-        q->pen_ids[d] = q->pen_ids[i];
-        q->pen[d++] = -(q->pres_pen + q->freq_pen * (float)(j - i));
-        i = j;
+    int32_t d = distinct(q->pen_ids, n, q->pen);
+    for (int32_t i = 0; i < d; i++)
+        q->pen[i] = -(q->pres_pen + q->freq_pen * q->pen[i]);
+    return d;
+}
+
+/* Repetition: the prompt's distinct tokens and the reply's (penalties' pen_ids, n of them),
+ * both ascending, merged into rep_ids without repeats. Returns how many. */
+static int32_t repeated(seq *q, int32_t n)
+{
+    int32_t i = 0, j = 0, d = 0;
+    const int32_t *a = q->rep_prompt, *b = q->pen_ids;
+    while (i < q->n_rep_prompt || j < n) {
+        int32_t t = j >= n || (i < q->n_rep_prompt && a[i] <= b[j]) ? a[i] : b[j];
+        i += i < q->n_rep_prompt && a[i] == t;
+        j += j < n && b[j] == t;
+        q->rep_ids[d++] = t;
     }
     return d;
 }
 
-/* Logit bias and min_tokens: adds the sequence's biases to each wanted row of its segment, and
- * -inf to the end tokens' logits in a row that decides a reply position before min_tokens;
- * makes the row's prediction the biased row's (fl_row_bias), before apply reads either.
- * Returns true (the sequence failed) when the forward has no logits (they could not be
- * allocated) but rows are wanted. */
+/* Whether the sequence's rows are rewritten before apply reads them (bias_rows). */
+static bool rewrites(const seq *q)
+{
+    return q->n_bias || q->min_tokens || q->ignore_eos || q->pen_ids;
+}
+
+/* Logit bias, penalties and min_tokens / ignore_eos, in vLLM's order: adds the sequence's
+ * biases to each wanted row of its segment, applies the repetition penalty, adds the presence
+ * and frequency penalties, and puts -inf on the end tokens' logits (and the stop token ids')
+ * in a row that decides a reply position before min_tokens (the end tokens' in every row with
+ * ignore_eos); makes the row's prediction the rewritten row's (fl_row_bias, fl_row_rep),
+ * before apply reads either. Returns true (the sequence failed) when the forward has no
+ * logits (they could not be allocated) but rows are wanted. */
 static bool bias_rows(const fl_sched *s, seq *q, const fl_segment *sg, fl_tok_out *out,
                       float *logits)
 {
     const fl_config *c = &s->m->cfg;
     int32_t V = c->vocab;
-    float ban[sizeof c->eos_ids / sizeof c->eos_ids[0]];
-    int32_t eos[sizeof c->eos_ids / sizeof c->eos_ids[0]];
-    for (int j = 0; j < c->n_eos; j++) {
+    enum { NE = sizeof c->eos_ids / sizeof c->eos_ids[0] };
+    float ban[NE + FL_MAX_STOP_TOKEN_IDS];
+    int32_t eos[NE + FL_MAX_STOP_TOKEN_IDS];
+    for (int j = 0; j < c->n_eos + q->n_stop_ids; j++) {
         ban[j] = -INFINITY;
-        eos[j] = c->eos_ids[j];
+        eos[j] = j < c->n_eos ? c->eos_ids[j] : q->stop_ids[j - c->n_eos];
     }
-    int32_t n_pen = q->pen_ids ? penalties(s, q) : 0;
+    int32_t n_dec = q->pen_ids ? penalties(s, q) : 0;
+    int32_t n_pen = q->pres_pen != 0 || q->freq_pen != 0 ? n_dec : 0;
+    int32_t n_rep = q->rep_ids ? repeated(q, n_dec) : 0;
     for (int32_t i = sg->out_from; i < sg->n; i++) {
         if (!fl_seg_wants(sg, i))
             continue;
@@ -1289,10 +1384,14 @@ static bool bias_rows(const fl_sched *s, seq *q, const fl_segment *sg, fl_tok_ou
         float *row = logits + (size_t)i * (size_t)V;
         if (q->n_bias)
             fl_row_bias(row, V, q->bias_ids, q->bias, q->n_bias, &out[i]);
+        if (n_rep)
+            fl_row_rep(row, V, q->rep_ids, n_rep, q->rep_pen, &out[i]);
         if (n_pen)
             fl_row_bias(row, V, q->pen_ids, q->pen, n_pen, &out[i]);
         int32_t p = sg->pos0 + i + c->logits_shift; /* the position this row predicts */
         if (p < q->L + q->min_tokens)
+            fl_row_bias(row, V, eos, ban, c->n_eos + q->n_stop_ids, &out[i]);
+        else if (q->ignore_eos)
             fl_row_bias(row, V, eos, ban, c->n_eos, &out[i]);
     }
     return false;
@@ -1321,8 +1420,8 @@ int fl_sched_step(fl_sched *s, fl_err *e)
         memcpy(s->tokens + used, q->x + sg->pos0, sizeof(int32_t) * (size_t)n);
         used += n;
         s->seg_seq[nseg++] = q;
-        if ((q->dec.temperature > 0 || q->cons || q->lp_on || q->n_bias || q->min_tokens ||
-             q->pen_ids) && sg->out_from < sg->n)
+        if ((q->dec.temperature > 0 || q->cons || q->lp_on || rewrites(q)) &&
+            sg->out_from < sg->n)
             want_logits = true;
     }
     if (!nseg)
@@ -1360,8 +1459,7 @@ int fl_sched_step(fl_sched *s, fl_err *e)
         const fl_segment *sg = &s->segs[i];
         float *lg = want_logits ? s->logits + (size_t)off * (size_t)s->m->cfg.vocab : NULL;
         int64_t before = q->n_ids;
-        bool fin = (q->n_bias || q->min_tokens || q->pen_ids) &&
-                   bias_rows(s, q, sg, s->out + off, lg);
+        bool fin = rewrites(q) && bias_rows(s, q, sg, s->out + off, lg);
         if (!fin)
             fin = apply(s, q, sg, s->out + off, lg);
         s->st.reply_tokens += q->n_ids - before;

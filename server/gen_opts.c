@@ -9,7 +9,7 @@
 enum {
     G_MAX_TOKENS = 2000, G_POLICY, G_THRESHOLD, G_K, G_ENTROPY, G_OVERLAP, G_NO_OVERLAP,
     G_PIPELINE, G_NO_PIPELINE, G_TAU_ADD, G_TAU_ACT, G_TAU_CONF, G_MAX_BLOCKS, G_TEMP, G_TOP_K,
-    G_TOP_P, G_SEED, G_STOP, G_STEPS, G_EDIT, G_MAX_POST, G_PRESET
+    G_TOP_P, G_SEED, G_STOP, G_STEPS, G_EDIT, G_MAX_POST, G_PRESET, G_MIN_P
 };
 
 static const struct option gopts[] = {
@@ -24,6 +24,7 @@ static const struct option gopts[] = {
     {"seed", required_argument, 0, G_SEED},             {"stop", required_argument, 0, G_STOP},
     {"steps", required_argument, 0, G_STEPS},           {"edit-threshold", required_argument, 0, G_EDIT},
     {"max-post-steps", required_argument, 0, G_MAX_POST}, {"preset", required_argument, 0, G_PRESET},
+    {"min-p", required_argument, 0, G_MIN_P},
 };
 
 void fl_gen_opts_default(fl_gen_opts *g)
@@ -70,6 +71,7 @@ void fl_gen_opts_usage(FILE *f)
                "  --max-blocks N       running blocks per sequence when pipelining\n"
                "  --temperature T      0 = greedy\n"
                "  --top-k N, --top-p P, --seed N\n"
+               "  --min-p P            drop tokens below P times the likeliest one's probability\n"
                "  --stop STR           stop string (repeatable)\n");
 }
 
@@ -137,6 +139,7 @@ int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size
     case G_TAU_CONF: if (parse_f(arg, &d->tau_conf)) BADF("tau-conf"); break;
     case G_TEMP: if (parse_f(arg, &d->temperature)) BADF("temperature"); break;
     case G_TOP_P: if (parse_f(arg, &d->top_p)) BADF("top-p"); break;
+    case G_MIN_P: if (parse_f(arg, &d->min_p)) BADF("min-p"); break;
     case G_EDIT: {
         float x;
         if (!strcmp(arg, "off")) {
@@ -236,6 +239,7 @@ int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size
         [G_TOP_P - G_MAX_TOKENS] = FL_DF_TOP_P + 1, [G_STOP - G_MAX_TOKENS] = 0,
         [G_STEPS - G_MAX_TOKENS] = FL_DF_STEPS + 1, [G_EDIT - G_MAX_TOKENS] = FL_DF_EDIT_THRESHOLD + 1,
         [G_MAX_POST - G_MAX_TOKENS] = FL_DF_MAX_POST_STEPS + 1, [G_PRESET - G_MAX_TOKENS] = 0,
+        [G_MIN_P - G_MAX_TOKENS] = FL_DF_MIN_P + 1,
     };
     if (field_of[code - G_MAX_TOKENS]) {
         g->set |= FL_DF_BIT(field_of[code - G_MAX_TOKENS] - 1);

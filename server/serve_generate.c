@@ -10,7 +10,10 @@
 #include <string.h>
 
 static const char *const known[] = {"segments", "max_tokens", "temperature", "top_p", "top_k",
-                                    "seed", "stop", "decoding"};
+                                    "min_p", "seed", "stop", "decoding", "logit_bias",
+                                    "min_tokens", "ignore_eos", "presence_penalty",
+                                    "frequency_penalty", "repetition_penalty",
+                                    "stop_token_ids"};
 
 void srv_generate_init(srv_gen_fail *f)
 {
@@ -60,7 +63,9 @@ int srv_generate_parse(const json_t *o, const srv_limits *L, srv_chat *out, cons
     if (key)
         return bad(code, param, msg, msglen, SRV_E_BAD_REQUEST, NULL,
                    "unknown field '%.64s' in /generate (segments, max_tokens, temperature, "
-                   "top_p, top_k, seed, stop, decoding)", key);
+                   "top_p, top_k, min_p, seed, stop, decoding, logit_bias, min_tokens, "
+                   "ignore_eos, presence_penalty, frequency_penalty, repetition_penalty, "
+                   "stop_token_ids)", key);
     const json_t *v;
     const json_t *segs = json_object_get(o, "segments");
     if (!segs)

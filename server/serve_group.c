@@ -195,6 +195,7 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
     c->ignore_eos = g->chat.ignore_eos;
     c->presence_penalty = g->chat.presence_penalty;
     c->frequency_penalty = g->chat.frequency_penalty;
+    c->repetition_penalty = g->chat.repetition_penalty;
     const srv_chat *gc = &g->chat;
     int per = gc->n_choices > 0 ? gc->n_choices : 1;
     if (gc->parallel == SRV_PAR_SAMPLES && segment > 0)
@@ -225,6 +226,14 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
             c->n_bias = gc->n_bias;
         }
         oom |= c->n_bias != gc->n_bias;
+    }
+    if (gc->n_stop_ids) {
+        c->stop_ids = malloc(sizeof(int32_t) * (size_t)gc->n_stop_ids);
+        if (c->stop_ids) {
+            memcpy(c->stop_ids, gc->stop_ids, sizeof(int32_t) * (size_t)gc->n_stop_ids);
+            c->n_stop_ids = gc->n_stop_ids;
+        }
+        oom |= c->n_stop_ids != gc->n_stop_ids;
     }
     oom |= !c->id || !c->msgs || (g->chat.n_stop && !c->stop) || (gc->schema && !c->schema);
     for (size_t j = 0; !oom && j < c->n_msgs; j++) {

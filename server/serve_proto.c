@@ -42,6 +42,7 @@ void srv_chat_free(srv_chat *c)
     free(c->prompts);
     free(c->bias_ids);
     free(c->bias);
+    free(c->stop_ids);
     memset(c, 0, sizeof *c);
 }
 
@@ -279,14 +280,15 @@ static int parse_decoding(pctx *P, const json_t *d, fl_decode_opts *o)
     return 0;
 }
 
-/* temperature, top_p, top_k, seed, max_tokens, stop: shared by both transports */
+/* temperature, top_p, top_k, min_p, seed, max_tokens, stop: shared by both transports */
 static int parse_sampling(pctx *P, const json_t *o, const srv_limits *L, srv_chat *c,
                           const char *max_key)
 {
     double x;
     int r;
     if (get_num(P, o, "temperature", "temperature", 0, 2, false, &c->dec.temperature) ||
-        get_num(P, o, "top_p", "top_p", 0, 1, true, &c->dec.top_p))
+        get_num(P, o, "top_p", "top_p", 0, 1, true, &c->dec.top_p) ||
+        get_num(P, o, "min_p", "min_p", 0, 1, false, &c->dec.min_p))
         return -1;
     if ((r = get_int(P, o, "top_k", "top_k", 0, 1 << 24, &x)) < 0)
         return -1;
@@ -1038,9 +1040,42 @@ static int parse_logit_bias(pctx *P, const json_t *o, const srv_limits *L, srv_c
     return 0;
 }
 
-/* vLLM's min_tokens (0..max_tokens) and ignore_eos, after max_tokens and the format are known:
-   an output constraint ends with an end token, so neither goes with one. And OpenAI's
-   presence_penalty and frequency_penalty, [-2, 2]. */
+/* vLLM's stop_token_ids: an array of token ids in the vocabulary, at most
+   FL_MAX_STOP_TOKEN_IDS (null or [] for none) */
+static int parse_stop_ids(pctx *P, const json_t *o, const srv_limits *L, srv_chat *c)
+{
+    const json_t *a = json_object_get(o, "stop_token_ids");
+    if (!a || json_is_null(a))
+        return 0;
+    if (!json_is_array(a))
+        return bad(P, SRV_E_BAD_REQUEST, "stop_token_ids", "'stop_token_ids' must be an array "
+                   "of token ids");
+    size_t n = json_array_size(a);
+    if (n > FL_MAX_STOP_TOKEN_IDS)
+        return bad(P, SRV_E_OUT_OF_RANGE, "stop_token_ids", "'stop_token_ids' names %zu tokens; "
+                   "at most %d", n, FL_MAX_STOP_TOKEN_IDS);
+    if (!n)
+        return 0;
+    if (!(c->stop_ids = malloc(sizeof(int32_t) * n)))
+        return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const json_t *v = json_array_get(a, i);
+        if (!json_is_integer(v))
+            return bad(P, SRV_E_BAD_REQUEST, "stop_token_ids", "stop_token_ids[%zu] must be a "
+                       "token id (an integer)", i);
+        json_int_t id = json_integer_value(v);
+        if (id < 0 || id > INT32_MAX || (L->vocab > 0 && id >= L->vocab))
+            return bad(P, SRV_E_OUT_OF_RANGE, "stop_token_ids", "stop_token_ids[%zu] is %lld, "
+                       "outside the vocabulary (%d ids)", i, (long long)id, L->vocab);
+        c->stop_ids[c->n_stop_ids++] = (int32_t)id;
+    }
+    return 0;
+}
+
+/* vLLM's min_tokens (0..max_tokens), ignore_eos and stop_token_ids, after max_tokens and the
+   format are known: an output constraint ends with an end token, so none goes with one. And
+   the penalties: OpenAI's presence_penalty and frequency_penalty, [-2, 2], and vLLM's
+   repetition_penalty, (0, 10]. */
 static int parse_min_tokens(pctx *P, const json_t *o, const srv_limits *L, srv_chat *c)
 {
     double x = 0;
@@ -1054,12 +1089,18 @@ static int parse_min_tokens(pctx *P, const json_t *o, const srv_limits *L, srv_c
     if (get_num(P, o, "presence_penalty", "presence_penalty", -2, 2, false,
                 &c->presence_penalty) ||
         get_num(P, o, "frequency_penalty", "frequency_penalty", -2, 2, false,
-                &c->frequency_penalty))
+                &c->frequency_penalty) ||
+        get_num(P, o, "repetition_penalty", "repetition_penalty", 0, FL_REP_PENALTY_MAX, true,
+                &c->repetition_penalty) ||
+        parse_stop_ids(P, o, L, c))
         return -1;
-    const char *which = c->ignore_eos ? "ignore_eos" : c->min_tokens ? "min_tokens" : NULL;
+    const char *which = c->ignore_eos      ? "ignore_eos"
+                        : c->min_tokens    ? "min_tokens"
+                        : c->n_stop_ids    ? "stop_token_ids"
+                                           : NULL;
     if (which && (c->format != FL_FMT_TEXT || c->tool_choice >= SRV_TOOL_REQUIRED))
         return bad(P, SRV_E_BAD_REQUEST, which, "'%s' cannot be combined with %s: a constrained "
-                   "reply ends with an end token", which,
+                   "reply ends with an end token, and only there", which,
                    c->format != FL_FMT_TEXT ? "'response_format'" : "a required tool call");
     return 0;
 }
@@ -1071,11 +1112,12 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     memset(c, 0, sizeof *c);
     c->dec = L->dec_default;
     static const char *const known[] = {"type", "id", "session", "messages", "max_tokens",
-                                        "temperature", "top_p", "top_k", "seed", "stop", "decoding",
-                                        "parallel", "chat_template_kwargs", "drafts",
+                                        "temperature", "top_p", "top_k", "min_p", "seed", "stop",
+                                        "decoding", "parallel", "chat_template_kwargs", "drafts",
                                         "response_format", "tools", "tool_choice", "logprobs",
                                         "top_logprobs", "logit_bias", "min_tokens",
-                                        "ignore_eos", "presence_penalty", "frequency_penalty"};
+                                        "ignore_eos", "presence_penalty", "frequency_penalty",
+                                        "repetition_penalty", "stop_token_ids"};
     const char *key = srv_json_unknown_key(o, known, sizeof known / sizeof known[0]);
     if (key)
         return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);

@@ -114,6 +114,11 @@ typedef struct srv_chat {
     /* OpenAI's presence_penalty and frequency_penalty (both transports), [-2, 2] */
     float presence_penalty;
     float frequency_penalty;
+    /* vLLM's repetition_penalty, (0, 10] (0: not given, off as 1 is) and stop_token_ids
+       (n_stop_ids, owned; each in the vocabulary), both transports */
+    float repetition_penalty;
+    int32_t *stop_ids;
+    int n_stop_ids;
     bool stream;
     bool include_usage;
     char *model;

@@ -274,9 +274,13 @@ void srv_req_submit(srv_req *r, void *prefix, int32_t n_prefix)
     q.bias_ids = r->chat.bias_ids;
     q.bias = r->chat.bias;
     q.n_bias = r->chat.n_bias;
-    q.min_tokens = r->chat.ignore_eos ? q.max_tokens : r->chat.min_tokens;
+    q.min_tokens = r->chat.min_tokens;
+    q.ignore_eos = r->chat.ignore_eos;
     q.presence_penalty = r->chat.presence_penalty;
     q.frequency_penalty = r->chat.frequency_penalty;
+    q.repetition_penalty = r->chat.repetition_penalty;
+    q.stop_ids = r->chat.stop_ids;
+    q.n_stop_ids = r->chat.n_stop_ids;
     q.prefix = prefix;
     q.n_prefix = prefix ? n_prefix : 0;
     if (r->chat.n_stop) {

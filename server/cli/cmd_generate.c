@@ -233,6 +233,35 @@ bad:
     return -1;
 }
 
+/* --stop-token-ids ID,ID,...: at most FL_MAX_STOP_TOKEN_IDS token ids (the engine checks them
+   against the vocabulary) */
+static int parse_stop_ids(const char *arg, int32_t *ids, int *n)
+{
+    const char *p = arg;
+    *n = 0;
+    do {
+        char *end;
+        long id = strtol(p, &end, 10);
+        if (end == p || (*end && *end != ',') || id < 0 || id > 0x7fffffff || *p == '-' ||
+            *p == '+' || *p == ' ')
+            goto bad;
+        if (*n == FL_MAX_STOP_TOKEN_IDS) {
+            fprintf(stderr, "fogline generate: --stop-token-ids names more than %d tokens\n",
+                    FL_MAX_STOP_TOKEN_IDS);
+            return -1;
+        }
+        ids[(*n)++] = (int32_t)id;
+        p = *end ? end + 1 : end;
+        if (*end && !*p) /* a trailing comma */
+            goto bad;
+    } while (*p);
+    return 0;
+bad:
+    fprintf(stderr, "fogline generate: --stop-token-ids takes token ids separated by commas, "
+                    "got '%s'\n", arg);
+    return -1;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: fogline generate [--model DIR] (--prompt TEXT | --messages FILE) [options]\n\n"
@@ -255,6 +284,12 @@ static void usage(FILE *f)
                "                       stop string\n"
                "  --presence-penalty X, --frequency-penalty X\n"
                "                       OpenAI's penalties (-2..2) on the reply's decided tokens\n"
+               "  --repetition-penalty X\n"
+               "                       vLLM's (0 < X <= 10; 1 is off): the logits of the prompt's\n"
+               "                       and the decided reply's tokens divided by X (if positive,\n"
+               "                       else multiplied)\n"
+               "  --stop-token-ids ID,...\n"
+               "                       the reply ends at the first of these tokens (kept in it)\n"
                "  --visual             watch it denoise: every step redrawn on the terminal,\n"
                "                       masks as fog, the step's new tokens marked\n"
                "  --pace MS            with --visual: wait MS ms after each step (0..10000;\n"
@@ -289,8 +324,12 @@ int fl_cmd_generate(int argc, char **argv)
     int32_t bias_ids[FL_MAX_LOGIT_BIAS]; /* --logit-bias */
     float bias[FL_MAX_LOGIT_BIAS];
     int n_bias = 0;
-    long min_tokens = 0; /* --min-tokens; -1: --ignore-eos */
+    long min_tokens = 0; /* --min-tokens */
+    bool ignore_eos = false;
     float penalty[2] = {0, 0}; /* --presence-penalty, --frequency-penalty */
+    float repetition = 0;      /* --repetition-penalty; 0: off */
+    int32_t stop_ids[FL_MAX_STOP_TOKEN_IDS]; /* --stop-token-ids */
+    int n_stop_ids = 0;
     int threads = 0;
     const char *device = getenv("FOGLINE_DEVICE");
     const char *weights = getenv("FOGLINE_WEIGHTS");
@@ -302,7 +341,7 @@ int fl_cmd_generate(int argc, char **argv)
     enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
            O_IDS, O_DEVICE, O_NO_THINK, O_THINK, O_WEIGHTS, O_KV_FORMAT, O_STEPS, O_VISUAL,
            O_PACE, O_SCHEMA, O_JSON_OBJECT, O_LOGPROBS, O_LOGIT_BIAS,
-           O_MIN_TOKENS, O_IGNORE_EOS, O_PRESENCE, O_FREQUENCY };
+           O_MIN_TOKENS, O_IGNORE_EOS, O_PRESENCE, O_FREQUENCY, O_REPETITION, O_STOP_IDS };
     struct option base[] = {
         {"model", required_argument, 0, O_MODEL},     {"prompt", required_argument, 0, O_PROMPT},
         {"system", required_argument, 0, O_SYSTEM},   {"messages", required_argument, 0, O_MESSAGES},
@@ -320,6 +359,8 @@ int fl_cmd_generate(int argc, char **argv)
         {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
         {"presence-penalty", required_argument, 0, O_PRESENCE},
         {"frequency-penalty", required_argument, 0, O_FREQUENCY},
+        {"repetition-penalty", required_argument, 0, O_REPETITION},
+        {"stop-token-ids", required_argument, 0, O_STOP_IDS},
     };
     struct option opts[64];
     int nopt = fl_gen_opts_longopts(opts, 64, base, (int)(sizeof base / sizeof base[0]));
@@ -372,7 +413,22 @@ int fl_cmd_generate(int argc, char **argv)
             }
             break;
         }
-        case O_IGNORE_EOS: min_tokens = -1; break;
+        case O_IGNORE_EOS: ignore_eos = true; break;
+        case O_REPETITION: {
+            char *end = NULL;
+            double v = strtod(optarg, &end);
+            if (!*optarg || *end || !(v > 0 && v <= FL_REP_PENALTY_MAX)) {
+                fprintf(stderr, "fogline generate: --repetition-penalty takes a number in (0, "
+                                "%g], got '%s'\n", (double)FL_REP_PENALTY_MAX, optarg);
+                return 2;
+            }
+            repetition = (float)v;
+            break;
+        }
+        case O_STOP_IDS:
+            if (parse_stop_ids(optarg, stop_ids, &n_stop_ids))
+                return 2;
+            break;
         case O_PRESENCE:
         case O_FREQUENCY: {
             char *end = NULL;
@@ -620,9 +676,13 @@ int fl_cmd_generate(int argc, char **argv)
     req.bias_ids = bias_ids;
     req.bias = bias;
     req.n_bias = n_bias;
-    req.min_tokens = min_tokens < 0 ? g.max_tokens : (int32_t)min_tokens;
+    req.min_tokens = (int32_t)min_tokens;
+    req.ignore_eos = ignore_eos;
     req.presence_penalty = penalty[0];
     req.frequency_penalty = penalty[1];
+    req.repetition_penalty = repetition;
+    req.stop_ids = stop_ids;
+    req.n_stop_ids = n_stop_ids;
     L.tok = m->tok;
     L.json = json;
     L.tty = isatty(STDOUT_FILENO) && !json && m->tok;

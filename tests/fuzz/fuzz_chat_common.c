@@ -39,7 +39,8 @@ void fz_check_rejection(const char *code, const char *param, const char *msg)
             "decoding.max_post_steps", "decoding.preset", "parallel", "chat_template_kwargs",
             "drafts", "response_format", "tools", "tool_choice", "prompt", "best_of", "echo",
             "logprobs", "top_logprobs", "logit_bias", "min_tokens", "ignore_eos",
-            "presence_penalty", "frequency_penalty", "suffix", "return_token_strs",
+            "presence_penalty", "frequency_penalty", "min_p", "repetition_penalty",
+            "stop_token_ids", "suffix", "return_token_strs",
             "add_special_tokens", "add_generation_prompt", "continue_final_message", "tokens",
             "skip_special_tokens"};
         FZ_CHECK(in_list(param, known, sizeof known / sizeof known[0]), "unknown param '%s'",

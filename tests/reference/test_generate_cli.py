@@ -119,7 +119,17 @@ def main():
                          for v in ("", "x", "-1", "4k")),
                        *(([f, v], "%s takes a number in [-2, 2], got '%s'" % (f, v))
                          for f in ("--presence-penalty", "--frequency-penalty")
-                         for v in ("", "x", "2.5", "-3", "nan"))):
+                         for v in ("", "x", "2.5", "-3", "nan")),
+                       *((["--repetition-penalty", v],
+                          "--repetition-penalty takes a number in (0, 10], got '%s'" % v)
+                         for v in ("", "x", "0", "-1", "10.5", "nan")),
+                       *((["--stop-token-ids", v],
+                          "--stop-token-ids takes token ids separated by commas, got '%s'" % v)
+                         for v in ("", "x", "5,", ",5", "5;6", "-3", "1.5", "5, 6")),
+                       (["--stop-token-ids", ",".join(["7"] * 257)],
+                        "--stop-token-ids names more than 256 tokens"),
+                       (["--min-p", "1.5"], "min_p must be in [0, 1], got 1.5"),
+                       (["--min-p", "x"], "min-p")):
         env = dict(os.environ, **args) if isinstance(args, dict) else None
         args = [] if isinstance(args, dict) else args
         r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", *args],
@@ -138,6 +148,18 @@ def main():
     check(r.returncode == 1 and line == "fogline generate: logit_bias: token %d is outside the "
           "vocabulary (%d ids)" % (vocab, vocab),
           "--logit-bias %d -> exit %d, %r" % (vocab, r.returncode, line))
+    r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi",
+                        "--stop-token-ids", "5,%d" % vocab], capture_output=True, text=True)
+    line = r.stderr.strip()
+    check(r.returncode == 1 and line == "fogline generate: stop_token_ids: token %d is outside "
+          "the vocabulary (%d ids)" % (vocab, vocab),
+          "--stop-token-ids %d -> exit %d, %r" % (vocab, r.returncode, line))
+    r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", "--json-object",
+                        "--stop-token-ids", "5"], capture_output=True, text=True)
+    line = r.stderr.strip()
+    check(r.returncode == 1 and line == "fogline generate: stop_token_ids cannot be combined "
+          "with an output constraint: a stop token could cut its reply short",
+          "--stop-token-ids with --json-object -> exit %d, %r" % (r.returncode, line))
     r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", "--max-tokens", "8",
                         "--min-tokens", "9"], capture_output=True, text=True)
     line = r.stderr.strip()

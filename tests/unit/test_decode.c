@@ -283,6 +283,27 @@ static void logprob_rows(void)
                   fabs(fast.entropy - full.entropy) < 1e-5,
               "shape %d: biased top1 %d %.8f %.8f, over the row %d %.8f %.8f", shape, fast.token,
               fast.prob, fast.entropy, full.token, full.prob, full.entropy);
+        /* the repetition penalty over the biased row: positive logits divided, the others
+           multiplied (vLLM's and Hugging Face's); above 1 on the argmax in odd shapes (the
+           whole-row path), below 1 (a lift) in shapes 4 and 8, on distinct ids with a -inf and
+           a zero among them */
+        copy[77777] = row[77777] = 0.0f;
+        copy[250] = row[250] = -INFINITY;
+        fl_row_top1(row, V, &fast);
+        int32_t rid[8] = {3, 17, 250, 4000, 77777, 99999, 151935, fast.token};
+        float rp = shape == 4 || shape == 8 ? 0.7f : 1.3f;
+        int nr = shape % 2 ? 8 : 7;
+        for (int j = 0; j < 7; j++)
+            nr = rid[j] == fast.token ? 7 : nr; /* distinct ids */
+        fl_row_rep(row, V, rid, nr, rp, &fast);
+        for (int j = 0; j < nr; j++)
+            copy[rid[j]] = copy[rid[j]] > 0 ? copy[rid[j]] / rp : copy[rid[j]] * rp;
+        CHECK(!memcmp(copy, row, sizeof(float) * V), "shape %d: the repetition penalty", shape);
+        fl_row_top1(copy, V, &full);
+        CHECK(fast.token == full.token && fabs(fast.prob - full.prob) < 1e-6 * fmax(1, full.prob) &&
+                  fabs(fast.entropy - full.entropy) < 1e-5,
+              "shape %d: penalized top1 %d %.8f %.8f, over the row %d %.8f %.8f", shape,
+              fast.token, fast.prob, fast.entropy, full.token, full.prob, full.entropy);
         free(copy);
     }
     /* the top k: random rows, rows of 5 values (ties everywhere), -inf, short rows */
@@ -396,6 +417,51 @@ static void sample_cut(void)
                 }
         }
     CHECK(cases == 552 && same == cases, "%d of %d cuts the same", same, cases);
+    /* min_p as Hugging Face's MinPLogitsWarper applies it after its top_k and top_p warpers:
+       on the probabilities those left (renormalized), a token goes when its probability is
+       below min_p times the largest. The tokens the cut keeps must be exactly those. */
+    const float mps[] = {0.0f, 0.05f, 0.3f, 0.9f, 1.0f};
+    int mcases = 0;
+    for (int kind = 0; kind < 3; kind++) {
+        int V = 1000;
+        for (int i = 0; i < V; i++) {
+            float u = urand(&rng);
+            l[i] = kind == 0 ? 6.0f * u : kind == 1 ? 30.0f * u * u * u * u : (float)(int)(4 * u);
+        }
+        float mx = l[0];
+        for (int i = 1; i < V; i++)
+            mx = l[i] > mx ? l[i] : mx;
+        double z = 0;
+        for (int i = 0; i < V; i++) {
+            w[i] = expf(l[i] - mx);
+            z += w[i];
+        }
+        for (int mi = 0; mi < 5; mi++)
+            for (int c = 0; c < 3; c++) {
+                fl_decode_opts o;
+                fl_decode_opts_default(&o);
+                o.top_k = c == 1 ? 50 : 0;
+                o.top_p = c == 2 ? 0.9f : 1.0f;
+                o.min_p = mps[mi];
+                float top = cut_by_sorting(&o, w, z, V), got = fl_sample_cut(&o, w, z, V);
+                double zk = 0, pmax = 0;
+                for (int i = 0; i < V; i++)
+                    if (w[i] >= top) {
+                        zk += w[i];
+                        pmax = w[i] > pmax ? w[i] : pmax;
+                    }
+                int differ = 0, kept = 0;
+                for (int i = 0; i < V; i++) {
+                    bool want = w[i] >= top && w[i] / zk >= (double)o.min_p * (pmax / zk);
+                    differ += want != (w[i] >= got);
+                    kept += want;
+                }
+                mcases++;
+                CHECK(differ == 0 && kept >= 1, "kind %d, min_p %g, case %d: %d tokens kept "
+                      "differently (%d kept)", kind, (double)o.min_p, c, differ, kept);
+            }
+    }
+    CHECK(mcases == 45, "every min_p case ran");
     free(l);
     free(w);
 }
