@@ -87,6 +87,9 @@ typedef struct fl_request {
      * whose reply a stop token could cut short. */
     const int32_t *stop_ids;
     int32_t n_stop_ids;
+    /* vLLM's include_stop_str_in_output: a stop string that ends the reply stays at its end
+     * (by default the reply is cut before it) */
+    bool include_stop_str;
 } fl_request;
 
 typedef enum fl_seq_state {

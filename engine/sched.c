@@ -34,6 +34,7 @@ typedef struct seq {
     int32_t max_tokens;
     char **stop;
     int32_t n_stop;
+    bool include_stop_str; /* fl_request.include_stop_str */
     int32_t L;         /* prompt length */
     int32_t limit;     /* L + max_tokens: no reply position at or beyond it is emitted */
     int32_t cap;       /* positions allocated */
@@ -368,6 +369,7 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
     q->block_steps = calloc((size_t)nb, sizeof(int32_t));
     q->ids = malloc(sizeof(int32_t) * (size_t)(max_tokens + 1));
     q->stop = r->n_stop ? calloc((size_t)r->n_stop, sizeof(char *)) : NULL;
+    q->include_stop_str = r->include_stop_str;
     bool carry_lg = (r->constraint || r->logprobs) && c->logits_shift;
     if (carry_lg)
         q->carry_lg = malloc(sizeof(float) * (size_t)c->vocab);
@@ -1006,13 +1008,14 @@ static bool commit_block(fl_sched *s, seq *q)
         q->finish = FL_FINISH_LENGTH;
     }
     size_t full = q->text.len;
-    /* stop strings: search the new text, and the tail before it they may straddle */
+    /* stop strings: search the new text, and the tail before it they may straddle; the reply
+       ends before the first one found (at its end with include_stop_str) */
     for (int i = 0; i < q->n_stop && q->text.len; i++) {
         size_t sl = strlen(q->stop[i]);
         size_t lo = text0 > sl ? text0 - sl + 1 : 0;
         const char *hit = memmem(q->text.data + lo, q->text.len - lo, q->stop[i], sl);
         if (hit) {
-            q->text.len = (size_t)(hit - q->text.data);
+            q->text.len = (size_t)(hit - q->text.data) + (q->include_stop_str ? sl : 0);
             q->text.data[q->text.len] = 0;
             end = true;
             q->finish = FL_FINISH_STOP;

@@ -13,7 +13,7 @@ static const char *const known[] = {"segments", "max_tokens", "temperature", "to
                                     "min_p", "seed", "stop", "decoding", "logit_bias",
                                     "min_tokens", "ignore_eos", "presence_penalty",
                                     "frequency_penalty", "repetition_penalty",
-                                    "stop_token_ids"};
+                                    "stop_token_ids", "include_stop_str_in_output"};
 
 void srv_generate_init(srv_gen_fail *f)
 {
@@ -65,7 +65,7 @@ int srv_generate_parse(const json_t *o, const srv_limits *L, srv_chat *out, cons
                    "unknown field '%.64s' in /generate (segments, max_tokens, temperature, "
                    "top_p, top_k, min_p, seed, stop, decoding, logit_bias, min_tokens, "
                    "ignore_eos, presence_penalty, frequency_penalty, repetition_penalty, "
-                   "stop_token_ids)", key);
+                   "stop_token_ids, include_stop_str_in_output)", key);
     const json_t *v;
     const json_t *segs = json_object_get(o, "segments");
     if (!segs)

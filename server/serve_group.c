@@ -196,6 +196,7 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
     c->presence_penalty = g->chat.presence_penalty;
     c->frequency_penalty = g->chat.frequency_penalty;
     c->repetition_penalty = g->chat.repetition_penalty;
+    c->include_stop_str = g->chat.include_stop_str;
     const srv_chat *gc = &g->chat;
     int per = gc->n_choices > 0 ? gc->n_choices : 1;
     if (gc->parallel == SRV_PAR_SAMPLES && segment > 0)

@@ -1092,7 +1092,9 @@ static int parse_min_tokens(pctx *P, const json_t *o, const srv_limits *L, srv_c
                 &c->frequency_penalty) ||
         get_num(P, o, "repetition_penalty", "repetition_penalty", 0, FL_REP_PENALTY_MAX, true,
                 &c->repetition_penalty) ||
-        parse_stop_ids(P, o, L, c))
+        parse_stop_ids(P, o, L, c) ||
+        get_bool(P, o, "include_stop_str_in_output", "include_stop_str_in_output",
+                 &c->include_stop_str))
         return -1;
     const char *which = c->ignore_eos      ? "ignore_eos"
                         : c->min_tokens    ? "min_tokens"
@@ -1117,7 +1119,8 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
                                         "response_format", "tools", "tool_choice", "logprobs",
                                         "top_logprobs", "logit_bias", "min_tokens",
                                         "ignore_eos", "presence_penalty", "frequency_penalty",
-                                        "repetition_penalty", "stop_token_ids"};
+                                        "repetition_penalty", "stop_token_ids",
+                                        "include_stop_str_in_output"};
     const char *key = srv_json_unknown_key(o, known, sizeof known / sizeof known[0]);
     if (key)
         return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);

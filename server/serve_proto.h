@@ -119,6 +119,7 @@ typedef struct srv_chat {
     float repetition_penalty;
     int32_t *stop_ids;
     int n_stop_ids;
+    bool include_stop_str; /* vLLM's include_stop_str_in_output (both transports) */
     bool stream;
     bool include_usage;
     char *model;

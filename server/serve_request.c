@@ -281,6 +281,7 @@ void srv_req_submit(srv_req *r, void *prefix, int32_t n_prefix)
     q.repetition_penalty = r->chat.repetition_penalty;
     q.stop_ids = r->chat.stop_ids;
     q.n_stop_ids = r->chat.n_stop_ids;
+    q.include_stop_str = r->chat.include_stop_str;
     q.prefix = prefix;
     q.n_prefix = prefix ? n_prefix : 0;
     if (r->chat.n_stop) {

@@ -290,6 +290,7 @@ static void usage(FILE *f)
                "                       else multiplied)\n"
                "  --stop-token-ids ID,...\n"
                "                       the reply ends at the first of these tokens (kept in it)\n"
+               "  --include-stop-str   a --stop string that ends the reply stays at its end\n"
                "  --visual             watch it denoise: every step redrawn on the terminal,\n"
                "                       masks as fog, the step's new tokens marked\n"
                "  --pace MS            with --visual: wait MS ms after each step (0..10000;\n"
@@ -330,6 +331,7 @@ int fl_cmd_generate(int argc, char **argv)
     float repetition = 0;      /* --repetition-penalty; 0: off */
     int32_t stop_ids[FL_MAX_STOP_TOKEN_IDS]; /* --stop-token-ids */
     int n_stop_ids = 0;
+    bool include_stop_str = false; /* --include-stop-str */
     int threads = 0;
     const char *device = getenv("FOGLINE_DEVICE");
     const char *weights = getenv("FOGLINE_WEIGHTS");
@@ -341,7 +343,8 @@ int fl_cmd_generate(int argc, char **argv)
     enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
            O_IDS, O_DEVICE, O_NO_THINK, O_THINK, O_WEIGHTS, O_KV_FORMAT, O_STEPS, O_VISUAL,
            O_PACE, O_SCHEMA, O_JSON_OBJECT, O_LOGPROBS, O_LOGIT_BIAS,
-           O_MIN_TOKENS, O_IGNORE_EOS, O_PRESENCE, O_FREQUENCY, O_REPETITION, O_STOP_IDS };
+           O_MIN_TOKENS, O_IGNORE_EOS, O_PRESENCE, O_FREQUENCY, O_REPETITION, O_STOP_IDS,
+           O_INCLUDE_STOP };
     struct option base[] = {
         {"model", required_argument, 0, O_MODEL},     {"prompt", required_argument, 0, O_PROMPT},
         {"system", required_argument, 0, O_SYSTEM},   {"messages", required_argument, 0, O_MESSAGES},
@@ -361,6 +364,7 @@ int fl_cmd_generate(int argc, char **argv)
         {"frequency-penalty", required_argument, 0, O_FREQUENCY},
         {"repetition-penalty", required_argument, 0, O_REPETITION},
         {"stop-token-ids", required_argument, 0, O_STOP_IDS},
+        {"include-stop-str", no_argument, 0, O_INCLUDE_STOP},
     };
     struct option opts[64];
     int nopt = fl_gen_opts_longopts(opts, 64, base, (int)(sizeof base / sizeof base[0]));
@@ -425,6 +429,7 @@ int fl_cmd_generate(int argc, char **argv)
             repetition = (float)v;
             break;
         }
+        case O_INCLUDE_STOP: include_stop_str = true; break;
         case O_STOP_IDS:
             if (parse_stop_ids(optarg, stop_ids, &n_stop_ids))
                 return 2;
@@ -683,6 +688,7 @@ int fl_cmd_generate(int argc, char **argv)
     req.repetition_penalty = repetition;
     req.stop_ids = stop_ids;
     req.n_stop_ids = n_stop_ids;
+    req.include_stop_str = include_stop_str;
     L.tok = m->tok;
     L.json = json;
     L.tty = isatty(STDOUT_FILENO) && !json && m->tok;

@@ -40,7 +40,7 @@ void fz_check_rejection(const char *code, const char *param, const char *msg)
             "drafts", "response_format", "tools", "tool_choice", "prompt", "best_of", "echo",
             "logprobs", "top_logprobs", "logit_bias", "min_tokens", "ignore_eos",
             "presence_penalty", "frequency_penalty", "min_p", "repetition_penalty",
-            "stop_token_ids", "suffix", "return_token_strs",
+            "stop_token_ids", "include_stop_str_in_output", "suffix", "return_token_strs",
             "add_special_tokens", "add_generation_prompt", "continue_final_message", "tokens",
             "skip_special_tokens"};
         FZ_CHECK(in_list(param, known, sizeof known / sizeof known[0]), "unknown param '%s'",

@@ -1,5 +1,5 @@
 // vLLM's sampling parameters that OpenAI-style clients send beside OpenAI's own: min_p,
-// repetition_penalty and stop_token_ids, on /v1/chat/completions, /v1/completions, the
+// repetition_penalty, stop_token_ids and include_stop_str_in_output, on /v1/chat/completions, /v1/completions, the
 // WebSocket chat and POST /generate (docs/protocol.md), with the official `openai` client.
 // The engine's side is checked in the unit tests (test_decode: min_p against Hugging Face's
 // definition, the repetition penalty's row against a plain rewrite) and against the PyTorch
@@ -190,6 +190,24 @@ test('stop_token_ids: the reply ends at the first one, which stays in it; min_to
     await refused({ stop_token_ids: v }, code, 'stop_token_ids', re);
   await refused({ stop_token_ids: [dot], response_format: { type: 'json_object' } }, 'bad_request',
     'stop_token_ids', /'stop_token_ids' cannot be combined with 'response_format'/);
+});
+
+test('include_stop_str_in_output: the stop string that ends the reply stays at its end', async () => {
+  const stop = 'shipped';
+  const at = plain.text.indexOf(stop);
+  assert.ok(at > 0, `test data: "${stop}" in the reply (${plain.text})`);
+  const cut = generate(['--stop', stop]);
+  const kept = generate(['--stop', stop, '--include-stop-str']);
+  assert.equal(cut.text, plain.text.slice(0, at));
+  assert.equal(kept.text, plain.text.slice(0, at + stop.length));
+  assert.equal(kept.finish, 'stop');
+  const r = await everywhere({ stop: [stop], include_stop_str_in_output: true }, kept, 'include_stop_str_in_output');
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  const off = await client.chat.completions.create({ model: 'fogline', messages: msgs, temperature: 0,
+    stop: [stop], include_stop_str_in_output: false });
+  assert.equal(off.choices[0].message.content, cut.text);
+  await refused({ include_stop_str_in_output: 1 }, 'bad_request', 'include_stop_str_in_output',
+    /'include_stop_str_in_output' must be true or false/);
 });
 
 test('/generate takes the sampling and penalty fields of chat completions', async () => {
