@@ -14,8 +14,9 @@ replies, one token per step and several, and with token editing (LLaDA2.1's: a r
 log probability is the rewriting step's), also with a logit bias (`--logit-bias`: added to every
 deciding row before anything reads it, so the reference adds it to its logits too) and with
 `--min-tokens` / `--ignore-eos` (the end tokens' logits -inf in the rows that decide the reply's
-first min_tokens positions) and with presence and frequency penalties (from the reply tokens
-decided before the step, which the trace gives), on a
+first min_tokens positions), with presence and frequency penalties (from the reply tokens
+decided before the step, which the trace gives) and with the repetition penalty (the prompt's
+tokens and those), on a
 Qwen3-layout (SDAR) and a Qwen2-layout (Fast-dLLM v2) random model, a random model that edits
 and the built-in model. Checked:
 
@@ -28,7 +29,10 @@ and the built-in model. Checked:
 - with a logit bias: the token banned with -100 never appears, and the biases changed some
   reply (else they were not applied);
 - with min_tokens: no end token among the first min_tokens, and some reply changed;
-- with penalties: some reply changed.
+- with penalties, with the repetition penalty: some reply changed.
+
+Every prompt length runs the four plain cases; the others (biases, min_tokens, penalties) run on
+the block-long prompt only, which keeps the suite's time in CI in check.
 
 max_tokens ends the reply on a block boundary, so that every position of every block the
 engine decoded is in the trace (positions past max_tokens in a last block would be decoded but
@@ -55,7 +59,9 @@ EDITS = [0]
 BIAS_CHANGED = [0]
 MIN_CHANGED = [0]
 PEN_CHANGED = [0]
+REP_CHANGED = [0]
 PENALTIES = ["--presence-penalty", "0.8", "--frequency-penalty", "0.6"]
+REPETITION = 1.3
 
 
 def check(cond, msg):
@@ -76,13 +82,18 @@ def run(fogline, d, prompt, max_tokens, extra):
 
 
 @torch.no_grad()
-def logsoftmax(model, x, bias, ban, pen=None):
-    """ban: (rows, end ids): -inf in those rows (min_tokens); pen: {token: penalty}, added to
-    every row after the bias (presence and frequency penalties)"""
+def logsoftmax(model, x, bias, ban, pen=None, rep=None):
+    """ban: (rows, end ids): -inf in those rows (min_tokens); rep: (penalty, tokens): vLLM's
+    repetition penalty on those tokens' logits, after the bias; pen: {token: penalty}, added
+    to every row after those (presence and frequency penalties)"""
     logits, _ = model(torch.tensor([x]))
     lg = logits[0].double()
     for t, b in bias.items():
         lg[:, t] += b
+    if rep:
+        ids = sorted(rep[1])
+        col = lg[:, ids]
+        lg[:, ids] = torch.where(col > 0, col / rep[0], col * rep[0])
     for t, b in (pen or {}).items():
         lg[:, t] += b
     rows, ids = ban
@@ -92,7 +103,7 @@ def logsoftmax(model, x, bias, ban, pen=None):
     return torch.log_softmax(lg, dim=-1)
 
 
-def replay(model, cfg, prompt, got, bias, min_tokens=0, eos=(), penalties=(0.0, 0.0)):
+def replay(model, cfg, prompt, got, bias, min_tokens=0, eos=(), penalties=(0.0, 0.0), rep=None):
     """What the reference says of each reply position: {reply index: log-softmax row} from the
     forward before the step that last decided it."""
     B = model.c.block_size
@@ -127,7 +138,12 @@ def replay(model, cfg, prompt, got, bias, min_tokens=0, eos=(), penalties=(0.0, 
                 freq = torch.tensor(penalties[1], dtype=torch.float32)
                 pen = {t: -float(pres + freq * torch.tensor(float(c), dtype=torch.float32))
                        for t, c in counts.items()}
-            lsm = logsoftmax(model, x, bias, (ban, eos), pen)
+            # the repetition penalty: the prompt's tokens and the reply's decided before
+            reps = None
+            if rep:
+                seen = set(prompt) | {t for bb in range(b) for t in state[bb]}
+                reps = (rep, seen | {t for t in prev if t >= 0})
+            lsm = logsoftmax(model, x, bias, (ban, eos), pen, reps)
             for i in changed:
                 p = frm + i
                 rows[p - L] = (lsm[p - shift], d["tokens"][i])
@@ -192,14 +208,19 @@ def main():
                                         "threshold", "--threshold", "0.5"], False),
                     ("token editing", ["--temperature", "0", "--policy", "threshold",
                                        "--threshold", "0.3", "--edit-threshold", "0.05"], False))]
-            cases += [(label + ", logit bias", extra, greedy, True)
-                      for label, extra, greedy, _ in cases[1:]]
             thr = cases[1][1]
-            cases += [("greedy, threshold 0.3, min_tokens %d" % (max_tokens // 2),
-                       thr + ["--min-tokens", str(max_tokens // 2)], True, False),
-                      ("greedy, threshold 0.3, ignore_eos", thr + ["--ignore-eos"], True, False),
-                      ("greedy, threshold 0.3, penalties", thr + PENALTIES, True, False),
-                      ("sampled at 0.9, penalties", cases[2][1] + PENALTIES, False, False)]
+            rp = ["--repetition-penalty", str(REPETITION)]
+            if n == B:
+                cases += [(label + ", logit bias", extra, greedy, True)
+                          for label, extra, greedy, _ in cases[1:]]
+                cases += [("greedy, threshold 0.3, min_tokens %d" % (max_tokens // 2),
+                           thr + ["--min-tokens", str(max_tokens // 2)], True, False),
+                          ("greedy, threshold 0.3, ignore_eos", thr + ["--ignore-eos"], True,
+                           False),
+                          ("greedy, threshold 0.3, penalties", thr + PENALTIES, True, False),
+                          ("sampled at 0.9, penalties", cases[2][1] + PENALTIES, False, False),
+                          ("greedy, threshold 0.3, repetition", thr + rp, True, False),
+                          ("sampled at 0.9, repetition", cases[2][1] + rp, False, False)]
             for label, extra, greedy, biased in cases:
                 name = "%s, prompt %d, %s" % (os.path.basename(d.rstrip("/")), n, label)
                 bias = {}
@@ -220,8 +241,13 @@ def main():
                                                                    "--trace"])
                 check(got["ids"] == plain["ids"], "%s: --logprobs changed the reply" % name)
                 pens = (0.8, 0.6) if label.endswith("penalties") else (0.0, 0.0)
-                compare(name, got, replay(m, cfg, prompt, got, bias, min_tokens, eos, pens), greedy)
+                rep = REPETITION if label.endswith("repetition") else None
+                compare(name, got, replay(m, cfg, prompt, got, bias, min_tokens, eos, pens, rep),
+                        greedy)
                 EDITS[0] += sum(len(st["edited"]) for st in got["steps"])
+                if rep:
+                    REP_CHANGED[0] += plain["ids"] != unbiased[label[:-len(", repetition")]]
+                    continue
                 if label.endswith("penalties"):
                     base = unbiased[label[:-len(", penalties")]]
                     PEN_CHANGED[0] += plain["ids"] != base
@@ -249,6 +275,8 @@ def main():
     print("%d replies changed by min_tokens or ignore_eos" % MIN_CHANGED[0])
     check(PEN_CHANGED[0] > 0, "the penalties changed no reply: they went unchecked")
     print("%d replies changed by the presence and frequency penalties" % PEN_CHANGED[0])
+    check(REP_CHANGED[0] > 0, "the repetition penalty changed no reply: it went unchecked")
+    print("%d replies changed by the repetition penalty" % REP_CHANGED[0])
     print("%d edits replayed" % EDITS[0])
     print("%d checks, %d failed" % (CHECKS[0], len(FAILS)))
     sys.exit(1 if FAILS else 0)
