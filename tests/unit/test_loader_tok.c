@@ -133,7 +133,7 @@ static void test_resolve(void)
     d = copy_model("q3_f32");
     drop_config_key(d, "mask_token_id");
     const char *many[300];
-    char names[300][16];
+    char names[300][24]; /* room for any int: -O1 checks the bound */
     for (int i = 0; i < 300; i++) {
         snprintf(names[i], sizeof names[i], "<|x%d|>", i);
         many[i] = names[i];
