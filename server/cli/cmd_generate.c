@@ -201,64 +201,48 @@ static const char *finish_name(fl_finish f)
     }
 }
 
-/* --logit-bias ID:B[,ID:B...] (repeatable): appends to ids/bias; -1 after a one-line message. */
-static int parse_bias(const char *arg, int32_t *ids, float *bias, int *n)
+/* A comma-separated list of token ids, each with ":VALUE" when vals is given (--logit-bias
+   ID:B,...: a bias in [-100, 100]) or alone (--stop-token-ids ID,...), appended to ids (and
+   vals) up to max; -1 after a one-line message naming flag. */
+static int parse_ids(const char *arg, const char *flag, int32_t *ids, float *vals, int *n,
+                     int max)
 {
     const char *p = arg;
     do {
         char *end;
         long id = strtol(p, &end, 10);
-        if (end == p || *end != ':' || id < 0 || id > 0x7fffffff)
+        if (end == p || *p < '0' || *p > '9' || id > 0x7fffffff ||
+            (vals ? *end != ':' : *end && *end != ','))
             goto bad;
-        p = end + 1;
-        double b = strtod(p, &end);
-        if (end == p || (*end && *end != ',') ||
-            !(b >= -FL_LOGIT_BIAS_MAX && b <= FL_LOGIT_BIAS_MAX))
-            goto bad;
-        if (*n == FL_MAX_LOGIT_BIAS) {
-            fprintf(stderr, "fogline generate: --logit-bias names more than %d tokens\n",
-                    FL_MAX_LOGIT_BIAS);
+        float v = 0;
+        if (vals) {
+            p = end + 1;
+            double b = strtod(p, &end);
+            if (end == p || (*end && *end != ',') ||
+                !(b >= -FL_LOGIT_BIAS_MAX && b <= FL_LOGIT_BIAS_MAX))
+                goto bad;
+            v = (float)b;
+        }
+        if (*n == max) {
+            fprintf(stderr, "fogline generate: %s names more than %d tokens\n", flag, max);
             return -1;
         }
         ids[*n] = (int32_t)id;
-        bias[(*n)++] = (float)b;
+        if (vals)
+            vals[*n] = v;
+        (*n)++;
         p = *end ? end + 1 : end;
         if (*end && !*p) /* a trailing comma */
             goto bad;
     } while (*p);
     return 0;
 bad:
-    fprintf(stderr, "fogline generate: --logit-bias takes ID:BIAS pairs (a token id, a bias in "
-                    "[-100, 100]) separated by commas, got '%s'\n", arg);
-    return -1;
-}
-
-/* --stop-token-ids ID,ID,...: at most FL_MAX_STOP_TOKEN_IDS token ids (the engine checks them
-   against the vocabulary) */
-static int parse_stop_ids(const char *arg, int32_t *ids, int *n)
-{
-    const char *p = arg;
-    *n = 0;
-    do {
-        char *end;
-        long id = strtol(p, &end, 10);
-        if (end == p || (*end && *end != ',') || id < 0 || id > 0x7fffffff || *p == '-' ||
-            *p == '+' || *p == ' ')
-            goto bad;
-        if (*n == FL_MAX_STOP_TOKEN_IDS) {
-            fprintf(stderr, "fogline generate: --stop-token-ids names more than %d tokens\n",
-                    FL_MAX_STOP_TOKEN_IDS);
-            return -1;
-        }
-        ids[(*n)++] = (int32_t)id;
-        p = *end ? end + 1 : end;
-        if (*end && !*p) /* a trailing comma */
-            goto bad;
-    } while (*p);
-    return 0;
-bad:
-    fprintf(stderr, "fogline generate: --stop-token-ids takes token ids separated by commas, "
-                    "got '%s'\n", arg);
+    if (vals)
+        fprintf(stderr, "fogline generate: %s takes ID:BIAS pairs (a token id, a bias in "
+                        "[-100, 100]) separated by commas, got '%s'\n", flag, arg);
+    else
+        fprintf(stderr, "fogline generate: %s takes token ids separated by commas, got '%s'\n",
+                flag, arg);
     return -1;
 }
 
@@ -404,7 +388,7 @@ int fl_cmd_generate(int argc, char **argv)
             break;
         }
         case O_LOGIT_BIAS:
-            if (parse_bias(optarg, bias_ids, bias, &n_bias))
+            if (parse_ids(optarg, "--logit-bias", bias_ids, bias, &n_bias, FL_MAX_LOGIT_BIAS))
                 return 2;
             break;
         case O_MIN_TOKENS: {
@@ -431,7 +415,9 @@ int fl_cmd_generate(int argc, char **argv)
         }
         case O_INCLUDE_STOP: include_stop_str = true; break;
         case O_STOP_IDS:
-            if (parse_stop_ids(optarg, stop_ids, &n_stop_ids))
+            n_stop_ids = 0; /* the last flag's list */
+            if (parse_ids(optarg, "--stop-token-ids", stop_ids, NULL, &n_stop_ids,
+                          FL_MAX_STOP_TOKEN_IDS))
                 return 2;
             break;
         case O_PRESENCE:
