@@ -70,7 +70,9 @@ void fl_gen_opts_usage(FILE *f)
                "  --tau-conf X         a semi-active block commits only above X\n"
                "  --max-blocks N       running blocks per sequence when pipelining\n"
                "  --temperature T      0 = greedy\n"
-               "  --top-k N, --top-p P, --seed N\n"
+               "  --top-k N, --top-p P\n"
+               "  --seed N             the sampling seed (generate: 0); serve: where the seeds of\n"
+               "                       requests without one start (random bytes)\n"
                "  --min-p P            drop tokens below P times the likeliest one's probability\n"
                "  --stop STR           stop string (repeatable)\n");
 }
@@ -202,11 +204,12 @@ int fl_gen_opts_apply(fl_gen_opts *g, int code, const char *arg, char *err, size
         d->top_k = (int)v;
         break;
     case G_SEED:
-        if (fl_parse_long(arg, 0, 0x7fffffffL, &v)) {
-            snprintf(err, errlen, "--seed needs a non-negative integer, got '%s'", arg);
+        if (fl_parse_long(arg, 0, 9007199254740991L, &v)) { /* a request's range: 0..2^53-1 */
+            snprintf(err, errlen, "--seed needs an integer in [0, 2^53-1], got '%s'", arg);
             return -1;
         }
         d->seed = (uint64_t)v;
+        g->seed_set = true;
         break;
     case G_OVERLAP: d->store_overlap = true; break;
     case G_NO_OVERLAP: d->store_overlap = false; break;

@@ -13,6 +13,7 @@ typedef struct fl_gen_opts {
     uint32_t set;       /* the fields a flag or --preset set (FL_DF_BIT) */
     uint32_t explicit_set; /* of those, the ones a flag of their own set: a preset, whenever
                               it comes, leaves them alone */
+    bool seed_set;      /* --seed was given */
     int max_tokens;
     char **stop;
     int n_stop;

@@ -187,6 +187,7 @@ int fl_cmd_serve(int argc, char **argv)
     }
     s->log.level = cfg.log_level;
     s->log.f = stderr;
+    srv_seed_init(s, cfg.gen.seed_set, cfg.gen.dec.seed);
     srv_metrics_init(&s->m);
     signal(SIGPIPE, SIG_IGN); /* a peer gone mid-write is an error return, not a kill */
     lws_set_log_level(LLL_ERR, lws_emit);
@@ -266,13 +267,14 @@ int fl_cmd_serve(int argc, char **argv)
         fl_dec_field_json(d, FL_DF_EDIT_THRESHOLD, edit, sizeof edit);
         SRV_ALWAYS(&s->log, "event=decoding policy=%s threshold=%g pipeline=%s overlap=%s "
                  "max_blocks=%d temperature=%g edit_threshold=%s max_post_steps=%d "
-                 "sources=policy:%s,threshold:%s,pipeline:%s",
+                 "sources=policy:%s,threshold:%s,pipeline:%s seeds=%s",
                  fl_policy_name(d->policy), (double)d->threshold, d->pipeline ? "on" : "off",
                  d->store_overlap ? "on" : "off", d->max_blocks, (double)d->temperature,
                  !strcmp(edit, "false") ? "off" : edit, d->max_post_steps,
                  fl_dec_source_name(s->dec_src[FL_DF_POLICY]),
                  fl_dec_source_name(s->dec_src[FL_DF_THRESHOLD]),
-                 fl_dec_source_name(s->dec_src[FL_DF_PIPELINE]));
+                 fl_dec_source_name(s->dec_src[FL_DF_PIPELINE]),
+                 cfg.gen.seed_set ? "from_flag" : "random");
     }
     uv_run(&s->loop, UV_RUN_DEFAULT);
     exit_code = 0;

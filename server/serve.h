@@ -165,6 +165,7 @@ struct srv {
     int n_groups;
     bool rebalance;          /* a request ended: groups may start more branches */
     uint64_t next_serial;
+    uint64_t seed_state;     /* the seeds of requests without one (srv_draw_seed) */
     struct srv_conn *conns;  /* open WebSocket connections */
     int n_conns;
     uint64_t next_conn;

@@ -572,6 +572,11 @@ static void chat_start(srv_http *h)
     }
     h->req = r;
     list_add(s, h);
+    if (srv_req_sampled(r)) { /* what reproduces the reply (choice i: seed + i) */
+        size_t el = strlen(h->extra);
+        snprintf(h->extra + el, sizeof h->extra - el, "fogline-seed: %llu\r\n",
+                 (unsigned long long)r->chat.dec.seed);
+    }
     /* the engine may take long: no idle timeout while we wait for it */
     if (h->wsi)
         lws_set_timeout(h->wsi, NO_PENDING_TIMEOUT, 0);

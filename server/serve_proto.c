@@ -296,8 +296,10 @@ static int parse_sampling(pctx *P, const json_t *o, const srv_limits *L, srv_cha
         c->dec.top_k = (int)x;
     if ((r = get_int(P, o, "seed", "seed", 0, 9007199254740991.0, &x)) < 0)
         return -1;
-    if (!r)
+    if (!r) {
         c->dec.seed = (uint64_t)x;
+        c->seed_given = true;
+    }
     c->max_tokens = L->max_tokens_default > L->max_tokens_limit ? L->max_tokens_limit
                                                                   : L->max_tokens_default;
     if ((r = get_int(P, o, max_key, max_key, 1, L->max_tokens_limit, &x)) < 0)

@@ -63,6 +63,8 @@ typedef struct srv_chat {
     char **stop;         /* (n_stop) owned */
     int n_stop;
     fl_decode_opts dec;
+    bool seed_given;     /* the request's own "seed"; without it the server draws one
+                            (srv_req_init) and dec.seed holds that once the request starts */
     /* "parallel": {"mode":"fanout","segments":[...],"max_branches":N}: each segment is a
        branch whose prompt is msgs + {"role":"user","content":segment} (WebSocket only) */
     int parallel;        /* SRV_PAR_* */

@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "serve.h"
 #include "serve_group.h"
@@ -64,7 +67,40 @@ static bool req_orphaned(const srv_req *r)
     return !r->owner || (r->ops->orphaned && r->ops->orphaned(r->owner, r));
 }
 
-/* The fields every request starts with; takes *chat (zeroed). */
+void srv_seed_init(srv *s, bool given, uint64_t seed)
+{
+    if (given) {
+        s->seed_state = seed;
+        return;
+    }
+    uint64_t v;
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v) {
+        s->seed_state = v;
+        return;
+    }
+    /* no entropy yet (an early-boot container): the clock and the process still differ */
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    s->seed_state = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^
+                    ((uint64_t)getpid() << 32);
+}
+
+/* splitmix64: every state gives another output (a bijection of the counter) */
+uint64_t srv_draw_seed(srv *s)
+{
+    uint64_t z = (s->seed_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return (z ^ (z >> 31)) >> 12;
+}
+
+bool srv_req_sampled(const srv_req *r)
+{
+    return r->chat.dec.temperature > 0;
+}
+
+/* The fields every request starts with; takes *chat (zeroed). A chat without a seed gets the
+   next of the server's (srv_draw_seed), which its branches then share (seed + i). */
 void srv_req_init(srv_req *r, srv *s, const srv_owner_ops *ops, void *owner, srv_chat *chat)
 {
     r->s = s;
@@ -73,6 +109,8 @@ void srv_req_init(srv_req *r, srv *s, const srv_owner_ops *ops, void *owner, srv
     r->serial = ++s->next_serial;
     r->chat = *chat;
     memset(chat, 0, sizeof *chat);
+    if (!r->chat.seed_given)
+        r->chat.dec.seed = srv_draw_seed(s);
     r->segment = -1;
     r->t_start = srv_now_ms(s);
     srv_tools_init(&r->tools, r->chat.tool_choice != SRV_TOOL_NONE, r->serial);
@@ -495,12 +533,14 @@ void srv_req_deliver(srv *s, srv_ev *ev)
         s->m.kv_pages_rejected += (uint64_t)(ev->stats.prefix_rejected > 0 ? ev->stats.prefix_rejected : 0);
         if (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH)
             srv_session_save(r, ev);
-        char q[80];
+        char q[80], seed[40] = "";
+        if (srv_req_sampled(r))
+            snprintf(seed, sizeof seed, " seed=%llu", (unsigned long long)r->chat.dec.seed);
         SRV_INFO(&s->log, "event=done req=%s serial=%llu finish=%s reply_tokens=%d forwards=%d "
-                 "tpf=%.2f cached_tokens=%d ms=%.1f%s", srv_log_q(q, sizeof q, r->chat.id),
+                 "tpf=%.2f cached_tokens=%d ms=%.1f%s%s", srv_log_q(q, sizeof q, r->chat.id),
                  (unsigned long long)r->serial, srv_finish_name(ev->finish), ev->n_ids,
                  ev->stats.forwards, ev->stats.tpf, ev->stats.cached_tokens, now - r->t_start,
-                 req_orphaned(r) ? " orphaned=1" : "");
+                 seed, req_orphaned(r) ? " orphaned=1" : "");
     }
     if (r->owner)
         r->ops->event(r->owner, r, ev);

@@ -160,6 +160,15 @@ struct srv_req {
  * refusal is counted, and *chat may be left for the caller (srv_chat_free it either way). */
 srv_req *srv_req_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat *chat,
                        const char **code, char *msg, size_t msglen);
+/* The seeds of requests that send none: a sequence that starts from --seed when it was given
+ * (a restarted server with the same flags gives the same requests the same seeds, as vLLM's
+ * --seed does), else from the kernel's random bytes. Each is below 2^52, so that a choice's
+ * seed + i is still a seed a request may send (0..2^53-1). */
+void srv_seed_init(srv *s, bool given, uint64_t seed);
+uint64_t srv_draw_seed(srv *s);
+/* Whether the request is sampled (temperature above 0), so that its seed shapes the reply and
+ * is reported with it (the WebSocket's done, HTTP's fogline-seed header). */
+bool srv_req_sampled(const srv_req *r);
 void srv_req_cancel(srv_req *r);   /* idempotent; the owner still hears done(cancelled) */
 void srv_req_orphan(srv_req *r);   /* the owner is gone: cancel, and never call it again */
 

@@ -276,6 +276,8 @@ static void ws_on_group_done(void *owner, srv_req *g)
     json_object_set_new(o, "id", json_string(g->chat.id));
     /* the group's finish: cancelled when it was; else error if a branch failed; else stop */
     json_object_set_new(o, "finish", json_string(g->cancelled ? "cancelled" : g->any_error ? "error" : "stop"));
+    if (srv_req_sampled(g))
+        json_object_set_new(o, "seed", json_integer((json_int_t)g->chat.dec.seed));
     long long pt, ct, cached;
     srv_group_totals(g, &pt, &ct, &cached);
     json_t *u = json_object();
@@ -499,6 +501,8 @@ static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
     if (r->chat.session)
         json_object_set_new(o, "session", json_string(r->chat.session));
     json_object_set_new(o, "finish", json_string(srv_finish_name(ev->finish)));
+    if (srv_req_sampled(r))
+        json_object_set_new(o, "seed", json_integer((json_int_t)r->chat.dec.seed));
     if (r->reason.on)
         reason_fields(o, &r->reason, NULL, 0, true);
     if (r->tools.on) {

@@ -13,6 +13,8 @@
 #                        --logit-bias` decodes it, per choice and prompt; bad input
 #   server.vllm_sampling min_p, repetition_penalty, stop_token_ids on every transport and
 #                        /generate: as `fogline generate` decodes them; bad input
+#   server.seeds         a sampled request without a seed gets a fresh one, reported (header,
+#                        done), that reproduces it; --seed N repeats the sequence
 #   server.http          /health /ready, static files, origins/CORS, API key, /metrics
 #   server.ops           flags/FOGLINE_*, one-line errors, limits, SIGTERM drain
 #   server.backpressure  a client that never reads
@@ -31,8 +33,8 @@ if(NOT FL_NODE)
 endif()
 set(FL_SERVE_MODEL "${CMAKE_SOURCE_DIR}/engine/models/fogline-helpdesk" CACHE PATH
     "model directory the server tests load")
-foreach(suite ws_protocol openai completions tokenize logprobs logit_bias vllm_sampling http ops
-              backpressure
+foreach(suite ws_protocol openai completions tokenize logprobs logit_bias vllm_sampling seeds http
+              ops backpressure
               redis parallel faults generate alloc steps bench_load)
   add_test(NAME server.${suite}
     COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/${suite}.test.mjs)

@@ -47,6 +47,9 @@ def main():
     s1 = gen(fogline, model, prompt, "--temperature", "1.0", "--seed", "5")
     s2 = gen(fogline, model, prompt, "--temperature", "1.0", "--seed", "5")
     check(s1["ids"] == s2["ids"], "same seed, same sample")
+    # a request's whole seed range (0..2^53-1): the server reports seeds up to 2^52 to replay
+    big = gen(fogline, model, prompt, "--temperature", "1.0", "--seed", "9007199254740991")
+    check(len(big["ids"]) > 0, "the largest seed a request may send is taken")
     # (on a prompt outside the model's training data, where it is unsure: on a help-desk
     # question the trained model is confident enough that every seed may give the same reply)
     odd = "Tell me about zebras and pianos."
@@ -128,6 +131,8 @@ def main():
                          for v in ("", "x", "5,", ",5", "5;6", "-3", "1.5", "5, 6")),
                        (["--stop-token-ids", ",".join(["7"] * 257)],
                         "--stop-token-ids names more than 256 tokens"),
+                       *((["--seed", v], "--seed needs an integer in [0, 2^53-1], got '%s'" % v)
+                         for v in ("", "x", "-1", "9007199254740992", "1e3")),
                        (["--min-p", "1.5"], "min_p must be in [0, 1], got 1.5"),
                        (["--min-p", "x"], "min-p")):
         env = dict(os.environ, **args) if isinstance(args, dict) else None
