@@ -1367,7 +1367,8 @@ static void add_cors(srv_http *h, struct lws *wsi)
         return;
     size_t el = strlen(h->extra);
     snprintf(h->extra + el, sizeof h->extra - el,
-             "access-control-allow-origin: %s\r\nvary: Origin\r\n", origin);
+             "access-control-allow-origin: %s\r\nvary: Origin\r\n"
+             "access-control-expose-headers: fogline-seed\r\n", origin); /* a page may read it */
 }
 
 static int on_http(srv *s, struct lws *wsi, srv_pss *pss)

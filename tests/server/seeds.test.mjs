@@ -74,6 +74,14 @@ test('chat completions without a seed: a fresh seed each time, reported, that re
   for (const line of r.text.split('\n'))
     if (line.startsWith('data: {')) text += JSON.parse(line.slice(6)).choices[0]?.delta?.content ?? '';
   assert.equal(text, generate(s), 'streamed: the reply of its reported seed');
+  // a web page on another origin may read the header (CORS exposes it)
+  const res = await fetch(`${server.url}/v1/chat/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json', origin: 'http://example.test' },
+    body: JSON.stringify({ messages: msgs, ...HOT, max_tokens: 4 }) });
+  await res.text();
+  assert.equal(res.status, 200);
+  assert.match(res.headers.get('access-control-expose-headers') ?? '', /\bfogline-seed\b/);
+  seedOf({ seed: res.headers.get('fogline-seed') }, 'cross-origin');
 });
 
 test('n choices, text completions and /generate: the reported seed is choice 0\'s, choice i has seed + i', async () => {
