@@ -155,6 +155,11 @@ typedef struct fl_event {
                       before the cut */
     /* done */
     fl_finish finish;
+    /* FL_FINISH_STOP: what ended the reply, when the request named it (vLLM's stop_reason):
+       the index of the stop string (fl_request.stop) that cut the text, else the stop token id
+       (fl_request.stop_ids) that ended it; -1 each when the model's end token did */
+    int32_t stop_string;
+    int32_t stop_token;
     const char *error;      /* FL_FINISH_ERROR: the message */
     const fl_seq_stats *stats;
 } fl_event;

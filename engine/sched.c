@@ -90,6 +90,7 @@ typedef struct seq {
     int32_t *rep_ids;  /* (n_rep_prompt + max_tokens) scratch: those and the reply's, merged */
     int32_t *stop_ids; /* (n_stop_ids) fl_request.stop_ids */
     int32_t n_stop_ids;
+    int32_t stop_string, stop_token; /* fl_event's: what ended the reply; -1 when unnamed */
     int32_t n_bias;    /* logit bias (fl_request.bias): ids and values, n_bias each */
     int32_t *bias_ids;
     float *bias;
@@ -414,6 +415,7 @@ int fl_sched_add(fl_sched *s, const fl_request *r, fl_sink sink, void *ctx, uint
                                               sizeof(int32_t) * (size_t)r->n_prompt),
                                        r->n_prompt, NULL);
     }
+    q->stop_string = q->stop_token = -1;
     if (r->n_stop_ids) {
         q->stop_ids = malloc(sizeof(int32_t) * (size_t)r->n_stop_ids);
         if (q->stop_ids) {
@@ -520,6 +522,8 @@ static void emit_done(fl_sched *s, seq *q, fl_finish fin, const char *err)
     ev.type = FL_EV_DONE;
     ev.id = q->id;
     ev.finish = fin;
+    ev.stop_string = fin == FL_FINISH_STOP ? q->stop_string : -1;
+    ev.stop_token = fin == FL_FINISH_STOP ? q->stop_token : -1;
     ev.error = err;
     ev.text = q->text.data ? q->text.data : "";
     ev.text_len = q->text.len;
@@ -995,6 +999,7 @@ static bool commit_block(fl_sched *s, seq *q)
         if (is_stop_id(q, t)) { /* it ends the reply, after taking its place in it */
             end = true;
             q->finish = FL_FINISH_STOP;
+            q->stop_token = t;
             break;
         }
     }
@@ -1013,12 +1018,19 @@ static bool commit_block(fl_sched *s, seq *q)
     for (int i = 0; i < q->n_stop && q->text.len; i++) {
         size_t sl = strlen(q->stop[i]);
         size_t lo = text0 > sl ? text0 - sl + 1 : 0;
+        if (lo > q->text.len) /* an earlier string cut the text before where this one's new
+                                 occurrences could start: nothing to search (and the length
+                                 below would wrap around) */
+            continue;
         const char *hit = memmem(q->text.data + lo, q->text.len - lo, q->stop[i], sl);
         if (hit) {
             q->text.len = (size_t)(hit - q->text.data) + (q->include_stop_str ? sl : 0);
             q->text.data[q->text.len] = 0;
             end = true;
             q->finish = FL_FINISH_STOP;
+            /* the last that cuts is the one the text ends at (later ones search the cut text) */
+            q->stop_string = i;
+            q->stop_token = -1;
         }
     }
     if (q->text.len < text0) { /* a stop string began in an earlier block: nothing new */

@@ -167,6 +167,8 @@ int srv_generate_answer(const srv_gen_fail *f, const srv_req *g, json_t **body, 
         json_array_append_new(output, json_string(t ? t : ""));
         json_t *s = json_object();
         json_object_set(s, "finish", json_object_get(v, "finish"));
+        if (json_object_get(v, "stop_reason"))
+            json_object_set(s, "stop_reason", json_object_get(v, "stop_reason"));
         json_object_set(s, "usage", json_object_get(v, "usage"));
         json_array_append_new(segs, s);
     }

@@ -110,13 +110,17 @@ void srv_groups_rebalance(srv *s)
 
 /* A branch ended (done, rejected or cancelled before the engine): note its result, start the
    next waiting branch, and end the group after its last branch. */
-static void group_branch_ended(srv_req *k, const char *finish, const fl_seq_stats *st, int32_t n_ids,
-                               const char *err_code)
+static void group_branch_ended(srv_req *k, const srv_req_end *e)
 {
     srv_req *g = k->parent;
+    const char *finish = e->finish, *err_code = e->code;
+    const fl_seq_stats *st = e->stats;
+    int32_t n_ids = e->n_ids;
     json_t *o = json_object();
     json_object_set_new(o, "segment", json_integer(k->segment));
     json_object_set_new(o, "finish", json_string(finish));
+    if (!strcmp(finish, "stop") && (e->stop_string >= 0 || e->stop_token >= 0))
+        json_object_set_new(o, "stop_reason", srv_stop_reason(k, e->stop_string, e->stop_token));
     if (err_code)
         json_object_set_new(o, "error", json_string(err_code));
     if (st) {
@@ -345,7 +349,7 @@ static void branch_refused(void *owner, srv_req *k, const char *code, const char
 static void branch_ended(void *owner, srv_req *k, const srv_req_end *e)
 {
     (void)owner;
-    group_branch_ended(k, e->finish, e->stats, e->n_ids, e->code);
+    group_branch_ended(k, e);
 }
 
 static bool branch_orphaned(void *owner, const srv_req *k)

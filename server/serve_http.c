@@ -620,6 +620,21 @@ static json_t *chunk(srv_http *h, json_t *delta, const char *finish)
     return chunk_at(h, 0, delta, finish);
 }
 
+/* vLLM's stop_reason of a reply's done (null unless a stop string or stop token id ended it) */
+static json_t *stop_reason(const srv_req *r, const srv_ev *ev)
+{
+    return ev->finish == FL_FINISH_STOP ? srv_stop_reason(r, ev->stop_string, ev->stop_token)
+                                        : json_null();
+}
+
+/* The chunk that ends choice index: its finish_reason and, as vLLM streams it, stop_reason. */
+static json_t *finish_chunk(srv_http *h, int index, const char *finish, json_t *reason)
+{
+    json_t *o = chunk_at(h, index, json_object(), finish);
+    json_object_set_new(json_array_get(json_object_get(o, "choices"), 0), "stop_reason", reason);
+    return o;
+}
+
 /* The stream cannot go on whole (memory ran out building an event): the events before it
    stay, the failed one is cut off at mark, a fixed error event ends the stream (when even that
    does not fit, the connection closes after the events before it, without [DONE]), and the
@@ -874,7 +889,7 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
             if (r->tools.n_calls)
                 finish = "tool_calls";
         }
-        sse_send(h, chunk(h, json_object(), finish));
+        sse_send(h, finish_chunk(h, 0, finish, stop_reason(r, ev)));
         if (h->include_usage) {
             json_t *o = chunk(h, json_object(), NULL);
             json_object_set_new(o, "choices", json_array());
@@ -890,6 +905,7 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
         json_t *o = chunk(h, json_object(), finish);
         json_t *ch = json_array_get(json_object_get(o, "choices"), 0);
         json_object_set_new(ch, "text", json_stringn(ev->text, ev->text_len));
+        json_object_set_new(ch, "stop_reason", stop_reason(r, ev));
         bool oom = false;
         json_t *lp = lp_for(h, r, ev, &oom);
         if (lp)
@@ -925,6 +941,7 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
     json_t *lp = lp_for(h, r, ev, &oom);
     json_object_set_new(ch, "logprobs", lp ? lp : json_null());
     json_object_set_new(ch, "finish_reason", json_string(finish));
+    json_object_set_new(ch, "stop_reason", stop_reason(r, ev));
     json_array_append_new(choices, ch);
     json_object_set_new(o, "choices", choices);
     json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids, ev->stats.cached_tokens));
@@ -1071,8 +1088,8 @@ static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
             sse_begin(h);
             if (r->reason.on)
                 reason_tail(h, r);
-            sse_send(h, chunk_at(h, r->segment, json_object(),
-                                 ev->finish == FL_FINISH_LENGTH ? "length" : "stop"));
+            sse_send(h, finish_chunk(h, r->segment, ev->finish == FL_FINISH_LENGTH ? "length" : "stop",
+                                     stop_reason(r, ev)));
         }
         return;
     }
@@ -1149,7 +1166,7 @@ static void http_on_group_done(void *owner, srv_req *g)
             for (int k = 0; k < SRV_JOIN_MAX; k++)
                 h->ended[k] = true;
             joined_advance(h);
-            sse_send(h, chunk(h, json_object(), h->hit_length ? "length" : "stop"));
+            sse_send(h, finish_chunk(h, 0, h->hit_length ? "length" : "stop", json_null()));
         }
         if (h->include_usage) {
             json_t *o = chunk(h, json_object(), NULL);
@@ -1194,6 +1211,7 @@ static void http_on_group_done(void *owner, srv_req *g)
         json_object_set_new(ch, "message", msg);
         json_object_set_new(ch, "logprobs", json_null());
         json_object_set_new(ch, "finish_reason", json_string(h->hit_length ? "length" : "stop"));
+        json_object_set_new(ch, "stop_reason", json_null()); /* the points' own stops differ */
         json_array_append_new(choices, ch);
         json_t *x = json_object();
         json_object_set_new(x, "outline_points", json_integer(g->n_outline));
@@ -1221,6 +1239,8 @@ static void http_on_group_done(void *owner, srv_req *g)
         json_t *lp = json_object_get(v, "logprobs");
         json_object_set_new(ch, "logprobs", lp ? json_incref(lp) : json_null());
         json_object_set_new(ch, "finish_reason", json_string(json_string_value(json_object_get(v, "finish"))));
+        json_t *sr = json_object_get(v, "stop_reason");
+        json_object_set_new(ch, "stop_reason", sr ? json_incref(sr) : json_null());
         json_array_append_new(choices, ch);
     }
     json_object_set_new(o, "choices", choices);

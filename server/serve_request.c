@@ -94,6 +94,19 @@ uint64_t srv_draw_seed(srv *s)
     return (z ^ (z >> 31)) >> 12;
 }
 
+json_t *srv_stop_reason(const srv_req *r, int32_t stop_string, int32_t stop_token)
+{
+    const srv_chat *c = &r->chat;
+    const srv_config *cfg = r->s->cfg;
+    int n = c->n_stop ? c->n_stop : cfg->gen.n_stop; /* the list the engine was given */
+    if (stop_string >= 0 && stop_string < n) {
+        json_t *v = json_string(c->n_stop ? c->stop[stop_string] : cfg->gen.stop[stop_string]);
+        if (v) /* a --stop flag need not be UTF-8; a request's is */
+            return v;
+    }
+    return stop_token >= 0 ? json_integer(stop_token) : json_null();
+}
+
 bool srv_req_sampled(const srv_req *r)
 {
     return r->chat.dec.temperature > 0;
@@ -550,6 +563,7 @@ void srv_req_deliver(srv *s, srv_ev *ev)
         req_end(r, &(srv_req_end){.finish = err ? "error" : srv_finish_name(ev->finish),
                                   .stats = &ev->stats, .n_ids = ev->n_ids,
                                   .code = err ? srv_ev_code(ev) : NULL,
-                                  .text = whole ? ev->text : NULL, .len = ev->text_len});
+                                  .text = whole ? ev->text : NULL, .len = ev->text_len,
+                                  .stop_string = ev->stop_string, .stop_token = ev->stop_token});
     }
 }

@@ -35,6 +35,7 @@ struct srv_ev {
     char *text;             /* commit: the block's text; done: the whole reply */
     size_t text_len;
     fl_finish finish;
+    int32_t stop_string, stop_token; /* done: fl_event's (srv_stop_reason) */
     char *error;
     const char *code;       /* FL_FINISH_ERROR: the SRV_E_* for the client; NULL: engine_error */
     bool spare;             /* the request's own ev_spare (freed with it, not on its own) */
@@ -64,6 +65,7 @@ typedef struct srv_req_end {
     const char *code;          /* "error": the SRV_E_* it failed with; NULL otherwise */
     const char *text;          /* stop/length: the whole reply (len bytes); NULL otherwise */
     size_t len;
+    int32_t stop_string, stop_token; /* stop: what ended it (srv_stop_reason); -1 otherwise */
 } srv_req_end;
 
 /* A request's owner: who hears its events. A WebSocket connection (serve_ws.c), an HTTP
@@ -166,6 +168,11 @@ srv_req *srv_req_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat *
  * seed + i is still a seed a request may send (0..2^53-1). */
 void srv_seed_init(srv *s, bool given, uint64_t seed);
 uint64_t srv_draw_seed(srv *s);
+/* vLLM's stop_reason for a reply that ended with these (fl_event.stop_string, stop_token):
+ * the stop string that cut it (the request's, else the server's --stop), the stop token id
+ * that ended it, or null (the model's end token, max_tokens). A new reference; NULL only when
+ * out of memory. */
+json_t *srv_stop_reason(const srv_req *r, int32_t stop_string, int32_t stop_token);
 /* Whether the request is sampled (temperature above 0), so that its seed shapes the reply and
  * is reported with it (the WebSocket's done, HTTP's fogline-seed header). */
 bool srv_req_sampled(const srv_req *r);

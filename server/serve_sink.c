@@ -34,6 +34,7 @@ static srv_ev *ev_spare_done(srv_req *r, const fl_event *ev)
     x->block = x->step = -1;
     x->text = "";
     x->finish = FL_FINISH_ERROR;
+    x->stop_string = x->stop_token = -1;
     x->code = SRV_E_INTERNAL;
     x->error = r->ev_lost ? "out of memory: part of the reply could not be delivered"
                           : "out of memory: the end of the reply could not be delivered";
@@ -119,6 +120,8 @@ void srv_sink(const fl_event *ev, void *ctx)
         memcpy(x->error, ev->error, nerr);
     }
     x->finish = ev->finish;
+    x->stop_string = ev->stop_string;
+    x->stop_token = ev->stop_token;
     if (ev->stats)
         x->stats = *ev->stats;
     x->n_ids = ev->n_ids;

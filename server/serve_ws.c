@@ -501,6 +501,8 @@ static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
     if (r->chat.session)
         json_object_set_new(o, "session", json_string(r->chat.session));
     json_object_set_new(o, "finish", json_string(srv_finish_name(ev->finish)));
+    if (ev->finish == FL_FINISH_STOP && (ev->stop_string >= 0 || ev->stop_token >= 0))
+        json_object_set_new(o, "stop_reason", srv_stop_reason(r, ev->stop_string, ev->stop_token));
     if (srv_req_sampled(r))
         json_object_set_new(o, "seed", json_integer((json_int_t)r->chat.dec.seed));
     if (r->reason.on)

@@ -30,6 +30,7 @@ typedef struct live {
     int32_t first_block; /* reply block index of draft[0] */
     int done;
     fl_finish finish;
+    int32_t stop_string, stop_token; /* the done's: what ended the reply (-1: unnamed) */
     char *error;
     fl_seq_stats st;
     int32_t *ids;
@@ -161,6 +162,8 @@ static void sink(const fl_event *ev, void *ctx)
     case FL_EV_DONE:
         L->done = 1;
         L->finish = ev->finish;
+        L->stop_string = ev->stop_string;
+        L->stop_token = ev->stop_token;
         if (ev->error)
             L->error = strdup(ev->error);
         if (ev->stats)
@@ -566,7 +569,7 @@ int fl_cmd_generate(int argc, char **argv)
     size_t n_ids = 0;
     json_t *jmsgs = NULL;
     fl_buf text = {0};
-    live L = {0};
+    live L = {.stop_string = -1, .stop_token = -1};
     /* the prompt text */
     if (given) {
         ids = given;
@@ -739,6 +742,12 @@ int fl_cmd_generate(int argc, char **argv)
             json_object_set_new(o, "logprobs", lp);
         }
         json_object_set_new(o, "finish", json_string(finish_name(L.finish)));
+        /* vLLM's stop_reason: the --stop string that cut the reply, the --stop-token-ids id
+           that ended it, else null (an end token of the model's, the length) */
+        json_t *why = L.stop_string >= 0 && L.stop_string < g.n_stop ? json_string(g.stop[L.stop_string])
+                      : NULL;
+        json_object_set_new(o, "stop_reason", why ? why : L.stop_token >= 0 ? json_integer(L.stop_token)
+                                                                          : json_null());
         json_object_set_new(o, "prompt_tokens", json_integer((json_int_t)n_ids));
         json_object_set_new(o, "weights", json_string(fl_wformat_name(b->weights)));
         json_object_set_new(o, "kv_format", json_string(fl_kvformat_name(b->kv)));

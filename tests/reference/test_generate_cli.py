@@ -43,6 +43,25 @@ def main():
     check(cut["text"] == text[:text.index(stop)], "reply cut where %r begins: %r" % (stop, cut["text"]))
     two = gen(fogline, model, prompt, "--stop", "no such text here", "--stop", stop)
     check(two["text"] == cut["text"], "any of several stop strings cuts")
+    # vLLM's stop_reason: the string that cut the reply; null for the model's end token
+    check(cut["stop_reason"] == stop and two["stop_reason"] == stop,
+          "stop_reason names the stop string (%r, %r)" % (cut["stop_reason"], two["stop_reason"]))
+    check(base["stop_reason"] is None, "no stop_reason without a stop (%r)" % base["stop_reason"])
+    # every 4-byte window of the reply's first 48 bytes as a stop string (some straddle a
+    # commit's boundary), then a shorter one the reply lacks: once the first has cut the text
+    # before the window where the second's new occurrences could start, the second searched
+    # past the cut text's end (a crash, heap corruption or a wrong cut)
+    bad = []
+    for k in range(0, min(48, len(text) - 4)):
+        w = text[k:k + 4]
+        r = subprocess.run([fogline, "generate", "--model", model, "--json", "--threads", "2",
+                            "--prompt", prompt, "--max-tokens", "64", "--stop", w, "--stop", "Qz"],
+                           capture_output=True, text=True)
+        out = json.loads(r.stdout) if r.returncode == 0 else {}
+        if out.get("text") != text[:text.index(w)] or out.get("stop_reason") != w:
+            bad.append((w, r.returncode, out.get("text"), r.stderr[-200:]))
+    check(not bad, "%d windows of the reply as stop strings, each cut where it first begins: %r"
+          % (min(48, len(text) - 4), bad[:3]))
     # sampling
     s1 = gen(fogline, model, prompt, "--temperature", "1.0", "--seed", "5")
     s2 = gen(fogline, model, prompt, "--temperature", "1.0", "--seed", "5")

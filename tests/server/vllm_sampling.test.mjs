@@ -230,3 +230,80 @@ test('/generate takes the sampling and penalty fields of chat completions', asyn
     assert.match(h.json.error.message, new RegExp(`unknown field '${Object.keys(extra)[0]}' in /generate`));
   }
 });
+
+// stop_reason as each transport reports it for the same request: chat completions (and the
+// streamed finish chunk), both choices of n 2, text completions, the WebSocket's done (absent
+// when null) and /generate's segments (the same); `fogline generate --json` is the reference
+async function reasons(extra) {
+  const body = { model: 'fogline', messages: msgs, temperature: 0, ...extra };
+  const out = {};
+  const r = await client.chat.completions.create(body);
+  out.chat = r.choices[0].stop_reason;
+  out.text = r.choices[0].message.content;
+  let last;
+  for await (const ch of await client.chat.completions.create({ ...body, stream: true }))
+    if (ch.choices[0]?.finish_reason) last = ch.choices[0];
+  out.streamed = last.stop_reason;
+  const n = await client.chat.completions.create({ ...body, n: 2 });
+  out.n = n.choices.map((c) => c.stop_reason);
+  const tk = await post('/tokenize', { messages: msgs });
+  const t = await client.completions.create({ model: 'fogline', prompt: tk.json.tokens, temperature: 0, ...extra });
+  out.completions = t.choices[0].stop_reason;
+  const c = await connect(server);
+  c.send({ type: 'chat', id: 'w', messages: msgs, temperature: 0, ...extra });
+  const done = (await c.collect('w')).at(-1);
+  out.ws = 'stop_reason' in done ? done.stop_reason : null;
+  c.close();
+  const g = await post('/generate', { segments: [Q], temperature: 0, ...extra });
+  const seg = g.json.fogline.segments[0];
+  out.generate = 'stop_reason' in seg ? seg.stop_reason : null;
+  return out;
+}
+
+test('stop_reason: the stop string or stop token id that ended the reply, null otherwise, on every transport', async () => {
+  const every = (x, want, what) => {
+    for (const k of ['chat', 'streamed', 'completions', 'ws', 'generate'])
+      assert.deepEqual(x[k], want, `${what}: ${k}`);
+    assert.deepEqual(x.n, [want, want], `${what}: n 2`);
+  };
+  const stop = 'shipped';
+  const byString = generate(['--stop', 'no such text', '--stop', stop]);
+  assert.equal(byString.stop_reason, stop, 'the CLI names the string');
+  every(await reasons({ stop: ['no such text', stop] }), stop, 'a stop string');
+  const byToken = generate(['--stop-token-ids', `7,${dot}`]);
+  assert.equal(byToken.stop_reason, dot, 'the CLI names the token id');
+  every(await reasons({ stop_token_ids: [7, dot] }), dot, 'a stop token id');
+  // both: the reply ends at whichever comes first, and that one is named
+  const first = plain.text.indexOf('.') < plain.text.indexOf(stop) ? dot : stop;
+  assert.equal(generate(['--stop', stop, '--stop-token-ids', String(dot)]).stop_reason, first);
+  every(await reasons({ stop: [stop], stop_token_ids: [dot] }), first, 'both');
+  assert.equal(plain.finish, 'stop', 'test data: the greedy reply ends with the model\'s end token');
+  assert.equal(plain.stop_reason, null);
+  every(await reasons({}), null, 'the model\'s end token');
+  every(await reasons({ max_tokens: 4 }), null, 'max_tokens');
+});
+
+test('a stop string that cut the text across a commit boundary, then a shorter one: no read past the cut', async () => {
+  // the first commit's end lies inside the reply; a window of 4 bytes across it cuts the text
+  // before where a 2-byte string's new occurrences could start (it was searched from there
+  // with a length that wrapped around: a crash or heap corruption)
+  const c = await connect(server);
+  c.send({ type: 'chat', id: 'b', messages: msgs, temperature: 0 });
+  const commits = (await c.collect('b')).filter((f) => f.type === 'commit').map((f) => f.text);
+  assert.ok(commits.length > 1 && commits[0].length > 2, `test data: commits ${JSON.stringify(commits)}`);
+  const cutAt = commits[0].length - 2;
+  const w = plain.text.slice(cutAt, cutAt + 4);
+  assert.equal(plain.text.indexOf(w), cutAt, `test data: ${JSON.stringify(w)} first occurs across the boundary`);
+  for (const stop of [[w, 'Qz'], [w, 'Q'], ['Qz', w, 'Q']]) {
+    c.send({ type: 'chat', id: 's', messages: msgs, temperature: 0, stop });
+    const f = await c.collect('s');
+    assert.equal(f.at(-1).type, 'done', JSON.stringify(f.at(-1)));
+    // a commit is never taken back: the first stays whole, the cut one is empty
+    assert.deepEqual(f.filter((x) => x.type === 'commit').map((x) => x.text), [commits[0], ''],
+      `stop ${JSON.stringify(stop)}`);
+    assert.equal(f.at(-1).stop_reason, w);
+    const r = await client.chat.completions.create({ model: 'fogline', messages: msgs, temperature: 0, stop });
+    assert.equal(r.choices[0].message.content, plain.text.slice(0, cutAt), `chat, stop ${JSON.stringify(stop)}`);
+  }
+  c.close();
+});
