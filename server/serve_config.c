@@ -61,8 +61,8 @@ void srv_config_usage(FILE *f)
     fprintf(f,
             "usage: fogline serve [options]\n\n"
             "Serves the model over WebSocket (/ws) and HTTP on one port: the web UI (/), /health,\n"
-            "/ready, /metrics, /v1/models, /v1/chat/completions, /v1/completions, /generate,\n"
-            "/tokenize, /detokenize. Each flag has a FOGLINE_* variable (--max-queued:\n"
+            "/ready, /metrics, /v1/models, /v1/chat/completions, /v1/completions, /v1/responses,\n"
+            "/generate, /tokenize, /detokenize. Each flag has a FOGLINE_* variable (--max-queued:\n"
             "FOGLINE_MAX_QUEUED; switches: =1); flags win.\n\n"
             "  --host ADDR              address to listen on (127.0.0.1; 0.0.0.0 for all)\n"
             "  --port N                 port (8080)\n"

@@ -22,10 +22,12 @@
 #include "serve_generate.h"
 #include "serve_group.h"
 #include "serve_request.h"
+#include "serve_responses.h"
 #include "serve_tokenize.h"
 #include "logprobs.h"
 
-enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER, R_GENERATE, R_COMPLETION, R_TOKENIZE, R_DETOKENIZE };
+enum { R_NONE = 0, R_STATIC, R_CHAT, R_OTHER, R_GENERATE, R_COMPLETION, R_TOKENIZE, R_DETOKENIZE,
+       R_RESPONSES };
 
 #define SRV_JOIN_MAX 16 /* segments of a joined answer (outlines have at most 10 points) */
 
@@ -63,6 +65,10 @@ struct srv_http {
     fl_buf pend[SRV_JOIN_MAX];
     srv_gen_fail gen;    /* /generate: its first failing segment */
     srv_tok_job *tok;    /* /tokenize: its work, until it answers */
+    /* /v1/responses: the output items and events (serve_responses.h), the request's fields the
+       answer repeats */
+    srv_resp rs;
+    json_t *rs_echo;
     struct srv_http *prev, *next;
 };
 
@@ -148,8 +154,9 @@ static const char *openai_type(int status)
     }
 }
 
-static void respond_error(srv_http *h, int status, const char *code, const char *param,
-                          const char *msg)
+/* An error answer whose param and message name the fields as the request did. */
+static void respond_error_as(srv_http *h, int status, const char *code, const char *param,
+                             const char *msg)
 {
     srv_metrics_error(&h->s->m, code);
     char *body = srv_openai_error(openai_type(status), code, param, msg);
@@ -157,6 +164,28 @@ static void respond_error(srv_http *h, int status, const char *code, const char 
     SRV_INFO(&h->s->log, "event=http_error status=%d code=%s message=%s", status, code,
              srv_log_q(q, sizeof q, msg));
     respond(h, status, "application/json", body);
+}
+
+/* On /v1/responses, whose request was translated into a chat request, an error's chat
+   field named as the client named it (serve_responses.h): *param renamed, the message (in
+   buf) returned; elsewhere msg as it is. */
+static const char *named_as_sent(const srv_http *h, const char **param, const char *msg,
+                                 char *buf, size_t cap)
+{
+    if (h->route != R_RESPONSES)
+        return msg;
+    *param = srv_responses_param(*param);
+    srv_responses_words(buf, cap, msg);
+    return buf;
+}
+
+/* An error answer, its fields named as the request named them. */
+static void respond_error(srv_http *h, int status, const char *code, const char *param,
+                          const char *msg)
+{
+    char words[FL_ERR_MSG + 128];
+    msg = named_as_sent(h, &param, msg, words, sizeof words);
+    respond_error_as(h, status, code, param, msg);
 }
 
 static int status_of(const char *code)
@@ -445,7 +474,7 @@ static const srv_owner_ops http_owner, generate_owner;
 static bool takes_body(const srv_http *h)
 {
     return h->route == R_CHAT || h->route == R_GENERATE || h->route == R_COMPLETION ||
-           h->route == R_TOKENIZE || h->route == R_DETOKENIZE;
+           h->route == R_TOKENIZE || h->route == R_DETOKENIZE || h->route == R_RESPONSES;
 }
 
 static void tok_answer(srv_http *h, srv_tok_answer *a)
@@ -532,10 +561,22 @@ static void chat_start(srv_http *h)
     srv_chat chat;
     const char *code = NULL, *param = NULL;
     char m[FL_ERR_MSG];
-    int rc = h->route == R_GENERATE ? srv_generate_parse(o, &L, &chat, &code, &param, m, sizeof m)
+    int rc;
+    if (h->route == R_RESPONSES) { /* the chat request it means, parsed as one */
+        json_t *co = NULL;
+        if (srv_responses_request(o, &co, &h->rs_echo, &code, &param, m, sizeof m)) {
+            json_decref(o); /* its own words already */
+            respond_error_as(h, status_of(code), code, param, m);
+            return;
+        }
+        rc = srv_parse_chat_openai(co, &L, &chat, &code, &param, m, sizeof m);
+        json_decref(co);
+    } else {
+        rc = h->route == R_GENERATE ? srv_generate_parse(o, &L, &chat, &code, &param, m, sizeof m)
              : h->route == R_COMPLETION
                  ? srv_parse_completion_openai(o, &L, &chat, &code, &param, m, sizeof m)
                  : srv_parse_chat_openai(o, &L, &chat, &code, &param, m, sizeof m);
+    }
     json_decref(o);
     if (rc) {
         srv_chat_free(&chat);
@@ -552,10 +593,23 @@ static void chat_start(srv_http *h)
     h->joined = SRV_PAR_OUTLINED(chat.parallel);
     h->n_choices = chat.parallel && !h->joined ? srv_chat_branches(&chat) : 1;
     h->created = (long long)time(NULL);
-    snprintf(h->cmpl_id, sizeof h->cmpl_id, "%s-%llx%04llx",
-             h->route == R_GENERATE ? "gen" : h->route == R_COMPLETION ? "cmpl" : "chatcmpl",
+    snprintf(h->cmpl_id, sizeof h->cmpl_id, "%s%llx%04llx", /* OpenAI's are resp_... there */
+             h->route == R_GENERATE      ? "gen-"
+             : h->route == R_COMPLETION  ? "cmpl-"
+             : h->route == R_RESPONSES   ? "resp_"
+                                         : "chatcmpl-",
              (unsigned long long)h->created,
              (unsigned long long)(s->next_serial + 1));
+    if (h->route == R_RESPONSES) {
+        srv_resp_init(&h->rs, h->cmpl_id);
+        /* the sampling the reply gets, as OpenAI's answers repeat it (a float's decimal form:
+           0.9, not 0.899999976) */
+        char v[32];
+        snprintf(v, sizeof v, "%.7g", (double)chat.dec.temperature);
+        json_object_set_new(h->rs_echo, "temperature", json_real(strtod(v, NULL)));
+        snprintf(v, sizeof v, "%.7g", (double)chat.dec.top_p);
+        json_object_set_new(h->rs_echo, "top_p", json_real(strtod(v, NULL)));
+    }
     if (!(chat.id = strdup(h->cmpl_id))) {
         srv_chat_free(&chat);
         respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
@@ -660,13 +714,16 @@ static void sse_broken(srv_http *h, size_t mark)
     arm(h);
 }
 
-/* Appends one SSE event, "data: <payload>\n\n", whole or not at all (payload NULL: it could
-   not be made). Nothing is appended after the stream's end. */
-static void sse_put(srv_http *h, const char *payload)
+/* Appends one SSE event, "data: <payload>\n\n" (after "event: <event>\n" when event is set),
+   whole or not at all (payload NULL: it could not be made). Nothing is appended after the
+   stream's end. */
+static void sse_put_ev(srv_http *h, const char *event, const char *payload)
 {
     if (h->complete)
         return;
     size_t mark = h->resp.len;
+    if (event)
+        fl_buf_printf(&h->resp, "event: %s\n", event);
     fl_buf_puts(&h->resp, "data: ");
     if (!payload || srv_fault(&h->s->faults, SRV_FAULT_SSE))
         fl_buf_fail(&h->resp, FL_ENOMEM);
@@ -677,6 +734,22 @@ static void sse_put(srv_http *h, const char *payload)
         return;
     }
     arm(h);
+}
+
+static void sse_put(srv_http *h, const char *payload)
+{
+    sse_put_ev(h, NULL, payload);
+}
+
+/* /v1/responses: one event of srv_resp (takes ev), named by its type as OpenAI names them */
+static void resp_emit(void *ctx, json_t *ev)
+{
+    srv_http *h = ctx;
+    char *s = json_dumps(ev, JSON_COMPACT | JSON_REAL_PRECISION(15));
+    const char *type = json_string_value(json_object_get(ev, "type"));
+    sse_put_ev(h, type ? type : "message", s);
+    free(s);
+    json_decref(ev);
 }
 
 static void sse_send(srv_http *h, json_t *o)
@@ -692,7 +765,23 @@ static void sse_send(srv_http *h, json_t *o)
 static void sse_error(srv_http *h, int status, const char *code, const char *msg)
 {
     char *e = srv_openai_error(openai_type(status), code, NULL, msg);
-    sse_put(h, e);
+    if (h->route == R_RESPONSES) { /* the Responses error event, which carries the same
+                                      "error" object (what OpenAI's clients raise from) */
+        json_t *ev = json_object(), *err = e ? json_loads(e, 0, NULL) : NULL;
+        json_object_set_new(ev, "type", json_string("error"));
+        json_object_set_new(ev, "code", json_string(code));
+        json_object_set_new(ev, "message", json_string(msg));
+        json_object_set_new(ev, "param", json_null());
+        json_object_set_new(ev, "sequence_number", json_integer(h->rs.seq++));
+        json_object_set(ev, "error", json_object_get(err, "error"));
+        json_decref(err);
+        free(e);
+        e = json_dumps(ev, JSON_COMPACT);
+        json_decref(ev);
+        sse_put_ev(h, "error", e);
+    } else {
+        sse_put(h, e);
+    }
     free(e);
     h->complete = true;
     arm(h);
@@ -709,6 +798,10 @@ static void sse_begin(srv_http *h)
     srv_metrics_http(&h->s->m, 200);
     if (h->route == R_COMPLETION) /* a text completion's chunks carry text only */
         return;
+    if (h->route == R_RESPONSES) { /* response.created, response.in_progress */
+        srv_resp_begin(&h->rs, h->created, h->s->model_id, h->rs_echo, resp_emit, h);
+        return;
+    }
     /* as OpenAI streams n choices: each choice's first chunk says its role, all of them
        before any text (a choice that has not started yet has had its role said) */
     for (int i = 0; i < h->n_choices && !h->complete; i++) {
@@ -808,6 +901,19 @@ static int reason_json(json_t *d, srv_reason *rs, const char *text, size_t n, bo
 
 static void tools_json(json_t *d, srv_tools *t, bool end);
 
+/* One streamed delta of choice index (takes d): a chunk, or /v1/responses' events. */
+static void send_delta(srv_http *h, int index, json_t *d)
+{
+    if (h->route == R_RESPONSES) {
+        srv_resp_delta(&h->rs, d, resp_emit, h);
+        json_decref(d);
+        if (h->rs.err)
+            sse_broken(h, h->resp.len);
+        return;
+    }
+    sse_send(h, chunk_at(h, index, d, NULL));
+}
+
 /* A stream's end: what the split held back (a tag cut off by the reply's end), as one delta
    (of the branch's choice for a branch). */
 static void reason_tail(srv_http *h, srv_req *r)
@@ -823,7 +929,7 @@ static void reason_tail(srv_http *h, srv_req *r)
         if (r->tools.on)
             tools_json(d, &r->tools, false);
         sse_begin(h);
-        sse_send(h, chunk_at(h, index, d, NULL));
+        send_delta(h, index, d);
     }
     fl_buf_free(&a);
     fl_buf_free(&b);
@@ -881,13 +987,32 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
             if (d && json_array_size(calls))
                 json_object_set(d, "tool_calls", calls);
             if (d && json_object_size(d))
-                sse_send(h, chunk(h, d, NULL));
+                send_delta(h, 0, d);
             else
                 json_decref(d);
             json_decref(calls);
             fl_buf_free(&out);
             if (r->tools.n_calls)
                 finish = "tool_calls";
+        }
+        if (h->route == R_RESPONSES) { /* the last item closed, then the whole response */
+            bool cut = ev->finish == FL_FINISH_LENGTH;
+            srv_resp_close(&h->rs, cut, resp_emit, h);
+            json_t *o = json_object();
+            json_object_set_new(o, "type", json_string(cut ? "response.incomplete" : "response.completed"));
+            json_object_set_new(o, "response", srv_resp_object(&h->rs, h->created, h->s->model_id,
+                                cut ? "incomplete" : "completed", h->rs_echo,
+                                srv_resp_usage(ev->stats.prompt_tokens, ev->n_ids, ev->stats.cached_tokens)));
+            json_object_set_new(o, "sequence_number", json_integer(h->rs.seq++));
+            if (h->rs.err) {
+                json_decref(o);
+                sse_broken(h, h->resp.len);
+                return;
+            }
+            resp_emit(h, o);
+            h->complete = true;
+            arm(h);
+            return;
         }
         sse_send(h, finish_chunk(h, 0, finish, stop_reason(r, ev)));
         if (h->include_usage) {
@@ -934,6 +1059,26 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
         tools_json(msg, &r->tools, true);
         if (r->tools.n_calls)
             finish = "tool_calls";
+    }
+    if (h->route == R_RESPONSES) { /* the same message, as the response's output items */
+        json_decref(o);
+        json_decref(choices);
+        json_decref(ch);
+        bool cut = ev->finish == FL_FINISH_LENGTH;
+        srv_resp_delta(&h->rs, msg, NULL, NULL);
+        json_decref(msg);
+        srv_resp_close(&h->rs, cut, NULL, NULL);
+        if (h->rs.err) {
+            respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
+            return;
+        }
+        json_t *x = srv_resp_object(&h->rs, h->created, h->s->model_id,
+                                    cut ? "incomplete" : "completed", h->rs_echo,
+                                    srv_resp_usage(ev->stats.prompt_tokens, ev->n_ids,
+                                                   ev->stats.cached_tokens));
+        json_object_set_new(x, "fogline", stats_json(&ev->stats));
+        respond_json(h, 200, x);
+        return;
     }
     json_object_set_new(ch, "index", json_integer(0));
     json_object_set_new(ch, "message", msg);
@@ -1026,6 +1171,13 @@ static void on_joined_event(srv_http *h, srv_req *r, const srv_ev *ev)
 static void send_commit(srv_http *h, srv_req *r, int index, json_t *d, bool any,
                         const srv_ev *ev)
 {
+    if (h->route == R_RESPONSES) { /* no logprobs there (refused) */
+        if (any)
+            send_delta(h, index, d);
+        else
+            json_decref(d);
+        return;
+    }
     if (!r->chat.logprobs) {
         if (any) /* a commit that is all tag or held back: nothing to say yet */
             sse_send(h, chunk_at(h, index, d, NULL));
@@ -1312,7 +1464,10 @@ static void http_on_reject(void *owner, srv_req *r, const char *code, const char
         sse_error(h, status, oc, msg);
         return;
     }
-    char *body = srv_openai_error(openai_type(status), oc, r->work_param, msg);
+    const char *param = r->work_param;
+    char words[FL_ERR_MSG + 128];
+    msg = named_as_sent(h, &param, msg, words, sizeof words);
+    char *body = srv_openai_error(openai_type(status), oc, param, msg);
     respond(h, status, "application/json", body);
 }
 
@@ -1377,6 +1532,8 @@ static void http_free(srv_pss *pss)
     fl_buf_free(&h->resp);
     for (int k = 0; k < SRV_JOIN_MAX; k++)
         fl_buf_free(&h->pend[k]);
+    srv_resp_free(&h->rs);
+    json_decref(h->rs_echo);
     free(h);
 }
 
@@ -1440,8 +1597,8 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
                       "missing or wrong API key (Authorization: Bearer KEY)");
         return 0;
     }
-    bool text = !strcmp(uri, "/v1/completions");
-    if (!strcmp(uri, "/v1/chat/completions") || text || gen || tok || detok) {
+    bool text = !strcmp(uri, "/v1/completions"), resp = !strcmp(uri, "/v1/responses");
+    if (!strcmp(uri, "/v1/chat/completions") || text || resp || gen || tok || detok) {
         if (meth != LWSHUMETH_POST) {
             if (gen || tok || detok) {
                 size_t el = strlen(h->extra);
@@ -1450,7 +1607,7 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
             respond_error(h, 405, "method_not_allowed", NULL, "use POST");
             return 0;
         }
-        h->route = gen ? R_GENERATE : text ? R_COMPLETION : tok ? R_TOKENIZE
+        h->route = gen ? R_GENERATE : text ? R_COMPLETION : resp ? R_RESPONSES : tok ? R_TOKENIZE
                                                 : detok ? R_DETOKENIZE : R_CHAT;
         srv_generate_init(&h->gen);
         char cl[32];

@@ -42,7 +42,10 @@ void fz_check_rejection(const char *code, const char *param, const char *msg)
             "presence_penalty", "frequency_penalty", "min_p", "repetition_penalty",
             "stop_token_ids", "include_stop_str_in_output", "suffix", "return_token_strs",
             "add_special_tokens", "add_generation_prompt", "continue_final_message", "tokens",
-            "skip_special_tokens"};
+            "skip_special_tokens",
+            /* /v1/responses */
+            "input", "instructions", "max_output_tokens", "text", "text.format",
+            "previous_response_id", "conversation", "background"};
         FZ_CHECK(in_list(param, known, sizeof known / sizeof known[0]), "unknown param '%s'",
                  param);
     }

@@ -1,0 +1,278 @@
+// OpenAI's Responses API (POST /v1/responses, docs/protocol.md) with the official `openai`
+// client: its `responses.create` and its `responses.stream` helper, whose accumulator checks the
+// events' order (response.created first, an item added before its parts, a part before its
+// deltas) as it rebuilds the response. A Responses request means a chat completions request
+// (input items as messages, instructions as the system message, text.format as
+// response_format, flat function tools as chat tools), so every answer is compared with
+// /v1/chat/completions' for the same conversation: the same text, reasoning, calls and prompt
+// tokens. On the built-in model: text, streaming, max_output_tokens, json_schema, sampling with
+// a seed; on a model with Qwen3's real template that always thinks first (FL_THINK_MODEL):
+// reasoning items and function calls, and a call's round trip as input items. Then every
+// bad input by its 400 and param.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { startServer, require, user, FOUR_QUESTIONS } from './lib.mjs';
+
+const OpenAI = require('openai').default;
+const Ajv = require('ajv');
+
+const THINK = process.env.FL_THINK_MODEL;
+const Q = 'Where is my order 48213? How long does express shipping take?';
+
+let builtin, think, bc, tc;
+before(async () => {
+  builtin = await startServer(['--max-tokens', '64']);
+  think = await startServer([], { model: THINK });
+  bc = new OpenAI({ apiKey: 'x', baseURL: `${builtin.url}/v1`, maxRetries: 0 });
+  tc = new OpenAI({ apiKey: 'x', baseURL: `${think.url}/v1`, maxRetries: 0 });
+});
+after(async () => {
+  assert.equal(await builtin.stop(), 0, builtin.log());
+  assert.equal(await think.stop(), 0, think.log());
+});
+
+// the events of a streamed response, checked for their numbering, and the client's own result
+async function streamed(client, body) {
+  const stream = client.responses.stream({ model: 'fogline', ...body });
+  const events = [];
+  for await (const ev of stream) events.push(ev);
+  const final = await stream.finalResponse();
+  events.forEach((ev, i) => assert.equal(ev.sequence_number, i, `event ${i} (${ev.type}) numbered`));
+  assert.equal(events[0].type, 'response.created');
+  assert.equal(events[1].type, 'response.in_progress');
+  assert.equal(events.at(-1).response.id, events[0].response.id);
+  return { events, final };
+}
+
+// what matters of an output item, ids aside (each request has its own)
+const shape = (items) => items.map((it) => ({ type: it.type, status: it.status,
+  text: it.content?.map((c) => c.text).join(''), name: it.name, arguments: it.arguments }));
+
+test('text: the chat reply of the same conversation, plain and streamed; instructions are the system message', async () => {
+  const r = await bc.responses.create({ model: 'fogline', input: Q, instructions: 'Answer briefly.' });
+  assert.match(r.id, /^resp_/);
+  assert.equal(r.object, 'response');
+  assert.equal(r.status, 'completed');
+  assert.equal(r.instructions, 'Answer briefly.');
+  const chat = await bc.chat.completions.create({ model: 'fogline', temperature: 0,
+    messages: [{ role: 'system', content: 'Answer briefly.' }, ...user(Q)] });
+  assert.equal(r.output_text, chat.choices[0].message.content);
+  assert.ok(r.output_text.length > 10, r.output_text);
+  assert.equal(r.output.length, 1);
+  assert.equal(r.output[0].type, 'message');
+  assert.equal(r.output[0].role, 'assistant');
+  assert.equal(r.usage.input_tokens, chat.usage.prompt_tokens);
+  assert.equal(r.usage.output_tokens, chat.usage.completion_tokens);
+  assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+  // streamed: deltas that add up, the same items, response.completed last
+  const { events, final } = await streamed(bc, { input: Q, instructions: 'Answer briefly.' });
+  assert.equal(events.at(-1).type, 'response.completed');
+  assert.equal(final.output_text, r.output_text);
+  assert.deepEqual(shape(final.output), shape(r.output));
+  const deltas = events.filter((e) => e.type === 'response.output_text.delta');
+  assert.ok(deltas.length > 1, 'the text comes as it is committed, in several deltas');
+  assert.equal(deltas.map((e) => e.delta).join(''), r.output_text);
+  const u = events.at(-1).response.usage;
+  assert.deepEqual([u.input_tokens, u.output_tokens, u.total_tokens], [r.usage.input_tokens,
+    r.usage.output_tokens, r.usage.total_tokens]);
+  // the same prompt again: its whole blocks come from the engine's prefix cache
+  assert.ok(u.input_tokens_details.cached_tokens > 0, JSON.stringify(u));
+});
+
+test('input items: text parts, roles, an earlier assistant turn; max_output_tokens ends it incomplete', async () => {
+  const input = [
+    { role: 'developer', content: 'You are the help desk.' },
+    { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'Hi, ' }, { type: 'input_text', text: 'I have a question.' }] },
+    { role: 'assistant', content: [{ type: 'output_text', text: 'Sure, what is it?' }] },
+    { role: 'user', content: Q },
+  ];
+  const msgs = [{ role: 'system', content: 'You are the help desk.' },
+    { role: 'user', content: 'Hi, I have a question.' }, { role: 'assistant', content: 'Sure, what is it?' }, ...user(Q)];
+  const r = await bc.responses.create({ model: 'fogline', input });
+  const chat = await bc.chat.completions.create({ model: 'fogline', temperature: 0, messages: msgs });
+  assert.equal(r.output_text, chat.choices[0].message.content);
+  assert.equal(r.usage.input_tokens, chat.usage.prompt_tokens);
+  const cut = await bc.responses.create({ model: 'fogline', input, max_output_tokens: 6 });
+  const chatCut = await bc.chat.completions.create({ model: 'fogline', temperature: 0, messages: msgs, max_tokens: 6 });
+  assert.equal(cut.status, 'incomplete');
+  assert.deepEqual(cut.incomplete_details, { reason: 'max_output_tokens' });
+  assert.equal(cut.output[0].status, 'incomplete');
+  assert.equal(cut.output_text, chatCut.choices[0].message.content);
+  assert.equal(cut.usage.output_tokens, 6);
+  const { events, final } = await streamed(bc, { input, max_output_tokens: 6 });
+  assert.equal(events.at(-1).type, 'response.incomplete');
+  assert.equal(final.status, 'incomplete');
+  assert.equal(final.output_text, cut.output_text);
+});
+
+test('text.format json_schema: valid JSON for the schema, as response_format gives it; sampling with a seed', async () => {
+  const schema = { type: 'object', properties: { order: { type: 'integer' }, status: { enum: ['shipped', 'pending'] } },
+    required: ['order', 'status'], additionalProperties: false };
+  const r = await bc.responses.create({ model: 'fogline', input: Q, max_output_tokens: 60,
+    text: { format: { type: 'json_schema', name: 'order', schema, strict: true } } });
+  const chat = await bc.chat.completions.create({ model: 'fogline', temperature: 0, messages: user(Q), max_tokens: 60,
+    response_format: { type: 'json_schema', json_schema: { name: 'order', schema, strict: true } } });
+  assert.equal(r.output_text, chat.choices[0].message.content);
+  const validate = new Ajv({ strict: false }).compile(schema);
+  assert.ok(validate(JSON.parse(r.output_text)), `${r.output_text}: ${JSON.stringify(validate.errors)}`);
+  assert.equal(r.text.format.type, 'json_schema');
+  // sampled: the seed gives the chat reply of the same seed; the answer repeats the sampling
+  const hot = { temperature: 1.5, top_p: 0.9, seed: 5 };
+  const s = await bc.responses.create({ model: 'fogline', input: 'Tell me about zebras and pianos.', ...hot });
+  const sc = await bc.chat.completions.create({ model: 'fogline', messages: user('Tell me about zebras and pianos.'), ...hot });
+  assert.equal(s.output_text, sc.choices[0].message.content);
+  assert.equal(s.temperature, 1.5);
+  assert.equal(s.top_p, 0.9);
+});
+
+test('reasoning: a reasoning item before the message, as the chat split gives reasoning_content', async () => {
+  const chat = await tc.chat.completions.create({ model: 'fogline', messages: user('hi') });
+  const m = chat.choices[0].message;
+  assert.ok(m.reasoning_content?.length > 0, `test data: the model thinks (${JSON.stringify(m)})`);
+  const r = await tc.responses.create({ model: 'fogline', input: 'hi' });
+  assert.deepEqual(r.output.map((it) => it.type), ['reasoning', 'message']);
+  assert.equal(r.output[0].content[0].type, 'reasoning_text');
+  assert.equal(r.output[0].content[0].text, m.reasoning_content);
+  assert.equal(r.output_text, m.content);
+  const { events, final } = await streamed(tc, { input: 'hi' });
+  assert.deepEqual(shape(final.output), shape(r.output));
+  assert.equal(events.filter((e) => e.type === 'response.reasoning_text.delta').map((e) => e.delta).join(''),
+    m.reasoning_content);
+  assert.equal(final.output_text, m.content);
+});
+
+const TOOLS = [
+  { type: 'function', name: 'get_order', description: 'Look an order up by its number', strict: true,
+    parameters: { type: 'object', properties: { order_id: { type: 'integer' } }, required: ['order_id'],
+      additionalProperties: false } },
+  { type: 'function', name: 'ping', parameters: { type: 'object' } },
+];
+const CHAT_TOOLS = TOOLS.map(({ type, ...f }) => ({ type, function: f }));
+
+test('function tools: a call item as chat gives the call; the round trip as input items', async () => {
+  const r = await tc.responses.create({ model: 'fogline', input: 'Where is order 12?', tools: TOOLS,
+    tool_choice: 'required', max_output_tokens: 160 });
+  const chat = await tc.chat.completions.create({ model: 'fogline', messages: user('Where is order 12?'),
+    tools: CHAT_TOOLS, tool_choice: 'required', max_tokens: 160 });
+  const want = chat.choices[0].message.tool_calls;
+  assert.equal(want.length, 1, JSON.stringify(chat));
+  const calls = r.output.filter((it) => it.type === 'function_call');
+  assert.equal(calls.length, 1, JSON.stringify(r.output));
+  assert.equal(calls[0].name, want[0].function.name);
+  assert.equal(calls[0].arguments, want[0].function.arguments);
+  assert.match(calls[0].call_id, /^call_/);
+  assert.equal(calls[0].status, 'completed');
+  JSON.parse(calls[0].arguments);
+  // named; streamed, the client assembles the arguments
+  const { events, final } = await streamed(tc, { input: 'Where is order 12?', tools: TOOLS,
+    tool_choice: { type: 'function', name: 'ping' }, max_output_tokens: 160 });
+  const fc = final.output.filter((it) => it.type === 'function_call');
+  assert.equal(fc.length, 1);
+  assert.equal(fc[0].name, 'ping');
+  assert.ok(events.some((e) => e.type === 'response.function_call_arguments.done'));
+  // the round trip: the call and its output as input items render as chat's tool messages
+  const input = [{ role: 'user', content: 'Where is order 12?' },
+    { type: 'function_call', call_id: calls[0].call_id, name: calls[0].name, arguments: calls[0].arguments },
+    { type: 'function_call_output', call_id: calls[0].call_id, output: '{"status": "shipped"}' }];
+  const back = await tc.responses.create({ model: 'fogline', input, tools: TOOLS });
+  const cb = await tc.chat.completions.create({ model: 'fogline', tools: CHAT_TOOLS, messages: [...user('Where is order 12?'),
+    { role: 'assistant', content: null, tool_calls: [{ id: calls[0].call_id, type: 'function',
+      function: { name: calls[0].name, arguments: calls[0].arguments } }] },
+    { role: 'tool', tool_call_id: calls[0].call_id, content: '{"status": "shipped"}' }] });
+  assert.equal(back.usage.input_tokens, cb.usage.prompt_tokens);
+  assert.equal(back.output_text, cb.choices[0].message.content ?? '');
+});
+
+test('bad input: 400 naming the field the client sent', async () => {
+  const cases = [
+    [{}, 'input', /'input' is required/],
+    [{ input: 5 }, 'input', /a string or a non-empty array/],
+    [{ input: [] }, 'input', /a string or a non-empty array/],
+    [{ input: ['hi'] }, 'input', /input\[0\] must be an object/],
+    [{ input: [{ role: 'robot', content: 'x' }] }, 'input', /input\[0\]\.role must be/],
+    [{ input: [{ role: 'user', content: 7 }] }, 'input', /input\[0\]\.content must be a string or an array/],
+    [{ input: [{ role: 'user', content: [{ type: 'input_image', image_url: 'x' }] }] }, 'input',
+      /input\[0\]\.content\[0\]: type 'input_image' is not supported/],
+    [{ input: [{ role: 'user', content: [{ type: 'input_text' }] }] }, 'input', /content\[0\]\.text must be a string/],
+    [{ input: [{ type: 'web_search_call' }] }, 'input', /item type 'web_search_call' is not supported/],
+    [{ input: [{ type: 'function_call', name: 'f' }] }, 'input', /needs 'call_id', 'name' and 'arguments'/],
+    [{ input: [{ type: 'function_call_output', output: 'x' }] }, 'input', /needs a 'call_id'/],
+    [{ input: 'hi', instructions: 3 }, 'instructions', /'instructions' must be a string/],
+    [{ input: 'hi', previous_response_id: 'resp_1' }, 'previous_response_id', /responses are not stored/],
+    [{ input: 'hi', conversation: 'c' }, 'conversation', /not supported/],
+    [{ input: 'hi', background: true }, 'background', /not supported/],
+    [{ input: 'hi', prompt: { id: 'p' } }, 'prompt', /not supported/],
+    [{ input: 'hi', top_logprobs: 2 }, 'top_logprobs', /not supported/],
+    [{ input: 'hi', messages: [] }, 'messages', /belongs to \/v1\/chat\/completions/],
+    [{ input: 'hi', n: 2 }, 'n', /belongs to \/v1\/chat\/completions/],
+    [{ input: 'hi', max_output_tokens: 0 }, 'max_output_tokens', /^'max_output_tokens' must be in \[1, 1024\], got 0$/],
+    [{ input: 'hi', text: 'json' }, 'text', /'text' must be an object/],
+    [{ input: 'hi', text: { format: { type: 'yaml' } } }, 'text.format', /^'text.format' type 'yaml' is not one of/],
+    [{ input: 'hi', text: { format: { type: 'json_schema' } } }, 'text.format', /'text.format.json_schema.schema' must be/],
+    [{ input: 'hi', tool_choice: 'required' }, 'tool_choice', /'tools' is empty/],
+    // (found when the template is rendered, after parsing: the same renaming)
+    [{ input: [{ role: 'user', content: 'hi' }, { type: 'function_call_output', call_id: 'c', output: 'x' }] },
+      'input', /no tool syntax/],
+    [{ input: 'hi', tools: [{ type: 'web_search' }] }, 'tools', /tools\[0\]: type 'web_search' is not supported/],
+    [{ input: 'hi', tools: {} }, 'tools', /'tools' must be an array/],
+    [{ input: 'hi', tool_choice: { type: 'allowed_tools' } }, 'tool_choice', /'tool_choice' must be/],
+    [{ input: 'hi', temperature: 5 }, 'temperature', /temperature/],
+  ];
+  for (const [body, param, re] of cases) {
+    const res = await fetch(`${builtin.url}/v1/responses`, { method: 'POST',
+      headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    const j = await res.json();
+    const what = JSON.stringify(body);
+    assert.equal(res.status, 400, `${what}: ${JSON.stringify(j)}`);
+    assert.equal(j.error.param, param, `${what}: ${JSON.stringify(j)}`);
+    assert.match(j.error.message, re, what);
+  }
+  const get = await fetch(`${builtin.url}/v1/responses`);
+  assert.equal(get.status, 405);
+});
+
+test('a stream cut short (the server stops past its grace period): an error event, then the end', async () => {
+  // the engine held, one token per forward: the stream has begun (a delta went out) long
+  // before the reply could end, whatever the machine's speed
+  const s = await startServer(['--drain-timeout', '0.3'], { hold: true });
+  // the headers go out with the first event, at the first commit: the fetch resolves then
+  const pending = fetch(`${s.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ input: FOUR_QUESTIONS, max_output_tokens: 64, stream: true,
+      decoding: { policy: 'sequential' } }) });
+  let res = null;
+  pending.then((r) => { res = r; });
+  await s.waitLog(/event=submitted req="resp_/);
+  let text = '';
+  let reader = null;
+  const more = async () => {
+    const { value, done } = await reader.read();
+    if (!done) text += new TextDecoder().decode(value);
+    return !done;
+  };
+  for (let i = 0; !text.includes('response.output_text.delta'); i++) {
+    assert.ok(i < 60, `no delta after ${i} forwards: ${text}`);
+    await s.step();
+    // what the forward sent: read until the server has nothing more to say for now
+    const pause = new Promise((r) => setTimeout(r, 300));
+    if (!res) await Promise.race([pending, pause]);
+    if (res && !reader) {
+      assert.equal(res.status, 200);
+      reader = res.body.getReader();
+    }
+    if (reader) await Promise.race([more(), pause]);
+  }
+  s.proc.kill('SIGTERM');
+  while (await more());
+  const events = text.trim().split('\n\n').map((e) => {
+    const [ev, data] = e.split('\n');
+    return { event: ev.replace('event: ', ''), data: JSON.parse(data.replace('data: ', '')) };
+  });
+  const last = events.at(-1);
+  assert.equal(last.event, 'error', text.slice(-400));
+  assert.equal(last.data.type, 'error');
+  assert.equal(last.data.code, 'shutting_down');
+  assert.equal(last.data.error.code, 'shutting_down');
+  assert.ok(!events.some((e) => e.event === 'response.completed'));
+  events.forEach((e, i) => assert.equal(e.data.sequence_number, i, `event ${i} numbered`));
+  assert.equal(await s.exited, 0);
+});
