@@ -300,7 +300,7 @@ int srv_responses_request(const json_t *o, json_t **chat, json_t **echo, const c
     /* the fields both take (sampling, stop, the fogline and vLLM extensions) pass as they are;
        chat completions ignores what it does not know, as this route does */
     static const char *const translated[] = {"input", "instructions", "max_output_tokens", "text",
-                                             "tools", "tool_choice"};
+                                             "tools", "tool_choice", "top_logprobs"};
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)o, k, v)

@@ -49,7 +49,10 @@ const shape = (items) => items.map((it) => ({ type: it.type, status: it.status,
   text: it.content?.map((c) => c.text).join(''), name: it.name, arguments: it.arguments }));
 
 test('text: the chat reply of the same conversation, plain and streamed; instructions are the system message', async () => {
-  const r = await bc.responses.create({ model: 'fogline', input: Q, instructions: 'Answer briefly.' });
+  // (top_logprobs 0 asks for nothing: accepted, as OpenAI's fields a client may always send)
+  const r = await bc.responses.create({ model: 'fogline', input: Q, instructions: 'Answer briefly.',
+    top_logprobs: 0, store: false, metadata: { k: 'v' }, reasoning: { effort: 'low' }, truncation: 'disabled' });
+  assert.deepEqual(r.metadata, { k: 'v' });
   assert.match(r.id, /^resp_/);
   assert.equal(r.object, 'response');
   assert.equal(r.status, 'completed');
