@@ -1626,6 +1626,14 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
         return 0; /* the body follows */
     }
     h->route = R_OTHER;
+    bool models = !strcmp(uri, "/v1/models") || !strncmp(uri, "/v1/models/", 11);
+    if (v1 && !models) { /* (a POST to /v1/embeddings is no wrong method: there is no such path) */
+        char m[200];
+        snprintf(m, sizeof m, "unknown endpoint %.80s: this server serves /v1/models, "
+                 "/v1/chat/completions, /v1/completions and /v1/responses", uri);
+        respond_error(h, 404, "not_found", NULL, m);
+        return 0;
+    }
     if (!get) {
         respond_error(h, 405, "method_not_allowed", NULL, "this path takes GET");
         return 0;
@@ -1644,8 +1652,6 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
         route_models(h, NULL);
     } else if (!strncmp(uri, "/v1/models/", 11) && uri[11]) {
         route_models(h, uri + 11);
-    } else if (v1) {
-        respond_error(h, 404, "not_found", NULL, "unknown endpoint");
     } else {
         h->route = R_STATIC;
         route_static(h, uri);

@@ -140,10 +140,16 @@ test('raw HTTP: bad JSON, wrong method, unknown endpoint', async () => {
   r = await fetch(`${server.url}/v1/chat/completions`, { headers: h });
   assert.equal(r.status, 405);
   await r.arrayBuffer();
-  r = await fetch(`${server.url}/v1/embeddings`, { headers: h });
-  assert.equal(r.status, 404);
-  j = await r.json();
-  assert.ok(j.error.message);
+  for (const method of ['GET', 'POST']) { // no such path, whatever the method
+    r = await fetch(`${server.url}/v1/embeddings`, { method, headers: h, ...(method === 'POST' ? { body: '{}' } : {}) });
+    assert.equal(r.status, 404, method);
+    j = await r.json();
+    assert.equal(j.error.code, 'not_found');
+    assert.match(j.error.message, /^unknown endpoint \/v1\/embeddings: this server serves .*\/v1\/responses/);
+  }
+  r = await fetch(`${server.url}/v1/models`, { method: 'POST', headers: h, body: '{}' });
+  assert.equal(r.status, 405);
+  assert.equal((await r.json()).error.code, 'method_not_allowed');
   r = await fetch(`${server.url}/v1/chat/completions`, {
     method: 'POST', headers: h, body: Buffer.from('{"model":"fogline","messages":[{"role":"user","content":"\xff\xfe"}]}', 'latin1'),
   });
