@@ -188,6 +188,7 @@ int fl_cmd_serve(int argc, char **argv)
     s->log.level = cfg.log_level;
     s->log.f = stderr;
     srv_seed_init(s, cfg.gen.seed_set, cfg.gen.dec.seed);
+    s->id_nonce = (uint32_t)srv_entropy();
     srv_metrics_init(&s->m);
     signal(SIGPIPE, SIG_IGN); /* a peer gone mid-write is an error return, not a kill */
     lws_set_log_level(LLL_ERR, lws_emit);

@@ -166,6 +166,8 @@ struct srv {
     bool rebalance;          /* a request ended: groups may start more branches */
     uint64_t next_serial;
     uint64_t seed_state;     /* the seeds of requests without one (srv_draw_seed) */
+    uint32_t id_nonce;       /* random per process: in HTTP answers' ids, so that two servers
+                                (replicas on one Redis) never give the same id */
     struct srv_conn *conns;  /* open WebSocket connections */
     int n_conns;
     uint64_t next_conn;

@@ -200,7 +200,7 @@ static int status_of(const char *code)
         return 413;
     if (!strcmp(code, SRV_E_UNAUTHORIZED))
         return 401;
-    if (!strcmp(code, SRV_E_MODEL_NOT_FOUND))
+    if (!strcmp(code, SRV_E_MODEL_NOT_FOUND) || !strcmp(code, SRV_E_PREV_NOT_FOUND))
         return 404;
     return 400;
 }
@@ -593,15 +593,38 @@ static void chat_start(srv_http *h)
     h->joined = SRV_PAR_OUTLINED(chat.parallel);
     h->n_choices = chat.parallel && !h->joined ? srv_chat_branches(&chat) : 1;
     h->created = (long long)time(NULL);
-    snprintf(h->cmpl_id, sizeof h->cmpl_id, "%s%llx%04llx", /* OpenAI's are resp_... there */
+    /* the time, the process's nonce, the request's serial: unique across restarts and across
+       servers sharing a Redis (a stored response's id is its key) */
+    snprintf(h->cmpl_id, sizeof h->cmpl_id, "%s%llx%08x%04llx", /* OpenAI's are resp_... there */
              h->route == R_GENERATE      ? "gen-"
              : h->route == R_COMPLETION  ? "cmpl-"
              : h->route == R_RESPONSES   ? "resp_"
                                          : "chatcmpl-",
-             (unsigned long long)h->created,
+             (unsigned long long)h->created, (unsigned)s->id_nonce,
              (unsigned long long)(s->next_serial + 1));
     if (h->route == R_RESPONSES) {
         srv_resp_init(&h->rs, h->cmpl_id);
+        /* previous_response_id: that response's conversation, from Redis, must be there;
+           store (OpenAI's default true): this one's is kept under its id, as a session's turn
+           is (only without tools: a session keeps messages) */
+        if (json_object_get(h->rs_echo, "previous_response_id")) {
+            if (!s->redis) {
+                srv_chat_free(&chat);
+                respond_error_as(h, 400, SRV_E_BAD_REQUEST, "previous_response_id",
+                                 "'previous_response_id' needs a server with --redis: responses "
+                                 "are stored there");
+                return;
+            }
+            chat.session_required = true;
+        }
+        bool store = s->redis && !json_is_false(json_object_get(h->rs_echo, "store")) &&
+                     !chat.tools && !chat.tool_msgs;
+        if (store && !(chat.session_save = strdup(h->cmpl_id))) {
+            srv_chat_free(&chat);
+            respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
+            return;
+        }
+        json_object_set_new(h->rs_echo, "store", json_boolean(store));
         /* the sampling the reply gets, as OpenAI's answers repeat it (a float's decimal form:
            0.9, not 0.899999976) */
         char v[32];

@@ -17,6 +17,7 @@ void srv_chat_free(srv_chat *c)
         return;
     free(c->id);
     free(c->session);
+    free(c->session_save);
     for (size_t i = 0; i < c->n_msgs; i++) {
         free((void *)c->msgs[i].role);
         free((void *)c->msgs[i].content);

@@ -29,6 +29,7 @@
 #define SRV_E_ENGINE "engine_error"
 #define SRV_E_INTERNAL "internal_error"
 #define SRV_E_MODEL_NOT_FOUND "model_not_found"
+#define SRV_E_PREV_NOT_FOUND "previous_response_not_found" /* /v1/responses, 404 */
 
 #define SRV_ID_MAX 128      /* bytes in a request or session id */
 #define SRV_MAX_MESSAGES 256
@@ -63,6 +64,11 @@ typedef struct srv_chat {
     char **stop;         /* (n_stop) owned */
     int n_stop;
     fl_decode_opts dec;
+    /* /v1/responses: the key the conversation is stored under when it ends (NULL: session's),
+       and whether session's history must be there (previous_response_id: a miss is an error,
+       not a turn without history) */
+    char *session_save;
+    bool session_required;
     bool seed_given;     /* the request's own "seed"; without it the server draws one
                             (srv_req_init) and dec.seed holds that once the request starts */
     /* "parallel": {"mode":"fanout","segments":[...],"max_branches":N}: each segment is a

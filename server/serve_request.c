@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "redis.h"
 #include "serve.h"
 #include "serve_group.h"
 #include "serve_request.h"
@@ -67,22 +68,20 @@ static bool req_orphaned(const srv_req *r)
     return !r->owner || (r->ops->orphaned && r->ops->orphaned(r->owner, r));
 }
 
-void srv_seed_init(srv *s, bool given, uint64_t seed)
+uint64_t srv_entropy(void)
 {
-    if (given) {
-        s->seed_state = seed;
-        return;
-    }
     uint64_t v;
-    if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v) {
-        s->seed_state = v;
-        return;
-    }
+    if (getrandom(&v, sizeof v, GRND_NONBLOCK) == (ssize_t)sizeof v)
+        return v;
     /* no entropy yet (an early-boot container): the clock and the process still differ */
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    s->seed_state = ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^
-                    ((uint64_t)getpid() << 32);
+    return ((uint64_t)ts.tv_sec * 1000000007u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 32);
+}
+
+void srv_seed_init(srv *s, bool given, uint64_t seed)
+{
+    s->seed_state = given ? seed : srv_entropy();
 }
 
 /* splitmix64: every state gives another output (a bijection of the counter) */
@@ -450,6 +449,14 @@ srv_req *srv_req_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat *
     if (!r) {
         *code = SRV_E_INTERNAL;
         snprintf(msg, msglen, "out of memory");
+        goto refuse;
+    }
+    if (chat->session_required && (!s->redis || !srv_redis_ready(s->redis))) {
+        /* a conversation that must be read cannot be: not a turn without its history */
+        free(r);
+        *code = SRV_E_PREV_NOT_FOUND;
+        snprintf(msg, msglen, "the previous response '%.64s' cannot be read now: Redis is not "
+                 "connected", chat->session);
         goto refuse;
     }
     srv_req_init(r, s, ops, owner, chat);

@@ -167,6 +167,8 @@ srv_req *srv_req_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat *
  * --seed does), else from the kernel's random bytes. Each is below 2^52, so that a choice's
  * seed + i is still a seed a request may send (0..2^53-1). */
 void srv_seed_init(srv *s, bool given, uint64_t seed);
+/* 64 random bits from the kernel (the clock and the process id when it has none yet). */
+uint64_t srv_entropy(void);
 uint64_t srv_draw_seed(srv *s);
 /* vLLM's stop_reason for a reply that ended with these (fl_event.stop_string, stop_token):
  * the stop string that cut it (the request's, else the server's --stop), the stop token id

@@ -182,6 +182,20 @@ static int input_messages(rctx *R, const json_t *o, json_t *msgs)
     return 0;
 }
 
+/* Whether the messages made from the input hold a tool call or a tool result. */
+static bool chat_has_calls(const json_t *msgs)
+{
+    size_t i;
+    const json_t *m;
+    json_array_foreach(msgs, i, m)
+    {
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (json_object_get(m, "tool_calls") || (role && !strcmp(role, "tool")))
+            return true;
+    }
+    return false;
+}
+
 /* text.format as chat's response_format (NULL: none or "text"). */
 static int text_format(rctx *R, const json_t *o, json_t *chat)
 {
@@ -271,10 +285,13 @@ int srv_responses_request(const json_t *o, json_t **chat, json_t **echo, const c
     if (!json_is_object(o))
         return rbad(&R, SRV_E_BAD_REQUEST, NULL, "the request body must be a JSON object");
     /* what a response cannot be without state or more than one answer */
-    if (given(json_object_get(o, "previous_response_id")))
-        return rbad(&R, SRV_E_BAD_REQUEST, "previous_response_id", "'previous_response_id' is not "
-                    "supported: responses are not stored; send the earlier turns in 'input' (or "
-                    "use 'session', which keeps a conversation in Redis)");
+    const json_t *prev = json_object_get(o, "previous_response_id");
+    if (given(prev) && !srv_id_ok(prev))
+        return rbad(&R, SRV_E_BAD_REQUEST, "previous_response_id", "'previous_response_id' must "
+                    "be a string of 1..%d bytes", SRV_ID_MAX);
+    if (given(prev) && given(json_object_get(o, "session")))
+        return rbad(&R, SRV_E_BAD_REQUEST, "previous_response_id", "'previous_response_id' and "
+                    "'session' cannot be combined");
     if (given(json_object_get(o, "conversation")))
         return rbad(&R, SRV_E_BAD_REQUEST, "conversation", "'conversation' is not supported: send "
                     "the earlier turns in 'input' (or use 'session')");
@@ -318,6 +335,17 @@ int srv_responses_request(const json_t *o, json_t **chat, json_t **echo, const c
         json_decref(e);
         return -1;
     }
+    /* the stored conversation continues as a session does (serve_session.c), and a session
+       keeps messages only: no tools, no calls */
+    if (given(prev) && (json_object_get(c, "tools") || chat_has_calls(msgs))) {
+        json_decref(c);
+        json_decref(e);
+        return rbad(&R, SRV_E_BAD_REQUEST, "previous_response_id", "'previous_response_id' cannot "
+                    "be combined with tools or function call items: a conversation with tools is "
+                    "not stored; send its turns in 'input'");
+    }
+    if (given(prev))
+        json_object_set(c, "session", (json_t *)prev);
     /* what the answer repeats of the request, with OpenAI's defaults */
     const json_t *ins = json_object_get(o, "instructions"), *mot = json_object_get(o, "max_output_tokens"),
                  *tools = json_object_get(o, "tools"), *tc = json_object_get(o, "tool_choice"),
@@ -335,6 +363,10 @@ int srv_responses_request(const json_t *o, json_t **chat, json_t **echo, const c
         json_object_set_new(e, "text", tf);
     }
     json_object_set_new(e, "metadata", json_is_object(md) ? json_incref((json_t *)md) : json_object());
+    if (given(prev))
+        json_object_set(e, "previous_response_id", (json_t *)prev);
+    if (json_object_get(o, "store")) /* (what was asked; the server says what it did) */
+        json_object_set(e, "store", json_object_get(o, "store"));
     *chat = c;
     *echo = e;
     return 0;

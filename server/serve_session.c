@@ -86,7 +86,27 @@ static void session_read(struct redisReply *rp, void *ud)
         return;
     }
     char q[80];
-    if (rp && rp->type == REDIS_REPLY_STRING) {
+    if (r->chat.session_required && !(rp && rp->type == REDIS_REPLY_STRING &&
+                                      session_merge(r, rp->str, (size_t)rp->len))) {
+        /* previous_response_id: a conversation that is not there (expired, never stored,
+           another server's Redis, Redis away) is the client's answer, not a turn without it */
+        bool gone = rp && rp->type == REDIS_REPLY_NIL;
+        if (gone)
+            s->m.session_misses++;
+        else
+            s->m.session_errors++;
+        char m[200];
+        snprintf(m, sizeof m, "the previous response '%.64s' %s", r->chat.session,
+                 gone ? "was not found (not stored, or expired after --redis-session-ttl)"
+                 : rp && rp->type == REDIS_REPLY_STRING ? "is stored in a form this server cannot read"
+                                                        : "cannot be read now: Redis did not answer");
+        r->work_param = "previous_response_id";
+        srv_req_reject(r, SRV_E_PREV_NOT_FOUND, m);
+        return;
+    }
+    if (r->chat.session_required) {
+        s->m.session_hits++;
+    } else if (rp && rp->type == REDIS_REPLY_STRING) {
         if (session_merge(r, rp->str, (size_t)rp->len)) {
             s->m.session_hits++;
         } else {
@@ -116,7 +136,8 @@ static void session_written(struct redisReply *rp, void *ud)
 void srv_session_save(srv_req *r, const srv_ev *ev)
 {
     srv *s = r->s;
-    if (!r->chat.session || !s->redis || !srv_redis_ready(s->redis))
+    const char *id = r->chat.session_save ? r->chat.session_save : r->chat.session;
+    if (!id || !s->redis || !srv_redis_ready(s->redis))
         return;
     json_t *o = json_object();
     json_t *ms = json_array();
@@ -147,7 +168,7 @@ void srv_session_save(srv_req *r, const srv_ev *ev)
     if (!val)
         return;
     char key[SRV_ID_MAX + 32], ttl[24];
-    session_key(r->chat.session, key, sizeof key);
+    session_key(id, key, sizeof key);
     snprintf(ttl, sizeof ttl, "%d", s->cfg->redis_session_ttl);
     const char *argv[5] = {"SET", key, val, "EX", ttl};
     size_t lens[5] = {3, strlen(key), strlen(val), 2, strlen(ttl)};

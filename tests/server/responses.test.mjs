@@ -11,7 +11,8 @@
 // bad input by its 400 and param.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, require, user, FOUR_QUESTIONS } from './lib.mjs';
+import { startServer, require, user, FOUR_QUESTIONS, metrics, until } from './lib.mjs';
+import { startRedis, cli } from './redis_lib.mjs';
 
 const OpenAI = require('openai').default;
 const Ajv = require('ajv');
@@ -201,7 +202,8 @@ test('bad input: 400 naming the field the client sent', async () => {
     [{ input: [{ type: 'function_call', name: 'f' }] }, 'input', /needs 'call_id', 'name' and 'arguments'/],
     [{ input: [{ type: 'function_call_output', output: 'x' }] }, 'input', /needs a 'call_id'/],
     [{ input: 'hi', instructions: 3 }, 'instructions', /'instructions' must be a string/],
-    [{ input: 'hi', previous_response_id: 'resp_1' }, 'previous_response_id', /responses are not stored/],
+    [{ input: 'hi', previous_response_id: 7 }, 'previous_response_id', /must be a string of 1\.\.128 bytes/],
+    [{ input: 'hi', previous_response_id: 'resp_1', session: 's' }, 'previous_response_id', /cannot be combined/],
     [{ input: 'hi', conversation: 'c' }, 'conversation', /not supported/],
     [{ input: 'hi', background: true }, 'background', /not supported/],
     [{ input: 'hi', prompt: { id: 'p' } }, 'prompt', /not supported/],
@@ -278,4 +280,70 @@ test('a stream cut short (the server stops past its grace period): an error even
   assert.ok(!events.some((e) => e.event === 'response.completed'));
   events.forEach((e, i) => assert.equal(e.data.sequence_number, i, `event ${i} numbered`));
   assert.equal(await s.exited, 0);
+});
+
+test('previous_response_id: the stored conversation continues, on another server process too; not found is 404', async () => {
+  const r = await startRedis();
+  const a = await startServer(['--redis', r.url]);
+  const b = await startServer(['--redis', r.url]);
+  try {
+    const ca = new OpenAI({ apiKey: 'x', baseURL: `${a.url}/v1`, maxRetries: 0 });
+    const cb = new OpenAI({ apiKey: 'x', baseURL: `${b.url}/v1`, maxRetries: 0 });
+    const written = async (srv, n) => until(async () =>
+      (await metrics(srv)).get('fogline_session_total', { outcome: 'written' }) === n, 5000, `${n} stored`);
+    const q1 = 'Where is my order 48213?', q2 = 'How long does express shipping take?', q3 = 'Thanks!';
+    const r1 = await ca.responses.create({ model: 'fogline', input: q1, instructions: 'You are the help desk.' });
+    assert.equal(r1.store, true);
+    await written(a, 1);
+    const kept = JSON.parse(await cli(r.port, ['GET', `fogline:session:${r1.id}`]));
+    assert.deepEqual(kept.messages.map((m) => m.role), ['system', 'user', 'assistant']);
+    // the second turn on the other process: the first turn's messages come before it
+    const r2 = await cb.responses.create({ model: 'fogline', input: q2, previous_response_id: r1.id });
+    assert.equal(r2.previous_response_id, r1.id);
+    const msgs = [{ role: 'system', content: 'You are the help desk.' }, ...user(q1),
+      { role: 'assistant', content: r1.output_text }, ...user(q2)];
+    const chat = await cb.chat.completions.create({ model: 'fogline', temperature: 0, messages: msgs });
+    assert.equal(r2.usage.input_tokens, chat.usage.prompt_tokens, 'the prompt holds the first turn');
+    assert.equal(r2.output_text, chat.choices[0].message.content);
+    await written(b, 1);
+    // a third turn from the second: all of it, streamed
+    const { final } = await streamed(ca, { input: q3, previous_response_id: r2.id });
+    const chat3 = await ca.chat.completions.create({ model: 'fogline', temperature: 0, messages: [...msgs,
+      { role: 'assistant', content: r2.output_text }, ...user(q3)] });
+    assert.equal(final.usage.input_tokens, chat3.usage.prompt_tokens);
+    assert.equal(final.output_text, chat3.choices[0].message.content);
+    // the first response is still there: a branch from it does not see the second turn
+    const fork = await ca.responses.create({ model: 'fogline', input: q3, previous_response_id: r1.id });
+    const chatFork = await ca.chat.completions.create({ model: 'fogline', temperature: 0, messages: [
+      { role: 'system', content: 'You are the help desk.' }, ...user(q1), { role: 'assistant', content: r1.output_text }, ...user(q3)] });
+    assert.equal(fork.usage.input_tokens, chatFork.usage.prompt_tokens);
+    // store: false keeps nothing; an unknown id is 404, on both
+    const loose = await ca.responses.create({ model: 'fogline', input: q1, store: false });
+    assert.equal(loose.store, false);
+    for (const [id, re] of [[loose.id, /was not found/], ['resp_nope', /was not found/]]) {
+      const res = await fetch(`${a.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ input: 'hi', previous_response_id: id }) });
+      const j = await res.json();
+      assert.equal(res.status, 404, JSON.stringify(j));
+      assert.equal(j.error.code, 'previous_response_not_found');
+      assert.equal(j.error.param, 'previous_response_id');
+      assert.match(j.error.message, re);
+    }
+    assert.equal(await cli(r.port, ['EXISTS', `fogline:session:${loose.id}`]), '0\n');
+    // a conversation with tools is not stored, and cannot be continued
+    const bad = await fetch(`${a.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ input: 'hi', previous_response_id: r1.id, tools: [{ type: 'function', name: 'f' }] }) });
+    assert.equal(bad.status, 400);
+    assert.match((await bad.json()).error.message, /cannot be combined with tools/);
+  } finally {
+    assert.equal(await a.stop(), 0, a.log());
+    assert.equal(await b.stop(), 0, b.log());
+  }
+  // without --redis nothing is stored: store is false, previous_response_id a 400
+  const plain = await bc.responses.create({ model: 'fogline', input: 'hi', max_output_tokens: 4 });
+  assert.equal(plain.store, false);
+  const res = await fetch(`${builtin.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ input: 'hi', previous_response_id: 'resp_1' }) });
+  assert.equal(res.status, 400);
+  assert.match((await res.json()).error.message, /needs a server with --redis/);
 });
