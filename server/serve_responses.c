@@ -434,13 +434,21 @@ static void emit_ev(srv_resp *st, srv_resp_emit emit, void *ctx, json_t *ev)
     emit(ctx, ev);
 }
 
-/* An event of the open item: its type, output_index, item_id and (content parts) content_index. */
-static json_t *item_ev(const srv_resp *st, const char *type, bool part)
+/* An event of the item at output index at: its type, item_id (when set) and output_index. */
+static json_t *ev_at(const char *type, const char *item_id, json_int_t at)
 {
     json_t *ev = json_object();
     json_object_set_new(ev, "type", json_string(type));
-    json_object_set_new(ev, "item_id", json_string(st->item_id));
-    json_object_set_new(ev, "output_index", json_integer((json_int_t)json_array_size(st->output)));
+    if (item_id)
+        json_object_set_new(ev, "item_id", json_string(item_id));
+    json_object_set_new(ev, "output_index", json_integer(at));
+    return ev;
+}
+
+/* An event of the open item, and (content parts) its content_index. */
+static json_t *item_ev(const srv_resp *st, const char *type, bool part)
+{
+    json_t *ev = ev_at(type, st->item_id, (json_int_t)json_array_size(st->output));
     if (part)
         json_object_set_new(ev, "content_index", json_integer(0));
     return ev;
@@ -488,9 +496,7 @@ static void item_open(srv_resp *st, srv_resp_open kind, srv_resp_emit emit, void
     fl_buf_rewind(&st->text, 0);
     snprintf(st->item_id, sizeof st->item_id, "%s_%s_%d", kind == SRV_RESP_REASONING ? "rs" : "msg",
              st->id + (strncmp(st->id, "resp_", 5) ? 0 : 5), st->n_items++);
-    json_t *ev = json_object();
-    json_object_set_new(ev, "type", json_string("response.output_item.added"));
-    json_object_set_new(ev, "output_index", json_integer((json_int_t)json_array_size(st->output)));
+    json_t *ev = ev_at("response.output_item.added", NULL, (json_int_t)json_array_size(st->output));
     json_object_set_new(ev, "item", item_json(st, "in_progress", false));
     emit_ev(st, emit, ctx, ev);
     ev = item_ev(st, "response.content_part.added", true);
@@ -513,8 +519,7 @@ static void item_close(srv_resp *st, bool incomplete, srv_resp_emit emit, void *
     json_object_set_new(ev, "part", part_json(st));
     emit_ev(st, emit, ctx, ev);
     json_t *item = item_json(st, incomplete ? "incomplete" : "completed", true);
-    ev = item_ev(st, "response.output_item.done", false);
-    json_object_del(ev, "item_id");
+    ev = ev_at("response.output_item.done", NULL, (json_int_t)json_array_size(st->output));
     json_object_set(ev, "item", item);
     emit_ev(st, emit, ctx, ev);
     if (json_array_append_new(st->output, item))
@@ -559,28 +564,18 @@ static void call_to(srv_resp *st, const json_t *call, srv_resp_emit emit, void *
     json_object_set_new(it, "arguments", json_string(""));
     json_object_set_new(it, "status", json_string("in_progress"));
     json_int_t at = (json_int_t)json_array_size(st->output);
-    json_t *ev = json_object();
-    json_object_set_new(ev, "type", json_string("response.output_item.added"));
-    json_object_set_new(ev, "output_index", json_integer(at));
+    json_t *ev = ev_at("response.output_item.added", NULL, at);
     json_object_set_new(ev, "item", json_deep_copy(it));
     emit_ev(st, emit, ctx, ev);
-    ev = json_object();
-    json_object_set_new(ev, "type", json_string("response.function_call_arguments.delta"));
-    json_object_set_new(ev, "item_id", json_string(id));
-    json_object_set_new(ev, "output_index", json_integer(at));
+    ev = ev_at("response.function_call_arguments.delta", id, at);
     json_object_set_new(ev, "delta", json_string(args ? args : ""));
     emit_ev(st, emit, ctx, ev);
-    ev = json_object();
-    json_object_set_new(ev, "type", json_string("response.function_call_arguments.done"));
-    json_object_set_new(ev, "item_id", json_string(id));
-    json_object_set_new(ev, "output_index", json_integer(at));
+    ev = ev_at("response.function_call_arguments.done", id, at);
     json_object_set_new(ev, "arguments", json_string(args ? args : ""));
     emit_ev(st, emit, ctx, ev);
     json_object_set_new(it, "arguments", json_string(args ? args : ""));
     json_object_set_new(it, "status", json_string("completed"));
-    ev = json_object();
-    json_object_set_new(ev, "type", json_string("response.output_item.done"));
-    json_object_set_new(ev, "output_index", json_integer(at));
+    ev = ev_at("response.output_item.done", NULL, at);
     json_object_set(ev, "item", it);
     emit_ev(st, emit, ctx, ev);
     if (json_array_append_new(st->output, it))
