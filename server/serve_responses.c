@@ -75,6 +75,16 @@ static json_t *content_of(rctx *R, const json_t *c, size_t i)
     return parts;
 }
 
+/* Appends {"role": role, "content": content} (taken) to msgs; returns the message. */
+static json_t *push_msg(json_t *msgs, const char *role, json_t *content)
+{
+    json_t *m = json_object();
+    json_object_set_new(m, "role", json_string(role));
+    json_object_set_new(m, "content", content);
+    json_array_append_new(msgs, m);
+    return m;
+}
+
 /* The last message of msgs when it is the assistant's (function calls join it), else NULL. */
 static json_t *last_assistant(json_t *msgs)
 {
@@ -90,21 +100,14 @@ static int input_messages(rctx *R, const json_t *o, json_t *msgs)
     const json_t *ins = json_object_get(o, "instructions");
     if (given(ins) && !json_is_string(ins))
         return rbad(R, SRV_E_BAD_REQUEST, "instructions", "'instructions' must be a string");
-    if (given(ins)) {
-        json_t *m = json_object();
-        json_object_set_new(m, "role", json_string("system"));
-        json_object_set(m, "content", (json_t *)ins);
-        json_array_append_new(msgs, m);
-    }
+    if (given(ins))
+        push_msg(msgs, "system", json_incref((json_t *)ins));
     const json_t *in = json_object_get(o, "input");
     if (!given(in))
         return rbad(R, SRV_E_BAD_REQUEST, "input", "'input' is required: a string or an array "
                     "of input items");
     if (json_is_string(in)) {
-        json_t *m = json_object();
-        json_object_set_new(m, "role", json_string("user"));
-        json_object_set(m, "content", (json_t *)in);
-        json_array_append_new(msgs, m);
+        push_msg(msgs, "user", json_incref((json_t *)in));
         return 0;
     }
     if (!json_is_array(in) || !json_array_size(in))
@@ -128,10 +131,7 @@ static int input_messages(rctx *R, const json_t *o, json_t *msgs)
             json_t *c = content_of(R, json_object_get(it, "content"), i);
             if (!c)
                 return -1;
-            json_t *m = json_object();
-            json_object_set_new(m, "role", json_string(role));
-            json_object_set_new(m, "content", c);
-            json_array_append_new(msgs, m);
+            push_msg(msgs, role, c);
         } else if (!strcmp(type, "function_call")) {
             const json_t *id = json_object_get(it, "call_id"), *name = json_object_get(it, "name"),
                          *args = json_object_get(it, "arguments");
@@ -140,12 +140,8 @@ static int input_messages(rctx *R, const json_t *o, json_t *msgs)
                             "'call_id', 'name' and 'arguments' (strings)", i);
             /* calls of one turn are one assistant message (after its text, if any) */
             json_t *m = last_assistant(msgs);
-            if (!m) {
-                m = json_object();
-                json_object_set_new(m, "role", json_string("assistant"));
-                json_object_set_new(m, "content", json_null());
-                json_array_append_new(msgs, m);
-            }
+            if (!m)
+                m = push_msg(msgs, "assistant", json_null());
             json_t *calls = json_object_get(m, "tool_calls");
             if (!calls) {
                 calls = json_array();
@@ -166,11 +162,7 @@ static int input_messages(rctx *R, const json_t *o, json_t *msgs)
             json_t *c = content_of(R, json_object_get(it, "output"), i);
             if (!c)
                 return -1;
-            json_t *m = json_object();
-            json_object_set_new(m, "role", json_string("tool"));
-            json_object_set(m, "tool_call_id", (json_t *)id);
-            json_object_set_new(m, "content", c);
-            json_array_append_new(msgs, m);
+            json_object_set(push_msg(msgs, "tool", c), "tool_call_id", (json_t *)id);
         } else if (!strcmp(type, "reasoning")) {
             /* an earlier turn's reasoning: the chat templates drop it from history too */
         } else {
