@@ -188,6 +188,19 @@ static bool chat_has_calls(const json_t *msgs)
     return false;
 }
 
+/* A copy of o's members but "type", in o's order (what the chat form nests under a key of its
+   own; a template renders a tool's fields in the order given). */
+static json_t *all_but_type(const json_t *o)
+{
+    json_t *c = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)o, k, v)
+        if (strcmp(k, "type"))
+            json_object_set(c, k, v);
+    return c;
+}
+
 /* text.format as chat's response_format (NULL: none or "text"). */
 static int text_format(rctx *R, const json_t *o, json_t *chat)
 {
@@ -206,13 +219,7 @@ static int text_format(rctx *R, const json_t *o, json_t *chat)
     json_t *rf = json_object();
     json_object_set_new(rf, "type", json_string(t));
     if (!strcmp(t, "json_schema")) { /* the chat form nests what the Responses form flattens */
-        json_t *js = json_object();
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)f, k, v)
-            if (strcmp(k, "type"))
-                json_object_set(js, k, v);
-        json_object_set_new(rf, "json_schema", js);
+        json_object_set_new(rf, "json_schema", all_but_type(f));
     }
     json_object_set_new(chat, "response_format", rf);
     return 0;
@@ -235,13 +242,7 @@ static int tools_of(rctx *R, const json_t *o, json_t *chat)
             if (!type || strcmp(type, "function"))
                 return rbad(R, SRV_E_BAD_REQUEST, "tools", "tools[%zu]: type '%.40s' is not "
                             "supported (function tools only)", i, type ? type : "(none)");
-            /* the tool's own fields in its own order (a template renders them as given) */
-            json_t *fn = json_object();
-            const char *k;
-            json_t *v;
-            json_object_foreach((json_t *)t, k, v)
-                if (strcmp(k, "type"))
-                    json_object_set(fn, k, v);
+            json_t *fn = all_but_type(t);
             json_t *ct = json_object();
             json_object_set_new(ct, "type", json_string("function"));
             json_object_set_new(ct, "function", fn);
