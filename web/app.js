@@ -364,6 +364,7 @@ function send(text) {
     return;
   }
   if (!chat.messages.length) chat.title = text.replace(/\s+/g, ' ').slice(0, 60);
+  for (const b of els.thread.querySelectorAll('.regen')) b.remove(); // no longer the last reply
   chat.messages.push({ role: 'user', content: text });
   const segments = settings.parallel === 'fanout' ? splitQuestions(text) : null;
   const req = buildRequest(historyForServer(), segments, settings.parallel === 'auto');
@@ -532,6 +533,7 @@ function onDone(f) {
   if (Array.isArray(f.tool_calls) && f.tool_calls.length) a.msg.tool_calls = f.tool_calls;
   a.msg.usage = f.usage;
   a.msg.stats = f.stats;
+  if (f.seed != null) a.msg.seed = f.seed; // a sampled reply's seed (the server drew it)
   a.msg.client = { ms_first: a.tFirst == null ? null : a.tFirst - a.t0, ms_total: performance.now() - a.t0,
                    ...(a.watching ? { steps: a.steps } : {}) };
   saveChat();
@@ -761,7 +763,19 @@ function renderStats(li, m) {
   if (secs > 0) parts.push(pill('tok/s', fmt(n / secs, 0), `${n} tokens in ${ms(s.ms_total)} (prefill ${ms(s.ms_prefill)}, decode ${ms(s.ms_decode)})`));
   parts.push(pill('first draft', ms(s.ms_first_update ?? m.client?.ms_first), `measured by the server; in this browser ${ms(m.client?.ms_first)}`));
   if (m.client?.steps != null) parts.push(pill('steps shown', fmt(m.client.steps), 'watch it denoise: the denoising steps this page showed'));
+  if (m.seed != null) parts.push(pill('seed', String(m.seed), 'the sampler\'s seed (temperature above 0): a chat with this seed and the same settings gives this reply again'));
   el.innerHTML = parts.join('');
+  // the last reply can be asked for again: another sample when sampling, or the same
+  // question under settings changed since
+  if (!m.error && chat.messages[chat.messages.length - 1] === m) {
+    const b = document.createElement('button');
+    b.type = 'button';
+    b.className = 'regen';
+    b.textContent = 'Regenerate';
+    b.title = 'Ask again with the current settings (another sample when the temperature is above 0)';
+    b.addEventListener('click', retryLast);
+    el.append(b);
+  }
 }
 
 function renderError(li, m) {

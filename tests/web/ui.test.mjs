@@ -111,6 +111,7 @@ async function setSettings(values, screenshot) {
   if ('pipeline' in values) await page.setChecked('#set-pipeline', values.pipeline);
   if ('parallel' in values) await page.selectOption('#set-parallel', values.parallel);
   if ('max_tokens' in values) await page.fill('#set-max-tokens', String(values.max_tokens));
+  if ('temperature' in values) await page.fill('#set-temperature', String(values.temperature));
   if ('watch' in values) await page.selectOption('#set-watch', values.watch);
   if ('format' in values) await page.selectOption('#set-format', values.format);
   if ('schema' in values) await page.fill('#set-schema', values.schema);
@@ -881,6 +882,45 @@ test('watch it denoise: a slowed replay shows every step, masked positions resol
   assert.equal(await page.locator('.fog').count(), 0);
   assert.equal(await page.locator('#stop').isVisible(), false);
   await setSettings({ watch: 'off' });
+});
+
+test('a sampled reply shows its seed; Regenerate asks again (another seed), replacing the last reply', async () => {
+  await page.goto(home);
+  await connected();
+  await page.click('#new-chat');
+  await setSettings({ temperature: 1.5, policy: 'threshold' });
+  const first = await sendMessage('Tell me about zebras and pianos.');
+  assert.equal(first.temperature, 1.5);
+  assert.equal(first.seed, undefined, 'the page leaves the seed to the server');
+  await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
+  const done1 = (await replyFrames(first.id)).at(-1);
+  assert.ok(Number.isSafeInteger(done1.seed), JSON.stringify(done1));
+  const stats = () => lastAssistant().locator('.stats').textContent();
+  assert.match(await stats(), new RegExp(`seed ${done1.seed}`));
+  // only the last reply has the button
+  const regen = page.locator('button.regen');
+  assert.equal(await regen.count(), 1);
+  const n = frames.sent.length;
+  await regen.click();
+  const again = await until(() => frames.sent.slice(n).find((f) => f.type === 'chat'), 5000, 'the regenerated chat');
+  assert.deepEqual(again.messages, first.messages, 'the same conversation is asked again');
+  await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
+  const done2 = (await replyFrames(again.id)).at(-1);
+  assert.notEqual(done2.seed, done1.seed, 'another sample');
+  assert.match(await stats(), new RegExp(`seed ${done2.seed}`));
+  assert.equal(await assistants().count(), 1, 'the reply was replaced, not added');
+  const stored = await page.evaluate((x) => JSON.parse(localStorage.getItem(`fogline.chat.${x}`)), again.session);
+  assert.equal(stored.messages.length, 2);
+  assert.equal(stored.messages[1].seed, done2.seed);
+  // a new question: the button moves to its reply; greedy replies report no seed
+  await setSettings({ temperature: 0 });
+  const third = await sendMessage('hello');
+  await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
+  assert.equal((await replyFrames(third.id)).at(-1).seed, undefined);
+  assert.doesNotMatch(await stats(), /seed/);
+  assert.equal(await regen.count(), 1);
+  assert.equal(await assistants().last().locator('button.regen').count(), 1);
+  await shot('desktop-light-regenerate');
 });
 
 test('the page made no script errors; the server exits 0 on SIGTERM', async () => {
