@@ -1110,6 +1110,8 @@ static int parse_min_tokens(pctx *P, const json_t *o, const srv_limits *L, srv_c
     return 0;
 }
 
+static int parse_samples(pctx *P, srv_chat *c);
+
 int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const char **code,
                       char *msg, size_t msglen)
 {
@@ -1123,10 +1125,15 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
                                         "top_logprobs", "logit_bias", "min_tokens",
                                         "ignore_eos", "presence_penalty", "frequency_penalty",
                                         "repetition_penalty", "stop_token_ids",
-                                        "include_stop_str_in_output"};
+                                        "include_stop_str_in_output", "n"};
     const char *key = srv_json_unknown_key(o, known, sizeof known / sizeof known[0]);
     if (key)
         return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);
+    double nx;
+    int nr = get_int(&P, o, "n", "n", 1, SRV_MAX_SEGMENTS, &nx); /* choices, as OpenAI's n */
+    if (nr < 0)
+        return -1;
+    c->n_choices = nr ? 1 : (int)nx;
     const json_t *dr = json_object_get(o, "drafts");
     if (dr && !json_is_null(dr)) {
         const char *v = json_string_value(dr);
@@ -1145,7 +1152,8 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
         parse_response_format(&P, o, c) || parse_tools(&P, o, c) ||
         parse_sampling(&P, o, L, c, "max_tokens") || parse_logprobs(&P, o, c) ||
         parse_logit_bias(&P, o, L, c) || parse_min_tokens(&P, o, L, c) ||
-        parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c))
+        parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c) ||
+        parse_samples(&P, c))
         return -1;
     return 0;
 }

@@ -14,7 +14,8 @@
 #   server.vllm_sampling min_p, repetition_penalty, stop_token_ids on every transport and
 #                        /generate: as `fogline generate` decodes them; bad input
 #   server.seeds         a sampled request without a seed gets a fresh one, reported (header,
-#                        done), that reproduces it; --seed N repeats the sequence
+#                        done), that reproduces it; --seed N repeats the sequence; the
+#                        WebSocket's n (choice i is seed + i)
 #   server.http          /health /ready, static files, origins/CORS, API key, /metrics
 #   server.ops           flags/FOGLINE_*, one-line errors, limits, SIGTERM drain
 #   server.backpressure  a client that never reads

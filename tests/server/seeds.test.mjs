@@ -152,3 +152,37 @@ test('--seed N: a restarted server gives the same requests the same seeds; anoth
   assert.notDeepEqual(runs[2], runs[0], '--seed 6 starts elsewhere');
   await server.waitLog(/event=decoding .*seeds=random/); // without --seed: from random bytes
 });
+
+test('the WebSocket\'s n: choice i is the chat alone with seed + i, its frames tagged with segment i', async () => {
+  const c = await connect(server);
+  c.send({ type: 'chat', id: 'n3', messages: msgs, ...HOT, n: 3, seed: 40 });
+  const frames = await c.collect('n3');
+  const done = frames.at(-1);
+  assert.equal(done.type, 'done', JSON.stringify(done));
+  assert.equal(done.seed, 40);
+  assert.deepEqual(done.segments.map((s) => s.segment), [0, 1, 2]);
+  for (let i = 0; i < 3; i++) {
+    const mine = frames.filter((f) => f.segment === i);
+    assert.equal(mine.at(-1).type, 'segment_done', `choice ${i} ends with segment_done`);
+    assert.equal(mine.at(-1).seed, 40 + i);
+    const text = mine.filter((f) => f.type === 'commit').map((f) => f.text).join('');
+    assert.equal(text, generate(40 + i), `choice ${i}: the reply of seed ${40 + i}`);
+  }
+  // without a seed: the drawn one is the group's, choice i has it + i
+  c.send({ type: 'chat', id: 'n2', messages: msgs, ...HOT, n: 2 });
+  const f2 = await c.collect('n2');
+  const s = f2.at(-1).seed;
+  assert.deepEqual(f2.filter((f) => f.type === 'segment_done').map((f) => f.seed).sort(), [s, s + 1]);
+  // bad n: out of range, or with what a group of samples cannot be
+  for (const [extra, code, re] of [[{ n: 0 }, 'out_of_range', /'n' must be in \[1, 16\]/],
+    [{ n: 17 }, 'out_of_range', /'n' must be in \[1, 16\]/], [{ n: 1.5 }, 'bad_request', /'n'/],
+    [{ n: 2, session: 's1' }, 'bad_request', /'n' above 1 cannot be combined with 'session'/],
+    [{ n: 2, parallel: { mode: 'fanout', segments: ['a', 'b'] } }, 'bad_request', /cannot be combined with 'parallel'/]]) {
+    c.send({ type: 'chat', id: 'bad', messages: msgs, ...extra });
+    const [e] = await c.collect('bad');
+    assert.equal(e.type, 'error', JSON.stringify(extra));
+    assert.equal(e.code, code, JSON.stringify(e));
+    assert.match(e.message, re);
+  }
+  c.close();
+});
