@@ -985,6 +985,17 @@ static void tools_json(json_t *d, srv_tools *t, bool end)
     fl_buf_free(&out);
 }
 
+/* /v1/responses: the finished response, its last item closed first (its events through
+   emit when streamed, else NULL) */
+static json_t *resp_done(srv_http *h, const srv_ev *ev, srv_resp_emit emit)
+{
+    bool cut = ev->finish == FL_FINISH_LENGTH;
+    srv_resp_close(&h->rs, cut, emit, h);
+    return srv_resp_object(&h->rs, h->created, h->s->model_id, cut ? "incomplete" : "completed",
+                           h->rs_echo, srv_resp_usage(ev->stats.prompt_tokens, ev->n_ids,
+                                                      ev->stats.cached_tokens));
+}
+
 static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
 {
     const char *finish = ev->finish == FL_FINISH_LENGTH ? "length" : "stop";
@@ -1019,13 +1030,11 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
                 finish = "tool_calls";
         }
         if (h->route == R_RESPONSES) { /* the last item closed, then the whole response */
-            bool cut = ev->finish == FL_FINISH_LENGTH;
-            srv_resp_close(&h->rs, cut, resp_emit, h);
             json_t *o = json_object();
-            json_object_set_new(o, "type", json_string(cut ? "response.incomplete" : "response.completed"));
-            json_object_set_new(o, "response", srv_resp_object(&h->rs, h->created, h->s->model_id,
-                                cut ? "incomplete" : "completed", h->rs_echo,
-                                srv_resp_usage(ev->stats.prompt_tokens, ev->n_ids, ev->stats.cached_tokens)));
+            json_object_set_new(o, "type", json_string(ev->finish == FL_FINISH_LENGTH
+                                                           ? "response.incomplete"
+                                                           : "response.completed"));
+            json_object_set_new(o, "response", resp_done(h, ev, resp_emit));
             json_object_set_new(o, "sequence_number", json_integer(h->rs.seq++));
             if (h->rs.err) {
                 json_decref(o);
@@ -1087,18 +1096,14 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
         json_decref(o);
         json_decref(choices);
         json_decref(ch);
-        bool cut = ev->finish == FL_FINISH_LENGTH;
         srv_resp_delta(&h->rs, msg, NULL, NULL);
         json_decref(msg);
-        srv_resp_close(&h->rs, cut, NULL, NULL);
+        json_t *x = resp_done(h, ev, NULL);
         if (h->rs.err) {
+            json_decref(x);
             respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
             return;
         }
-        json_t *x = srv_resp_object(&h->rs, h->created, h->s->model_id,
-                                    cut ? "incomplete" : "completed", h->rs_echo,
-                                    srv_resp_usage(ev->stats.prompt_tokens, ev->n_ids,
-                                                   ev->stats.cached_tokens));
         json_object_set_new(x, "fogline", stats_json(&ev->stats));
         respond_json(h, 200, x);
         return;
@@ -1194,16 +1199,9 @@ static void on_joined_event(srv_http *h, srv_req *r, const srv_ev *ev)
 static void send_commit(srv_http *h, srv_req *r, int index, json_t *d, bool any,
                         const srv_ev *ev)
 {
-    if (h->route == R_RESPONSES) { /* no logprobs there (refused) */
-        if (any)
-            send_delta(h, index, d);
-        else
-            json_decref(d);
-        return;
-    }
-    if (!r->chat.logprobs) {
+    if (!r->chat.logprobs) { /* (always so on /v1/responses) */
         if (any) /* a commit that is all tag or held back: nothing to say yet */
-            sse_send(h, chunk_at(h, index, d, NULL));
+            send_delta(h, index, d);
         else
             json_decref(d);
         return;
