@@ -289,8 +289,8 @@ int srv_responses_request(const json_t *o, json_t **chat, json_t **echo, const c
         return rbad(&R, SRV_E_BAD_REQUEST, "conversation", "'conversation' is not supported: send "
                     "the earlier turns in 'input' (or use 'session')");
     if (json_is_true(json_object_get(o, "background")))
-        return rbad(&R, SRV_E_BAD_REQUEST, "background", "'background' is not supported: "
-                    "responses are not stored");
+        return rbad(&R, SRV_E_BAD_REQUEST, "background", "'background' is not supported: a "
+                    "response is answered on its own request");
     if (given(json_object_get(o, "prompt")))
         return rbad(&R, SRV_E_BAD_REQUEST, "prompt", "'prompt' (a stored prompt template) is not "
                     "supported");

@@ -330,6 +330,12 @@ test('previous_response_id: the stored conversation continues, on another server
       assert.match(j.error.message, re);
     }
     assert.equal(await cli(r.port, ['EXISTS', `fogline:session:${loose.id}`]), '0\n');
+    // a fogline session named by the client: the turn is kept under the session, not the id
+    const own = await ca.responses.create({ model: 'fogline', input: q1, session: 'rs-1' });
+    assert.equal(own.store, false);
+    await written(a, 4);
+    assert.equal(await cli(r.port, ['EXISTS', 'fogline:session:rs-1']), '1\n');
+    assert.equal(await cli(r.port, ['EXISTS', `fogline:session:${own.id}`]), '0\n');
     // a conversation with tools is not stored, and cannot be continued
     const bad = await fetch(`${a.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ input: 'hi', previous_response_id: r1.id, tools: [{ type: 'function', name: 'f' }] }) });
