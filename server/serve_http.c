@@ -620,7 +620,7 @@ static void chat_start(srv_http *h)
         /* (a fogline session named by the client keeps the turn under its own key instead) */
         bool own_session = chat.session && !chat.session_required;
         bool store = s->redis && !json_is_false(json_object_get(h->rs_echo, "store")) &&
-                     !chat.tools && !chat.tool_msgs && !own_session;
+                     !own_session;
         if (store && !(chat.session_save = strdup(h->cmpl_id))) {
             srv_chat_free(&chat);
             respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");

@@ -463,6 +463,14 @@ static int tool_calls_text(pctx *P, const json_t *tc, size_t i, char **out)
     return 0;
 }
 
+char *srv_tool_calls_text(const json_t *tool_calls)
+{
+    const char *code = NULL, *param = NULL;
+    char msg[160], *out = NULL;
+    pctx P = {&code, &param, msg, sizeof msg};
+    return tool_calls_text(&P, tool_calls, 0, &out) ? NULL : out;
+}
+
 static int parse_messages(pctx *P, const json_t *msgs, bool openai, srv_chat *c)
 {
     if (!json_is_array(msgs))
@@ -924,12 +932,12 @@ static int parse_tools_with(pctx *P, const json_t *o, srv_chat *c, json_t *argv)
             return bad(P, SRV_E_BAD_REQUEST, "tool_choice", "'tool_choice' asks for a tool call "
                        "but 'tools' is empty");
     }
-    if (have && (c->session || c->parallel))
-        return bad(P, SRV_E_BAD_REQUEST, "tools", "'tools' cannot be combined with '%s'",
-                   c->session ? "session" : "parallel");
-    if (c->tool_msgs && (c->session || c->parallel))
+    /* (a session keeps tool calls and results: serve_session.c) */
+    if (have && c->parallel)
+        return bad(P, SRV_E_BAD_REQUEST, "tools", "'tools' cannot be combined with 'parallel'");
+    if (c->tool_msgs && c->parallel)
         return bad(P, SRV_E_BAD_REQUEST, "messages", "tool calls and tool results in 'messages' "
-                   "cannot be combined with '%s'", c->session ? "session" : "parallel");
+                   "cannot be combined with 'parallel'");
     if (c->tool_choice >= SRV_TOOL_REQUIRED && c->format != FL_FMT_TEXT)
         return bad(P, SRV_E_BAD_REQUEST, "tool_choice", "'tool_choice' %s and 'response_format' "
                    "cannot be combined (the reply is a tool call)",

@@ -142,6 +142,10 @@ typedef struct srv_limits {
 } srv_limits;
 
 void srv_chat_free(srv_chat *c);
+/* An assistant message's tool_calls (OpenAI's shape, arguments as JSON text or an object) as
+ * the chat template takes them (srv_chat.calls); NULL when they are not that shape (or out of
+ * memory). Owned by the caller. */
+char *srv_tool_calls_text(const json_t *tool_calls);
 
 /* The branches a request's group has: its segments (fan-out), its choices (samples: prompts
  * times n), or 1 (the outline stage first). */

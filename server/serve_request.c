@@ -191,13 +191,12 @@ static void tokenize_raw(srv_req *r)
 }
 
 int srv_chat_render_prompt(const fl_tokenizer *tok, const srv_chat *c, const fl_chat_msg *view,
-                           size_t n, bool add_generation_prompt, fl_buf *text, fl_err *e,
-                           const char **param)
+                           const char *const *view_calls, size_t n, bool add_generation_prompt,
+                           fl_buf *text, fl_err *e, const char **param)
 {
     fl_chat_opts co = {.add_generation_prompt = add_generation_prompt,
                        .enable_thinking = c->enable_thinking};
-    /* tools, and the messages' tool calls (no session with them: the view is the messages) */
-    fl_chat_extra extra = {c->tools, (const char *const *)c->calls, NULL};
+    fl_chat_extra extra = {c->tools, view_calls, NULL};
     bool tools = c->tools || c->tool_msgs;
     if (tools && !fl_chat_takes_tools(tok)) {
         *param = c->tools ? "tools" : "messages";
@@ -227,7 +226,9 @@ static void tokenize_work(uv_work_t *w)
     bool sys = r->n_history > 0 && !strcmp(r->chat.msgs[0].role, "system");
     size_t droppable = r->n_history - (sys ? 1 : 0);
     fl_chat_msg *view = malloc(sizeof(fl_chat_msg) * (n ? n : 1));
-    if (!view) {
+    const char **calls = r->chat.calls ? calloc(n ? n : 1, sizeof(char *)) : NULL;
+    if (!view || (r->chat.calls && !calls)) {
+        free(view);
         r->work_rc = fl_err_set(&r->work_err, FL_ENOMEM, "out of memory");
         return;
     }
@@ -236,18 +237,23 @@ static void tokenize_work(uv_work_t *w)
         for (size_t i = 0; i < n; i++) {
             bool hist_dropped = i < r->n_history && !(sys && i == 0) &&
                                 i - (sys ? 1 : 0) < r->n_dropped;
-            if (!hist_dropped)
-                view[k++] = r->chat.msgs[i];
+            if (hist_dropped)
+                continue;
+            if (calls)
+                calls[k] = r->chat.calls[i];
+            view[k++] = r->chat.msgs[i];
         }
         fl_buf text = {0};
         free(r->ids);
         r->ids = NULL;
         r->n_ids = 0;
-        r->work_rc = srv_chat_render_prompt(tok, &r->chat, view, k, true, &text, &r->work_err,
-                                            &r->work_param);
-        if (!r->work_rc) /* Qwen3's is the template with think blocks */
+        r->work_rc = srv_chat_render_prompt(tok, &r->chat, view, calls, k, true, &text,
+                                            &r->work_err, &r->work_param);
+        if (!r->work_rc) { /* Qwen3's is the template with think blocks */
             srv_reason_init(&r->reason, fl_tokenizer_chat_kind(tok) == FL_CHAT_QWEN3, text.data,
                             text.len);
+            r->reason0 = r->reason;
+        }
         if (!r->work_rc)
             r->work_rc = fl_tokenizer_encode(tok, text.data ? text.data : "", text.len, true,
                                              &r->ids, &r->n_ids, &r->work_err);
@@ -255,9 +261,15 @@ static void tokenize_work(uv_work_t *w)
         if (r->work_rc || (int64_t)r->n_ids <= r->s->cfg->max_prompt_tokens ||
             r->n_dropped >= droppable)
             break;
-        r->n_dropped += droppable - r->n_dropped >= 2 ? 2 : 1; /* a user+assistant turn */
+        /* a turn: its user message and what answered it (the assistant's, its tool calls'
+           results), so that what is kept starts at a user message */
+        r->n_dropped++;
+        while (r->n_dropped < droppable &&
+               strcmp(r->chat.msgs[r->n_dropped + (sys ? 1 : 0)].role, "user"))
+            r->n_dropped++;
     }
     free(view);
+    free(calls);
     /* response_format: compiled here, off the loop (a json_object automaton takes a fraction
        of a second the first time; then it is cached) */
     if (!r->work_rc && r->chat.format != FL_FMT_TEXT && !r->cons) {

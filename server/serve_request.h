@@ -119,6 +119,7 @@ struct srv_req {
     int32_t view_block[SRV_DRAFT_SLOTS]; /* the block view[i] holds (with view[i] only) */
     bool steps_coalesced; /* "drafts": "every_step" gave way to coalescing (a slow client) */
     srv_reason reason;    /* the reply's reasoning/answer split (set up with the prompt) */
+    srv_reason reason0;   /* ... as it was set up (a session's save splits the whole reply) */
     srv_tools tools;      /* the reply's tool calls (toolcalls.h), when tools were offered */
     json_t *tool_calls;   /* WebSocket: the calls found so far, for done */
     /* fan-out ("parallel"): a group owns branch requests and has no engine work of its own;
@@ -201,11 +202,12 @@ void srv_req_submit(srv_req *r, void *prefix, int32_t n_prefix);
 void srv_req_deliver(srv *s, srv_ev *ev);
 
 /* Renders the chat template over view (n messages: the request's, or a session's view of them)
- * with c's tools, tool calls and enable_thinking, into text. On failure: an error, and *param
+ * with c's tools, view_calls (view's tool calls, aligned with it: NULL or the template's text
+ * each; NULL for none) and enable_thinking, into text. On failure: an error, and *param
  * set to the field it names ("tools", "messages") where that is one. Thread-safe (the work
  * pool's tokenizing and /tokenize use it). */
 int srv_chat_render_prompt(const fl_tokenizer *tok, const srv_chat *c, const fl_chat_msg *view,
-                           size_t n, bool add_generation_prompt, fl_buf *text, fl_err *e,
-                           const char **param);
+                           const char *const *view_calls, size_t n, bool add_generation_prompt,
+                           fl_buf *text, fl_err *e, const char **param);
 
 #endif

@@ -174,20 +174,6 @@ static int input_messages(rctx *R, const json_t *o, json_t *msgs)
     return 0;
 }
 
-/* Whether the messages made from the input hold a tool call or a tool result. */
-static bool chat_has_calls(const json_t *msgs)
-{
-    size_t i;
-    const json_t *m;
-    json_array_foreach(msgs, i, m)
-    {
-        const char *role = json_string_value(json_object_get(m, "role"));
-        if (json_object_get(m, "tool_calls") || (role && !strcmp(role, "tool")))
-            return true;
-    }
-    return false;
-}
-
 /* A copy of o's members but "type", in o's order (what the chat form nests under a key of its
    own; a template renders a tool's fields in the order given). */
 static json_t *all_but_type(const json_t *o)
@@ -328,15 +314,8 @@ int srv_responses_request(const json_t *o, json_t **chat, json_t **echo, const c
         json_decref(e);
         return -1;
     }
-    /* the stored conversation continues as a session does (serve_session.c), and a session
-       keeps messages only: no tools, no calls */
-    if (given(prev) && (json_object_get(c, "tools") || chat_has_calls(msgs))) {
-        json_decref(c);
-        json_decref(e);
-        return rbad(&R, SRV_E_BAD_REQUEST, "previous_response_id", "'previous_response_id' cannot "
-                    "be combined with tools or function call items: a conversation with tools is "
-                    "not stored; send its turns in 'input'");
-    }
+    /* the stored conversation continues as a session does (serve_session.c), its function
+       calls and their outputs included */
     if (given(prev))
         json_object_set(c, "session", (json_t *)prev);
     /* what the answer repeats of the request, with OpenAI's defaults */

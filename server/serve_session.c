@@ -6,12 +6,28 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reasoning.h"
 #include "redis.h"
 #include "serve.h"
 #include "serve_request.h"
 #include "serve_session.h"
+#include "toolcalls.h"
 
-/* ---- sessions in Redis: "fogline:session:<id>" = {"v":1,"messages":[...],"ids":[...]} ---- */
+/* ---- sessions in Redis: "fogline:session:<id>" = {"v":1,"messages":[...],"ids":[...]} ----
+ * A message is {"role", "content"}: system, user, assistant or tool; an assistant's tool calls
+ * are in "tool_calls_text", the text the chat template takes (srv_chat.calls: a JSON array's
+ * text, each call's arguments spliced in as written), so that the stored turns render exactly
+ * as the client's own messages would. */
+
+/* Whether s[0, n) is a JSON array's text (what the template takes as a message's calls). */
+static bool calls_text_ok(const char *s, size_t n)
+{
+    json_error_t je;
+    json_t *v = json_loadb(s, n, JSON_DECODE_ANY | JSON_DECODE_INT_AS_REAL, &je);
+    bool ok = json_is_array(v) && json_array_size(v) > 0;
+    json_decref(v);
+    return ok;
+}
 
 static void session_key(const char *id, char *out, size_t n)
 {
@@ -27,11 +43,18 @@ static bool session_merge(srv_req *r, const char *data, size_t len)
     json_t *ms = o ? json_object_get(o, "messages") : NULL;
     size_t n = json_is_array(ms) ? json_array_size(ms) : 0;
     bool ok = json_is_array(ms) && n <= 4 * SRV_MAX_MESSAGES;
+    bool with_calls = false;
     for (size_t i = 0; ok && i < n; i++) {
         json_t *m = json_array_get(ms, i);
         const char *role = json_string_value(json_object_get(m, "role"));
         ok = role && json_is_string(json_object_get(m, "content")) &&
-             (!strcmp(role, "system") || !strcmp(role, "user") || !strcmp(role, "assistant"));
+             (!strcmp(role, "system") || !strcmp(role, "user") || !strcmp(role, "assistant") ||
+              !strcmp(role, "tool"));
+        json_t *tc = json_object_get(m, "tool_calls_text");
+        if (ok && tc)
+            ok = json_is_string(tc) && !strcmp(role, "assistant") &&
+                 calls_text_ok(json_string_value(tc), json_string_length(tc));
+        with_calls |= ok && (tc || !strcmp(role, "tool"));
     }
     /* a client that sends the whole conversation (the web UI does) already starts with the
        stored turns: nothing to prepend */
@@ -48,30 +71,46 @@ static bool session_merge(srv_req *r, const char *data, size_t len)
         json_decref(o);
         return true;
     }
-    fl_chat_msg *all = ok ? calloc(n + r->chat.n_msgs, sizeof *all) : NULL;
-    if (ok && !all)
+    size_t total = n + r->chat.n_msgs;
+    fl_chat_msg *all = ok ? calloc(total, sizeof *all) : NULL;
+    /* the template's tool calls, aligned with the messages, when either side has any */
+    bool calls_too = with_calls || r->chat.calls;
+    char **calls = ok && calls_too ? calloc(total, sizeof(char *)) : NULL;
+    if (ok && (!all || (calls_too && !calls)))
         ok = false;
     for (size_t i = 0; ok && i < n; i++) {
         json_t *m = json_array_get(ms, i);
-        json_t *c = json_object_get(m, "content");
+        json_t *c = json_object_get(m, "content"), *tc = json_object_get(m, "tool_calls_text");
         all[i].role = strdup(json_string_value(json_object_get(m, "role")));
         all[i].content = strndup(json_string_value(c), json_string_length(c));
-        if (!all[i].role || !all[i].content)
+        if (!all[i].role || !all[i].content ||
+            (tc && !(calls[i] = strndup(json_string_value(tc), json_string_length(tc)))))
             ok = false;
     }
     if (!ok) {
         for (size_t i = 0; all && i < n; i++) {
             free((void *)all[i].role);
             free((void *)all[i].content);
+            if (calls)
+                free(calls[i]);
         }
         free(all);
+        free(calls);
         json_decref(o);
         return false;
     }
     memcpy(all + n, r->chat.msgs, sizeof *all * r->chat.n_msgs);
     free(r->chat.msgs);
     r->chat.msgs = all;
-    r->chat.n_msgs += n;
+    if (calls) {
+        if (r->chat.calls)
+            memcpy(calls + n, r->chat.calls, sizeof *calls * r->chat.n_msgs);
+        free(r->chat.calls);
+        r->chat.calls = calls;
+        r->chat.n_calls = total;
+    }
+    r->chat.tool_msgs |= with_calls;
+    r->chat.n_msgs = total;
     r->n_history = n;
     json_decref(o);
     return true;
@@ -132,6 +171,51 @@ static void session_written(struct redisReply *rp, void *ud)
         s->m.session_errors++;
 }
 
+/* The reply as the conversation keeps it: its text, but when tools were offered and it called
+   some, the answer without its reasoning (the chat templates drop an earlier turn's reasoning)
+   and without the calls' text, and the calls as the template takes them (*calls_text) — the
+   turn a client sends back as content and tool_calls. Returns NULL on out of memory. */
+static json_t *reply_message(srv_req *r, const srv_ev *ev)
+{
+    json_t *m = json_object();
+    if (!m)
+        return NULL;
+    json_object_set_new(m, "role", json_string("assistant"));
+    fl_buf think = {0}, answer = {0}, content = {0};
+    json_t *calls = NULL;
+    char *text = NULL;
+    if (r->tools.on) {
+        srv_reason rs = r->reason0;
+        srv_tools t;
+        srv_tools_init(&t, true, r->serial); /* the ids the client was sent */
+        calls = json_array();
+        srv_reason_push(&rs, ev->text, ev->text_len, &think, &answer);
+        srv_reason_finish(&rs, &think, &answer);
+        srv_tools_push(&t, answer.data ? answer.data : "", answer.len, &content, calls);
+        srv_tools_finish(&t, &content, calls);
+        srv_tools_free(&t);
+        if (json_array_size(calls) && !(text = srv_tool_calls_text(calls)))
+            json_object_clear(m); /* (out of memory) */
+    }
+    if (text) {
+        json_object_set_new(m, "content", json_stringn(content.data ? content.data : "", content.len));
+        json_object_set_new(m, "tool_calls_text", json_string(text));
+    } else if (json_object_size(m)) {
+        json_object_set_new(m, "content", json_stringn(ev->text, ev->text_len));
+    }
+    bool err = think.err || answer.err || content.err || json_object_size(m) < 2;
+    free(text);
+    json_decref(calls);
+    fl_buf_free(&think);
+    fl_buf_free(&answer);
+    fl_buf_free(&content);
+    if (err) {
+        json_decref(m);
+        return NULL;
+    }
+    return m;
+}
+
 /* After a completed turn: the conversation (kept messages, the reply) and its token ids. */
 void srv_session_save(srv_req *r, const srv_ev *ev)
 {
@@ -149,11 +233,18 @@ void srv_session_save(srv_req *r, const srv_ev *ev)
         json_t *m = json_object();
         json_object_set_new(m, "role", json_string(r->chat.msgs[i].role));
         json_object_set_new(m, "content", json_string(r->chat.msgs[i].content));
+        if (r->chat.calls && r->chat.calls[i])
+            json_object_set_new(m, "tool_calls_text", json_string(r->chat.calls[i]));
         json_array_append_new(ms, m);
     }
-    json_t *m = json_object();
-    json_object_set_new(m, "role", json_string("assistant"));
-    json_object_set_new(m, "content", json_stringn(ev->text, ev->text_len));
+    json_t *m = reply_message(r, ev);
+    if (!m) {
+        json_decref(o);
+        json_decref(ms);
+        json_decref(ids);
+        s->m.session_errors++;
+        return;
+    }
     json_array_append_new(ms, m);
     for (size_t i = 0; r->ids && i < r->n_ids; i++)
         json_array_append_new(ids, json_integer(r->ids[i]));

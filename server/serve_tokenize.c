@@ -43,7 +43,8 @@ static void tok_work(uv_work_t *w)
         j->param = "prompt";
         return;
     }
-    j->rc = srv_chat_render_prompt(tok, c, c->msgs, c->n_msgs, j->t.add_generation_prompt,
+    j->rc = srv_chat_render_prompt(tok, c, c->msgs, (const char *const *)c->calls, c->n_msgs,
+                                   j->t.add_generation_prompt,
                                    &j->text, &j->err, &j->param);
     if (!j->rc && j->text.err)
         j->rc = fl_err_set(&j->err, FL_ENOMEM, "out of memory");

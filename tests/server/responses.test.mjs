@@ -11,7 +11,7 @@
 // bad input by its 400 and param.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { startServer, require, user, FOUR_QUESTIONS, metrics, until } from './lib.mjs';
+import { startServer, require, user, FOUR_QUESTIONS, metrics, until, connect } from './lib.mjs';
 import { startRedis, cli } from './redis_lib.mjs';
 
 const OpenAI = require('openai').default;
@@ -282,11 +282,17 @@ test('a stream cut short (the server stops past its grace period): an error even
   assert.equal(await s.exited, 0);
 });
 
+// (a server connects to Redis after it listens: a turn before that has no history)
+const connected = (srv) => until(async () => (await metrics(srv)).get('fogline_redis_connected') === 1,
+  10000, 'connected to Redis');
+
 test('previous_response_id: the stored conversation continues, on another server process too; not found is 404', async () => {
   const r = await startRedis();
   const a = await startServer(['--redis', r.url]);
   const b = await startServer(['--redis', r.url]);
   try {
+    await connected(a);
+    await connected(b);
     const ca = new OpenAI({ apiKey: 'x', baseURL: `${a.url}/v1`, maxRetries: 0 });
     const cb = new OpenAI({ apiKey: 'x', baseURL: `${b.url}/v1`, maxRetries: 0 });
     const written = async (srv, n) => until(async () =>
@@ -336,11 +342,6 @@ test('previous_response_id: the stored conversation continues, on another server
     await written(a, 4);
     assert.equal(await cli(r.port, ['EXISTS', 'fogline:session:rs-1']), '1\n');
     assert.equal(await cli(r.port, ['EXISTS', `fogline:session:${own.id}`]), '0\n');
-    // a conversation with tools is not stored, and cannot be continued
-    const bad = await fetch(`${a.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ input: 'hi', previous_response_id: r1.id, tools: [{ type: 'function', name: 'f' }] }) });
-    assert.equal(bad.status, 400);
-    assert.match((await bad.json()).error.message, /cannot be combined with tools/);
   } finally {
     assert.equal(await a.stop(), 0, a.log());
     assert.equal(await b.stop(), 0, b.log());
@@ -352,4 +353,131 @@ test('previous_response_id: the stored conversation continues, on another server
     body: JSON.stringify({ input: 'hi', previous_response_id: 'resp_1' }) });
   assert.equal(res.status, 400);
   assert.match((await res.json()).error.message, /needs a server with --redis/);
+});
+
+test('tools across turns: previous_response_id and a chat session keep the calls and their outputs', async () => {
+  const r = await startRedis();
+  const s = await startServer(['--redis', r.url], { model: THINK });
+  try {
+    await connected(s);
+    const c = new OpenAI({ apiKey: 'x', baseURL: `${s.url}/v1`, maxRetries: 0 });
+    const written = async (n) => until(async () =>
+      (await metrics(s)).get('fogline_session_total', { outcome: 'written' }) === n, 5000, `${n} stored`);
+    const q = 'Where is order 12?', out = '{"status": "shipped"}';
+    // 1. a call
+    const r1 = await c.responses.create({ model: 'fogline', input: q, tools: TOOLS, tool_choice: 'required',
+      max_output_tokens: 160 });
+    assert.equal(r1.store, true);
+    const call = r1.output.find((it) => it.type === 'function_call');
+    assert.ok(call, JSON.stringify(r1.output));
+    await written(1);
+    const kept = JSON.parse(await cli(r.port, ['GET', `fogline:session:${r1.id}`]));
+    assert.deepEqual(kept.messages.map((m) => m.role), ['user', 'assistant']);
+    const [stored] = JSON.parse(kept.messages[1].tool_calls_text);
+    assert.deepEqual({ id: stored.id, name: stored.function.name, arguments: stored.function.arguments },
+      { id: call.call_id, name: call.name, arguments: JSON.parse(call.arguments) });
+    // 2. its output alone continues the conversation: the prompt is the whole of it, as chat
+    //    completions renders it when the client sends every message (the call, its output)
+    const msgs = [...user(q), { role: 'assistant', content: null, tool_calls: [{ id: call.call_id,
+      type: 'function', function: { name: call.name, arguments: call.arguments } }] },
+    { role: 'tool', tool_call_id: call.call_id, content: out }];
+    const r2 = await c.responses.create({ model: 'fogline', tools: TOOLS, previous_response_id: r1.id,
+      input: [{ type: 'function_call_output', call_id: call.call_id, output: out }] });
+    const c2 = await c.chat.completions.create({ model: 'fogline', tools: CHAT_TOOLS, messages: msgs });
+    assert.equal(r2.usage.input_tokens, c2.usage.prompt_tokens, 'the prompt holds the call and its output');
+    assert.equal(r2.output_text, c2.choices[0].message.content ?? '');
+    await written(2);
+    // 3. a question after it, without tools, streamed: the calls are still in the history
+    const reply2 = c2.choices[0].message;
+    const next = [...msgs, { role: 'assistant', content: reply2.content ?? '',
+      ...(reply2.tool_calls ? { tool_calls: reply2.tool_calls } : {}) }, ...user('Thanks!')];
+    const { final } = await streamed(c, { input: 'Thanks!', previous_response_id: r2.id });
+    const c3 = await c.chat.completions.create({ model: 'fogline', messages: next });
+    assert.equal(final.usage.input_tokens, c3.usage.prompt_tokens);
+    assert.equal(final.output_text, c3.choices[0].message.content);
+    // the same conversation as a fogline session on chat completions
+    const t1 = await c.chat.completions.create({ model: 'fogline', messages: user(q), tools: CHAT_TOOLS,
+      tool_choice: 'required', max_tokens: 160, session: 'tools-1' });
+    const tc1 = t1.choices[0].message.tool_calls;
+    assert.equal(tc1.length, 1, JSON.stringify(t1));
+    await written(4);
+    const t2 = await c.chat.completions.create({ model: 'fogline', tools: CHAT_TOOLS, session: 'tools-1',
+      messages: [{ role: 'tool', tool_call_id: tc1[0].id, content: out }] });
+    const full = await c.chat.completions.create({ model: 'fogline', tools: CHAT_TOOLS, messages: [...user(q),
+      { role: 'assistant', content: null, tool_calls: tc1 }, { role: 'tool', tool_call_id: tc1[0].id, content: out }] });
+    assert.equal(t2.usage.prompt_tokens, full.usage.prompt_tokens);
+    assert.equal(t2.choices[0].message.content, full.choices[0].message.content);
+    assert.deepEqual(t2.choices[0].message.tool_calls?.map((x) => x.function),
+      full.choices[0].message.tool_calls?.map((x) => x.function));
+    // and on the WebSocket: done's calls are kept, the tool result alone continues
+    const ws = await connect(s);
+    try {
+      ws.send({ type: 'chat', id: 'w1', session: 'tools-ws', messages: user(q), tools: CHAT_TOOLS,
+        tool_choice: 'required', max_tokens: 160 });
+      const d1 = (await ws.collect('w1', 60000)).at(-1);
+      assert.equal(d1.tool_calls?.length, 1, JSON.stringify(d1));
+      await written(6);
+      ws.send({ type: 'chat', id: 'w2', session: 'tools-ws', tools: CHAT_TOOLS, max_tokens: 24,
+        messages: [{ role: 'tool', tool_call_id: d1.tool_calls[0].id, content: out }] });
+      const d2 = (await ws.collect('w2', 60000)).at(-1);
+      assert.equal(d2.type, 'done', JSON.stringify(d2));
+      assert.equal(d2.usage.history_messages, 2);
+      const wfull = await c.chat.completions.create({ model: 'fogline', tools: CHAT_TOOLS, max_tokens: 24,
+        messages: [...user(q), { role: 'assistant', content: null, tool_calls: d1.tool_calls },
+          { role: 'tool', tool_call_id: d1.tool_calls[0].id, content: out }] });
+      assert.equal(d2.usage.prompt_tokens, wfull.usage.prompt_tokens);
+    } finally {
+      ws.close();
+    }
+  } finally {
+    assert.equal(await s.stop(), 0, s.log());
+  }
+});
+
+test('a session past --max-prompt-tokens drops its oldest turns whole: a turn\'s calls and results go with it', async () => {
+  const r = await startRedis();
+  const a = await startServer(['--redis', r.url], { model: THINK });
+  let b;
+  try {
+    await connected(a);
+    const c = new OpenAI({ apiKey: 'x', baseURL: `${a.url}/v1`, maxRetries: 0 });
+    const written = async (n) => until(async () =>
+      (await metrics(a)).get('fogline_session_total', { outcome: 'written' }) === n, 5000, `${n} stored`);
+    const count = async (messages) => (await (await fetch(`${a.url}/tokenize`, { method: 'POST',
+      headers: { 'content-type': 'application/json' }, body: JSON.stringify({ messages, tools: CHAT_TOOLS }) })).json()).count;
+    // turn 1 has five messages: a question, two calls, their two results, the answer
+    const calls = [1, 2].map((k) => ({ id: `call_${k}`, type: 'function',
+      function: { name: 'get_order', arguments: `{"order_id": ${k}}` } }));
+    const turn1 = [...user('Where are orders 1 and 2?'), { role: 'assistant', content: null, tool_calls: calls },
+      { role: 'tool', tool_call_id: 'call_1', content: '{"status": "shipped"}' },
+      { role: 'tool', tool_call_id: 'call_2', content: '{"status": "lost"}' }];
+    const t1 = await c.chat.completions.create({ model: 'fogline', tools: CHAT_TOOLS, messages: turn1,
+      session: 'drop-1', max_tokens: 24 });
+    await written(1);
+    const t2 = await c.chat.completions.create({ model: 'fogline', tools: CHAT_TOOLS, messages: user('Thanks!'),
+      session: 'drop-1', max_tokens: 24 });
+    await written(2);
+    const reply = (t) => ({ role: 'assistant', content: t.choices[0].message.content ?? '',
+      ...(t.choices[0].message.tool_calls ? { tool_calls: t.choices[0].message.tool_calls } : {}) });
+    const all = [...turn1, reply(t1), ...user('Thanks!'), reply(t2), ...user('Bye.')];
+    const last = [...user('Thanks!'), reply(t2), ...user('Bye.')];
+    const limit = await count(last);
+    assert.ok(await count(all) > limit);
+    // another server with room for the last turn only: turn 1 goes, all five messages
+    b = await startServer(['--redis', r.url, '--max-prompt-tokens', String(limit)], { model: THINK });
+    await connected(b);
+    const cb = new OpenAI({ apiKey: 'x', baseURL: `${b.url}/v1`, maxRetries: 0 });
+    const t3 = await cb.chat.completions.create({ model: 'fogline', tools: CHAT_TOOLS, messages: user('Bye.'),
+      session: 'drop-1', max_tokens: 24 });
+    const want = await c.chat.completions.create({ model: 'fogline', tools: CHAT_TOOLS, messages: last, max_tokens: 24 });
+    assert.equal(t3.usage.prompt_tokens, limit);
+    assert.equal(t3.choices[0].message.content, want.choices[0].message.content);
+    // what is stored next starts at a user message too
+    await until(async () => (await metrics(b)).get('fogline_session_total', { outcome: 'written' }) === 1, 5000, 'stored');
+    const kept = JSON.parse(await cli(r.port, ['GET', 'fogline:session:drop-1']));
+    assert.deepEqual(kept.messages.map((m) => m.role), ['user', 'assistant', 'user', 'assistant']);
+  } finally {
+    assert.equal(await a.stop(), 0, a.log());
+    if (b) assert.equal(await b.stop(), 0, b.log());
+  }
 });
