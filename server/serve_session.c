@@ -171,10 +171,11 @@ static void session_written(struct redisReply *rp, void *ud)
         s->m.session_errors++;
 }
 
-/* The reply as the conversation keeps it: its text, but when tools were offered and it called
-   some, the answer without its reasoning (the chat templates drop an earlier turn's reasoning)
-   and without the calls' text, and the calls as the template takes them (*calls_text) — the
-   turn a client sends back as content and tool_calls. Returns NULL on out of memory. */
+/* The reply as the conversation keeps it: as the client was sent it, the turn a client sends
+   back as content and tool_calls. The answer without its reasoning (a client does not send
+   reasoning_content back, and the chat templates drop an earlier turn's reasoning) and, when
+   tools were offered, without the calls' text; the calls as the template takes them. A reply
+   with neither is kept as it is. Returns NULL on out of memory. */
 static json_t *reply_message(srv_req *r, const srv_ev *ev)
 {
     json_t *m = json_object();
@@ -184,25 +185,21 @@ static json_t *reply_message(srv_req *r, const srv_ev *ev)
     fl_buf think = {0}, answer = {0}, content = {0};
     json_t *calls = NULL;
     char *text = NULL;
-    if (r->tools.on) {
-        srv_reason rs = r->reason0;
-        srv_tools t;
-        srv_tools_init(&t, true, r->serial); /* the ids the client was sent */
-        calls = json_array();
-        srv_reason_push(&rs, ev->text, ev->text_len, &think, &answer);
-        srv_reason_finish(&rs, &think, &answer);
-        srv_tools_push(&t, answer.data ? answer.data : "", answer.len, &content, calls);
-        srv_tools_finish(&t, &content, calls);
-        srv_tools_free(&t);
-        if (json_array_size(calls) && !(text = srv_tool_calls_text(calls)))
-            json_object_clear(m); /* (out of memory) */
-    }
-    if (text) {
+    srv_reason rs = r->reason0;
+    srv_tools t;
+    srv_tools_init(&t, r->tools.on, r->serial); /* the ids the client was sent */
+    calls = json_array();
+    srv_reason_push(&rs, ev->text, ev->text_len, &think, &answer);
+    srv_reason_finish(&rs, &think, &answer);
+    srv_tools_push(&t, answer.data ? answer.data : "", answer.len, &content, calls);
+    srv_tools_finish(&t, &content, calls);
+    srv_tools_free(&t);
+    if (json_array_size(calls) && !(text = srv_tool_calls_text(calls)))
+        json_object_clear(m); /* (out of memory) */
+    if (json_object_size(m))
         json_object_set_new(m, "content", json_stringn(content.data ? content.data : "", content.len));
+    if (text)
         json_object_set_new(m, "tool_calls_text", json_string(text));
-    } else if (json_object_size(m)) {
-        json_object_set_new(m, "content", json_stringn(ev->text, ev->text_len));
-    }
     bool err = think.err || answer.err || content.err || json_object_size(m) < 2;
     free(text);
     json_decref(calls);

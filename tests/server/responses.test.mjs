@@ -387,6 +387,11 @@ test('tools across turns: previous_response_id and a chat session keep the calls
     assert.equal(r2.usage.input_tokens, c2.usage.prompt_tokens, 'the prompt holds the call and its output');
     assert.equal(r2.output_text, c2.choices[0].message.content ?? '');
     await written(2);
+    // the reply is kept as the client got it: the answer, not the reasoning before it
+    assert.ok(r2.output.some((it) => it.type === 'reasoning'), 'test data: the model thinks');
+    const kept2 = JSON.parse(await cli(r.port, ['GET', `fogline:session:${r2.id}`]));
+    assert.deepEqual(kept2.messages.map((m) => m.role), ['user', 'assistant', 'tool', 'assistant']);
+    assert.equal(kept2.messages[3].content, r2.output_text);
     // 3. a question after it, without tools, streamed: the calls are still in the history
     const reply2 = c2.choices[0].message;
     const next = [...msgs, { role: 'assistant', content: reply2.content ?? '',
