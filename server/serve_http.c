@@ -617,6 +617,7 @@ static void chat_start(srv_http *h)
             }
             chat.session_required = true;
         }
+        chat.instructions = json_is_string(json_object_get(h->rs_echo, "instructions"));
         /* (a fogline session named by the client keeps the turn under its own key instead) */
         bool own_session = chat.session && !chat.session_required;
         bool store = s->redis && !json_is_false(json_object_get(h->rs_echo, "store")) &&
@@ -998,6 +999,14 @@ static json_t *resp_done(srv_http *h, const srv_ev *ev, srv_resp_emit emit)
                                                       ev->stats.cached_tokens));
 }
 
+/* A stored response (store: its turn is saved under its id) keeps the answer as sent, for
+   GET /v1/responses/ID; a copy, since the answer is still added to. */
+static void keep_response(srv_req *r, const json_t *x)
+{
+    if (r->chat.session_save && x && !r->response)
+        r->response = json_deep_copy(x);
+}
+
 static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
 {
     const char *finish = ev->finish == FL_FINISH_LENGTH ? "length" : "stop";
@@ -1036,7 +1045,9 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
             json_object_set_new(o, "type", json_string(ev->finish == FL_FINISH_LENGTH
                                                            ? "response.incomplete"
                                                            : "response.completed"));
-            json_object_set_new(o, "response", resp_done(h, ev, resp_emit));
+            json_t *x = resp_done(h, ev, resp_emit);
+            keep_response(r, x);
+            json_object_set_new(o, "response", x);
             json_object_set_new(o, "sequence_number", json_integer(h->rs.seq++));
             if (h->rs.err) {
                 json_decref(o);
@@ -1106,6 +1117,7 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
             respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
             return;
         }
+        keep_response(r, x);
         json_object_set_new(x, "fogline", stats_json(&ev->stats));
         respond_json(h, 200, x);
         return;

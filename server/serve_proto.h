@@ -69,6 +69,10 @@ typedef struct srv_chat {
        not a turn without history) */
     char *session_save;
     bool session_required;
+    /* /v1/responses: msgs[0] is the request's instructions, which are neither stored with the
+       conversation nor carried over to the next response (OpenAI's rule): a continued
+       conversation's history goes after them */
+    bool instructions;
     bool seed_given;     /* the request's own "seed"; without it the server draws one
                             (srv_req_init) and dec.seed holds that once the request starts */
     /* "parallel": {"mode":"fanout","segments":[...],"max_branches":N}: each segment is a

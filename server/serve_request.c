@@ -50,6 +50,7 @@ static void req_free(srv_req *r)
     fl_cons_unref(r->cons);
     srv_tools_free(&r->tools);
     json_decref(r->tool_calls);
+    json_decref(r->response);
     free(r->ids);
     free(r);
 }
@@ -211,6 +212,20 @@ int srv_chat_render_prompt(const fl_tokenizer *tok, const srv_chat *c, const fl_
     return rc;
 }
 
+size_t srv_req_droppable(const srv_req *r, size_t *first)
+{
+    bool sys = r->hist_at == 0 && r->n_history > 0 && !strcmp(r->chat.msgs[0].role, "system");
+    *first = r->hist_at + (sys ? 1 : 0);
+    return r->n_history - (sys ? 1 : 0);
+}
+
+bool srv_req_dropped(const srv_req *r, size_t i)
+{
+    size_t first;
+    srv_req_droppable(r, &first);
+    return i >= first && i - first < r->n_dropped;
+}
+
 /* Renders and tokenizes (work pool). When the session's earlier turns make the prompt longer
  * than the limit, the oldest of them are dropped (a leading system message stays) until it
  * fits or none is left. A raw prompt (/v1/completions) is tokenized as it is. */
@@ -223,8 +238,8 @@ static void tokenize_work(uv_work_t *w)
     }
     const fl_tokenizer *tok = r->s->model->tok;
     size_t n = r->chat.n_msgs;
-    bool sys = r->n_history > 0 && !strcmp(r->chat.msgs[0].role, "system");
-    size_t droppable = r->n_history - (sys ? 1 : 0);
+    size_t first;
+    size_t droppable = srv_req_droppable(r, &first);
     fl_chat_msg *view = malloc(sizeof(fl_chat_msg) * (n ? n : 1));
     const char **calls = r->chat.calls ? calloc(n ? n : 1, sizeof(char *)) : NULL;
     if (!view || (r->chat.calls && !calls)) {
@@ -235,9 +250,7 @@ static void tokenize_work(uv_work_t *w)
     for (;;) {
         size_t k = 0;
         for (size_t i = 0; i < n; i++) {
-            bool hist_dropped = i < r->n_history && !(sys && i == 0) &&
-                                i - (sys ? 1 : 0) < r->n_dropped;
-            if (hist_dropped)
+            if (srv_req_dropped(r, i))
                 continue;
             if (calls)
                 calls[k] = r->chat.calls[i];
@@ -264,8 +277,7 @@ static void tokenize_work(uv_work_t *w)
         /* a turn: its user message and what answered it (the assistant's, its tool calls'
            results), so that what is kept starts at a user message */
         r->n_dropped++;
-        while (r->n_dropped < droppable &&
-               strcmp(r->chat.msgs[r->n_dropped + (sys ? 1 : 0)].role, "user"))
+        while (r->n_dropped < droppable && strcmp(r->chat.msgs[first + r->n_dropped].role, "user"))
             r->n_dropped++;
     }
     free(view);
@@ -563,8 +575,6 @@ void srv_req_deliver(srv *s, srv_ev *ev)
         s->m.kv_cached_tokens += (uint64_t)(redis_tokens > 0 ? redis_tokens : 0);
         s->m.shared_tokens += (uint64_t)(ev->stats.shared_tokens > 0 ? ev->stats.shared_tokens : 0);
         s->m.kv_pages_rejected += (uint64_t)(ev->stats.prefix_rejected > 0 ? ev->stats.prefix_rejected : 0);
-        if (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH)
-            srv_session_save(r, ev);
         char q[80], seed[40] = "";
         if (srv_req_sampled(r))
             snprintf(seed, sizeof seed, " seed=%llu", (unsigned long long)r->chat.dec.seed);
@@ -578,6 +588,8 @@ void srv_req_deliver(srv *s, srv_ev *ev)
         r->ops->event(r->owner, r, ev);
     if (ev->type == FL_EV_DONE) {
         bool whole = ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH;
+        if (whole) /* (after the owner: /v1/responses' answer is stored with the turn) */
+            srv_session_save(r, ev);
         bool err = ev->finish == FL_FINISH_ERROR;
         req_end(r, &(srv_req_end){.finish = err ? "error" : srv_finish_name(ev->finish),
                                   .stats = &ev->stats, .n_ids = ev->n_ids,

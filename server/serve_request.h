@@ -100,7 +100,8 @@ struct srv_req {
     uv_work_t work;       /* tokenization on the uv work pool */
     int32_t *ids;         /* (n_ids) the templated prompt (kept until done for the session) */
     size_t n_ids;
-    size_t n_history;     /* leading messages of chat.msgs that came from the session store */
+    size_t n_history;     /* messages of chat.msgs that came from the session store ... */
+    size_t hist_at;       /* ... from this one on (1 after /v1/responses' instructions, else 0) */
     size_t n_dropped;     /* oldest history messages dropped to fit the prompt limit */
     int work_rc;
     fl_err work_err;
@@ -122,6 +123,8 @@ struct srv_req {
     srv_reason reason0;   /* ... as it was set up (a session's save splits the whole reply) */
     srv_tools tools;      /* the reply's tool calls (toolcalls.h), when tools were offered */
     json_t *tool_calls;   /* WebSocket: the calls found so far, for done */
+    json_t *response;     /* /v1/responses with store: the finished response, kept with the
+                             turn (srv_session_save) for GET /v1/responses/ID */
     /* fan-out ("parallel"): a group owns branch requests and has no engine work of its own;
        the group is in its owner's list, the branches in the server's */
     struct srv_req *parent; /* a branch: its group */
@@ -200,6 +203,11 @@ void srv_req_submit(srv_req *r, void *prefix, int32_t n_prefix);
 /* One engine event for its request: metrics, its owner's `event`, and after done, its end.
  * Does not free ev. */
 void srv_req_deliver(srv *s, srv_ev *ev);
+
+/* The history messages that may be dropped (all but a leading system message of the history
+ * at the prompt's start), from chat.msgs[*first] on; whether message i is dropped now. */
+size_t srv_req_droppable(const srv_req *r, size_t *first);
+bool srv_req_dropped(const srv_req *r, size_t i);
 
 /* Renders the chat template over view (n messages: the request's, or a session's view of them)
  * with c's tools, view_calls (view's tool calls, aligned with it: NULL or the template's text

@@ -56,18 +56,23 @@ static bool session_merge(srv_req *r, const char *data, size_t len)
                  calls_text_ok(json_string_value(tc), json_string_length(tc));
         with_calls |= ok && (tc || !strcmp(role, "tool"));
     }
+    /* the stored turns go first, after a response's instructions (they are the request's own
+       and come first, the history after them) */
+    size_t at = r->chat.instructions ? 1 : 0;
     /* a client that sends the whole conversation (the web UI does) already starts with the
        stored turns: nothing to prepend */
-    bool full = ok && r->chat.n_msgs > n;
+    bool full = ok && r->chat.n_msgs - at > n;
     for (size_t i = 0; full && i < n; i++) {
         json_t *m = json_array_get(ms, i);
         json_t *c = json_object_get(m, "content");
-        full = !strcmp(r->chat.msgs[i].role, json_string_value(json_object_get(m, "role"))) &&
-               strlen(r->chat.msgs[i].content) == json_string_length(c) &&
-               !memcmp(r->chat.msgs[i].content, json_string_value(c), json_string_length(c));
+        const fl_chat_msg *x = &r->chat.msgs[at + i];
+        full = !strcmp(x->role, json_string_value(json_object_get(m, "role"))) &&
+               strlen(x->content) == json_string_length(c) &&
+               !memcmp(x->content, json_string_value(c), json_string_length(c));
     }
     if (full) {
         r->n_history = n;
+        r->hist_at = at;
         json_decref(o);
         return true;
     }
@@ -81,30 +86,36 @@ static bool session_merge(srv_req *r, const char *data, size_t len)
     for (size_t i = 0; ok && i < n; i++) {
         json_t *m = json_array_get(ms, i);
         json_t *c = json_object_get(m, "content"), *tc = json_object_get(m, "tool_calls_text");
-        all[i].role = strdup(json_string_value(json_object_get(m, "role")));
-        all[i].content = strndup(json_string_value(c), json_string_length(c));
-        if (!all[i].role || !all[i].content ||
-            (tc && !(calls[i] = strndup(json_string_value(tc), json_string_length(tc)))))
+        fl_chat_msg *x = &all[at + i];
+        x->role = strdup(json_string_value(json_object_get(m, "role")));
+        x->content = strndup(json_string_value(c), json_string_length(c));
+        if (!x->role || !x->content ||
+            (tc && !(calls[at + i] = strndup(json_string_value(tc), json_string_length(tc)))))
             ok = false;
     }
     if (!ok) {
         for (size_t i = 0; all && i < n; i++) {
-            free((void *)all[i].role);
-            free((void *)all[i].content);
+            free((void *)all[at + i].role);
+            free((void *)all[at + i].content);
             if (calls)
-                free(calls[i]);
+                free(calls[at + i]);
         }
         free(all);
         free(calls);
         json_decref(o);
         return false;
     }
-    memcpy(all + n, r->chat.msgs, sizeof *all * r->chat.n_msgs);
+    /* the request's messages around the history: [0, at) before it, the rest after */
+    size_t rest = r->chat.n_msgs - at;
+    memcpy(all, r->chat.msgs, sizeof *all * at);
+    memcpy(all + at + n, r->chat.msgs + at, sizeof *all * rest);
     free(r->chat.msgs);
     r->chat.msgs = all;
     if (calls) {
-        if (r->chat.calls)
-            memcpy(calls + n, r->chat.calls, sizeof *calls * r->chat.n_msgs);
+        if (r->chat.calls) {
+            memcpy(calls, r->chat.calls, sizeof *calls * at);
+            memcpy(calls + at + n, r->chat.calls + at, sizeof *calls * rest);
+        }
         free(r->chat.calls);
         r->chat.calls = calls;
         r->chat.n_calls = total;
@@ -112,6 +123,7 @@ static bool session_merge(srv_req *r, const char *data, size_t len)
     r->chat.tool_msgs |= with_calls;
     r->chat.n_msgs = total;
     r->n_history = n;
+    r->hist_at = at;
     json_decref(o);
     return true;
 }
@@ -223,9 +235,9 @@ void srv_session_save(srv_req *r, const srv_ev *ev)
     json_t *o = json_object();
     json_t *ms = json_array();
     json_t *ids = json_array();
-    bool sys = r->n_history > 0 && !strcmp(r->chat.msgs[0].role, "system");
     for (size_t i = 0; i < r->chat.n_msgs; i++) {
-        if (i < r->n_history && !(sys && i == 0) && i - (sys ? 1 : 0) < r->n_dropped)
+        /* (a response's instructions are not carried over: OpenAI's rule) */
+        if (srv_req_dropped(r, i) || (i == 0 && r->chat.instructions))
             continue;
         json_t *m = json_object();
         json_object_set_new(m, "role", json_string(r->chat.msgs[i].role));
@@ -251,6 +263,8 @@ void srv_session_save(srv_req *r, const srv_ev *ev)
     json_object_set_new(o, "model", json_string(s->model_id));
     json_object_set_new(o, "messages", ms);
     json_object_set_new(o, "ids", ids);
+    if (r->response)
+        json_object_set(o, "response", r->response);
     char *val = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!val)

@@ -301,12 +301,15 @@ test('previous_response_id: the stored conversation continues, on another server
     const r1 = await ca.responses.create({ model: 'fogline', input: q1, instructions: 'You are the help desk.' });
     assert.equal(r1.store, true);
     await written(a, 1);
+    // (instructions are not kept: OpenAI does not carry them over to the next response)
     const kept = JSON.parse(await cli(r.port, ['GET', `fogline:session:${r1.id}`]));
-    assert.deepEqual(kept.messages.map((m) => m.role), ['system', 'user', 'assistant']);
-    // the second turn on the other process: the first turn's messages come before it
-    const r2 = await cb.responses.create({ model: 'fogline', input: q2, previous_response_id: r1.id });
+    assert.deepEqual(kept.messages.map((m) => m.role), ['user', 'assistant']);
+    // the second turn on the other process: the first turn's messages come before it, after
+    // this request's own instructions
+    const r2 = await cb.responses.create({ model: 'fogline', input: q2, previous_response_id: r1.id,
+      instructions: 'Answer briefly.' });
     assert.equal(r2.previous_response_id, r1.id);
-    const msgs = [{ role: 'system', content: 'You are the help desk.' }, ...user(q1),
+    const msgs = [{ role: 'system', content: 'Answer briefly.' }, ...user(q1),
       { role: 'assistant', content: r1.output_text }, ...user(q2)];
     const chat = await cb.chat.completions.create({ model: 'fogline', temperature: 0, messages: msgs });
     assert.equal(r2.usage.input_tokens, chat.usage.prompt_tokens, 'the prompt holds the first turn');
@@ -314,14 +317,14 @@ test('previous_response_id: the stored conversation continues, on another server
     await written(b, 1);
     // a third turn from the second: all of it, streamed
     const { final } = await streamed(ca, { input: q3, previous_response_id: r2.id });
-    const chat3 = await ca.chat.completions.create({ model: 'fogline', temperature: 0, messages: [...msgs,
+    const chat3 = await ca.chat.completions.create({ model: 'fogline', temperature: 0, messages: [...msgs.slice(1),
       { role: 'assistant', content: r2.output_text }, ...user(q3)] });
     assert.equal(final.usage.input_tokens, chat3.usage.prompt_tokens);
     assert.equal(final.output_text, chat3.choices[0].message.content);
     // the first response is still there: a branch from it does not see the second turn
     const fork = await ca.responses.create({ model: 'fogline', input: q3, previous_response_id: r1.id });
     const chatFork = await ca.chat.completions.create({ model: 'fogline', temperature: 0, messages: [
-      { role: 'system', content: 'You are the help desk.' }, ...user(q1), { role: 'assistant', content: r1.output_text }, ...user(q3)] });
+      ...user(q1), { role: 'assistant', content: r1.output_text }, ...user(q3)] });
     assert.equal(fork.usage.input_tokens, chatFork.usage.prompt_tokens);
     // store: false keeps nothing; an unknown id is 404, on both
     const loose = await ca.responses.create({ model: 'fogline', input: q1, store: false });
