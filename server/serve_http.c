@@ -23,6 +23,7 @@
 #include "serve_group.h"
 #include "serve_request.h"
 #include "serve_responses.h"
+#include "serve_session.h"
 #include "serve_tokenize.h"
 #include "logprobs.h"
 
@@ -69,6 +70,7 @@ struct srv_http {
        answer repeats */
     srv_resp rs;
     json_t *rs_echo;
+    struct srv_stored *stored; /* GET or DELETE /v1/responses/ID: its Redis command */
     struct srv_http *prev, *next;
 };
 
@@ -325,6 +327,63 @@ static void model_not_found(srv_http *h, const char *asked)
 static bool other_model(const srv *s, const char *asked)
 {
     return asked && strcmp(asked, s->model_id) && strcmp(asked, "fogline");
+}
+
+/* ---- GET and DELETE /v1/responses/ID: a stored response, kept with its turn under
+   fogline:session:ID (serve_session.c) ---- */
+
+static void stored_not_found(srv_http *h, const char *id)
+{
+    char m[SRV_ID_MAX + 160];
+    snprintf(m, sizeof m, "no stored response '%.64s' (never stored, deleted, or expired after "
+             "--redis-session-ttl)", id);
+    respond_error(h, 404, "not_found", NULL, m);
+}
+
+static void stored_done(void *owner, const char *id, bool del, int outcome, json_t *response)
+{
+    srv_http *h = owner;
+    h->stored = NULL;
+    if (outcome < 0) {
+        respond_error(h, 503, "redis_unavailable", NULL, "the stored responses cannot be read "
+                      "now: Redis did not answer");
+    } else if (outcome > 0) {
+        stored_not_found(h, id);
+    } else if (del) {
+        json_t *o = json_object();
+        json_object_set_new(o, "id", json_string(id));
+        json_object_set_new(o, "object", json_string("response"));
+        json_object_set_new(o, "deleted", json_true());
+        respond_json(h, 200, o);
+    } else {
+        respond_json(h, 200, response);
+    }
+    arm(h);
+}
+
+static void route_stored(srv_http *h, const char *id, bool del)
+{
+    srv *s = h->s;
+    size_t n = strlen(id);
+    bool ok = n > 0 && n <= SRV_ID_MAX;
+    for (size_t i = 0; ok && i < n; i++) /* (a response's id: resp_ and hex digits) */
+        ok = (id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') ||
+             (id[i] >= '0' && id[i] <= '9') || strchr("_-.:", id[i]);
+    if (!ok) {
+        respond_error(h, 404, "not_found", NULL, "unknown endpoint: this server serves "
+                      "/v1/responses/ID (GET, DELETE), ID a response's id");
+        return;
+    }
+    if (!s->redis) {
+        respond_error(h, 404, "not_found", NULL, "no stored responses: this server runs without "
+                      "--redis, where responses are stored");
+        return;
+    }
+    if (!(h->stored = srv_stored_start(s, id, del, stored_done, h))) {
+        respond_error(h, 503, "redis_unavailable", NULL, "the stored responses cannot be read "
+                      "now: Redis is not connected");
+        return;
+    }
 }
 
 /* GET /v1/models: the list of the one model; GET /v1/models/ID (one not NULL): that model, as
@@ -1563,6 +1622,7 @@ static void http_free(srv_pss *pss)
         srv_req_orphan(r);
     }
     srv_tokenize_detach(h->tok);
+    srv_stored_detach(h->stored);
     fl_buf_free(&h->body);
     fl_buf_free(&h->resp);
     for (int k = 0; k < SRV_JOIN_MAX; k++)
@@ -1616,7 +1676,7 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
     if (meth == LWSHUMETH_OPTIONS) {
         size_t el = strlen(h->extra);
         snprintf(h->extra + el, sizeof h->extra - el,
-                 "access-control-allow-methods: GET, POST, OPTIONS\r\n"
+                 "access-control-allow-methods: GET, POST, DELETE, OPTIONS\r\n"
                  "access-control-allow-headers: authorization, content-type\r\n"
                  "access-control-max-age: 600\r\n");
         respond(h, 204, "text/plain", NULL);
@@ -1661,6 +1721,22 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
         return 0; /* the body follows */
     }
     h->route = R_OTHER;
+    if (!strncmp(uri, "/v1/responses/", 14)) {
+        char arg[32];
+        const char *st = get ? lws_get_urlarg_by_name(wsi, "stream=", arg, sizeof arg) : NULL;
+        if (st && strcmp(st, "false")) { /* (the SDK's retrieve(id, {stream: true})) */
+            respond_error(h, 400, SRV_E_BAD_REQUEST, "stream", "'stream' replays a background "
+                          "response's events: this server answers every response on its own "
+                          "request (retrieve it without 'stream')");
+        } else if (meth == LWSHUMETH_DELETE || get) {
+            route_stored(h, uri + 14, meth == LWSHUMETH_DELETE);
+        } else {
+            size_t el = strlen(h->extra);
+            snprintf(h->extra + el, sizeof h->extra - el, "allow: GET, DELETE\r\n");
+            respond_error(h, 405, "method_not_allowed", NULL, "this path takes GET or DELETE");
+        }
+        return 0;
+    }
     bool models = !strcmp(uri, "/v1/models") || !strncmp(uri, "/v1/models/", 11);
     if (v1 && !models) { /* (a POST to /v1/embeddings is no wrong method: there is no such path) */
         char m[200];

@@ -365,3 +365,81 @@ bool srv_session_load(srv_req *r)
     SRV_WARN(&s->log, "event=session_unavailable session=%s", srv_log_q(q, sizeof q, r->chat.session));
     return false;
 }
+
+/* ---- stored responses: GET and DELETE /v1/responses/ID ---- */
+
+struct srv_stored {
+    srv *s;
+    srv_stored_cb done;
+    void *owner; /* NULL once detached */
+    bool del;
+    char id[SRV_ID_MAX + 1];
+};
+
+/* (only a response's record: a client's own session of that name has no "response") */
+static const char DELETE_LUA[] =
+    "local v = redis.call('GET', KEYS[1]) "
+    "if not v then return 0 end "
+    "local ok, o = pcall(cjson.decode, v) "
+    "if ok and type(o) == 'table' and type(o.response) == 'table' then "
+    "return redis.call('DEL', KEYS[1]) end "
+    "return 0";
+
+static void stored_reply(struct redisReply *rp, void *ud)
+{
+    srv_stored *st = ud;
+    if (!st->owner) {
+        free(st);
+        return;
+    }
+    int outcome = 1;
+    json_t *x = NULL;
+    if (!rp || rp->type == REDIS_REPLY_ERROR) {
+        st->s->m.session_errors++;
+        outcome = -1;
+    } else if (st->del) {
+        outcome = rp->type == REDIS_REPLY_INTEGER && rp->integer > 0 ? 0 : 1;
+    } else if (rp->type == REDIS_REPLY_STRING) {
+        json_error_t je;
+        json_t *o = json_loadb(rp->str, (size_t)rp->len, 0, &je);
+        x = json_object_get(o, "response");
+        if (json_is_object(x)) {
+            json_incref(x);
+            outcome = 0;
+        } else {
+            x = NULL;
+        }
+        json_decref(o);
+    }
+    st->done(st->owner, st->id, st->del, outcome, x);
+    free(st);
+}
+
+srv_stored *srv_stored_start(srv *s, const char *id, bool del, srv_stored_cb done, void *owner)
+{
+    size_t n = strlen(id);
+    srv_stored *st = n <= SRV_ID_MAX && s->redis ? calloc(1, sizeof *st) : NULL;
+    if (!st)
+        return NULL;
+    *st = (srv_stored){.s = s, .done = done, .owner = owner, .del = del};
+    memcpy(st->id, id, n + 1);
+    char key[SRV_ID_MAX + 32];
+    session_key(id, key, sizeof key);
+    const char *gargv[2] = {"GET", key};
+    size_t glens[2] = {3, strlen(key)};
+    const char *dargv[4] = {"EVAL", DELETE_LUA, "1", key};
+    size_t dlens[4] = {4, sizeof DELETE_LUA - 1, 1, strlen(key)};
+    if (del ? srv_redis_cmd(s->redis, stored_reply, st, 4, dargv, dlens)
+            : srv_redis_cmd(s->redis, stored_reply, st, 2, gargv, glens)) {
+        s->m.session_errors++;
+        free(st);
+        return NULL;
+    }
+    return st;
+}
+
+void srv_stored_detach(srv_stored *st)
+{
+    if (st)
+        st->owner = NULL;
+}

@@ -17,4 +17,14 @@ void srv_session_save(srv_req *r, const srv_ev *ev);
  * run found (at once, with none, when there is no Redis or nothing to look up). */
 void srv_prefix_lookup(srv_req *r);
 
+/* GET or DELETE /v1/responses/ID: the response stored with its turn (srv_req.response), read
+ * or deleted; done(owner, id, del, outcome, response) follows once: outcome 0 (found: response,
+ * taken; deleted: NULL), 1 (not there, or a record that is no response's: a client's session
+ * of that name), -1 (Redis did not answer). NULL (no done) when Redis is not connected. */
+typedef struct srv_stored srv_stored;
+typedef void (*srv_stored_cb)(void *owner, const char *id, bool del, int outcome, json_t *response);
+srv_stored *srv_stored_start(srv *s, const char *id, bool del, srv_stored_cb done, void *owner);
+/* The owner has gone: done is not called (NULL: nothing). */
+void srv_stored_detach(srv_stored *st);
+
 #endif

@@ -316,7 +316,7 @@ test('previous_response_id: the stored conversation continues, on another server
     assert.equal(r2.output_text, chat.choices[0].message.content);
     await written(b, 1);
     // a third turn from the second: all of it, streamed
-    const { final } = await streamed(ca, { input: q3, previous_response_id: r2.id });
+    const { events: ev3, final } = await streamed(ca, { input: q3, previous_response_id: r2.id });
     const chat3 = await ca.chat.completions.create({ model: 'fogline', temperature: 0, messages: [...msgs.slice(1),
       { role: 'assistant', content: r2.output_text }, ...user(q3)] });
     assert.equal(final.usage.input_tokens, chat3.usage.prompt_tokens);
@@ -345,6 +345,42 @@ test('previous_response_id: the stored conversation continues, on another server
     await written(a, 4);
     assert.equal(await cli(r.port, ['EXISTS', 'fogline:session:rs-1']), '1\n');
     assert.equal(await cli(r.port, ['EXISTS', `fogline:session:${own.id}`]), '0\n');
+    // GET /v1/responses/ID: the answer as it was sent, from any process (the plain answer's
+    // fogline statistics aside); streamed, the completed event's response
+    const { fogline, ...sent } = r1;
+    assert.ok(fogline, 'test data: the plain answer has its statistics');
+    assert.deepEqual(await cb.responses.retrieve(r1.id), sent);
+    await until(async () => (await cli(r.port, ['EXISTS', `fogline:session:${final.id}`])) === '1\n', 5000, 'stored');
+    const { output_text: _, ...got } = await ca.responses.retrieve(final.id); // (the SDK adds output_text)
+    assert.equal(ev3.at(-1).type, 'response.completed');
+    assert.deepEqual(got, ev3.at(-1).response);
+    // DELETE: gone for retrieving and for continuing; a client's session of a response's
+    // name is no response (neither shown nor deleted)
+    await ca.responses.delete(fork.id);
+    const notFound = async (p, init = {}) => {
+      const res = await fetch(`${b.url}/v1/responses/${p}`, init);
+      const j = await res.json();
+      assert.equal(res.status, 404, `${p}: ${JSON.stringify(j)}`);
+      assert.equal(j.error.code, 'not_found');
+      return j.error.message;
+    };
+    assert.match(await notFound(fork.id), /no stored response .*deleted/);
+    assert.match(await notFound(fork.id, { method: 'DELETE' }), /no stored response/);
+    assert.equal(await cli(r.port, ['EXISTS', `fogline:session:${fork.id}`]), '0\n');
+    const again = await fetch(`${a.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ input: 'hi', previous_response_id: fork.id }) });
+    assert.equal(again.status, 404);
+    await notFound('rs-1');
+    await notFound('rs-1', { method: 'DELETE' });
+    assert.equal(await cli(r.port, ['EXISTS', 'fogline:session:rs-1']), '1\n');
+    assert.match(await notFound('a%20b'), /ID a response's id/);
+    // bad requests: a stream of a stored response (background responses only), another method
+    const st = await fetch(`${a.url}/v1/responses/${r1.id}?stream=true`);
+    assert.equal(st.status, 400);
+    assert.equal((await st.json()).error.param, 'stream');
+    const put = await fetch(`${a.url}/v1/responses/${r1.id}`, { method: 'PUT', body: '{}' });
+    assert.equal(put.status, 405);
+    assert.equal(put.headers.get('allow'), 'GET, DELETE');
   } finally {
     assert.equal(await a.stop(), 0, a.log());
     assert.equal(await b.stop(), 0, b.log());
@@ -356,6 +392,9 @@ test('previous_response_id: the stored conversation continues, on another server
     body: JSON.stringify({ input: 'hi', previous_response_id: 'resp_1' }) });
   assert.equal(res.status, 400);
   assert.match((await res.json()).error.message, /needs a server with --redis/);
+  const got = await fetch(`${builtin.url}/v1/responses/${plain.id}`);
+  assert.equal(got.status, 404);
+  assert.match((await got.json()).error.message, /without --redis/);
 });
 
 test('tools across turns: previous_response_id and a chat session keep the calls and their outputs', async () => {
