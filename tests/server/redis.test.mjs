@@ -170,6 +170,19 @@ test('damaged pages in Redis are refused: same output, counted', async () => {
   const d3 = await chat(c, user('Where is my order 48213?'), { session: 'bad' });
   assert.equal(d3.done.usage.history_messages, undefined);
   assert.equal((await metrics(c)).get('fogline_session_total', { outcome: 'error' }), 1);
+  // ... nor are damaged tool calls: not JSON, not an array, not a string, or on a user message
+  const damaged = [{ role: 'assistant', content: '', tool_calls_text: 'not json' },
+    { role: 'assistant', content: '', tool_calls_text: '{"name":"f"}' },
+    { role: 'assistant', content: '', tool_calls_text: '[]' },
+    { role: 'assistant', content: '', tool_calls_text: [{ name: 'f' }] },
+    { role: 'user', content: 'hi', tool_calls_text: '[{"type":"function","function":{"name":"f","arguments":{}}}]' }];
+  for (const [k, m] of damaged.entries()) {
+    await cli(r.port, ['SET', `fogline:session:bad${k}`, JSON.stringify({ messages: [{ role: 'user', content: 'hi' }, m] })]);
+    const d = await chat(c, user('Where is my order 48213?'), { session: `bad${k}` });
+    assert.equal(d.done.usage.history_messages, undefined, JSON.stringify(m));
+    assert.equal(d.done.usage.prompt_tokens, d3.done.usage.prompt_tokens);
+    assert.equal((await metrics(c)).get('fogline_session_total', { outcome: 'error' }), 2 + k);
+  }
   assert.equal(await c.stop(), 0);
   assert.equal(await a.stop(), 0);
   r.proc.kill('SIGKILL');
