@@ -14,6 +14,7 @@
 typedef struct srv_gen_fail {
     int segment;      /* -1: none yet */
     const char *code; /* a static SRV_E_* string */
+    const char *param; /* the field it names, when the refusal names one (static), or NULL */
     char msg[FL_ERR_MSG + 32];
 } srv_gen_fail;
 

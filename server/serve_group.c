@@ -137,6 +137,8 @@ static void group_branch_ended(srv_req *k, const srv_req_end *e)
         json_object_set_new(o, "reasoning", json_string(k->group_reasoning));
     if (k->group_logprobs)
         json_object_set(o, "logprobs", k->group_logprobs);
+    if (k->group_calls && json_array_size(k->group_calls))
+        json_object_set(o, "tool_calls", k->group_calls);
     if (k->group_lp_lost) /* the answer cannot be whole: it fails instead */
         json_object_set_new(o, "error", json_string(SRV_E_INTERNAL));
     g->any_error |= err_code != NULL || k->group_lp_lost;
@@ -222,6 +224,20 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
     }
     c->format = gc->format;
     c->schema = gc->schema ? strdup(gc->schema) : NULL;
+    /* tools (samples only: a fan-out refuses them), and the base messages' calls */
+    c->tool_choice = gc->tool_choice;
+    c->tools = gc->tools ? strdup(gc->tools) : NULL;
+    c->tool_schema = gc->tool_schema ? strdup(gc->tool_schema) : NULL;
+    c->tool_msgs = gc->tool_msgs;
+    oom |= (gc->tools && !c->tools) || (gc->tool_schema && !c->tool_schema);
+    if (gc->calls && n_base <= gc->n_calls && (c->calls = calloc(c->n_msgs ? c->n_msgs : 1, sizeof(char *)))) {
+        c->n_calls = c->n_msgs;
+        for (size_t j = 0; j < n_base; j++)
+            oom |= gc->calls[j] && !(c->calls[j] = strdup(gc->calls[j]));
+    } else {
+        oom |= gc->calls != NULL;
+    }
+    srv_tools_init(&k->tools, c->tool_choice != SRV_TOOL_NONE, k->serial);
     if (gc->n_bias) {
         c->bias_ids = malloc(sizeof(int32_t) * (size_t)gc->n_bias);
         c->bias = malloc(sizeof(float) * (size_t)gc->n_bias);

@@ -1066,6 +1066,29 @@ static void keep_response(srv_req *r, const json_t *x)
         r->response = json_deep_copy(x);
 }
 
+/* Streamed, at the reply's end: what the extractor held back (a call decided only at the end,
+   a close tag in its string: toolcalls.h, included) as choice index's last delta. True when
+   the reply called tools (the finish says so). */
+static bool tools_tail(srv_http *h, srv_req *r, int index)
+{
+    if (!r->tools.on)
+        return false;
+    json_t *d = json_object(), *calls = json_array();
+    fl_buf out = {0};
+    srv_tools_finish(&r->tools, &out, calls);
+    if (d && out.len)
+        json_object_set_new(d, "content", json_stringn(out.data, out.len));
+    if (d && json_array_size(calls))
+        json_object_set(d, "tool_calls", calls);
+    if (d && json_object_size(d))
+        send_delta(h, index, d);
+    else
+        json_decref(d);
+    json_decref(calls);
+    fl_buf_free(&out);
+    return r->tools.n_calls > 0;
+}
+
 static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
 {
     const char *finish = ev->finish == FL_FINISH_LENGTH ? "length" : "stop";
@@ -1080,25 +1103,8 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
     }
     if (h->stream) {
         sse_begin(h);
-        if (r->tools.on) { /* what the extractor held back, a call decided only at the end
-                              (a close tag in its string, toolcalls.h) included; the finish
-                              says there were calls */
-            json_t *d = json_object(), *calls = json_array();
-            fl_buf out = {0};
-            srv_tools_finish(&r->tools, &out, calls);
-            if (d && out.len)
-                json_object_set_new(d, "content", json_stringn(out.data, out.len));
-            if (d && json_array_size(calls))
-                json_object_set(d, "tool_calls", calls);
-            if (d && json_object_size(d))
-                send_delta(h, 0, d);
-            else
-                json_decref(d);
-            json_decref(calls);
-            fl_buf_free(&out);
-            if (r->tools.n_calls)
-                finish = "tool_calls";
-        }
+        if (tools_tail(h, r, 0))
+            finish = "tool_calls";
         if (h->route == R_RESPONSES) { /* the last item closed, then the whole response */
             json_t *o = json_object();
             json_object_set_new(o, "type", json_string(ev->finish == FL_FINISH_LENGTH
@@ -1321,9 +1327,21 @@ static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
                 if (a)
                     r->group_reasoning = strndup(json_string_value(a), json_string_length(a));
             }
-            json_decref(d);
             if (!r->group_text)
                 r->group_text = strndup(ev->text, ev->text_len);
+            if (r->tools.on && r->group_text) { /* the answer part's calls, as on_done has them */
+                json_t *m = json_object();
+                json_object_set_new(m, "content", json_string(r->group_text));
+                tools_json(m, &r->tools, true);
+                const json_t *c = json_object_get(m, "content");
+                free(r->group_text);
+                r->group_text = strndup(json_is_string(c) ? json_string_value(c) : "",
+                                        json_string_length(c));
+                json_decref(r->group_calls);
+                r->group_calls = json_incref(json_object_get(m, "tool_calls"));
+                json_decref(m);
+            }
+            json_decref(d);
             json_decref(r->group_logprobs);
             bool oom = false;
             r->group_logprobs = lp_for(h, r, ev, &oom);
@@ -1334,7 +1352,9 @@ static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
             sse_begin(h);
             if (r->reason.on)
                 reason_tail(h, r);
-            sse_send(h, finish_chunk(h, r->segment, ev->finish == FL_FINISH_LENGTH ? "length" : "stop",
+            bool calls = tools_tail(h, r, r->segment);
+            sse_send(h, finish_chunk(h, r->segment, ev->finish == FL_FINISH_LENGTH ? "length"
+                                                    : calls ? "tool_calls" : "stop",
                                      stop_reason(r, ev)));
         }
         return;
@@ -1347,6 +1367,10 @@ static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
         bool any = true;
         if (!r->reason.on || reason_json(d, &r->reason, ev->text, ev->text_len, false, &any))
             json_object_set_new(d, "content", json_stringn(ev->text, ev->text_len));
+        if (r->tools.on) { /* a call goes out whole, as one tool_calls delta */
+            tools_json(d, &r->tools, false);
+            any = json_object_size(d) > 0;
+        }
         h->s->m.commits_sent++;
         send_commit(h, r, r->segment, d, any, ev);
     }
@@ -1392,7 +1416,7 @@ static void http_on_group_done(void *owner, srv_req *g)
         /* a choice refused before the engine: its refusal's own code and message, as the
            request (that prompt) alone would get it */
         bool ctx = !strcmp(h->gen.code, SRV_E_PROMPT_TOO_LONG);
-        const char *param = g->chat.raw ? "prompt" : ctx ? "messages" : NULL;
+        const char *param = g->chat.raw ? "prompt" : ctx ? "messages" : h->gen.param;
         fail_exchange(h, status_of(h->gen.code), ctx ? "context_length_exceeded" : h->gen.code,
                       param, h->gen.msg);
         return;
@@ -1476,15 +1500,23 @@ static void http_on_group_done(void *owner, srv_req *g)
             json_object_set_new(ch, "text", json_string(t ? t : ""));
         } else {
             json_t *msg = json_object();
+            json_t *calls = json_object_get(v, "tool_calls");
             json_object_set_new(msg, "role", json_string("assistant"));
-            json_object_set_new(msg, "content", json_string(t ? t : ""));
+            /* (content null beside calls when there is none, as a single reply has it) */
+            json_object_set_new(msg, "content", t && (*t || !calls) ? json_string(t)
+                                                : calls ? json_null() : json_string(""));
             if (rs)
                 json_object_set_new(msg, "reasoning_content", json_string(rs));
+            if (calls)
+                json_object_set(msg, "tool_calls", calls);
             json_object_set_new(ch, "message", msg);
         }
         json_t *lp = json_object_get(v, "logprobs");
         json_object_set_new(ch, "logprobs", lp ? json_incref(lp) : json_null());
-        json_object_set_new(ch, "finish_reason", json_string(json_string_value(json_object_get(v, "finish"))));
+        const char *fin = json_string_value(json_object_get(v, "finish"));
+        if (json_object_get(v, "tool_calls") && !strcmp(fin, "stop"))
+            fin = "tool_calls";
+        json_object_set_new(ch, "finish_reason", json_string(fin));
         json_t *sr = json_object_get(v, "stop_reason");
         json_object_set_new(ch, "stop_reason", sr ? json_incref(sr) : json_null());
         json_array_append_new(choices, ch);
@@ -1536,6 +1568,7 @@ static void http_on_reject(void *owner, srv_req *r, const char *code, const char
            ended first), and the rest are cancelled: the answer is that error */
         h->gen.segment = r->segment;
         h->gen.code = code;
+        h->gen.param = r->work_param;
         const srv_chat *gc = &r->parent->chat;
         if (gc->n_prompts > 1) /* which prompt of a batch */
             snprintf(h->gen.msg, sizeof h->gen.msg, "prompt[%d]: %s",

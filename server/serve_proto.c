@@ -1202,11 +1202,7 @@ static int parse_samples(pctx *P, srv_chat *c)
     if (total > SRV_MAX_CHOICES)
         return bad(P, SRV_E_OUT_OF_RANGE, "prompt", "%d prompts times n %d is %d choices; at "
                    "most %d", c->n_prompts, c->n_choices, total, SRV_MAX_CHOICES);
-    const char *with = c->parallel                        ? "parallel"
-                       : c->session                       ? "session"
-                       : c->tools || c->tool_schema       ? "tools"
-                       : c->tool_msgs                     ? "messages (tool calls or results)"
-                                                          : NULL;
+    const char *with = c->parallel ? "parallel" : c->session ? "session" : NULL;
     if (with)
         return bad(P, SRV_E_BAD_REQUEST, "n", "'n' above 1 cannot be combined with '%s'", with);
     c->parallel = SRV_PAR_SAMPLES;

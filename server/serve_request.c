@@ -40,6 +40,7 @@ static void req_free(srv_req *r)
     free(r->group_text);
     free(r->group_reasoning);
     json_decref(r->group_logprobs);
+    json_decref(r->group_calls);
     /* a queued draft must not point at a freed request */
     for (int i = 0; i < SRV_DRAFT_SLOTS; i++) {
         if (r->draft_slot[i])

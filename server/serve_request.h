@@ -140,6 +140,7 @@ struct srv_req {
                                thinks, the answer part), kept for the answer */
     char *group_reasoning;  /* ... and its reasoning part, or NULL */
     json_t *group_logprobs; /* ... and its log probabilities (chat.logprobs), or NULL */
+    json_t *group_calls;    /* ... and its tool calls (tools offered, some called), or NULL */
     /* /v1/completions' logprobs: the reply decoded so far as the engine decodes it (its
        held-back bytes) and its characters, for text_offset across a stream's chunks */
     fl_detok lp_dt;

@@ -104,9 +104,12 @@ void fz_check_chat(const srv_chat *c, const srv_limits *L, bool openai)
     FZ_CHECK(c->n_msgs >= 1 && c->n_msgs <= SRV_MAX_MESSAGES, "%zu messages", c->n_msgs);
     FZ_CHECK(c->n_choices >= 1 && c->n_choices <= SRV_MAX_SEGMENTS &&
                  (c->n_choices == 1 ? c->parallel != SRV_PAR_SAMPLES
-                                    : c->parallel == SRV_PAR_SAMPLES && !c->session &&
-                                          !c->tools && !c->tool_schema && !c->tool_msgs),
+                                    : c->parallel == SRV_PAR_SAMPLES && !c->session),
              "n %d accepted as parallel %d", c->n_choices, c->parallel);
+    /* a fan-out's branches are the client's segments or the model's points: no tools there */
+    bool fan = c->parallel != SRV_PAR_NONE && c->parallel != SRV_PAR_SAMPLES;
+    FZ_CHECK(!fan || (!c->tools && !c->tool_schema && !c->tool_msgs),
+             "tools accepted with parallel %d", c->parallel);
     for (size_t i = 0; i < c->n_msgs; i++) {
         const char *r = c->msgs[i].role;
         FZ_CHECK(r && (!strcmp(r, "system") || !strcmp(r, "user") || !strcmp(r, "assistant") ||

@@ -283,13 +283,17 @@ test('every bad input is an OpenAI-shaped error with its status and param', asyn
     return { status: res.status, json: await res.json() };
   };
   const tool = { type: 'function', function: { name: 'f', parameters: { type: 'object' } } };
-  for (const [body, with_] of [[{ session: 's1' }, 'session'], [{ tools: [tool] }, 'tools'],
+  for (const [body, with_] of [[{ session: 's1' }, 'session'],
     [{ parallel: { mode: 'fanout', segments: ['a', 'b'] } }, 'parallel']]) {
     const r = await chat({ n: 2, ...body });
     assert.equal(r.status, 400, JSON.stringify(r.json));
     assert.equal(r.json.error.param, 'n');
     assert.equal(r.json.error.message, `'n' above 1 cannot be combined with '${with_}'`);
   }
+  // tools with n: refused by this model's template as the lone request is (no tool syntax)
+  const lone = await chat({ tools: [tool] }), two = await chat({ n: 2, tools: [tool] });
+  assert.equal(lone.status, 400, JSON.stringify(lone.json));
+  assert.deepEqual(two, lone);
   const long = await chat({ n: 2, messages: [{ role: 'user', content: 'x'.repeat(400) }] });
   assert.equal(long.status, 400);
   assert.equal(long.json.error.code, 'context_length_exceeded');

@@ -187,6 +187,42 @@ test('function tools: a call item as chat gives the call; the round trip as inpu
   assert.equal(back.output_text, cb.choices[0].message.content ?? '');
 });
 
+test('chat completions n > 1 with tools: each choice\'s calls as the lone request with seed + i gives them', async () => {
+  const body = { model: 'fogline', messages: user('Where is order 12?'), tools: CHAT_TOOLS, tool_choice: 'required',
+    max_tokens: 160, temperature: 1, seed: 40 };
+  const both = await tc.chat.completions.create({ ...body, n: 2 });
+  assert.equal(both.choices.length, 2);
+  const calls = (m) => m.tool_calls?.map((x) => x.function);
+  for (const [i, ch] of both.choices.entries()) {
+    const alone = await tc.chat.completions.create({ ...body, seed: 40 + i });
+    assert.equal(ch.finish_reason, 'tool_calls', JSON.stringify(ch));
+    assert.equal(ch.message.content, null);
+    assert.equal(ch.message.tool_calls.length, 1);
+    assert.deepEqual(calls(ch.message), calls(alone.choices[0].message), `choice ${i}`);
+  }
+  // streamed: each index's calls and finish, as the client assembles them
+  const stream = await tc.chat.completions.create({ ...body, n: 2, stream: true });
+  const got = [[], []], fin = [];
+  for await (const c of stream)
+    for (const ch of c.choices) {
+      for (const t of ch.delta?.tool_calls ?? []) got[ch.index].push(t.function);
+      if (ch.finish_reason) fin[ch.index] = ch.finish_reason;
+    }
+  assert.deepEqual(fin, ['tool_calls', 'tool_calls']);
+  assert.deepEqual(got, both.choices.map((ch) => calls(ch.message)));
+  // the WebSocket: each segment_done carries its choice's calls
+  const ws = await connect(think);
+  try {
+    ws.send({ type: 'chat', id: 'n2', messages: body.messages, tools: CHAT_TOOLS, tool_choice: 'required',
+      max_tokens: 160, temperature: 1, seed: 40, n: 2 });
+    const frames = await ws.collect('n2', 60000);
+    const segs = frames.filter((f) => f.type === 'segment_done').sort((a, b) => a.segment - b.segment);
+    assert.deepEqual(segs.map((f) => f.tool_calls?.map((x) => x.function)), both.choices.map((ch) => calls(ch.message)));
+  } finally {
+    ws.close();
+  }
+});
+
 test('bad input: 400 naming the field the client sent', async () => {
   const cases = [
     [{}, 'input', /'input' is required/],
