@@ -70,7 +70,11 @@ struct srv_http {
        answer repeats */
     srv_resp rs;
     json_t *rs_echo;
+    json_t *rs_input;          /* the request's input (its items are stored with the turn) */
     struct srv_stored *stored; /* GET or DELETE /v1/responses/ID: its Redis command */
+    int li_limit;              /* GET /v1/responses/ID/input_items: the query */
+    bool li_desc;
+    char li_after[96];
     struct srv_http *prev, *next;
 };
 
@@ -332,6 +336,42 @@ static bool other_model(const srv *s, const char *asked)
 /* ---- GET and DELETE /v1/responses/ID: a stored response, kept with its turn under
    fogline:session:ID (serve_session.c) ---- */
 
+/* GET /v1/responses/ID/input_items: the page of items the query asks for (OpenAI's list:
+   newest first unless order=asc, limit 1..100 (20), after an item's id). */
+static json_t *items_page(srv_http *h, json_t *items)
+{
+    size_t n = json_array_size(items), start = 0;
+    if (h->li_desc) { /* (reversed in place: the array is ours) */
+        for (size_t k = 0; k < n / 2; k++) {
+            json_t *a = json_incref(json_array_get(items, k));
+            json_array_set(items, k, json_array_get(items, n - 1 - k));
+            json_array_set_new(items, n - 1 - k, a);
+        }
+    }
+    if (h->li_after[0]) {
+        size_t k;
+        for (k = 0; k < n; k++) {
+            const char *id = json_string_value(json_object_get(json_array_get(items, k), "id"));
+            if (id && !strcmp(id, h->li_after))
+                break;
+        }
+        if (k == n)
+            return NULL;
+        start = k + 1;
+    }
+    json_t *data = json_array();
+    for (size_t k = start; k < n && json_array_size(data) < (size_t)h->li_limit; k++)
+        json_array_append(data, json_array_get(items, k));
+    json_t *o = json_object();
+    size_t m = json_array_size(data);
+    json_object_set_new(o, "object", json_string("list"));
+    json_object_set_new(o, "data", data);
+    json_object_set(o, "first_id", m ? json_object_get(json_array_get(data, 0), "id") : json_null());
+    json_object_set(o, "last_id", m ? json_object_get(json_array_get(data, m - 1), "id") : json_null());
+    json_object_set_new(o, "has_more", json_boolean(start + m < n));
+    return o;
+}
+
 static void stored_not_found(srv_http *h, const char *id)
 {
     char m[SRV_ID_MAX + 160];
@@ -340,7 +380,7 @@ static void stored_not_found(srv_http *h, const char *id)
     respond_error(h, 404, "not_found", NULL, m);
 }
 
-static void stored_done(void *owner, const char *id, bool del, int outcome, json_t *response)
+static void stored_done(void *owner, const char *id, int kind, int outcome, json_t *v)
 {
     srv_http *h = owner;
     h->stored = NULL;
@@ -349,37 +389,79 @@ static void stored_done(void *owner, const char *id, bool del, int outcome, json
                       "now: Redis did not answer");
     } else if (outcome > 0) {
         stored_not_found(h, id);
-    } else if (del) {
+    } else if (kind == SRV_STORED_DELETE) {
         json_t *o = json_object();
         json_object_set_new(o, "id", json_string(id));
         json_object_set_new(o, "object", json_string("response"));
         json_object_set_new(o, "deleted", json_true());
         respond_json(h, 200, o);
+    } else if (kind == SRV_STORED_ITEMS) {
+        json_t *o = items_page(h, v);
+        json_decref(v);
+        if (o) {
+            respond_json(h, 200, o);
+        } else {
+            char m[160];
+            snprintf(m, sizeof m, "'after': no input item '%.64s' in this response", h->li_after);
+            respond_error(h, 400, SRV_E_BAD_REQUEST, "after", m);
+        }
     } else {
-        respond_json(h, 200, response);
+        respond_json(h, 200, v);
     }
     arm(h);
 }
 
-static void route_stored(srv_http *h, const char *id, bool del)
+/* path: "ID" (GET, DELETE) or "ID/input_items" (GET, with its query). */
+static void route_stored(srv_http *h, const char *path, bool del)
 {
     srv *s = h->s;
-    size_t n = strlen(id);
-    bool ok = n > 0 && n <= SRV_ID_MAX;
+    char id[SRV_ID_MAX + 1];
+    const char *slash = strchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : strlen(path);
+    bool ok = n > 0 && n <= SRV_ID_MAX && (!slash || (!strcmp(slash, "/input_items") && !del));
     for (size_t i = 0; ok && i < n; i++) /* (a response's id: resp_ and hex digits) */
-        ok = (id[i] >= 'a' && id[i] <= 'z') || (id[i] >= 'A' && id[i] <= 'Z') ||
-             (id[i] >= '0' && id[i] <= '9') || strchr("_-.:", id[i]);
+        ok = (path[i] >= 'a' && path[i] <= 'z') || (path[i] >= 'A' && path[i] <= 'Z') ||
+             (path[i] >= '0' && path[i] <= '9') || strchr("_-.:", path[i]);
     if (!ok) {
         respond_error(h, 404, "not_found", NULL, "unknown endpoint: this server serves "
-                      "/v1/responses/ID (GET, DELETE), ID a response's id");
+                      "/v1/responses/ID (GET, DELETE) and /v1/responses/ID/input_items (GET), "
+                      "ID a response's id");
         return;
+    }
+    memcpy(id, path, n);
+    id[n] = 0;
+    int kind = del ? SRV_STORED_DELETE : slash ? SRV_STORED_ITEMS : SRV_STORED_GET;
+    if (kind == SRV_STORED_ITEMS) { /* the query, checked before Redis is asked */
+        char buf[160];
+        const char *v = lws_get_urlarg_by_name(h->wsi, "limit=", buf, sizeof buf);
+        char *end = NULL;
+        long lim = v ? strtol(v, &end, 10) : 20;
+        if (v && (!*v || *end || lim < 1 || lim > 100)) {
+            respond_error(h, 400, SRV_E_BAD_REQUEST, "limit", "'limit' must be an integer in "
+                          "[1, 100]");
+            return;
+        }
+        h->li_limit = (int)lim;
+        v = lws_get_urlarg_by_name(h->wsi, "order=", buf, sizeof buf);
+        if (v && strcmp(v, "asc") && strcmp(v, "desc")) {
+            respond_error(h, 400, SRV_E_BAD_REQUEST, "order", "'order' must be asc or desc");
+            return;
+        }
+        h->li_desc = !v || !strcmp(v, "desc");
+        v = lws_get_urlarg_by_name(h->wsi, "after=", buf, sizeof buf);
+        if (v && (strlen(v) >= sizeof h->li_after || !*v)) {
+            respond_error(h, 400, SRV_E_BAD_REQUEST, "after", "'after' must be an item's id");
+            return;
+        }
+        snprintf(h->li_after, sizeof h->li_after, "%s", v ? v : "");
+        srv_utf8_clip(h->li_after);
     }
     if (!s->redis) {
         respond_error(h, 404, "not_found", NULL, "no stored responses: this server runs without "
                       "--redis, where responses are stored");
         return;
     }
-    if (!(h->stored = srv_stored_start(s, id, del, stored_done, h))) {
+    if (!(h->stored = srv_stored_start(s, id, kind, stored_done, h))) {
         respond_error(h, 503, "redis_unavailable", NULL, "the stored responses cannot be read "
                       "now: Redis is not connected");
         return;
@@ -630,6 +712,7 @@ static void chat_start(srv_http *h)
         }
         rc = srv_parse_chat_openai(co, &L, &chat, &code, &param, m, sizeof m);
         json_decref(co);
+        h->rs_input = json_incref(json_object_get(o, "input"));
     } else {
         rc = h->route == R_GENERATE ? srv_generate_parse(o, &L, &chat, &code, &param, m, sizeof m)
              : h->route == R_COMPLETION
@@ -665,7 +748,7 @@ static void chat_start(srv_http *h)
         srv_resp_init(&h->rs, h->cmpl_id);
         /* previous_response_id: that response's conversation, from Redis, must be there;
            store (OpenAI's default true): this one's is kept under its id, as a session's turn
-           is (only without tools: a session keeps messages) */
+           is */
         if (json_object_get(h->rs_echo, "previous_response_id")) {
             if (!s->redis) {
                 srv_chat_free(&chat);
@@ -711,6 +794,8 @@ static void chat_start(srv_http *h)
     }
     h->req = r;
     list_add(s, h);
+    if (r->chat.session_save && h->rs_input) /* kept with the turn for input_items */
+        r->input_items = srv_resp_input_items(h->rs_input, h->cmpl_id);
     if (srv_req_sampled(r)) { /* what reproduces the reply (choice i: seed + i) */
         size_t el = strlen(h->extra);
         snprintf(h->extra + el, sizeof h->extra - el, "fogline-seed: %llu\r\n",
@@ -1662,6 +1747,7 @@ static void http_free(srv_pss *pss)
         fl_buf_free(&h->pend[k]);
     srv_resp_free(&h->rs);
     json_decref(h->rs_echo);
+    json_decref(h->rs_input);
     free(h);
 }
 

@@ -52,6 +52,8 @@ static void req_free(srv_req *r)
     srv_tools_free(&r->tools);
     json_decref(r->tool_calls);
     json_decref(r->response);
+    json_decref(r->input_items);
+    json_decref(r->prev_items);
     free(r->ids);
     free(r);
 }

@@ -125,6 +125,9 @@ struct srv_req {
     json_t *tool_calls;   /* WebSocket: the calls found so far, for done */
     json_t *response;     /* /v1/responses with store: the finished response, kept with the
                              turn (srv_session_save) for GET /v1/responses/ID */
+    json_t *input_items;  /* ... its input as items (srv_resp_input_items) */
+    json_t *prev_items;   /* ... and previous_response_id's input items and output, read with
+                             its turns: input_items lists all of them */
     /* fan-out ("parallel"): a group owns branch requests and has no engine work of its own;
        the group is in its owner's list, the branches in the server's */
     struct srv_req *parent; /* a branch: its group */

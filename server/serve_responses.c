@@ -629,3 +629,65 @@ void srv_resp_begin(srv_resp *st, long long created, const char *model, const js
         emit_ev(st, emit, ctx, ev);
     }
 }
+
+/* ---- stored input items (GET /v1/responses/ID/input_items) ---- */
+
+json_t *srv_resp_input_items(const json_t *in, const char *resp_id)
+{
+    const char *tail = strncmp(resp_id, "resp_", 5) ? resp_id : resp_id + 5;
+    json_t *items = json_array();
+    if (!items)
+        return NULL;
+    char id[96];
+    if (json_is_string(in)) {
+        snprintf(id, sizeof id, "msg_%s_in0", tail);
+        json_t *part = json_pack("{s:s, s:O}", "type", "input_text", "text", in);
+        json_t *it = json_pack("{s:s, s:s, s:s, s:s, s:[o]}", "id", id, "type", "message", "status",
+                               "completed", "role", "user", "content", part);
+        if (!it || json_array_append_new(items, it)) {
+            json_decref(items);
+            return NULL;
+        }
+        return items;
+    }
+    size_t i;
+    const json_t *x;
+    json_array_foreach(in, i, x)
+    {
+        json_t *it = json_copy((json_t *)x);
+        if (!it) {
+            json_decref(items);
+            return NULL;
+        }
+        const char *type = json_string_value(json_object_get(it, "type"));
+        if (!type) {
+            type = "message";
+            json_object_set_new(it, "type", json_string(type));
+        }
+        const json_t *c = json_object_get(it, "content");
+        if (!strcmp(type, "message") && json_is_string(c)) { /* as the parts OpenAI lists */
+            const char *role = json_string_value(json_object_get(it, "role"));
+            bool out = role && !strcmp(role, "assistant");
+            json_t *part = out ? json_pack("{s:s, s:O, s:[]}", "type", "output_text", "text", c,
+                                           "annotations")
+                               : json_pack("{s:s, s:O}", "type", "input_text", "text", c);
+            json_object_set_new(it, "content", json_pack("[o]", part));
+        }
+        if (!json_object_get(it, "id")) {
+            const char *pre = !strcmp(type, "function_call")          ? "fc"
+                              : !strcmp(type, "function_call_output") ? "fco"
+                              : !strcmp(type, "reasoning")            ? "rs"
+                                                                      : "msg";
+            snprintf(id, sizeof id, "%s_%s_in%zu", pre, tail, i);
+            json_object_set_new(it, "id", json_string(id));
+        }
+        if (!json_object_get(it, "status") && strcmp(type, "reasoning"))
+            json_object_set_new(it, "status", json_string("completed"));
+        if (json_array_append_new(items, it)) {
+            json_decref(items);
+            return NULL;
+        }
+    }
+    return items;
+}
+

@@ -61,6 +61,11 @@ json_t *srv_resp_object(const srv_resp *st, long long created, const char *model
 /* The opening events: response.created and response.in_progress. */
 void srv_resp_begin(srv_resp *st, long long created, const char *model, const json_t *echo,
                     srv_resp_emit emit, void *ctx);
+/* The request's input (its "input") as the items GET /v1/responses/ID/input_items lists: a string as one
+ * user message, each item as sent with OpenAI's "type", "id" (made from the response's id
+ * where the client gave none), "status" and text parts (a string content as one part). NULL
+ * when out of memory. The request was checked by srv_responses_request. */
+json_t *srv_resp_input_items(const json_t *input, const char *resp_id);
 /* The Responses usage object. */
 json_t *srv_resp_usage(int input, int output, int cached);
 

@@ -34,6 +34,24 @@ static void session_key(const char *id, char *out, size_t n)
     snprintf(out, n, "fogline:session:%s", id);
 }
 
+/* A stored response continued (previous_response_id): its input items and output come first
+   in this one's input_items (a record without them, written before they were kept, adds
+   none). */
+static void prev_items(srv_req *r, const json_t *o)
+{
+    if (!r->chat.session_required)
+        return;
+    json_t *all = json_array();
+    const json_t *in = json_object_get(o, "input_items");
+    const json_t *out = json_object_get(json_object_get(o, "response"), "output");
+    if (all && json_is_array(in))
+        json_array_extend(all, (json_t *)in);
+    if (all && json_is_array(out))
+        json_array_extend(all, (json_t *)out);
+    json_decref(r->prev_items);
+    r->prev_items = all;
+}
+
 /* Prepends a stored conversation's messages; false when the value is not one (a damaged or
  * foreign value is a miss, not an error for the client). */
 static bool session_merge(srv_req *r, const char *data, size_t len)
@@ -73,6 +91,7 @@ static bool session_merge(srv_req *r, const char *data, size_t len)
     if (full) {
         r->n_history = n;
         r->hist_at = at;
+        prev_items(r, o);
         json_decref(o);
         return true;
     }
@@ -124,6 +143,7 @@ static bool session_merge(srv_req *r, const char *data, size_t len)
     r->chat.n_msgs = total;
     r->n_history = n;
     r->hist_at = at;
+    prev_items(r, o);
     json_decref(o);
     return true;
 }
@@ -265,6 +285,12 @@ void srv_session_save(srv_req *r, const srv_ev *ev)
     json_object_set_new(o, "ids", ids);
     if (r->response)
         json_object_set(o, "response", r->response);
+    if (r->input_items) {
+        json_t *all = r->prev_items ? json_copy(r->prev_items) : json_array();
+        if (all)
+            json_array_extend(all, r->input_items);
+        json_object_set_new(o, "input_items", all);
+    }
     char *val = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!val)
@@ -372,7 +398,7 @@ struct srv_stored {
     srv *s;
     srv_stored_cb done;
     void *owner; /* NULL once detached */
-    bool del;
+    int kind;    /* SRV_STORED_* */
     char id[SRV_ID_MAX + 1];
 };
 
@@ -397,31 +423,34 @@ static void stored_reply(struct redisReply *rp, void *ud)
     if (!rp || rp->type == REDIS_REPLY_ERROR) {
         st->s->m.session_errors++;
         outcome = -1;
-    } else if (st->del) {
+    } else if (st->kind == SRV_STORED_DELETE) {
         outcome = rp->type == REDIS_REPLY_INTEGER && rp->integer > 0 ? 0 : 1;
     } else if (rp->type == REDIS_REPLY_STRING) {
         json_error_t je;
         json_t *o = json_loadb(rp->str, (size_t)rp->len, 0, &je);
-        x = json_object_get(o, "response");
-        if (json_is_object(x)) {
-            json_incref(x);
+        if (json_is_object(json_object_get(o, "response"))) {
             outcome = 0;
-        } else {
-            x = NULL;
+            if (st->kind == SRV_STORED_GET) {
+                x = json_incref(json_object_get(o, "response"));
+            } else { /* (a record written before input items were kept has none) */
+                x = json_object_get(o, "input_items");
+                x = json_is_array(x) ? json_incref(x) : json_array();
+            }
         }
         json_decref(o);
     }
-    st->done(st->owner, st->id, st->del, outcome, x);
+    st->done(st->owner, st->id, st->kind, outcome, x);
     free(st);
 }
 
-srv_stored *srv_stored_start(srv *s, const char *id, bool del, srv_stored_cb done, void *owner)
+srv_stored *srv_stored_start(srv *s, const char *id, int kind, srv_stored_cb done, void *owner)
 {
+    bool del = kind == SRV_STORED_DELETE;
     size_t n = strlen(id);
     srv_stored *st = n <= SRV_ID_MAX && s->redis ? calloc(1, sizeof *st) : NULL;
     if (!st)
         return NULL;
-    *st = (srv_stored){.s = s, .done = done, .owner = owner, .del = del};
+    *st = (srv_stored){.s = s, .done = done, .owner = owner, .kind = kind};
     memcpy(st->id, id, n + 1);
     char key[SRV_ID_MAX + 32];
     session_key(id, key, sizeof key);

@@ -387,6 +387,24 @@ test('previous_response_id: the stored conversation continues, on another server
     assert.ok(fogline, 'test data: the plain answer has its statistics');
     assert.deepEqual(await cb.responses.retrieve(r1.id), sent);
     await until(async () => (await cli(r.port, ['EXISTS', `fogline:session:${final.id}`])) === '1\n', 5000, 'stored');
+    // GET /v1/responses/ID/input_items: every turn's input and output before the reply, newest
+    // first by default; the SDK pages through them with 'after'
+    const texts = (items) => items.map((it) => `${it.role}: ${it.content.map((c) => c.text).join('')}`);
+    const want = [`user: ${q1}`, `assistant: ${r1.output_text}`, `user: ${q2}`, `assistant: ${r2.output_text}`, `user: ${q3}`];
+    const paged = [];
+    for await (const it of ca.responses.inputItems.list(final.id, { order: 'asc', limit: 2 })) paged.push(it);
+    assert.deepEqual(texts(paged), want);
+    assert.equal(new Set(paged.map((it) => it.id)).size, 5, 'every item has its own id');
+    const newest = await cb.responses.inputItems.list(final.id);
+    assert.deepEqual(texts(newest.data), [...want].reverse());
+    assert.equal(newest.has_more, false);
+    assert.deepEqual(texts((await ca.responses.inputItems.list(r1.id)).data), [`user: ${q1}`]);
+    for (const [q, param] of [['limit=0', 'limit'], ['limit=101', 'limit'], ['limit=x', 'limit'],
+      ['order=up', 'order'], ['after=nope', 'after']]) {
+      const res = await fetch(`${a.url}/v1/responses/${final.id}/input_items?${q}`);
+      assert.equal(res.status, 400, q);
+      assert.equal((await res.json()).error.param, param, q);
+    }
     const { output_text: _, ...got } = await ca.responses.retrieve(final.id); // (the SDK adds output_text)
     assert.equal(ev3.at(-1).type, 'response.completed');
     assert.deepEqual(got, ev3.at(-1).response);
@@ -470,6 +488,12 @@ test('tools across turns: previous_response_id and a chat session keep the calls
     const kept2 = JSON.parse(await cli(r.port, ['GET', `fogline:session:${r2.id}`]));
     assert.deepEqual(kept2.messages.map((m) => m.role), ['user', 'assistant', 'tool', 'assistant']);
     assert.equal(kept2.messages[3].content, r2.output_text);
+    // its input items: the question, the call (r1's output), the call's output
+    const items = (await c.responses.inputItems.list(r2.id, { order: 'asc' })).data;
+    assert.deepEqual(items.map((it) => it.type), ['message', 'function_call', 'function_call_output']);
+    assert.equal(items[1].call_id, call.call_id);
+    assert.equal(items[1].arguments, call.arguments);
+    assert.equal(items[2].output, out);
     // 3. a question after it, without tools, streamed: the calls are still in the history
     const reply2 = c2.choices[0].message;
     const next = [...msgs, { role: 'assistant', content: reply2.content ?? '',
