@@ -117,3 +117,24 @@ int srv_reason_finish(srv_reason *r, fl_buf *reasoning, fl_buf *content)
     r->held = 0;
     return rc ? FL_ENOMEM : 0;
 }
+
+size_t srv_reason_span(const srv_reason *init, const char *s, size_t n)
+{
+    size_t i = 0;
+    if (!init->on)
+        return 0;
+    if (init->state == SRV_REASON_START) {
+        while (i < n && s[i] == '\n')
+            i++;
+        if (n - i < OPEN_LEN || memcmp(s + i, OPEN, OPEN_LEN)) /* (a cut tag is answer text) */
+            return 0;
+        i += OPEN_LEN;
+    } else if (init->state != SRV_REASON_THINK) {
+        return 0;
+    }
+    for (; i + CLOSE_LEN <= n; i++)
+        if (!memcmp(s + i, CLOSE, CLOSE_LEN))
+            return i + CLOSE_LEN;
+    return n;
+}
+

@@ -45,5 +45,9 @@ void srv_reason_init(srv_reason *r, bool on, const char *prompt, size_t n);
 int srv_reason_push(srv_reason *r, const char *s, size_t n, fl_buf *reasoning, fl_buf *content);
 /* The end of the reply: what is still held back goes where it belongs (a cut tag is text). */
 int srv_reason_finish(srv_reason *r, fl_buf *reasoning, fl_buf *content);
+/* The bytes of the whole reply s[0, n) that are its think block, from its start through
+ * </think> (n when the block is not closed; 0 when the reply has none), for a split set up as
+ * init (srv_reason_init's, before any push): what usage counts as reasoning tokens. */
+size_t srv_reason_span(const srv_reason *init, const char *s, size_t n);
 
 #endif

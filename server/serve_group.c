@@ -128,6 +128,8 @@ static void group_branch_ended(srv_req *k, const srv_req_end *e)
         json_object_set_new(u, "prompt_tokens", json_integer(st->prompt_tokens));
         json_object_set_new(u, "completion_tokens", json_integer(n_ids));
         json_object_set_new(u, "cached_tokens", json_integer(st->cached_tokens));
+        if (k->reasoning_tokens >= 0 && (!strcmp(finish, "stop") || !strcmp(finish, "length")))
+            json_object_set_new(u, "reasoning_tokens", json_integer(k->reasoning_tokens));
         json_object_set_new(o, "usage", u);
     }
     json_array_set_new(g->seg_results, (size_t)k->segment, o);
@@ -153,6 +155,20 @@ static void group_branch_ended(srv_req *k, const srv_req_end *e)
         return;
     }
     group_top_up(g);
+}
+
+long long srv_group_reasoning(const srv_req *g)
+{
+    long long sum = -1;
+    size_t i;
+    json_t *v;
+    json_array_foreach(g->seg_results, i, v)
+    {
+        json_t *n = json_object_get(json_object_get(v, "usage"), "reasoning_tokens");
+        if (json_is_integer(n))
+            sum = (sum < 0 ? 0 : sum) + json_integer_value(n);
+    }
+    return sum;
 }
 
 void srv_group_totals(const srv_req *g, long long *prompt, long long *completion, long long *cached)

@@ -18,5 +18,8 @@ srv_req *srv_group_start(srv *s, const srv_owner_ops *ops, void *owner, srv_chat
 void srv_groups_rebalance(srv *s);
 /* A group's summed usage over its segments' results. */
 void srv_group_totals(const srv_req *g, long long *prompt, long long *completion, long long *cached);
+/* The branches' reasoning tokens summed (usage's reasoning_tokens), -1 when none counts them
+   (the template has no think blocks). */
+long long srv_group_reasoning(const srv_req *g);
 
 #endif

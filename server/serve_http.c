@@ -982,7 +982,8 @@ static void sse_begin(srv_http *h)
     }
 }
 
-static json_t *usage_json(int prompt, int completion, int cached)
+/* reasoning: the reply's tokens in its think block, -1 (left out) when the template has none */
+static json_t *usage_json(int prompt, int completion, int cached, long long reasoning)
 {
     json_t *u = json_object();
     json_object_set_new(u, "prompt_tokens", json_integer(prompt));
@@ -992,6 +993,11 @@ static json_t *usage_json(int prompt, int completion, int cached)
     json_t *d = json_object();
     json_object_set_new(d, "cached_tokens", json_integer(cached));
     json_object_set_new(u, "prompt_tokens_details", d);
+    if (reasoning >= 0) {
+        json_t *c = json_object();
+        json_object_set_new(c, "reasoning_tokens", json_integer(reasoning));
+        json_object_set_new(u, "completion_tokens_details", c);
+    }
     return u;
 }
 
@@ -1134,13 +1140,13 @@ static void tools_json(json_t *d, srv_tools *t, bool end)
 
 /* /v1/responses: the finished response, its last item closed first (its events through
    emit when streamed, else NULL) */
-static json_t *resp_done(srv_http *h, const srv_ev *ev, srv_resp_emit emit)
+static json_t *resp_done(srv_http *h, const srv_req *r, const srv_ev *ev, srv_resp_emit emit)
 {
     bool cut = ev->finish == FL_FINISH_LENGTH;
     srv_resp_close(&h->rs, cut, emit, h);
     return srv_resp_object(&h->rs, h->created, h->s->model_id, cut ? "incomplete" : "completed",
-                           h->rs_echo, srv_resp_usage(ev->stats.prompt_tokens, ev->n_ids,
-                                                      ev->stats.cached_tokens));
+                           h->rs_echo, srv_resp_usage(ev->stats.prompt_tokens, ev->n_ids, ev->stats.cached_tokens,
+                                                      r->reasoning_tokens));
 }
 
 /* A stored response (store: its turn is saved under its id) keeps the answer as sent, for
@@ -1195,7 +1201,7 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
             json_object_set_new(o, "type", json_string(ev->finish == FL_FINISH_LENGTH
                                                            ? "response.incomplete"
                                                            : "response.completed"));
-            json_t *x = resp_done(h, ev, resp_emit);
+            json_t *x = resp_done(h, r, ev, resp_emit);
             keep_response(r, x);
             json_object_set_new(o, "response", x);
             json_object_set_new(o, "sequence_number", json_integer(h->rs.seq++));
@@ -1213,7 +1219,7 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
         if (h->include_usage) {
             json_t *o = chunk(h, json_object(), NULL);
             json_object_set_new(o, "choices", json_array());
-            json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids, ev->stats.cached_tokens));
+            json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids, ev->stats.cached_tokens, r->reasoning_tokens));
             sse_send(h, o);
         }
         sse_put(h, "[DONE]");
@@ -1231,7 +1237,7 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
         if (lp)
             json_object_set_new(ch, "logprobs", lp);
         json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids,
-                                                   ev->stats.cached_tokens));
+                                                   ev->stats.cached_tokens, r->reasoning_tokens));
         json_object_set_new(o, "fogline", stats_json(&ev->stats));
         if (oom) { /* never an answer without the log probabilities it was asked for */
             json_decref(o);
@@ -1261,7 +1267,7 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
         json_decref(ch);
         srv_resp_delta(&h->rs, msg, NULL, NULL);
         json_decref(msg);
-        json_t *x = resp_done(h, ev, NULL);
+        json_t *x = resp_done(h, r, ev, NULL);
         if (h->rs.err) {
             json_decref(x);
             respond_error(h, 500, SRV_E_INTERNAL, NULL, "out of memory");
@@ -1281,7 +1287,7 @@ static void on_done(srv_http *h, srv_req *r, const srv_ev *ev)
     json_object_set_new(ch, "stop_reason", stop_reason(r, ev));
     json_array_append_new(choices, ch);
     json_object_set_new(o, "choices", choices);
-    json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids, ev->stats.cached_tokens));
+    json_object_set_new(o, "usage", usage_json(ev->stats.prompt_tokens, ev->n_ids, ev->stats.cached_tokens, r->reasoning_tokens));
     json_object_set_new(o, "fogline", stats_json(&ev->stats));
     if (oom) { /* never an answer without the log probabilities it was asked for */
         json_decref(o);
@@ -1526,7 +1532,7 @@ static void http_on_group_done(void *owner, srv_req *g)
         if (h->include_usage) {
             json_t *o = chunk(h, json_object(), NULL);
             json_object_set_new(o, "choices", json_array());
-            json_object_set_new(o, "usage", usage_json((int)pt, (int)ct, (int)cached));
+            json_object_set_new(o, "usage", usage_json((int)pt, (int)ct, (int)cached, srv_group_reasoning(g)));
             sse_send(h, o);
         }
         sse_put(h, "[DONE]");
@@ -1607,7 +1613,7 @@ static void http_on_group_done(void *owner, srv_req *g)
         json_array_append_new(choices, ch);
     }
     json_object_set_new(o, "choices", choices);
-    json_object_set_new(o, "usage", usage_json((int)pt, (int)ct, (int)cached));
+    json_object_set_new(o, "usage", usage_json((int)pt, (int)ct, (int)cached, srv_group_reasoning(g)));
     respond_json(h, 200, o);
 }
 

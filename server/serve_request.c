@@ -306,6 +306,25 @@ static void tokenize_work(uv_work_t *w)
     }
 }
 
+/* Reply tokens that begin inside the reply's think block (srv_reason_span of the whole text),
+   the text rebuilt token by token as the engine detokenizes it; -1 without the split. */
+static int32_t reasoning_tokens(const srv_req *r, const srv_ev *ev)
+{
+    if (!r->reason0.on)
+        return -1;
+    size_t span = srv_reason_span(&r->reason0, ev->text ? ev->text : "", ev->text_len);
+    fl_detok d;
+    fl_detok_init(&d, r->s->model->tok, true);
+    fl_buf text = {0};
+    int32_t k = 0;
+    for (int32_t i = 0; ev->ids && i < ev->n_ids && text.len < span && !text.err; i++) {
+        k++;
+        fl_detok_push(&d, ev->ids[i], &text);
+    }
+    fl_buf_free(&text);
+    return k;
+}
+
 /* The request ended before the engine saw it (cancelled while tokenizing or waiting for
  * Redis): the owner still gets its done(cancelled). */
 void srv_req_end_cancelled(srv_req *r)
@@ -574,6 +593,7 @@ void srv_req_deliver(srv *s, srv_ev *ev)
             srv_metrics_error(&s->m, srv_ev_code(ev));
         if (ev->stats.forwards > 0 && (ev->finish == FL_FINISH_STOP || ev->finish == FL_FINISH_LENGTH))
             srv_hist_observe(&s->m.tpf, ev->stats.tpf);
+        r->reasoning_tokens = reasoning_tokens(r, ev);
         int32_t redis_tokens = ev->stats.cached_tokens - ev->stats.shared_tokens;
         s->m.kv_cached_tokens += (uint64_t)(redis_tokens > 0 ? redis_tokens : 0);
         s->m.shared_tokens += (uint64_t)(ev->stats.shared_tokens > 0 ? ev->stats.shared_tokens : 0);

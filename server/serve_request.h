@@ -121,6 +121,8 @@ struct srv_req {
     bool steps_coalesced; /* "drafts": "every_step" gave way to coalescing (a slow client) */
     srv_reason reason;    /* the reply's reasoning/answer split (set up with the prompt) */
     srv_reason reason0;   /* ... as it was set up (a session's save splits the whole reply) */
+    int32_t reasoning_tokens; /* done: reply tokens that begin in its think block (usage's
+                                 reasoning_tokens); -1 when the template has no think blocks */
     srv_tools tools;      /* the reply's tool calls (toolcalls.h), when tools were offered */
     json_t *tool_calls;   /* WebSocket: the calls found so far, for done */
     json_t *response;     /* /v1/responses with store: the finished response, kept with the

@@ -576,13 +576,15 @@ void srv_resp_close(srv_resp *st, bool incomplete, srv_resp_emit emit, void *ctx
     }
 }
 
-json_t *srv_resp_usage(int input, int output, int cached)
+json_t *srv_resp_usage(int input, int output, int cached, int reasoning)
 {
-    json_t *u = json_object(), *d = json_object();
+    json_t *u = json_object(), *d = json_object(), *od = json_object();
     json_object_set_new(u, "input_tokens", json_integer(input));
     json_object_set_new(d, "cached_tokens", json_integer(cached));
     json_object_set_new(u, "input_tokens_details", d);
     json_object_set_new(u, "output_tokens", json_integer(output));
+    json_object_set_new(od, "reasoning_tokens", json_integer(reasoning > 0 ? reasoning : 0));
+    json_object_set_new(u, "output_tokens_details", od);
     json_object_set_new(u, "total_tokens", json_integer(input + output));
     return u;
 }

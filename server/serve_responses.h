@@ -66,7 +66,7 @@ void srv_resp_begin(srv_resp *st, long long created, const char *model, const js
  * where the client gave none), "status" and text parts (a string content as one part). NULL
  * when out of memory. The request was checked by srv_responses_request. */
 json_t *srv_resp_input_items(const json_t *input, const char *resp_id);
-/* The Responses usage object. */
-json_t *srv_resp_usage(int input, int output, int cached);
+/* The Responses usage object (reasoning: output tokens in the think block; below 0 as 0). */
+json_t *srv_resp_usage(int input, int output, int cached, int reasoning);
 
 #endif

@@ -285,6 +285,9 @@ static void ws_on_group_done(void *owner, srv_req *g)
     json_object_set_new(u, "completion_tokens", json_integer(ct));
     json_object_set_new(u, "total_tokens", json_integer(pt + ct));
     json_object_set_new(u, "cached_tokens", json_integer(cached));
+    long long reasoning = srv_group_reasoning(g);
+    if (reasoning >= 0)
+        json_object_set_new(u, "reasoning_tokens", json_integer(reasoning));
     json_object_set_new(o, "usage", u);
     json_object_set(o, "segments", g->seg_results);
     if (SRV_PAR_OUTLINED(g->chat.parallel))
@@ -523,6 +526,8 @@ static void on_done(srv_conn *c, srv_req *r, const srv_ev *ev)
     json_object_set_new(u, "cached_tokens", json_integer(st->cached_tokens));
     if (r->n_history)
         json_object_set_new(u, "history_messages", json_integer((json_int_t)(r->n_history - r->n_dropped)));
+    if (r->reasoning_tokens >= 0)
+        json_object_set_new(u, "reasoning_tokens", json_integer(r->reasoning_tokens));
     json_object_set_new(o, "usage", u);
     json_t *x = json_object();
     json_object_set_new(x, "tpf", json_real(st->tpf));

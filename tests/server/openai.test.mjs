@@ -57,6 +57,7 @@ test('a non-streaming completion', async () => {
   assert.ok(['stop', 'length'].includes(r.choices[0].finish_reason));
   assert.ok(r.usage.prompt_tokens > 0 && r.usage.completion_tokens > 0);
   assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+  assert.equal(r.usage.completion_tokens_details, undefined, 'no reasoning count without think blocks');
 });
 
 test('a streaming completion: role first, content deltas, a finish reason, usage, [DONE]', async () => {

@@ -116,6 +116,35 @@ test('a reply with a think block: reasoning_content and content (not streamed)',
   assert.deepEqual(streamed, lp);
 });
 
+test('usage counts the reply tokens of its think block (reasoning_tokens) on every route', async () => {
+  // three REPLY tokens: the first holds the whole think block, the other two are answer
+  const r = await post(server, { messages: CONVS[0], max_tokens: 3 });
+  assert.equal(r.body.usage.completion_tokens, 3);
+  assert.deepEqual(r.body.usage.completion_tokens_details, { reasoning_tokens: 1 });
+  // n: each choice's summed; streamed: the usage chunk says the same
+  const two = await post(server, { messages: CONVS[0], max_tokens: 3, n: 2 });
+  assert.deepEqual(two.body.usage.completion_tokens_details, { reasoning_tokens: 2 });
+  const res = await fetch(`${server.url}/v1/chat/completions`, { method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ messages: CONVS[0], max_tokens: 3, stream: true, stream_options: { include_usage: true } }) });
+  const usage = (await res.text()).split('\n\n').filter((e) => e.startsWith('data: {'))
+    .map((e) => JSON.parse(e.slice(6))).find((c) => c.usage)?.usage;
+  assert.deepEqual(usage.completion_tokens_details, { reasoning_tokens: 1 });
+  // a reply whose think block a stop string cut away (its text is empty): none
+  const cut = await post(server, { messages: CONVS[0], max_tokens: 3, stop: ['<think>'] });
+  assert.equal(cut.body.choices[0].message.content, '');
+  assert.deepEqual(cut.body.usage.completion_tokens_details, { reasoning_tokens: 0 });
+  // the WebSocket's done and the Responses API's output_tokens_details
+  const c = await connect(server);
+  c.send({ type: 'chat', id: 'u', messages: CONVS[0], max_tokens: 3 });
+  const done = (await c.collect('u', 60000)).at(-1);
+  c.close();
+  assert.equal(done.usage.reasoning_tokens, 1);
+  const resp = await (await fetch(`${server.url}/v1/responses`, { method: 'POST',
+    headers: { 'content-type': 'application/json' }, body: JSON.stringify({ input: 'hi', max_output_tokens: 3 }) })).json();
+  assert.deepEqual(resp.usage.output_tokens_details, { reasoning_tokens: 1 });
+});
+
 test('streamed with the openai client: delta.reasoning_content, then delta.content', async () => {
   const client = new OpenAI({ apiKey: 'none', baseURL: `${server.url}/v1`, maxRetries: 0 });
   const stream = await client.chat.completions.create({ model: 'fogline', messages: CONVS[1], max_tokens: 9, stream: true });

@@ -68,6 +68,7 @@ test('text: the chat reply of the same conversation, plain and streamed; instruc
   assert.equal(r.usage.input_tokens, chat.usage.prompt_tokens);
   assert.equal(r.usage.output_tokens, chat.usage.completion_tokens);
   assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+  assert.deepEqual(r.usage.output_tokens_details, { reasoning_tokens: 0 }, 'a model without think blocks');
   // streamed: deltas that add up, the same items, response.completed last
   const { events, final } = await streamed(bc, { input: Q, instructions: 'Answer briefly.' });
   assert.equal(events.at(-1).type, 'response.completed');

@@ -186,6 +186,33 @@ int main(void)
         fl_buf_free(&ct);
     }
 
+    /* srv_reason_span: the think block's bytes (what usage counts as reasoning tokens) */
+    static const struct {
+        const char *t;
+        bool open;
+        size_t want;
+    } spans[] = {
+        {"<think>\nLet me see.\n</think>\n\nThe answer is 4.", false, 28},
+        {"\n\n<think>a</think>b", false, 18},
+        {"Hi <think>x</think> y", false, 0},
+        {"<thin", false, 0},
+        {"<think>cut off while thin", false, 25},
+        {"<think>a </th </think> b </think> c", false, 22},
+        {"\nreasoning\n</think>\n\nanswer", true, 19},
+        {"no close tag", true, 12},
+        {"", false, 0},
+        {"", true, 0},
+    };
+    for (size_t i = 0; i < sizeof spans / sizeof *spans; i++) {
+        const char *prompt = spans[i].open ? "x<think>\n" : "x";
+        srv_reason_init(&r, true, prompt, strlen(prompt));
+        size_t got = srv_reason_span(&r, spans[i].t, strlen(spans[i].t));
+        CHECK(got == spans[i].want, "span of \"%s\" (open %d): %zu, want %zu", spans[i].t,
+              spans[i].open, got, spans[i].want);
+    }
+    srv_reason_init(&r, false, "x<think>\n", 9);
+    CHECK(srv_reason_span(&r, "<think>a</think>b", 17) == 0, "split off: no reasoning bytes");
+
     /* crafted replies, every chunking */
     static const char *const crafted[] = {
         "<think>\nStep 1: 2+2.\nStep 2: =4\n</think>\n\nThe answer is 4.",
