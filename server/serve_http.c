@@ -1444,8 +1444,8 @@ static void on_branch_event(srv_http *h, srv_req *r, const srv_ev *ev)
             if (r->reason.on)
                 reason_tail(h, r);
             bool calls = tools_tail(h, r, r->segment);
-            sse_send(h, finish_chunk(h, r->segment, ev->finish == FL_FINISH_LENGTH ? "length"
-                                                    : calls ? "tool_calls" : "stop",
+            sse_send(h, finish_chunk(h, r->segment, calls ? "tool_calls" /* (as a lone reply's) */
+                                                    : ev->finish == FL_FINISH_LENGTH ? "length" : "stop",
                                      stop_reason(r, ev)));
         }
         return;
@@ -1605,7 +1605,7 @@ static void http_on_group_done(void *owner, srv_req *g)
         json_t *lp = json_object_get(v, "logprobs");
         json_object_set_new(ch, "logprobs", lp ? json_incref(lp) : json_null());
         const char *fin = json_string_value(json_object_get(v, "finish"));
-        if (json_object_get(v, "tool_calls") && !strcmp(fin, "stop"))
+        if (json_object_get(v, "tool_calls")) /* (cut by length too, as a lone reply's) */
             fin = "tool_calls";
         json_object_set_new(ch, "finish_reason", json_string(fin));
         json_t *sr = json_object_get(v, "stop_reason");
