@@ -589,3 +589,38 @@ test('a session past --max-prompt-tokens drops its oldest turns whole: a turn\'s
     if (b) assert.equal(await b.stop(), 0, b.log());
   }
 });
+
+test('previous_response_id past --max-prompt-tokens: the request\'s instructions stay first, the oldest turns go', async () => {
+  const r = await startRedis();
+  const a = await startServer(['--redis', r.url]);
+  let b;
+  try {
+    await connected(a);
+    const ca = new OpenAI({ apiKey: 'x', baseURL: `${a.url}/v1`, maxRetries: 0 });
+    const written = async (srv, n) => until(async () =>
+      (await metrics(srv)).get('fogline_session_total', { outcome: 'written' }) === n, 5000, `${n} stored`);
+    const q1 = 'Where is my order 48213?', q2 = 'How long does express shipping take?', q3 = 'Thanks!';
+    const r1 = await ca.responses.create({ model: 'fogline', input: q1, instructions: 'You are the help desk.' });
+    await written(a, 1);
+    const r2 = await ca.responses.create({ model: 'fogline', input: q2, previous_response_id: r1.id });
+    await written(a, 2);
+    const sys = { role: 'system', content: 'Answer briefly.' };
+    const last = [sys, ...user(q2), { role: 'assistant', content: r2.output_text }, ...user(q3)];
+    const all = [sys, ...user(q1), { role: 'assistant', content: r1.output_text }, ...last.slice(1)];
+    const count = async (messages) => (await (await fetch(`${a.url}/tokenize`, { method: 'POST',
+      headers: { 'content-type': 'application/json' }, body: JSON.stringify({ messages }) })).json()).count;
+    const limit = await count(last);
+    assert.ok(await count(all) > limit);
+    b = await startServer(['--redis', r.url, '--max-prompt-tokens', String(limit)]);
+    await connected(b);
+    const cb = new OpenAI({ apiKey: 'x', baseURL: `${b.url}/v1`, maxRetries: 0 });
+    const r3 = await cb.responses.create({ model: 'fogline', input: q3, previous_response_id: r2.id,
+      instructions: 'Answer briefly.' });
+    const want = await ca.chat.completions.create({ model: 'fogline', temperature: 0, messages: last });
+    assert.equal(r3.usage.input_tokens, limit);
+    assert.equal(r3.output_text, want.choices[0].message.content);
+  } finally {
+    assert.equal(await a.stop(), 0, a.log());
+    if (b) assert.equal(await b.stop(), 0, b.log());
+  }
+});
