@@ -52,6 +52,41 @@ static void prev_items(srv_req *r, const json_t *o)
     r->prev_items = all;
 }
 
+/* The answer part of an assistant turn as Qwen3's template reads one back: after the last
+   </think>, leading newlines dropped (the whole text without one). */
+static void answer_part(const char *s, size_t n, const char **a, size_t *an)
+{
+    const char *c = fl_memrstr(s, n, "</think>");
+    size_t k = c ? (size_t)(c - s) + 8 : 0;
+    while (c && k < n && s[k] == '\n')
+        k++;
+    *a = s + k;
+    *an = n - k;
+}
+
+/* Whether the client's message x is the stored message m: the same role and content; with a
+   template that drops earlier reasoning (Qwen3's), an assistant turn whose answer parts are the
+   same is the same turn (a client may send back the raw reply, as the web page does, or the
+   answer alone, as an API client does; the session keeps the answer). */
+static bool same_message(const srv_req *r, const fl_chat_msg *x, const json_t *m)
+{
+    const json_t *c = json_object_get(m, "content");
+    const char *role = json_string_value(json_object_get(m, "role"));
+    const char *s = json_string_value(c);
+    size_t n = json_string_length(c), xn = strlen(x->content);
+    if (strcmp(x->role, role))
+        return false;
+    if (xn == n && !memcmp(x->content, s, n))
+        return true;
+    if (strcmp(role, "assistant") || fl_tokenizer_chat_kind(r->s->model->tok) != FL_CHAT_QWEN3)
+        return false;
+    const char *a, *b;
+    size_t an, bn;
+    answer_part(x->content, xn, &a, &an);
+    answer_part(s, n, &b, &bn);
+    return an == bn && !memcmp(a, b, an);
+}
+
 /* Prepends a stored conversation's messages; false when the value is not one (a damaged or
  * foreign value is a miss, not an error for the client). */
 static bool session_merge(srv_req *r, const char *data, size_t len)
@@ -80,14 +115,8 @@ static bool session_merge(srv_req *r, const char *data, size_t len)
     /* a client that sends the whole conversation (the web UI does) already starts with the
        stored turns: nothing to prepend */
     bool full = ok && r->chat.n_msgs - at > n;
-    for (size_t i = 0; full && i < n; i++) {
-        json_t *m = json_array_get(ms, i);
-        json_t *c = json_object_get(m, "content");
-        const fl_chat_msg *x = &r->chat.msgs[at + i];
-        full = !strcmp(x->role, json_string_value(json_object_get(m, "role"))) &&
-               strlen(x->content) == json_string_length(c) &&
-               !memcmp(x->content, json_string_value(c), json_string_length(c));
-    }
+    for (size_t i = 0; full && i < n; i++)
+        full = same_message(r, &r->chat.msgs[at + i], json_array_get(ms, i));
     if (full) {
         r->n_history = n;
         r->hist_at = at;

@@ -534,6 +534,23 @@ test('tools across turns: previous_response_id and a chat session keep the calls
         messages: [...user(q), { role: 'assistant', content: null, tool_calls: d1.tool_calls },
           { role: 'tool', tool_call_id: d1.tool_calls[0].id, content: out }] });
       assert.equal(d2.usage.prompt_tokens, wfull.usage.prompt_tokens);
+      // a client that sends the whole conversation back (the web page does) is not given the
+      // stored turns again, whether it sends the raw reply (think block and all) or the answer
+      for (const k of [0, 1]) {
+        ws.send({ type: 'chat', id: `f1${k}`, session: `full-${k}`, messages: user('hi'), max_tokens: 2 });
+        const raw = (await ws.collect(`f1${k}`, 60000)).filter((f) => f.type === 'commit').map((f) => f.text).join('');
+        assert.ok(raw.startsWith('<think>') && raw.includes('</think>'), `test data: the reply thinks (${raw})`);
+        await written(8 + 2 * k);
+        const content = k ? raw.slice(raw.indexOf('</think>') + 8).replace(/^\n+/, '') : raw;
+        const whole = [...user('hi'), { role: 'assistant', content }, ...user('more')];
+        ws.send({ type: 'chat', id: `f2${k}`, session: `full-${k}`, messages: whole, max_tokens: 2 });
+        const d = (await ws.collect(`f2${k}`, 60000)).at(-1);
+        ws.send({ type: 'chat', id: `f3${k}`, messages: whole, max_tokens: 2 });
+        const alone = (await ws.collect(`f3${k}`, 60000)).at(-1);
+        assert.equal(d.usage.history_messages, 2, `content ${k}: ${JSON.stringify(d.usage)}`);
+        assert.equal(d.usage.prompt_tokens, alone.usage.prompt_tokens, `content ${k}`);
+        await written(9 + 2 * k);
+      }
     } finally {
       ws.close();
     }
