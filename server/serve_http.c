@@ -387,12 +387,18 @@ static void stored_done(void *owner, const char *id, int kind, int outcome, json
     if (outcome < 0) {
         respond_error(h, 503, "redis_unavailable", NULL, "the stored responses cannot be read "
                       "now: Redis did not answer");
+    } else if (outcome > 0 && kind == SRV_STORED_FORGET) {
+        char m[SRV_ID_MAX + 160];
+        snprintf(m, sizeof m, "no stored session '%.64s' (never stored, deleted, or expired after "
+                 "--redis-session-ttl)", id);
+        srv_utf8_clip(m);
+        respond_error(h, 404, "not_found", NULL, m);
     } else if (outcome > 0) {
         stored_not_found(h, id);
-    } else if (kind == SRV_STORED_DELETE) {
+    } else if (kind == SRV_STORED_DELETE || kind == SRV_STORED_FORGET) {
         json_t *o = json_object();
         json_object_set_new(o, "id", json_string(id));
-        json_object_set_new(o, "object", json_string("response"));
+        json_object_set_new(o, "object", json_string(kind == SRV_STORED_FORGET ? "session" : "response"));
         json_object_set_new(o, "deleted", json_true());
         respond_json(h, 200, o);
     } else if (kind == SRV_STORED_ITEMS) {
@@ -466,6 +472,27 @@ static void route_stored(srv_http *h, const char *path, bool del)
                       "now: Redis is not connected");
         return;
     }
+}
+
+/* DELETE /sessions/ID: a session's stored conversation, forgotten now rather than at
+   --redis-session-ttl (ID as the client named it, URL-encoded in the path). */
+static void route_forget(srv_http *h, const char *id)
+{
+    srv *s = h->s;
+    size_t n = strlen(id);
+    if (!n || n > SRV_ID_MAX || !srv_utf8_valid((const unsigned char *)id, n)) {
+        respond_error(h, 404, "not_found", NULL, "unknown endpoint: this server serves "
+                      "/sessions/ID (DELETE), ID a session's name of 1..128 bytes (URL-encoded)");
+        return;
+    }
+    if (!s->redis) {
+        respond_error(h, 404, "not_found", NULL, "no sessions are stored: this server runs "
+                      "without --redis, where sessions are kept");
+        return;
+    }
+    if (!(h->stored = srv_stored_start(s, id, SRV_STORED_FORGET, stored_done, h)))
+        respond_error(h, 503, "redis_unavailable", NULL, "the stored sessions cannot be "
+                      "reached now: Redis is not connected");
 }
 
 /* GET /v1/models: the list of the one model; GET /v1/models/ID (one not NULL): that model, as
@@ -1784,9 +1811,8 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
     int meth = lws_http_get_uri_and_method(wsi, &uri_ptr, &uri_len);
     char uri[1100];
     snprintf(uri, sizeof uri, "%.*s", uri_len > 1024 ? 1024 : uri_len, uri_ptr ? uri_ptr : "/");
-    char *qs = strchr(uri, '?');
-    if (qs)
-        *qs = 0;
+    /* (the path as lws decoded it, %XX included; the query is not in it: lws keeps it apart,
+       lws_get_urlarg_by_name, so a '?' here is the path's own, %3F) */
     char q[300];
     SRV_DEBUG(&s->log, "event=http method=%d uri=%s", meth, srv_log_q(q, sizeof q, uri));
     char origin[256];
@@ -1810,7 +1836,8 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
     bool v1 = !strncmp(uri, "/v1/", 4);
     bool gen = !strcmp(uri, "/generate");
     bool tok = !strcmp(uri, "/tokenize"), detok = !strcmp(uri, "/detokenize");
-    if ((v1 || gen || tok || detok) && !authorized(h, wsi)) {
+    bool sess = !strncmp(uri, "/sessions/", 10);
+    if ((v1 || gen || tok || detok || sess) && !authorized(h, wsi)) {
         size_t el = strlen(h->extra);
         snprintf(h->extra + el, sizeof h->extra - el, "www-authenticate: Bearer\r\n");
         respond_error(h, 401, "invalid_api_key", NULL,
@@ -1846,6 +1873,16 @@ static int on_http(srv *s, struct lws *wsi, srv_pss *pss)
         return 0; /* the body follows */
     }
     h->route = R_OTHER;
+    if (sess) {
+        if (meth == LWSHUMETH_DELETE) {
+            route_forget(h, uri + 10);
+        } else {
+            size_t el = strlen(h->extra);
+            snprintf(h->extra + el, sizeof h->extra - el, "allow: DELETE\r\n");
+            respond_error(h, 405, "method_not_allowed", NULL, "this path takes DELETE");
+        }
+        return 0;
+    }
     if (!strncmp(uri, "/v1/responses/", 14)) {
         char arg[32];
         const char *st = get ? lws_get_urlarg_by_name(wsi, "stream=", arg, sizeof arg) : NULL;

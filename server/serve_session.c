@@ -452,7 +452,7 @@ static void stored_reply(struct redisReply *rp, void *ud)
     if (!rp || rp->type == REDIS_REPLY_ERROR) {
         st->s->m.session_errors++;
         outcome = -1;
-    } else if (st->kind == SRV_STORED_DELETE) {
+    } else if (st->kind == SRV_STORED_DELETE || st->kind == SRV_STORED_FORGET) {
         outcome = rp->type == REDIS_REPLY_INTEGER && rp->integer > 0 ? 0 : 1;
     } else if (rp->type == REDIS_REPLY_STRING) {
         json_error_t je;
@@ -474,7 +474,7 @@ static void stored_reply(struct redisReply *rp, void *ud)
 
 srv_stored *srv_stored_start(srv *s, const char *id, int kind, srv_stored_cb done, void *owner)
 {
-    bool del = kind == SRV_STORED_DELETE;
+    bool del = kind == SRV_STORED_DELETE, forget = kind == SRV_STORED_FORGET;
     size_t n = strlen(id);
     srv_stored *st = n <= SRV_ID_MAX && s->redis ? calloc(1, sizeof *st) : NULL;
     if (!st)
@@ -487,8 +487,10 @@ srv_stored *srv_stored_start(srv *s, const char *id, int kind, srv_stored_cb don
     size_t glens[2] = {3, strlen(key)};
     const char *dargv[4] = {"EVAL", DELETE_LUA, "1", key};
     size_t dlens[4] = {4, sizeof DELETE_LUA - 1, 1, strlen(key)};
-    if (del ? srv_redis_cmd(s->redis, stored_reply, st, 4, dargv, dlens)
-            : srv_redis_cmd(s->redis, stored_reply, st, 2, gargv, glens)) {
+    const char *fargv[2] = {"DEL", key};
+    if (forget ? srv_redis_cmd(s->redis, stored_reply, st, 2, fargv, glens)
+        : del  ? srv_redis_cmd(s->redis, stored_reply, st, 4, dargv, dlens)
+               : srv_redis_cmd(s->redis, stored_reply, st, 2, gargv, glens)) {
         s->m.session_errors++;
         free(st);
         return NULL;

@@ -17,12 +17,14 @@ void srv_session_save(srv_req *r, const srv_ev *ev);
  * run found (at once, with none, when there is no Redis or nothing to look up). */
 void srv_prefix_lookup(srv_req *r);
 
-/* GET or DELETE /v1/responses/ID, GET /v1/responses/ID/input_items: the response stored with
+/* GET or DELETE /v1/responses/ID, GET /v1/responses/ID/input_items, DELETE /sessions/ID: the
+ * session or the response stored with
  * its turn (srv_req.response, input_items), read or deleted; done(owner, id, kind, outcome, v)
  * follows once: outcome 0 (found: v the response or its input items (an array), taken;
  * deleted: NULL), 1 (not there, or a record that is no response's: a client's session of that
  * name), -1 (Redis did not answer). NULL (no done) when Redis is not connected. */
-enum { SRV_STORED_GET = 0, SRV_STORED_DELETE, SRV_STORED_ITEMS };
+enum { SRV_STORED_GET = 0, SRV_STORED_DELETE, SRV_STORED_ITEMS,
+       SRV_STORED_FORGET /* DELETE /sessions/ID: the record, whatever it holds */ };
 typedef struct srv_stored srv_stored;
 typedef void (*srv_stored_cb)(void *owner, const char *id, int kind, int outcome, json_t *v);
 srv_stored *srv_stored_start(srv *s, const char *id, int kind, srv_stored_cb done, void *owner);

@@ -851,6 +851,9 @@ static void on_established(srv *s, struct lws *wsi, srv_pss *pss)
     json_object_set_new(o, "weights", json_string(fl_wformat_name(s->backend->weights)));
     json_object_set_new(o, "kv_format", json_string(fl_kvformat_name(s->backend->kv)));
     json_object_set_new(o, "auth_required", json_boolean(!c->authed));
+    /* whether a chat's session is kept (in Redis): a client can then forget one (DELETE
+       /sessions/ID) */
+    json_object_set_new(o, "sessions", json_boolean(s->redis != NULL));
     json_t *l = json_object();
     json_object_set_new(l, "max_message_bytes", json_integer((json_int_t)s->cfg->max_message));
     json_object_set_new(l, "max_tokens", json_integer(s->cfg->max_tokens_limit));

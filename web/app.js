@@ -119,7 +119,15 @@ function newChat() {
   openChat(randomId('s-'));
   els.input.focus();
 }
+// The server's copy of a chat (its session, kept in Redis when the server has one) goes with it,
+// not only at its expiry; a server that keeps none (hello.sessions false) is not asked.
+function forgetOnServer(id) {
+  if (hello && !hello.sessions) return;
+  const headers = settings.api_key ? { authorization: `Bearer ${settings.api_key}` } : {};
+  fetch(`/sessions/${encodeURIComponent(id)}`, { method: 'DELETE', headers }).catch(() => {});
+}
 function deleteChat(id) {
+  forgetOnServer(id);
   if (chat.id === id) abandonActive();
   store.del(`fogline.chat.${id}`);
   store.set('fogline.chats', store.get('fogline.chats', []).filter((x) => x.id !== id));

@@ -141,6 +141,13 @@ test('raw HTTP: bad JSON, wrong method, unknown endpoint', async () => {
   r = await fetch(`${server.url}/v1/chat/completions`, { headers: h });
   assert.equal(r.status, 405);
   await r.arrayBuffer();
+  // forgetting a session takes the key too (this server keeps none: 404 with it)
+  r = await fetch(`${server.url}/sessions/s-1`, { method: 'DELETE' });
+  assert.equal(r.status, 401);
+  await r.arrayBuffer();
+  r = await fetch(`${server.url}/sessions/s-1`, { method: 'DELETE', headers: h });
+  assert.equal(r.status, 404);
+  await r.arrayBuffer();
   for (const method of ['GET', 'POST']) { // no such path, whatever the method
     r = await fetch(`${server.url}/v1/embeddings`, { method, headers: h, ...(method === 'POST' ? { body: '{}' } : {}) });
     assert.equal(r.status, 404, method);

@@ -97,7 +97,42 @@ test('a session continues on a second server process with its earlier turns', as
   const fresh = await chat(b, user('Can you cancel it?'), { session: 'nobody' });
   assert.equal(fresh.done.usage.prompt_tokens, alone.done.usage.prompt_tokens);
   assert.equal(fresh.text, alone.text);
+  // DELETE /sessions/ID forgets it now: the next turn starts afresh; again it is not there
+  const c = await connect(b);
+  assert.equal(c.hello.sessions, true);
+  c.close();
+  const del = async (p, init = { method: 'DELETE' }) => {
+    const res = await fetch(`${b.url}/sessions/${p}`, init);
+    return { status: res.status, allow: res.headers.get('allow'), json: await res.json() };
+  };
+  assert.deepEqual((await del('dana-1')).json, { id: 'dana-1', object: 'session', deleted: true });
+  assert.equal(await cli(r.port, ['EXISTS', 'fogline:session:dana-1']), '0\n');
+  const after = await chat(b, user('Can you cancel it?'), { session: 'dana-1' });
+  assert.equal(after.done.usage.history_messages, undefined);
+  assert.equal(after.done.usage.prompt_tokens, alone.done.usage.prompt_tokens);
+  // any name a session may have, URL-encoded (a '?' and a '/' in it too)
+  const odd = 'ü?x/ y#1';
+  await chat(b, user('Hi'), { session: odd });
+  await until(async () => (await cli(r.port, ['EXISTS', `fogline:session:${odd}`])) === '1\n', 5000, 'stored');
+  assert.equal((await del(encodeURIComponent(odd))).json.id, odd);
+  assert.equal(await cli(r.port, ['EXISTS', `fogline:session:${odd}`]), '0\n');
+  const gone = await del('dana-2');
+  assert.equal(gone.status, 404);
+  assert.match(gone.json.error.message, /no stored session 'dana-2'/);
+  const get = await del('dana-1', {});
+  assert.equal(get.status, 405);
+  assert.equal(get.allow, 'DELETE');
+  assert.equal((await del('%FF')).status, 404);
   assert.equal(await b.stop(), 0);
+  // without --redis: nothing to forget, and hello says so
+  const plain = await startServer([]);
+  const pc = await connect(plain);
+  assert.equal(pc.hello.sessions, false);
+  pc.close();
+  const none = await fetch(`${plain.url}/sessions/dana-1`, { method: 'DELETE' });
+  assert.equal(none.status, 404);
+  assert.match((await none.json()).error.message, /without --redis/);
+  assert.equal(await plain.stop(), 0);
   r.proc.kill('SIGKILL');
 });
 

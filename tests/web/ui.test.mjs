@@ -17,7 +17,8 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { startServer, require, until } from '../server/lib.mjs';
+import { startServer, require, until, metrics } from '../server/lib.mjs';
+import { startRedis, cli } from '../server/redis_lib.mjs';
 
 const { chromium } = require('playwright-core');
 
@@ -921,6 +922,30 @@ test('a sampled reply shows its seed; Regenerate asks again (another seed), repl
   assert.equal(await regen.count(), 1);
   assert.equal(await assistants().last().locator('button.regen').count(), 1);
   await shot('desktop-light-regenerate');
+});
+
+test('deleting a chat deletes its session on a server that keeps sessions (Redis)', async () => {
+  const r = await startRedis();
+  const kept = await startServer([...SERVER_ARGS, '--redis', r.url]);
+  try {
+    await until(async () => (await metrics(kept)).get('fogline_redis_connected') === 1, 10000, 'connected');
+    await page.goto(kept.url);
+    await connected();
+    await page.click('#new-chat');
+    const sent = await sendMessage('Where is my order 48213?');
+    await lastAssistant().and(page.locator('[data-state="done"]')).waitFor({ timeout: 20000 });
+    const key = `fogline:session:${sent.session}`;
+    await until(async () => (await cli(r.port, ['EXISTS', key])) === '1\n', 5000, 'the session stored');
+    const before = await page.locator('#chat-list li').count();
+    await page.locator('#chat-list li.current button.chat-del').click();
+    await until(async () => (await page.locator('#chat-list li').count()) === before - 1, 5000, 'the chat gone from the list');
+    await until(async () => (await cli(r.port, ['EXISTS', key])) === '0\n', 5000, 'the session deleted on the server');
+  } finally {
+    await page.goto(home);
+    await connected();
+    assert.equal(await kept.stop(), 0);
+    r.proc.kill('SIGKILL');
+  }
 });
 
 test('the page made no script errors; the server exits 0 on SIGTERM', async () => {
