@@ -47,6 +47,22 @@ static void fuzz_responses(const json_t *o, const srv_limits *L)
         return;
     }
     FZ_CHECK(json_is_object(co) && json_is_object(echo), "an accepted request without its parts");
+    /* what GET /v1/responses/ID/input_items lists of it: an item each (a string: one), each
+       with a string type and id, as JSON that can be written */
+    const json_t *in = json_object_get(o, "input");
+    json_t *items = srv_resp_input_items(in, "resp_fuzz");
+    FZ_CHECK(json_is_array(items) &&
+                 json_array_size(items) == (json_is_string(in) ? 1 : json_array_size(in)),
+             "input items of an accepted request");
+    size_t ii;
+    json_t *it;
+    json_array_foreach(items, ii, it)
+        FZ_CHECK(json_is_string(json_object_get(it, "type")) && json_is_string(json_object_get(it, "id")),
+                 "input item %zu without its type or id", ii);
+    char *dump = json_dumps(items, JSON_COMPACT);
+    FZ_CHECK(dump != NULL, "input items that cannot be written");
+    free(dump);
+    json_decref(items);
     FZ_CHECK(json_is_array(json_object_get(co, "messages")) &&
              json_array_size(json_object_get(co, "messages")) > 0, "no messages made");
     srv_chat c;
@@ -92,7 +108,7 @@ static void fuzz_responses(const json_t *o, const srv_limits *L)
         }
         srv_resp_close(&st, json_is_true(json_object_get(o, "stream")), emit_check, &seq);
         FZ_CHECK(json_array_size(st.output) > 0, "a closed response without output");
-        json_t *r = srv_resp_object(&st, 1, "m", "completed", echo, srv_resp_usage(1, 2, 0));
+        json_t *r = srv_resp_object(&st, 1, "m", "completed", echo, srv_resp_usage(1, 2, 0, 1));
         char *s = json_dumps(r, JSON_COMPACT);
         FZ_CHECK(s != NULL, "a response object that cannot be written");
         free(s);
