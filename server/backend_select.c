@@ -56,6 +56,15 @@ static void fl_say_weights(char *chosen, size_t cap, const fl_backend *b, const 
 /* Whether a GPU is usable; why says which, or why not. */
 static bool fl_gpu_usable(char *why, size_t cap) { return fl_cuda_probe(why, cap) == 1; }
 
+/* The CPU backend's kernel levels (FL_SIMD caps them), after the rest of `chosen` */
+static void fl_say_kernels(char *chosen, size_t cap)
+{
+    size_t k = chosen ? strlen(chosen) : 0;
+    if (chosen && k + 1 < cap)
+        fl_say(chosen + k, cap - k, "; kernels %s, q8/q4 %s", fl_cpu_kernels_name(),
+               fl_cpu_qkernels_name());
+}
+
 int fl_backend_open(fl_backend **out, const fl_model *m, const fl_backend_opts *o,
                     const char *device, char *chosen, size_t cap, fl_err *e)
 {
@@ -72,6 +81,7 @@ int fl_backend_open(fl_backend **out, const fl_model *m, const fl_backend_opts *
         if (!rc) {
             fl_say(chosen, cap, "cpu: asked for");
             fl_say_weights(chosen, cap, *out, m, o->weights);
+            fl_say_kernels(chosen, cap);
         }
         return rc;
     }
@@ -115,6 +125,7 @@ int fl_backend_open(fl_backend **out, const fl_model *m, const fl_backend_opts *
     if (!rc) {
         fl_say(chosen, cap, "cpu: auto: %s", fallback);
         fl_say_weights(chosen, cap, *out, m, o->weights);
+        fl_say_kernels(chosen, cap);
     }
     return rc;
 }

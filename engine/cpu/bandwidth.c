@@ -19,6 +19,13 @@ const char *fl_cpu_kernels_name(void)
     return kk.name;
 }
 
+const char *fl_cpu_qkernels_name(void)
+{
+    fl_kernels kk;
+    fl_kernels_init(&kk, getenv("FL_SIMD"));
+    return kk.qname;
+}
+
 typedef struct fl_bw_job {
     const float *buf;
     size_t n;

@@ -79,6 +79,8 @@ int fl_ncpus(void);
 /* The name of the kernels the CPU backend picks on this machine ("AVX-512", "AVX2+FMA" or "plain C"),
  * capped as the backend caps them by the environment's FL_SIMD. */
 const char *fl_cpu_kernels_name(void);
+/* Likewise for the q8/q4 kernels: "AMX-INT8", "AVX-512 VNNI", "AVX2" or "plain C". */
+const char *fl_cpu_qkernels_name(void);
 
 /* The machine's read bandwidth in GB/s (*gbs), as n_threads threads of the backend's pool
  * read a 1 GiB buffer (4 streams each, as the streaming matmul reads weights), best of 4

@@ -18,7 +18,7 @@
  * Environment (tuning, read at create): FL_SGEMM_ROWS, the number of rows from which a
  * projection uses sgemm instead of the streaming kernel (default: never on x86, so that no
  * row's outputs depend on the batch, fl_default_sgemm_rows; the plain C level's crossover
- * elsewhere); FL_SIMD=avx2 or FL_SIMD=plain, a cap on the kernels' instruction set
+ * elsewhere); FL_SIMD=avx512, avx2 or plain, a cap on the kernels' instruction set
  * (kernels.h). */
 #include "cpu.h"
 

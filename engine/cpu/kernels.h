@@ -88,7 +88,8 @@ typedef struct fl_kernels {
      * per output, a = 0; for each group g in order, a = fma((float)I_g, dw_g * dx_g, a) with
      * I_g the exact int32 dot product of the group's quants and dw_g * dx_g rounded to f32;
      * then y = a, or y = y + a when acc. */
-    const char *qname; /* the level of these three: "AVX-512 VNNI", "AVX2" or "plain C" */
+    const char *qname; /* the level of these three: "AMX-INT8" (VNNI below 16 rows),
+                          "AVX-512 VNNI", "AVX2" or "plain C" */
     /* fl_qx_quantize, same bytes */
     void (*qx_quantize)(void *qx, const float *x, int ldx, int m, int k);
     void (*mm_q8)(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
@@ -126,10 +127,11 @@ typedef struct fl_kernels {
                           better at short contexts, worse at long ones; 128 worse at both
                           (docs/benchmarks.md, "KV pages in bf16") */
 
-/* Picks the fastest versions this CPU runs, capped by want: NULL or "" (no cap), "avx2"
- * (no AVX-512), "plain" (no SIMD at all). The AVX-512 level replaces the streaming matmuls
- * (where the 32 registers allow a 4x4 tile) and the attention products; the rest stays
- * AVX2. */
+/* Picks the fastest versions this CPU runs, capped by want: NULL or "" (no cap), "avx512"
+ * (no AMX), "avx2" (no AVX-512), "plain" (no SIMD at all). The AVX-512 level replaces the
+ * streaming matmuls (where the 32 registers allow a 4x4 tile) and the attention products;
+ * the rest stays AVX2. AMX (Intel's tile unit) does the q8/q4 products of 16 rows and more
+ * (quant.c); the levels give the same bits (the contract above). */
 void fl_kernels_init(fl_kernels *k, const char *want);
 
 /* Columns [n0, n0 + n) of Y (m, w->rows) (= or += when acc) X (m, k) * W^T, on one thread.

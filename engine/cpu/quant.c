@@ -1,5 +1,6 @@
 /* quant.c: q8/q4 weight quantizers, the activation quantizer, and the integer dot-product
- * kernels over them (quant.h, kernels.h mm_q8/mm_q4): plain C, AVX2 and AVX-512 VNNI.
+ * kernels over them (quant.h, kernels.h mm_q8/mm_q4): plain C, AVX2, AVX-512 VNNI and, for
+ * 16 activation rows and more, AMX-INT8.
  *
  * The kernels follow one scheme at every level: the activations are quantized once per
  * projection to int8 per group of 32 (fl_qx_quantize); a group's product is an exact int32
@@ -18,7 +19,10 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define FL_HAVE_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #define FL_QAVX2 __attribute__((target("avx2,fma,f16c")))
 #define FL_QVNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define FL_INLINE inline __attribute__((always_inline))
@@ -555,6 +559,28 @@ FL_QVNNI static FL_INLINE void fl_tile2_q4_vnni(float *y, int ldy, const uint8_t
     }
 }
 
+/* m activation rows against one weight tile: 8 rows at a time, then the rest */
+FL_QVNNI static FL_INLINE void fl_rows_vnni(float *yj, int ldy, const uint8_t *x, size_t rb, int k,
+                                            const uint8_t *wt, const uint16_t *dt, int nr, int m,
+                                            bool acc, bool q4)
+{
+    int i = 0;
+    for (; i + 8 <= m; i += 8)
+        fl_tile_vnni(yj + (size_t)i * ldy, ldy, x + i * rb, rb, k, wt, dt, nr, 8, acc, q4);
+#define FL_QV_TAIL(R) fl_tile_vnni(yj + (size_t)i * ldy, ldy, x + i * rb, rb, k, wt, dt, nr, R, acc, q4)
+    switch (m - i) {
+    case 7: FL_QV_TAIL(7); break;
+    case 6: FL_QV_TAIL(6); break;
+    case 5: FL_QV_TAIL(5); break;
+    case 4: FL_QV_TAIL(4); break;
+    case 3: FL_QV_TAIL(3); break;
+    case 2: FL_QV_TAIL(2); break;
+    case 1: FL_QV_TAIL(1); break;
+    default: break;
+    }
+#undef FL_QV_TAIL
+}
+
 FL_QVNNI static FL_INLINE void fl_mm_q_vnni(float *y, int ldy, const void *qx, int m,
                                             const uint8_t *wq, const uint16_t *wd, int n, int k,
                                             bool acc, bool q4)
@@ -567,7 +593,6 @@ FL_QVNNI static FL_INLINE void fl_mm_q_vnni(float *y, int ldy, const void *qx, i
         const uint16_t *dt = wd + (size_t)(j / FL_QR) * FL_QR * G;
         int nr = n - j < FL_QR ? n - j : FL_QR;
         float *yj = y + j;
-        int i = 0;
         if (q4 && m <= 4 && n - j >= 2 * FL_QR) { /* two whole tiles at once */
             /* the prefetch distances as constants where tiles are long enough (k >= 1024) */
 #define FL_QT2(D1, D2)                                                                             \
@@ -585,20 +610,7 @@ FL_QVNNI static FL_INLINE void fl_mm_q_vnni(float *y, int ldy, const void *qx, i
             j += FL_QR; /* the loop adds the second tile's */
             continue;
         }
-        for (; i + 8 <= m; i += 8)
-            fl_tile_vnni(yj + (size_t)i * ldy, ldy, x + i * rb, rb, k, wt, dt, nr, 8, acc, q4);
-#define FL_QV_TAIL(R) fl_tile_vnni(yj + (size_t)i * ldy, ldy, x + i * rb, rb, k, wt, dt, nr, R, acc, q4)
-        switch (m - i) {
-        case 7: FL_QV_TAIL(7); break;
-        case 6: FL_QV_TAIL(6); break;
-        case 5: FL_QV_TAIL(5); break;
-        case 4: FL_QV_TAIL(4); break;
-        case 3: FL_QV_TAIL(3); break;
-        case 2: FL_QV_TAIL(2); break;
-        case 1: FL_QV_TAIL(1); break;
-        default: break;
-        }
-#undef FL_QV_TAIL
+        fl_rows_vnni(yj, ldy, x, rb, k, wt, dt, nr, m, acc, q4);
     }
 }
 
@@ -613,6 +625,231 @@ FL_QVNNI static void fl_mm_q4_vnni(float *y, int ldy, const void *qx, int m, con
 {
     fl_mm_q_vnni(y, ldy, qx, m, wq, wd, n, k, acc, true);
 }
+
+/* ---------------------------------------------------------------- AMX-INT8 */
+
+/* Intel's AMX (Sapphire Rapids and later): eight tile registers of up to 16 rows x 64 bytes
+ * and TDPBSSD, which adds a 16 x 16 block of int32 dot products of signed bytes in one
+ * instruction. The repacked layout (quant.h) is already AMX's B operand: a q8 group's 512
+ * bytes are 8 rows of 16 weight rows x 4 bytes (q4's nibbles are spread into that shape); each
+ * group is copied once per weight tile as signed bytes (fl_amx_spread), and 16 activation
+ * rows' 32 quants of the group are the A operand (stride fl_qx_row_bytes). Each group's block
+ * of sums goes through memory to the AVX-512 side, which scales it into the float sums
+ * exactly as fl_tile_vnni does: the same integers, the same float operations in the same
+ * order, so the same bits (kernels.h), and a row's outputs do not depend on which level or
+ * batch computed them. A group is only 32 bytes deep (the scales change every 32 columns),
+ * half of what one TDPBSSD can take, and the per-group scaling on the AVX side is what bounds
+ * the kernel (docs/benchmarks.md, "AMX"). Below FL_AMX_ROWS activation rows it is no faster
+ * than VNNI, which then does the work.
+ *
+ * Tiles: 0-3 the sums of a 16-row block (a ring of groups), 4 and 5 its activations, 6 and 7
+ * the weights (even and odd groups). */
+#define FL_QAMX                                                                                    \
+    __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#ifndef FL_AMX_LAG /* groups between a product's issue and its read-back: 1..3 */
+#define FL_AMX_LAG 2
+#endif
+#ifndef FL_AMX_ROWS
+#define FL_AMX_ROWS 16
+#endif
+
+/* GCC's tile intrinsics are asm statements that do not tell the compiler which memory they
+ * read or write: without this between a tile load and the stores that fill its source (the
+ * spread weights), and between a tile store and the loads of what it wrote, GCC dropped the
+ * "dead" stores (the q4 products came out wrong) */
+#define FL_AMX_FENCE() __asm__ __volatile__("" ::: "memory")
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} fl_tilecfg;
+
+/* Group g of a weight tile copied into AMX's B shape at o (512 bytes) as signed bytes, so
+ * that TDPBSSD gives its dot products without a correction: q8's bytes with the sign bit
+ * flipped back (w + 128 -> w), q4's nibbles spread and less 8 (w + 8 -> w). The tile streams
+ * from memory here (prefetched ahead), once for all the row blocks. */
+FL_QAMX static FL_INLINE void fl_amx_spread(uint8_t *o, const uint8_t *wt, const uint16_t *dt,
+                                            int g, bool q4)
+{
+    fl_qprefetch(wt, dt, g, q4);
+    if (q4) {
+        const __m512i m4 = _mm512_set1_epi8(15), e8 = _mm512_set1_epi8(8);
+        const uint8_t *blk = wt + (size_t)g * 256;
+        _Pragma("GCC unroll 4")
+        for (int c = 0; c < 4; c++) {
+            __m512i L = _mm512_loadu_si512(blk + c * 64);
+            _mm512_store_si512(o + c * 64, _mm512_sub_epi8(_mm512_and_si512(L, m4), e8));
+            _mm512_store_si512(o + (c + 4) * 64,
+                               _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi16(L, 4), m4), e8));
+        }
+    } else {
+        const __m512i x80 = _mm512_set1_epi8((char)0x80);
+        const uint8_t *blk = wt + (size_t)g * 512;
+        _Pragma("GCC unroll 8")
+        for (int c = 0; c < 8; c++)
+            _mm512_store_si512(o + c * 64, _mm512_xor_si512(_mm512_loadu_si512(blk + c * 64), x80));
+    }
+    FL_AMX_FENCE();
+}
+
+/* one group's sums of 16 rows (cb: 16 x 16 int32, the exact dot products) into the float
+ * sums a, as fl_tile_vnni does it */
+FL_QAMX static FL_INLINE void fl_amx_scale(__m512 *a, const int32_t *cb, const uint8_t *x,
+                                           size_t rb, int k, int g, __m512 dw)
+{
+    _Pragma("GCC unroll 16")
+    for (int r = 0; r < 16; r++) {
+        const uint8_t *xr = x + r * rb;
+        __m512i I = _mm512_load_si512(cb + r * 16);
+        __m512 p = _mm512_mul_ps(dw, _mm512_set1_ps(fl_ldf(xr + k + 4 * (size_t)g)));
+        a[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(I), p, a[r]);
+    }
+}
+
+/* Groups [g0, g1) of one weight tile (16 columns of y) against a block of 16 activation rows,
+ * into its float sums a; group g's weights at b + (g - g0) * 512, put there by this call when
+ * spread (the first block: reading the tile from memory overlaps its products), else by an
+ * earlier one. The groups go through a pipeline: group g's product goes to sum tile g % 4
+ * and is read back FL_AMX_LAG groups later, so the tile unit computes the next groups while
+ * the vector units scale this one. */
+#define FL_AMX_ISSUE(C, A, B, g)                                                                   \
+    do {                                                                                           \
+        _tile_loadd(B, b + (size_t)((g) - g0) * 512, 64);                                          \
+        _tile_loadd(A, x + (g) * 32, (long)rb);                                                    \
+        _tile_zero(C);                                                                             \
+        _tile_dpbssd(C, A, B);                                                                     \
+    } while (0)
+FL_QAMX static FL_INLINE void fl_amx_groups(__m512 *a, const uint8_t *x, size_t rb, int k,
+                                            uint8_t *b, int g0, int g1, const uint8_t *wt,
+                                            const uint16_t *dt, bool spread, bool q4)
+{
+    _Alignas(64) int32_t cb[256];
+    for (int g = g0; g < g1 + FL_AMX_LAG; g++) {
+        if (g < g1) {
+            if (spread)
+                fl_amx_spread(b + (size_t)(g - g0) * 512, wt, dt, g, q4);
+            switch (g & 3) {
+            case 0: FL_AMX_ISSUE(0, 4, 6, g); break;
+            case 1: FL_AMX_ISSUE(1, 5, 7, g); break;
+            case 2: FL_AMX_ISSUE(2, 4, 6, g); break;
+            default: FL_AMX_ISSUE(3, 5, 7, g); break;
+            }
+        }
+        int h = g - FL_AMX_LAG;
+        if (h < g0)
+            continue;
+        switch (h & 3) {
+        case 0: _tile_stored(0, cb, 64); break;
+        case 1: _tile_stored(1, cb, 64); break;
+        case 2: _tile_stored(2, cb, 64); break;
+        default: _tile_stored(3, cb, 64); break;
+        }
+        FL_AMX_FENCE();
+        fl_amx_scale(a, cb, x, rb, k, h,
+                     _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dt + (size_t)h * FL_QR))));
+    }
+}
+#undef FL_AMX_ISSUE
+
+/* Per weight tile: the activation rows in 16-row blocks, up to FL_AMX_NB blocks at a time,
+ * and the groups in chunks of FL_AMX_GC, each spread by the first block for all of them (32
+ * KB, in L1/L2 while they read it); the blocks' float sums wait in sums between chunks (a
+ * tile of k <= 2048 is one chunk). The rows past the last whole block go to VNNI, the tile's
+ * weights then in L1/L2: the same bits, and one tile configuration. */
+#define FL_AMX_GC 64
+#define FL_AMX_NB 4
+FL_QAMX static FL_INLINE void fl_mm_q_amx(float *y, int ldy, const void *qx, int m,
+                                          const uint8_t *wq, const uint16_t *wd, int n, int k,
+                                          bool acc, bool q4)
+{
+    if (m < FL_AMX_ROWS) {
+        fl_mm_q_vnni(y, ldy, qx, m, wq, wd, n, k, acc, q4);
+        return;
+    }
+    int G = k / FL_QG;
+    size_t rb = fl_qx_row_bytes(k), tb = (size_t)FL_QR * k / (q4 ? 2 : 1);
+    _Alignas(64) fl_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 4; t++) /* sums */
+        cfg.rows[t] = 16, cfg.colsb[t] = 64;
+    cfg.rows[4] = cfg.rows[5] = 16, cfg.colsb[4] = cfg.colsb[5] = 32; /* activations */
+    cfg.rows[6] = cfg.rows[7] = 8, cfg.colsb[6] = cfg.colsb[7] = 64;  /* weights */
+    _tile_loadconfig(&cfg);
+    _Alignas(64) uint8_t ub[FL_AMX_GC * 512];
+    _Alignas(64) float sums[FL_AMX_NB][16 * 16];
+    const uint8_t *x = qx;
+    int mb = m / 16 * 16;
+    for (int j = 0; j < n; j += FL_QR) {
+        const uint8_t *wt = wq + (size_t)(j / FL_QR) * tb;
+        const uint16_t *dt = wd + (size_t)(j / FL_QR) * FL_QR * G;
+        int nr = n - j < FL_QR ? n - j : FL_QR;
+        for (int i0 = 0; i0 < mb; i0 += 16 * FL_AMX_NB) {
+            int nb = (mb - i0) / 16 < FL_AMX_NB ? (mb - i0) / 16 : FL_AMX_NB;
+            for (int g0 = 0; g0 < G; g0 += FL_AMX_GC) {
+                int g1 = G - g0 < FL_AMX_GC ? G : g0 + FL_AMX_GC;
+                for (int s = 0; s < nb; s++) {
+                    const uint8_t *xb = x + (size_t)(i0 + 16 * s) * rb;
+                    __m512 a[16];
+                    _Pragma("GCC unroll 16")
+                    for (int r = 0; r < 16; r++)
+                        a[r] = g0 ? _mm512_load_ps(sums[s] + 16 * r) : _mm512_setzero_ps();
+                    fl_amx_groups(a, xb, rb, k, ub, g0, g1, wt, dt, s == 0, q4);
+                    if (g1 < G) {
+                        _Pragma("GCC unroll 16")
+                        for (int r = 0; r < 16; r++)
+                            _mm512_store_ps(sums[s] + 16 * r, a[r]);
+                        continue;
+                    }
+                    __mmask16 mk = (__mmask16)(nr >= 16 ? 0xffff : (1u << nr) - 1);
+                    float *yb = y + (size_t)(i0 + 16 * s) * ldy + j;
+                    _Pragma("GCC unroll 16")
+                    for (int r = 0; r < 16; r++) {
+                        float *yp = yb + (size_t)r * ldy;
+                        _mm512_mask_storeu_ps(yp, mk, acc ? _mm512_add_ps(_mm512_maskz_loadu_ps(mk, yp), a[r]) : a[r]);
+                    }
+                }
+            }
+        }
+        fl_rows_vnni(y + (size_t)mb * ldy + j, ldy, x + mb * rb, rb, k, wt, dt, nr, m - mb, acc, q4);
+    }
+    _tile_release();
+}
+
+FL_QAMX static void fl_mm_q8_amx(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
+                                 const uint16_t *wd, int n, int k, bool acc)
+{
+    fl_mm_q_amx(y, ldy, qx, m, wq, wd, n, k, acc, false);
+}
+
+FL_QAMX static void fl_mm_q4_amx(float *y, int ldy, const void *qx, int m, const uint8_t *wq,
+                                 const uint16_t *wd, int n, int k, bool acc)
+{
+    fl_mm_q_amx(y, ldy, qx, m, wq, wd, n, k, acc, true);
+}
+
+/* Whether this process may use AMX-INT8: the CPU has it (CPUID.7.0:EDX bits 24, 25), the OS
+ * saves its state (XCR0 bits 17, 18), and Linux granted the tile data's permission
+ * (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+; the grant covers every thread, and asking
+ * again is harmless). */
+static bool fl_amx_usable(void)
+{
+    unsigned a, b, c, d;
+    bool ok = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d >> 24 & 1) && (d >> 25 & 1) &&
+              __get_cpuid(1, &a, &b, &c, &d) && (c >> 27 & 1); /* OSXSAVE */
+    if (ok) {
+        unsigned lo, hi;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        ok = (lo >> 17 & 3) == 3;
+    }
+#ifdef SYS_arch_prctl
+    ok = ok && syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XTILEDATA */) == 0;
+#else
+    ok = false;
+#endif
+    return ok;
+}
 #endif /* FL_HAVE_X86 */
 
 void fl_quant_kernels_init(fl_kernels *kk, const char *want)
@@ -625,20 +862,27 @@ void fl_quant_kernels_init(fl_kernels *kk, const char *want)
         want = "";
 #ifdef FL_HAVE_X86
     __builtin_cpu_init();
+    unsigned a, b, c, d; /* F16C (CPUID.1:ECX bit 29): clang 14's __builtin_cpu_supports lacks it */
+    bool f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
     if (strcmp(want, "plain") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c")) {
+        f16c) {
         kk->qname = "AVX2";
         kk->qx_quantize = fl_qx_quantize_avx2;
         kk->mm_q8 = fl_mm_q8_avx2;
         kk->mm_q4 = fl_mm_q4_avx2;
     }
-    if (!strcmp(want, "") && __builtin_cpu_supports("avx512f") &&
+    if ((!strcmp(want, "") || !strcmp(want, "avx512")) && __builtin_cpu_supports("avx512f") &&
         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
         __builtin_cpu_supports("avx512vnni")) {
         kk->qname = "AVX-512 VNNI";
         kk->qx_quantize = fl_qx_quantize_vnni;
         kk->mm_q8 = fl_mm_q8_vnni;
         kk->mm_q4 = fl_mm_q4_vnni;
+        if (!strcmp(want, "") && fl_amx_usable()) { /* VNNI below FL_AMX_ROWS rows */
+            kk->qname = "AMX-INT8";
+            kk->mm_q8 = fl_mm_q8_amx;
+            kk->mm_q4 = fl_mm_q4_amx;
+        }
     }
 #endif
 }

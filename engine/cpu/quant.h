@@ -68,8 +68,10 @@ size_t fl_qx_bytes(int m, int k);
 void fl_qx_quantize(void *qx, const float *x, int ldx, int m, int k);
 
 /* Installs the q8/q4 kernels into kk (called by fl_kernels_init with its cap `want`):
- * AVX-512 VNNI when the CPU has avx512f/bw/vl/vnni and want is "", AVX2 when it has avx2
- * and want is not "plain", else plain C. */
+ * AMX-INT8 (VNNI below 16 activation rows) when the CPU has AMX-INT8 and AVX-512 VNNI, Linux
+ * grants the process the tile data, and want is ""; AVX-512 VNNI when the CPU has
+ * avx512f/bw/vl/vnni and want is "" or "avx512"; AVX2 when it has avx2 and want is not
+ * "plain"; else plain C. */
 struct fl_kernels;
 void fl_quant_kernels_init(struct fl_kernels *kk, const char *want);
 

@@ -150,8 +150,12 @@ int main(int argc, char **argv)
     fl_kernels ka, kb;
     fl_kernels_init(&ka, NULL);
     kb = ka;
-    fl_quant_kernels_init_A(&ka, "");
-    fl_quant_kernels_init_B(&kb, "");
+    /* qkernels_ab.sh --a-simd / --b-simd: a build's cap (kernels.h), e.g. avx512 for VNNI
+       without AMX */
+    const char *ca = getenv("FL_QK_A_SIMD"), *cb = getenv("FL_QK_B_SIMD");
+    fl_quant_kernels_init_A(&ka, ca ? ca : "");
+    fl_quant_kernels_init_B(&kb, cb ? cb : "");
+    printf("A: %s kernels; B: %s kernels\n", ka.qname, kb.qname);
     fn[0] = Q8 ? ka.mm_q8 : ka.mm_q4;
     fn[1] = Q8 ? kb.mm_q8 : kb.mm_q4;
     unsigned seed = 1;

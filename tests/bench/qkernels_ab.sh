@@ -2,14 +2,17 @@
 # qkernels_ab.sh: the q8/q4 matmul kernels of two builds of engine/cpu/quant.c, side by side
 # in one process (qkernels_ab.c says how they take turns). A is quant.c at a git revision
 # (default HEAD), B the working tree's; each may add -D overrides (FL_QPF, FL_QPF2,
-# FL_QPF_HINT). Needs the Release build of the engine (build/engine/libfl_engine.a).
+# FL_QPF_HINT) and cap its kernels' level (--a-simd/--b-simd avx512|avx2|plain, as FL_SIMD
+# does). Needs the Release build of the engine (build/engine/libfl_engine.a).
 #
 #   tests/bench/qkernels_ab.sh [--a-rev REV] [--a-flags "-D..."] [--b-flags "-D..."] \
-#       [--build DIR] [rows [passes [q4|q8|head]]]
+#       [--a-simd CAP] [--b-simd CAP] [--build DIR] [rows [passes [q4|q8|head]]]
 #
 # It prints A, B and R (a read of the same bytes without arithmetic) per matrix; e.g. the
 # working tree against the commit before it, q4 at 4 rows:
 #   tests/bench/qkernels_ab.sh --a-rev HEAD~1 4 22 q4
+# or AMX against VNNI (the same source, A capped), q8 at 64 rows:
+#   tests/bench/qkernels_ab.sh --a-simd avx512 64 10 q8
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 rev=HEAD aflags="" bflags="" build="$root/build"
@@ -19,6 +22,8 @@ while [ $# -gt 0 ]; do
     --a-flags) aflags=$2; shift 2 ;;
     --b-flags) bflags=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
+    --a-simd) export FL_QK_A_SIMD=$2; shift 2 ;;
+    --b-simd) export FL_QK_B_SIMD=$2; shift 2 ;;
     -*) echo "qkernels_ab.sh: unknown option $1" >&2; exit 2 ;;
     *) break ;;
     esac

@@ -184,10 +184,11 @@ test('decoding defaults: a flag overrides the model, and says so', async () => {
   try {
     const model = (await (await fetch(`${s2.url}/v1/models`)).json()).data[0];
     // the weights and KV flags win over FOGLINE_WEIGHTS and FOGLINE_KV_FORMAT, and the log
-    // says what was chosen (f32 weights: the CPU, wherever a GPU is)
+    // says what was chosen (f32 weights: the CPU, wherever a GPU is), the CPU's kernel
+    // levels too
     assert.equal(model.weights, 'f32');
     assert.equal(model.kv_format, 'bf16');
-    await s2.waitLog(/event=backend .*weights=f32 kv=bf16 .*; weights f32.*; kv bf16/);
+    await s2.waitLog(/event=backend .*weights=f32 kv=bf16 .*; weights f32.*; kv bf16; kernels (AVX-512|AVX2\+FMA|plain C), q8\/q4 (AMX-INT8|AVX-512 VNNI|AVX2|plain C)"/);
     assert.equal(model.decoding.pipeline, false);
     assert.equal(model.decoding.threshold, 0.8);
     assert.equal(model.decoding.tau_add, 0.3);

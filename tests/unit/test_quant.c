@@ -489,7 +489,7 @@ static void run_shape(const fl_kernels *kk, int q4, int m, int n, int k, int kin
 
 static void test_kernels(const fl_kernels *kk)
 {
-    const int ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 17, 33}, ns[] = {1, 3, 8, 13, 16, 17, 31, 48},
+    const int ms[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 16, 17, 31, 33, 48, 75}, ns[] = {1, 3, 8, 13, 16, 17, 31, 48},
               ks[] = {32, 64, 96, 160, 352};
     test_qx_levels(kk);
     for (int q4 = 0; q4 < 2; q4++)
@@ -505,9 +505,9 @@ int main(void)
     test_roundtrip();
     test_qx();
     test_repack();
-    const char *levels[] = {"", "avx2", "plain"};
-    const char *seen[3] = {0};
-    for (int i = 0; i < 3; i++) {
+    const char *levels[] = {"", "avx512", "avx2", "plain"};
+    const char *seen[4] = {0};
+    for (int i = 0; i < 4; i++) {
         fl_kernels kk;
         fl_kernels_init(&kk, levels[i]);
         bool dup = false;
