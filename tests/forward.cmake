@@ -51,3 +51,16 @@ add_test(NAME bench.forward.masked
 set_tests_properties(bench.forward.masked PROPERTIES
   FIXTURES_REQUIRED forward_ref LABELS bench TIMEOUT 300
   PASS_REGULAR_EXPRESSION "masks' rows ms +ratio\n +4 +f32 +f32 +[0-9.]+ +[0-9.]+ +[0-9.]+x\n +8 ")
+# --simd: each kernel level timed in one run, each labelled in the tables (on a CPU without
+# AMX or AVX-512 the caps fall back and the rows are still both there); a level it does not
+# know is a one-line error
+add_test(NAME bench.forward.simd
+  COMMAND fogline bench forward --model ${CMAKE_BINARY_DIR}/forward_ref/q3_f32 --ctx 16
+          --blocks 16 --steps 2 --threads 2 --weights q8 --simd auto,avx512 --no-ref)
+set_tests_properties(bench.forward.simd PROPERTIES
+  FIXTURES_REQUIRED forward_ref LABELS bench TIMEOUT 300
+  PASS_REGULAR_EXPRESSION "ms/floor\n +16 +q8 auto +f32 [^\n]+\n +16 +q8 avx512 +f32 [^\n]+\n")
+add_test(NAME bench.forward.bad_simd
+  COMMAND fogline bench forward --model ${CMAKE_BINARY_DIR}/forward_ref/q3_f32 --simd auto,avx3)
+set_tests_properties(bench.forward.bad_simd PROPERTIES LABELS bench
+  PASS_REGULAR_EXPRESSION "^fogline bench forward: --simd: unknown level 'avx3' [(]auto, avx512, avx2, plain[)]\n$")

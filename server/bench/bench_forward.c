@@ -38,7 +38,8 @@
 #define FL_MAX_BLOCKS 16
 #define FL_MAX_FORMATS 8
 _Static_assert(FL_WEIGHTS_COUNT <= FL_MAX_FORMATS, "each format can be listed once");
-#define FL_MAX_RUNS (FL_MAX_FORMATS * FL_KV_COUNT)
+#define FL_MAX_SIMDS 4 /* --simd: auto avx512 avx2 plain */
+#define FL_MAX_RUNS (FL_MAX_FORMATS * FL_KV_COUNT * FL_MAX_SIMDS)
 
 typedef struct fl_bench_args {
     const char *model, *ref_script, *python, *device;
@@ -50,6 +51,10 @@ typedef struct fl_bench_args {
     int n_formats;
     fl_kvformat kvs[FL_KV_COUNT];
     int n_kvs;
+    /* --simd: the CPU kernels' caps, each run's FL_SIMD ("" for auto); none given: the
+       environment's, and the tables name no level */
+    const char *simds[FL_MAX_SIMDS];
+    int n_simds;
 } fl_bench_args;
 
 /* One run of ours: the formats asked and held, its step times and what its start cost. */
@@ -58,6 +63,8 @@ typedef struct fl_ours {
     fl_kvformat kv_asked;
     fl_wformat held;
     fl_kvformat kv_held;
+    const char *simd; /* FL_SIMD for this run's backend, NULL: as the environment says */
+    char label[32];   /* the tables' "weights" column: the format held, and --simd's cap */
     double ms[FL_MAX_BLOCKS];
     double create_ms, prefill_ms; /* backend create; the first forward (the ctx prefill) */
     size_t wbytes;                /* weight bytes streamed per step */
@@ -106,6 +113,44 @@ static int fl_parse_formats(fl_bench_args *a, const char *list, char *err, size_
     return n > 0 ? 0 : -1;
 }
 
+/* "auto,avx512": a comma list of the CPU kernels' caps (kernels.h), each once at most */
+static int fl_parse_simds(fl_bench_args *a, const char *list, char *err, size_t cap)
+{
+    static const char *const names[FL_MAX_SIMDS] = {"auto", "avx512", "avx2", "plain"};
+    static const char *const caps[FL_MAX_SIMDS] = {"", "avx512", "avx2", "plain"};
+    int n = 0;
+    const char *p = list;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        int hit = -1;
+        for (int i = 0; i < FL_MAX_SIMDS; i++)
+            if (strlen(names[i]) == len && !strncmp(p, names[i], len))
+                hit = i;
+        for (int i = 0; hit >= 0 && i < n; i++)
+            if (a->simds[i] == caps[hit]) {
+                snprintf(err, cap, "--simd: '%.*s' listed twice", (int)len, p);
+                return -1;
+            }
+        if (hit < 0) {
+            snprintf(err, cap, "--simd: unknown level '%.*s' (auto, avx512, avx2, plain)",
+                     (int)(len > 20 ? 20 : len), p);
+            return -1;
+        }
+        a->simds[n++] = caps[hit];
+        p += len;
+        if (*p == ',' && !*++p) {
+            snprintf(err, cap, "--simd: empty level at the end of '%.40s'", list);
+            return -1;
+        }
+    }
+    if (!n) {
+        snprintf(err, cap, "--simd: no level given");
+        return -1;
+    }
+    a->n_simds = n;
+    return 0;
+}
+
 static int fl_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -135,8 +180,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: fogline bench forward --model DIR [--threads N] [--ctx 512] [--blocks 4,8,32]\n"
             "                             [--steps 5] [--weights auto] [--kv-format auto]\n"
-            "                             [--ref-script PATH]\n"
-            "                             [--python PATH]"
+            "                             [--simd auto] [--ref-script PATH] [--python PATH]\n"
             "                             [--no-ref] [--masked N] [--device cpu|cuda|auto]\n\n"
             "Times one forward of a block of new tokens against ctx cached positions (median of\n"
             "--steps after a warm-up), next to the PyTorch reference on the same weights and\n"
@@ -148,6 +192,9 @@ static void usage(FILE *f)
             "                    file, else f32); --bf16 is --weights bf16\n"
             "  --kv-format LIST  our KV pages' formats: auto | f32 | bf16, or a comma list\n"
             "                    (f32,bf16); every pair with --weights is timed (default auto)\n"
+            "  --simd LIST       the CPU kernels' levels, each timed (every pair above runs\n"
+            "                    once per level): auto | avx512 (no AMX) | avx2 | plain,\n"
+            "                    or a comma list (auto,avx512); default: FL_SIMD's\n"
             "  --ref-script PATH tests/reference/bench_forward.py (default: found from the binary)\n"
             "  --python PATH     interpreter for it (default /usr/bin/python3)\n"
             "  --no-ref          skip the reference\n"
@@ -426,8 +473,16 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
     if (cr && fclose(cr))
         res->hwm_reset = false;
     res->rss0_kb = fl_status_kb("VmRSS");
+    char *env0 = getenv("FL_SIMD") ? strdup(getenv("FL_SIMD")) : NULL;
+    if (res->simd)
+        setenv("FL_SIMD", res->simd, 1); /* the CPU backend reads it at create */
     double c0 = fl_now();
     rc = fl_backend_open(&b, m, &o, a->device, chosen, sizeof chosen, e);
+    if (res->simd && env0)
+        setenv("FL_SIMD", env0, 1);
+    else if (res->simd)
+        unsetenv("FL_SIMD");
+    free(env0);
     if (rc) {
         fl_bw_probe_destroy(probe);
         return rc;
@@ -437,6 +492,8 @@ static int fl_bench_ours(const fl_bench_args *a, const fl_model *m, fl_ours *res
     res->load_hwm_kb = fl_status_kb("VmHWM");
     res->held = b->weights;
     res->kv_held = b->kv;
+    snprintf(res->label, sizeof res->label, "%s%s%s", fl_wformat_name(b->weights),
+             res->simd ? " " : "", res->simd ? (*res->simd ? res->simd : "auto") : "");
     printf("backend (--weights %s --kv-format %s): %s\n", fl_wformat_name(wf),
            fl_kvformat_name(res->kv_asked), chosen);
     double proj = fl_proj_flops(cf, 1) / 2; /* weights per row of the step */
@@ -595,6 +652,12 @@ int fl_bench_forward(int argc, char **argv)
                 return 2;
             }
             i++;
+        } else if (!strcmp(k, "--simd")) {
+            if (fl_parse_simds(&a, v, ferr, sizeof ferr)) {
+                fprintf(stderr, "fogline bench forward: %s\n", ferr);
+                return 2;
+            }
+            i++;
         } else if (!strcmp(k, "--kv-format")) {
             int n = fl_bench_kvformats(v, a.kvs, FL_KV_COUNT, ferr, sizeof ferr);
             if (n < 0) {
@@ -662,20 +725,23 @@ int fl_bench_forward(int argc, char **argv)
     fl_ours ours[FL_MAX_RUNS];
     int n_runs = 0;
     for (int f = 0; f < a.n_formats; f++)
-        for (int k = 0; k < a.n_kvs; k++) {
-            fl_ours *o = &ours[n_runs++];
-            memset(o, 0, sizeof *o);
-            o->asked = a.formats[f];
-            o->kv_asked = a.kvs[k];
-            fprintf(stderr, "running ours (--weights %s --kv-format %s)...\n",
-                    fl_wformat_name(o->asked), fl_kvformat_name(o->kv_asked));
-            if (fl_bench_ours(&a, m, o, &e)) {
-                fprintf(stderr, "fogline bench forward: --weights %s --kv-format %s: %s\n",
-                        fl_wformat_name(o->asked), fl_kvformat_name(o->kv_asked), e.msg);
-                fl_model_free(m);
-                return 1;
+        for (int k = 0; k < a.n_kvs; k++)
+            for (int v = 0; v < (a.n_simds ? a.n_simds : 1); v++) {
+                fl_ours *o = &ours[n_runs++];
+                memset(o, 0, sizeof *o);
+                o->asked = a.formats[f];
+                o->kv_asked = a.kvs[k];
+                o->simd = a.n_simds ? a.simds[v] : NULL;
+                fprintf(stderr, "running ours (--weights %s --kv-format %s%s%s)...\n",
+                        fl_wformat_name(o->asked), fl_kvformat_name(o->kv_asked),
+                        o->simd ? " --simd " : "", o->simd ? (*o->simd ? o->simd : "auto") : "");
+                if (fl_bench_ours(&a, m, o, &e)) {
+                    fprintf(stderr, "fogline bench forward: --weights %s --kv-format %s: %s\n",
+                            fl_wformat_name(o->asked), fl_kvformat_name(o->kv_asked), e.msg);
+                    fl_model_free(m);
+                    return 1;
+                }
             }
-        }
     int64_t n_params = m->n_params;
     fl_model_free(m);
 
@@ -689,24 +755,32 @@ int fl_bench_forward(int argc, char **argv)
     for (int i = 0; i < a.n_blocks; i++)
         sgemm_s[i] = fl_measure_sgemm(&cf, a.blocks[i], a.threads, 3);
     double load1 = fl_loadavg();
+    int ww = a.n_simds ? 12 : 7; /* the "weights" column: "q8 avx512" with --simd */
 
     printf("fogline bench forward: %s\n", a.model);
     printf("model: %s, %d layers, hidden %d, heads %d/%d, vocab %d, %.2f B params, block %d\n",
            fl_family_name(cf.family), cf.n_layers, cf.hidden, cf.n_heads, cf.n_kv_heads,
            cf.vocab, n_params / 1e9, cf.block_size);
+    char kern[96];
+    if (a.n_simds)
+        snprintf(kern, sizeof kern, "each run's --simd");
+    else
+        snprintf(kern, sizeof kern, "%s (q8/q4 %s)", fl_cpu_kernels_name(), fl_cpu_qkernels_name());
     printf("ours: %d threads, %s kernels, ctx %d, median of %d steps; model load %.0f ms\n",
-           a.threads, fl_cpu_kernels_name(), a.ctx, a.steps, load_ms);
+           a.threads, kern, a.ctx, a.steps, load_ms);
     for (int f = 0; f < n_runs; f++)
-        printf("ours --weights %s --kv-format %s: %s weights (%.2f GB streamed per step), %s KV; "
-               "ready to serve (model load + backend create) %.0f ms, first forward (prefill) "
+        printf("ours --weights %s --kv-format %s%s%s: %s weights (%.2f GB streamed per step), %s "
+               "KV; ready to serve (model load + backend create) %.0f ms, first forward (prefill) "
                "%.0f ms\n", fl_wformat_name(ours[f].asked), fl_kvformat_name(ours[f].kv_asked),
+               ours[f].simd ? " --simd " : "",
+               ours[f].simd ? (*ours[f].simd ? ours[f].simd : "auto") : "",
                fl_wformat_name(ours[f].held), ours[f].wbytes / 1e9,
                fl_kvformat_name(ours[f].kv_held), load_ms + ours[f].create_ms,
                ours[f].prefill_ms);
     printf("\nmemory (MB): weights = the bytes a step streams (the embedding is read from the "
            "file by row); each column less VmRSS before create: after load = VmRSS after create, "
            "load peak = VmHWM then, steady = VmRSS after the run, peak = VmHWM after the run\n");
-    printf("%7s %4s %9s %9s %11s %9s %9s %9s %22s %20s\n", "weights", "kv", "weights",
+    printf("%*s %4s %9s %9s %11s %9s %9s %9s %22s %20s\n", ww, "weights", "kv", "weights",
            "KV pool", "after load", "load peak", "steady", "peak", "steady/(weights+KV)",
            "peak/(weights+KV)");
     for (int f = 0; f < n_runs; f++) {
@@ -714,14 +788,14 @@ int fl_bench_forward(int argc, char **argv)
         double w = o->wbytes / 1048576.0, kv = o->kv_bytes / 1048576.0, z = o->rss0_kb / 1024.0;
         double base = w + kv;
         if (!o->hwm_reset) { /* VmHWM could not be reset: the peaks are the process's */
-            printf("%7s %4s %9.0f %9.0f %11.0f %9s %9.0f %9s %21.2fx %20s\n",
-                   fl_wformat_name(o->held), fl_kvformat_name(o->kv_held), w, kv,
+            printf("%*s %4s %9.0f %9.0f %11.0f %9s %9.0f %9s %21.2fx %20s\n",
+                   ww, o->label, fl_kvformat_name(o->kv_held), w, kv,
                    o->rss_kb / 1024.0 - z, "n/a",
                    o->run_rss_kb / 1024.0 - z, "n/a", (o->run_rss_kb / 1024.0 - z) / base, "n/a");
             continue;
         }
-        printf("%7s %4s %9.0f %9.0f %11.0f %9.0f %9.0f %9.0f %21.2fx %19.2fx\n",
-               fl_wformat_name(o->held), fl_kvformat_name(o->kv_held), w, kv,
+        printf("%*s %4s %9.0f %9.0f %11.0f %9.0f %9.0f %9.0f %21.2fx %19.2fx\n",
+               ww, o->label, fl_kvformat_name(o->kv_held), w, kv,
                o->rss_kb / 1024.0 - z, o->load_hwm_kb / 1024.0 - z, o->run_rss_kb / 1024.0 - z,
                o->hwm_kb / 1024.0 - z, (o->run_rss_kb / 1024.0 - z) / base,
                (o->hwm_kb / 1024.0 - z) / base);
@@ -731,7 +805,7 @@ int fl_bench_forward(int argc, char **argv)
            "rows, weights from DRAM); read bandwidth after the runs %.1f GB/s (best of 4 "
            "passes); load average %.2f -> %.2f\n",
            openblas_get_corename(), a.threads, bw, load0, load1);
-    printf("\n%5s %7s %4s %8s %9s %9s %7s %11s %13s %9s %14s %9s %9s\n", "block", "weights",
+    printf("\n%5s %*s %4s %8s %9s %9s %7s %11s %13s %9s %14s %9s %9s\n", "block", ww, "weights",
            "kv", "cache MB", "ours ms", "ref ms", "ratio", "our GFLOP/s", "sgemm GFLOP/s",
            "fraction", "step GB/s", "floor ms", "ms/floor");
     for (int i = 0; i < a.n_blocks; i++)
@@ -745,8 +819,8 @@ int fl_bench_forward(int argc, char **argv)
             double bytes = ours[f].wbytes + cache;
             char bwr[40];
             fl_bw_range(bwr, sizeof bwr, &ours[f], i);
-            printf("%5d %7s %4s %8.0f %9.1f %9.1f %6.2fx %11.1f %13.1f %9.2f %14s %9.1f %8.2fx\n",
-                   nb, fl_wformat_name(ours[f].held), fl_kvformat_name(ours[f].kv_held),
+            printf("%5d %*s %4s %8.0f %9.1f %9.1f %6.2fx %11.1f %13.1f %9.2f %14s %9.1f %8.2fx\n",
+                   nb, ww, ours[f].label, fl_kvformat_name(ours[f].kv_held),
                    cache / 1048576.0, ours_ms[i], ref_ms[i], ref_ms[i] / ours_ms[i], ours_g, sg,
                    ours_g / sg, bwr, bytes / (ours[f].bw[i] * 1e9) * 1e3,
                    ours[f].tbw[i] * 1e6 / bytes);
@@ -760,14 +834,14 @@ int fl_bench_forward(int argc, char **argv)
            "than 16 query rows per kv head reads them again per tile, from cache)\n");
     if (ours[0].phase_ms[0][0] >= 0) {
         printf("\nwhere a step goes (ms, mean of the timed forwards; each phase from its start "
-               "to the next's, so they add up to the step):\n%5s %7s %4s", "block", "weights",
+               "to the next's, so they add up to the step):\n%5s %*s %4s", "block", ww, "weights",
                "kv");
         for (int k = 0; k < FL_PH_N; k++)
             printf(" %9s", fl_cpu_phase_names[k]);
         printf("\n");
         for (int i = 0; i < a.n_blocks; i++)
             for (int f = 0; f < n_runs; f++) {
-                printf("%5d %7s %4s", a.blocks[i], fl_wformat_name(ours[f].held),
+                printf("%5d %*s %4s", a.blocks[i], ww, ours[f].label,
                        fl_kvformat_name(ours[f].kv_held));
                 for (int k = 0; k < FL_PH_N; k++)
                     printf(" %9.2f", ours[f].phase_ms[i][k]);
@@ -778,7 +852,7 @@ int fl_bench_forward(int argc, char **argv)
         printf("\nmixture of experts (%d MoE layers, %d experts, top %d; the last %d tokens of "
                "each block are the mask):\n", ours[0].moe_layers, cf.moe.n_experts,
                cf.moe.top_k, a.masked);
-        printf("%5s %7s %4s %15s %14s %13s %9s %14s %9s %11s\n", "block", "weights", "kv",
+        printf("%5s %*s %4s %15s %14s %13s %9s %14s %9s %11s\n", "block", ww, "weights", "kv",
                "experts/layer", "GB read/step", "of all (%)", "ours ms", "step GB/s",
                "floor ms", "ms / floor");
         for (int i = 0; i < a.n_blocks; i++)
@@ -787,8 +861,8 @@ int fl_bench_forward(int argc, char **argv)
                 double bytes = rb + fl_cache_bytes(&cf, a.ctx, ours[f].kv_held);
                 char bwr[40];
                 fl_bw_range(bwr, sizeof bwr, &ours[f], i);
-                printf("%5d %7s %4s %15.1f %14.3f %13.1f %9.1f %14s %9.1f %10.2fx\n",
-                       a.blocks[i], fl_wformat_name(ours[f].held),
+                printf("%5d %*s %4s %15.1f %14.3f %13.1f %9.1f %14s %9.1f %10.2fx\n",
+                       a.blocks[i], ww, ours[f].label,
                        fl_kvformat_name(ours[f].kv_held), ours[f].touched[i], rb / 1e9,
                        100.0 * rb / (double)ours[f].wbytes, ours[f].ms[i], bwr,
                        bytes / (ours[f].bw[i] * 1e9) * 1e3, ours[f].tbw[i] * 1e6 / bytes);
@@ -799,14 +873,14 @@ int fl_bench_forward(int argc, char **argv)
     }
     if (ours[0].all_ms[0] > 0) {
         printf("\noutputs asked (--masked %d): a decoding step asks the backend only for its "
-               "masks' outputs, so the lm_head multiplies those rows only:\n%5s %7s %4s %13s "
-               "%14s %7s\n", a.masked, "block", "weights", "kv", "all rows ms", "masks' rows ms",
+               "masks' outputs, so the lm_head multiplies those rows only:\n%5s %*s %4s %13s "
+               "%14s %7s\n", a.masked, "block", ww, "weights", "kv", "all rows ms", "masks' rows ms",
                "ratio");
         for (int i = 0; i < a.n_blocks; i++)
             for (int f = 0; f < n_runs; f++)
                 if (ours[f].all_ms[i] > 0)
-                    printf("%5d %7s %4s %13.1f %14.1f %6.2fx\n", a.blocks[i],
-                           fl_wformat_name(ours[f].held), fl_kvformat_name(ours[f].kv_held),
+                    printf("%5d %*s %4s %13.1f %14.1f %6.2fx\n", a.blocks[i],
+                           ww, ours[f].label, fl_kvformat_name(ours[f].kv_held),
                            ours[f].all_ms[i], ours[f].ms[i], ours[f].all_ms[i] / ours[f].ms[i]);
     }
     return 0;
