@@ -242,6 +242,7 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
     c->schema = gc->schema ? strdup(gc->schema) : NULL;
     /* tools (samples only: a fan-out refuses them), and the base messages' calls */
     c->tool_choice = gc->tool_choice;
+    c->single_call = gc->single_call;
     c->tools = gc->tools ? strdup(gc->tools) : NULL;
     c->tool_schema = gc->tool_schema ? strdup(gc->tool_schema) : NULL;
     c->tool_msgs = gc->tool_msgs;
@@ -254,6 +255,7 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
         oom |= gc->calls != NULL;
     }
     srv_tools_init(&k->tools, c->tool_choice != SRV_TOOL_NONE, k->serial);
+    k->tools.max_calls = c->single_call ? 1 : 0;
     if (gc->n_bias) {
         c->bias_ids = malloc(sizeof(int32_t) * (size_t)gc->n_bias);
         c->bias = malloc(sizeof(float) * (size_t)gc->n_bias);

@@ -870,6 +870,13 @@ static int parse_tools_with(pctx *P, const json_t *o, srv_chat *c, json_t *argv)
         return bad(P, SRV_E_BAD_REQUEST, "tools", "'tools' must be an array of {\"type\": "
                    "\"function\", \"function\": {\"name\", \"description\", \"parameters\"}}");
     bool have = json_is_array(tools) && json_array_size(tools) > 0;
+    /* OpenAI's parallel_tool_calls (default true); false keeps a reply's first call only, as
+       vLLM does (a "required" or named call is one call already) */
+    const json_t *ptc = json_object_get(o, "parallel_tool_calls");
+    if (ptc && !json_is_null(ptc) && !json_is_boolean(ptc))
+        return bad(P, SRV_E_BAD_REQUEST, "parallel_tool_calls", "'parallel_tool_calls' must be "
+                   "true or false");
+    c->single_call = json_is_false(ptc);
     if (have && json_array_size(tools) > SRV_MAX_TOOLS)
         return bad(P, SRV_E_OUT_OF_RANGE, "tools", "at most %d tools, got %zu", SRV_MAX_TOOLS,
                    json_array_size(tools));
@@ -1129,7 +1136,8 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
     static const char *const known[] = {"type", "id", "session", "messages", "max_tokens",
                                         "temperature", "top_p", "top_k", "min_p", "seed", "stop",
                                         "decoding", "parallel", "chat_template_kwargs", "drafts",
-                                        "response_format", "tools", "tool_choice", "logprobs",
+                                        "response_format", "tools", "tool_choice",
+                                        "parallel_tool_calls", "logprobs",
                                         "top_logprobs", "logit_bias", "min_tokens",
                                         "ignore_eos", "presence_penalty", "frequency_penalty",
                                         "repetition_penalty", "stop_token_ids",

@@ -99,6 +99,7 @@ typedef struct srv_chat {
     char *tools;
     int tool_choice;
     char *tool_schema;
+    bool single_call; /* "parallel_tool_calls": false: at most one call (srv_tools.max_calls) */
     /* assistant messages' tool_calls as JSON text for the template ({"id", "type", "function":
        {"name", "arguments"}} with arguments parsed into JSON), NULL each when none */
     char **calls;        /* (n_calls) */

@@ -130,6 +130,7 @@ void srv_req_init(srv_req *r, srv *s, const srv_owner_ops *ops, void *owner, srv
     r->segment = -1;
     r->t_start = srv_now_ms(s);
     srv_tools_init(&r->tools, r->chat.tool_choice != SRV_TOOL_NONE, r->serial);
+    r->tools.max_calls = r->chat.single_call ? 1 : 0;
     r->work.data = r;
 }
 

@@ -326,6 +326,8 @@ int srv_responses_request(const json_t *o, json_t **chat, json_t **echo, const c
     json_object_set_new(e, "max_output_tokens", given(mot) ? json_incref((json_t *)mot) : json_null());
     json_object_set_new(e, "tools", json_is_array(tools) ? json_incref((json_t *)tools) : json_array());
     json_object_set_new(e, "tool_choice", given(tc) ? json_incref((json_t *)tc) : json_string("auto"));
+    const json_t *ptc = json_object_get(o, "parallel_tool_calls");
+    json_object_set_new(e, "parallel_tool_calls", json_boolean(!json_is_false(ptc)));
     if (json_is_object(text) && json_object_get(text, "format")) {
         json_object_set(e, "text", (json_t *)text);
     } else {

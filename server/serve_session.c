@@ -249,6 +249,7 @@ static json_t *reply_message(srv_req *r, const srv_ev *ev)
     srv_reason rs = r->reason0;
     srv_tools t;
     srv_tools_init(&t, r->tools.on, r->serial); /* the ids the client was sent */
+    t.max_calls = r->tools.max_calls; /* and the calls: parallel_tool_calls false keeps one */
     calls = json_array();
     srv_reason_push(&rs, ev->text, ev->text_len, &think, &answer);
     srv_reason_finish(&rs, &think, &answer);

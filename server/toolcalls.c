@@ -111,6 +111,11 @@ static bool add_call(srv_tools *t, const char *s, size_t n, json_t *calls)
         json_decref(j);
         return false;
     }
+    if (t->max_calls && t->n_calls >= t->max_calls) { /* a call, past the limit: dropped */
+        json_decref(j);
+        t->n_dropped++;
+        return true;
+    }
     json_t *f = json_object(), *c = json_object();
     char id[40];
     uint64_t h = (t->seed + (uint64_t)t->n_calls) * 0x9e3779b97f4a7c15ull;

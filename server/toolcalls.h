@@ -32,6 +32,10 @@ typedef struct srv_tools {
     size_t ws;     /* of pend (outside a call): trailing whitespace bytes held back */
     fl_buf gap;    /* inside a call: the whitespace before its tag (content if it is no call) */
     int n_calls;
+    /* parallel_tool_calls false: at most this many calls (0: any); a well-formed call past
+       them is dropped, neither a call nor content (vLLM's rule), and counted */
+    int max_calls;
+    int n_dropped;
     uint64_t seed; /* the calls' ids: call_<hex of seed and index> */
 } srv_tools;
 

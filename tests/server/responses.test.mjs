@@ -18,6 +18,7 @@ const OpenAI = require('openai').default;
 const Ajv = require('ajv');
 
 const THINK = process.env.FL_THINK_MODEL;
+const CALLS = process.env.FL_CALLS_MODEL; // thinks, then calls two tools at once
 const Q = 'Where is my order 48213? How long does express shipping take?';
 
 let builtin, think, bc, tc;
@@ -450,6 +451,90 @@ test('previous_response_id: the stored conversation continues, on another server
   const got = await fetch(`${builtin.url}/v1/responses/${plain.id}`);
   assert.equal(got.status, 404);
   assert.match((await got.json()).error.message, /without --redis/);
+});
+
+test('parallel_tool_calls false keeps a reply\'s first call (chat, streamed and not, n 2, Responses, the WebSocket, a stored turn); not a boolean: 400', async () => {
+  // a model that always thinks and then calls get_order twice, in one token (max_tokens 1)
+  const r = await startRedis();
+  const s = await startServer(['--redis', r.url], { model: CALLS });
+  try {
+    const c = new OpenAI({ apiKey: 'x', baseURL: `${s.url}/v1`, maxRetries: 0 });
+    const q = 'Where are orders 1 and 2?';
+    const body = { model: 'fogline', messages: user(q), tools: CHAT_TOOLS, max_tokens: 1 };
+    const ids = (calls) => calls?.map((x) => JSON.parse((x.function ?? x).arguments).order_id);
+    for (const p of [{}, { parallel_tool_calls: true }, { parallel_tool_calls: null }]) {
+      const all = await c.chat.completions.create({ ...body, ...p });
+      assert.deepEqual(ids(all.choices[0].message.tool_calls), [1, 2], JSON.stringify(p));
+    }
+    const one = await c.chat.completions.create({ ...body, parallel_tool_calls: false });
+    const m = one.choices[0].message;
+    assert.deepEqual(ids(m.tool_calls), [1], JSON.stringify(one));
+    assert.equal(m.tool_calls[0].index, 0);
+    assert.equal(m.content, null, 'the dropped call is not content either');
+    assert.equal(m.reasoning_content, 'Two orders to look up.');
+    assert.equal(one.choices[0].finish_reason, 'tool_calls');
+    // streamed: one tool_calls delta
+    const stream = await c.chat.completions.create({ ...body, parallel_tool_calls: false, stream: true });
+    const got = [];
+    let fin;
+    for await (const ch of stream)
+      for (const x of ch.choices) {
+        got.push(...(x.delta?.tool_calls ?? []));
+        fin = x.finish_reason ?? fin;
+        assert.ok(!x.delta?.content, JSON.stringify(x.delta));
+      }
+    assert.deepEqual(ids(got), [1]);
+    assert.equal(fin, 'tool_calls');
+    // n 2: each choice keeps its first
+    const two = await c.chat.completions.create({ ...body, parallel_tool_calls: false, n: 2, temperature: 1 });
+    assert.deepEqual(two.choices.map((ch) => ids(ch.message.tool_calls)), [[1], [1]]);
+    // the Responses API takes it as chat does and says what it was asked
+    const rq = { model: 'fogline', input: q, tools: TOOLS, max_output_tokens: 1 };
+    const fc = (out) => ids(out.filter((it) => it.type === 'function_call'));
+    const rall = await c.responses.create(rq);
+    assert.equal(rall.parallel_tool_calls, true);
+    assert.deepEqual(fc(rall.output), [1, 2]);
+    const rone = await c.responses.create({ ...rq, parallel_tool_calls: false });
+    assert.equal(rone.parallel_tool_calls, false);
+    assert.deepEqual(fc(rone.output), [1]);
+    const { events, final } = await streamed(c, { ...rq, parallel_tool_calls: false });
+    assert.deepEqual(fc(final.output), [1]);
+    assert.equal(events.filter((e) => e.type === 'response.function_call_arguments.done').length, 1);
+    // the turn is stored as the client got it: one call, the id it was sent
+    await connected(s);
+    const before = (await metrics(s)).get('fogline_session_total', { outcome: 'written' }) ?? 0;
+    const kept1 = await c.responses.create({ ...rq, parallel_tool_calls: false });
+    await until(async () => (await metrics(s)).get('fogline_session_total', { outcome: 'written' }) === before + 1,
+      5000, 'the turn stored');
+    const rec = JSON.parse(await cli(r.port, ['GET', `fogline:session:${kept1.id}`]));
+    const stored = JSON.parse(rec.messages.at(-1).tool_calls_text);
+    assert.deepEqual(stored.map((x) => [x.id, x.function.arguments.order_id]),
+      kept1.output.filter((it) => it.type === 'function_call').map((it) => [it.call_id, 1]));
+    // the WebSocket: done carries the one call
+    const ws = await connect(s);
+    try {
+      ws.send({ type: 'chat', id: 'p1', messages: user(q), tools: CHAT_TOOLS, max_tokens: 1, parallel_tool_calls: false });
+      const done = (await ws.collect('p1', 60000)).find((f) => f.type === 'done');
+      assert.deepEqual(ids(done.tool_calls), [1], JSON.stringify(done));
+    } finally {
+      ws.close();
+    }
+    // not a boolean: 400 naming it, on both routes
+    for (const v of ['false', 0]) {
+      const a = await fetch(`${s.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ ...body, parallel_tool_calls: v }) });
+      assert.equal(a.status, 400);
+      assert.deepEqual((await a.json()).error.param, 'parallel_tool_calls');
+      const b = await fetch(`${s.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ ...rq, parallel_tool_calls: v }) });
+      assert.equal(b.status, 400);
+      const e = (await b.json()).error;
+      assert.equal(e.param, 'parallel_tool_calls');
+      assert.match(e.message, /'parallel_tool_calls' must be true or false/);
+    }
+  } finally {
+    assert.equal(await s.stop(), 0, s.log());
+  }
 });
 
 test('tools across turns: previous_response_id and a chat session keep the calls and their outputs', async () => {

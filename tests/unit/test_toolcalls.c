@@ -9,13 +9,18 @@
 typedef struct result {
     fl_buf content;
     json_t *calls;
+    int dropped;
 } result;
+
+static int g_max;     /* srv_tools.max_calls of the next expect()s (parallel_tool_calls false: 1) */
+static int g_dropped; /* the calls they must drop */
 
 /* text fed in pieces of `step` bytes (0: at once) */
 static void run(const char *text, size_t step, result *r)
 {
     srv_tools t;
     srv_tools_init(&t, true, 42);
+    t.max_calls = g_max;
     memset(&r->content, 0, sizeof r->content);
     r->calls = json_array();
     size_t n = strlen(text);
@@ -24,6 +29,7 @@ static void run(const char *text, size_t step, result *r)
     for (size_t i = 0; i < n; i += step)
         srv_tools_push(&t, text + i, n - i < step ? n - i : step, &r->content, r->calls);
     srv_tools_finish(&t, &r->content, r->calls);
+    r->dropped = t.n_dropped;
     srv_tools_free(&t);
 }
 
@@ -39,6 +45,8 @@ static void expect(const char *text, const char *content, int n_calls, const cha
               content);
         CHECK((int)json_array_size(r.calls) == n_calls, "%s (step %zu): %zu calls, want %d", text,
               step, json_array_size(r.calls), n_calls);
+        CHECK(r.dropped == g_dropped, "%s (step %zu, at most %d calls): %d dropped, want %d", text,
+              step, g_max, r.dropped, g_dropped);
         if (n_calls && json_array_size(r.calls)) {
             const json_t *c = json_array_get(r.calls, 0);
             const json_t *f = json_object_get(c, "function");
@@ -104,6 +112,26 @@ int main(void)
     expect("<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n\n Done.", "Done.", 1, "a", "{}");
     expect("Hi <tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call> \n<tool_call>{\"name\": \"b\", "
            "\"arguments\": {}}</tool_call>\n ok", "Hiok", 2, "a", "{}");
+    /* parallel_tool_calls false (at most one call): the first well-formed call is kept, those
+       after it dropped, neither calls nor content, and the whitespace next to them is not
+       content either; a block that is no call does not count */
+    g_max = 1, g_dropped = 1;
+    expect("Let me check.\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n"
+           "<tool_call>\n{\"name\": \"b\", \"arguments\": {\"x\": [1, \"y\"]}}\n</tool_call>\n",
+           "Let me check.", 1, "a", "{}");
+    expect("Hi <tool_call>{\"name\": \"a\", \"arguments\": {}}</tool_call> \n<tool_call>{\"name\": \"b\", "
+           "\"arguments\": {}}</tool_call>\n ok", "Hiok", 1, "a", "{}");
+    g_dropped = 2;
+    expect("<tool_call>{\"name\": \"a\", \"arguments\": {\"n\": 1}}</tool_call><tool_call>{\"name\": \"a\", "
+           "\"arguments\": {\"n\": 2}}</tool_call><tool_call>{\"name\": \"c\", \"arguments\": {}}</tool_call>",
+           "", 1, "a", "{\"n\": 1}");
+    g_dropped = 0;
+    expect("<tool_call>{\"name\": \"a\", \"arguments\": {}</tool_call>\n<tool_call>{\"name\": \"b\", "
+           "\"arguments\": {}}</tool_call>",
+           "<tool_call>{\"name\": \"a\", \"arguments\": {}</tool_call>", 1, "b", "{}");
+    expect("<tool_call>\n{\"name\": \"get_order\", \"arguments\": {\"id\": 12}}\n</tool_call>", "", 1,
+           "get_order", "{\"id\": 12}");
+    g_max = 0;
     /* off: everything is content */
     {
         srv_tools t;
