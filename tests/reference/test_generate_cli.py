@@ -102,6 +102,23 @@ def main():
         q = gen(fogline, model, prompt, "--temperature", "0", "--weights", w)
         check(q["weights"] == w and len(q["ids"]) > 0 and q["text"],
               "--weights %s: holds %s, %d reply tokens" % (w, q["weights"], len(q["ids"])))
+        # every kernel level computes the same bits (kernels.h): the prompt's prefill and the
+        # steps of 16 rows (a block of 8 denoised with the one before it stored) take AMX
+        # where the CPU has it, VNNI with FL_SIMD=avx512, AVX2 with avx2; the same reply and
+        # log probabilities to the last bit, sampled too (the JSON's floats print exactly)
+        for extra in (("--temperature", "0"), ("--temperature", "1", "--seed", "7")):
+            runs = {}
+            for cap in ("", "avx512", "avx2"):
+                if cap:
+                    os.environ["FL_SIMD"] = cap
+                runs[cap] = gen(fogline, model, prompt, "--weights", w, "--logprobs", "2", *extra)
+                os.environ.pop("FL_SIMD", None)
+            same = all(runs[c]["ids"] == runs[""]["ids"] and runs[c]["logprobs"] == runs[""]["logprobs"]
+                       for c in runs)
+            check(same and len(runs[""]["logprobs"]) == len(runs[""]["ids"]),
+                  "--weights %s %s: the same reply and logprobs at every kernel level (%s)" %
+                  (w, " ".join(extra), ", ".join("%s: %d tokens" % (c or "auto", len(r["ids"]))
+                                                 for c, r in runs.items())))
     # --kv-format (on the CPU, where auto is f32): bf16 pages round the keys and values, a
     # reply comes out and the JSON says what the pages hold; the flag wins over
     # FOGLINE_KV_FORMAT (the exactness of bf16 pages is test_forward's and test_sched's)
