@@ -4,10 +4,12 @@
  * distance to acceptance, which the decoder uses to finish the text within its token budget. */
 #include "constrain.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpauto.h"
 #include "fl_limits.h"
 
 /* ---- the NFA ---- */
@@ -427,7 +429,8 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
     static const char *const ok[] = {
         "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
         "enum", "const", "anyOf", "$ref", "$defs", "definitions", "title", "description",
-        "$schema", "$id", "$comment", "default", "examples"};
+        "$schema", "$id", "$comment", "default", "examples", "pattern", "format", "minLength",
+        "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)node, key, v)
@@ -438,7 +441,9 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
         if (!known)
             return bad(N, path, "unsupported keyword '%s' (fogline constrains to OpenAI's strict "
                                 "subset: type, properties, required, additionalProperties false, "
-                                "items, minItems, maxItems, enum, const, anyOf, $defs and $ref)",
+                                "items, minItems, maxItems, enum, const, anyOf, $defs, $ref, "
+                                "pattern, format, minLength, maxLength, minimum, maximum, "
+                                "exclusiveMinimum, exclusiveMaximum, multipleOf)",
                        key);
     }
     return 0;
@@ -526,14 +531,393 @@ static frag f_object(nfa *N, const json_t *node, const char *path, int32_t depth
     return (frag){open.in, close.out};
 }
 
+/* ---- strings and numbers constrained character by character (cpauto.h) ---- */
+
+static const char *const str_keys[] = {"pattern", "format", "minLength", "maxLength"};
+static const char *const num_keys[] = {"minimum", "maximum", "exclusiveMinimum",
+                                       "exclusiveMaximum", "multipleOf"};
+
+/* bad() with a message of its own (an fl_err's) after the keyword */
+static int bad_msg(nfa *N, const char *path, const char *key, const char *msg)
+{
+    if (!N->failed) {
+        char m[400];
+        snprintf(m, sizeof m, "'%s': %.360s", key, msg);
+        utf8_trim(m);
+        N->failed = fl_err_set(N->e, FL_EINVAL, "%s (at %s)", m, path[0] ? path : "the schema's root");
+        if (N->e)
+            utf8_trim(N->e->msg);
+    }
+    return -1;
+}
+
+static void utf8_put(int32_t c, uint8_t *b)
+{
+    if (c < 0x80) {
+        b[0] = (uint8_t)c;
+    } else if (c < 0x800) {
+        b[0] = (uint8_t)(0xc0 | c >> 6);
+        b[1] = (uint8_t)(0x80 | (c & 0x3f));
+    } else if (c < 0x10000) {
+        b[0] = (uint8_t)(0xe0 | c >> 12);
+        b[1] = (uint8_t)(0x80 | (c >> 6 & 0x3f));
+        b[2] = (uint8_t)(0x80 | (c & 0x3f));
+    } else {
+        b[0] = (uint8_t)(0xf0 | c >> 18);
+        b[1] = (uint8_t)(0x80 | (c >> 12 & 0x3f));
+        b[2] = (uint8_t)(0x80 | (c >> 6 & 0x3f));
+        b[3] = (uint8_t)(0x80 | (c & 0x3f));
+    }
+}
+
+/* One character of lo .. hi in UTF-8, as byte ranges: cut where the encoding's length changes,
+   then where lo and hi differ in a leading byte while their continuation bytes do not span
+   the whole 0x80-0xbf (RE2's construction). */
+static frag f_utf8(nfa *N, int32_t lo, int32_t hi)
+{
+    static const int32_t top[] = {0x7f, 0x7ff, 0xffff};
+    for (int i = 0; i < 3; i++)
+        if (lo <= top[i] && top[i] < hi)
+            return f_alt(N, f_utf8(N, lo, top[i]), f_utf8(N, top[i] + 1, hi));
+    for (int i = 1; i < 4; i++) {
+        int32_t m = (1 << (6 * i)) - 1;
+        if ((lo & ~m) != (hi & ~m)) {
+            if ((lo & m) != 0)
+                return f_alt(N, f_utf8(N, lo, lo | m), f_utf8(N, (lo | m) + 1, hi));
+            if ((hi & m) != m)
+                return f_alt(N, f_utf8(N, lo, (hi & ~m) - 1), f_utf8(N, hi & ~m, hi));
+        }
+    }
+    uint8_t a[4], b[4];
+    utf8_put(lo, a);
+    utf8_put(hi, b);
+    int len = lo < 0x80 ? 1 : lo < 0x800 ? 2 : lo < 0x10000 ? 3 : 4;
+    frag f = f_range(N, a[0], b[0]);
+    for (int k = 1; k < len; k++)
+        f = f_cat(N, f, f_range(N, a[k], b[k]));
+    return f;
+}
+
+/* One character of the pairs r[0..2n), in UTF-8; in a JSON string (json) as JSON.stringify
+   writes it: `"` and `\` escaped, the controls as \b \t \n \f \r or \u00xx, the rest raw. The
+   one-byte characters are one edge, the escapes one small tree (`\`, then a letter or `u00`
+   and two hex digits): a string of n characters has n copies of this. */
+static frag f_chars(nfa *N, const int32_t *r, int32_t n, bool json)
+{
+    frag f = {0, 0};
+    bool have = false, any_ascii = false, any_short = false, any_hex[2] = {false, false};
+    uint8_t ascii[32] = {0}, shrt[32] = {0}, hex[2][32] = {{0}, {0}};
+    for (int32_t i = 0; i < n && !N->failed; i++) {
+        for (int32_t a = r[2 * i], hi = r[2 * i + 1]; a <= hi && !N->failed;) {
+            if (json && (a < 0x20 || a == '"' || a == '\\')) {
+                int sh = a == 8 ? 'b' : a == 9 ? 't' : a == 10 ? 'n' : a == 12 ? 'f' : a == 13 ? 'r'
+                         : a == '"' ? '"' : a == '\\' ? '\\' : 0;
+                if (sh) {
+                    set_range(shrt, sh, sh);
+                    any_short = true;
+                } else {
+                    int d = "0123456789abcdef"[a & 15];
+                    set_range(hex[a >> 4], d, d);
+                    any_hex[a >> 4] = true;
+                }
+                a++;
+                continue;
+            }
+            int32_t b = hi;
+            if (json && a < '"' && b >= '"')
+                b = '"' - 1;
+            else if (json && a < '\\' && b >= '\\')
+                b = '\\' - 1;
+            else if (a < 0x80 && b >= 0x80)
+                b = 0x7f;
+            if (b < 0x80) {
+                set_range(ascii, a, b);
+                any_ascii = true;
+            } else {
+                frag g = f_utf8(N, a, b);
+                f = have ? f_alt(N, f, g) : g;
+                have = true;
+            }
+            a = b + 1;
+        }
+    }
+    if (any_ascii) {
+        frag g = f_set(N, ascii);
+        f = have ? f_alt(N, f, g) : g;
+        have = true;
+    }
+    if (any_short || any_hex[0] || any_hex[1]) {
+        frag e = {0, 0};
+        bool he = false;
+        if (any_short) {
+            e = f_set(N, shrt);
+            he = true;
+        }
+        if (any_hex[0] || any_hex[1]) {
+            frag u = {0, 0};
+            for (int k = 0; k < 2; k++) {
+                if (!any_hex[k])
+                    continue;
+                frag g = f_cat(N, f_range(N, '0' + k, '0' + k), f_set(N, hex[k]));
+                u = k && any_hex[0] ? f_alt(N, u, g) : g;
+            }
+            u = f_cat(N, f_lit(N, "u00", 3), u);
+            e = he ? f_alt(N, e, u) : u;
+        }
+        frag g = f_cat(N, f_range(N, '\\', '\\'), e);
+        f = have ? f_alt(N, f, g) : g;
+        have = true;
+    }
+    return have ? f : f_empty(N); /* (never: a live state's class has characters) */
+}
+
+/* The automaton over characters, spelled in bytes: a state per state, and for each of its
+   targets one fragment of the characters that lead there. */
+static frag f_cpa(nfa *N, const fl_cpa *a, bool json)
+{
+    int32_t n = a->n, c = a->ncls;
+    int32_t *node = malloc(sizeof(int32_t) * (size_t)n);
+    int32_t *stamp = calloc((size_t)n, sizeof(int32_t));
+    int32_t *tg = malloc(sizeof(int32_t) * (size_t)c);
+    int32_t *r = malloc(sizeof(int32_t) * 2 * (size_t)c);
+    frag res = {0, 0};
+    if (!node || !stamp || !tg || !r) {
+        N->failed = fl_err_set(N->e, FL_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int32_t s = 0; s < n; s++)
+        node[s] = st_new(N);
+    int32_t end = st_new(N);
+    for (int32_t s = 0; s < n && !N->failed; s++) {
+        int32_t nt = 0;
+        for (int32_t k = 0; k < c; k++) {
+            int32_t t = a->next[(size_t)s * (size_t)c + (size_t)k];
+            if (t >= 0 && stamp[t] != s + 1) {
+                stamp[t] = s + 1;
+                tg[nt++] = t;
+            }
+        }
+        int32_t at = node[s], items = nt + (a->accept[s] ? 1 : 0);
+        for (int32_t i = 0; i < items && !N->failed; i++) {
+            int32_t in = end;
+            if (i < nt) {
+                int32_t nr = 0;
+                for (int32_t k = 0; k < c; k++) {
+                    if (a->next[(size_t)s * (size_t)c + (size_t)k] != tg[i])
+                        continue;
+                    if (nr && r[2 * nr - 1] + 1 == a->lo[k])
+                        r[2 * nr - 1] = a->lo[k + 1] - 1;
+                    else
+                        r[2 * nr] = a->lo[k], r[2 * nr + 1] = a->lo[k + 1] - 1, nr++;
+                }
+                frag g = f_chars(N, r, nr, json);
+                eps(N, g.out, node[tg[i]]);
+                in = g.in;
+            }
+            if (i + 1 < items) { /* a state has two epsilon edges: chain the rest */
+                int32_t nx = st_new(N);
+                eps(N, at, in);
+                eps(N, at, nx);
+                at = nx;
+            } else {
+                eps(N, at, in);
+            }
+        }
+    }
+    res = (frag){node[0], end};
+out:
+    free(node);
+    free(stamp);
+    free(tg);
+    free(r);
+    return res;
+}
+
+/* acc, and b (taken) */
+static int cpa_and_in(fl_cpa **acc, fl_cpa *b, fl_err *e)
+{
+    if (!*acc) {
+        *acc = b;
+        return 0;
+    }
+    fl_cpa *r;
+    int rc = fl_cpa_and(*acc, b, &r, e);
+    fl_cpa_free(b);
+    if (rc)
+        return -1;
+    fl_cpa_free(*acc);
+    *acc = r;
+    return 0;
+}
+
+/* a string under pattern, format, minLength, maxLength */
+static frag f_string_of(nfa *N, const json_t *node, const char *path)
+{
+    const json_t *pat = json_object_get(node, "pattern"), *fmt = json_object_get(node, "format");
+    const json_t *mn = json_object_get(node, "minLength"), *mx = json_object_get(node, "maxLength");
+    if (!pat && !fmt && !mn && !mx)
+        return f_string(N);
+    if ((pat && !json_is_string(pat)) || (fmt && !json_is_string(fmt)))
+        return bad(N, path, "'pattern' and 'format' must be strings%s", ""), f_empty(N);
+    if ((mn && (!json_is_integer(mn) || json_integer_value(mn) < 0)) ||
+        (mx && (!json_is_integer(mx) || json_integer_value(mx) < 0)))
+        return bad(N, path, "'minLength' and 'maxLength' must be integers >= 0%s", ""), f_empty(N);
+    int64_t lo = mn ? json_integer_value(mn) : 0, hi = mx ? json_integer_value(mx) : -1;
+    if (hi >= 0 && lo > hi)
+        return bad(N, path, "'minLength' is above 'maxLength'%s", ""), f_empty(N);
+    if (lo > FL_CONSTRAIN_MAX_LENGTH)
+        return bad(N, path, "'minLength' above %s is not supported", FL_STR(FL_CONSTRAIN_MAX_LENGTH)),
+               f_empty(N);
+    if (hi > FL_CONSTRAIN_MAX_LENGTH) /* written shorter: still valid */
+        hi = FL_CONSTRAIN_MAX_LENGTH;
+    fl_err le = {0};
+    fl_cpa *acc = NULL, *b;
+    if (pat) {
+        if (fl_cpa_regex(json_string_value(pat), false, &b, &le))
+            return bad_msg(N, path, "pattern", le.msg), f_empty(N);
+        acc = b;
+    }
+    if (fmt) {
+        if (fl_cpa_format(json_string_value(fmt), &b, &le) || cpa_and_in(&acc, b, &le)) {
+            fl_cpa_free(acc);
+            char m[400];
+            snprintf(m, sizeof m, "'%.64s' is an %.300s", json_string_value(fmt), le.msg);
+            return bad_msg(N, path, "format", m), f_empty(N);
+        }
+    }
+    if (mn || mx) {
+        if (fl_cpa_length(lo, hi, &b, &le) || cpa_and_in(&acc, b, &le)) {
+            fl_cpa_free(acc);
+            return bad_msg(N, path, mn ? "minLength" : "maxLength", le.msg), f_empty(N);
+        }
+    }
+    if (fl_cpa_empty(acc)) {
+        fl_cpa_free(acc);
+        return bad(N, path, "no string satisfies the schema's pattern, format and lengths%s", ""),
+               f_empty(N);
+    }
+    frag f = f_cat(N, f_range(N, '"', '"'), f_cpa(N, acc, true));
+    fl_cpa_free(acc);
+    return f_cat(N, f, f_range(N, '"', '"'));
+}
+
+/* A bound's value; its decimal the shortest that reads back as the same double (what a
+   validator compares with). */
+static int num_bound(nfa *N, const json_t *node, const char *key, bool strict, bool lower,
+                     fl_dec_bound *b, double *bv, const char *path)
+{
+    const json_t *v = json_object_get(node, key);
+    if (!v)
+        return 0;
+    if (!json_is_number(v))
+        return bad(N, path, "'%s' must be a number", key);
+    double x = json_number_value(v);
+    fl_dec_bound d;
+    if (fl_dec_from_double(x, &d))
+        return bad(N, path, "'%s' is too large or too small (|x| within 1e-25 .. 1e40)", key);
+    /* the tighter of minimum/exclusiveMinimum (maximum/...); at a tie the exclusive one */
+    if (b->set && (lower ? x < *bv : x > *bv))
+        return 0;
+    if (b->set && x == *bv && !strict)
+        return 0;
+    *b = d;
+    b->set = true;
+    b->strict = strict;
+    *bv = x;
+    return 0;
+}
+
+/* a number (integer) under minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf */
+static frag f_number_of(nfa *N, const json_t *node, bool integer, const char *path)
+{
+    bool any = false;
+    for (size_t i = 0; i < sizeof num_keys / sizeof num_keys[0]; i++)
+        any |= json_object_get(node, num_keys[i]) != NULL;
+    if (!any)
+        return integer ? f_integer(N) : f_number(N);
+    fl_dec_bound lo = {0}, hi = {0};
+    double lv = 0, hv = 0;
+    if (num_bound(N, node, "minimum", false, true, &lo, &lv, path) ||
+        num_bound(N, node, "exclusiveMinimum", true, true, &lo, &lv, path) ||
+        num_bound(N, node, "maximum", false, false, &hi, &hv, path) ||
+        num_bound(N, node, "exclusiveMaximum", true, false, &hi, &hv, path))
+        return f_empty(N);
+    if (lo.set && hi.set && lv > hv)
+        return bad(N, path, "the lower bound is above the upper bound%s", ""), f_empty(N);
+    int64_t p = 0;
+    int32_t q = 0;
+    const json_t *m = json_object_get(node, "multipleOf");
+    if (m) {
+        fl_dec_bound d;
+        if (!json_is_number(m) || !(json_number_value(m) > 0))
+            return bad(N, path, "'multipleOf' must be a number above 0%s", ""), f_empty(N);
+        if (fl_dec_from_double(json_number_value(m), &d))
+            return bad(N, path, "'multipleOf' is too large or too small%s", ""), f_empty(N);
+        /* m = p / 10^q */
+        q = (int32_t)strlen(d.frac);
+        char digits[100];
+        snprintf(digits, sizeof digits, "%s%s", d.digits, d.frac);
+        for (const char *c = digits; *c && p <= FL_CONSTRAIN_MAX_STATES; c++)
+            p = p * 10 + (*c - '0');
+        if (p > FL_CONSTRAIN_MAX_STATES)
+            return bad(N, path, "'multipleOf' needs too large an automaton (its digits, without "
+                                "the point, above %s)", FL_STR(FL_CONSTRAIN_MAX_STATES)),
+                   f_empty(N);
+    }
+    int32_t digits = FL_CONSTRAIN_BOUND_DIGITS;
+    fl_err le = {0};
+    fl_cpa *a;
+    if (fl_cpa_number(&lo, &hi, integer, digits, p, q, &a, &le))
+        return bad_msg(N, path, m ? "multipleOf" : "minimum", le.msg), f_empty(N);
+    if (fl_cpa_empty(a)) {
+        fl_cpa_free(a);
+        return bad(N, path, "no number of at most " FL_STR(FL_CONSTRAIN_BOUND_DIGITS)
+                            " digits satisfies the schema's bounds and multipleOf%s", ""),
+               f_empty(N);
+    }
+    frag f = f_cpa(N, a, false);
+    fl_cpa_free(a);
+    return f;
+}
+
+/* String keywords need a type that includes "string", number keywords one that includes
+   "number" or "integer" (elsewhere they would not constrain anything, and a reader would
+   think they did), and none of them beside $ref, const, enum or anyOf. */
+static int check_typed_keys(nfa *N, const json_t *node, const char *path)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        const char *const *keys = pass ? num_keys : str_keys;
+        size_t nk = pass ? sizeof num_keys / sizeof num_keys[0] : sizeof str_keys / sizeof str_keys[0];
+        const char *key = NULL;
+        for (size_t i = 0; i < nk && !key; i++)
+            if (json_object_get(node, keys[i]))
+                key = keys[i];
+        if (!key)
+            continue;
+        if (json_object_get(node, "$ref") || json_object_get(node, "const") ||
+            json_object_get(node, "enum") || json_object_get(node, "anyOf"))
+            return bad(N, path, "'%s' beside $ref, const, enum or anyOf is not supported", key);
+        const json_t *type = json_object_get(node, "type");
+        bool ok = false;
+        for (size_t i = 0; i < (json_is_array(type) ? json_array_size(type) : 1); i++) {
+            const char *t = json_string_value(json_is_array(type) ? json_array_get(type, i) : type);
+            ok |= t && (pass ? !strcmp(t, "number") || !strcmp(t, "integer") : !strcmp(t, "string"));
+        }
+        if (!ok)
+            return bad(N, path, pass ? "'%s' needs a 'type' that includes \"number\" or \"integer\""
+                                     : "'%s' needs a 'type' that includes \"string\"", key);
+    }
+    return 0;
+}
+
 static frag f_typed(nfa *N, const json_t *node, const char *type, const char *path, int32_t depth)
 {
     if (!strcmp(type, "string"))
-        return f_string(N);
+        return f_string_of(N, node, path);
     if (!strcmp(type, "number"))
-        return f_number(N);
+        return f_number_of(N, node, false, path);
     if (!strcmp(type, "integer"))
-        return f_integer(N);
+        return f_number_of(N, node, true, path);
     if (!strcmp(type, "boolean"))
         return f_alt(N, f_lit(N, "true", 4), f_lit(N, "false", 5));
     if (!strcmp(type, "null"))
@@ -620,7 +1004,7 @@ static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth)
         bad(N, path, "a schema must be an object (or true)%s", "");
         return f_empty(N);
     }
-    if (check_keys(N, node, path))
+    if (check_keys(N, node, path) || check_typed_keys(N, node, path))
         return f_empty(N);
     const json_t *ref = json_object_get(node, "$ref");
     if (ref) {

@@ -23,6 +23,14 @@
 #define FL_CONSTRAIN_MAX_REFS 32
 #define FL_CONSTRAIN_MAX_ITEMS 64
 #define FL_CONSTRAIN_PATH 256
+/* A string's maxLength is honoured up to this many characters: a larger one writes at most
+ * this many (a subset of the valid strings; every character is a state of the automaton), and
+ * a minLength above it is refused. */
+#define FL_CONSTRAIN_MAX_LENGTH 1024
+/* A number under minimum/maximum/multipleOf has at most this many digits in all: distinct
+ * decimals of 15 significant digits are distinct doubles, so comparing the text's digits with
+ * the bound's decides as a validator comparing doubles does. */
+#define FL_CONSTRAIN_BOUND_DIGITS 15
 /* Whitespace between two JSON tokens in a constrained reply, at most (bytes): room for a
  * newline and the indentation of pretty-printed JSON nested a few levels deep, and a bound on
  * what a model that would rather not write JSON spends on whitespace (llama.cpp's JSON

@@ -51,7 +51,7 @@ if(FL_FUZZ)
     ${PROJECT_SOURCE_DIR}/engine/util.c ${PROJECT_SOURCE_DIR}/engine/safetensors.c ${PROJECT_SOURCE_DIR}/engine/config.c
     ${PROJECT_SOURCE_DIR}/engine/model.c ${PROJECT_SOURCE_DIR}/engine/qformat.c
     ${PROJECT_SOURCE_DIR}/engine/persist.c ${PROJECT_SOURCE_DIR}/engine/decode.c
-    ${PROJECT_SOURCE_DIR}/engine/constrain.c ${PROJECT_SOURCE_DIR}/engine/cdecode.c
+    ${PROJECT_SOURCE_DIR}/engine/constrain.c ${PROJECT_SOURCE_DIR}/engine/cpauto.c ${PROJECT_SOURCE_DIR}/engine/cdecode.c
     ${PROJECT_SOURCE_DIR}/server/serve_proto.c ${PROJECT_SOURCE_DIR}/server/serve_responses.c
     ${FL_FUZZ_DIR}/fuzz_common.c ${FL_FUZZ_DIR}/fuzz_chat_common.c)
   target_include_directories(fl_fuzz_engine PUBLIC ${PROJECT_SOURCE_DIR}/engine
