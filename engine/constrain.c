@@ -1324,6 +1324,30 @@ int fl_dfa_json_object(const fl_constrain_opts *o, fl_dfa **out, fl_err *e)
     return compile(NULL, true, o, out, e);
 }
 
+int fl_dfa_from_regex(const char *pattern, const fl_constrain_opts *o, fl_dfa **out, fl_err *e)
+{
+    *out = NULL;
+    fl_cpa *a;
+    fl_err le = {0};
+    if (fl_cpa_regex(pattern, true, &a, &le))
+        return fl_err_set(e, FL_EINVAL, "the pattern: %.400s", le.msg), -1;
+    if (fl_cpa_empty(a)) {
+        fl_cpa_free(a);
+        return fl_err_set(e, FL_EINVAL, "the pattern matches no text"), -1;
+    }
+    nfa N = {0};
+    N.e = e;
+    N.max = o && o->max_states > 0 ? o->max_states : FL_CONSTRAIN_MAX_STATES;
+    frag f = f_cpa(&N, a, false);
+    fl_cpa_free(a);
+    int rc = N.failed;
+    if (!rc)
+        rc = to_dfa(&N, f, N.max, out, e);
+    free(N.s);
+    free(N.sets);
+    return rc ? -1 : 0;
+}
+
 void fl_dfa_free(fl_dfa *d)
 {
     if (!d)

@@ -5,7 +5,9 @@
  * bounded nesting), or any JSON object (response_format json_object), compiles to a
  * deterministic automaton over bytes that accepts exactly the JSON texts the constraint allows:
  * whitespace where JSON allows it, strings as valid UTF-8 with JSON's escapes, an object's
- * properties in the schema's order. The decoder maps it onto the model's tokens. */
+ * properties in the schema's order. The decoder maps it onto the model's tokens. Strings
+ * and numbers may be constrained further (pattern, format, lengths, bounds, multipleOf):
+ * cpauto.h builds those over characters. */
 #ifndef FL_CONSTRAIN_H
 #define FL_CONSTRAIN_H
 
@@ -40,6 +42,9 @@ typedef struct fl_constrain_opts {
 int fl_dfa_from_schema(const json_t *schema, const fl_constrain_opts *o, fl_dfa **out, fl_err *e);
 /* Any JSON object (OpenAI's response_format json_object), nested up to max_depth. */
 int fl_dfa_json_object(const fl_constrain_opts *o, fl_dfa **out, fl_err *e);
+/* Texts the whole of which match an ECMA-262 regular expression (cpauto.h's subset; `^`/`$`
+ * at its ends change nothing), in UTF-8: vLLM's structured_outputs regex and choice. */
+int fl_dfa_from_regex(const char *pattern, const fl_constrain_opts *o, fl_dfa **out, fl_err *e);
 void fl_dfa_free(fl_dfa *d);
 
 /* The state after bytes from state s; -1 when they leave the language. */

@@ -1371,7 +1371,10 @@ int fl_cpa_and(const fl_cpa *a, const fl_cpa *b, fl_cpa **out, fl_err *e)
 #define DATE                                                                                       \
     "(?:[0-9]{4}-(?:(?:0[13578]|1[02])-" DD_31 "|(?:0[469]|11)-" DD_30 "|02-" DD_28 ")|" LEAP    \
     "-02-29)"
-#define TIME "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]+)?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+/* (fractions of a second to nanoseconds, and a duration's numbers to 9 digits: a model that
+   would write digits forever stops there, as FL_CONSTRAIN_DECODE_DIGITS bounds numbers) */
+#define TIME "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+#define N9 "[0-9]{1,9}"
 #define LABEL "[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 #define LABEL24 "[A-Za-z0-9](?:[A-Za-z0-9-]{0,22}[A-Za-z0-9])?"
 #define OCTET "(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
@@ -1386,9 +1389,9 @@ static const struct {
     {"date-time", DATE "T" TIME, 0},
     {"date", DATE, 0},
     {"time", TIME, 0},
-    {"duration", "P(?:(?:[0-9]+Y(?:[0-9]+M)?(?:[0-9]+D)?|[0-9]+M(?:[0-9]+D)?|[0-9]+D)"
-                 "(?:T(?:[0-9]+H(?:[0-9]+M)?(?:[0-9]+S)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S))?"
-                 "|T(?:[0-9]+H(?:[0-9]+M)?(?:[0-9]+S)?|[0-9]+M(?:[0-9]+S)?|[0-9]+S)|[0-9]+W)", 0},
+    {"duration", "P(?:(?:" N9 "Y(?:" N9 "M)?(?:" N9 "D)?|" N9 "M(?:" N9 "D)?|" N9 "D)"
+                 "(?:T(?:" N9 "H(?:" N9 "M)?(?:" N9 "S)?|" N9 "M(?:" N9 "S)?|" N9 "S))?"
+                 "|T(?:" N9 "H(?:" N9 "M)?(?:" N9 "S)?|" N9 "M(?:" N9 "S)?|" N9 "S)|" N9 "W)", 0},
     {"email", "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*@"
               "(?:" LABEL "\\.)+" LABEL, 0},
     /* at most 253 characters in all (RFC 1123), kept so by the shape instead of a count of

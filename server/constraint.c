@@ -77,6 +77,8 @@ static int compile(const fl_tvocab *tv, int format, const char *schema, fl_cons 
     int rc;
     if (format == FL_FMT_JSON_OBJECT) {
         rc = fl_dfa_json_object(&co, &d, e);
+    } else if (format == FL_FMT_REGEX) {
+        rc = fl_dfa_from_regex(schema ? schema : "", &co, &d, e);
     } else {
         json_error_t je;
         json_t *j = json_loads(schema ? schema : "", JSON_DECODE_ANY, &je);
@@ -122,7 +124,8 @@ static int lru(const fl_cons_cache *c, int keep)
 int fl_cons_cache_get(fl_cons_cache *c, int format, const char *schema, fl_cons **out, fl_err *e)
 {
     *out = NULL;
-    if (format != FL_FMT_JSON_OBJECT && format != FL_FMT_JSON_SCHEMA && format != FL_FMT_TOOL_CALL)
+    if (format != FL_FMT_JSON_OBJECT && format != FL_FMT_JSON_SCHEMA && format != FL_FMT_TOOL_CALL &&
+        format != FL_FMT_REGEX)
         return fl_err_set(e, FL_EINVAL, "no constraint for this format");
     size_t sl = format != FL_FMT_JSON_OBJECT && schema ? strlen(schema) : 0;
     char *key = malloc(sl + 2);

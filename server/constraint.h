@@ -13,7 +13,8 @@
 
 /* FL_FMT_TOOL_CALL: a call as the chat templates with tools ask for it: "<tool_call>\n", a
  * value of the schema ({"name", "arguments"}), "\n</tool_call>" */
-enum { FL_FMT_TEXT = 0, FL_FMT_JSON_OBJECT, FL_FMT_JSON_SCHEMA, FL_FMT_TOOL_CALL };
+/* FL_FMT_REGEX: the whole reply matches a regular expression (the "schema" is its text) */
+enum { FL_FMT_TEXT = 0, FL_FMT_JSON_OBJECT, FL_FMT_JSON_SCHEMA, FL_FMT_TOOL_CALL, FL_FMT_REGEX };
 
 typedef struct fl_cons_cache fl_cons_cache;
 
@@ -23,7 +24,7 @@ typedef struct fl_cons_cache fl_cons_cache;
 fl_cons_cache *fl_cons_cache_new(const fl_model *m, int cap, int64_t max_bytes);
 void fl_cons_cache_free(fl_cons_cache *c);
 /* The constraint of a format (FL_FMT_JSON_OBJECT, or FL_FMT_JSON_SCHEMA or FL_FMT_TOOL_CALL
- * with the schema's JSON text), a reference the caller drops with fl_cons_unref. A schema outside the subset is
+ * with the schema's JSON text, or FL_FMT_REGEX with the pattern), a reference the caller drops with fl_cons_unref. A schema outside the subset is
  * FL_EUNSUPPORTED (FL_EFORMAT when it is not JSON) with constrain.h's message: the keyword
  * and where it is. */
 int fl_cons_cache_get(fl_cons_cache *c, int format, const char *schema, fl_cons **out, fl_err *e);

@@ -239,6 +239,7 @@ static srv_req *branch_new(srv_req *g, const fl_chat_msg *base, size_t n_base, c
         oom = !q || (p->text && !q->text) || (p->ids && !q->ids);
     }
     c->format = gc->format;
+    c->format_param = gc->format_param;
     c->schema = gc->schema ? strdup(gc->schema) : NULL;
     /* tools (samples only: a fan-out refuses them), and the base messages' calls */
     c->tool_choice = gc->tool_choice;

@@ -727,9 +727,113 @@ static int parse_response_format(pctx *P, const json_t *o, srv_chat *c)
         return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format' type '%.32s' is "
                    "not one of \"text\", \"json_object\", \"json_schema\"", t);
     }
+    c->format_param = "response_format";
     if (c->format != FL_FMT_TEXT && c->parallel)
         return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format' and 'parallel' "
                    "cannot be combined (the branches' texts are not one value)");
+    return 0;
+}
+
+/* vLLM's structured_outputs (an OpenAI client's extra_body): {"regex": pattern}, the whole
+ * reply matches it; {"choice": [texts]}, the reply is one of them; {"json": schema}, as
+ * response_format's json_schema (an object, or its JSON text). One of them, and not beside a
+ * response_format other than text. */
+static int parse_structured_outputs(pctx *P, const json_t *o, srv_chat *c)
+{
+    const json_t *so = json_object_get(o, "structured_outputs");
+    if (!so || json_is_null(so))
+        return 0;
+    if (!json_is_object(so))
+        return bad(P, SRV_E_BAD_REQUEST, "structured_outputs", "'structured_outputs' must be an "
+                   "object with one of 'regex', 'choice', 'json'");
+    static const char *const known[] = {"regex", "choice", "json"};
+    const char *key = srv_json_unknown_key(so, known, 3);
+    if (key)
+        return bad(P, SRV_E_BAD_REQUEST, "structured_outputs", "unknown field '%.64s' in "
+                   "'structured_outputs' (fogline takes 'regex', 'choice' and 'json')", key);
+    const json_t *re = json_object_get(so, "regex"), *ch = json_object_get(so, "choice");
+    const json_t *js = json_object_get(so, "json");
+    re = json_is_null(re) ? NULL : re;
+    ch = json_is_null(ch) ? NULL : ch;
+    js = json_is_null(js) ? NULL : js;
+    if (!!re + !!ch + !!js != 1)
+        return bad(P, SRV_E_BAD_REQUEST, "structured_outputs", "'structured_outputs' needs "
+                   "exactly one of 'regex', 'choice', 'json'");
+    if (c->format != FL_FMT_TEXT)
+        return bad(P, SRV_E_BAD_REQUEST, "structured_outputs", "'structured_outputs' and "
+                   "'response_format' cannot be combined");
+    if (re) {
+        if (!json_is_string(re))
+            return bad(P, SRV_E_BAD_REQUEST, "structured_outputs", "'structured_outputs.regex' "
+                       "must be a string");
+        if (!(c->schema = strdup(json_string_value(re))))
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        c->format = FL_FMT_REGEX;
+    } else if (ch) {
+        /* (?:a|b|...) with each text's syntax characters escaped */
+        size_t n = json_is_array(ch) ? json_array_size(ch) : 0, len = 8;
+        bool ok = n > 0 && n <= SRV_MAX_CHOICE_TEXTS;
+        for (size_t i = 0; i < n && ok; i++) {
+            const json_t *t = json_array_get(ch, i);
+            ok = json_is_string(t) && json_string_length(t) <= SRV_MAX_CHOICE_BYTES;
+            len += ok ? 2 * json_string_length(t) + 1 : 0;
+        }
+        if (!ok)
+            return bad(P, SRV_E_BAD_REQUEST, "structured_outputs", "'structured_outputs.choice' "
+                       "must be an array of 1..%d strings of at most %d bytes",
+                       SRV_MAX_CHOICE_TEXTS, SRV_MAX_CHOICE_BYTES);
+        char *r = malloc(len);
+        if (!r)
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        size_t k = 0;
+        r[k++] = '(';
+        r[k++] = '?';
+        r[k++] = ':';
+        for (size_t i = 0; i < n; i++) {
+            const char *t = json_string_value(json_array_get(ch, i));
+            size_t tl = json_string_length(json_array_get(ch, i));
+            if (i)
+                r[k++] = '|';
+            for (size_t j = 0; j < tl; j++) {
+                if (!t[j]) { /* a NUL inside the text: the pattern is a C string */
+                    free(r);
+                    return bad(P, SRV_E_BAD_REQUEST, "structured_outputs", "'structured_outputs."
+                               "choice' texts cannot hold NUL characters");
+                }
+                if (strchr("^$\\.*+?()[]{}|/", t[j]))
+                    r[k++] = '\\';
+                r[k++] = t[j];
+            }
+        }
+        r[k++] = ')';
+        r[k] = 0;
+        c->schema = r;
+        c->format = FL_FMT_REGEX;
+    } else {
+        json_t *parsed = NULL;
+        if (json_is_string(js)) {
+            json_error_t je;
+            parsed = json_loads(json_string_value(js), JSON_DECODE_ANY, &je);
+            if (!parsed)
+                return bad(P, SRV_E_BAD_REQUEST, "structured_outputs", "'structured_outputs.json' "
+                           "is not JSON: %.200s", je.text);
+            js = parsed;
+        }
+        if (!json_is_object(js) && !json_is_boolean(js)) {
+            json_decref(parsed);
+            return bad(P, SRV_E_BAD_REQUEST, "structured_outputs", "'structured_outputs.json' "
+                       "must be a JSON schema (an object)");
+        }
+        c->schema = json_dumps(js, JSON_COMPACT | JSON_ENCODE_ANY);
+        json_decref(parsed);
+        if (!c->schema)
+            return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
+        c->format = FL_FMT_JSON_SCHEMA;
+    }
+    c->format_param = "structured_outputs";
+    if (c->parallel)
+        return bad(P, SRV_E_BAD_REQUEST, "structured_outputs", "'structured_outputs' and "
+                   "'parallel' cannot be combined (the branches' texts are not one value)");
     return 0;
 }
 
@@ -946,9 +1050,9 @@ static int parse_tools_with(pctx *P, const json_t *o, srv_chat *c, json_t *argv)
         return bad(P, SRV_E_BAD_REQUEST, "messages", "tool calls and tool results in 'messages' "
                    "cannot be combined with 'parallel'");
     if (c->tool_choice >= SRV_TOOL_REQUIRED && c->format != FL_FMT_TEXT)
-        return bad(P, SRV_E_BAD_REQUEST, "tool_choice", "'tool_choice' %s and 'response_format' "
+        return bad(P, SRV_E_BAD_REQUEST, "tool_choice", "'tool_choice' %s and '%s' "
                    "cannot be combined (the reply is a tool call)",
-                   named ? "naming a function" : "\"required\"");
+                   named ? "naming a function" : "\"required\"", c->format_param);
     if (c->tool_choice != SRV_TOOL_NONE && !(c->tools = json_dumps(tools, JSON_COMPACT)))
         return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
     if (c->tool_choice < SRV_TOOL_REQUIRED)
@@ -987,8 +1091,9 @@ static int check_decoding(pctx *P, srv_chat *c)
         return bad(P, SRV_E_OUT_OF_RANGE, "decoding", "%s", e.msg);
     if ((c->format != FL_FMT_TEXT || c->tool_choice >= SRV_TOOL_REQUIRED) &&
         c->dec.edit_threshold != FL_EDIT_OFF)
-        return bad(P, SRV_E_BAD_REQUEST, "response_format", "'response_format' cannot be combined "
-                   "with token editing (decoding.edit_threshold): an edit could leave the format");
+        return bad(P, SRV_E_BAD_REQUEST, c->format != FL_FMT_TEXT ? c->format_param : "tool_choice",
+                   "'%s' cannot be combined with token editing (decoding.edit_threshold): an edit "
+                   "could leave the format", c->format != FL_FMT_TEXT ? c->format_param : "tool_choice");
     return 0;
 }
 
@@ -1119,9 +1224,11 @@ static int parse_min_tokens(pctx *P, const json_t *o, const srv_limits *L, srv_c
                         : c->n_stop_ids    ? "stop_token_ids"
                                            : NULL;
     if (which && (c->format != FL_FMT_TEXT || c->tool_choice >= SRV_TOOL_REQUIRED))
-        return bad(P, SRV_E_BAD_REQUEST, which, "'%s' cannot be combined with %s: a constrained "
-                   "reply ends with an end token, and only there", which,
-                   c->format != FL_FMT_TEXT ? "'response_format'" : "a required tool call");
+        return bad(P, SRV_E_BAD_REQUEST, which, "'%s' cannot be combined with %s%s%s: a "
+                   "constrained reply ends with an end token, and only there", which,
+                   c->format != FL_FMT_TEXT ? "'" : "",
+                   c->format != FL_FMT_TEXT ? c->format_param : "a required tool call",
+                   c->format != FL_FMT_TEXT ? "'" : "");
     return 0;
 }
 
@@ -1141,7 +1248,8 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
                                         "top_logprobs", "logit_bias", "min_tokens",
                                         "ignore_eos", "presence_penalty", "frequency_penalty",
                                         "repetition_penalty", "stop_token_ids",
-                                        "include_stop_str_in_output", "n"};
+                                        "include_stop_str_in_output", "n",
+                                        "structured_outputs"};
     const char *key = srv_json_unknown_key(o, known, sizeof known / sizeof known[0]);
     if (key)
         return bad(&P, SRV_E_BAD_REQUEST, key, "unknown field '%.64s' in chat", key);
@@ -1165,8 +1273,8 @@ int srv_parse_chat_ws(const json_t *o, const srv_limits *L, srv_chat *c, const c
         return bad(&P, SRV_E_INTERNAL, NULL, "out of memory");
     c->enable_thinking = L->enable_thinking;
     if (parse_conversation(&P, o, false, c) || parse_template_kwargs(&P, o, c) ||
-        parse_response_format(&P, o, c) || parse_tools(&P, o, c) ||
-        parse_sampling(&P, o, L, c, "max_tokens") || parse_logprobs(&P, o, c) ||
+        parse_response_format(&P, o, c) || parse_structured_outputs(&P, o, c) ||
+        parse_tools(&P, o, c) || parse_sampling(&P, o, L, c, "max_tokens") || parse_logprobs(&P, o, c) ||
         parse_logit_bias(&P, o, L, c) || parse_min_tokens(&P, o, L, c) ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c) ||
         parse_samples(&P, c))
@@ -1344,7 +1452,8 @@ int srv_parse_chat_openai(const json_t *o, const srv_limits *L, srv_chat *c, con
     /* fogline extensions, as on the WebSocket: session (continued from Redis), parallel */
     c->enable_thinking = L->enable_thinking;
     if (parse_conversation(&P, o, true, c) || parse_template_kwargs(&P, o, c) ||
-        parse_response_format(&P, o, c) || parse_tools(&P, o, c))
+        parse_response_format(&P, o, c) || parse_structured_outputs(&P, o, c) ||
+        parse_tools(&P, o, c))
         return -1;
     /* max_completion_tokens is the newer name; either is accepted, the newer wins */
     const char *max_key = json_object_get(o, "max_completion_tokens") &&

@@ -36,6 +36,8 @@
 #define SRV_MAX_STOPS 8
 #define SRV_STOP_MAX 64     /* bytes in one stop string */
 #define SRV_MAX_SEGMENTS 16 /* branches of one parallel request */
+#define SRV_MAX_CHOICE_TEXTS 256  /* structured_outputs.choice: texts at most */
+#define SRV_MAX_CHOICE_BYTES 1024 /* and bytes of each */
 /* SRV_PAR_SAMPLES: OpenAI's n > 1, n branches of one prompt, branch i sampled with seed + i */
 enum { SRV_PAR_NONE = 0, SRV_PAR_FANOUT, SRV_PAR_SKELETON, SRV_PAR_AUTO, SRV_PAR_SAMPLES };
 /* the modes with an outline stage before their branches */
@@ -92,6 +94,9 @@ typedef struct srv_chat {
        compact JSON text (properties keep their order: they are written in it) */
     int format;
     char *schema;
+    /* the field that asked for it: "response_format", or "structured_outputs" (vLLM's: a
+       regex or choice is FL_FMT_REGEX with the pattern in schema, a json one a schema) */
+    const char *format_param;
     /* "tools" and "tool_choice" (both transports, OpenAI's shape): the tools' JSON text for the
        chat template (NULL: none, or tool_choice "none"), the choice (SRV_TOOL_*), and for
        "required" or a named function the schema of the call ({"name", "arguments"}) that the

@@ -292,8 +292,8 @@ static void tokenize_work(uv_work_t *w)
         r->work_rc = fl_cons_cache_get(r->s->cons, r->chat.format, r->chat.schema, &r->cons,
                                        &r->work_err);
         if (r->work_rc) {
-            r->work_param = "response_format";
-            fl_err_prefix(&r->work_err, "response_format");
+            r->work_param = r->chat.format_param ? r->chat.format_param : "response_format";
+            fl_err_prefix(&r->work_err, "%s", r->work_param);
         }
     }
     /* tool_choice "required" or a named function: the reply is one well-formed call */
@@ -441,7 +441,8 @@ static void tokenize_done(uv_work_t *w, int status)
     }
     if (r->cons && fl_cons_min_tokens(r->cons) > r->chat.max_tokens) {
         snprintf(msg, sizeof msg, "the shortest reply %s allows takes %d tokens; max_tokens is %d",
-                 r->chat.tool_schema ? "the tool call" : "response_format",
+                 r->chat.tool_schema ? "the tool call"
+                 : r->chat.format_param ? r->chat.format_param : "response_format",
                  fl_cons_min_tokens(r->cons), r->chat.max_tokens);
         r->work_param = "max_tokens";
         srv_req_reject(r, SRV_E_BAD_REQUEST, msg);

@@ -296,7 +296,9 @@ static void usage(FILE *f)
                "  --enable-thinking    Qwen3 templates: enable_thinking=true (the template's default)\n"
                "  --schema FILE        the reply is a JSON value of this JSON schema (OpenAI's strict\n"
                "                       subset, docs/structured.md), decoded under the constraint\n"
-               "  --json-object        the reply is a JSON object (response_format json_object)\n");
+               "  --json-object        the reply is a JSON object (response_format json_object)\n"
+               "  --regex PATTERN      the whole reply matches this regular expression (ECMA-262,\n"
+               "                       docs/structured.md; vLLM's structured_outputs regex)\n");
     fl_gen_opts_usage(f);
 }
 
@@ -306,7 +308,7 @@ int fl_cmd_generate(int argc, char **argv)
     const char *prompt = NULL, *system = NULL, *messages = NULL, *tmpl = NULL, *prompt_ids = NULL;
     bool raw = false, json = false, thinking = true; /* the template's own default */
     bool steps = false, visual = false;
-    const char *pace = NULL, *schema_file = NULL;
+    const char *pace = NULL, *schema_file = NULL, *regex = NULL;
     bool json_object_fmt = false;
     int logprobs = -1; /* --logprobs N: off */
     int32_t bias_ids[FL_MAX_LOGIT_BIAS]; /* --logit-bias */
@@ -329,7 +331,7 @@ int fl_cmd_generate(int argc, char **argv)
     fl_gen_opts_default(&g);
     enum { O_MODEL = 1000, O_PROMPT, O_SYSTEM, O_MESSAGES, O_RAW, O_JSON, O_THREADS, O_TMPL, O_HELP,
            O_IDS, O_DEVICE, O_NO_THINK, O_THINK, O_WEIGHTS, O_KV_FORMAT, O_STEPS, O_VISUAL,
-           O_PACE, O_SCHEMA, O_JSON_OBJECT, O_LOGPROBS, O_LOGIT_BIAS,
+           O_PACE, O_SCHEMA, O_JSON_OBJECT, O_REGEX, O_LOGPROBS, O_LOGIT_BIAS,
            O_MIN_TOKENS, O_IGNORE_EOS, O_PRESENCE, O_FREQUENCY, O_REPETITION, O_STOP_IDS,
            O_INCLUDE_STOP };
     struct option base[] = {
@@ -343,7 +345,7 @@ int fl_cmd_generate(int argc, char **argv)
         {"kv-format", required_argument, 0, O_KV_FORMAT}, {"trace", no_argument, 0, O_STEPS},
         {"visual", no_argument, 0, O_VISUAL},         {"pace", required_argument, 0, O_PACE},
         {"schema", required_argument, 0, O_SCHEMA},   {"json-object", no_argument, 0, O_JSON_OBJECT},
-        {"logprobs", required_argument, 0, O_LOGPROBS},
+        {"regex", required_argument, 0, O_REGEX},     {"logprobs", required_argument, 0, O_LOGPROBS},
         {"logit-bias", required_argument, 0, O_LOGIT_BIAS},
         {"min-tokens", required_argument, 0, O_MIN_TOKENS},
         {"ignore-eos", no_argument, 0, O_IGNORE_EOS},
@@ -379,6 +381,7 @@ int fl_cmd_generate(int argc, char **argv)
         case O_PACE: pace = optarg; break;
         case O_SCHEMA: schema_file = optarg; break;
         case O_JSON_OBJECT: json_object_fmt = true; break;
+        case O_REGEX: regex = optarg; break;
         case O_LOGPROBS: {
             char *end = NULL;
             long v = strtol(optarg, &end, 10);
@@ -454,8 +457,8 @@ int fl_cmd_generate(int argc, char **argv)
         return 2;
     }
     long pace_ms = 60;
-    if (schema_file && json_object_fmt) {
-        fprintf(stderr, "fogline generate: give --schema FILE or --json-object, not both\n");
+    if (!!schema_file + json_object_fmt + !!regex > 1) {
+        fprintf(stderr, "fogline generate: give one of --schema FILE, --json-object, --regex\n");
         return 2;
     }
     if (logprobs >= 0 && !json) {
@@ -634,7 +637,7 @@ int fl_cmd_generate(int argc, char **argv)
         fprintf(stderr, "fogline generate: %s\n", e.msg);
         goto out;
     }
-    if (schema_file || json_object_fmt) {
+    if (schema_file || json_object_fmt || regex) {
         if (schema_file) {
             json_error_t je;
             json_t *sj = json_load_file(schema_file, JSON_DECODE_ANY, &je);
@@ -649,10 +652,12 @@ int fl_cmd_generate(int argc, char **argv)
             fprintf(stderr, "fogline generate: out of memory\n");
             goto out;
         }
-        if (fl_cons_cache_get(cc, schema_file ? FL_FMT_JSON_SCHEMA : FL_FMT_JSON_OBJECT,
-                              schema_text, &cons, &e)) {
-            fprintf(stderr, "fogline generate: %s%s%s\n", schema_file ? schema_file : "",
-                    schema_file ? ": " : "", e.msg);
+        if (fl_cons_cache_get(cc, schema_file ? FL_FMT_JSON_SCHEMA
+                                  : regex   ? FL_FMT_REGEX
+                                            : FL_FMT_JSON_OBJECT,
+                              regex ? regex : schema_text, &cons, &e)) {
+            fprintf(stderr, "fogline generate: %s%s%s\n", schema_file ? schema_file : regex ? "--regex" : "",
+                    schema_file || regex ? ": " : "", e.msg);
             goto out;
         }
     }

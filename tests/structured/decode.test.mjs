@@ -5,7 +5,10 @@
 //   official openai client, greedy and sampled, at max_tokens exactly the constraint's
 //   minimum (learnt from the server's own refusal of max_tokens 1) and above it;
 // - every unmasking policy (threshold, static, dynamic, entropy, sequential);
-// - json_object and a schema streamed; over the WebSocket, the commits add up to a valid value.
+// - json_object and a schema streamed; over the WebSocket, the commits add up to a valid value;
+// - strings under pattern, format and lengths, numbers under bounds and multipleOf (ajv with
+//   npm ajv-formats), and vLLM's structured_outputs: a regex the whole reply matches (checked
+//   with JavaScript's RegExp), a choice, a json schema; their bad inputs.
 // FL_STRUCT_MODELS: a directory with q3 (SDAR layout) and q2 (Fast-dLLM v2: shifted logits,
 // sub-blocks); FL_LLADA2_MODEL: a LLaDA2 MoE (its own stand-in tokenizer, vocabulary 157184).
 import { test, before, after } from 'node:test';
@@ -16,7 +19,9 @@ import { rng, pick, genSchema } from './gen.mjs';
 
 const OpenAI = require('openai').default;
 const Ajv = require('ajv');
-const ajv = new Ajv({ strict: false });
+const addFormats = require('ajv-formats');
+const ajv = new Ajv({ strict: false, unicodeRegExp: true });
+addFormats(ajv, { mode: 'full' });
 
 const MODELS = [
   ['sdar', path.join(process.env.FL_STRUCT_MODELS || '', 'q3')],
@@ -124,14 +129,132 @@ test('json_object and a schema streamed, and over the WebSocket: the commits add
   const commits = frames.filter((f) => f.type === 'commit').map((f) => f.text).join('');
   check(schema, commits, 'WebSocket commits');
   // a schema outside the subset: an error frame naming the keyword
-  c.send({ type: 'chat', id: 'w2', messages: user('hi'), response_format: format({ type: 'string', minLength: 3 }) });
+  c.send({ type: 'chat', id: 'w2', messages: user('hi'), response_format: format({ type: 'string', minProperties: 3 }) });
   const err = await c.next((f) => f.id === 'w2');
   assert.equal(err.type, 'error');
   assert.equal(err.code, 'bad_request');
-  assert.match(err.message, /unsupported keyword 'minLength'/);
+  assert.match(err.message, /unsupported keyword 'minProperties'/);
   c.send({ type: 'chat', id: 'w3', messages: user('hi'), response_format: { type: 'json_schema' } });
   assert.match((await c.next((f) => f.id === 'w3')).message, /json_schema' must be an object/);
   c.send({ type: 'chat', id: 'w4', messages: user('hi'), response_format: format(schema), decoding: { edit_threshold: 0.5, pipeline: false } });
   assert.match((await c.next((f) => f.id === 'w4')).message, /token editing/);
   c.close();
+});
+
+// strings and numbers constrained character by character: garbage models, valid values
+const TYPED = [
+  { type: 'object', properties: { id: { type: 'string', pattern: '^[A-Z]{2}-\\d{4}$' }, at: { type: 'string', format: 'date-time' },
+    note: { type: 'string', minLength: 3, maxLength: 12 } }, required: ['id', 'at', 'note'], additionalProperties: false },
+  { type: 'object', properties: { qty: { type: 'integer', minimum: 1, maximum: 12 }, score: { type: 'number', minimum: 0, maximum: 1 },
+    step: { type: 'number', multipleOf: 0.25, exclusiveMinimum: -1, exclusiveMaximum: 2 } }, required: ['qty', 'score', 'step'], additionalProperties: false },
+  { type: 'array', items: { type: 'string', format: 'email' }, minItems: 1, maxItems: 2 },
+  { type: 'object', properties: { day: { type: 'string', format: 'date' }, ip: { type: 'string', format: 'ipv4' },
+    v6: { type: ['string', 'null'], format: 'ipv6' }, host: { type: 'string', format: 'hostname' }, u: { type: 'string', format: 'uuid' },
+    t: { type: 'string', format: 'time' }, d: { type: 'string', format: 'duration' } },
+    required: ['day', 'ip', 'v6', 'host', 'u', 't', 'd'], additionalProperties: false },
+  { type: 'string', pattern: 'colou?r', maxLength: 20 },
+  { type: 'integer', minimum: -40, maximum: -3, multipleOf: 3 },
+];
+
+test('pattern, format, lengths, bounds and multipleOf: every reply is valid (ajv-formats)', async () => {
+  const server = servers[0];
+  const client = new OpenAI({ apiKey: 'x', baseURL: `${server.url}/v1`, maxRetries: 0 });
+  const r = rng(4242);
+  const seenTyped = new Set();
+  for (const [i, schema] of TYPED.entries()) {
+    for (let k = 0; k < 4; k++) {
+      const temperature = k % 2 ? 0.9 : 0;
+      const res = await client.chat.completions.create({ model: 'fogline', messages: user(pick(r, PROMPTS)), max_tokens: 400,
+        temperature, seed: k, response_format: format(schema) });
+      seenTyped.add(res.choices[0].message.content);
+      // (valid also when max_tokens cut it: the decoder closes the value within the budget)
+      check(schema, res.choices[0].message.content, `typed schema ${i} run ${k}`);
+    }
+  }
+  assert.ok(seenTyped.size > TYPED.length, 'sampling varied the replies');
+});
+
+test('structured_outputs: regex and choice match the whole reply, json is a schema; bad ones are 400s', async () => {
+  const server = servers[0];
+  const client = new OpenAI({ apiKey: 'x', baseURL: `${server.url}/v1`, maxRetries: 0 });
+  const cases = [
+    ['^Order \\d{5} (shipped|is late)\\.$', /^Order \d{5} (shipped|is late)\.$/u],
+    ['[a-z]{3,8}( [a-z]{3,8}){2}', /^[a-z]{3,8}( [a-z]{3,8}){2}$/u],
+    ['(?:yes|no), because [^\\n.]{1,30}\\.', /^(?:yes|no), because [^\n.]{1,30}\.$/u],
+    ['\\u{1F600}+ é\\d', /^\u{1F600}+ é\d$/u],
+  ];
+  for (const [pattern, re] of cases) {
+    for (const temperature of [0, 0.9]) {
+      const res = await client.chat.completions.create({ model: 'fogline', messages: user('Where is my order?'), max_tokens: 120,
+        temperature, seed: 3, structured_outputs: { regex: pattern } });
+      const text = res.choices[0].message.content;
+      assert.match(text, re, `${pattern} at temperature ${temperature}`);
+      assert.equal(res.choices[0].finish_reason, 'stop');
+    }
+  }
+  const choice = ['shipped', 'pending', 'lost (a.k.a. "missing")', 'c++ [beta]'];
+  const seen = new Set();
+  for (let seed = 0; seed < 6; seed++) {
+    const res = await client.chat.completions.create({ model: 'fogline', messages: user('Status?'), max_tokens: 40,
+      temperature: 1, seed, structured_outputs: { choice } });
+    assert.ok(choice.includes(res.choices[0].message.content), res.choices[0].message.content);
+    seen.add(res.choices[0].message.content);
+  }
+  // streamed, and n choices: each one whole
+  const stream = await client.chat.completions.create({ model: 'fogline', messages: user('hi'), max_tokens: 60, stream: true,
+    structured_outputs: { regex: '\\d{3}-[a-f]{4}' } });
+  let text = '';
+  for await (const ch of stream) text += ch.choices[0]?.delta?.content ?? '';
+  assert.match(text, /^\d{3}-[a-f]{4}$/);
+  const nres = await client.chat.completions.create({ model: 'fogline', messages: user('hi'), max_tokens: 40, n: 3, temperature: 1,
+    structured_outputs: { choice } });
+  assert.equal(nres.choices.length, 3);
+  for (const c of nres.choices) assert.ok(choice.includes(c.message.content), c.message.content);
+  // json: an object or its text, as response_format's json_schema
+  const schema = { type: 'object', properties: { ok: { type: 'boolean' }, n: { type: 'integer', minimum: 0, maximum: 9 } },
+    required: ['ok', 'n'], additionalProperties: false };
+  for (const json of [schema, JSON.stringify(schema)]) {
+    const res = await client.chat.completions.create({ model: 'fogline', messages: user('hi'), max_tokens: 60,
+      structured_outputs: { json } });
+    check(schema, res.choices[0].message.content, 'structured_outputs.json');
+  }
+  // the WebSocket takes it too
+  const c = await connect(server);
+  c.send({ type: 'chat', id: 's1', messages: user('hi'), max_tokens: 60, structured_outputs: { regex: 'ID-[0-9]{4}' } });
+  const frames = await c.collect('s1');
+  assert.equal(frames.at(-1).type, 'done', JSON.stringify(frames.at(-1)));
+  assert.match(frames.filter((f) => f.type === 'commit').map((f) => f.text).join(''), /^ID-[0-9]{4}$/);
+  c.send({ type: 'chat', id: 's2', messages: user('hi'), structured_outputs: { regex: 'a(?!b)' } });
+  const e2 = await c.next((f) => f.id === 's2');
+  assert.equal(e2.type, 'error');
+  assert.match(e2.message, /structured_outputs.*lookahead/);
+  c.close();
+  // bad inputs: 400 naming structured_outputs (or max_tokens), never a crash
+  const bad = [
+    [{ structured_outputs: 'x' }, 'structured_outputs', /must be an object/],
+    [{ structured_outputs: {} }, 'structured_outputs', /exactly one of 'regex', 'choice', 'json'/],
+    [{ structured_outputs: { regex: 'a', choice: ['a'] } }, 'structured_outputs', /exactly one/],
+    [{ structured_outputs: { grammar: 'root ::= "a"' } }, 'structured_outputs', /unknown field 'grammar'/],
+    [{ structured_outputs: { regex: 5 } }, 'structured_outputs', /regex' must be a string/],
+    [{ structured_outputs: { choice: [] } }, 'structured_outputs', /array of 1\.\.256 strings/],
+    [{ structured_outputs: { choice: ['a', 3] } }, 'structured_outputs', /array of 1\.\.256 strings/],
+    [{ structured_outputs: { json: '{"type":' } }, 'structured_outputs', /is not JSON/],
+    [{ structured_outputs: { json: 3 } }, 'structured_outputs', /must be a JSON schema/],
+    [{ structured_outputs: { regex: 'a' }, response_format: { type: 'json_object' } }, 'structured_outputs', /cannot be combined/],
+    [{ structured_outputs: { regex: '(a' } }, 'structured_outputs', /unterminated group/],
+    [{ structured_outputs: { regex: 'a\\1' } }, 'structured_outputs', /backreference/],
+    [{ structured_outputs: { regex: '[]' } }, 'structured_outputs', /matches no text/],
+    [{ structured_outputs: { json: { type: 'string', format: 'uri' } } }, 'structured_outputs', /'format': 'uri' is an unsupported format/],
+    [{ structured_outputs: { regex: 'x{30}' }, max_tokens: 2 }, 'max_tokens', /the shortest reply structured_outputs allows takes \d+ tokens; max_tokens is 2/],
+    [{ structured_outputs: { regex: 'x' }, decoding: { edit_threshold: 0.5, pipeline: false } }, 'structured_outputs', /token editing/],
+    [{ structured_outputs: { regex: 'x' }, min_tokens: 2 }, 'min_tokens', /'min_tokens' cannot be combined with 'structured_outputs'/],
+  ];
+  for (const [extra, param, re] of bad) {
+    const res = await fetch(`${server.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'fogline', messages: user('hi'), ...extra }) });
+    const body = await res.json();
+    assert.equal(res.status, 400, `${JSON.stringify(extra)}: ${JSON.stringify(body)}`);
+    assert.equal(body.error.param, param, `${JSON.stringify(extra)}: ${JSON.stringify(body)}`);
+    assert.match(body.error.message, re, `${JSON.stringify(extra)}`);
+  }
 });
