@@ -804,7 +804,7 @@ static frag f_string_of(nfa *N, const json_t *node, const char *path)
 /* A bound's value; its decimal the shortest that reads back as the same double (what a
    validator compares with). */
 static int num_bound(nfa *N, const json_t *node, const char *key, bool strict, bool lower,
-                     fl_dec_bound *b, double *bv, const char *path)
+                     fl_dec_bound *b, double *bv, const char **which, const char *path)
 {
     const json_t *v = json_object_get(node, key);
     if (!v)
@@ -824,6 +824,7 @@ static int num_bound(nfa *N, const json_t *node, const char *key, bool strict, b
     b->set = true;
     b->strict = strict;
     *bv = x;
+    *which = key;
     return 0;
 }
 
@@ -837,13 +838,17 @@ static frag f_number_of(nfa *N, const json_t *node, bool integer, const char *pa
         return integer ? f_integer(N) : f_number(N);
     fl_dec_bound lo = {0}, hi = {0};
     double lv = 0, hv = 0;
-    if (num_bound(N, node, "minimum", false, true, &lo, &lv, path) ||
-        num_bound(N, node, "exclusiveMinimum", true, true, &lo, &lv, path) ||
-        num_bound(N, node, "maximum", false, false, &hi, &hv, path) ||
-        num_bound(N, node, "exclusiveMaximum", true, false, &hi, &hv, path))
+    const char *lk = NULL, *hk = NULL;
+    if (num_bound(N, node, "minimum", false, true, &lo, &lv, &lk, path) ||
+        num_bound(N, node, "exclusiveMinimum", true, true, &lo, &lv, &lk, path) ||
+        num_bound(N, node, "maximum", false, false, &hi, &hv, &hk, path) ||
+        num_bound(N, node, "exclusiveMaximum", true, false, &hi, &hv, &hk, path))
         return f_empty(N);
-    if (lo.set && hi.set && lv > hv)
-        return bad(N, path, "the lower bound is above the upper bound%s", ""), f_empty(N);
+    if (lo.set && hi.set && lv > hv) {
+        char m[80];
+        snprintf(m, sizeof m, "'%s' is above '%s'", lk, hk);
+        return bad(N, path, "%s", m), f_empty(N);
+    }
     int64_t p = 0;
     int32_t q = 0;
     const json_t *m = json_object_get(node, "multipleOf");

@@ -1544,6 +1544,14 @@ static int dec_cmp_re(char *s, size_t cap, const fl_dec_bound *b, bool ge, bool 
         else
             PUT("[0-9]*");
     }
+    /* (le) the same up to a place in b's fraction, and no more digits: smaller, since b's
+       fraction ends in a digit other than 0 */
+    for (size_t j = p; !ge && j < k; j++) {
+        PUT("%s", first ? "" : "|");
+        first = false;
+        for (size_t i = 0; i < j; i++)
+            PUT("%s%c", i == p ? "\\." : "", D[i]);
+    }
     /* equal through b's digits */
     if (ge || !strict) {
         const char *rest = ge ? (strict ? (F[0] ? "[0-9]*[1-9][0-9]*" : "\\.[0-9]*[1-9][0-9]*")

@@ -5,6 +5,14 @@
 add_test(NAME structured.schema COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/structured/schema.test.mjs)
 set_tests_properties(structured.schema PROPERTIES LABELS integration TIMEOUT 600
   ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>")
+# String and number constraints (pattern, format, minLength/maxLength, minimum/maximum/
+# exclusive*/multipleOf) through `fogline schema`, against npm ajv with ajv-formats (full mode):
+# exact agreement on hand-written and 150 random patterns, lengths in code points and numbers
+# around the bounds; formats a sound subset that takes their documented forms; refused
+# patterns and keyword misuse by their one-line errors.
+add_test(NAME structured.constraints COMMAND ${FL_NODE} --test ${FL_TESTS_DIR}/structured/constraints.test.mjs)
+set_tests_properties(structured.constraints PROPERTIES LABELS integration TIMEOUT 600
+  ENVIRONMENT "FL_BIN=$<TARGET_FILE:fogline>")
 # Constrained denoising end to end: random tiny models of each layout (SDAR, Fast-dLLM v2 with
 # the built-in tokenizer; LLaDA2 MoE with its stand-in tokenizer) answer random schemas x
 # prompts, tight and loose max_tokens, greedy and sampled, over the openai client and the
