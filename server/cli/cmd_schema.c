@@ -14,11 +14,12 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: fogline schema (--schema FILE | --json-object) [options]\n\n"
+    fprintf(f, "usage: fogline schema (--schema FILE | --json-object | --regex PATTERN) [options]\n\n"
                "Compiles a response constraint as the server does and prints one JSON line:\n"
                "{\"states\": N, \"min_bytes\": N}. FILE holds a JSON schema ('-' = stdin).\n\n"
                "  --schema FILE        a JSON schema (OpenAI's strict subset, docs/structured.md)\n"
                "  --json-object        any JSON object (response_format json_object)\n"
+               "  --regex PATTERN      texts the whole of which match it (structured_outputs regex)\n"
                "  --sample N           then N random texts it accepts, one JSON string per line\n"
                "  --seed N             their seed (default 1)\n"
                "  --max-bytes N        each at most N bytes (default 2000)\n"
@@ -29,15 +30,16 @@ static void usage(FILE *f)
 
 int fl_cmd_schema(int argc, char **argv)
 {
-    const char *file = NULL;
+    const char *file = NULL, *regex = NULL;
     bool object = false, match = false;
     long n_sample = 0, seed = 1, max_bytes = 2000, max_ws = 0;
-    enum { O_SCHEMA = 1000, O_OBJECT, O_SAMPLE, O_SEED, O_MAX, O_MATCH, O_HELP, O_WS };
+    enum { O_SCHEMA = 1000, O_OBJECT, O_SAMPLE, O_SEED, O_MAX, O_MATCH, O_HELP, O_WS, O_REGEX };
     static const struct option opts[] = {
         {"schema", required_argument, 0, O_SCHEMA}, {"json-object", no_argument, 0, O_OBJECT},
         {"sample", required_argument, 0, O_SAMPLE}, {"seed", required_argument, 0, O_SEED},
         {"max-bytes", required_argument, 0, O_MAX}, {"match", no_argument, 0, O_MATCH},
         {"help", no_argument, 0, O_HELP},           {"max-ws", required_argument, 0, O_WS},
+        {"regex", required_argument, 0, O_REGEX},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -50,6 +52,7 @@ int fl_cmd_schema(int argc, char **argv)
         switch (c) {
         case O_SCHEMA: file = optarg; break;
         case O_OBJECT: object = true; break;
+        case O_REGEX: regex = optarg; break;
         case O_MATCH: match = true; break;
         case O_HELP: usage(stdout); return 0;
         case O_SAMPLE:
@@ -74,8 +77,8 @@ int fl_cmd_schema(int argc, char **argv)
         fprintf(stderr, "fogline schema: unexpected argument '%s'\n", argv[optind]);
         return 2;
     }
-    if (!file == !object) {
-        fprintf(stderr, "fogline schema: give one of --schema FILE and --json-object\n");
+    if (!!file + object + !!regex != 1) {
+        fprintf(stderr, "fogline schema: give one of --schema FILE, --json-object, --regex\n");
         return 2;
     }
     if (match && file && !strcmp(file, "-")) {
@@ -95,7 +98,9 @@ int fl_cmd_schema(int argc, char **argv)
     fl_err e = {0};
     fl_dfa *d = NULL;
     fl_constrain_opts co = {.max_ws = (int32_t)max_ws};
-    int rc = object ? fl_dfa_json_object(&co, &d, &e) : fl_dfa_from_schema(schema, &co, &d, &e);
+    int rc = object  ? fl_dfa_json_object(&co, &d, &e)
+             : regex ? fl_dfa_from_regex(regex, &co, &d, &e)
+                     : fl_dfa_from_schema(schema, &co, &d, &e);
     json_decref(schema);
     if (rc) {
         fprintf(stderr, "fogline schema: %s\n", e.msg);

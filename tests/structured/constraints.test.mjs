@@ -306,6 +306,45 @@ test('150 random patterns of the subset: samples valid, exact agreement with ajv
   assert.ok(valid > total * 0.2 && valid < total * 0.9, `${valid} of ${total} candidates accepted`);
 });
 
+// ---- structured_outputs regex: the whole raw text (`fogline schema --regex`) ----
+
+// One run of `fogline schema --regex`: samples, then the verdict on each raw text.
+function regexSession(pattern, { n = 0, seed = 1, texts = [] } = {}) {
+  const args = ['schema', '--regex', pattern, ...(n ? ['--sample', String(n), '--seed', String(seed), '--max-bytes', '200'] : []), '--match'];
+  const r = spawnSync(BIN, args, { input: texts.map((t) => JSON.stringify(t) + '\n').join(''), encoding: 'utf8', maxBuffer: 64 << 20 });
+  assert.equal(r.status, 0, `fogline schema --regex failed: ${r.stderr}\n${pattern}`);
+  const lines = r.stdout.split('\n').filter(Boolean);
+  assert.equal(lines.length, 1 + n + texts.length);
+  return { samples: lines.slice(1, 1 + n).map((l) => JSON.parse(l)), accepted: lines.slice(1 + n).map((l) => l === 'true') };
+}
+
+test('--regex (structured_outputs): the whole raw text matches, exactly as JavaScript\'s RegExp says', () => {
+  const r = rng(31337);
+  let valid = 0, total = 0;
+  const pats = [...HAND.map(([p]) => p), ...Array.from({ length: 80 }, () => patternSrc(genPattern(r)))];
+  pats.forEach((pattern, i) => {
+    // vLLM's rule: the reply is a whole match (a ^ or $ at an alternative's end is then true)
+    const whole = new RegExp(`^(?:${pattern})$`, 'u');
+    const expect = (t) => whole.test(t);
+    const first = regexSession(pattern, { n: 10, seed: i + 1 });
+    const given = [...first.samples, ...first.samples.flatMap((t) => Array.from({ length: 4 }, () => mutate(r, t, poolFor(pattern)))),
+      ...Array.from({ length: 10 }, () => randomString(r, 6))];
+    const { accepted } = regexSession(pattern, { texts: given });
+    for (const t of first.samples) assert.ok(expect(t), `a sample of ${show(pattern)} does not match whole: ${show(t)}`);
+    const msg = disagreements(pattern, given, accepted, given.map(expect));
+    assert.ok(!msg, msg);
+    valid += accepted.filter(Boolean).length; total += given.length;
+  });
+  assert.ok(valid > total * 0.2 && valid < total * 0.9, `${valid} of ${total} texts accepted`);
+  // raw text: a quote or a backslash is one byte of the reply, not an escape
+  assert.deepEqual(regexSession('a"b\\\\c', { texts: ['a"b\\c', 'a\\"b\\\\c'] }).accepted, [true, false]);
+  for (const [pattern, re] of [['(?=a)', /lookahead/], ['[]', /matches no text/], ['a{2,1}', /n above m/], ['(?:a', /unterminated group/]]) {
+    const res = spawnSync(BIN, ['schema', '--regex', pattern], { encoding: 'utf8' });
+    assert.equal(res.status, 1, pattern);
+    assert.match(res.stderr.trim(), new RegExp(`^fogline schema: the pattern.*${re.source}`));
+  }
+});
+
 // ---- minLength / maxLength, alone and with a pattern (code points) ----
 
 test('minLength/maxLength count code points: exact agreement, alone and with a pattern', () => {

@@ -218,7 +218,7 @@ test('schemas outside the subset: one-line errors naming the keyword and where',
     assert.match(line, re);
   }
   // bad flags
-  for (const [args, re] of [[['--json-object', '--sample', 'x'], /--sample needs an integer/], [[], /give one of --schema FILE and --json-object/],
+  for (const [args, re] of [[['--json-object', '--sample', 'x'], /--sample needs an integer/], [[], /give one of --schema FILE, --json-object, --regex/],
                             [['--json-object', '--max-bytes', '0'], /--max-bytes needs an integer in \[1,/]]) {
     const r = spawnSync(BIN, ['schema', ...args], { encoding: 'utf8' });
     assert.equal(r.status, 2);
