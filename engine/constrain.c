@@ -680,8 +680,10 @@ static frag f_cpa(nfa *N, const fl_cpa *a, bool json)
     int32_t *stamp = calloc((size_t)n, sizeof(int32_t));
     int32_t *tg = malloc(sizeof(int32_t) * (size_t)c);
     int32_t *r = malloc(sizeof(int32_t) * 2 * (size_t)c);
+    int32_t *slot = malloc(sizeof(int32_t) * (size_t)n), *cnt = malloc(sizeof(int32_t) * (size_t)c);
+    int32_t *ord = malloc(sizeof(int32_t) * (size_t)c);
     frag res = {0, 0};
-    if (!node || !stamp || !tg || !r) {
+    if (!node || !stamp || !tg || !r || !slot || !cnt || !ord) {
         N->failed = fl_err_set(N->e, FL_ENOMEM, "out of memory");
         goto out;
     }
@@ -689,22 +691,37 @@ static frag f_cpa(nfa *N, const fl_cpa *a, bool json)
         node[s] = st_new(N);
     int32_t end = st_new(N);
     for (int32_t s = 0; s < n && !N->failed; s++) {
+        /* the classes grouped by target, in class order within a group (a counting sort over
+           the targets met: tg[i] the i-th target, cnt its classes' start in ord) */
+        const int32_t *row = a->next + (size_t)s * (size_t)c;
         int32_t nt = 0;
         for (int32_t k = 0; k < c; k++) {
-            int32_t t = a->next[(size_t)s * (size_t)c + (size_t)k];
-            if (t >= 0 && stamp[t] != s + 1) {
+            int32_t t = row[k];
+            if (t < 0)
+                continue;
+            if (stamp[t] != s + 1) {
                 stamp[t] = s + 1;
-                tg[nt++] = t;
+                slot[t] = nt;
+                tg[nt] = t;
+                cnt[nt++] = 0;
             }
+            cnt[slot[t]]++;
         }
+        for (int32_t i = 0, acc = 0; i < nt; i++) {
+            int32_t x = cnt[i];
+            cnt[i] = acc;
+            acc += x;
+        }
+        for (int32_t k = 0; k < c; k++)
+            if (row[k] >= 0)
+                ord[cnt[slot[row[k]]]++] = k;
         int32_t at = node[s], items = nt + (a->accept[s] ? 1 : 0);
-        for (int32_t i = 0; i < items && !N->failed; i++) {
+        for (int32_t i = 0, o = 0; i < items && !N->failed; i++) {
             int32_t in = end;
             if (i < nt) {
                 int32_t nr = 0;
-                for (int32_t k = 0; k < c; k++) {
-                    if (a->next[(size_t)s * (size_t)c + (size_t)k] != tg[i])
-                        continue;
+                for (; o < cnt[i]; o++) {
+                    int32_t k = ord[o];
                     if (nr && r[2 * nr - 1] + 1 == a->lo[k])
                         r[2 * nr - 1] = a->lo[k + 1] - 1;
                     else
@@ -730,6 +747,9 @@ out:
     free(stamp);
     free(tg);
     free(r);
+    free(slot);
+    free(cnt);
+    free(ord);
     return res;
 }
 
@@ -759,6 +779,9 @@ static frag f_string_of(nfa *N, const json_t *node, const char *path)
         return f_string(N);
     if ((pat && !json_is_string(pat)) || (fmt && !json_is_string(fmt)))
         return bad(N, path, "'pattern' and 'format' must be strings%s", ""), f_empty(N);
+    if (pat && json_string_length(pat) != strlen(json_string_value(pat)))
+        return bad(N, path, "'pattern' holds a NUL character (write it as \\u0000)%s", ""),
+               f_empty(N);
     if ((mn && (!json_is_integer(mn) || json_integer_value(mn) < 0)) ||
         (mx && (!json_is_integer(mx) || json_integer_value(mx) < 0)))
         return bad(N, path, "'minLength' and 'maxLength' must be integers >= 0%s", ""), f_empty(N);

@@ -512,16 +512,22 @@ static int rx_count(rxp *P, int32_t *mn, int32_t *mx)
     size_t at = P->i;
     int64_t a = 0, b = -1;
     int nd = 0;
-    while (P->i < P->n && P->s[P->i] >= '0' && P->s[P->i] <= '9' && a <= FL_CPA_MAX_REPEAT)
+    while (P->i < P->n && P->s[P->i] >= '0' && P->s[P->i] <= '9') { /* (clamped: any count) */
         a = a * 10 + (P->s[P->i++] - '0'), nd++;
+        if (a > FL_CPA_MAX_REPEAT)
+            a = FL_CPA_MAX_REPEAT + 1;
+    }
     if (!nd)
         goto no;
     if (P->i < P->n && P->s[P->i] == ',') {
         P->i++;
         nd = 0;
         int64_t v = 0;
-        while (P->i < P->n && P->s[P->i] >= '0' && P->s[P->i] <= '9' && v <= FL_CPA_MAX_REPEAT)
+        while (P->i < P->n && P->s[P->i] >= '0' && P->s[P->i] <= '9') {
             v = v * 10 + (P->s[P->i++] - '0'), nd++;
+            if (v > FL_CPA_MAX_REPEAT)
+                v = FL_CPA_MAX_REPEAT + 1;
+        }
         b = nd ? v : -1;
     } else {
         b = a;
@@ -885,6 +891,7 @@ static int cpa_prune(fl_cpa *a)
 
 typedef struct sets_tab {
     int32_t **v; /* each state's sorted NFA states */
+    int64_t ints; /* their lengths' sum */
     int32_t *len;
     uint64_t *h;
     int32_t n, cap;
@@ -926,9 +933,10 @@ static int32_t st_intern(sets_tab *T, const int32_t *v, int32_t n, fl_err *e)
         if (T->h[i] == h && T->len[i] == n && !memcmp(T->v[i], v, sizeof(int32_t) * (size_t)n))
             return i;
     }
-    if (T->n >= FL_CPA_MAX_STATES)
+    if (T->n >= FL_CPA_MAX_STATES || T->ints + n > FL_CPA_MAX_SET_INTS)
         return fl_err_set(e, FL_ERANGE, "too large: its automaton passed %d states",
-                          FL_CPA_MAX_STATES), -1;
+                          T->n), -1;
+    T->ints += n;
     if (T->n == T->cap) {
         int32_t cap = T->cap ? T->cap * 2 : 64;
         int32_t **nv = realloc(T->v, sizeof *nv * (size_t)cap);
@@ -1071,6 +1079,11 @@ static int cn_to_cpa(const cnfa *N, cfrag f, fl_cpa **out, fl_err *e)
     }
     size_t bcap = 0;
     for (int32_t d = 0; d < T.n; d++) {
+        if ((int64_t)(d + 1) * ncls > FL_CPA_MAX_CELLS) {
+            rc = fl_err_set(e, FL_ERANGE, "too large: %d states of %d character classes", d + 1,
+                            ncls);
+            goto fail;
+        }
         if ((size_t)(d + 1) * (size_t)ncls > next_cap) {
             size_t cap = next_cap ? next_cap * 2 : (size_t)ncls * 64;
             int32_t *t = realloc(next, sizeof(int32_t) * cap);
@@ -1253,6 +1266,11 @@ static int cpa_product(const fl_cpa *a, const fl_cpa *b, bool or, fl_cpa **out, 
         int64_t key = q < 0 ? KEY(0, 0) : pairs[q];
         int32_t sa = (int32_t)(key >> 32) - 1, sb = (int32_t)(key & 0xffffffff) - 1;
         if (q >= 0) {
+            if ((int64_t)(q + 1) * m > FL_CPA_MAX_CELLS) {
+                rc = fl_err_set(e, FL_ERANGE, "too large: %d states of %d character classes",
+                                q + 1, m);
+                goto fail;
+            }
             if ((size_t)(q + 1) * (size_t)m > next_cap) {
                 size_t cap = next_cap ? next_cap * 2 : (size_t)m * 64;
                 int32_t *t = realloc(next, sizeof(int32_t) * cap);

@@ -37,11 +37,13 @@ static inline bool fl_cpa_empty(const fl_cpa *a)
     return true;
 }
 
-/* The limits every construction here keeps to: states of an automaton, and work (set-element
- * visits) of one construction, so that a hostile pattern costs a bounded time and fails with
- * "too large" instead. */
+/* The limits every construction here keeps to: states of an automaton, its table, the sets of
+ * a subset construction, and work (set-element visits) of one construction, so that a hostile
+ * pattern costs a bounded time and memory and fails with "too large" instead. */
 #define FL_CPA_MAX_STATES 50000
 #define FL_CPA_MAX_WORK 200000000LL
+#define FL_CPA_MAX_CELLS 16000000LL /* states x classes of one automaton (64 MB of table) */
+#define FL_CPA_MAX_SET_INTS 20000000LL /* NFA states kept by a subset construction's sets */
 #define FL_CPA_MAX_REPEAT 1000 /* {n,m} counts at most */
 
 /* A JSON Schema `pattern`: an ECMA-262 regular expression (with the u flag, as JSON Schema

@@ -766,6 +766,9 @@ static int parse_structured_outputs(pctx *P, const json_t *o, srv_chat *c)
         if (!json_is_string(re))
             return bad(P, SRV_E_BAD_REQUEST, "structured_outputs", "'structured_outputs.regex' "
                        "must be a string");
+        if (json_string_length(re) != strlen(json_string_value(re)))
+            return bad(P, SRV_E_BAD_REQUEST, "structured_outputs", "'structured_outputs.regex' "
+                       "holds a NUL character (write it as \\u0000)");
         if (!(c->schema = strdup(json_string_value(re))))
             return bad(P, SRV_E_INTERNAL, NULL, "out of memory");
         c->format = FL_FMT_REGEX;

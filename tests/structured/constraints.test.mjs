@@ -522,6 +522,12 @@ const ERRORS = [
   ...['(a)\\1', '(?<n>a)\\k<n>', 'a(?=b)', 'a(?!b)', '(?<=a)b', '(?<!a)b', '\\bfoo', 'a\\B', '\\p{L}', '\\P{Lu}+', 'a^b', 'a$b', '(^a)', '(a$)',
     'a{1001}', 'a{2,1001}', 'a{1001,}', '(a', 'a)', '[a', 'a]b(', '*a', '+', 'a|*', 'a**', '[z-a]', 'a{2,1}', '(?:', '\\']
     .flatMap((p) => [[{ type: 'string', pattern: p }, /pattern/, ROOT], [atA({ type: 'string', pattern: p }), /pattern/, AT_A]]),
+  // a count past the limit is named as such (also with more digits than any int holds)
+  [{ type: 'string', pattern: 'a{99999999999999999999}' }, /'pattern': a repetition count above 1000/, ROOT],
+  [{ type: 'string', pattern: 'a{2,123456}' }, /'pattern': a repetition count above 1000/, ROOT],
+  // a NUL inside the pattern's JSON string would cut a C string: the JSON is refused, the
+  // pattern never truncated
+  [{ type: 'string', pattern: '^a\u0000b$' }, /\\u0000 is not allowed/, /line 1/],
   // keywords on the wrong type or beside enum/const/anyOf/$ref
   [{ type: 'integer', format: 'email' }, /format/, ROOT],
   [{ pattern: '^a$' }, /pattern/, ROOT],

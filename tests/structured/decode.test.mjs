@@ -236,6 +236,8 @@ test('structured_outputs: regex and choice match the whole reply, json is a sche
     [{ structured_outputs: { regex: 'a', choice: ['a'] } }, 'structured_outputs', /exactly one/],
     [{ structured_outputs: { grammar: 'root ::= "a"' } }, 'structured_outputs', /unknown field 'grammar'/],
     [{ structured_outputs: { regex: 5 } }, 'structured_outputs', /regex' must be a string/],
+    // (a NUL would cut the pattern's C string: the body is refused before that)
+    [{ structured_outputs: { regex: 'a\u0000b' } }, null, /\\u0000 is not allowed/],
     [{ structured_outputs: { choice: [] } }, 'structured_outputs', /array of 1\.\.256 strings/],
     [{ structured_outputs: { choice: ['a', 3] } }, 'structured_outputs', /array of 1\.\.256 strings/],
     [{ structured_outputs: { json: '{"type":' } }, 'structured_outputs', /is not JSON/],
