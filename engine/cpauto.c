@@ -48,6 +48,8 @@ static int cmp_pair(const void *a, const void *b)
 /* sorted, merged, surrogates cut out */
 static int cs_norm(cset *s)
 {
+    if (!s->n) /* (r may be NULL) */
+        return 0;
     qsort(s->r, (size_t)s->n, sizeof(int32_t) * 2, cmp_pair);
     int32_t m = 0;
     for (int32_t i = 0; i < s->n; i++) {
@@ -172,7 +174,8 @@ static int32_t rx_list(rxp *P, int kind, const int32_t *v, int32_t n)
         P->kids = t;
         P->kcap = cap;
     }
-    memcpy(P->kids + P->nk, v, sizeof(int32_t) * (size_t)n);
+    if (n) /* (an empty sequence: kids may still be NULL) */
+        memcpy(P->kids + P->nk, v, sizeof(int32_t) * (size_t)n);
     rxn x = {.kind = kind, .kid = P->nk, .nkid = n};
     P->nk += n;
     return rx_node(P, x);
@@ -212,22 +215,30 @@ static int32_t rx_range(rxp *P, int32_t lo, int32_t hi)
     return rx_set(P, &s);
 }
 
-/* the next code point of the pattern (UTF-8; jansson's strings are valid) */
+/* The next code point of the pattern. jansson's strings are valid UTF-8, a command line's
+   need not be: anything else (a stray continuation byte, an overlong form, a surrogate, past
+   U+10FFFF, a cut sequence) is an error, never a code point out of range. */
 static int32_t rx_cp(rxp *P)
 {
     const unsigned char *s = P->s + P->i;
     size_t left = P->n - P->i;
     int32_t c = s[0];
-    size_t len = c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
-    if (len > left) {
-        rx_fail(P, "a cut UTF-8 character");
+    size_t len = c < 0x80 ? 1 : c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3
+                                : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    bool ok = len && len <= left;
+    if (ok && len > 1) {
+        c &= len == 2 ? 0x1f : len == 3 ? 0x0f : 0x07;
+        for (size_t k = 1; k < len && ok; k++) {
+            ok = (s[k] & 0xc0) == 0x80;
+            c = (c << 6) | (s[k] & 0x3f);
+        }
+        ok = ok && !(len == 3 && c < 0x800) && !(len == 4 && (c < 0x10000 || c >= FL_CP_END)) &&
+             !(c >= SUR_LO && c <= SUR_HI);
+    }
+    if (!ok) {
+        rx_fail(P, "invalid UTF-8");
         P->i = P->n;
         return 0;
-    }
-    if (len > 1) {
-        c &= len == 2 ? 0x1f : len == 3 ? 0x0f : 0x07;
-        for (size_t k = 1; k < len; k++)
-            c = (c << 6) | (s[k] & 0x3f);
     }
     P->i += len;
     return c;
