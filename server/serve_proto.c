@@ -1432,7 +1432,7 @@ int srv_parse_completion_openai(const json_t *o, const srv_limits *L, srv_chat *
         if (json_object_get(o, chat_only[i]))
             return bad(&P, SRV_E_BAD_REQUEST, chat_only[i], "'%s' belongs to "
                        "/v1/chat/completions, not to /v1/completions", chat_only[i]);
-    if (parse_prompt(&P, json_object_get(o, "prompt"), c) ||
+    if (parse_prompt(&P, json_object_get(o, "prompt"), c) || parse_structured_outputs(&P, o, c) ||
         parse_sampling(&P, o, L, c, "max_tokens") || parse_logit_bias(&P, o, L, c) ||
         parse_min_tokens(&P, o, L, c) ||
         parse_decoding(&P, json_object_get(o, "decoding"), &c->dec) || check_decoding(&P, c) ||

@@ -230,6 +230,30 @@ bool srv_req_dropped(const srv_req *r, size_t i)
     return i >= first && i - first < r->n_dropped;
 }
 
+/* response_format, structured_outputs, a required tool call: compiled here, on the work pool
+   off the loop (a json_object automaton takes a fraction of a second the first time; then it
+   is cached) */
+static void compile_constraints(srv_req *r)
+{
+    if (!r->work_rc && r->chat.format != FL_FMT_TEXT && !r->cons) {
+        r->work_rc = fl_cons_cache_get(r->s->cons, r->chat.format, r->chat.schema, &r->cons,
+                                       &r->work_err);
+        if (r->work_rc) {
+            r->work_param = r->chat.format_param ? r->chat.format_param : "response_format";
+            fl_err_prefix(&r->work_err, "%s", r->work_param);
+        }
+    }
+    /* tool_choice "required" or a named function: the reply is one well-formed call */
+    if (!r->work_rc && r->chat.tool_schema && !r->cons) {
+        r->work_rc = fl_cons_cache_get(r->s->cons, FL_FMT_TOOL_CALL, r->chat.tool_schema, &r->cons,
+                                       &r->work_err);
+        if (r->work_rc) {
+            r->work_param = "tools";
+            fl_err_prefix(&r->work_err, "tools (the function's parameters)");
+        }
+    }
+}
+
 /* Renders and tokenizes (work pool). When the session's earlier turns make the prompt longer
  * than the limit, the oldest of them are dropped (a leading system message stays) until it
  * fits or none is left. A raw prompt (/v1/completions) is tokenized as it is. */
@@ -238,6 +262,7 @@ static void tokenize_work(uv_work_t *w)
     srv_req *r = w->data;
     if (r->chat.raw) {
         tokenize_raw(r);
+        compile_constraints(r);
         return;
     }
     const fl_tokenizer *tok = r->s->model->tok;
@@ -286,25 +311,7 @@ static void tokenize_work(uv_work_t *w)
     }
     free(view);
     free(calls);
-    /* response_format: compiled here, off the loop (a json_object automaton takes a fraction
-       of a second the first time; then it is cached) */
-    if (!r->work_rc && r->chat.format != FL_FMT_TEXT && !r->cons) {
-        r->work_rc = fl_cons_cache_get(r->s->cons, r->chat.format, r->chat.schema, &r->cons,
-                                       &r->work_err);
-        if (r->work_rc) {
-            r->work_param = r->chat.format_param ? r->chat.format_param : "response_format";
-            fl_err_prefix(&r->work_err, "%s", r->work_param);
-        }
-    }
-    /* tool_choice "required" or a named function: the reply is one well-formed call */
-    if (!r->work_rc && r->chat.tool_schema && !r->cons) {
-        r->work_rc = fl_cons_cache_get(r->s->cons, FL_FMT_TOOL_CALL, r->chat.tool_schema, &r->cons,
-                                       &r->work_err);
-        if (r->work_rc) {
-            r->work_param = "tools";
-            fl_err_prefix(&r->work_err, "tools (the function's parameters)");
-        }
-    }
+    compile_constraints(r);
 }
 
 /* Reply tokens that begin inside the reply's think block (srv_reason_span of the whole text),

@@ -8,7 +8,8 @@
 // - json_object and a schema streamed; over the WebSocket, the commits add up to a valid value;
 // - strings under pattern, format and lengths, numbers under bounds and multipleOf (ajv with
 //   npm ajv-formats), and vLLM's structured_outputs: a regex the whole reply matches (checked
-//   with JavaScript's RegExp), a choice, a json schema; their bad inputs.
+//   with JavaScript's RegExp), a choice, a json schema, on chat and text completions and the
+//   WebSocket; their bad inputs.
 // FL_STRUCT_MODELS: a directory with q3 (SDAR layout) and q2 (Fast-dLLM v2: shifted logits,
 // sub-blocks); FL_LLADA2_MODEL: a LLaDA2 MoE (its own stand-in tokenizer, vocabulary 157184).
 import { test, before, after } from 'node:test';
@@ -218,6 +219,11 @@ test('structured_outputs: regex and choice match the whole reply, json is a sche
       structured_outputs: { json } });
     check(schema, res.choices[0].message.content, 'structured_outputs.json');
   }
+  // /v1/completions too (vLLM's), each prompt's choice whole
+  const cmpl = await client.completions.create({ model: 'fogline', prompt: ['Order status:', 'Tracking id:'], max_tokens: 40,
+    temperature: 0.9, seed: 5, structured_outputs: { regex: '[A-Z]{2}[0-9]{3}|late' } });
+  assert.equal(cmpl.choices.length, 2);
+  for (const ch of cmpl.choices) assert.match(ch.text, /^(?:[A-Z]{2}[0-9]{3}|late)$/, JSON.stringify(ch));
   // the WebSocket takes it too
   const c = await connect(server);
   c.send({ type: 'chat', id: 's1', messages: user('hi'), max_tokens: 60, structured_outputs: { regex: 'ID-[0-9]{4}' } });
