@@ -430,7 +430,8 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
         "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
         "enum", "const", "anyOf", "$ref", "$defs", "definitions", "title", "description",
         "$schema", "$id", "$comment", "default", "examples", "pattern", "format", "minLength",
-        "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"};
+        "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+        "allOf"};
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)node, key, v)
@@ -443,7 +444,7 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
                                 "subset: type, properties, required, additionalProperties false, "
                                 "items, minItems, maxItems, enum, const, anyOf, $defs, $ref, "
                                 "pattern, format, minLength, maxLength, minimum, maximum, "
-                                "exclusiveMinimum, exclusiveMaximum, multipleOf)",
+                                "exclusiveMinimum, exclusiveMaximum, multipleOf, allOf of one)",
                        key);
     }
     return 0;
@@ -1034,6 +1035,36 @@ static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth)
     }
     if (check_keys(N, node, path) || check_typed_keys(N, node, path))
         return f_empty(N);
+    const json_t *all = json_object_get(node, "allOf");
+    if (all) {
+        /* {"allOf": [{"$ref": ...}], "description": ...}: how pydantic and other generators
+           give a $ref annotations of its own. One schema is that schema; several would be their
+           intersection, and a keyword beside it another one: neither is supported. */
+        if (!json_is_array(all) || json_array_size(all) != 1) {
+            bad(N, path, "'allOf' is supported with exactly one schema%s (an intersection of "
+                         "several is not)", "");
+            return f_empty(N);
+        }
+        static const char *const beside[] = {"allOf", "$defs", "definitions", "$id", "title",
+                                             "description", "$schema", "$comment", "default",
+                                             "examples"};
+        const char *key;
+        const json_t *v;
+        json_object_foreach((json_t *)node, key, v)
+        {
+            bool ok = false;
+            for (size_t i = 0; i < sizeof beside / sizeof beside[0] && !ok; i++)
+                ok = !strcmp(key, beside[i]);
+            if (!ok) {
+                bad(N, path, "'%s' beside 'allOf' is not supported (put it inside the one schema)",
+                    key);
+                return f_empty(N);
+            }
+        }
+        char p2[FL_CONSTRAIN_PATH];
+        subpath(p2, sizeof p2, path, "allOf", "0");
+        return f_value(N, json_array_get(all, 0), p2, depth);
+    }
     const json_t *ref = json_object_get(node, "$ref");
     if (ref) {
         if (!json_is_string(ref)) {

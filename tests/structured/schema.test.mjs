@@ -42,6 +42,7 @@ const samples = (schema, n, seed, maxBytes = 4000) =>
 
 function genInstance(r, s, root = s) {
   if (s.$ref) return genInstance(r, root.$defs[s.$ref.split('/').pop()], root);
+  if (s.allOf) return genInstance(r, s.allOf[0], root);
   if ('const' in s) return s.const;
   if (s.enum) return pick(r, s.enum);
   if (s.anyOf) return genInstance(r, pick(r, s.anyOf), root);
@@ -87,6 +88,10 @@ const HAND = [
   { enum: ['a', 1, null, [1, 2], { k: 'v' }] },
   { type: 'string' },
   true,
+  // pydantic's $ref with annotations of its own: allOf of one schema
+  { $defs: { Addr: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'], additionalProperties: false } },
+    type: 'object', properties: { home: { allOf: [{ $ref: '#/$defs/Addr' }], description: 'where they live', default: { city: 'x' } },
+      n: { allOf: [{ type: 'integer' }] } }, required: ['home', 'n'], additionalProperties: false },
 ];
 
 function checkSchema(schema, seed) {
@@ -189,6 +194,10 @@ test('schemas outside the subset: one-line errors naming the keyword and where',
     [{ anyOf: [] }, /'anyOf' must be a non-empty array/],
     [{ enum: 'a' }, /'enum' must be a non-empty array/],
     [{ oneOf: [{ type: 'string' }] }, /unsupported keyword 'oneOf'/],
+    [{ allOf: [{ type: 'string' }, { type: 'string' }] }, /'allOf' is supported with exactly one schema/],
+    [{ allOf: [] }, /'allOf' is supported with exactly one schema/],
+    [{ type: 'object', properties: { a: { allOf: [{ type: 'string' }], type: 'string' } } }, /'type' beside 'allOf' is not supported .*\(at \/properties\/a\)$/],
+    [{ allOf: [{ type: 'strin' }] }, /unknown type 'strin' .*\(at \/allOf\/0\)$/],
     [[1, 2], /a schema must be an object \(or true\)/],
     ['{"type": ', /line 1: /],
   ];
