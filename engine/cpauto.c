@@ -1514,12 +1514,17 @@ int fl_dec_from_double(double v, fl_dec_bound *b)
     char *dot = strchr(all, '.');
     if (dot) {
         *dot = 0;
-        snprintf(b->frac, sizeof b->frac, "%s", dot + 1);
-        size_t fl = strlen(b->frac);
+        size_t fl = strlen(dot + 1);
+        if (fl >= sizeof b->frac)
+            return -1; /* (not with the exponents above: 24 zeros and 17 digits) */
+        memcpy(b->frac, dot + 1, fl + 1);
         while (fl && b->frac[fl - 1] == '0')
             b->frac[--fl] = 0;
     }
-    snprintf(b->digits, sizeof b->digits, "%s", all);
+    size_t il = strlen(all);
+    if (il >= sizeof b->digits)
+        return -1;
+    memcpy(b->digits, all, il + 1);
     return 0;
 }
 
