@@ -5,6 +5,7 @@ and top_k 1 is greedy; bad flags are one-line errors with exit 2.
 
   test_generate_cli.py FOGLINE_BIN MODEL_DIR"""
 import json
+import re
 import os
 import subprocess
 import sys
@@ -249,12 +250,22 @@ def main():
                             "--json"], capture_output=True, text=True)
         check(r.returncode == 0 and isinstance(json.loads(json.loads(r.stdout)["text"]), dict),
               "--json-object: %s %s" % (r.stdout[:200], r.stderr.strip()))
+        # --regex: the whole reply matches (structured_outputs' regex)
+        for pattern in (r"Order \d{5} (shipped|is late)\.", r"[a-z]+( [a-z]+){2,4}"):
+            r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "Where is my order?",
+                                "--regex", pattern, "--json"], capture_output=True, text=True)
+            text = json.loads(r.stdout)["text"] if r.returncode == 0 else None
+            check(text is not None and re.fullmatch(pattern, text) is not None,
+                  "--regex %s: %r (%s)" % (pattern, text, r.stderr.strip()))
         bad = os.path.join(td, "bad.json")
         with open(bad, "w") as f:
-            f.write('{"type": "string", "pattern": "^a"}')
-        for args, code, word in ((["--schema", bad], 1, "unsupported keyword 'pattern'"),
+            f.write('{"type": "array", "uniqueItems": true}')
+        for args, code, word in ((["--schema", bad], 1, "unsupported keyword 'uniqueItems'"),
                                  (["--schema", os.path.join(td, "none.json")], 1, "none.json"),
-                                 (["--schema", order, "--json-object"], 2, "not both"),
+                                 (["--schema", order, "--json-object"], 2, "give one of"),
+                                 (["--regex", "a", "--json-object"], 2, "give one of"),
+                                 (["--regex", "(?=a)"], 1, "--regex: the pattern: unsupported: lookahead"),
+                                 (["--regex", "\udcff"], 1, "invalid UTF-8"),  # byte 0xff
                                  (["--schema", order, "--max-tokens", "3"], 1,
                                   "the shortest reply the constraint allows takes")):
             r = subprocess.run([fogline, "generate", "--model", model, "--prompt", "hi", *args],

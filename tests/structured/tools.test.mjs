@@ -188,8 +188,8 @@ test('bad tool inputs are 400s naming the field', async () => {
   await bad(think, { tool_choice: 'required' }, 'tool_choice', /'tools' is empty/);
   await bad(think, { tools: TOOLS, tool_choice: { type: 'function', function: { name: 'cancel' } } }, 'tool_choice', /not among 'tools'/);
   await bad(think, { tools: TOOLS, tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice', /cannot be combined/);
-  await bad(think, { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { d: { type: 'string', format: 'date' } } } } }],
-    tool_choice: 'required' }, 'tools', /unsupported keyword 'format'/);
+  await bad(think, { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { d: { type: 'string', format: 'uri' } } } } }],
+    tool_choice: 'required' }, 'tools', /'format': 'uri' is an unsupported format/);
   // a call's arguments are an object: parameters that allow anything else are refused, in every mode
   const fnp = (parameters) => [{ type: 'function', function: { name: 'f', parameters } }];
   for (const tool_choice of ['required', 'auto']) {
@@ -240,9 +240,9 @@ test('schema errors cut inside a UTF-8 character keep their message (HTTP and We
     [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', [key]: 1 } } } }, 'response_format',
       new RegExp(`unsupported keyword '${'a' + 'é'.repeat(31)}' \\(fogline`)],
     [{ response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', properties: { [deepKey]: { type: 'string', format: 'x' } } } } } },
-      'response_format', new RegExp(`unsupported keyword 'format' .*\\(at /properties/(é)+`)],
-    [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { ['x' + deepKey]: { type: 'string', pattern: 'x' } } } } }], tool_choice: 'required' },
-      'tools', new RegExp(`unsupported keyword 'pattern' .*\\(at /properties/arguments/properties/x(é)+`)],
+      'response_format', new RegExp(`'format': 'x' is an unsupported format .*\\(at /properties/(é)+`)],
+    [{ tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { ['x' + deepKey]: { type: 'string', pattern: '(?=x)' } } } } }], tool_choice: 'required' },
+      'tools', new RegExp(`'pattern': unsupported: lookahead .*\\(at /properties/arguments/properties/x(é)+`)],
   ];
   for (const [body, param, re] of cases) {
     await assert.rejects(think.chat.completions.create({ model: 'fogline', messages: user('hi'), ...body }),
