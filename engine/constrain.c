@@ -423,6 +423,22 @@ static int bad(nfa *N, const char *path, const char *fmt, const char *what)
     return -1;
 }
 
+/* the first of node's keys that is not in list[0..n), or NULL */
+static const char *key_outside(const json_t *node, const char *const *list, size_t n)
+{
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)node, key, v)
+    {
+        bool known = false;
+        for (size_t i = 0; i < n && !known; i++)
+            known = !strcmp(key, list[i]);
+        if (!known)
+            return key;
+    }
+    return NULL;
+}
+
 /* the keywords a schema may have; anything else changes what is valid and is refused */
 static int check_keys(nfa *N, const json_t *node, const char *path)
 {
@@ -432,21 +448,14 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
         "$schema", "$id", "$comment", "default", "examples", "pattern", "format", "minLength",
         "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
         "allOf"};
-    const char *key;
-    const json_t *v;
-    json_object_foreach((json_t *)node, key, v)
-    {
-        bool known = false;
-        for (size_t i = 0; i < sizeof ok / sizeof ok[0] && !known; i++)
-            known = !strcmp(key, ok[i]);
-        if (!known)
-            return bad(N, path, "unsupported keyword '%s' (fogline constrains to OpenAI's strict "
-                                "subset: type, properties, required, additionalProperties false, "
-                                "items, minItems, maxItems, enum, const, anyOf, $defs, $ref, "
-                                "pattern, format, minLength, maxLength, minimum, maximum, "
-                                "exclusiveMinimum, exclusiveMaximum, multipleOf, allOf of one)",
-                       key);
-    }
+    const char *key = key_outside(node, ok, sizeof ok / sizeof ok[0]);
+    if (key)
+        return bad(N, path, "unsupported keyword '%s' (fogline constrains to OpenAI's strict "
+                            "subset: type, properties, required, additionalProperties false, "
+                            "items, minItems, maxItems, enum, const, anyOf, $defs, $ref, "
+                            "pattern, format, minLength, maxLength, minimum, maximum, "
+                            "exclusiveMinimum, exclusiveMaximum, multipleOf, allOf of one)",
+                   key);
     return 0;
 }
 
@@ -754,23 +763,6 @@ out:
     return res;
 }
 
-/* acc, and b (taken) */
-static int cpa_and_in(fl_cpa **acc, fl_cpa *b, fl_err *e)
-{
-    if (!*acc) {
-        *acc = b;
-        return 0;
-    }
-    fl_cpa *r;
-    int rc = fl_cpa_and(*acc, b, &r, e);
-    fl_cpa_free(b);
-    if (rc)
-        return -1;
-    fl_cpa_free(*acc);
-    *acc = r;
-    return 0;
-}
-
 /* a string under pattern, format, minLength, maxLength */
 static frag f_string_of(nfa *N, const json_t *node, const char *path)
 {
@@ -802,7 +794,7 @@ static frag f_string_of(nfa *N, const json_t *node, const char *path)
         acc = b;
     }
     if (fmt) {
-        if (fl_cpa_format(json_string_value(fmt), &b, &le) || cpa_and_in(&acc, b, &le)) {
+        if (fl_cpa_format(json_string_value(fmt), &b, &le) || fl_cpa_and_into(&acc, b, &le)) {
             fl_cpa_free(acc);
             char m[400];
             snprintf(m, sizeof m, "'%.64s' is an %.300s", json_string_value(fmt), le.msg);
@@ -810,7 +802,7 @@ static frag f_string_of(nfa *N, const json_t *node, const char *path)
         }
     }
     if (mn || mx) {
-        if (fl_cpa_length(lo, hi, &b, &le) || cpa_and_in(&acc, b, &le)) {
+        if (fl_cpa_length(lo, hi, &b, &le) || fl_cpa_and_into(&acc, b, &le)) {
             fl_cpa_free(acc);
             return bad_msg(N, path, mn ? "minLength" : "maxLength", le.msg), f_empty(N);
         }
@@ -1048,18 +1040,10 @@ static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth)
         static const char *const beside[] = {"allOf", "$defs", "definitions", "$id", "title",
                                              "description", "$schema", "$comment", "default",
                                              "examples"};
-        const char *key;
-        const json_t *v;
-        json_object_foreach((json_t *)node, key, v)
-        {
-            bool ok = false;
-            for (size_t i = 0; i < sizeof beside / sizeof beside[0] && !ok; i++)
-                ok = !strcmp(key, beside[i]);
-            if (!ok) {
-                bad(N, path, "'%s' beside 'allOf' is not supported (put it inside the one schema)",
-                    key);
-                return f_empty(N);
-            }
+        const char *key = key_outside(node, beside, sizeof beside / sizeof beside[0]);
+        if (key) {
+            bad(N, path, "'%s' beside 'allOf' is not supported (put it inside the one schema)", key);
+            return f_empty(N);
         }
         char p2[FL_CONSTRAIN_PATH];
         subpath(p2, sizeof p2, path, "allOf", "0");
@@ -1349,6 +1333,17 @@ out:
     return rc;
 }
 
+/* The NFA built from f (when nothing failed) made deterministic, and the NFA freed. */
+static int finish(nfa *N, frag f, fl_dfa **out, fl_err *e)
+{
+    int rc = N->failed;
+    if (!rc)
+        rc = to_dfa(N, f, N->max, out, e);
+    free(N->s);
+    free(N->sets);
+    return rc ? -1 : 0;
+}
+
 static int compile(const json_t *schema, bool object, const fl_constrain_opts *o, fl_dfa **out,
                    fl_err *e)
 {
@@ -1365,12 +1360,7 @@ static int compile(const json_t *schema, bool object, const fl_constrain_opts *o
         f = f_cat(&N, f_lit(&N, o->prefix, strlen(o->prefix)), f);
     if (o && o->suffix && o->suffix[0])
         f = f_cat(&N, f, f_lit(&N, o->suffix, strlen(o->suffix)));
-    int rc = N.failed;
-    if (!rc)
-        rc = to_dfa(&N, f, N.max, out, e);
-    free(N.s);
-    free(N.sets);
-    return rc ? -1 : 0;
+    return finish(&N, f, out, e);
 }
 
 int fl_dfa_from_schema(const json_t *schema, const fl_constrain_opts *o, fl_dfa **out, fl_err *e)
@@ -1399,12 +1389,7 @@ int fl_dfa_from_regex(const char *pattern, const fl_constrain_opts *o, fl_dfa **
     N.max = o && o->max_states > 0 ? o->max_states : FL_CONSTRAIN_MAX_STATES;
     frag f = f_cpa(&N, a, false);
     fl_cpa_free(a);
-    int rc = N.failed;
-    if (!rc)
-        rc = to_dfa(&N, f, N.max, out, e);
-    free(N.s);
-    free(N.sets);
-    return rc ? -1 : 0;
+    return finish(&N, f, out, e);
 }
 
 void fl_dfa_free(fl_dfa *d)

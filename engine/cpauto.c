@@ -375,6 +375,16 @@ static int32_t rx_escape(rxp *P, bool in_class, cset *s, bool *is_set)
     return rx_fail(P, "an unknown escape (not allowed with the u flag)");
 }
 
+/* one character of a class, or a class escape added to s (*is_set) */
+static int32_t rx_class_atom(rxp *P, cset *s, bool *is_set)
+{
+    *is_set = false;
+    if (P->s[P->i] != '\\')
+        return rx_cp(P);
+    P->i++;
+    return rx_escape(P, true, s, is_set);
+}
+
 static int32_t rx_class(rxp *P)
 {
     cset s = {0};
@@ -394,24 +404,12 @@ static int32_t rx_class(rxp *P)
             break;
         }
         bool set1 = false, set2 = false;
-        int32_t a;
-        if (P->s[P->i] == '\\') {
-            P->i++;
-            a = rx_escape(P, true, &s, &set1);
-        } else {
-            a = rx_cp(P);
-        }
+        int32_t a = rx_class_atom(P, &s, &set1);
         if (P->failed)
             break;
         if (P->i + 1 < P->n && P->s[P->i] == '-' && P->s[P->i + 1] != ']') {
             P->i++;
-            int32_t b;
-            if (P->s[P->i] == '\\') {
-                P->i++;
-                b = rx_escape(P, true, &s, &set2);
-            } else {
-                b = rx_cp(P);
-            }
+            int32_t b = rx_class_atom(P, &s, &set2);
             if (P->failed)
                 break;
             if (set1 || set2) {
@@ -558,6 +556,34 @@ no:
     return -1;
 }
 
+/* v[n++] = x, v growing from the caller's stack buffer buf to the heap; -1 out of memory */
+static int vec_push(int32_t **v, int32_t *n, int32_t *cap, const int32_t *buf, int32_t x)
+{
+    if (*n == *cap) {
+        int32_t *t = malloc(sizeof(int32_t) * (size_t)*cap * 2);
+        if (!t)
+            return -1;
+        memcpy(t, *v, sizeof(int32_t) * (size_t)*n);
+        if (*v != buf)
+            free(*v);
+        *v = t;
+        *cap *= 2;
+    }
+    (*v)[(*n)++] = x;
+    return 0;
+}
+
+/* x repeated min .. max times (max -1: no bound) */
+static int32_t rx_rep(rxp *P, int32_t x, int32_t min, int32_t max)
+{
+    rxn r = {.kind = RX_REP, .min = min, .max = max};
+    if (rx_list(P, RX_SEQ, &x, 1) < 0)
+        return -1;
+    r.kid = P->nd[P->nn - 1].kid; /* the pool slot holding x */
+    P->nn--;                      /* (the helper node is not needed) */
+    return rx_node(P, r);
+}
+
 static int32_t rx_seq(rxp *P, bool top)
 {
     int32_t buf[64], *v = buf, n = 0, cap = 64;
@@ -608,26 +634,13 @@ static int32_t rx_seq(rxp *P, bool top)
                 rx_fail(P, "a quantifier without anything to repeat");
                 break;
             }
-            rxn r = {.kind = RX_REP, .min = mn, .max = mx};
-            if (rx_list(P, RX_SEQ, &x, 1) < 0)
+            if ((x = rx_rep(P, x, mn, mx)) < 0)
                 break;
-            r.kid = P->nd[P->nn - 1].kid; /* the pool slot holding x */
-            P->nn--;                      /* (the helper node is not needed) */
-            x = rx_node(P, r);
         }
-        if (n == cap) {
-            int32_t *t = malloc(sizeof(int32_t) * (size_t)cap * 2);
-            if (!t) {
-                P->failed = fl_err_set(P->e, FL_ENOMEM, "out of memory");
-                break;
-            }
-            memcpy(t, v, sizeof(int32_t) * (size_t)n);
-            if (v != buf)
-                free(v);
-            v = t;
-            cap *= 2;
+        if (vec_push(&v, &n, &cap, buf, x)) {
+            P->failed = fl_err_set(P->e, FL_ENOMEM, "out of memory");
+            break;
         }
-        v[n++] = x;
     }
     if (!P->failed)
         res = rx_list(P, RX_SEQ, v, n);
@@ -644,12 +657,7 @@ static int32_t rx_any(rxp *P)
         return P->failed = fl_err_set(P->e, FL_ENOMEM, "out of memory"), -1;
     }
     int32_t a = rx_set(P, &s);
-    rxn r = {.kind = RX_REP, .min = 0, .max = -1};
-    if (rx_list(P, RX_SEQ, &a, 1) < 0)
-        return -1;
-    r.kid = P->nd[P->nn - 1].kid;
-    P->nn--;
-    return rx_node(P, r);
+    return a < 0 ? -1 : rx_rep(P, a, 0, -1);
 }
 
 /* alternatives; at the top, each is found anywhere in the string unless anchored */
@@ -677,19 +685,10 @@ static int32_t rx_alt(rxp *P, bool top, bool anchored)
             if (P->failed)
                 break;
         }
-        if (n == cap) {
-            int32_t *t = malloc(sizeof(int32_t) * (size_t)cap * 2);
-            if (!t) {
-                P->failed = fl_err_set(P->e, FL_ENOMEM, "out of memory");
-                break;
-            }
-            memcpy(t, v, sizeof(int32_t) * (size_t)n);
-            if (v != buf)
-                free(v);
-            v = t;
-            cap *= 2;
+        if (vec_push(&v, &n, &cap, buf, x)) {
+            P->failed = fl_err_set(P->e, FL_ENOMEM, "out of memory");
+            break;
         }
-        v[n++] = x;
         if (P->i < P->n && P->s[P->i] == '|') {
             P->i++;
             continue;
@@ -1389,6 +1388,22 @@ int fl_cpa_and(const fl_cpa *a, const fl_cpa *b, fl_cpa **out, fl_err *e)
     return cpa_product(a, b, false, out, e);
 }
 
+int fl_cpa_and_into(fl_cpa **acc, fl_cpa *b, fl_err *e)
+{
+    if (!*acc) {
+        *acc = b;
+        return 0;
+    }
+    fl_cpa *r;
+    int rc = fl_cpa_and(*acc, b, &r, e);
+    fl_cpa_free(b);
+    if (rc)
+        return -1;
+    fl_cpa_free(*acc);
+    *acc = r;
+    return 0;
+}
+
 /* ---- formats ---- */
 
 /* Each as a pattern matched whole. Dates are real calendar days (February 29th in leap years
@@ -1606,33 +1621,12 @@ static int dec_cmp_re(char *s, size_t cap, const fl_dec_bound *b, bool ge, bool 
 
 static int and_in(fl_cpa **acc, const char *re, fl_err *e)
 {
-    fl_cpa *b, *r;
+    fl_cpa *b;
     if (fl_cpa_regex(re, true, &b, e))
         return -1;
-    if (!*acc) {
-        *acc = b;
-        return 0;
-    }
-    int rc = fl_cpa_and(*acc, b, &r, e);
-    fl_cpa_free(b);
-    if (rc)
-        return -1;
-    fl_cpa_free(*acc);
-    *acc = r;
-    return 0;
+    return fl_cpa_and_into(acc, b, e);
 }
 
-static int and_with(fl_cpa **acc, fl_cpa *b, fl_err *e)
-{
-    fl_cpa *r;
-    int rc = fl_cpa_and(*acc, b, &r, e);
-    fl_cpa_free(b);
-    if (rc)
-        return -1;
-    fl_cpa_free(*acc);
-    *acc = r;
-    return 0;
-}
 
 /* an automaton over ASCII: one class per character below 128, one for the rest */
 static fl_cpa *cpa_ascii(int32_t n)
@@ -1714,7 +1708,7 @@ int fl_cpa_number(const fl_dec_bound *lo, const fl_dec_bound *hi, bool integer, 
             for (int d = '0'; d <= '9'; d++)
                 c->next[s * 129 + d] = s < max_digits ? s + 1 : -1;
         }
-        if (and_with(&all, c, e))
+        if (fl_cpa_and_into(&all, c, e))
             goto out;
     }
     if (mult_p > 0) {
@@ -1745,7 +1739,7 @@ int fl_cpa_number(const fl_dec_bound *lo, const fl_dec_bound *hi, bool integer, 
                     for (int d = 0; d <= 9; d++)
                         c->next[s * 129 + '0' + d] = (ph ? ph + 1 : 0) * P + (int32_t)((r * 10LL + d) % P);
             }
-        if (and_with(&all, c, e))
+        if (fl_cpa_and_into(&all, c, e))
             goto out;
     }
     *out = all;

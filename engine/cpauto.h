@@ -62,6 +62,8 @@ int fl_cpa_length(int64_t min, int64_t max, fl_cpa **out, fl_err *e);
 int fl_cpa_format(const char *name, fl_cpa **out, fl_err *e);
 /* Strings both accept. */
 int fl_cpa_and(const fl_cpa *a, const fl_cpa *b, fl_cpa **out, fl_err *e);
+/* *acc becomes *acc and b (b when *acc is NULL); takes b, also on an error. */
+int fl_cpa_and_into(fl_cpa **acc, fl_cpa *b, fl_err *e);
 void fl_cpa_free(fl_cpa *a);
 
 /* A bound of a number range: a decimal without exponent, as digits. */
