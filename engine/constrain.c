@@ -763,10 +763,24 @@ out:
     return res;
 }
 
+/* ajv-formats' number formats (OpenAPI's): int32 and int64 are integers (int32 within 32 bits;
+   int64's range is wider than FL_CONSTRAIN_BOUND_DIGITS anyway), float and double any number.
+   0 when the format is none of them (a string's, or none). */
+static int num_format(const json_t *node)
+{
+    const char *f = json_string_value(json_object_get(node, "format"));
+    if (!f)
+        return 0;
+    return !strcmp(f, "int32") ? 32 : !strcmp(f, "int64") ? 64
+           : !strcmp(f, "float") || !strcmp(f, "double") ? 1 : 0;
+}
+
 /* a string under pattern, format, minLength, maxLength */
 static frag f_string_of(nfa *N, const json_t *node, const char *path)
 {
     const json_t *pat = json_object_get(node, "pattern"), *fmt = json_object_get(node, "format");
+    if (num_format(node)) /* (a number's format: nothing to a string) */
+        fmt = NULL;
     const json_t *mn = json_object_get(node, "minLength"), *mx = json_object_get(node, "maxLength");
     if (!pat && !fmt && !mn && !mx)
         return f_string(N);
@@ -819,15 +833,9 @@ static frag f_string_of(nfa *N, const json_t *node, const char *path)
 
 /* A bound's value; its decimal the shortest that reads back as the same double (what a
    validator compares with). */
-static int num_bound(nfa *N, const json_t *node, const char *key, bool strict, bool lower,
-                     fl_dec_bound *b, double *bv, const char **which, const char *path)
+static int bound_at(nfa *N, double x, const char *key, bool strict, bool lower, fl_dec_bound *b,
+                    double *bv, const char **which, const char *path)
 {
-    const json_t *v = json_object_get(node, key);
-    if (!v)
-        return 0;
-    if (!json_is_number(v))
-        return bad(N, path, "'%s' must be a number", key);
-    double x = json_number_value(v);
     fl_dec_bound d;
     if (fl_dec_from_double(x, &d))
         return bad(N, path, "'%s' is too large or too small (|x| within 1e-25 .. 1e40)", key);
@@ -844,10 +852,24 @@ static int num_bound(nfa *N, const json_t *node, const char *key, bool strict, b
     return 0;
 }
 
+static int num_bound(nfa *N, const json_t *node, const char *key, bool strict, bool lower,
+                     fl_dec_bound *b, double *bv, const char **which, const char *path)
+{
+    const json_t *v = json_object_get(node, key);
+    if (!v)
+        return 0;
+    if (!json_is_number(v))
+        return bad(N, path, "'%s' must be a number", key);
+    return bound_at(N, json_number_value(v), key, strict, lower, b, bv, which, path);
+}
+
+
 /* a number (integer) under minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf */
 static frag f_number_of(nfa *N, const json_t *node, bool integer, const char *path)
 {
-    bool any = false;
+    int nf = num_format(node);
+    bool any = nf >= 32;
+    integer |= nf >= 32;
     for (size_t i = 0; i < sizeof num_keys / sizeof num_keys[0]; i++)
         any |= json_object_get(node, num_keys[i]) != NULL;
     if (!any)
@@ -858,7 +880,9 @@ static frag f_number_of(nfa *N, const json_t *node, bool integer, const char *pa
     if (num_bound(N, node, "minimum", false, true, &lo, &lv, &lk, path) ||
         num_bound(N, node, "exclusiveMinimum", true, true, &lo, &lv, &lk, path) ||
         num_bound(N, node, "maximum", false, false, &hi, &hv, &hk, path) ||
-        num_bound(N, node, "exclusiveMaximum", true, false, &hi, &hv, &hk, path))
+        num_bound(N, node, "exclusiveMaximum", true, false, &hi, &hv, &hk, path) ||
+        (nf == 32 && (bound_at(N, -2147483648.0, "format", false, true, &lo, &lv, &lk, path) ||
+                      bound_at(N, 2147483647.0, "format", false, false, &hi, &hv, &hk, path))))
         return f_empty(N);
     if (lo.set && hi.set && lv > hv) {
         char m[80];
@@ -910,9 +934,12 @@ static int check_typed_keys(nfa *N, const json_t *node, const char *path)
         const char *const *keys = pass ? num_keys : str_keys;
         size_t nk = pass ? sizeof num_keys / sizeof num_keys[0] : sizeof str_keys / sizeof str_keys[0];
         const char *key = NULL;
+        bool nf = num_format(node) != 0; /* (format int32 ... is a number keyword) */
         for (size_t i = 0; i < nk && !key; i++)
-            if (json_object_get(node, keys[i]))
+            if (json_object_get(node, keys[i]) && !(nf && !strcmp(keys[i], "format")))
                 key = keys[i];
+        if (!key && pass && nf)
+            key = "format";
         if (!key)
             continue;
         if (json_object_get(node, "$ref") || json_object_get(node, "const") ||

@@ -462,6 +462,10 @@ const NUMS = [
   { type: 'number', multipleOf: 0.25, minimum: -1, maximum: 2 }, { type: 'number', minimum: 1234.5678 },
   { type: 'integer', maximum: 0 }, { type: 'integer', exclusiveMinimum: -3, exclusiveMaximum: 3 },
   { type: 'number', multipleOf: 3 }, { type: 'number', minimum: -0.001, exclusiveMaximum: 0.001 },
+  // ajv-formats' number formats (OpenAPI's): int32 an integer within 32 bits, int64 an integer,
+  // float and double any number
+  { type: 'integer', format: 'int32' }, { type: 'number', format: 'int32', maximum: 10 },
+  { type: 'number', format: 'int64', minimum: -7 }, { type: 'number', format: 'double', exclusiveMinimum: 0.5 },
 ];
 const NUMBER_SHAPE = /^-?(?:0|[1-9]\d*)(?:\.\d+)?$/, MINUS_ZERO = /^-0(?:\.0+)?$/;
 const fracDigits = (x) => (String(x).split('.')[1] || '').length;
@@ -469,8 +473,14 @@ const fracDigits = (x) => (String(x).split('.')[1] || '').length;
 // most 15 significant digits, so that ajv's doubles order them as the decimals are ordered.
 function numberTexts(r, s) {
   const q = s.multipleOf !== undefined ? fracDigits(s.multipleOf) : 6;
-  const digits = s.type === 'integer' ? [0] : Array.from({ length: q + 1 }, (_, d) => d);
+  // (an integer's texts have no fraction: 3.0 is an integer for ajv, and fogline writes 3)
+  const whole = s.type === 'integer' || /^int(32|64)$/.test(s.format);
+  const digits = whole ? [0] : Array.from({ length: q + 1 }, (_, d) => d);
   const out = new Set();
+  if (s.format === 'int32') {
+    for (const t of ['2147483647', '2147483648', '-2147483648', '-2147483649', '2147483646', '-2147483647']) out.add(t);
+    for (let k = 0; k < 12; k++) out.add(String(2 ** 31 + k * 7919)).add(String(-(2 ** 31) - 1 - k * 104729)).add(String(Math.floor(r() * 9e12)));
+  }
   for (const b of [s.minimum, s.maximum, s.exclusiveMinimum, s.exclusiveMaximum, 0, s.multipleOf].filter((x) => x !== undefined))
     for (const d of digits)
       for (let k = -12; k <= 12; k++) out.add((b + k * 10 ** -d).toFixed(d));
@@ -493,7 +503,7 @@ test('numbers: samples valid, exact agreement with ajv around the bounds, expone
     for (const t of samples) {
       assert.match(t, NUMBER_SHAPE, `a sample of ${show(schema)} is not a plain number: ${t}`);
       assert.doesNotMatch(t, MINUS_ZERO);
-      if (schema.type === 'integer') assert.match(t, /^-?\d+$/);
+      if (schema.type === 'integer' || /^int/.test(schema.format)) assert.match(t, /^-?\d+$/);
       assert.ok(fracDigits(t) <= q, `a sample of ${show(schema)} has more fraction digits than multipleOf: ${t}`);
       assert.ok(validate(JSON.parse(t)), `a sample is invalid: ${t} of ${show(schema)}`);
     }
@@ -530,6 +540,7 @@ const ERRORS = [
   [{ type: 'string', pattern: '^a\u0000b$' }, /\\u0000 is not allowed/, /line 1/],
   // keywords on the wrong type or beside enum/const/anyOf/$ref
   [{ type: 'integer', format: 'email' }, /format/, ROOT],
+  [{ type: 'string', format: 'int32' }, /'format' needs a 'type' that includes "number" or "integer"/, ROOT],
   [{ pattern: '^a$' }, /pattern/, ROOT],
   [{ type: 'number', minLength: 1 }, /minLength/, ROOT],
   [atA({ type: 'boolean', maxLength: 1 }), /maxLength/, AT_A],
