@@ -1014,6 +1014,26 @@ static int32_t cn_closure(const cnfa *N, int32_t *buf, int32_t n, int32_t *stack
     return m;
 }
 
+/* Room in *next (capacity *cap entries) for rows of ncls entries, within FL_CPA_MAX_CELLS;
+   FL_ERANGE (with a message) or FL_ENOMEM (without: the caller says it) */
+static int table_rows(int32_t **next, size_t *cap, int32_t rows, int32_t ncls, fl_err *e)
+{
+    if ((int64_t)rows * ncls > FL_CPA_MAX_CELLS)
+        return fl_err_set(e, FL_ERANGE, "too large: %d states of %d character classes", rows,
+                          ncls);
+    if ((size_t)rows * (size_t)ncls <= *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : (size_t)ncls * 64;
+    while (c < (size_t)rows * (size_t)ncls)
+        c *= 2;
+    int32_t *t = realloc(*next, sizeof(int32_t) * c);
+    if (!t)
+        return FL_ENOMEM;
+    *next = t;
+    *cap = c;
+    return 0;
+}
+
 static int32_t cls_of(const int32_t *lo, int32_t ncls, int32_t cp)
 {
     int32_t a = 0, b = ncls; /* the k with lo[k] <= cp < lo[k + 1] */
@@ -1089,19 +1109,9 @@ static int cn_to_cpa(const cnfa *N, cfrag f, fl_cpa **out, fl_err *e)
     }
     size_t bcap = 0;
     for (int32_t d = 0; d < T.n; d++) {
-        if ((int64_t)(d + 1) * ncls > FL_CPA_MAX_CELLS) {
-            rc = fl_err_set(e, FL_ERANGE, "too large: %d states of %d character classes", d + 1,
-                            ncls);
+        if ((rc = table_rows(&next, &next_cap, d + 1, ncls, e)))
             goto fail;
-        }
-        if ((size_t)(d + 1) * (size_t)ncls > next_cap) {
-            size_t cap = next_cap ? next_cap * 2 : (size_t)ncls * 64;
-            int32_t *t = realloc(next, sizeof(int32_t) * cap);
-            if (!t)
-                goto fail;
-            next = t;
-            next_cap = cap;
-        }
+        rc = FL_ENOMEM;
         /* the targets per class, counted then placed */
         memset(cnt, 0, sizeof(int32_t) * (size_t)(ncls + 1));
         size_t total = 0;
@@ -1276,19 +1286,9 @@ static int cpa_product(const fl_cpa *a, const fl_cpa *b, bool or, fl_cpa **out, 
         int64_t key = q < 0 ? KEY(0, 0) : pairs[q];
         int32_t sa = (int32_t)(key >> 32) - 1, sb = (int32_t)(key & 0xffffffff) - 1;
         if (q >= 0) {
-            if ((int64_t)(q + 1) * m > FL_CPA_MAX_CELLS) {
-                rc = fl_err_set(e, FL_ERANGE, "too large: %d states of %d character classes",
-                                q + 1, m);
+            if ((rc = table_rows(&next, &next_cap, q + 1, m, e)))
                 goto fail;
-            }
-            if ((size_t)(q + 1) * (size_t)m > next_cap) {
-                size_t cap = next_cap ? next_cap * 2 : (size_t)m * 64;
-                int32_t *t = realloc(next, sizeof(int32_t) * cap);
-                if (!t)
-                    goto fail;
-                next = t;
-                next_cap = cap;
-            }
+            rc = FL_ENOMEM;
         }
         for (int32_t k = q < 0 ? m - 1 : 0; k < m; k++) {
             int32_t ta, tb;
