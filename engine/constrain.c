@@ -4,7 +4,6 @@
  * distance to acceptance, which the decoder uses to finish the text within its token budget. */
 #include "constrain.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,9 +23,18 @@ typedef struct frag {
     int32_t in, out; /* out has no edges yet */
 } frag;
 
+/* Where a state came from when it spells a counted automaton (f_cpa of one with cpauto's
+   grp and cnt): fid the spelling (0: none), grp the uncounted state, ord the state's place
+   among those spelled for it, cnt the count. */
+typedef struct ntag {
+    int32_t fid, grp, ord, cnt;
+} ntag;
+
 typedef struct nfa {
     nst *s;
+    ntag *tag; /* (cap) */
     int32_t n, cap;
+    int32_t n_fid;
     uint8_t (*sets)[32];
     int32_t nsets, setcap;
     int32_t max;
@@ -53,14 +61,18 @@ static int32_t st_new(nfa *N)
     if (N->n == N->cap) {
         int32_t cap = N->cap ? N->cap * 2 : 256;
         nst *s = realloc(N->s, sizeof *s * (size_t)cap);
-        if (!s) {
+        if (s)
+            N->s = s;
+        ntag *t = s ? realloc(N->tag, sizeof *t * (size_t)cap) : NULL;
+        if (!t) {
             N->failed = fl_err_set(N->e, FL_ENOMEM, "out of memory");
             return 0;
         }
-        N->s = s;
+        N->tag = t;
         N->cap = cap;
     }
     N->s[N->n] = (nst){-1, -1, -1, -1};
+    N->tag[N->n] = (ntag){0, 0, 0, 0};
     return N->n++;
 }
 
@@ -699,8 +711,9 @@ static frag f_cpa(nfa *N, const fl_cpa *a, bool json)
     }
     for (int32_t s = 0; s < n; s++)
         node[s] = st_new(N);
-    int32_t end = st_new(N);
+    int32_t end = st_new(N), fid = a->grp ? ++N->n_fid : 0;
     for (int32_t s = 0; s < n && !N->failed; s++) {
+        int32_t first = N->n; /* the states spelled for s: tagged below */
         /* the classes grouped by target, in class order within a group (a counting sort over
            the targets met: tg[i] the i-th target, cnt its classes' start in ord) */
         const int32_t *row = a->next + (size_t)s * (size_t)c;
@@ -749,6 +762,11 @@ static frag f_cpa(nfa *N, const fl_cpa *a, bool json)
             } else {
                 eps(N, at, in);
             }
+        }
+        if (fid && !N->failed) {
+            N->tag[node[s]] = (ntag){fid, a->grp[s], 0, a->cnt[s]};
+            for (int32_t x = first; x < N->n; x++)
+                N->tag[x] = (ntag){fid, a->grp[s], 1 + x - first, a->cnt[s]};
         }
     }
     res = (frag){node[0], end};
@@ -1265,6 +1283,297 @@ static int32_t intern(builder *B, const int32_t *v, int32_t n, int32_t max, fl_e
     return B->n++;
 }
 
+/* ---- chains: counted lengths in the DFA ---- */
+
+/* A DFA state's NFA states with the counts taken relative to the least among them: a tagged
+   one as (fid, grp, ord, cnt - least), any other as itself (0, state, 0, 0). */
+typedef struct comp {
+    int32_t a, b, c, d;
+} comp;
+
+static int cmp_comp(const void *x, const void *y)
+{
+    const comp *p = x, *q = y;
+    int32_t u[4] = {p->a, p->b, p->c, p->d}, v[4] = {q->a, q->b, q->c, q->d};
+    for (int i = 0; i < 4; i++)
+        if (u[i] != v[i])
+            return (u[i] > v[i]) - (u[i] < v[i]);
+    return 0;
+}
+
+typedef struct crank {
+    int32_t cls, rank, d;
+} crank;
+
+static int cmp_crank(const void *x, const void *y)
+{
+    const crank *p = x, *q = y;
+    if (p->cls != q->cls)
+        return (p->cls > q->cls) - (p->cls < q->cls);
+    if (p->rank != q->rank)
+        return (p->rank > q->rank) - (p->rank < q->rank);
+    return (p->d > q->d) - (p->d < q->d);
+}
+
+/* Pairs (p, q) read as "p takes every text that q takes", explored from the proposed links:
+   a pair needs the pairs its bytes lead to (where the two states differ). */
+#define SIM_MAX_PAIRS (1 << 22)
+
+typedef struct sim {
+    int64_t *key; /* (p << 32 | q) of each pair */
+    uint8_t *dead;
+    int32_t n, cap;
+    int32_t *tab; /* hash of pair indices, -1 empty */
+    size_t tabn;
+    int32_t *ec, *ep; /* the needs: child pair ec[k] is needed by parent pair ep[k] */
+    size_t ne, ecap;
+} sim;
+
+/* The pair's index, added when new; -1 when the exploration is too large or memory short. */
+static int32_t sim_pair(sim *S, int32_t p, int32_t q)
+{
+    int64_t k = (int64_t)p << 32 | (uint32_t)q;
+    if ((size_t)S->n * 2 >= S->tabn) {
+        if (S->n >= SIM_MAX_PAIRS)
+            return -1;
+        size_t tn = S->tabn ? S->tabn * 2 : 4096;
+        int32_t *t = malloc(sizeof(int32_t) * tn);
+        if (!t)
+            return -1;
+        memset(t, 0xff, sizeof(int32_t) * tn);
+        for (int32_t i = 0; i < S->n; i++) {
+            size_t j = (size_t)(((uint64_t)S->key[i] * 0x9e3779b97f4a7c15ull) >> 24) & (tn - 1);
+            while (t[j] >= 0)
+                j = (j + 1) & (tn - 1);
+            t[j] = i;
+        }
+        free(S->tab);
+        S->tab = t;
+        S->tabn = tn;
+    }
+    size_t j = (size_t)(((uint64_t)k * 0x9e3779b97f4a7c15ull) >> 24) & (S->tabn - 1);
+    for (; S->tab[j] >= 0; j = (j + 1) & (S->tabn - 1))
+        if (S->key[S->tab[j]] == k)
+            return S->tab[j];
+    if (S->n == S->cap) {
+        int32_t cap = S->cap ? S->cap * 2 : 1024;
+        int64_t *nk = realloc(S->key, sizeof(int64_t) * (size_t)cap);
+        if (nk)
+            S->key = nk;
+        uint8_t *nd = nk ? realloc(S->dead, (size_t)cap) : NULL;
+        if (!nd)
+            return -1;
+        S->dead = nd;
+        S->cap = cap;
+    }
+    S->key[S->n] = k;
+    S->dead[S->n] = 0;
+    S->tab[j] = S->n;
+    return S->n++;
+}
+
+static int sim_need(sim *S, int32_t child, int32_t parent)
+{
+    if (S->ne == S->ecap) {
+        size_t cap = S->ecap ? S->ecap * 2 : 4096;
+        if (cap > 4 * (size_t)SIM_MAX_PAIRS)
+            return -1;
+        int32_t *a = realloc(S->ec, sizeof(int32_t) * cap);
+        if (a)
+            S->ec = a;
+        int32_t *b = a ? realloc(S->ep, sizeof(int32_t) * cap) : NULL;
+        if (!b)
+            return -1;
+        S->ep = b;
+        S->ecap = cap;
+    }
+    S->ec[S->ne] = child;
+    S->ep[S->ne++] = parent;
+    return 0;
+}
+
+/* The greatest simulation among the pairs reachable from the first n0 (already added): each
+   pair is explored once (a pair fails outright where q accepts and p does not, or q reads a
+   byte p cannot), then failures travel to the pairs that needed them. -1 when too large. */
+static int sim_solve(sim *S, const fl_dfa *D)
+{
+    for (int32_t i = 0; i < S->n; i++) {
+        int32_t p = (int32_t)(S->key[i] >> 32), q = (int32_t)(S->key[i] & 0xffffffff);
+        if (D->accept[q] && !D->accept[p]) {
+            S->dead[i] = 1;
+            continue;
+        }
+        const int32_t *rq = D->next + (size_t)q * 256, *rp = D->next + (size_t)p * 256;
+        int32_t last = -1;
+        for (int b = 0; b < 256 && !S->dead[i]; b++) {
+            int32_t nq = rq[b], np = rp[b];
+            if (nq < 0 || np == nq)
+                continue;
+            if (np < 0) {
+                S->dead[i] = 1;
+                break;
+            }
+            int32_t c = sim_pair(S, np, nq);
+            if (c < 0)
+                return -1;
+            if (c != last && c != i && sim_need(S, c, i))
+                return -1;
+            last = c;
+        }
+    }
+    /* the needs by child (a counting sort), then failures outward from the dead */
+    size_t np1 = (size_t)(uint32_t)S->n + 1;
+    int32_t *start = calloc(np1, sizeof(int32_t));
+    int32_t *by = malloc(sizeof(int32_t) * (S->ne ? S->ne : 1));
+    int32_t *stack = malloc(sizeof(int32_t) * np1);
+    if (!start || !by || !stack) {
+        free(start);
+        free(by);
+        free(stack);
+        return -1;
+    }
+    for (size_t k = 0; k < S->ne; k++)
+        start[S->ec[k] + 1]++;
+    for (int32_t i = 0; i < S->n; i++)
+        start[i + 1] += start[i];
+    int32_t *fill = stack; /* (borrowed: positions while filling) */
+    memcpy(fill, start, sizeof(int32_t) * (size_t)S->n);
+    for (size_t k = 0; k < S->ne; k++)
+        by[fill[S->ec[k]]++] = S->ep[k];
+    int32_t sp = 0;
+    for (int32_t i = 0; i < S->n; i++)
+        if (S->dead[i])
+            stack[sp++] = i;
+    while (sp) {
+        int32_t c = stack[--sp];
+        for (int32_t k = start[c]; k < start[c + 1]; k++)
+            if (!S->dead[by[k]]) {
+                S->dead[by[k]] = 1;
+                stack[sp++] = by[k];
+            }
+    }
+    free(start);
+    free(by);
+    free(stack);
+    return 0;
+}
+
+/* The DFA's chains (fl_dfa.cls, rank). States whose NFA states are the same but for the
+   counts (f_cpa's tags, relative to the least) are proposed as a chain in the order of their
+   counts, and each link is kept only where the simulation proves it (sim_solve: every text
+   the later state takes to a whole value, the earlier takes too), so what the decoder relies
+   on is proved on this table, not assumed from how it was built. Nothing when there are none
+   or the proof would be too large: the decoder is only slower without them. */
+static void chains(const nfa *N, const builder *B, fl_dfa *D)
+{
+    int32_t n = D->n;
+    if (!N->n_fid || n < 2)
+        return;
+    size_t total = 0;
+    for (int32_t d = 0; d < n; d++)
+        total += (size_t)B->sets[d].n;
+    comp *cv = malloc(sizeof(comp) * (total ? total : 1));
+    size_t *co = malloc(sizeof(size_t) * ((size_t)n + 1));
+    crank *cr = malloc(sizeof(crank) * (size_t)n);
+    int32_t *up = malloc(sizeof(int32_t) * (size_t)n), *lp = malloc(sizeof(int32_t) * (size_t)n);
+    int32_t *cls = malloc(sizeof(int32_t) * (size_t)n), *rank = malloc(sizeof(int32_t) * (size_t)n);
+    size_t tabn = 1;
+    while (tabn < 2 * (size_t)n)
+        tabn *= 2;
+    int32_t *tab = malloc(sizeof(int32_t) * tabn);
+    sim S = {0};
+    if (!cv || !co || !cr || !up || !lp || !cls || !rank || !tab)
+        goto out;
+    memset(tab, 0xff, sizeof(int32_t) * tabn);
+    /* classes: the tagged states' component lists, interned (a class named by its first state) */
+    size_t at = 0;
+    int32_t m = 0;
+    for (int32_t d = 0; d < n; d++) {
+        const dset *ds = &B->sets[d];
+        int32_t least = INT32_MAX;
+        for (int32_t i = 0; i < ds->n; i++) {
+            const ntag *t = &N->tag[ds->v[i]];
+            if (t->fid && t->cnt >= 0 && t->cnt < least)
+                least = t->cnt;
+        }
+        co[d] = at;
+        for (int32_t i = 0; i < ds->n; i++) {
+            const ntag *t = &N->tag[ds->v[i]];
+            cv[at++] = t->fid && t->cnt >= 0 ? (comp){t->fid, t->grp, t->ord, t->cnt - least}
+                                             : (comp){0, ds->v[i], 0, 0};
+        }
+        co[d + 1] = at;
+        cls[d] = -1;
+        rank[d] = 0;
+        if (least == INT32_MAX)
+            continue;
+        size_t len = co[d + 1] - co[d];
+        qsort(cv + co[d], len, sizeof(comp), cmp_comp);
+        uint64_t h = 1469598103934665603ull;
+        for (size_t i = co[d]; i < co[d + 1]; i++) {
+            int32_t f[4] = {cv[i].a, cv[i].b, cv[i].c, cv[i].d};
+            for (int k = 0; k < 4; k++)
+                h = (h ^ (uint32_t)f[k]) * 1099511628211ull;
+        }
+        size_t j = (size_t)h & (tabn - 1);
+        for (; tab[j] >= 0; j = (j + 1) & (tabn - 1)) {
+            int32_t r = tab[j];
+            if (co[r + 1] - co[r] == len && !memcmp(cv + co[r], cv + co[d], sizeof(comp) * len))
+                break;
+        }
+        if (tab[j] < 0)
+            tab[j] = d;
+        cls[d] = tab[j];
+        rank[d] = least;
+        cr[m++] = (crank){cls[d], least, d};
+    }
+    /* the proposed links: each state to the one before it in its class */
+    qsort(cr, (size_t)m, sizeof(crank), cmp_crank);
+    for (int32_t d = 0; d < n; d++)
+        up[d] = lp[d] = -1;
+    for (int32_t i = 1; i < m; i++)
+        if (cr[i].cls == cr[i - 1].cls && cr[i].rank > cr[i - 1].rank) {
+            up[cr[i].d] = cr[i - 1].d;
+            if ((lp[cr[i].d] = sim_pair(&S, cr[i - 1].d, cr[i].d)) < 0)
+                goto out;
+        }
+    if (!S.n || sim_solve(&S, D))
+        goto out;
+    /* the chains that held: a new class where a link failed; one state alone is no chain */
+    int32_t nc = 0;
+    for (int32_t i = 0; i < m;) {
+        int32_t j = i + 1;
+        while (j < m && up[cr[j].d] == cr[j - 1].d && !S.dead[lp[cr[j].d]])
+            j++;
+        for (int32_t k = i; k < j; k++) {
+            cls[cr[k].d] = j - i > 1 ? nc : -1;
+            if (j - i == 1)
+                rank[cr[k].d] = 0;
+        }
+        nc += j - i > 1;
+        i = j;
+    }
+    if (nc) {
+        D->cls = cls;
+        D->rank = rank;
+        cls = rank = NULL;
+    }
+out:
+    free(cv);
+    free(co);
+    free(cr);
+    free(up);
+    free(lp);
+    free(cls);
+    free(rank);
+    free(tab);
+    free(S.key);
+    free(S.dead);
+    free(S.tab);
+    free(S.ec);
+    free(S.ep);
+}
+
 static int to_dfa(const nfa *N, frag f, int32_t max, fl_dfa **out, fl_err *e)
 {
     builder B = {.N = N, .final = f.out, .tabn = 1024};
@@ -1347,6 +1656,7 @@ static int to_dfa(const nfa *N, frag f, int32_t max, fl_dfa **out, fl_err *e)
                 }
             }
     }
+    chains(N, &B, D);
     *out = D;
 out:
     for (int32_t i = 0; i < B.n; i++)
@@ -1367,6 +1677,7 @@ static int finish(nfa *N, frag f, fl_dfa **out, fl_err *e)
     if (!rc)
         rc = to_dfa(N, f, N->max, out, e);
     free(N->s);
+    free(N->tag);
     free(N->sets);
     return rc ? -1 : 0;
 }
@@ -1426,6 +1737,8 @@ void fl_dfa_free(fl_dfa *d)
     free(d->next);
     free(d->accept);
     free(d->dist);
+    free(d->cls);
+    free(d->rank);
     free(d);
 }
 

@@ -21,6 +21,12 @@ typedef struct fl_dfa {
     int32_t *next;    /* (n * 256) the state after a byte, -1 where the text cannot go on */
     uint8_t *accept;  /* (n) 1 where the text so far is a whole value */
     int32_t *dist;    /* (n) the fewest bytes from the state to an accepting one */
+    /* Lengths counted (a string's maxLength): states of one chain, cls[p] == cls[q] >= 0 with
+     * rank[p] < rank[q], are the same place with fewer characters written at p, and every
+     * text that q takes to a whole value p takes too (proved on this table when it was
+     * built). The decoder keeps q only when it scores better than p. NULL when there are
+     * none; cls -1: no chain. */
+    int32_t *cls, *rank;
 } fl_dfa;
 
 typedef struct fl_constrain_opts {

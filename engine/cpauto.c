@@ -852,6 +852,8 @@ void fl_cpa_free(fl_cpa *a)
     free(a->lo);
     free(a->next);
     free(a->accept);
+    free(a->grp);
+    free(a->cnt);
     free(a);
 }
 
@@ -890,6 +892,10 @@ static int cpa_prune(fl_cpa *a)
             a->next[(size_t)map[s] * (size_t)c + (size_t)k] = t >= 0 ? map[t] : -1;
         }
         a->accept[map[s]] = a->accept[s];
+        if (a->grp) {
+            a->grp[map[s]] = a->grp[s];
+            a->cnt[map[s]] = a->cnt[s];
+        }
     }
     a->n = m;
     free(live);
@@ -1227,8 +1233,13 @@ int fl_cpa_length(int64_t min, int64_t max, fl_cpa **out, fl_err *e)
         return fl_err_set(e, FL_ERANGE, "a length above %d", FL_CPA_MAX_STATES - 1), -1;
     /* classes: below the surrogates, the surrogates (never), above them */
     fl_cpa *a = cpa_new((int32_t)top + 1, 3);
-    if (!a)
+    if (a && (a->grp = calloc((size_t)top + 1, sizeof(int32_t))) != NULL)
+        a->cnt = malloc(sizeof(int32_t) * ((size_t)top + 1));
+    if (!a || !a->cnt) {
+        fl_cpa_free(a);
         return fl_err_set(e, FL_ENOMEM, "out of memory"), -1;
+    }
+    a->counter = true;
     a->lo[0] = 0;
     a->lo[1] = SUR_LO;
     a->lo[2] = SUR_HI + 1;
@@ -1237,6 +1248,7 @@ int fl_cpa_length(int64_t min, int64_t max, fl_cpa **out, fl_err *e)
         int32_t t = s < top ? s + 1 : max < 0 ? s : -1;
         a->next[s * 3] = a->next[s * 3 + 2] = t;
         a->accept[s] = s >= min;
+        a->cnt[s] = s;
     }
     *out = a;
     return 0;
@@ -1363,6 +1375,20 @@ static int cpa_product(const fl_cpa *a, const fl_cpa *b, bool or, fl_cpa **out, 
         int32_t sa = (int32_t)(pairs[p] >> 32) - 1, sb = (int32_t)(pairs[p] & 0xffffffff) - 1;
         bool xa = sa >= 0 && a->accept[sa], xb = sb >= 0 && b->accept[sb];
         r->accept[p] = or ? (xa || xb) : (xa && xb);
+    }
+    /* a product with a counter counts: the other automaton's state beside the count */
+    const fl_cpa *ctr = or ? NULL : b->counter ? b : a->counter ? a : NULL;
+    if (ctr && np) {
+        r->grp = malloc(sizeof(int32_t) * (size_t)np);
+        r->cnt = malloc(sizeof(int32_t) * (size_t)np);
+        if (!r->grp || !r->cnt)
+            goto fail;
+        for (int32_t p = 0; p < np; p++) {
+            int32_t sa = (int32_t)(pairs[p] >> 32) - 1, sb = (int32_t)(pairs[p] & 0xffffffff) - 1;
+            int32_t other = ctr == b ? sa : sb, c = ctr == b ? sb : sa;
+            r->grp[p] = other;
+            r->cnt[p] = c >= 0 ? ctr->cnt[c] : -1;
+        }
     }
 #undef KEY
     if (cpa_prune(r))

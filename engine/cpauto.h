@@ -23,6 +23,12 @@ typedef struct fl_cpa {
     int32_t *lo;     /* (ncls + 1) class k is lo[k] .. lo[k + 1] - 1; lo[0] = 0, lo[ncls] = FL_CP_END */
     int32_t *next;   /* (n * ncls) the state after a character of the class, -1: none */
     uint8_t *accept; /* (n) */
+    /* Where a length was counted (fl_cpa_length, or a product with one): state s is the
+     * counter at cnt[s] beside the other automaton's state grp[s]; NULL elsewhere. A hint
+     * for the decoder (docs/structured.md, "Lengths in the decoder"): constrain.c proves
+     * what it derives from them before it uses it. */
+    int32_t *grp, *cnt;
+    bool counter; /* fl_cpa_length's own: grp all 0, cnt the state */
 } fl_cpa;
 
 /* Every state of a built automaton can still reach an accepting one (dead states are pruned),

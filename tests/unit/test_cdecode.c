@@ -92,14 +92,16 @@ static int32_t toy_step(const fl_dfa *d, int32_t s, int t)
     return fl_dfa_walk(d, s, toy_tok[t], strlen(toy_tok[t]));
 }
 
-static void test_brute(void)
+/* chained: the schema counts a length, so the program drops the states its chains dominate
+   (fl_dfa.cls): the best assignment must survive that */
+static void test_brute_on(const char *schema, bool chained, int trials)
 {
     fl_tvocab *tv = toy_vocab();
-    fl_dfa *d = compile("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},"
-                        "\"required\":[\"a\"],\"additionalProperties\":false}");
-    CHECK(d != NULL, "toy schema");
+    fl_dfa *d = compile(schema);
+    CHECK(d != NULL, "toy schema %s", schema);
     if (!d)
         return;
+    CHECK((d->cls != NULL) == chained, "%s: chains %s", schema, d->cls ? "found" : "none");
     fl_cons *c = NULL;
     fl_err e = {0};
     CHECK(fl_cons_create(d, tv, 0, &c, &e) == 0, "cons: %s", e.msg);
@@ -108,7 +110,7 @@ static void test_brute(void)
     fl_decode_opts_default(&o);
     int32_t eos = TOY_N;
     enum { N = 5 };
-    int trials = 300, with_valid = 0, without = 0;
+    int with_valid = 0, without = 0;
     for (int tr = 0; tr < trials; tr++) {
         float lg[N][TOY_V];
         fl_cpos pos[N];
@@ -185,11 +187,101 @@ static void test_brute(void)
         CHECK(s == -2 || (s >= 0 && d->accept[s]), "trial %d: the assignment is not valid", tr);
         CHECK(fabs(sc - best) < 1e-4, "trial %d: score %g, the best is %g", tr, sc, best);
     }
-    CHECK(with_valid > 50 && without > 20, "the trials cover both cases (%d valid, %d not)",
-          with_valid, without);
+    CHECK(with_valid > trials / 6 && without > trials / 15,
+          "%s: the trials cover both cases (%d valid, %d not)", schema, with_valid, without);
     fl_cdp_free(w);
     fl_cons_unref(c);
     fl_tvocab_free(tv);
+}
+
+/* ---- 1b: the chains the decoder's dominance relies on ---- */
+
+/* A random text of at most max bytes from state s to an accepting state (dist keeps the end
+   in reach); its length, or -1 when none fits. */
+static int text_from(const fl_dfa *d, int32_t s, int max, unsigned char *out, bool longer)
+{
+    int n = 0;
+    for (;;) {
+        if (d->accept[s] && (n == max || unif() < (longer ? 0.02 : 0.15)))
+            return n;
+        int live[256], nl = 0;
+        for (int b = 0; b < 256; b++) {
+            int32_t t = d->next[(size_t)s * 256 + b];
+            if (t >= 0 && d->dist[t] <= max - n - 1)
+                live[nl++] = b;
+        }
+        if (!nl)
+            return d->accept[s] ? n : -1;
+        int b = live[rnd() % (unsigned)nl];
+        out[n++] = (unsigned char)b;
+        s = d->next[(size_t)s * 256 + b];
+    }
+}
+
+/* Every text that takes a chained state to a whole value takes the states before it in its
+   chain there too (the property the program drops states by), and some texts of the earlier
+   states are not the later ones' (the chains order lengths: the check can tell them apart). */
+static void test_chains(void)
+{
+    static const char *chained[] = {
+        "{\"type\":\"string\",\"maxLength\":200}",
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":2,"
+        "\"maxLength\":12},\"mail\":{\"type\":\"string\",\"format\":\"email\",\"maxLength\":40},"
+        "\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z][a-z0-9]*$\",\"maxLength\":9}},"
+        "\"required\":[\"name\",\"mail\",\"code\"],\"additionalProperties\":false}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"maxLength\":5},\"maxItems\":3}",
+    };
+    for (size_t si = 0; si < sizeof chained / sizeof *chained; si++) {
+        fl_dfa *d = compile(chained[si]);
+        CHECK(d && d->cls, "schema %zu: chains", si);
+        if (!d || !d->cls) {
+            fl_dfa_free(d);
+            continue;
+        }
+        int32_t n = d->n, in_chains = 0, pairs = 0, apart = 0;
+        int32_t *ch = malloc(sizeof(int32_t) * (size_t)n);
+        for (int32_t q = 0; q < n; q++)
+            if (d->cls[q] >= 0)
+                ch[in_chains++] = q;
+        CHECK(in_chains > n / 4, "schema %zu: %d of %d states in chains", si, in_chains, n);
+        unsigned char text[512];
+        for (int trial = 0; trial < 300 && in_chains; trial++) {
+            int32_t q = ch[rnd() % (unsigned)in_chains], p = -1;
+            for (int k = 0, seen = 0; k < in_chains; k++) /* one of q's chain at random */
+                if (d->cls[ch[k]] == d->cls[q] && ch[k] != q && rnd() % (unsigned)++seen == 0)
+                    p = ch[k];
+            if (p < 0)
+                continue;
+            if (d->rank[p] > d->rank[q]) {
+                int32_t t = p;
+                p = q;
+                q = t;
+            }
+            pairs++;
+            for (int k = 0; k < 4; k++) {
+                int len = text_from(d, q, 400, text, k & 1);
+                if (len < 0)
+                    continue;
+                int32_t e = fl_dfa_walk(d, p, text, (size_t)len);
+                CHECK(e >= 0 && d->accept[e], "schema %zu: state %d (rank %d) takes a text that "
+                      "%d (rank %d) of its chain does not: %.*s", si, q, d->rank[q], p, d->rank[p],
+                      len, text);
+                len = text_from(d, p, 400, text, true);
+                if (len < 0)
+                    continue;
+                e = fl_dfa_walk(d, q, text, (size_t)len);
+                apart += e < 0 || !d->accept[e];
+            }
+        }
+        CHECK(pairs > 200 && apart > 0, "schema %zu: %d pairs weighed, %d texts told apart", si,
+              pairs, apart);
+        free(ch);
+        fl_dfa_free(d);
+    }
+    /* a pattern's own repetitions are not counted: no chains, nothing dropped */
+    fl_dfa *d = compile("{\"type\":\"string\",\"pattern\":\"^[a-z]{0,30}$\"}");
+    CHECK(d && !d->cls, "a pattern has no chains");
+    fl_dfa_free(d);
 }
 
 /* ---- 2 and 3: the real tokenizer ---- */
@@ -201,6 +293,9 @@ static const char *schemas[] = {
     "\"order_id\",\"status\",\"items\",\"refund\"],\"additionalProperties\":false}",
     "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"boolean\"},{\"type\":\"string\"}]},"
     "\"minItems\":2,\"maxItems\":4}",
+    "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":2,"
+    "\"maxLength\":12},\"note\":{\"type\":\"string\",\"maxLength\":60}},\"required\":[\"name\","
+    "\"note\"],\"additionalProperties\":false}",
     NULL, /* json_object */
 };
 
@@ -297,9 +392,10 @@ static void test_tokenizer(void)
     float *prefer = calloc((size_t)V, sizeof(float));
     /* each schema twice: tdist exact (every token walked), then the single-byte bound that
        large automata over large vocabularies get */
-    for (int run = 0; run < 6; run++) {
-        int si = run % 3;
-        bool exact = run < 3;
+    const int ns = (int)(sizeof schemas / sizeof *schemas);
+    for (int run = 0; run < 2 * ns; run++) {
+        int si = run % ns;
+        bool exact = run < ns;
         fl_dfa *d = NULL;
         if (schemas[si])
             d = compile(schemas[si]);
@@ -398,9 +494,21 @@ static void test_tokenizer(void)
     fl_tokenizer_free(tk);
 }
 
+static void test_brute(void)
+{
+    test_brute_on("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"}},"
+                  "\"required\":[\"a\"],\"additionalProperties\":false}",
+                  false, 300);
+    /* "true" and "false" are 4 and 5 characters: paths of one layer differ in length */
+    test_brute_on("{\"type\":\"string\",\"maxLength\":5}", true, 200);
+    test_brute_on("{\"type\":\"string\",\"minLength\":2,\"maxLength\":6}", true, 200);
+    test_brute_on("{\"type\":\"string\",\"maxLength\":7,\"pattern\":\"^[a-z]*$\"}", true, 200);
+}
+
 int main(void)
 {
     test_brute();
+    test_chains();
     test_tokenizer();
     return check_summary("test_cdecode");
 }
