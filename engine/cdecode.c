@@ -255,17 +255,24 @@ int32_t fl_cons_step(const fl_cons *c, int32_t s, int32_t id, const int32_t *eos
 /* ---- the dynamic program ---- */
 
 typedef struct ent {
-    int32_t st;   /* automaton state, or FL_CONS_END */
+    int32_t st;   /* automaton state, or FL_CONS_END; DEAD once dominated */
     float sc;     /* best score of a path to it */
     int32_t back; /* entry of the previous layer */
     int32_t tok;  /* the token of this position on that path */
+    int32_t key;  /* the state, or its chain (fl_dfa.cls): entries of one key share a list */
+    int32_t rank; /* its place in the chain (0 without one) */
+    int32_t nx;   /* the next entry of the key's list, -1 */
+    bool keep;    /* the protected path's: never dominated away */
 } ent;
+
+#define DEAD (-3)
 
 /* how a free position's scores were normalised (to give the chosen token's probability) */
 typedef struct pnorm {
     float mx, temp, cut;
     double lz, lzk;     /* log of the normaliser: all tokens, and those above the cut */
     int sampled;
+    uint64_t seed;      /* sampled: the position's noise (gumbel_at) */
 } pnorm;
 
 #define HASH_CAP 4096 /* > 2 * FL_CONS_MAX_STATES, a power of two */
@@ -274,15 +281,30 @@ struct fl_cdp {
     ent *e;
     size_t n_e, cap_e;
     int32_t layer[FL_CONS_MAX_POS + 2]; /* first entry of each layer */
-    int32_t hash[HASH_CAP];
+    int32_t hash[HASH_CAP]; /* key -> the first entry of its list */
+    int32_t live;           /* the layer's entries not dominated */
     int32_t *cand;
     float *csc;
     int n_cand, cap_cand;
     int32_t order[FL_CONS_MAX_STATES + 1];
+    struct scand *sorted; /* (cap_cand) scratch of sort_cands */
+    /* per key (a state, or n + its chain, or 2n for the end): the entry expanded last that
+       reached it (its stamp) and the least rank it reached there */
+    uint32_t *stamp;
+    int32_t *mrank;
+    size_t cap_stamp;
+    uint32_t tagc;
     float *w;        /* (vocab) weights when sampling */
     int32_t cap_w;
     pnorm norm[FL_CONS_MAX_POS];
+    int32_t pco[FL_CONS_MAX_POS + 1]; /* position j's candidates: cand[pco[j] .. pco[j + 1]) */
+    double rest[FL_CONS_MAX_POS + 1]; /* the best scores of positions j .. n - 1, summed */
 };
+
+typedef struct scand {
+    float sc;
+    int32_t i, tok;
+} scand;
 
 fl_cdp *fl_cdp_new(void) { return calloc(1, sizeof(fl_cdp)); }
 
@@ -293,6 +315,9 @@ void fl_cdp_free(fl_cdp *w)
     free(w->e);
     free(w->cand);
     free(w->csc);
+    free(w->sorted);
+    free(w->stamp);
+    free(w->mrank);
     free(w->w);
     free(w);
 }
@@ -316,10 +341,56 @@ static int add_cand(fl_cdp *w, int32_t t, float sc)
     return 0;
 }
 
-static float gumbel(uint64_t *rng)
+static int cmp_scand(const void *x, const void *y)
 {
-    double u = ((double)(fl_xorshift(rng) >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
+    const scand *a = x, *b = y;
+    if (a->sc != b->sc)
+        return a->sc < b->sc ? 1 : -1;
+    return (a->i > b->i) - (a->i < b->i);
+}
+
+/* The candidates in order of score, best first, ties in the order they were added (the
+   order the program met them in before). -1 when out of memory. */
+static int sort_cands(fl_cdp *w, int from)
+{
+    int m = w->n_cand - from;
+    if (m < 2)
+        return 0;
+    scand *t = realloc(w->sorted, sizeof(scand) * (size_t)m);
+    if (!t)
+        return -1;
+    w->sorted = t;
+    for (int k = 0; k < m; k++)
+        t[k] = (scand){w->csc[from + k], k, w->cand[from + k]};
+    qsort(t, (size_t)m, sizeof(scand), cmp_scand);
+    for (int k = 0; k < m; k++) {
+        w->cand[from + k] = t[k].tok;
+        w->csc[from + k] = t[k].sc;
+    }
+    return 0;
+}
+
+/* Gumbel noise of token t at a position whose draw is seed: a function of the two (splitmix64
+   of their mix), so that any token's noisy score can be computed again later (the program
+   weighs the tokens of states' shortest ways, which are no candidates, after the position's
+   candidates were chosen). */
+static float gumbel_at(uint64_t seed, int32_t t)
+{
+    uint64_t z = seed + 0x9e3779b97f4a7c15ull * ((uint64_t)(uint32_t)t + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    double u = ((double)(z >> 11) + 0.5) / 9007199254740992.0; /* (0, 1) */
     return (float)-log(-log(u));
+}
+
+/* A sampled position's score of token t: its tempered log-probability plus its noise
+   (perturb-and-MAP); one outside top_k/top_p is a last resort (a large penalty). */
+static float noisy(const pnorm *pn, const float *lg, int32_t t)
+{
+    float base = (lg[t] - pn->mx) / pn->temp;
+    return expf(base) >= pn->cut ? base - (float)pn->lzk + gumbel_at(pn->seed, t)
+                                 : base - (float)pn->lz + gumbel_at(pn->seed, t) - 1e4f;
 }
 
 /* The candidates of a free position with logits, best first: the top FL_CONS_TOPK tokens by
@@ -356,13 +427,9 @@ static int free_cands(const fl_cons *c, fl_cdp *w, const float *lg, float lse, i
                 zk += w->w[i];
         pn->lz = log(z);
         pn->lzk = log(zk);
-        /* perturb-and-MAP: a token's score is its tempered log-probability plus Gumbel noise;
-           one outside top_k/top_p is a last resort (a large penalty) */
-        for (int i = 0; i < vocab; i++) {
-            float base = (lg[i] - mx) / pn->temp;
-            w->w[i] = w->w[i] >= pn->cut ? base - (float)pn->lzk + gumbel(rng)
-                                        : base - (float)pn->lz + gumbel(rng) - 1e4f;
-        }
+        pn->seed = fl_xorshift(rng);
+        for (int i = 0; i < vocab; i++)
+            w->w[i] = noisy(pn, lg, i);
         sc = w->w;
     } else if (isfinite(lse) && lse >= mx) {
         pn->lz = pn->lzk = (double)lse - mx; /* log z of the logits less their maximum */
@@ -374,7 +441,6 @@ static int free_cands(const fl_cons *c, fl_cdp *w, const float *lg, float lse, i
         pn->lz = pn->lzk = log((double)zf);
         pn->cut = 0;
     }
-    w->n_cand = 0;
     /* top K by score: a sorted array, best first */
     int32_t top[FL_CONS_TOPK];
     float tsc[FL_CONS_TOPK];
@@ -418,37 +484,68 @@ static float tok_prob(const pnorm *pn, const float *lg, int32_t t)
 }
 
 /* Inserts (st, sc) into the current layer [lo, n_e) through the hash, or improves the state's
-   entry. A full layer takes no new state unless forced (the protected path's). Returns the
-   state's entry, -1 when it was not taken, -2 when out of memory. */
-static int32_t relax(fl_cdp *w, int32_t lo, int32_t st, float sc, int32_t back, int32_t tok,
+   entry. Entries of one chain (fl_dfa.cls) dominate each other: one with fewer characters
+   written (a lower rank) and a score as good can go wherever the other can, and as well, so
+   the other is dropped (or never taken). A full layer takes no new state unless forced (the
+   protected path's, which is also never dropped). Returns the state's entry, -1 when it was
+   not taken, -2 when out of memory. */
+static int32_t relax(const fl_cons *c, fl_cdp *w, int32_t st, float sc, int32_t back, int32_t tok,
                      bool force)
 {
-    uint32_t h = ((uint32_t)(st + 2) * 2654435761u) & (HASH_CAP - 1);
-    while (w->hash[h] >= 0) {
-        ent *x = &w->e[w->hash[h]];
-        if (x->st == st) {
-            if (sc > x->sc) {
-                x->sc = sc;
-                x->back = back;
-                x->tok = tok;
-            }
-            return w->hash[h];
-        }
+    const fl_dfa *d = c->dfa;
+    bool chained = st >= 0 && d->cls && d->cls[st] >= 0;
+    int32_t key = chained ? d->n + d->cls[st] : st, rank = chained ? d->rank[st] : 0;
+    uint32_t h = ((uint32_t)(key + 2) * 2654435761u) & (HASH_CAP - 1);
+    while (w->hash[h] >= 0 && w->e[w->hash[h]].key != key)
         h = (h + 1) & (HASH_CAP - 1);
+    int32_t self = -1;
+    for (int32_t x = w->hash[h]; x >= 0 && self < 0; x = w->e[x].nx)
+        if (w->e[x].st == st)
+            self = x;
+    if (self < 0 && !force)
+        for (int32_t x = w->hash[h]; x >= 0; x = w->e[x].nx)
+            if (w->e[x].rank < rank && w->e[x].sc >= sc)
+                return -1; /* dominated */
+    if (self >= 0) {
+        ent *x = &w->e[self];
+        if (sc <= x->sc) {
+            x->keep |= force;
+            return self;
+        }
+        x->sc = sc;
+        x->back = back;
+        x->tok = tok;
+        x->keep |= force;
+    } else {
+        if (w->live >= FL_CONS_MAX_STATES && !force)
+            return -1; /* the layer is full: keep the states found first (the better ones) */
+        if (w->n_e == w->cap_e) {
+            size_t nc = w->cap_e ? 2 * w->cap_e : 4096;
+            ent *ne = realloc(w->e, sizeof(ent) * nc);
+            if (!ne)
+                return -2;
+            w->e = ne;
+            w->cap_e = nc;
+        }
+        self = (int32_t)w->n_e++;
+        w->e[self] = (ent){st, sc, back, tok, key, rank, w->hash[h], force};
+        w->hash[h] = self;
+        w->live++;
     }
-    if ((int32_t)w->n_e - lo >= FL_CONS_MAX_STATES && !force)
-        return -1; /* the layer is full: keep the states found first (the better ones) */
-    if (w->n_e == w->cap_e) {
-        size_t nc = w->cap_e ? 2 * w->cap_e : 4096;
-        ent *ne = realloc(w->e, sizeof(ent) * nc);
-        if (!ne)
-            return -2;
-        w->e = ne;
-        w->cap_e = nc;
+    if (!chained)
+        return self;
+    /* the entries it dominates now: higher ranks, scores no better */
+    for (int32_t *at = &w->hash[h]; *at >= 0;) {
+        ent *y = &w->e[*at];
+        if (*at != self && y->rank > rank && y->sc <= sc && !y->keep) {
+            y->st = DEAD;
+            *at = y->nx;
+            w->live--;
+        } else {
+            at = &y->nx;
+        }
     }
-    w->hash[h] = (int32_t)w->n_e;
-    w->e[w->n_e++] = (ent){st, sc, back, tok};
-    return (int32_t)w->n_e - 1;
+    return self;
 }
 
 /* The state after token t from state st at a position (-1: not allowed): an end token only in
@@ -467,11 +564,27 @@ static int32_t next_state(const fl_cons *c, int32_t st, int32_t t, const int32_t
     return ns >= 0 && c->tdist[ns] <= rem ? ns : -1;
 }
 
-static float cand_score(const fl_cdp *w, const fl_cpos *p, const pnorm *pn, int32_t t)
+static float cand_score(const fl_cpos *p, const pnorm *pn, int32_t t)
 {
     if (p->fixed >= 0 || !p->logits)
         return 0.0f;
-    return pn->sampled ? w->w[t] : p->logits[t] - pn->mx - (float)pn->lz;
+    return pn->sampled ? noisy(pn, p->logits, t) : p->logits[t] - pn->mx - (float)pn->lz;
+}
+
+/* The protected path's token at position j from state st: the decided one, else the previous
+   assignment's, else the first of the state's shortest way to a whole value (an end token at
+   a whole value), else after the end the position's best candidate. */
+static int32_t prot_token(const fl_cons *c, const fl_cdp *w, const fl_cpos *p, int32_t st, int j,
+                          const int32_t *eos, int n_eos)
+{
+    int32_t pt = p->fixed >= 0    ? p->fixed
+               : p->prev >= 0     ? p->prev
+               : st >= 0          ? c->tnext[st]
+               : w->pco[j + 1] > w->pco[j] ? w->cand[w->pco[j]]
+                                  : -1;
+    if (st >= 0 && pt < 0) /* a whole value already: the end */
+        pt = n_eos ? eos[0] : -1;
+    return pt;
 }
 
 int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, int n, int32_t left,
@@ -482,25 +595,34 @@ int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, in
         return 0;
     if (n > FL_CONS_MAX_POS || n > left || (s0 != FL_CONS_END && s0 < 0))
         return -1;
+    const fl_dfa *dfa = c->dfa;
+    size_t nkeys = 2 * (size_t)dfa->n + 1;
+    if (w->cap_stamp < nkeys) {
+        uint32_t *st = realloc(w->stamp, sizeof(uint32_t) * nkeys);
+        if (st)
+            w->stamp = st;
+        int32_t *mr = st ? realloc(w->mrank, sizeof(int32_t) * nkeys) : NULL;
+        if (!mr)
+            return -1;
+        w->mrank = mr;
+        w->cap_stamp = nkeys;
+        w->tagc = 0;
+    }
+    if (w->tagc > UINT32_MAX - 2 * FL_CONS_MAX_POS * (FL_CONS_MAX_STATES + 2) || !w->tagc) {
+        memset(w->stamp, 0, sizeof(uint32_t) * w->cap_stamp); /* stamps start over */
+        w->tagc = 0;
+    }
     w->n_e = 0;
     w->layer[0] = 0;
+    w->live = 0;
     for (int i = 0; i < HASH_CAP; i++)
         w->hash[i] = -1;
-    /* the protected path: through each position's decided token, else the previous step's
-       assignment, else the state's shortest way to a whole value. It stays valid from step to
-       step (the decided tokens came from it, the budget test let its states through), so it
-       is always inserted, even into a full layer: the program never runs dry. */
-    int32_t prot = relax(w, 0, s0, 0.0f, -1, -1, true);
-    if (prot < 0)
-        return -1;
+    /* every position's candidates, best first (in position order: sampling draws its noise
+       in that order) */
+    w->n_cand = 0;
     for (int j = 0; j < n; j++) {
-        int32_t prev_lo = w->layer[j], prev_hi = (int32_t)w->n_e;
-        w->layer[j + 1] = prev_hi;
-        int32_t rem = left - j - 1; /* positions after this one before max_tokens */
-        /* this position's candidates, best first */
-        w->n_cand = 0;
-        bool free_pos = pos[j].fixed < 0;
-        if (!free_pos) {
+        w->pco[j] = w->n_cand;
+        if (pos[j].fixed >= 0) {
             if (add_cand(w, pos[j].fixed, 0.0f))
                 return -1;
         } else if (pos[j].logits) {
@@ -517,10 +639,50 @@ int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, in
             if (pos[j].prev >= 0 && add_cand(w, pos[j].prev, 0.0f))
                 return -1;
         }
+        if (sort_cands(w, w->pco[j]))
+            return -1;
+    }
+    w->pco[n] = w->n_cand;
+    w->rest[n] = 0;
+    for (int j = n - 1; j >= 0; j--) /* a token's score is never above its position's best */
+        w->rest[j] = w->rest[j + 1] + (w->pco[j + 1] > w->pco[j] ? w->csc[w->pco[j]] : 0.0f);
+    /* the protected path: through each position's decided token, else the previous step's
+       assignment, else the state's shortest way to a whole value. It stays valid from step to
+       step (the decided tokens came from it, the budget test let its states through), so it
+       is always inserted, even into a full layer: the program never runs dry. Walked here
+       first, its score is a floor for the best: a path that cannot reach it, even with every
+       later position's best token, is not weighed (floor; exact: such a path never wins). */
+    double floor_sc = 0;
+    for (int32_t j = 0, st = s0; j < n; j++) {
+        int32_t pt = prot_token(c, w, &pos[j], st, j, eos, n_eos);
+        int32_t ns = pt >= 0 && pt < vocab ? next_state(c, st, pt, eos, n_eos, left - j - 1) : -1;
+        if (ns == -1 || (j == n - 1 && ns != FL_CONS_END && c->tdist[ns] > left - n)) {
+            floor_sc = -INFINITY; /* (a bug upstream: no floor) */
+            break;
+        }
+        floor_sc += cand_score(&pos[j], &w->norm[j], pt);
+        st = ns;
+    }
+    if (isfinite(floor_sc))
+        floor_sc -= 1e-3 + 1e-4 * fabs(floor_sc); /* the sums' rounding */
+    int32_t prot = relax(c, w, s0, 0.0f, -1, -1, true);
+    if (prot < 0)
+        return -1;
+    for (int j = 0; j < n; j++) {
+        int32_t prev_lo = w->layer[j], prev_hi = (int32_t)w->n_e;
+        w->layer[j + 1] = prev_hi;
+        int32_t rem = left - j - 1; /* positions after this one before max_tokens */
+        bool free_pos = pos[j].fixed < 0;
+        const int32_t *cand = w->cand + w->pco[j];
+        const float *csc = w->csc + w->pco[j];
+        int n_cand = w->pco[j + 1] - w->pco[j];
+        double after_this = w->rest[j + 1];
         /* the previous layer's states, best first (a full layer keeps those) */
-        int np = prev_hi - prev_lo;
-        for (int i = 0; i < np; i++) {
-            int32_t v = prev_lo + i, k = i;
+        int np = 0;
+        for (int32_t v = prev_lo; v < prev_hi; v++) {
+            if (w->e[v].st == DEAD)
+                continue;
+            int k = np++;
             while (k > 0 && w->e[w->order[k - 1]].sc < w->e[v].sc) {
                 w->order[k] = w->order[k - 1];
                 k--;
@@ -529,18 +691,14 @@ int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, in
         }
         for (int i = 0; i < HASH_CAP; i++)
             w->hash[i] = -1;
+        w->live = 0;
         /* the protected path's step first */
         int32_t pst = w->e[prot].st;
-        int32_t pt = !free_pos          ? pos[j].fixed
-                   : pos[j].prev >= 0   ? pos[j].prev
-                   : pst >= 0           ? c->tnext[pst]
-                                        : (w->n_cand ? w->cand[0] : -1);
-        if (pst >= 0 && pt < 0) /* a whole value already: the end */
-            pt = n_eos ? eos[0] : -1;
+        int32_t pt = prot_token(c, w, &pos[j], pst, j, eos, n_eos);
         int32_t pns = pt >= 0 && pt < vocab ? next_state(c, pst, pt, eos, n_eos, rem) : -1;
         int32_t nprot = -1;
         if (pns != -1) {
-            nprot = relax(w, prev_hi, pns, w->e[prot].sc + cand_score(w, &pos[j], &w->norm[j], pt),
+            nprot = relax(c, w, pns, w->e[prot].sc + cand_score(&pos[j], &w->norm[j], pt),
                           prot, pt, true);
             if (nprot == -2)
                 return -1;
@@ -549,37 +707,58 @@ int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, in
             int32_t pi = w->order[i];
             int32_t st = w->e[pi].st;
             float base = w->e[pi].sc;
+            if (n_cand && (double)base + csc[0] + after_this < floor_sc)
+                break; /* this state and the worse ones after it cannot reach the floor */
             if (st == FL_CONS_END) { /* anything: the best candidate */
-                if (relax(w, prev_hi, FL_CONS_END, base + w->csc[0], pi, w->cand[0], false) == -2)
+                if (relax(c, w, FL_CONS_END, base + csc[0], pi, cand[0], false) == -2)
                     return -1;
                 continue;
             }
-            for (int k = 0; k < w->n_cand; k++) {
-                int32_t ns = next_state(c, st, w->cand[k], eos, n_eos, rem);
-                if (ns != -1 && relax(w, prev_hi, ns, base + w->csc[k], pi, w->cand[k], false) == -2)
+            /* the candidates best first: a state this entry reached already, or a later
+               state of its chain, came with a score as good, so it is weighed once */
+            uint32_t tag = ++w->tagc;
+            for (int k = 0; k < n_cand; k++) {
+                if ((double)base + csc[k] + after_this < floor_sc)
+                    break;
+                int32_t ns = next_state(c, st, cand[k], eos, n_eos, rem);
+                if (ns == -1)
+                    continue;
+                bool chained = ns >= 0 && dfa->cls && dfa->cls[ns] >= 0;
+                size_t key = ns == FL_CONS_END ? 2 * (size_t)dfa->n
+                             : chained       ? (size_t)dfa->n + (size_t)dfa->cls[ns]
+                                             : (size_t)ns;
+                int32_t rank = chained ? dfa->rank[ns] : 0;
+                if (w->stamp[key] == tag && w->mrank[key] <= rank)
+                    continue;
+                w->stamp[key] = tag;
+                w->mrank[key] = rank;
+                if (relax(c, w, ns, base + csc[k], pi, cand[k], false) == -2)
                     return -1;
             }
-            /* and the first token of its shortest way to a whole value, whatever its score */
+            /* and the first token of its shortest way to a whole value, whatever its score
+               (short of the floor) */
             int32_t t = c->tnext[st];
-            if (free_pos && t >= 0 && t < vocab) {
+            float tsc = free_pos && t >= 0 && t < vocab ? cand_score(&pos[j], &w->norm[j], t) : 0;
+            if (free_pos && t >= 0 && t < vocab && (double)base + tsc + after_this >= floor_sc) {
                 int32_t ns = next_state(c, st, t, eos, n_eos, rem);
-                if (ns != -1 &&
-                    relax(w, prev_hi, ns, base + cand_score(w, &pos[j], &w->norm[j], t), pi, t,
-                          false) == -2)
+                if (ns != -1 && relax(c, w, ns, base + tsc, pi, t, false) == -2)
                     return -1;
             }
         }
-        if ((int32_t)w->n_e == prev_hi)
+        if (!w->live)
             return -1; /* no state survives (the protected path did not either: a bug) */
         /* the protected entry may have been improved by another path: its state is what counts */
-        prot = nprot >= 0 ? nprot : prev_hi;
+        prot = nprot;
+        for (int32_t v = prev_hi; prot < 0; v++)
+            if (w->e[v].st != DEAD)
+                prot = v;
     }
     /* the best last state (every kept state can finish in the positions after these), then
        back along its path */
     int32_t lo = w->layer[n], best = -1, after = left - n;
     for (int32_t i = lo; i < (int32_t)w->n_e; i++) {
         int32_t st = w->e[i].st;
-        if (st != FL_CONS_END && c->tdist[st] > after)
+        if (st == DEAD || (st != FL_CONS_END && c->tdist[st] > after))
             continue;
         if (best < 0 || w->e[i].sc > w->e[best].sc)
             best = i;

@@ -98,14 +98,18 @@ typedef struct fl_cpos {
 /* The most probable assignment of n consecutive positions that the automaton accepts from
  * state s0 (or FL_CONS_END), where `left` positions remain before max_tokens from the first
  * of them (the reply must be a whole value by then). Inside the n positions every token
- * sequence is weighed (a state is dropped only when even the longest tokens could not finish
- * it in time); after them, the state reached must be finishable in the positions left with
+ * sequence is weighed, short of three cuts that never lose the best: a state is dropped when
+ * even the longest tokens could not finish it in time, or when a state before it in its chain
+ * (fl_dfa.cls: fewer characters of a counted string written) scores as well, and a path is
+ * not extended when even each later position's best token could not bring it up to the
+ * score of the protected path (the decided tokens, else the previous assignment); after them, the state reached must be finishable in the positions left with
  * single-byte tokens (tdist), so that the next block can always go on. Decided positions keep
  * their tokens,
  * masked ones with logits are scored by log-softmax (greedy), or with o->temperature > 0 by
  * tempered log-softmax plus Gumbel noise drawn from *rng (a sample of the constrained
- * distribution's perturb-and-MAP; top_k/top_p narrow the candidates, though the single-byte
- * and end tokens stay as a last resort). Writes tok[j] and prob[j] (the token's probability
+ * distribution's perturb-and-MAP, the noise of a token a function of the position's draw and
+ * the token; top_k/top_p narrow the candidates, though the single-byte and end tokens stay
+ * as a last resort). Writes tok[j] and prob[j] (the token's probability
  * under the position's distribution: softmax, or the tempered one) for every position.
  * Returns 0, or -1 when no assignment exists (the fixed tokens leave the language: a bug
  * upstream, or a budget too small). */
