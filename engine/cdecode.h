@@ -102,17 +102,17 @@ typedef struct fl_cpos {
  * even the longest tokens could not finish it in time, or when a state before it in its chain
  * (fl_dfa.cls: fewer characters of a counted string written) scores as well, and a path is
  * not extended when even each later position's best token could not bring it up to the
- * score of the protected path (the decided tokens, else the previous assignment); after them, the state reached must be finishable in the positions left with
- * single-byte tokens (tdist), so that the next block can always go on. Decided positions keep
- * their tokens,
+ * score of the protected path (the decided tokens, else the previous assignment). After
+ * them, the state reached must be finishable in the positions left with single-byte tokens
+ * (tdist), so that the next block can always go on. Decided positions keep their tokens,
  * masked ones with logits are scored by log-softmax (greedy), or with o->temperature > 0 by
- * tempered log-softmax plus Gumbel noise drawn from *rng (a sample of the constrained
- * distribution's perturb-and-MAP, the noise of a token a function of the position's draw and
+ * tempered log-softmax plus Gumbel noise (a sample of the constrained distribution's
+ * perturb-and-MAP; one draw from *rng per position, each token's noise a function of it and
  * the token; top_k/top_p narrow the candidates, though the single-byte and end tokens stay
- * as a last resort). Writes tok[j] and prob[j] (the token's probability
- * under the position's distribution: softmax, or the tempered one) for every position.
- * Returns 0, or -1 when no assignment exists (the fixed tokens leave the language: a bug
- * upstream, or a budget too small). */
+ * as a last resort). Writes tok[j] and prob[j] (the token's probability under the position's
+ * distribution: softmax, or the tempered one) for every position. Returns 0, or -1 when no
+ * assignment exists (the fixed tokens leave the language: a bug upstream, or a budget too
+ * small). */
 int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, int n, int32_t left,
                  int vocab, const int32_t *eos, int n_eos, const fl_decode_opts *o, uint64_t *rng,
                  int32_t *tok, float *prob);

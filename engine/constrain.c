@@ -1317,7 +1317,8 @@ static int cmp_crank(const void *x, const void *y)
 
 /* Pairs (p, q) read as "p takes every text that q takes", explored from the proposed links:
    a pair needs the pairs its bytes lead to (where the two states differ). */
-#define SIM_MAX_PAIRS (1 << 22)
+/* (a proof that a chain holds explores about one pair per state of it: more is not chains) */
+#define SIM_PAIRS_PER_STATE 4
 
 typedef struct sim {
     int64_t *key; /* (p << 32 | q) of each pair */
@@ -1327,6 +1328,7 @@ typedef struct sim {
     size_t tabn;
     int32_t *ec, *ep; /* the needs: child pair ec[k] is needed by parent pair ep[k] */
     size_t ne, ecap;
+    int32_t max; /* pairs at most */
 } sim;
 
 /* The pair's index, added when new; -1 when the exploration is too large or memory short. */
@@ -1334,8 +1336,6 @@ static int32_t sim_pair(sim *S, int32_t p, int32_t q)
 {
     int64_t k = (int64_t)p << 32 | (uint32_t)q;
     if ((size_t)S->n * 2 >= S->tabn) {
-        if (S->n >= SIM_MAX_PAIRS)
-            return -1;
         size_t tn = S->tabn ? S->tabn * 2 : 4096;
         int32_t *t = malloc(sizeof(int32_t) * tn);
         if (!t)
@@ -1355,6 +1355,8 @@ static int32_t sim_pair(sim *S, int32_t p, int32_t q)
     for (; S->tab[j] >= 0; j = (j + 1) & (S->tabn - 1))
         if (S->key[S->tab[j]] == k)
             return S->tab[j];
+    if (S->n >= S->max)
+        return -1;
     if (S->n == S->cap) {
         int32_t cap = S->cap ? S->cap * 2 : 1024;
         int64_t *nk = realloc(S->key, sizeof(int64_t) * (size_t)cap);
@@ -1376,7 +1378,7 @@ static int sim_need(sim *S, int32_t child, int32_t parent)
 {
     if (S->ne == S->ecap) {
         size_t cap = S->ecap ? S->ecap * 2 : 4096;
-        if (cap > 4 * (size_t)SIM_MAX_PAIRS)
+        if (cap > 4 * (size_t)S->max)
             return -1;
         int32_t *a = realloc(S->ec, sizeof(int32_t) * cap);
         if (a)
@@ -1481,7 +1483,7 @@ static void chains(const nfa *N, const builder *B, fl_dfa *D)
     while (tabn < 2 * (size_t)n)
         tabn *= 2;
     int32_t *tab = malloc(sizeof(int32_t) * tabn);
-    sim S = {0};
+    sim S = {.max = SIM_PAIRS_PER_STATE * n + 4096};
     if (!cv || !co || !cr || !up || !lp || !cls || !rank || !tab)
         goto out;
     memset(tab, 0xff, sizeof(int32_t) * tabn);
