@@ -194,6 +194,59 @@ static void test_brute_on(const char *schema, bool chained, int trials)
     fl_tvocab_free(tv);
 }
 
+/* ---- 1a: sampling draws from the constrained distribution ---- */
+
+/* One position that must be a whole boolean: only the tokens "true" and "false" can be it, so
+   perturb-and-MAP must pick "true" with probability softmax(lg / T) renormalized over the two,
+   whatever the other tokens' logits (the noise of each token a hash of the position's draw
+   and the token: the frequencies test that hash's independence too). */
+static void test_sampling(void)
+{
+    fl_tvocab *tv = toy_vocab();
+    fl_dfa *d = compile("{\"type\":\"boolean\"}");
+    fl_cons *c = NULL;
+    fl_err e = {0};
+    CHECK(d && fl_cons_create(d, tv, 0, &c, &e) == 0, "cons: %s", e.msg);
+    if (!c)
+        return;
+    fl_cdp *w = fl_cdp_new();
+    int32_t eos = TOY_N;
+    const float temps[2] = {1.0f, 0.5f};
+    for (int ti = 0; ti < 2; ti++) {
+        fl_decode_opts o;
+        fl_decode_opts_default(&o);
+        o.temperature = temps[ti];
+        o.top_k = 0;
+        o.top_p = 1.0f;
+        float lg[TOY_V];
+        for (int t = 0; t < TOY_V; t++)
+            lg[t] = 2.0f * gauss();
+        lg[5] = 1.0f; /* "true" */
+        lg[6] = 0.0f; /* "false" */
+        double a = exp(1.0 / temps[ti]), want = a / (a + 1.0);
+        int draws = 20000, got = 0, other = 0;
+        for (int k = 0; k < draws; k++) {
+            uint64_t r = rnd() | 1;
+            fl_cpos pos = {.fixed = -1, .logits = lg, .lse = NAN, .prev = -1};
+            int32_t tok;
+            float prob;
+            if (fl_cons_best(c, w, 0, &pos, 1, 1, TOY_V, &eos, 1, &o, &r, &tok, &prob)) {
+                other++;
+                continue;
+            }
+            got += tok == 5;
+            other += tok != 5 && tok != 6;
+        }
+        double f = (double)got / draws, sd = sqrt(want * (1 - want) / draws);
+        CHECK(other == 0, "T %g: %d draws were neither true nor false", temps[ti], other);
+        CHECK(fabs(f - want) < 5 * sd, "T %g: \"true\" %.4f of the draws, want %.4f (sd %.4f)",
+              temps[ti], f, want, sd);
+    }
+    fl_cdp_free(w);
+    fl_cons_unref(c);
+    fl_tvocab_free(tv);
+}
+
 /* ---- 1b: the chains the decoder's dominance relies on ---- */
 
 /* A random text of at most max bytes from state s to an accepting state (dist keeps the end
@@ -508,6 +561,7 @@ static void test_brute(void)
 int main(void)
 {
     test_brute();
+    test_sampling();
     test_chains();
     test_tokenizer();
     return check_summary("test_cdecode");
