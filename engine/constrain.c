@@ -1471,9 +1471,20 @@ static void chains(const nfa *N, const builder *B, fl_dfa *D)
     int32_t n = D->n;
     if (!N->n_fid || n < 2)
         return;
+    /* each state's least count (INT32_MAX: untagged); the component lists of tagged ones */
+    int32_t *least = malloc(sizeof(int32_t) * (size_t)n);
     size_t total = 0;
-    for (int32_t d = 0; d < n; d++)
-        total += (size_t)B->sets[d].n;
+    for (int32_t d = 0; least && d < n; d++) {
+        const dset *ds = &B->sets[d];
+        least[d] = INT32_MAX;
+        for (int32_t i = 0; i < ds->n; i++) {
+            const ntag *t = &N->tag[ds->v[i]];
+            if (t->fid && t->cnt >= 0 && t->cnt < least[d])
+                least[d] = t->cnt;
+        }
+        if (least[d] != INT32_MAX)
+            total += (size_t)ds->n;
+    }
     comp *cv = malloc(sizeof(comp) * (total ? total : 1));
     size_t *co = malloc(sizeof(size_t) * ((size_t)n + 1));
     crank *cr = malloc(sizeof(crank) * (size_t)n);
@@ -1484,7 +1495,7 @@ static void chains(const nfa *N, const builder *B, fl_dfa *D)
         tabn *= 2;
     int32_t *tab = malloc(sizeof(int32_t) * tabn);
     sim S = {.max = SIM_PAIRS_PER_STATE * n + 4096};
-    if (!cv || !co || !cr || !up || !lp || !cls || !rank || !tab)
+    if (!least || !cv || !co || !cr || !up || !lp || !cls || !rank || !tab)
         goto out;
     memset(tab, 0xff, sizeof(int32_t) * tabn);
     /* classes: the tagged states' component lists, interned (a class named by its first state) */
@@ -1492,23 +1503,20 @@ static void chains(const nfa *N, const builder *B, fl_dfa *D)
     int32_t m = 0;
     for (int32_t d = 0; d < n; d++) {
         const dset *ds = &B->sets[d];
-        int32_t least = INT32_MAX;
-        for (int32_t i = 0; i < ds->n; i++) {
-            const ntag *t = &N->tag[ds->v[i]];
-            if (t->fid && t->cnt >= 0 && t->cnt < least)
-                least = t->cnt;
-        }
+        int32_t lc = least[d];
         co[d] = at;
+        cls[d] = -1;
+        rank[d] = 0;
+        if (lc == INT32_MAX) {
+            co[d + 1] = at;
+            continue;
+        }
         for (int32_t i = 0; i < ds->n; i++) {
             const ntag *t = &N->tag[ds->v[i]];
-            cv[at++] = t->fid && t->cnt >= 0 ? (comp){t->fid, t->grp, t->ord, t->cnt - least}
+            cv[at++] = t->fid && t->cnt >= 0 ? (comp){t->fid, t->grp, t->ord, t->cnt - lc}
                                              : (comp){0, ds->v[i], 0, 0};
         }
         co[d + 1] = at;
-        cls[d] = -1;
-        rank[d] = 0;
-        if (least == INT32_MAX)
-            continue;
         size_t len = co[d + 1] - co[d];
         qsort(cv + co[d], len, sizeof(comp), cmp_comp);
         uint64_t h = 1469598103934665603ull;
@@ -1526,8 +1534,8 @@ static void chains(const nfa *N, const builder *B, fl_dfa *D)
         if (tab[j] < 0)
             tab[j] = d;
         cls[d] = tab[j];
-        rank[d] = least;
-        cr[m++] = (crank){cls[d], least, d};
+        rank[d] = lc;
+        cr[m++] = (crank){cls[d], lc, d};
     }
     /* the proposed links: each state to the one before it in its class */
     qsort(cr, (size_t)m, sizeof(crank), cmp_crank);
@@ -1561,6 +1569,7 @@ static void chains(const nfa *N, const builder *B, fl_dfa *D)
         cls = rank = NULL;
     }
 out:
+    free(least);
     free(cv);
     free(co);
     free(cr);

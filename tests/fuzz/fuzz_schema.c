@@ -3,7 +3,7 @@
  * and memory; a compiled automaton must be well formed (every edge inside it, distances that
  * agree with its edges and acceptance) and every text it samples must load as JSON (jansson;
  * a number beyond a double only where numbers are unbounded, the decoder's bound keeps them
- * inside one). Every
+ * inside one), and its chains must hold (check_chains). Every
  * other input is compiled as the decoder compiles (bounded whitespace and digits, a tool
  * call's tags around it) and decoded (engine/cdecode.c) over a vocabulary of the 256 bytes,
  * some words and an end token, with logits from the input: the text must be accepted. */
@@ -13,6 +13,7 @@
 
 #include "cdecode.h"
 #include "constrain.h"
+#include "decode.h"
 #include "fuzz_common.h"
 
 /* jansson's refusals of a number too large for a double or an int64: the grammar is JSON's */
@@ -20,6 +21,54 @@ static bool too_big(const char *why)
 {
     return strstr(why, "real number overflow") || strstr(why, "too big integer") ||
            strstr(why, "too big negative integer");
+}
+
+/* The chains (fl_dfa.cls, rank) the decoder drops states by: every text that takes a chained
+   state to a whole value takes the state before it in its chain there too. Random texts from
+   up to 64 chained states (a walk that keeps acceptance in reach), each checked from the
+   state of the next lower rank in its chain. */
+static void check_chains(const fl_dfa *d, uint64_t rng)
+{
+    if (!d->cls)
+        return;
+    int checked = 0;
+    for (int32_t q = 0; q < d->n && checked < 64; q++) {
+        FZ_CHECK(d->cls[q] >= -1 && d->cls[q] < d->n && d->rank[q] >= 0, "state %d: chain %d "
+                 "rank %d", q, d->cls[q], d->rank[q]);
+        if (d->cls[q] < 0)
+            continue;
+        int32_t p = -1;
+        for (int32_t x = 0; x < d->n; x++)
+            if (x != q && d->cls[x] == d->cls[q] && d->rank[x] < d->rank[q] &&
+                (p < 0 || d->rank[x] > d->rank[p]))
+                p = x;
+        if (p < 0)
+            continue;
+        checked++;
+        unsigned char text[256];
+        for (int k = 0; k < 2; k++) {
+            int32_t s = q, n = 0;
+            while (!(d->accept[s] && (n == (int32_t)sizeof text || fl_xorshift(&rng) % 8 == 0))) {
+                int live[256], nl = 0;
+                for (int c = 0; c < 256; c++) {
+                    int32_t t = d->next[(size_t)s * 256 + (size_t)c];
+                    if (t >= 0 && d->dist[t] < (int32_t)sizeof text - n)
+                        live[nl++] = c;
+                }
+                if (!nl)
+                    break;
+                int c = live[fl_xorshift(&rng) % (unsigned)nl];
+                text[n++] = (unsigned char)c;
+                s = d->next[(size_t)s * 256 + (size_t)c];
+            }
+            if (!d->accept[s])
+                continue;
+            int32_t e = fl_dfa_walk(d, p, text, (size_t)n);
+            FZ_CHECK(e >= 0 && d->accept[e], "chain %d: state %d (rank %d) takes a text that %d "
+                     "(rank %d) does not: %.*s", d->cls[q], q, d->rank[q], p, d->rank[p], (int)n,
+                     text);
+        }
+    }
 }
 
 /* bounded: numbers at most 15 digits with a 2-digit exponent (as the decoder compiles), so
@@ -40,6 +89,7 @@ static void check_dfa(const fl_dfa *d, uint64_t seed, bool bounded)
         }
         FZ_CHECK(best == d->dist[s], "state %d: dist %d, its edges say %d", s, d->dist[s], best);
     }
+    check_chains(d, seed | 1);
     fl_buf b = {0};
     uint64_t rng = seed;
     for (int i = 0; i < 4; i++) {
