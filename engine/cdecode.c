@@ -287,7 +287,6 @@ struct fl_cdp {
     float *csc;
     int n_cand, cap_cand;
     int32_t order[FL_CONS_MAX_STATES + 1];
-    struct scand *sorted; /* (cap_cand) scratch of sort_cands */
     /* per key (a state, or n + its chain, or 2n for the end): the entry expanded last that
        reached it (its stamp) and the least rank it reached there */
     uint32_t *stamp;
@@ -298,13 +297,10 @@ struct fl_cdp {
     int32_t cap_w;
     pnorm norm[FL_CONS_MAX_POS];
     int32_t pco[FL_CONS_MAX_POS + 1]; /* position j's candidates: cand[pco[j] .. pco[j + 1]) */
+    int32_t ptop[FL_CONS_MAX_POS];    /* how many of them lead, best first, each scoring at
+                                         least as well as any candidate after them */
     double rest[FL_CONS_MAX_POS + 1]; /* the best scores of positions j .. n - 1, summed */
 };
-
-typedef struct scand {
-    float sc;
-    int32_t i, tok;
-} scand;
 
 fl_cdp *fl_cdp_new(void) { return calloc(1, sizeof(fl_cdp)); }
 
@@ -315,7 +311,6 @@ void fl_cdp_free(fl_cdp *w)
     free(w->e);
     free(w->cand);
     free(w->csc);
-    free(w->sorted);
     free(w->stamp);
     free(w->mrank);
     free(w->w);
@@ -338,35 +333,6 @@ static int add_cand(fl_cdp *w, int32_t t, float sc)
     }
     w->cand[w->n_cand] = t;
     w->csc[w->n_cand++] = sc;
-    return 0;
-}
-
-static int cmp_scand(const void *x, const void *y)
-{
-    const scand *a = x, *b = y;
-    if (a->sc != b->sc)
-        return a->sc < b->sc ? 1 : -1;
-    return (a->i > b->i) - (a->i < b->i);
-}
-
-/* The candidates in order of score, best first, ties in the order they were added (the
-   order the program met them in before). -1 when out of memory. */
-static int sort_cands(fl_cdp *w, int from)
-{
-    int m = w->n_cand - from;
-    if (m < 2)
-        return 0;
-    scand *t = realloc(w->sorted, sizeof(scand) * (size_t)m);
-    if (!t)
-        return -1;
-    w->sorted = t;
-    for (int k = 0; k < m; k++)
-        t[k] = (scand){w->csc[from + k], k, w->cand[from + k]};
-    qsort(t, (size_t)m, sizeof(scand), cmp_scand);
-    for (int k = 0; k < m; k++) {
-        w->cand[from + k] = t[k].tok;
-        w->csc[from + k] = t[k].sc;
-    }
     return 0;
 }
 
@@ -393,11 +359,12 @@ static float noisy(const pnorm *pn, const float *lg, int32_t t)
                                  : base - (float)pn->lz + gumbel_at(pn->seed, t) - 1e4f;
 }
 
-/* The candidates of a free position with logits, best first: the top FL_CONS_TOPK tokens by
- * score, then every single-byte token and end token. */
+/* The candidates of a free position with logits: the top FL_CONS_TOPK tokens by score, best
+ * first (their number in *ntop), then every single-byte token and end token, which score no
+ * better than the last of them. */
 static int free_cands(const fl_cons *c, fl_cdp *w, const float *lg, float lse, int32_t prev, int vocab,
                       const int32_t *eos, int n_eos, const fl_decode_opts *o, uint64_t *rng,
-                      pnorm *pn)
+                      pnorm *pn, int32_t *ntop)
 {
     float mx = -INFINITY;
     for (int i = 0; i < vocab; i++)
@@ -461,6 +428,7 @@ static int free_cands(const fl_cons *c, fl_cdp *w, const float *lg, float lse, i
     for (int i = 0; i < nt; i++)
         if (add_cand(w, top[i], tsc[i]))
             return -1;
+    *ntop = nt;
     for (int b = 0; b < 256; b++) {
         int32_t t = c->tv->single[b];
         if (t >= 0 && t < vocab && add_cand(w, t, sc ? sc[t] : lg[t] - mx - (float)pn->lz))
@@ -493,7 +461,7 @@ static int32_t relax(const fl_cons *c, fl_cdp *w, int32_t st, float sc, int32_t 
                      bool force)
 {
     const fl_dfa *d = c->dfa;
-    bool chained = st >= 0 && d->cls && d->cls[st] >= 0;
+    bool chained = st >= 0 && d->cls && d->cls[st] >= 0 && !c->uncut;
     int32_t key = chained ? d->n + d->cls[st] : st, rank = chained ? d->rank[st] : 0;
     uint32_t h = ((uint32_t)(key + 2) * 2654435761u) & (HASH_CAP - 1);
     while (w->hash[h] >= 0 && w->e[w->hash[h]].key != key)
@@ -617,17 +585,19 @@ int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, in
     w->live = 0;
     for (int i = 0; i < HASH_CAP; i++)
         w->hash[i] = -1;
-    /* every position's candidates, best first (in position order: sampling draws its noise
-       in that order) */
+    /* every position's candidates (in position order: sampling draws its noise in that
+       order), the best first */
     w->n_cand = 0;
     for (int j = 0; j < n; j++) {
         w->pco[j] = w->n_cand;
+        w->ptop[j] = 0; /* (no logits: all score 0, in no order that matters) */
         if (pos[j].fixed >= 0) {
             if (add_cand(w, pos[j].fixed, 0.0f))
                 return -1;
+            w->ptop[j] = 1;
         } else if (pos[j].logits) {
             if (free_cands(c, w, pos[j].logits, pos[j].lse, pos[j].prev, vocab, eos, n_eos, o, rng,
-                           &w->norm[j]))
+                           &w->norm[j], &w->ptop[j]))
                 return -1;
         } else {
             for (int b = 0; b < 256; b++)
@@ -639,8 +609,6 @@ int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, in
             if (pos[j].prev >= 0 && add_cand(w, pos[j].prev, 0.0f))
                 return -1;
         }
-        if (sort_cands(w, w->pco[j]))
-            return -1;
     }
     w->pco[n] = w->n_cand;
     w->rest[n] = 0;
@@ -665,6 +633,8 @@ int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, in
     }
     if (isfinite(floor_sc))
         floor_sc -= 1e-3 + 1e-4 * fabs(floor_sc); /* the sums' rounding */
+    if (c->uncut)
+        floor_sc = -INFINITY;
     int32_t prot = relax(c, w, s0, 0.0f, -1, -1, true);
     if (prot < 0)
         return -1;
@@ -675,7 +645,7 @@ int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, in
         bool free_pos = pos[j].fixed < 0;
         const int32_t *cand = w->cand + w->pco[j];
         const float *csc = w->csc + w->pco[j];
-        int n_cand = w->pco[j + 1] - w->pco[j];
+        int n_cand = w->pco[j + 1] - w->pco[j], n_top = w->ptop[j];
         double after_this = w->rest[j + 1];
         /* the previous layer's states, best first (a full layer keeps those) */
         int np = 0;
@@ -714,24 +684,30 @@ int fl_cons_best(const fl_cons *c, fl_cdp *w, int32_t s0, const fl_cpos *pos, in
                     return -1;
                 continue;
             }
-            /* the candidates best first: a state this entry reached already, or a later
-               state of its chain, came with a score as good, so it is weighed once */
+            /* the leading candidates best first: a state this entry reached already, or a
+               later state of its chain, came with a score as good, so it is weighed once; the
+               rest score no better than any leader, so a state a leader reached is skipped */
             uint32_t tag = ++w->tagc;
             for (int k = 0; k < n_cand; k++) {
-                if ((double)base + csc[k] + after_this < floor_sc)
-                    break;
+                if ((double)base + csc[k] + after_this < floor_sc) {
+                    if (k < n_top)
+                        k = n_top - 1; /* the leaders after it score no better */
+                    continue;
+                }
                 int32_t ns = next_state(c, st, cand[k], eos, n_eos, rem);
                 if (ns == -1)
                     continue;
-                bool chained = ns >= 0 && dfa->cls && dfa->cls[ns] >= 0;
+                bool chained = ns >= 0 && dfa->cls && dfa->cls[ns] >= 0 && !c->uncut;
                 size_t key = ns == FL_CONS_END ? 2 * (size_t)dfa->n
                              : chained       ? (size_t)dfa->n + (size_t)dfa->cls[ns]
                                              : (size_t)ns;
                 int32_t rank = chained ? dfa->rank[ns] : 0;
-                if (w->stamp[key] == tag && w->mrank[key] <= rank)
+                if (w->stamp[key] == tag && w->mrank[key] <= rank && !c->uncut)
                     continue;
-                w->stamp[key] = tag;
-                w->mrank[key] = rank;
+                if (k < n_top) {
+                    w->stamp[key] = tag;
+                    w->mrank[key] = rank;
+                }
                 if (relax(c, w, ns, base + csc[k], pi, cand[k], false) == -2)
                     return -1;
             }

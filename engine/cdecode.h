@@ -48,6 +48,8 @@ typedef struct fl_cons {
                             value (the decoder always weighs it: the budget test's promise) */
     bool exact;          /* tdist is the true fewest tokens (every token walked from every
                             state), not the single-byte bound */
+    bool uncut;          /* benchmarks only (`fogline bench decode --cuts`): fl_cons_best
+                            without its cuts (chains, the floor, repeated states skipped) */
 } fl_cons;
 
 /* States x vocabulary up to which tdist is computed exactly (walking every token from every

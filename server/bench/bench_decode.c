@@ -11,7 +11,9 @@
  * With --schema FILE (or --json-object), instead: row 4's settings at 1 and 16 concurrent
  * sequences unconstrained and under the constraint, on the same prompts: what constrained
  * denoising costs in TPF and tokens/s, the share of committed positions it changed, and the
- * share of replies the automaton accepts and jansson parses. */
+ * share of replies the automaton accepts and jansson parses; with --cuts, also constrained with
+ * the decoder's dynamic program uncut (fl_cons.uncut): what its cuts buy, and that they change
+ * no token. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -155,7 +157,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: fogline bench decode [--model DIR] [--prompts FILE] [--n N] [--max-tokens N]\n"
                "                            [--threads N] [--tier-dir DIR] [--no-fsync]\n"
                "                            [--device cpu|cuda|auto] [--weights LIST]\n"
-               "                            [--schema FILE | --json-object]\n\n"
+               "                            [--schema FILE | --json-object [--cuts]]\n\n"
                "FILE: a JSON array of {\"messages\": [...], \"reply\": \"reference reply\"}\n"
                "(default: tests/data/helpdesk_heldout.json of the default model).\n"
                "--tier-dir: where the KV pages are persisted (default: a fresh directory under\n"
@@ -164,7 +166,9 @@ static void usage(FILE *f)
                "--weights: a comma list of formats (auto, f32, bf16, q8, q4): instead of the\n"
                "techniques' table, row 4 (all of them) for each format, one after another.\n"
                "--schema FILE | --json-object: instead, row 4 unconstrained and under the\n"
-               "constraint (response_format): TPF, tokens/s, changed positions, valid replies.\n");
+               "constraint (response_format): TPF, tokens/s, changed positions, valid replies.\n"
+               "--cuts: and constrained again with the dynamic program's cuts off (chains,\n"
+               "the floor, repeated states skipped): what they buy; the tokens must not change.\n");
 }
 
 #define TABLE_HEAD                                                                                 \
@@ -204,7 +208,7 @@ static int weights_table(const char *model_dir, const char *prompts, int n, int 
    same prompts, one backend. */
 static int constrained_table(const fl_bench_env *env, const char *model_dir, int max_tokens,
                              const char *tier_dir, bool fsync_tier, const char *schema_file,
-                             const char *schema_text)
+                             const char *schema_text, bool cuts)
 {
     fl_err e = {0};
     fl_cons_cache *cc = fl_cons_cache_new(env->m, 1, 0);
@@ -237,11 +241,31 @@ static int constrained_table(const fl_bench_env *env, const char *model_dir, int
             break;
         printf("| %4d | none       | %6.2f |           | %8.1f |                |         |         |\n",
                conc, free_r.tpf, free_r.tps);
-        printf("| %4d | yes        | %6.2f | %8.0f%% | %8.1f | %13.0f%% | %6.1f%% | %3d/%-3d |\n",
-               conc, cons_r.tpf, free_r.tpf > 0 ? 100.0 * cons_r.tpf / free_r.tpf : 0, cons_r.tps,
-               free_r.tps > 0 ? 100.0 * cons_r.tps / free_r.tps : 0,
-               cons_r.tokens ? 100.0 * (double)cons_r.changed / (double)cons_r.tokens : 0,
-               cons_r.valid, cons_r.replies);
+        const row_res *rs[2] = {&cons_r, NULL};
+        row_res uncut_r;
+        if (cuts) { /* the same constraint, the program uncut (nothing else shares it here) */
+            cons->uncut = true;
+            rc = run_row(env->m, env->b, &rw, env->items, env->n, max_tokens, tier_dir, 0,
+                         fsync_tier, cons, &uncut_r);
+            cons->uncut = false;
+            if (rc)
+                break;
+            rs[1] = &uncut_r;
+        }
+        for (int k = 0; k < 2 && rs[k]; k++)
+            printf("| %4d | %-10s | %6.2f | %8.0f%% | %8.1f | %13.0f%% | %6.1f%% | %3d/%-3d |\n",
+                   conc, k ? "no cuts" : "yes", rs[k]->tpf,
+                   free_r.tpf > 0 ? 100.0 * rs[k]->tpf / free_r.tpf : 0, rs[k]->tps,
+                   free_r.tps > 0 ? 100.0 * rs[k]->tps / free_r.tps : 0,
+                   rs[k]->tokens ? 100.0 * (double)rs[k]->changed / (double)rs[k]->tokens : 0,
+                   rs[k]->valid, rs[k]->replies);
+        if (cuts)
+            printf("| %4d | cuts buy   | %5.2fx tokens/s; committed tokens %s |\n", conc,
+                   uncut_r.tps > 0 ? cons_r.tps / uncut_r.tps : 0,
+                   cons_r.tokens == uncut_r.tokens && cons_r.changed == uncut_r.changed &&
+                           cons_r.tpf == uncut_r.tpf
+                       ? "the same"
+                       : "DIFFER");
         fflush(stdout);
     }
     fl_cons_unref(cons);
@@ -253,7 +277,7 @@ static int constrained_table(const fl_bench_env *env, const char *model_dir, int
 static int decode_tables(const char *model_dir, const char *prompts, int n, int max_tokens,
                          int threads, const char *device, const char *tier_dir, bool fsync_tier,
                          const fl_wformat *formats, int n_formats, const char *schema_file,
-                         const char *schema_text, bool json_object_fmt)
+                         const char *schema_text, bool json_object_fmt, bool cuts)
 {
     if (n_formats)
         return weights_table(model_dir, prompts, n, max_tokens, threads, device, tier_dir,
@@ -269,7 +293,7 @@ static int decode_tables(const char *model_dir, const char *prompts, int n, int 
     int32_t B = m->cfg.block_size;
     if (schema_file || json_object_fmt) {
         int rc = constrained_table(&env, model_dir, max_tokens, tier_dir, fsync_tier, schema_file,
-                                   schema_text);
+                                   schema_text, cuts);
         fl_bench_env_close(&env);
         return rc;
     }
@@ -307,9 +331,10 @@ int fl_bench_decode(int argc, char **argv)
                             {"device", required_argument, 0, 'D'},
                             {"weights", required_argument, 0, 'W'},
                             {"schema", required_argument, 0, 'S'},
-                            {"json-object", no_argument, 0, 'O'}, {0, 0, 0, 0}};
+                            {"json-object", no_argument, 0, 'O'},
+                            {"cuts", no_argument, 0, 'C'}, {0, 0, 0, 0}};
     const char *schema_file = NULL;
-    bool json_object_fmt = false;
+    bool json_object_fmt = false, cuts = false;
     fl_wformat formats[FL_WEIGHTS_COUNT];
     int n_formats = 0;
     char ferr[200];
@@ -338,6 +363,7 @@ int fl_bench_decode(int argc, char **argv)
             break;
         case 'S': schema_file = optarg; break;
         case 'O': json_object_fmt = true; break;
+        case 'C': cuts = true; break;
         case 'h': usage(stdout); return 0;
         default:
             fprintf(stderr, "fogline bench decode: unknown or incomplete option '%s'\n", argv[optind - 1]);
@@ -350,6 +376,11 @@ int fl_bench_decode(int argc, char **argv)
     }
     if (!model_dir)
         model_dir = FL_DEFAULT_MODEL_DIR;
+    if (cuts && !schema_file && !json_object_fmt) {
+        fprintf(stderr, "fogline bench decode: --cuts weighs a constraint: give --schema FILE or "
+                        "--json-object\n");
+        return 2;
+    }
     if ((schema_file || json_object_fmt) && n_formats) {
         fprintf(stderr, "fogline bench decode: --schema/--json-object and --weights are separate "
                         "tables; give one\n");
@@ -386,7 +417,7 @@ int fl_bench_decode(int argc, char **argv)
     }
     int rc = decode_tables(model_dir, prompts, n, max_tokens, threads, device, tier_dir,
                            fsync_tier, formats, n_formats, schema_file, schema_text,
-                           json_object_fmt);
+                           json_object_fmt, cuts);
     free(schema_text);
     if (made[0] && fl_rmtree(made)) {
         fprintf(stderr, "fogline bench decode: cannot remove %s: %s\n", made, strerror(errno));
