@@ -69,6 +69,7 @@ def main():
         (["forward", "--kv-format", "f16"], "--kv-format must be auto, f32 or bf16, got 'f16' (in the list 'f16')"),
         (["forward", "--kv-format", "bf16,"], "--kv-format must be auto, f32 or bf16, got '' (in the list 'bf16,')"),
         (["forward", "--kv-format", "f32,bf16,f32"], "--kv-format lists 'f32' twice"),
+        (["decode", "--cuts"], "--cuts weighs a constraint: give --schema FILE or --json-object"),
     ]:
         r = bench(fogline, *args, "--model", model)
         err = r.stderr.strip()
@@ -105,6 +106,19 @@ def main():
     check(r.returncode == 1 and "cannot make a temporary tier directory under" in err
           and err.count("\n") == 0, "a $TMPDIR that is missing: one line, exit 1 (%r)" % err)
     shutil.rmtree(tmp)
+
+    # --cuts: the constrained row again with the dynamic program uncut; the cuts never lose
+    # the best assignment, so the replies are the same (the bench compares their texts)
+    schema = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "schemas",
+                          "reply_max200.json")
+    r = bench(fogline, "decode", "--model", model, "--n", "4", "--max-tokens", "32", "--no-fsync",
+              "--schema", schema, "--cuts")
+    buys = re.findall(r"^\| +(\d+) \| cuts buy +\| +[0-9.]+x tokens/s; replies (.*) \|$",
+                      r.stdout, re.M)
+    uncut = re.findall(r"^\| +(\d+) \| no cuts +\|", r.stdout, re.M)
+    check(r.returncode == 0 and uncut == ["1", "16"] and buys == [("1", "the same"), ("16", "the same")],
+          "bench decode --schema --cuts: an uncut row per concurrency, the same replies (%d: %s %s %s)"
+          % (r.returncode, uncut, buys, r.stderr.strip()))
 
     r = bench(fogline, "decode", "--model", model, "--n", "1", "--device", "cuda")
     if r.returncode == 1:
