@@ -834,10 +834,43 @@ static frag f_string_of(nfa *N, const json_t *node, const char *path)
         }
     }
     if (mn || mx) {
-        if (fl_cpa_length(lo, hi, &b, &le) || fl_cpa_and_into(&acc, b, &le)) {
-            fl_cpa_free(acc);
-            return bad_msg(N, path, mn ? "minLength" : "maxLength", le.msg), f_empty(N);
+        /* a maxLength whose count times the pattern's states passes FL_CONSTRAIN_LENGTH_STATES
+           writes shorter strings (still valid), down to minLength: the longest that fits,
+           by bisection (a product prunes what cannot finish, so its size is no product of
+           the two) */
+        int64_t most = acc ? FL_CPA_MAX_STATES / acc->n - 1 : hi; /* (n x (hi + 1) states) */
+        if (hi > most)
+            hi = most > lo ? most : lo;
+        fl_cpa *r = NULL;
+        int64_t fits = lo - 1, over = hi + 1; /* lengths known to fit, and not to */
+        for (int64_t at = hi;;) {
+            fl_cpa *t = NULL;
+            if (fl_cpa_length(lo, at, &b, &le) || (acc ? fl_cpa_and(acc, b, &t, &le) : 0)) {
+                fl_cpa_free(b);
+                fl_cpa_free(r);
+                fl_cpa_free(acc);
+                return bad_msg(N, path, mn ? "minLength" : "maxLength", le.msg), f_empty(N);
+            }
+            if (acc)
+                fl_cpa_free(b);
+            else
+                t = b;
+            if (!acc || at < 0 || t->n <= FL_CONSTRAIN_LENGTH_STATES || at == lo) {
+                fl_cpa_free(r);
+                r = t;
+                fits = at;
+            } else {
+                fl_cpa_free(t);
+                over = at;
+            }
+            if (fits == at && (at == hi || over == at + 1))
+                break;
+            if (over <= fits + 1) /* (r holds the longest that fits) */
+                break;
+            at = fits + (over - fits) / 2;
         }
+        fl_cpa_free(acc);
+        acc = r;
     }
     if (fl_cpa_empty(acc)) {
         fl_cpa_free(acc);

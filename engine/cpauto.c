@@ -1452,6 +1452,9 @@ int fl_cpa_and_into(fl_cpa **acc, fl_cpa *b, fl_err *e)
 #define H16 "[0-9A-Fa-f]{1,4}"
 #define LS32 "(?:" H16 ":" H16 "|" IPV4 ")"
 
+/* RFC 3986's pchar (unreserved, percent-encoded, sub-delims, ':' and '@') */
+#define PCHAR "(?:[A-Za-z0-9._~!$&'()*+,;=:@-]|%[0-9A-Fa-f]{2})"
+
 static const struct {
     const char *name, *pattern;
     int32_t max_len; /* 0: none */
@@ -1475,6 +1478,13 @@ static const struct {
              "|(?:(?:" H16 ":){0,3}" H16 ")?::" H16 ":" LS32 "|(?:(?:" H16 ":){0,4}" H16 ")?::" LS32
              "|(?:(?:" H16 ":){0,5}" H16 ")?::" H16 "|(?:(?:" H16 ":){0,6}" H16 ")?::)", 0},
     {"uuid", "[0-9A-Fa-f]{8}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4}-[0-9A-Fa-f]{12}", 0},
+    /* RFC 3986's absolute URI with a fragment allowed (what validators check as "uri"): a
+       scheme, then an authority of a registered name and a port (no user information, no
+       IP literal in brackets) with an absolute path, or a path alone; query and fragment */
+    {"uri", "[A-Za-z][A-Za-z0-9+.-]*:"
+            "(?://(?:[A-Za-z0-9._~!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*(?::[0-9]*)?(?:/" PCHAR "*)*"
+            "|/(?:" PCHAR "+(?:/" PCHAR "*)*)?|" PCHAR "+(?:/" PCHAR "*)*)"
+            "(?:\\?(?:" PCHAR "|[/?])*)?(?:#(?:" PCHAR "|[/?])*)?", 0},
 };
 
 int fl_cpa_format(const char *name, fl_cpa **out, fl_err *e)
@@ -1499,7 +1509,7 @@ int fl_cpa_format(const char *name, fl_cpa **out, fl_err *e)
         return rc;
     }
     return fl_err_set(e, FL_EINVAL, "unsupported format (date-time, date, time, duration, email, "
-                                    "hostname, ipv4, ipv6, uuid)"), -1;
+                                    "hostname, ipv4, ipv6, uuid, uri)"), -1;
 }
 
 /* ---- numbers ---- */

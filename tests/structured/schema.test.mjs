@@ -179,7 +179,7 @@ test('schemas outside the subset: one-line errors naming the keyword and where',
   const cases = [
     [{ type: 'string', pattern: '^a', minProperties: 1 }, /unsupported keyword 'minProperties' .* \(at the schema's root\)$/],
     [{ type: 'string', pattern: '(?=a)' }, /'pattern': unsupported: lookahead at offset 1 \(at the schema's root\)$/],
-    [{ type: 'object', properties: { a: { type: 'string', format: 'uri' } }, required: ['a'] }, /'format': 'uri' is an unsupported format .*\(at \/properties\/a\)$/],
+    [{ type: 'object', properties: { a: { type: 'string', format: 'uri-reference' } }, required: ['a'] }, /'format': 'uri-reference' is an unsupported format .*\(at \/properties\/a\)$/],
     [{ $defs: { n: { type: 'object', properties: { next: { $ref: '#/$defs/n' } }, required: ['next'] } }, $ref: '#/$defs/n' }, /'\$ref' '#\/\$defs\/n' is recursive/],
     [{ $ref: '#/$defs/missing' }, /'\$ref' '#\/\$defs\/missing' does not name a schema/],
     [{ type: 'text' }, /unknown type 'text'/],

@@ -188,8 +188,8 @@ test('bad tool inputs are 400s naming the field', async () => {
   await bad(think, { tool_choice: 'required' }, 'tool_choice', /'tools' is empty/);
   await bad(think, { tools: TOOLS, tool_choice: { type: 'function', function: { name: 'cancel' } } }, 'tool_choice', /not among 'tools'/);
   await bad(think, { tools: TOOLS, tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice', /cannot be combined/);
-  await bad(think, { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { d: { type: 'string', format: 'uri' } } } } }],
-    tool_choice: 'required' }, 'tools', /'format': 'uri' is an unsupported format/);
+  await bad(think, { tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { d: { type: 'string', format: 'uri-reference' } } } } }],
+    tool_choice: 'required' }, 'tools', /'format': 'uri-reference' is an unsupported format/);
   // a call's arguments are an object: parameters that allow anything else are refused, in every mode
   const fnp = (parameters) => [{ type: 'function', function: { name: 'f', parameters } }];
   for (const tool_choice of ['required', 'auto']) {
