@@ -45,6 +45,9 @@ typedef struct nfa {
     int32_t max_depth;
     int32_t max_ws;
     int32_t max_digits;
+    int32_t len_states; /* a counted string's character states at most (compile() halves it
+                           when the whole automaton is too large) */
+    bool shortened;     /* some maxLength beside a pattern or format met len_states */
     fl_err *e;
     int failed;
 } nfa;
@@ -834,8 +837,9 @@ static frag f_string_of(nfa *N, const json_t *node, const char *path)
         }
     }
     if (mn || mx) {
-        /* a maxLength whose count times the pattern's states passes FL_CONSTRAIN_LENGTH_STATES
-           writes shorter strings (still valid), down to minLength: the longest that fits,
+        /* a maxLength whose count times the pattern's states passes N->len_states
+           (FL_CONSTRAIN_LENGTH_STATES, less when the schema is large) writes shorter strings
+           (still valid), down to minLength: the longest that fits,
            by bisection (a product prunes what cannot finish, so its size is no product of
            the two) */
         int64_t most = acc ? FL_CPA_MAX_STATES / acc->n - 1 : hi; /* (n x (hi + 1) states) */
@@ -855,13 +859,14 @@ static frag f_string_of(nfa *N, const json_t *node, const char *path)
                 fl_cpa_free(b);
             else
                 t = b;
-            if (!acc || at < 0 || t->n <= FL_CONSTRAIN_LENGTH_STATES || at == lo) {
+            if (!acc || at < 0 || t->n <= N->len_states || at == lo) {
                 fl_cpa_free(r);
                 r = t;
                 fits = at;
             } else {
                 fl_cpa_free(t);
                 over = at;
+                N->shortened = true;
             }
             if (fits == at && (at == hi || over == at + 1))
                 break;
@@ -1726,23 +1731,34 @@ static int finish(nfa *N, frag f, fl_dfa **out, fl_err *e)
     return rc ? -1 : 0;
 }
 
+/* A schema whose automaton is too large while some counted string was written shorter than
+   its maxLength is compiled again with half the room per counted string (down to 1/16): a
+   model with several URLs gets shorter URLs rather than a refusal. */
 static int compile(const json_t *schema, bool object, const fl_constrain_opts *o, fl_dfa **out,
                    fl_err *e)
 {
     *out = NULL;
-    nfa N = {0};
-    N.e = e;
-    N.root = schema;
-    N.max = o && o->max_states > 0 ? o->max_states : FL_CONSTRAIN_MAX_STATES;
-    N.max_depth = o && o->max_depth > 0 ? o->max_depth : FL_CONSTRAIN_MAX_DEPTH;
-    N.max_ws = o && o->max_ws > 0 ? o->max_ws : 0;
-    N.max_digits = o && o->max_digits > 0 ? o->max_digits : 0;
-    frag f = object ? f_any_object(&N, "", N.max_depth - 1) : f_value(&N, schema, "", N.max_depth);
-    if (o && o->prefix && o->prefix[0])
-        f = f_cat(&N, f_lit(&N, o->prefix, strlen(o->prefix)), f);
-    if (o && o->suffix && o->suffix[0])
-        f = f_cat(&N, f, f_lit(&N, o->suffix, strlen(o->suffix)));
-    return finish(&N, f, out, e);
+    for (int32_t room = FL_CONSTRAIN_LENGTH_STATES;; room /= 2) {
+        nfa N = {0};
+        N.e = e;
+        N.root = schema;
+        N.max = o && o->max_states > 0 ? o->max_states : FL_CONSTRAIN_MAX_STATES;
+        N.max_depth = o && o->max_depth > 0 ? o->max_depth : FL_CONSTRAIN_MAX_DEPTH;
+        N.max_ws = o && o->max_ws > 0 ? o->max_ws : 0;
+        N.max_digits = o && o->max_digits > 0 ? o->max_digits : 0;
+        N.len_states = room;
+        frag f = object ? f_any_object(&N, "", N.max_depth - 1)
+                        : f_value(&N, schema, "", N.max_depth);
+        if (o && o->prefix && o->prefix[0])
+            f = f_cat(&N, f_lit(&N, o->prefix, strlen(o->prefix)), f);
+        if (o && o->suffix && o->suffix[0])
+            f = f_cat(&N, f, f_lit(&N, o->suffix, strlen(o->suffix)));
+        bool shortened = N.shortened;
+        int rc = finish(&N, f, out, e);
+        if (!rc || e->code != FL_ERANGE || !shortened || room <= FL_CONSTRAIN_LENGTH_STATES / 16)
+            return rc;
+        *e = (fl_err){0};
+    }
 }
 
 int fl_dfa_from_schema(const json_t *schema, const fl_constrain_opts *o, fl_dfa **out, fl_err *e)

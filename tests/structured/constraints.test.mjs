@@ -479,6 +479,15 @@ test('a format with a long maxLength (pydantic HttpUrl, EmailStr): shorter value
     const took = texts.filter((t, i) => accepted[i]);
     assert.ok(took.some((t) => [...t].length >= longest), `${show(schema)} takes nothing of ${longest} characters: ${show(took)}`);
   }
+  // three of them in one object pass the automaton's size with 159 characters each: it is
+  // compiled again with less room per string, not refused
+  const url = { type: 'string', format: 'uri', minLength: 1, maxLength: 2083 };
+  const three = { type: 'object', properties: { a: url, b: url, c: url }, required: ['a', 'b', 'c'], additionalProperties: false };
+  const validate = ajv.compile(three);
+  const obj = (n) => JSON.stringify({ a: long(n), b: long(n), c: long(n) });
+  const { samples, accepted } = session(three, { n: 10, seed: 4, maxBytes: 1000, texts: [obj(40), obj(60), obj(1000)] });
+  for (const t of samples) assert.ok(validate(JSON.parse(t)), `a sample is invalid: ${t}`);
+  assert.deepEqual(accepted, [true, true, false], 'three URLs of 40 and 60 characters taken, of 1,000 not');
 });
 
 // ---- numbers ----
