@@ -796,6 +796,55 @@ static int num_format(const json_t *node)
            : !strcmp(f, "float") || !strcmp(f, "double") ? 1 : 0;
 }
 
+/* A product with a length counter (cnt: each character counts one), built for lengths up to
+   hi: the longest limit in lo .. hi under which it keeps at most room states (lo when none
+   does). Under a limit L it keeps the states whose nearest whole value is within L characters
+   of the start (their count and the count of the accepting state they reach first), as the
+   product built with L would. -1 when out of memory. */
+static int64_t longest_fit(const fl_cpa *r, int64_t lo, int64_t hi, int32_t room)
+{
+    int32_t n = r->n, c = r->ncls;
+    int32_t *need = malloc(sizeof(int32_t) * (size_t)n), *ord = malloc(sizeof(int32_t) * (size_t)n);
+    int64_t *hist = calloc((size_t)hi + 2, sizeof(int64_t));
+    int64_t fit = -1;
+    if (!need || !ord || !hist || !r->cnt)
+        goto out;
+    /* the states by count, highest first (a counting sort): a transition counts one up */
+    for (int32_t s = 0; s < n; s++)
+        hist[r->cnt[s] < 0 ? 0 : r->cnt[s] > hi ? hi : r->cnt[s]]++;
+    for (int64_t k = hi, at = 0; k >= 0; k--) {
+        int64_t x = hist[k];
+        hist[k] = at;
+        at += x;
+    }
+    for (int32_t s = 0; s < n; s++)
+        ord[hist[r->cnt[s] < 0 ? 0 : r->cnt[s] > hi ? hi : r->cnt[s]]++] = s;
+    for (int32_t i = 0; i < n; i++) {
+        int32_t s = ord[i];
+        need[s] = r->accept[s] ? r->cnt[s] : INT32_MAX;
+        for (int32_t k = 0; k < c; k++) {
+            int32_t t = r->next[(size_t)s * (size_t)c + (size_t)k];
+            if (t >= 0 && need[t] < need[s])
+                need[s] = need[t];
+        }
+    }
+    memset(hist, 0, sizeof(int64_t) * ((size_t)hi + 2));
+    for (int32_t s = 0; s < n; s++)
+        if (need[s] != INT32_MAX && need[s] <= hi)
+            hist[need[s]]++;
+    fit = lo;
+    for (int64_t k = 0, kept = 1; k <= hi; k++) { /* (the start stays in any case) */
+        kept += hist[k];
+        if (k >= lo && kept <= room)
+            fit = k;
+    }
+out:
+    free(need);
+    free(ord);
+    free(hist);
+    return fit;
+}
+
 /* a string under pattern, format, minLength, maxLength */
 static frag f_string_of(nfa *N, const json_t *node, const char *path)
 {
@@ -839,40 +888,46 @@ static frag f_string_of(nfa *N, const json_t *node, const char *path)
     if (mn || mx) {
         /* a maxLength whose count times the pattern's states passes N->len_states
            (FL_CONSTRAIN_LENGTH_STATES, less when the schema is large) writes shorter strings
-           (still valid), down to minLength: the longest that fits,
-           by bisection (a product prunes what cannot finish, so its size is no product of
-           the two) */
+           (still valid), down to minLength: the longest that fits (longest_fit) */
         int64_t most = acc ? FL_CPA_MAX_STATES / acc->n - 1 : hi; /* (n x (hi + 1) states) */
         if (hi > most)
             hi = most > lo ? most : lo;
         fl_cpa *r = NULL;
-        int64_t fits = lo - 1, over = hi + 1; /* lengths known to fit, and not to */
-        for (int64_t at = hi;;) {
-            fl_cpa *t = NULL;
-            if (fl_cpa_length(lo, at, &b, &le) || (acc ? fl_cpa_and(acc, b, &t, &le) : 0)) {
+        /* first up to a limit whose product likely passes the room (twice what surely
+           fits), the whole of hi only when that one does not: products cost their size */
+        int64_t cap = acc && hi > lo ? lo + 2 * (int64_t)N->len_states / acc->n : hi;
+        if (cap > hi)
+            cap = hi;
+        for (bool last = false;;) {
+            if (fl_cpa_length(lo, cap, &b, &le) || (acc && fl_cpa_and(acc, b, &r, &le))) {
                 fl_cpa_free(b);
-                fl_cpa_free(r);
                 fl_cpa_free(acc);
                 return bad_msg(N, path, mn ? "minLength" : "maxLength", le.msg), f_empty(N);
             }
-            if (acc)
-                fl_cpa_free(b);
-            else
-                t = b;
-            if (!acc || at < 0 || t->n <= N->len_states || at == lo) {
-                fl_cpa_free(r);
-                r = t;
-                fits = at;
-            } else {
-                fl_cpa_free(t);
-                over = at;
-                N->shortened = true;
+            if (!acc) {
+                r = b;
+                break;
             }
-            if (fits == at && (at == hi || over == at + 1))
+            fl_cpa_free(b);
+            if (last || cap < 0 || cap <= lo)
                 break;
-            if (over <= fits + 1) /* (r holds the longest that fits) */
-                break;
-            at = fits + (over - fits) / 2;
+            if (r->n <= N->len_states) {
+                if (cap == hi)
+                    break;
+                cap = hi; /* all of it fits so far: try the whole */
+            } else {
+                int64_t fit = longest_fit(r, lo, cap, N->len_states);
+                if (fit < 0) {
+                    fl_cpa_free(r);
+                    fl_cpa_free(acc);
+                    return bad(N, path, "out of memory%s", ""), f_empty(N);
+                }
+                N->shortened = true;
+                cap = fit;
+                last = true;
+            }
+            fl_cpa_free(r);
+            r = NULL;
         }
         fl_cpa_free(acc);
         acc = r;
@@ -1732,7 +1787,7 @@ static int finish(nfa *N, frag f, fl_dfa **out, fl_err *e)
 }
 
 /* A schema whose automaton is too large while some counted string was written shorter than
-   its maxLength is compiled again with half the room per counted string (down to 1/16): a
+   its maxLength is compiled once more with half the room per counted string: a
    model with several URLs gets shorter URLs rather than a refusal. */
 static int compile(const json_t *schema, bool object, const fl_constrain_opts *o, fl_dfa **out,
                    fl_err *e)
@@ -1755,7 +1810,7 @@ static int compile(const json_t *schema, bool object, const fl_constrain_opts *o
             f = f_cat(&N, f, f_lit(&N, o->suffix, strlen(o->suffix)));
         bool shortened = N.shortened;
         int rc = finish(&N, f, out, e);
-        if (!rc || e->code != FL_ERANGE || !shortened || room <= FL_CONSTRAIN_LENGTH_STATES / 16)
+        if (!rc || e->code != FL_ERANGE || !shortened || room <= FL_CONSTRAIN_LENGTH_STATES / 2)
             return rc;
         *e = (fl_err){0};
     }

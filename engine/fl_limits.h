@@ -30,8 +30,7 @@
 /* A counted string's character automaton (its pattern or format times the count) at most:
  * past it, a maxLength writes shorter strings (down to minLength), as above. A format's
  * states times the count is what the byte automaton spells (a uri of at most 159 characters
- * is about 26,000 byte states); a schema too large with it is compiled again with half,
- * down to a sixteenth. */
+ * is about 26,000 byte states); a schema too large with it is compiled once more with half. */
 #define FL_CONSTRAIN_LENGTH_STATES 8192
 /* A number under minimum/maximum/multipleOf has at most this many digits in all: distinct
  * decimals of 15 significant digits are distinct doubles, so comparing the text's digits with
