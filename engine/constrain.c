@@ -4,6 +4,7 @@
  * distance to acceptance, which the decoder uses to finish the text within its token budget. */
 #include "constrain.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,9 @@ typedef struct ntag {
     int32_t fid, grp, ord, cnt;
 } ntag;
 
+/* JSON Schema's types as bits (see TYPES) */
+enum { T_NULL = 1, T_BOOL = 2, T_OBJ = 4, T_ARR = 8, T_STR = 16, T_INT = 32, T_FRAC = 64, T_ALL = 127 };
+
 typedef struct nfa {
     nst *s;
     ntag *tag; /* (cap) */
@@ -48,6 +52,11 @@ typedef struct nfa {
     int32_t len_states; /* a counted string's character states at most (compile() halves it
                            when the whole automaton is too large) */
     bool shortened;     /* some maxLength beside a pattern or format met len_states */
+    uint8_t not_types;  /* the types the keywords around the next value exclude (a 'type'
+                           beside its $ref, anyOf or oneOf): T_ bits, read by f_node */
+    long type_visits;         /* types_valid's subschemas left to visit */
+    const json_t *force_node; /* an object schema that writes ... */
+    const char *force_key;    /* ... this property always (a oneOf's tag) */
     fl_err *e;
     int failed;
 } nfa;
@@ -462,14 +471,15 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
         "enum", "const", "anyOf", "$ref", "$defs", "definitions", "title", "description",
         "$schema", "$id", "$comment", "default", "examples", "pattern", "format", "minLength",
         "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-        "allOf"};
+        "allOf", "oneOf", "discriminator"};
     const char *key = key_outside(node, ok, sizeof ok / sizeof ok[0]);
     if (key)
         return bad(N, path, "unsupported keyword '%s' (fogline constrains to OpenAI's strict "
                             "subset: type, properties, required, additionalProperties false, "
                             "items, minItems, maxItems, enum, const, anyOf, $defs, $ref, "
                             "pattern, format, minLength, maxLength, minimum, maximum, "
-                            "exclusiveMinimum, exclusiveMaximum, multipleOf, allOf of one)",
+                            "exclusiveMinimum, exclusiveMaximum, multipleOf, allOf of one, "
+                            "oneOf of exclusive schemas)",
                    key);
     return 0;
 }
@@ -521,7 +531,7 @@ static frag f_object(nfa *N, const json_t *node, const char *path, int32_t depth
     const json_t *sub;
     json_object_foreach((json_t *)props, key, sub)
     {
-        bool required = false;
+        bool required = node == N->force_node && !strcmp(key, N->force_key);
         json_array_foreach(req, i, r) required |= !strcmp(json_string_value(r), key);
         char p2[FL_CONSTRAIN_PATH];
         subpath(p2, sizeof p2, path, "properties", key);
@@ -1036,35 +1046,50 @@ static frag f_number_of(nfa *N, const json_t *node, bool integer, const char *pa
     return f;
 }
 
+static const char *const obj_keys[] = {"properties", "required", "additionalProperties"};
+static const char *const arr_keys[] = {"items", "minItems", "maxItems"};
+
 /* String keywords need a type that includes "string", number keywords one that includes
    "number" or "integer" (elsewhere they would not constrain anything, and a reader would
-   think they did), and none of them beside $ref, const, enum or anyOf. */
+   think they did); object and array keywords a type that includes "object" or "array", or
+   none (then they constrain the objects or arrays among any values). None of them stands
+   beside $ref, const, enum, anyOf or oneOf (their intersection). */
 static int check_typed_keys(nfa *N, const json_t *node, const char *path)
 {
-    for (int pass = 0; pass < 2; pass++) {
-        const char *const *keys = pass ? num_keys : str_keys;
-        size_t nk = pass ? sizeof num_keys / sizeof num_keys[0] : sizeof str_keys / sizeof str_keys[0];
+    for (int pass = 0; pass < 4; pass++) {
+        static const char *const *const lists[] = {str_keys, num_keys, obj_keys, arr_keys};
+        static const size_t sizes[] = {sizeof str_keys / sizeof str_keys[0],
+                                       sizeof num_keys / sizeof num_keys[0], 3, 3};
+        static const char *const need[][2] = {{"string", "string"}, {"number", "integer"},
+                                              {"object", "object"}, {"array", "array"}};
+        const char *const *keys = lists[pass];
         const char *key = NULL;
         bool nf = num_format(node) != 0; /* (format int32 ... is a number keyword) */
-        for (size_t i = 0; i < nk && !key; i++)
+        for (size_t i = 0; i < sizes[pass] && !key; i++)
             if (json_object_get(node, keys[i]) && !(nf && !strcmp(keys[i], "format")))
                 key = keys[i];
-        if (!key && pass && nf)
+        if (!key && pass == 1 && nf)
             key = "format";
         if (!key)
             continue;
         if (json_object_get(node, "$ref") || json_object_get(node, "const") ||
-            json_object_get(node, "enum") || json_object_get(node, "anyOf"))
-            return bad(N, path, "'%s' beside $ref, const, enum or anyOf is not supported", key);
+            json_object_get(node, "enum") || json_object_get(node, "anyOf") ||
+            json_object_get(node, "oneOf"))
+            return bad(N, path, "'%s' beside $ref, const, enum, anyOf or oneOf is not supported", key);
         const json_t *type = json_object_get(node, "type");
+        if (!type && pass >= 2)
+            continue;
         bool ok = false;
         for (size_t i = 0; i < (json_is_array(type) ? json_array_size(type) : 1); i++) {
             const char *t = json_string_value(json_is_array(type) ? json_array_get(type, i) : type);
-            ok |= t && (pass ? !strcmp(t, "number") || !strcmp(t, "integer") : !strcmp(t, "string"));
+            ok |= t && (!strcmp(t, need[pass][0]) || !strcmp(t, need[pass][1]));
         }
         if (!ok)
-            return bad(N, path, pass ? "'%s' needs a 'type' that includes \"number\" or \"integer\""
-                                     : "'%s' needs a 'type' that includes \"string\"", key);
+            return bad(N, path, pass == 1 ? "'%s' needs a 'type' that includes \"number\" or \"integer\""
+                                : pass == 0 ? "'%s' needs a 'type' that includes \"string\""
+                                : pass == 2 ? "'%s' needs a 'type' that includes \"object\" (or none)"
+                                            : "'%s' needs a 'type' that includes \"array\" (or none)",
+                       key);
     }
     return 0;
 }
@@ -1116,25 +1141,30 @@ static frag f_typed(nfa *N, const json_t *node, const char *type, const char *pa
     return f_empty(N);
 }
 
-/* "#/$defs/name", "#/definitions/name" or "#", in the current schema resource */
-static const json_t *resolve_ref(nfa *N, const char *ref, const char *path)
+/* "#/$defs/name", "#/definitions/name" or "#", in the schema resource root; NULL if none */
+static const json_t *lookup_ref(const json_t *root, const char *ref)
 {
     const char *name = NULL;
     const json_t *defs = NULL;
     if (!strncmp(ref, "#/$defs/", 8)) {
-        defs = json_object_get(N->root, "$defs");
+        defs = json_object_get(root, "$defs");
         name = ref + 8;
     } else if (!strncmp(ref, "#/definitions/", 14)) {
-        defs = json_object_get(N->root, "definitions");
+        defs = json_object_get(root, "definitions");
         name = ref + 14;
     } else if (!strcmp(ref, "#")) {
-        return N->root;
+        return root;
     }
     const json_t *t = name && !strchr(name, '/') ? json_object_get(defs, name) : NULL;
-    if (!t || !json_is_object(t)) {
+    return t && json_is_object(t) ? t : NULL;
+}
+
+/* the same, in the current schema resource, with the error */
+static const json_t *resolve_ref(nfa *N, const char *ref, const char *path)
+{
+    const json_t *t = lookup_ref(N->root, ref);
+    if (!t)
         bad(N, path, "'$ref' '%s' does not name a schema under #/$defs or #/definitions", ref);
-        return NULL;
-    }
     return t;
 }
 
@@ -1153,18 +1183,355 @@ static frag f_value(nfa *N, const json_t *node, const char *path, int32_t depth)
     return f;
 }
 
+/* ---- the types a value may have ---- */
+
+/* A value may have to satisfy a 'type' beside its $ref, anyOf or oneOf as well (their
+   intersection, as JSON Schema says): the types are bits, handed on to the schemas the value
+   is compiled from. "number" is an integer or a number with a fraction; an integral number is
+   an integer whatever its spelling (1.0), as JSON Schema says. */
+static const struct {
+    const char *name;
+    unsigned bits;
+} TYPES[] = {{"string", T_STR}, {"number", T_INT | T_FRAC}, {"integer", T_INT},
+             {"boolean", T_BOOL}, {"null", T_NULL}, {"object", T_OBJ}, {"array", T_ARR}};
+
+static unsigned type_bits(const char *t)
+{
+    for (size_t i = 0; t && i < sizeof TYPES / sizeof TYPES[0]; i++)
+        if (!strcmp(t, TYPES[i].name))
+            return TYPES[i].bits;
+    return 0;
+}
+
+static unsigned value_type(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_NULL:
+        return T_NULL;
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return T_BOOL;
+    case JSON_OBJECT:
+        return T_OBJ;
+    case JSON_ARRAY:
+        return T_ARR;
+    case JSON_STRING:
+        return T_STR;
+    case JSON_INTEGER:
+        return T_INT;
+    default: {
+        double d = json_real_value(v);
+        return d == floor(d) ? T_INT : T_FRAC;
+    }
+    }
+}
+
+/* the types node's 'type' names (T_ALL without one); 0 with the error set */
+static unsigned type_kw(nfa *N, const json_t *node, const char *path)
+{
+    const json_t *type = json_object_get(node, "type");
+    if (!type)
+        return T_ALL;
+    size_t n = json_is_array(type) ? json_array_size(type) : json_is_string(type) ? 1 : 0;
+    unsigned m = 0;
+    for (size_t i = 0; i < n || !n; i++) {
+        const char *t = json_string_value(json_is_array(type) ? json_array_get(type, i) : type);
+        if (!t || !n)
+            return bad(N, path, "'type' must be a type name or a non-empty array of them%s", ""), 0;
+        unsigned b = type_bits(t);
+        if (!b)
+            return bad(N, path, "unknown type '%s' (string, number, integer, boolean, null, object, "
+                                "array)", t),
+                   0;
+        m |= b;
+    }
+    return m;
+}
+
+/* An over-estimate of the types of the values valid for s, within m: what its 'type',
+   'const', 'enum', '$ref', 'allOf', 'anyOf' and 'oneOf' say (errors are the compiler's).
+   *left bounds the subschemas visited (N->type_visits, for the whole schema: definitions
+   naming each other through anyOfs would be visited exponentially often): past it, m. */
+static unsigned types_valid(const json_t *root, const json_t *s, unsigned m, int hops, long *left)
+{
+    if (!json_is_object(s) || hops > FL_CONSTRAIN_MAX_REFS || --*left < 0)
+        return m;
+    if (json_is_string(json_object_get(s, "$id")))
+        root = s;
+    const json_t *t = json_object_get(s, "type"), *v;
+    size_t i;
+    if (t) {
+        unsigned b = json_is_string(t) ? type_bits(json_string_value(t)) : 0;
+        json_array_foreach(t, i, v) b |= type_bits(json_string_value(v));
+        m &= b;
+    }
+    if ((v = json_object_get(s, "const")))
+        m &= value_type(v);
+    const json_t *en = json_object_get(s, "enum"), *ref = json_object_get(s, "$ref");
+    if (json_is_array(en)) {
+        unsigned b = 0;
+        json_array_foreach(en, i, v) b |= value_type(v);
+        m &= b;
+    }
+    if (json_is_string(ref))
+        m &= types_valid(root, lookup_ref(root, json_string_value(ref)), m, hops + 1, left);
+    json_array_foreach(json_object_get(s, "allOf"), i, v) m &= types_valid(root, v, m, hops + 1, left);
+    for (int k = 0; k < 2; k++) {
+        const json_t *alts = json_object_get(s, k ? "oneOf" : "anyOf");
+        if (!json_is_array(alts))
+            continue;
+        unsigned b = 0;
+        json_array_foreach(alts, i, v) b |= types_valid(root, v, m, hops + 1, left);
+        m &= b;
+    }
+    return m;
+}
+
+/* s through its '$ref's and 'allOf's of one: the schema f_node compiles in its place; *root
+   the schema resource that one is in. NULL if a $ref names nothing. */
+static const json_t *same_value_node(const json_t *s, const json_t **root)
+{
+    for (int hops = 0; json_is_object(s) && hops <= FL_CONSTRAIN_MAX_REFS; hops++) {
+        if (json_is_string(json_object_get(s, "$id")))
+            *root = s;
+        const json_t *all = json_object_get(s, "allOf"), *ref = json_object_get(s, "$ref");
+        if (json_is_array(all) && json_array_size(all) == 1)
+            s = json_array_get(all, 0);
+        else if (json_is_string(ref))
+            s = lookup_ref(*root, json_string_value(ref));
+        else
+            return s;
+    }
+    return NULL;
+}
+
+/* JSON values equal as a validator compares them (1 and 1.0 are one number); *work counts
+   the values compared */
+static bool same_json(const json_t *a, const json_t *b, long *work)
+{
+    ++*work;
+    if (json_is_number(a) && json_is_number(b))
+        return json_number_value(a) == json_number_value(b);
+    if (json_typeof(a) != json_typeof(b))
+        return false;
+    size_t i;
+    const char *k;
+    const json_t *v;
+    if (json_is_array(a)) {
+        if (json_array_size(a) != json_array_size(b))
+            return false;
+        json_array_foreach((json_t *)a, i, v) if (!same_json(v, json_array_get(b, i), work)) return false;
+        return true;
+    }
+    if (json_is_object(a)) {
+        if (json_object_size(a) != json_object_size(b))
+            return false;
+        json_object_foreach((json_t *)a, k, v) if (!json_object_get(b, k) ||
+                                                   !same_json(v, json_object_get(b, k), work)) return false;
+        return true;
+    }
+    return json_equal(a, b);
+}
+
+/* The values an object schema R (in resource root) allows its property p: its 'const' or
+   'enum', of the types its 'type' allows, as a new array; NULL when p has neither (or R has
+   no property p). */
+static json_t *tag_values(const json_t *R, const json_t *root, const char *p)
+{
+    const json_t *ps = json_object_get(json_object_get(R, "properties"), p);
+    ps = same_value_node(ps, &root);
+    const json_t *c = json_object_get(ps, "const"), *en = json_object_get(ps, "enum"), *v;
+    if (!c && !json_is_array(en))
+        return NULL;
+    unsigned m = type_bits(json_string_value(json_object_get(ps, "type")));
+    size_t i;
+    json_array_foreach(json_object_get(ps, "type"), i, v) m |= type_bits(json_string_value(v));
+    if (!json_object_get(ps, "type"))
+        m = T_ALL;
+    json_t *out = json_array();
+    if (c && (value_type(c) & m))
+        json_array_append(out, (json_t *)c);
+    json_array_foreach(c ? NULL : en, i, v) if (value_type(v) & m) json_array_append(out, (json_t *)v);
+    return out;
+}
+
+static bool disjoint(const json_t *x, const json_t *y, long *work)
+{
+    size_t i, j;
+    const json_t *a, *b;
+    json_array_foreach((json_t *)x, i, a) json_array_foreach((json_t *)y, j, b) if (same_json(a, b, work)) return false;
+    return true;
+}
+
+/* A oneOf is written as its schemas' union when no value written for one of them is valid
+   for another, which is proved here pair by pair: what their types may be (types_valid)
+   meets nowhere, or only in objects, and both are object schemas whose property p (the
+   tag: the discriminator's propertyName, else the first of the first object schema's
+   properties that tells them all apart) has const or enum values, none shared. The tag is
+   then always written (force_node/force_key): a written object carries its own schema's
+   value, which no other schema allows. Returns the tag, "" when the types alone tell the
+   schemas apart; NULL with the error set when this cannot be proved. */
+static const char *one_of_tag(nfa *N, const json_t *node, const json_t *one, unsigned m,
+                              const char *path)
+{
+    size_t n = json_array_size(one);
+    unsigned *ty = calloc(n, sizeof *ty);
+    json_t **vals = calloc(n, sizeof *vals);
+    const json_t **obj = calloc(n, sizeof *obj), **roots = calloc(n, sizeof *roots);
+    if (!ty || !vals || !obj || !roots) {
+        free(ty), free(vals), free(obj), free(roots);
+        N->failed = fl_err_set(N->e, FL_ENOMEM, "out of memory");
+        return NULL;
+    }
+    const json_t *first = NULL; /* the first object schema with properties */
+    long work = 0;              /* pairs and values compared, tag values gathered */
+    for (size_t i = 0; i < n; i++) {
+        roots[i] = N->root;
+        ty[i] = types_valid(N->root, json_array_get(one, i), m, 0, &N->type_visits);
+        obj[i] = same_value_node(json_array_get(one, i), &roots[i]);
+        if (!first && (ty[i] & T_OBJ) && json_object_size(json_object_get(obj[i], "properties")))
+            first = json_object_get(obj[i], "properties");
+    }
+    const json_t *disc = json_object_get(node, "discriminator");
+    const char *want = json_string_value(json_object_get(disc, "propertyName"));
+    /* the candidates: none (types alone), then the discriminator's or first's properties */
+    void *it = first && !want ? json_object_iter((json_t *)first) : NULL;
+    const char *tag = "", *found = NULL;
+    size_t bi = 0, bj = 0;
+    bool failed_once = false;
+    for (int round = 0; !found && work <= FL_CONSTRAIN_ONEOF_WORK; round++) {
+        bool ok = true;
+        for (size_t i = 0; i < n; i++) {
+            vals[i] = *tag ? tag_values(obj[i], roots[i], tag) : NULL;
+            work += 1 + (long)json_array_size(vals[i]);
+        }
+        for (size_t i = 0; i < n && ok && work <= FL_CONSTRAIN_ONEOF_WORK; i++)
+            for (size_t j = i + 1; j < n && ok; j++) {
+                unsigned both = ty[i] & ty[j];
+                ++work;
+                if (!both || (both == T_OBJ && vals[i] && vals[j] && disjoint(vals[i], vals[j], &work)))
+                    continue;
+                ok = false;
+                if (!failed_once || (want && *tag)) /* (the discriminator's pair is the one to name) */
+                    bi = i, bj = j;
+                failed_once = true;
+            }
+        for (size_t i = 0; i < n; i++)
+            json_decref(vals[i]);
+        if (ok && work <= FL_CONSTRAIN_ONEOF_WORK) {
+            found = tag;
+            break;
+        }
+        if (want && round == 0)
+            tag = want;
+        else if (it) {
+            tag = json_object_iter_key(it);
+            it = json_object_iter_next((json_t *)first, it);
+        } else
+            break;
+    }
+    free(ty), free(vals), free(obj), free(roots);
+    if (!found && work > FL_CONSTRAIN_ONEOF_WORK) {
+        bad(N, path, "'oneOf' has too many schemas or values to prove them exclusive (more "
+                     "than %s comparisons)", FL_STR(FL_CONSTRAIN_ONEOF_WORK));
+        return NULL;
+    }
+    if (!found) {
+        char w[48];
+        snprintf(w, sizeof w, "%zu and %zu", bi, bj);
+        bad(N, path, "'oneOf' schemas %s may both match one value (fogline writes a oneOf whose "
+                     "schemas differ in type, or in the const or enum of a property they all "
+                     "have: a discriminator; 'anyOf' takes any that match)", w);
+    }
+    return found;
+}
+
+static bool has_any(const json_t *node, const char *const *keys, size_t n)
+{
+    for (size_t i = 0; json_is_object(node) && i < n; i++)
+        if (json_object_get(node, keys[i]))
+            return true;
+    return false;
+}
+
+/* node's value as any of the types in m (node without a 'type'), each through f_typed:
+   object and array keywords constrain objects and arrays, as JSON Schema says, and nothing
+   else. All types and no such keyword: f_any. Objects and arrays are left out where the
+   depth is spent, as f_any does, unless nothing else is left. */
+static frag f_types(nfa *N, const json_t *node, unsigned m, const char *path, int32_t depth)
+{
+    bool ok = has_any(node, obj_keys, 3), ak = has_any(node, arr_keys, 3);
+    if (m == T_ALL && !ok && !ak)
+        return f_any(N, node, path, depth);
+    frag f = {0, 0};
+    bool some = false;
+    for (size_t i = 0; i < sizeof TYPES / sizeof TYPES[0] && !N->failed; i++) {
+        unsigned b = TYPES[i].bits & m;
+        if (!b || (b == T_INT && !strcmp(TYPES[i].name, "number")) ||
+            (TYPES[i].bits == T_INT && (m & T_FRAC)))
+            continue; /* (integers: as "number" when fractions are allowed too) */
+        const char *t = b == T_INT ? "integer" : TYPES[i].name;
+        if ((b & (T_OBJ | T_ARR)) && depth <= 0 && !(b == T_OBJ ? ok : ak) && (m & ~(T_OBJ | T_ARR)))
+            continue;
+        frag g = f_typed(N, node, t, path, depth);
+        f = some ? f_alt(N, f, g) : g;
+        some = true;
+    }
+    return f;
+}
+
+/* a schema compiled for the same value, within the types m */
+static frag f_same(nfa *N, const json_t *s, unsigned m, const char *path, int32_t depth)
+{
+    N->not_types = (uint8_t)(T_ALL & ~m);
+    return f_value(N, s, path, depth);
+}
+
 static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth)
 {
+    unsigned m = T_ALL & ~(unsigned)N->not_types; /* what a 'type' around it allows */
+    N->not_types = 0;
     if (N->failed)
         return f_empty(N);
     if (json_is_true(node))
-        return f_any(N, node, path, depth);
+        return f_types(N, node, m, path, depth);
     if (!json_is_object(node)) {
         bad(N, path, "a schema must be an object (or true)%s", "");
         return f_empty(N);
     }
     if (check_keys(N, node, path) || check_typed_keys(N, node, path))
         return f_empty(N);
+    m &= type_kw(N, node, path);
+    if (N->failed)
+        return f_empty(N);
+    if (!m) {
+        bad(N, path, "no value is of this 'type' and of the 'type' beside the $ref, anyOf or "
+                     "oneOf it is in%s", "");
+        return f_empty(N);
+    }
+    /* one of these at most: two would be their intersection */
+    static const char *const one_kw[] = {"allOf", "$ref", "const", "enum", "anyOf", "oneOf"};
+    const char *kw = NULL;
+    for (size_t i = 0; i < sizeof one_kw / sizeof one_kw[0]; i++) {
+        if (!json_object_get(node, one_kw[i]))
+            continue;
+        if (kw) {
+            char w[40];
+            snprintf(w, sizeof w, "'%s' beside '%s'", one_kw[i], kw);
+            bad(N, path, "%s is not supported (the values valid for both: write one schema)", w);
+            return f_empty(N);
+        }
+        kw = one_kw[i];
+    }
+    const json_t *disc = json_object_get(node, "discriminator");
+    if (disc && !json_is_string(json_object_get(disc, "propertyName"))) {
+        bad(N, path, "'discriminator' must be an object with a string 'propertyName'%s", "");
+        return f_empty(N);
+    }
+    if (disc && (!kw || (strcmp(kw, "oneOf") && strcmp(kw, "anyOf")))) {
+        bad(N, path, "'discriminator' needs a 'oneOf' (or 'anyOf') beside it%s", "");
+        return f_empty(N);
+    }
     const json_t *all = json_object_get(node, "allOf");
     if (all) {
         /* {"allOf": [{"$ref": ...}], "description": ...}: how pydantic and other generators
@@ -1185,7 +1552,7 @@ static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth)
         }
         char p2[FL_CONSTRAIN_PATH];
         subpath(p2, sizeof p2, path, "allOf", "0");
-        return f_value(N, json_array_get(all, 0), p2, depth);
+        return f_same(N, json_array_get(all, 0), m, p2, depth);
     }
     const json_t *ref = json_object_get(node, "$ref");
     if (ref) {
@@ -1210,58 +1577,80 @@ static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth)
         char p2[FL_CONSTRAIN_PATH];
         snprintf(p2, sizeof p2, "%s", json_string_value(ref) + 1);
         utf8_trim(p2);
-        frag f = f_value(N, t, p2, depth);
+        frag f = f_same(N, t, m, p2, depth);
         N->n_refs--;
         return f;
     }
     const json_t *cst = json_object_get(node, "const");
-    if (cst)
-        return f_json_literal(N, cst);
-    const json_t *en = json_object_get(node, "enum");
-    if (en) {
-        if (!json_is_array(en) || !json_array_size(en)) {
-            bad(N, path, "'enum' must be a non-empty array%s", "");
-            return f_empty(N);
-        }
-        frag f = f_json_literal(N, json_array_get(en, 0));
-        for (size_t i = 1; i < json_array_size(en) && !N->failed; i++)
-            f = f_alt(N, f, f_json_literal(N, json_array_get(en, i)));
-        return f;
+    const json_t *en = cst ? NULL : json_object_get(node, "enum");
+    if (en && (!json_is_array(en) || !json_array_size(en))) {
+        bad(N, path, "'enum' must be a non-empty array%s", "");
+        return f_empty(N);
     }
-    const json_t *any = json_object_get(node, "anyOf");
+    if (cst || en) { /* the values of the types allowed */
+        frag f = {0, 0};
+        bool some = false;
+        for (size_t i = 0; i < (cst ? 1 : json_array_size(en)) && !N->failed; i++) {
+            const json_t *v = cst ? cst : json_array_get(en, i);
+            if (!(value_type(v) & m))
+                continue;
+            frag g = f_json_literal(N, v);
+            f = some ? f_alt(N, f, g) : g;
+            some = true;
+        }
+        if (!some)
+            bad(N, path, "no value of '%s' is of the schema's 'type' (or of the 'type' beside "
+                         "the $ref, anyOf or oneOf it is in)", cst ? "const" : "enum");
+        return some ? f : f_empty(N);
+    }
+    const json_t *one = json_object_get(node, "oneOf");
+    const json_t *any = one ? one : json_object_get(node, "anyOf");
     if (any) {
+        const char *name = one ? "oneOf" : "anyOf";
         if (!json_is_array(any) || !json_array_size(any)) {
-            bad(N, path, "'anyOf' must be a non-empty array of schemas%s", "");
+            bad(N, path, "'%s' must be a non-empty array of schemas", name);
             return f_empty(N);
         }
+        const char *tag = one ? one_of_tag(N, node, one, m, path) : "";
+        if (!tag)
+            return f_empty(N);
         frag f = {0, 0};
+        bool some = false;
         for (size_t i = 0; i < json_array_size(any) && !N->failed; i++) {
+            if (!types_valid(N->root, json_array_get(any, i), m, 0, &N->type_visits))
+                continue; /* (none of its values is of the 'type' beside: it adds nothing) */
             char p2[FL_CONSTRAIN_PATH], idx[24];
             snprintf(idx, sizeof idx, "%zu", i);
-            subpath(p2, sizeof p2, path, "anyOf", idx);
-            frag g = f_value(N, json_array_get(any, i), p2, depth);
-            f = i ? f_alt(N, f, g) : g;
+            subpath(p2, sizeof p2, path, name, idx);
+            const json_t *fn = N->force_node, *root = N->root;
+            const char *fk = N->force_key;
+            if (*tag) { /* (its object schema, if it has the tag) */
+                const json_t *R = same_value_node(json_array_get(any, i), &root);
+                if (json_object_get(json_object_get(R, "properties"), tag))
+                    N->force_node = R, N->force_key = tag;
+            }
+            frag g = f_same(N, json_array_get(any, i), m, p2, depth);
+            N->force_node = fn, N->force_key = fk;
+            f = some ? f_alt(N, f, g) : g;
+            some = true;
         }
+        if (!some)
+            bad(N, path, "no schema of '%s' has values of the 'type' beside it", name);
         return f;
     }
     const json_t *type = json_object_get(node, "type");
     if (!type)
-        return f_any(N, node, path, depth);
-    if (json_is_string(type))
-        return f_typed(N, node, json_string_value(type), path, depth);
-    if (!json_is_array(type) || !json_array_size(type)) {
-        bad(N, path, "'type' must be a type name or a non-empty array of them%s", "");
-        return f_empty(N);
-    }
+        return f_types(N, node, m, path, depth);
     frag f = {0, 0};
-    for (size_t i = 0; i < json_array_size(type) && !N->failed; i++) {
-        const char *t = json_string_value(json_array_get(type, i));
-        if (!t) {
-            bad(N, path, "'type' must be a type name or a non-empty array of them%s", "");
-            return f_empty(N);
-        }
-        frag g = f_typed(N, node, t, path, depth);
-        f = i ? f_alt(N, f, g) : g;
+    bool some = false;
+    for (size_t i = 0; i < (json_is_array(type) ? json_array_size(type) : 1) && !N->failed; i++) {
+        const char *t = json_string_value(json_is_array(type) ? json_array_get(type, i) : type);
+        unsigned b = type_bits(t) & m;
+        if (!b)
+            continue;
+        frag g = f_typed(N, node, b == T_INT ? "integer" : t, path, depth);
+        f = some ? f_alt(N, f, g) : g;
+        some = true;
     }
     return f;
 }
@@ -1802,6 +2191,7 @@ static int compile(const json_t *schema, bool object, const fl_constrain_opts *o
         N.max_ws = o && o->max_ws > 0 ? o->max_ws : 0;
         N.max_digits = o && o->max_digits > 0 ? o->max_digits : 0;
         N.len_states = room;
+        N.type_visits = FL_CONSTRAIN_TYPE_VISITS;
         frag f = object ? f_any_object(&N, "", N.max_depth - 1)
                         : f_value(&N, schema, "", N.max_depth);
         if (o && o->prefix && o->prefix[0])

@@ -23,6 +23,13 @@
 #define FL_CONSTRAIN_MAX_REFS 32
 #define FL_CONSTRAIN_MAX_ITEMS 64
 #define FL_CONSTRAIN_PATH 256
+/* What the types of a subschema's values may be (a oneOf's, an anyOf's beside a type) is read
+ * through at most this many subschemas in all, per schema (anyOfs of $refs to anyOfs ... are
+ * exponential): past it, any type, which proves less. */
+#define FL_CONSTRAIN_TYPE_VISITS 1000000
+/* A oneOf's schemas are proved exclusive within this many comparisons (schema pairs, tag
+ * values): past it the oneOf is refused as too large to prove. */
+#define FL_CONSTRAIN_ONEOF_WORK 4000000
 /* A string's maxLength is honoured up to this many characters: a larger one writes at most
  * this many (a subset of the valid strings; every character is a state of the automaton), and
  * a minLength above it is refused. */

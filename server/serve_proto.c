@@ -865,7 +865,7 @@ static json_t *params_ref(json_t *root, const char *ref)
 }
 
 /* A call's arguments are a JSON object, whatever a tool's parameters say: along the schema's
-   top level (the way engine/constrain.c reads it: $ref, then const, enum, anyOf, type) a
+   top level (the way engine/constrain.c reads it: $ref, then const, enum, anyOf or oneOf, type) a
    subschema that names no type gets "type": "object" (in s, a copy), and one that allows any
    other value is refused: -1 with why (what, and where as a JSON pointer). A definition a
    $ref names may be used elsewhere too, so it is never changed: one without a type is
@@ -879,7 +879,7 @@ static int params_object(json_t *s, json_t *root, const char *path, int hops, in
     if (!json_is_object(s))
         return 0;
     if (--*left < 0) {
-        snprintf(why, n, "its top level (through $ref and anyOf) has more than %d subschemas to "
+        snprintf(why, n, "its top level (through $ref, anyOf and oneOf) has more than %d subschemas to "
                  "check", SRV_PARAMS_VISITS);
         return -1;
     }
@@ -911,11 +911,12 @@ static int params_object(json_t *s, json_t *root, const char *path, int hops, in
             }
         return 0;
     }
-    json_t *any = json_object_get(s, "anyOf");
+    const char *kw = json_object_get(s, "anyOf") ? "anyOf" : "oneOf";
+    json_t *any = json_object_get(s, kw);
     if (any) {
         for (size_t i = 0; json_is_array(any) && i < json_array_size(any); i++) {
             char p2[FL_CONSTRAIN_PATH];
-            snprintf(p2, sizeof p2, "%s/anyOf/%zu", path, i);
+            snprintf(p2, sizeof p2, "%s/%s/%zu", path, kw, i);
             if (json_is_true(json_array_get(any, i))) { /* any value, and an object: an object */
                 if (shared) {
                     snprintf(why, n, "a definition allows any value (at %s): say \"type\": "

@@ -45,7 +45,7 @@ function genInstance(r, s, root = s) {
   if (s.allOf) return genInstance(r, s.allOf[0], root);
   if ('const' in s) return s.const;
   if (s.enum) return pick(r, s.enum);
-  if (s.anyOf) return genInstance(r, pick(r, s.anyOf), root);
+  if (s.anyOf || s.oneOf) return genInstance(r, pick(r, s.anyOf || s.oneOf), root);
   const type = Array.isArray(s.type) ? pick(r, s.type) : s.type;
   switch (type) {
     case 'string': return pick(r, ['', 'ok', 'line\nbreak', 'tab\t"quote"\\', 'ünïcødé ✓ 😀', 'x'.repeat(30)]);
@@ -72,6 +72,8 @@ function genInstance(r, s, root = s) {
 const spaced = (text) => text.replace(/("(?:[^"\\]|\\.)*")|([{}[\]:,])/g, (m, str, p) => (str ? str : ` \n\t${p}\r `)).trim();
 
 const ajv = new Ajv({ strict: false });
+// the same with OpenAPI's discriminator checked too (the tag required, a string in the mapping)
+const ajvDisc = new Ajv({ strict: false, discriminator: true });
 
 const HAND = [
   { type: 'object', properties: { order_id: { type: 'string' }, status: { enum: ['shipped', 'pending', 'lost'] },
@@ -94,8 +96,8 @@ const HAND = [
       n: { allOf: [{ type: 'integer' }] } }, required: ['home', 'n'], additionalProperties: false },
 ];
 
-function checkSchema(schema, seed) {
-  const validate = ajv.compile(schema);
+function checkSchema(schema, seed, also = null) {
+  const validate = ajv.compile(schema), validate2 = also ? also.compile(schema) : null;
   const r = rng(seed * 7919);
   const good = [], bad = [];
   for (let i = 0; i < 6; i++) {
@@ -122,6 +124,7 @@ function checkSchema(schema, seed) {
     let v;
     assert.doesNotThrow(() => { v = JSON.parse(text); }, `a sample does not parse: ${JSON.stringify(text)} of ${JSON.stringify(schema)}`);
     assert.ok(validate(v), `a sample is invalid: ${text}\n${JSON.stringify(validate.errors)}\nschema ${JSON.stringify(schema)}`);
+    if (validate2) assert.ok(validate2(v), `a sample is invalid: ${text}\n${JSON.stringify(validate2.errors)}\nschema ${JSON.stringify(schema)}`);
   }
   // complete in the schema's order; broken texts rejected by both
   good.forEach((t, i) => assert.ok(okGood[i], `a valid text is rejected: ${JSON.stringify(t)}\nschema ${JSON.stringify(schema)}`));
@@ -139,6 +142,99 @@ test('hand-written schemas: samples valid (ajv), valid texts accepted, broken on
 test('200 random schemas of the subset: samples valid, instances accepted in any JSON whitespace', () => {
   const r = rng(20261203);
   for (let i = 0; i < 200; i++) checkSchema(genSchema(r, 3), i + 100);
+});
+
+test('100 random schemas with oneOfs (told apart by type, or by a tag as a discriminator): samples valid, instances accepted', () => {
+  const r = rng(20261207);
+  let ones = 0, tagged = 0;
+  for (let i = 0; i < 100; i++) {
+    const s = genSchema(r, 3, true), text = JSON.stringify(s);
+    ones += text.includes('"oneOf"');
+    tagged += text.includes('"kind"');
+    checkSchema(s, i + 400, ajvDisc);
+  }
+  assert.ok(ones >= 40 && tagged >= 20, `only ${ones} of the schemas have a oneOf, ${tagged} a tagged one`);
+});
+
+// --match on each text (compact JSON), as one run: the verdicts
+const matches = (schema, texts) => compile(schema, ['--match'], texts.map((t) => JSON.stringify(t)).join('\n') + '\n').rest.map((l) => l === 'true');
+
+// pydantic v2's model_json_schema() of a discriminated union:
+//   class Cat(BaseModel): pet_type: Literal['cat']; meows: int
+//   class Dog(BaseModel): pet_type: Literal['dog']; barks: float
+//   class Lizard(BaseModel): pet_type: Literal['reptile', 'lizard']; scales: bool
+//   class Model(BaseModel): pet: Union[Cat, Dog, Lizard] = Field(discriminator='pet_type'); n: int
+const PETS = { $defs: {
+  Cat: { properties: { pet_type: { const: 'cat', title: 'Pet Type', type: 'string' }, meows: { title: 'Meows', type: 'integer' } }, required: ['pet_type', 'meows'], title: 'Cat', type: 'object' },
+  Dog: { properties: { pet_type: { const: 'dog', title: 'Pet Type', type: 'string' }, barks: { title: 'Barks', type: 'number' } }, required: ['pet_type', 'barks'], title: 'Dog', type: 'object' },
+  Lizard: { properties: { pet_type: { enum: ['reptile', 'lizard'], title: 'Pet Type', type: 'string' }, scales: { title: 'Scales', type: 'boolean' } }, required: ['pet_type', 'scales'], title: 'Lizard', type: 'object' } },
+  properties: { pet: { discriminator: { mapping: { cat: '#/$defs/Cat', dog: '#/$defs/Dog', lizard: '#/$defs/Lizard', reptile: '#/$defs/Lizard' }, propertyName: 'pet_type' },
+    oneOf: [{ $ref: '#/$defs/Cat' }, { $ref: '#/$defs/Dog' }, { $ref: '#/$defs/Lizard' }], title: 'Pet' }, n: { title: 'N', type: 'integer' } },
+  required: ['pet', 'n'], title: 'Model', type: 'object' };
+
+test('oneOf: pydantic\'s discriminated union: every sample matches exactly one schema, each is written, verdicts agree with ajv', () => {
+  const validate = ajv.compile(PETS);
+  const one = PETS.properties.pet.oneOf.map((b) => ajv.compile({ ...b, $defs: PETS.$defs }));
+  // ajv's own discriminator check, which refuses a mapping: the same schema without it
+  const disc = structuredClone(PETS);
+  delete disc.properties.pet.discriminator.mapping;
+  const validate2 = ajvDisc.compile(disc);
+  const seen = new Set();
+  for (const t of samples(PETS, 60, 11)) {
+    const v = JSON.parse(t);
+    assert.ok(validate(v) && validate2(v), `a sample is invalid: ${t} ${JSON.stringify(validate.errors)}`);
+    assert.equal(one.filter((f) => f(v.pet)).length, 1, `a sample's pet matches ${one.filter((f) => f(v.pet)).length} schemas: ${t}`);
+    seen.add(v.pet.pet_type);
+  }
+  assert.deepEqual([...seen].sort(), ['cat', 'dog', 'lizard', 'reptile']);
+  const texts = ['{"pet":{"pet_type":"cat","meows":1},"n":1}', '{"pet":{"pet_type":"dog","barks":1.5},"n":2}',
+    '{"pet":{"pet_type":"reptile","scales":true},"n":3}', '{"pet":{"pet_type":"dog","meows":1},"n":1}',
+    '{"pet":{"pet_type":"cow","meows":1},"n":1}', '{"pet":{"meows":1},"n":1}', '{"pet":{"pet_type":"cat","meows":1.5},"n":1}',
+    '{"pet":null,"n":1}', '{"n":1}'];
+  assert.deepEqual(matches(PETS, texts), texts.map((t) => validate(JSON.parse(t))));
+  assert.deepEqual(texts.map((t) => validate(JSON.parse(t))), [true, true, true, false, false, false, false, false, false]);
+});
+
+test('oneOf: a tag that may be left out is always written (a schema\'s objects then carry their own value)', () => {
+  // pet_type: Literal['cat'] = 'cat' (a default: not required); additionalProperties absent, so
+  // {"meows": 1} alone would be valid for Cat, and {"pet_type": "cat", "barks": 1} for Dog but
+  // for the tag
+  const s = { oneOf: [
+    { type: 'object', properties: { pet_type: { const: 'cat', type: 'string', default: 'cat' }, meows: { type: 'integer' } }, required: ['meows'] },
+    { type: 'object', properties: { pet_type: { const: 'dog', type: 'string', default: 'dog' }, barks: { type: 'integer' } }, required: ['barks'] }] };
+  const validate = ajv.compile(s);
+  const one = s.oneOf.map((b) => ajv.compile(b));
+  for (const t of samples(s, 40, 3)) {
+    const v = JSON.parse(t);
+    assert.ok(validate(v), `a sample is invalid: ${t}`);
+    assert.ok('pet_type' in v, `a sample without its tag: ${t}`);
+    assert.equal(one.filter((f) => f(v)).length, 1, t);
+  }
+  // valid ones without the tag are not written (the subset)
+  assert.deepEqual(matches(s, ['{"pet_type":"cat","meows":1}', '{"meows":1}', '{"pet_type":"dog","barks":2}', '{"barks":2}', '{}']),
+    [true, false, true, false, false]);
+  assert.deepEqual(['{"meows":1}', '{"barks":2}', '{}'].map((t) => validate(JSON.parse(t))), [true, true, false]);
+});
+
+test('a type beside $ref, anyOf, oneOf, const or enum, and object or array keywords without a type: verdicts agree with ajv', () => {
+  const cases = [
+    [{ type: ['string', 'null'], anyOf: [{ type: 'string', maxLength: 2 }, { type: 'integer' }, { type: 'null' }, {}] },
+      ['"ab"', '"abc"', 'null', '1', 'true', '{}', '[]']],
+    // (as text: 2.0 is an integer, written as the schema spells it)
+    ['{"type": "integer", "enum": [1, 2.0, 2.5, "x", 3]}', ['1', '2.0', '2.5', '"x"', '3', '4']],
+    [{ type: 'string', const: 'a' }, ['"a"', '"b"', '1']],
+    [{ $defs: { n: { type: 'number', minimum: 0 } }, type: 'integer', $ref: '#/$defs/n' }, ['1', '1.5', '-1', '0', '"1"']],
+    [{ properties: { a: { type: 'string' } }, required: ['a'], additionalProperties: false },
+      ['{"a":"x"}', '{}', '{"a":1}', '{"a":"x","b":1}', '1', '"s"', 'null', '[1]', 'true']],
+    [{ items: { type: 'integer' }, maxItems: 2 }, ['[1,2]', '[1,2,3]', '["a"]', '"a"', '{"k":1}', '[]']],
+    [{ type: ['string', 'integer', 'boolean'], oneOf: [{ type: 'string' }, { type: 'number' }, { type: 'null' }] },
+      ['"s"', '1', '1.5', 'null', 'true']],
+  ];
+  for (const [schema, texts] of cases) {
+    const validate = ajv.compile(typeof schema === 'string' ? JSON.parse(schema) : schema);
+    assert.deepEqual(matches(schema, texts), texts.map((t) => validate(JSON.parse(t))), JSON.stringify(schema));
+    for (const t of samples(schema, 20, 7)) assert.ok(validate(JSON.parse(t)), `a sample is invalid: ${t} of ${JSON.stringify(schema)}`);
+  }
 });
 
 test('$ref resolves in the nearest enclosing subschema with an $id (a schema resource of its own)', () => {
@@ -193,7 +289,25 @@ test('schemas outside the subset: one-line errors naming the keyword and where',
     [{ type: 'array', maxItems: 1000 }, /'minItems'\/'maxItems' above 64 are not supported/],
     [{ anyOf: [] }, /'anyOf' must be a non-empty array/],
     [{ enum: 'a' }, /'enum' must be a non-empty array/],
-    [{ oneOf: [{ type: 'string' }] }, /unsupported keyword 'oneOf'/],
+    [{ oneOf: [{ type: 'number' }, { type: 'integer' }] }, /'oneOf' schemas 0 and 1 may both match one value .*discriminator.* \(at the schema's root\)$/],
+    [{ type: 'object', properties: { pet: { oneOf: [{ type: 'object', properties: { k: { const: 'a' } }, required: ['k'] }, { type: 'null' },
+      { type: 'object', properties: { k: { enum: ['b', 'a'] } }, required: ['k'] }] } } }, /'oneOf' schemas 0 and 2 may both match .*\(at \/properties\/pet\)$/],
+    // the discriminator is the tag: when it does not tell two apart, no other property is tried
+    [{ oneOf: [{ type: 'object', properties: { k: { const: 'a' }, n: { const: 1 } }, required: ['k', 'n'] },
+      { type: 'object', properties: { k: { const: 'b' }, n: { const: 1 } }, required: ['k', 'n'] }], discriminator: { propertyName: 'n' } }, /'oneOf' schemas 0 and 1 may both match/],
+    [{ oneOf: [{ type: 'object', properties: { k: { const: 1 } }, required: ['k'] }, { type: 'object', properties: { k: { const: 1.0 } }, required: ['k'] }] }, /'oneOf' schemas 0 and 1 may both match/],
+    [{ oneOf: [] }, /'oneOf' must be a non-empty array/],
+    [{ oneOf: [{ type: 'string' }], discriminator: 'kind' }, /'discriminator' must be an object with a string 'propertyName'/],
+    [{ type: 'object', discriminator: { propertyName: 'k' } }, /'discriminator' needs a 'oneOf' \(or 'anyOf'\) beside it/],
+    [{ const: 1, enum: [1] }, /'enum' beside 'const' is not supported/],
+    [{ $defs: { a: { type: 'string' } }, $ref: '#/$defs/a', anyOf: [{ type: 'string' }] }, /'anyOf' beside '\$ref' is not supported/],
+    [{ properties: { a: {} }, anyOf: [{ type: 'object' }] }, /'properties' beside \$ref, const, enum, anyOf or oneOf is not supported/],
+    [{ type: 'string', properties: { a: {} } }, /'properties' needs a 'type' that includes "object"/],
+    [{ type: 'object', items: { type: 'string' } }, /'items' needs a 'type' that includes "array"/],
+    [{ type: 'integer', const: 'a' }, /no value of 'const' is of the schema's 'type'/],
+    [{ type: 'object', enum: [1, 'a'] }, /no value of 'enum' is of the schema's 'type'/],
+    [{ type: 'object', anyOf: [{ type: 'string' }, { type: 'null' }] }, /no schema of 'anyOf' has values of the 'type' beside it/],
+    [{ $defs: { n: { type: 'integer' } }, type: 'string', $ref: '#/$defs/n' }, /no value is of this 'type' and of the 'type' beside .*\(at \/\$defs\/n\)$/],
     [{ allOf: [{ type: 'string' }, { type: 'string' }] }, /'allOf' is supported with exactly one schema/],
     [{ allOf: [] }, /'allOf' is supported with exactly one schema/],
     [{ type: 'object', properties: { a: { allOf: [{ type: 'string' }], type: 'string' } } }, /'type' beside 'allOf' is not supported .*\(at \/properties\/a\)$/],
@@ -204,6 +318,9 @@ test('schemas outside the subset: one-line errors naming the keyword and where',
   let deep = { type: 'string' };
   for (let i = 0; i < 9; i++) deep = { type: 'array', items: deep };
   cases.push([deep, /nests objects and arrays deeper than the allowed levels/]);
+  // 300 tagged schemas of 300 values each: 45,000 pairs of 90,000 comparisons, bounded
+  cases.push([{ oneOf: Array.from({ length: 300 }, (_, i) => ({ type: 'object', properties: { k: { enum: Array.from({ length: 300 }, (_, j) => `v${i}_${j}`) } }, required: ['k'] })) },
+    /'oneOf' has too many schemas or values to prove them exclusive \(more than 4000000 comparisons\)/]);
   for (const [schema, re] of cases) {
     const r = run(schema, []);
     assert.equal(r.status, 1, `${JSON.stringify(schema)}: ${r.stderr}`);

@@ -123,7 +123,10 @@ const DEFS_TOOLS = [
 }
 
 test('think: parameters that name no type still give an object (greedy, where the model would write a number)', async () => {
-  for (const parameters of [{}, { properties: { q: { type: 'string' } } }, { anyOf: [true, { properties: { n: { type: 'integer' } } }] }]) {
+  for (const parameters of [{}, { properties: { q: { type: 'string' } } }, { anyOf: [true, { properties: { n: { type: 'integer' } } }] },
+    // a tagged oneOf (as pydantic writes a discriminated union), its first schema without a type
+    { oneOf: [{ properties: { k: { const: 'n' }, n: { type: 'integer' } }, required: ['k', 'n'] },
+      { type: 'object', properties: { k: { const: 'q' } }, required: ['k'] }], discriminator: { propertyName: 'k' } }]) {
     const r = await think.chat.completions.create({ model: 'fogline', messages: user('Where is order 12?'), temperature: 0,
       tools: [{ type: 'function', function: { name: 'f', parameters } }], tool_choice: { type: 'function', function: { name: 'f' } },
       max_tokens: 64 });
@@ -198,6 +201,8 @@ test('bad tool inputs are 400s naming the field', async () => {
   }
   await bad(think, { tools: fnp({ type: ['object', 'null'] }), tool_choice: 'required' }, 'tools', /'type' allows "null" \(at the root\)/);
   await bad(think, { tools: fnp({ anyOf: [{ type: 'object' }, { type: 'array' }] }), tool_choice: 'required' }, 'tools', /'type' allows "array" \(at \/anyOf\/1\)/);
+  await bad(think, { tools: fnp({ oneOf: [{ type: 'object' }, { type: 'string' }] }), tool_choice: 'required' }, 'tools', /'type' allows "string" \(at \/oneOf\/1\)/);
+  await bad(think, { tools: fnp({ oneOf: [{ type: 'object' }, { type: 'object' }] }), tool_choice: 'required' }, 'tools', /'oneOf' schemas 0 and 1 may both match one value/);
   await bad(think, { tools: fnp({ $ref: '#/$defs/a', $defs: { a: { enum: [1] } } }), tool_choice: 'required' }, 'tools',
     /'enum' has a value that is not an object \(at \/\$defs\/a\)/);
   await bad(think, { tools: fnp({ const: 'x' }), tool_choice: 'required' }, 'tools', /'const' is not an object \(at the root\)/);
@@ -206,7 +211,7 @@ test('bad tool inputs are 400s naming the field', async () => {
   for (let i = 0; i < 20; i++) $defs[`d${i}`] = { anyOf: [{ $ref: `#/$defs/d${i + 1}` }, { $ref: `#/$defs/d${i + 1}` }] };
   $defs.d20 = { type: 'object' };
   await bad(think, { tools: fnp({ $ref: '#/$defs/d0', $defs }), tool_choice: 'required' }, 'tools',
-    /its top level \(through \$ref and anyOf\) has more than 1024 subschemas to check$/);
+    /its top level \(through \$ref, anyOf and oneOf\) has more than 1024 subschemas to check$/);
   // a definition is never changed (it may be used elsewhere too): one without a type is refused
   await bad(think, { tools: fnp({ $ref: '#/$defs/a', $defs: { a: { properties: { x: { type: 'string' } } } } }), tool_choice: 'required' }, 'tools',
     /a definition names no type \(at \/\$defs\/a\): say "type": "object"$/);
