@@ -451,8 +451,8 @@ static float tok_prob(const pnorm *pn, const float *lg, int32_t t)
     return (float)exp(base - pn->lzk);
 }
 
-/* Inserts (st, sc) into the current layer [lo, n_e) through the hash, or improves the state's
-   entry. Entries of one chain (fl_dfa.cls) dominate each other: one with fewer characters
+/* Inserts (st, sc) into the current layer through the hash (w->live counts the layer), or
+   improves the state's entry. Entries of one chain (fl_dfa.cls) dominate each other: one with fewer characters
    written (a lower rank) and a score as good can go wherever the other can, and as well, so
    the other is dropped (or never taken). A full layer takes no new state unless forced (the
    protected path's, which is also never dropped). Returns the state's entry, -1 when it was
