@@ -490,14 +490,46 @@ static void subpath(char *out, size_t n, const char *path, const char *a, const 
     utf8_trim(out);
 }
 
+static frag f_cpa(nfa *N, const fl_cpa *a, bool json);
+
+/* An extra member's name: any string without properties; else any but theirs, written as
+   JSON.stringify writes it (another spelling of a property's name would be that name) */
+static frag f_extra_key(nfa *N, const json_t *props, const char *path)
+{
+    size_t n = json_object_size(props);
+    if (!n)
+        return f_string(N);
+    const char **names = malloc(sizeof *names * n);
+    if (!names) {
+        N->failed = fl_err_set(N->e, FL_ENOMEM, "out of memory");
+        return f_empty(N);
+    }
+    size_t i = 0;
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)props, key, v) names[i++] = key;
+    fl_cpa *a = NULL;
+    fl_err le = {0};
+    int rc = fl_cpa_except(names, (int32_t)n, &a, &le);
+    free(names);
+    if (rc) {
+        bad(N, path, "'additionalProperties' beside these 'properties': %s", le.msg);
+        return f_empty(N);
+    }
+    frag f = f_cat(N, f_range(N, '"', '"'), f_cpa(N, a, true));
+    fl_cpa_free(a);
+    return f_cat(N, f, f_range(N, '"', '"'));
+}
+
 static frag f_object(nfa *N, const json_t *node, const char *path, int32_t depth)
 {
     const json_t *props = json_object_get(node, "properties");
     const json_t *req = json_object_get(node, "required");
     const json_t *addl = json_object_get(node, "additionalProperties");
-    if (addl && !json_is_boolean(addl))
-        bad(N, path, "'additionalProperties' must be false or true%s (a schema there is not "
-                     "supported)", "");
+    if (addl && !json_is_boolean(addl) && !json_is_object(addl))
+        bad(N, path, "'additionalProperties' must be a schema, false or true%s", "");
+    /* a schema there: members of other names after the properties, each value of it */
+    const json_t *extra = json_is_object(addl) ? addl : NULL;
     if (props && !json_is_object(props))
         bad(N, path, "'properties' must be an object%s", "");
     if (req && !json_is_array(req))
@@ -515,7 +547,7 @@ static frag f_object(nfa *N, const json_t *node, const char *path, int32_t depth
                        json_is_string(r) ? json_string_value(r) : "(not a string)"),
                    f_empty(N);
     }
-    if (!props || !json_object_size(props)) {
+    if ((!props || !json_object_size(props)) && !extra) {
         /* no properties: {} when nothing else may come, else any object */
         if (json_is_false(addl)) /* "{" ws "}" */
             return f_cat(N, f_cat(N, f_range(N, '{', '{'), f_ws(N)), f_range(N, '}', '}'));
@@ -561,6 +593,28 @@ static frag f_object(nfa *N, const json_t *node, const char *path, int32_t depth
     if (can_be_empty)
         eps(N, A, end);
     eps(N, B, end);
+    if (extra) {
+        /* then "name": value of the extra schema, any number of them: from A directly, from B
+           and after one another after ","; the names are any but the properties' (those are
+           the properties' own values) */
+        int32_t J = st_new(N), E = st_new(N);
+        frag kname = f_extra_key(N, props, path);
+        char p2[FL_CONSTRAIN_PATH];
+        subpath(p2, sizeof p2, path, "additionalProperties", NULL);
+        frag member = f_cat(N, f_cat(N, kname, f_ws(N)), f_cat(N, f_range(N, ':', ':'), f_ws(N)));
+        member = f_cat(N, f_cat(N, member, f_value(N, extra, p2, depth)), f_ws(N));
+        frag c1 = f_cat(N, f_range(N, ',', ','), f_ws(N)), c2 = f_cat(N, f_range(N, ',', ','), f_ws(N));
+        eps(N, A, J);
+        eps(N, B, c1.in);
+        eps(N, c1.out, J);
+        eps(N, J, member.in);
+        eps(N, member.out, E);
+        eps(N, E, c2.in);
+        eps(N, c2.out, J);
+        eps(N, E, end);
+        if (N->failed)
+            return f_empty(N);
+    }
     frag close = f_range(N, '}', '}');
     eps(N, end, close.in);
     return (frag){open.in, close.out};

@@ -1225,6 +1225,130 @@ int fl_cpa_regex(const char *pattern, bool anchored, fl_cpa **out, fl_err *e)
 
 /* ---- lengths, products ---- */
 
+static int cmp_cp(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct fl_word {
+    const char *w;
+    int32_t i;
+} fl_word;
+
+static int cmp_word(const void *a, const void *b)
+{
+    return strcmp(((const fl_word *)a)->w, ((const fl_word *)b)->w);
+}
+
+/* The trie of the words (one state per prefix) and a state past them all: from a prefix, a
+   character that goes on to a longer prefix goes there, any other to the state past; a prefix
+   that is a word does not accept, every other state does. Classes: each character of a word
+   its own, the gaps between them, the surrogates (never). */
+int fl_cpa_except(const char *const *words, int32_t nw, fl_cpa **out, fl_err *e)
+{
+    *out = NULL;
+    int rc = FL_ENOMEM;
+    size_t total = 0;
+    for (int32_t w = 0; w < nw; w++)
+        total += strlen(words[w]);
+    if (total + 2 >= FL_CPA_MAX_STATES)
+        return fl_err_set(e, FL_ERANGE, "the names are too long (more than %d characters in all)",
+                          FL_CPA_MAX_STATES - 3), -1;
+    /* the words as code points, kept in one array: word w is cps[at[w] .. at[w + 1]) */
+    int32_t *cps = malloc(sizeof(int32_t) * (total + 1)), *at = malloc(sizeof(int32_t) * ((size_t)nw + 1));
+    int32_t *cuts = malloc(sizeof(int32_t) * (2 * total + 4));
+    int32_t *par = malloc(sizeof(int32_t) * (total + 2)), *ch = malloc(sizeof(int32_t) * (total + 2));
+    uint8_t *word_end = calloc(total + 2, 1);
+    int32_t *path = malloc(sizeof(int32_t) * (total + 2));
+    fl_word *ord = malloc(sizeof *ord * ((size_t)nw + 1));
+    fl_cpa *a = NULL;
+    if (!cps || !at || !cuts || !par || !ch || !word_end || !path || !ord)
+        goto done;
+    int32_t n = 0, ncut = 0;
+    for (int32_t w = 0; w < nw; w++) {
+        rxp P = {.s = (const unsigned char *)words[w], .n = strlen(words[w]), .e = e};
+        at[w] = n;
+        while (P.i < P.n && !P.failed)
+            cps[n++] = rx_cp(&P);
+        if (P.failed) {
+            rc = FL_EINVAL;
+            goto done;
+        }
+    }
+    at[nw] = n;
+    cuts[ncut++] = 0;
+    cuts[ncut++] = SUR_LO;
+    cuts[ncut++] = SUR_HI + 1;
+    for (int32_t k = 0; k < n; k++) {
+        cuts[ncut++] = cps[k];
+        cuts[ncut++] = cps[k] + 1;
+    }
+    qsort(cuts, (size_t)ncut, sizeof *cuts, cmp_cp);
+    int32_t ncls = 0;
+    for (int32_t k = 0; k < ncut; k++)
+        if (!ncls || cuts[k] != cuts[ncls - 1])
+            cuts[ncls++] = cuts[k];
+    /* the trie: state t's parent par[t] and the character ch[t] into it; 0 the empty prefix.
+       Words in order (UTF-8's byte order is the code points'): a word shares with the trie
+       what it shares with the word before it, whose states are path[0 ..]. */
+    for (int32_t w = 0; w < nw; w++)
+        ord[w] = (fl_word){words[w], w};
+    qsort(ord, (size_t)nw, sizeof *ord, cmp_word);
+    int32_t nt = 1, prev = -1;
+    path[0] = 0;
+    for (int32_t x = 0; x < nw; x++) {
+        int32_t w = ord[x].i, len = at[w + 1] - at[w], l = 0;
+        int32_t plen = prev < 0 ? 0 : at[prev + 1] - at[prev];
+        while (prev >= 0 && l < len && l < plen && cps[at[w] + l] == cps[at[prev] + l])
+            l++;
+        for (int32_t d = l; d < len; d++) {
+            par[nt] = path[d];
+            ch[nt] = cps[at[w] + d];
+            path[d + 1] = nt++;
+        }
+        word_end[path[len]] = 1;
+        prev = w;
+    }
+    if ((int64_t)(nt + 1) * ncls > FL_CPA_MAX_CELLS) {
+        rc = FL_ERANGE;
+        fl_err_set(e, FL_ERANGE, "the names are too many to leave out (more than %lld cells)",
+                   (long long)FL_CPA_MAX_CELLS);
+        goto done;
+    }
+    a = cpa_new(nt + 1, ncls);
+    if (!a)
+        goto done;
+    memcpy(a->lo, cuts, sizeof(int32_t) * (size_t)ncls);
+    a->lo[ncls] = FL_CP_END;
+    int32_t past = nt;
+    for (int32_t t = 0; t <= nt; t++) {
+        a->accept[t] = t == past || !word_end[t];
+        for (int32_t k = 0; k < ncls; k++)
+            a->next[(size_t)t * (size_t)ncls + (size_t)k] = a->lo[k] == SUR_LO ? -1 : past;
+    }
+    for (int32_t u = 1; u < nt; u++) {
+        int32_t lo = 0, hi = ncls - 1; /* the class that is ch[u] alone */
+        while (lo < hi) {
+            int32_t mid = (lo + hi + 1) / 2;
+            if (a->lo[mid] <= ch[u])
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        a->next[(size_t)par[u] * (size_t)ncls + (size_t)lo] = u;
+    }
+    *out = a;
+    a = NULL;
+    rc = 0;
+done:
+    if (rc == FL_ENOMEM)
+        fl_err_set(e, FL_ENOMEM, "out of memory");
+    fl_cpa_free(a);
+    free(cps), free(at), free(cuts), free(par), free(ch), free(word_end), free(path), free(ord);
+    return rc ? -1 : 0;
+}
+
 int fl_cpa_length(int64_t min, int64_t max, fl_cpa **out, fl_err *e)
 {
     *out = NULL;

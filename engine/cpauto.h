@@ -66,6 +66,9 @@ int fl_cpa_length(int64_t min, int64_t max, fl_cpa **out, fl_err *e);
  * uuid (the texts written are a subset of what RFC 3339/5321/1123/4291/4122 allow: the
  * canonical forms, docs/structured.md). -1 with the list for any other name. */
 int fl_cpa_format(const char *name, fl_cpa **out, fl_err *e);
+/* Every string but the given ones (UTF-8; an object's property names, so that others may be
+ * written beside them). */
+int fl_cpa_except(const char *const *words, int32_t n, fl_cpa **out, fl_err *e);
 /* Strings both accept. */
 int fl_cpa_and(const fl_cpa *a, const fl_cpa *b, fl_cpa **out, fl_err *e);
 /* *acc becomes *acc and b (b when *acc is NULL); takes b, also on an error. */

@@ -161,13 +161,15 @@ const TYPED = [
     mail: { type: 'string', format: 'email', maxLength: 254 }, name: { type: 'string', maxLength: 200 } },
     required: ['site', 'mail', 'name'], additionalProperties: false },
   // pydantic's discriminated union (Field(discriminator='kind')): a oneOf of $refs told apart by
-  // a tag, a type beside a oneOf of different types
+  // a tag, a type beside a oneOf of different types, a dict
   { $defs: { Refund: { type: 'object', properties: { kind: { const: 'refund', type: 'string' }, amount: { type: 'number', minimum: 0 } }, required: ['kind', 'amount'] },
     Ship: { type: 'object', properties: { kind: { enum: ['ship', 'resend'], type: 'string' }, to: { type: 'string', maxLength: 40 } }, required: ['kind', 'to'] } },
     type: 'object', properties: { action: { oneOf: [{ $ref: '#/$defs/Refund' }, { $ref: '#/$defs/Ship' }],
       discriminator: { propertyName: 'kind', mapping: { refund: '#/$defs/Refund', ship: '#/$defs/Ship', resend: '#/$defs/Ship' } } },
-    ref: { type: ['string', 'integer'], oneOf: [{ type: 'string', pattern: '^[A-Z]{3}$' }, { type: 'number', minimum: 0 }, { type: 'null' }] } },
-    required: ['action', 'ref'] },
+    ref: { type: ['string', 'integer'], oneOf: [{ type: 'string', pattern: '^[A-Z]{3}$' }, { type: 'number', minimum: 0 }, { type: 'null' }] },
+    // Dict[str, constr(max_length=10)]
+    meta: { type: 'object', additionalProperties: { type: 'string', maxLength: 10 } } },
+    required: ['action', 'ref', 'meta'] },
 ];
 
 test('pattern, format, lengths, bounds and multipleOf: every reply is valid (ajv-formats)', async () => {

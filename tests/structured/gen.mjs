@@ -8,7 +8,8 @@ export const pick = (r, a) => a[Math.floor(r() * a.length)];
 export const WORDS = ['order_id', 'status', 'qty', 'sku', 'name', 'email', 'refund', 'note', 'items', 'é_ключ', 'a b', 'quote"d', 'x'];
 
 // oneOf: also oneOfs of schemas that differ in type, or in a tag property's const or enum (a
-// discriminator, as pydantic writes one), at any depth
+// discriminator, as pydantic writes one), at any depth, and objects whose other names have a
+// schema of their own (additionalProperties)
 export function genSchema(r, depth, oneOf = false) {
   const kinds = ['string', 'number', 'integer', 'boolean', 'null', 'enum', 'const', 'anyOf', 'types'];
   if (depth > 0) kinds.push('object', 'object', 'array', 'array');
@@ -41,7 +42,8 @@ export function genSchema(r, depth, oneOf = false) {
       for (let i = 0; i < n; i++) props[pick(r, WORDS)] = sub(depth - 1);
       const keys = Object.keys(props);
       const required = r() < 0.7 ? keys : keys.filter(() => r() < 0.5);
-      return { type: 'object', properties: props, required, additionalProperties: false };
+      // (with oneOf: also other names, of a schema of their own)
+      return { type: 'object', properties: props, required, additionalProperties: oneOf && r() < 0.3 ? sub(depth - 1) : false };
     }
     case 'array': {
       const s = { type: 'array', items: sub(depth - 1) };

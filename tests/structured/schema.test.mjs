@@ -54,10 +54,14 @@ function genInstance(r, s, root = s) {
     case 'boolean': return r() < 0.5;
     case 'null': return null;
     case 'object': {
-      if (!s.properties || !Object.keys(s.properties).length)
+      const extra = typeof s.additionalProperties === 'object' ? s.additionalProperties : null;
+      if ((!s.properties || !Object.keys(s.properties).length) && !extra)
         return s.additionalProperties === false ? {} : { k: [1, 'x', { deep: null }], n: 2 };
       const o = {};
-      for (const [k, v] of Object.entries(s.properties)) if ((s.required || []).includes(k) || r() < 0.5) o[k] = genInstance(r, v, root);
+      for (const [k, v] of Object.entries(s.properties || {})) if ((s.required || []).includes(k) || r() < 0.5) o[k] = genInstance(r, v, root);
+      // other names after them, of the additionalProperties schema (names that are not
+      // integers: JavaScript would put those first)
+      if (extra) for (const k of ['x1', 'é', 'a b', 'k"', '']) if (!(k in (s.properties || {})) && r() < 0.4) o[k] = genInstance(r, extra, root);
       return o;
     }
     case 'array': {
@@ -91,6 +95,11 @@ const HAND = [
   { type: 'string' },
   true,
   // pydantic's $ref with annotations of its own: allOf of one schema
+  // pydantic's Dict[str, int], and a model with a Dict[str, List[str]] field and other names
+  // allowed beside its properties
+  { type: 'object', additionalProperties: { type: 'integer' } },
+  { type: 'object', properties: { name: { type: 'string' }, tags: { type: 'object', additionalProperties: { type: 'array', items: { type: 'string' }, maxItems: 2 } } },
+    required: ['name', 'tags'], additionalProperties: { type: ['number', 'null'] } },
   { $defs: { Addr: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'], additionalProperties: false } },
     type: 'object', properties: { home: { allOf: [{ $ref: '#/$defs/Addr' }], description: 'where they live', default: { city: 'x' } },
       n: { allOf: [{ type: 'integer' }] } }, required: ['home', 'n'], additionalProperties: false },
@@ -227,6 +236,12 @@ test('a type beside $ref, anyOf, oneOf, const or enum, and object or array keywo
     [{ properties: { a: { type: 'string' } }, required: ['a'], additionalProperties: false },
       ['{"a":"x"}', '{}', '{"a":1}', '{"a":"x","b":1}', '1', '"s"', 'null', '[1]', 'true']],
     [{ items: { type: 'integer' }, maxItems: 2 }, ['[1,2]', '[1,2,3]', '["a"]', '"a"', '{"k":1}', '[]']],
+    // other names than the properties', of the additionalProperties schema; a property's name
+    // in another spelling is that property (JSON.parse keeps the last)
+    [{ type: 'object', properties: { a: { type: 'string' }, ab: { type: 'boolean' } }, required: ['a'], additionalProperties: { type: 'integer' } },
+      ['{"a":"x","b":1}', '{"a":"x","a":1}', '{"a":"x","ab":1}', '{"a":"x","abc":1,"":2}', '{"a":"x","\\u0061":1}',
+        '{"a":"x","ab":true,"a b":3,"é":-1}', '{"b":1}', '{"a":"x","b":"s"}', '{"a":"x","b":1,"b":2}']],
+    [{ additionalProperties: { type: 'string' } }, ['{"k":"v"}', '{"k":1}', '1', '{}']],
     [{ type: ['string', 'integer', 'boolean'], oneOf: [{ type: 'string' }, { type: 'number' }, { type: 'null' }] },
       ['"s"', '1', '1.5', 'null', 'true']],
   ];
@@ -284,7 +299,7 @@ test('schemas outside the subset: one-line errors naming the keyword and where',
     [{ type: 'object', required: ['a'] }, /'required' names 'a', which is not in 'properties' \(at the schema's root\)$/],
     [{ type: 'object', properties: {}, additionalProperties: false, required: ['a'] }, /'required' names 'a', which is not in 'properties'/],
     [{ type: 'object', properties: { o: { type: 'object', required: [1] } } }, /'required' names '\(not a string\)'.*\(at \/properties\/o\)$/],
-    [{ type: 'object', additionalProperties: { type: 'string' } }, /'additionalProperties' must be false or true/],
+    [{ type: 'object', additionalProperties: 3 }, /'additionalProperties' must be a schema, false or true/],
     [{ type: 'array', items: { type: 'string' }, minItems: 3, maxItems: 1 }, /'minItems' is above 'maxItems'/],
     [{ type: 'array', maxItems: 1000 }, /'minItems'\/'maxItems' above 64 are not supported/],
     [{ anyOf: [] }, /'anyOf' must be a non-empty array/],
