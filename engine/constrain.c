@@ -46,6 +46,8 @@ typedef struct nfa {
                            enclosing subschema with an "$id" (JSON Schema's rule) */
     const json_t *refs[FL_CONSTRAIN_MAX_REFS]; /* the $refs being expanded (recursion) */
     int n_refs;
+    int recursion; /* times a $ref is expanded inside itself at most */
+    bool cut;      /* some recursion or nesting was cut there */
     int32_t max_depth;
     int32_t max_ws;
     int32_t max_digits;
@@ -146,6 +148,13 @@ static frag f_empty(nfa *N)
 {
     int32_t a = st_new(N);
     return (frag){a, a};
+}
+
+/* no text at all */
+static frag f_none(nfa *N)
+{
+    int32_t a = st_new(N), b = st_new(N);
+    return (frag){a, b};
 }
 
 static frag f_cat(nfa *N, frag a, frag b)
@@ -1148,6 +1157,16 @@ static int check_typed_keys(nfa *N, const json_t *node, const char *path)
     return 0;
 }
 
+/* some $ref is being expanded inside itself */
+static bool recursing(const nfa *N)
+{
+    for (int i = 0; i < N->n_refs; i++)
+        for (int j = 0; j < i; j++)
+            if (N->refs[i] == N->refs[j])
+                return true;
+    return false;
+}
+
 static frag f_typed(nfa *N, const json_t *node, const char *type, const char *path, int32_t depth)
 {
     if (!strcmp(type, "string"))
@@ -1161,6 +1180,10 @@ static frag f_typed(nfa *N, const json_t *node, const char *type, const char *pa
     if (!strcmp(type, "null"))
         return f_lit(N, "null", 4);
     if (!strcmp(type, "object") || !strcmp(type, "array")) {
+        if (depth <= 0 && N->recursion > 0 && recursing(N)) { /* (a way out may remain) */
+            N->cut = true;
+            return f_none(N);
+        }
         if (depth <= 0) {
             bad(N, path, "the schema nests objects and arrays deeper than %s levels", "the allowed");
             return f_empty(N);
@@ -1617,12 +1640,16 @@ static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth)
         const json_t *t = resolve_ref(N, json_string_value(ref), path);
         if (!t)
             return f_empty(N);
+        /* a recursive schema is not a regular language: it is unrolled, each $ref inside
+           itself at most recursion times; deeper, the value has no text, and the way out (an
+           empty array, null, a property left out) is what remains */
+        int inside = 0;
         for (int i = 0; i < N->n_refs; i++)
-            if (N->refs[i] == t) {
-                bad(N, path, "'$ref' '%s' is recursive (fogline constrains to schemas without "
-                             "recursion)", json_string_value(ref));
-                return f_empty(N);
-            }
+            inside += N->refs[i] == t;
+        if (inside > N->recursion) {
+            N->cut = true;
+            return f_none(N);
+        }
         if (N->n_refs == FL_CONSTRAIN_MAX_REFS) {
             bad(N, path, "'$ref's nest deeper than %s", FL_STR(FL_CONSTRAIN_MAX_REFS));
             return f_empty(N);
@@ -2203,6 +2230,21 @@ static int to_dfa(const nfa *N, frag f, int32_t max, fl_dfa **out, fl_err *e)
                 }
             }
     }
+    /* no edge into a state that cannot reach acceptance (a recursion cut: the way in is
+       there, the rest is not) */
+    for (size_t k = 0; k < (size_t)B.n * 256; k++)
+        if (D->next[k] >= 0 && D->dist[D->next[k]] == INT32_MAX)
+            D->next[k] = -1;
+    if (D->dist[0] == INT32_MAX) {
+        fl_dfa_free(D);
+        rc = N->cut ? fl_err_set(e, FL_EINVAL, "the schema's recursion has no value that stops "
+                                               "within %d levels of itself (and %d of objects "
+                                               "and arrays): give it a way out (an empty array, "
+                                               "null, a property that may be left out)",
+                                 N->recursion + 1, N->max_depth)
+                    : fl_err_set(e, FL_EINVAL, "no JSON text satisfies the schema");
+        goto out;
+    }
     chains(N, &B, D);
     *out = D;
 out:
@@ -2236,8 +2278,9 @@ static int compile(const json_t *schema, bool object, const fl_constrain_opts *o
                    fl_err *e)
 {
     *out = NULL;
-    for (int32_t room = FL_CONSTRAIN_LENGTH_STATES;; room /= 2) {
+    for (int32_t room = FL_CONSTRAIN_LENGTH_STATES, rec = FL_CONSTRAIN_RECURSION;;) {
         nfa N = {0};
+        N.recursion = rec;
         N.e = e;
         N.root = schema;
         N.max = o && o->max_states > 0 ? o->max_states : FL_CONSTRAIN_MAX_STATES;
@@ -2246,15 +2289,23 @@ static int compile(const json_t *schema, bool object, const fl_constrain_opts *o
         N.max_digits = o && o->max_digits > 0 ? o->max_digits : 0;
         N.len_states = room;
         N.type_visits = FL_CONSTRAIN_TYPE_VISITS;
+        if (schema)
+            N.refs[N.n_refs++] = schema; /* (a "#" inside it is a recursion, as a $ref's is) */
         frag f = object ? f_any_object(&N, "", N.max_depth - 1)
                         : f_value(&N, schema, "", N.max_depth);
         if (o && o->prefix && o->prefix[0])
             f = f_cat(&N, f_lit(&N, o->prefix, strlen(o->prefix)), f);
         if (o && o->suffix && o->suffix[0])
             f = f_cat(&N, f, f_lit(&N, o->suffix, strlen(o->suffix)));
-        bool shortened = N.shortened;
+        bool shortened = N.shortened, cut = N.cut;
         int rc = finish(&N, f, out, e);
-        if (!rc || e->code != FL_ERANGE || !shortened || room <= FL_CONSTRAIN_LENGTH_STATES / 2)
+        if (!rc || e->code != FL_ERANGE)
+            return rc;
+        if (shortened && room > FL_CONSTRAIN_LENGTH_STATES / 2)
+            room /= 2;
+        else if (cut && rec > 1)
+            rec--; /* (a recursion unrolled less deep) */
+        else
             return rc;
         *e = (fl_err){0};
     }

@@ -21,6 +21,11 @@
 #define FL_CONSTRAIN_MAX_DEPTH 8
 #define FL_CONSTRAIN_ANY_DEPTH 4 /* "any JSON" (json_object, a schema without a type) nests less */
 #define FL_CONSTRAIN_MAX_REFS 32
+/* A recursive schema (a $ref inside itself: a tree, a thread of replies) is unrolled: each
+ * $ref is expanded inside itself at most this many times (the value nests that many levels
+ * below its first), and the recursion's way out is taken there; a schema too large so is
+ * compiled again one level shallower, down to one. */
+#define FL_CONSTRAIN_RECURSION 3
 #define FL_CONSTRAIN_MAX_ITEMS 64
 #define FL_CONSTRAIN_PATH 256
 /* What the types of a subschema's values may be (a oneOf's, an anyOf's beside a type) is read

@@ -170,6 +170,9 @@ const TYPED = [
     // Dict[str, constr(max_length=10)]
     meta: { type: 'object', additionalProperties: { type: 'string', maxLength: 10 } } },
     required: ['action', 'ref', 'meta'] },
+  // a recursive model (a thread of replies: class Msg(BaseModel): text: str; replies: List['Msg'])
+  { $defs: { Msg: { type: 'object', properties: { text: { type: 'string', maxLength: 24 }, replies: { type: 'array', items: { $ref: '#/$defs/Msg' }, maxItems: 2 } },
+    required: ['text', 'replies'] } }, $ref: '#/$defs/Msg' },
 ];
 
 test('pattern, format, lengths, bounds and multipleOf: every reply is valid (ajv-formats)', async () => {

@@ -252,6 +252,37 @@ test('a type beside $ref, anyOf, oneOf, const or enum, and object or array keywo
   }
 });
 
+// a value nested n levels below the first: a tree whose first children have children ...
+function nest(n, leaf, wrap) { let v = leaf; for (let i = 0; i < n; i++) v = wrap(v); return v; }
+
+test('recursive schemas are unrolled: 4 levels of the recursion, the way out taken below', () => {
+  // pydantic: class Node(BaseModel): name: str; children: List['Node']
+  const tree = { $defs: { Node: { type: 'object', properties: { name: { type: 'string', maxLength: 8 }, children: { type: 'array', items: { $ref: '#/$defs/Node' } } },
+    required: ['name', 'children'] } }, $ref: '#/$defs/Node' };
+  // a binary tree, nulls as the way out; a list (an optional next); the root itself ('#')
+  const bin = { $defs: { T: { type: 'object', properties: { v: { type: 'integer' }, l: { anyOf: [{ $ref: '#/$defs/T' }, { type: 'null' }] },
+    r: { anyOf: [{ $ref: '#/$defs/T' }, { type: 'null' }] } }, required: ['v', 'l', 'r'] } }, $ref: '#/$defs/T' };
+  const list = { type: 'object', properties: { x: { type: 'boolean' }, next: { $ref: '#' } }, required: ['x'], additionalProperties: false };
+  const depth = (v, key) => (v && typeof v === 'object' ? 1 + Math.max(0, ...(Array.isArray(v[key]) ? v[key] : [v[key]]).map((c) => depth(c, key))) : 0);
+  for (const [schema, key, leaf, wrap] of [
+    [tree, 'children', { name: 'a', children: [] }, (c) => ({ name: 'p', children: [c, { name: 'b', children: [] }] })],
+    [bin, 'l', { v: 1, l: null, r: null }, (c) => ({ v: 2, l: c, r: null })],
+    [list, 'next', { x: true }, (c) => ({ x: false, next: c })]]) {
+    const validate = ajv.compile(schema);
+    let deepest = 0;
+    for (const t of samples(schema, 40, 21)) {
+      const v = JSON.parse(t);
+      assert.ok(validate(v), `a sample is invalid: ${t} ${JSON.stringify(validate.errors)}`);
+      deepest = Math.max(deepest, depth(v, key));
+    }
+    assert.ok(deepest >= 2 && deepest <= 4, `the samples nest ${deepest} levels: ${JSON.stringify(schema)}`);
+    // 4 levels are written, 5 are not (a subset of the valid values: ajv takes both)
+    const texts = [1, 2, 3, 4, 5].map((n) => JSON.stringify(nest(n - 1, leaf, wrap)));
+    for (const t of texts) assert.ok(validate(JSON.parse(t)), t);
+    assert.deepEqual(matches(schema, texts), [true, true, true, true, false], JSON.stringify(schema));
+  }
+});
+
 test('$ref resolves in the nearest enclosing subschema with an $id (a schema resource of its own)', () => {
   // b is a resource with its own $defs.v: b.x is a string, a (the root's v) an integer
   const s = { $defs: { v: { type: 'integer' } }, type: 'object', properties: { a: { $ref: '#/$defs/v' },
@@ -291,7 +322,9 @@ test('schemas outside the subset: one-line errors naming the keyword and where',
     [{ type: 'string', pattern: '^a', minProperties: 1 }, /unsupported keyword 'minProperties' .* \(at the schema's root\)$/],
     [{ type: 'string', pattern: '(?=a)' }, /'pattern': unsupported: lookahead at offset 1 \(at the schema's root\)$/],
     [{ type: 'object', properties: { a: { type: 'string', format: 'uri-reference' } }, required: ['a'] }, /'format': 'uri-reference' is an unsupported format .*\(at \/properties\/a\)$/],
-    [{ $defs: { n: { type: 'object', properties: { next: { $ref: '#/$defs/n' } }, required: ['next'] } }, $ref: '#/$defs/n' }, /'\$ref' '#\/\$defs\/n' is recursive/],
+    // a recursion with no way out: every node needs a next one
+    [{ $defs: { n: { type: 'object', properties: { next: { $ref: '#/$defs/n' } }, required: ['next'] } }, $ref: '#/$defs/n' },
+      /the schema's recursion has no value that stops within 4 levels of itself \(and 8 of objects and arrays\): give it a way out/],
     [{ $ref: '#/$defs/missing' }, /'\$ref' '#\/\$defs\/missing' does not name a schema/],
     [{ type: 'text' }, /unknown type 'text'/],
     [{ type: 'object', properties: { a: { type: 'string' } }, required: ['b'] }, /'required' names 'b', which is not in 'properties'/],
