@@ -339,42 +339,49 @@ static frag f_json_literal(nfa *N, const json_t *v)
 
 typedef frag (*item_fn)(nfa *N, const json_t *node, const char *path, int32_t depth);
 
-/* "[" ws (item ws ("," ws item ws)*)? "]" with min..max items (max < 0: unbounded); each item
-   a fresh fragment of build(node) */
+static frag f_value(nfa *N, const json_t *node, const char *path, int32_t depth);
+static void subpath(char *out, size_t n, const char *path, const char *a, const char *b);
+
+/* item k of an array: prefix[k] (prefixItems, at ppath), after them build(node) */
+static frag f_item(nfa *N, const json_t *prefix, const char *ppath, int64_t k, item_fn build,
+                   const json_t *node, const char *path, int32_t depth)
+{
+    if (k >= (int64_t)json_array_size(prefix))
+        return f_cat(N, build(N, node, path, depth), f_ws(N));
+    char p2[FL_CONSTRAIN_PATH], idx[24];
+    snprintf(idx, sizeof idx, "%lld", (long long)k);
+    subpath(p2, sizeof p2, ppath, "prefixItems", idx);
+    return f_cat(N, f_value(N, json_array_get(prefix, k), p2, depth), f_ws(N));
+}
+
+/* "[" ws (item ws ("," ws item ws)*)? "]" with min..max items (max < 0: unbounded); item k a
+   fresh fragment of prefix[k] (a tuple's, prefixItems at ppath; NULL: none), the others of
+   build(node). The items one by one, the optional ones nested from the end (opt(, item
+   opt(, item ...))), then, unbounded, a loop of the others. */
 static frag f_array(nfa *N, item_fn build, const json_t *node, const char *path, int32_t depth,
-                    int64_t mn, int64_t mx)
+                    int64_t mn, int64_t mx, const json_t *prefix, const char *ppath)
 {
     frag open = f_cat(N, f_range(N, '[', '['), f_ws(N));
     frag close = f_range(N, ']', ']');
     if (mx == 0)
         return f_cat(N, open, close);
-    /* items after the first: "," ws item ws; the first mn-1 of them required */
-    frag first = f_cat(N, build(N, node, path, depth), f_ws(N));
-    frag rest = f_empty(N);
-    if (mx < 0) {
-        for (int64_t i = 1; i < mn && !N->failed; i++)
-            rest = f_cat(N, rest, f_cat(N, f_cat(N, f_range(N, ',', ','), f_ws(N)),
-                                        f_cat(N, build(N, node, path, depth), f_ws(N))));
-        frag more = f_cat(N, f_cat(N, f_range(N, ',', ','), f_ws(N)),
-                          f_cat(N, build(N, node, path, depth), f_ws(N)));
-        rest = f_cat(N, rest, f_star(N, more));
-    } else {
-        /* the optional tail, built from its end: opt(, item opt(, item ...)) */
-        frag tail = f_empty(N);
-        for (int64_t i = mx - 1; i >= 1 && !N->failed; i--) {
-            frag one = f_cat(N, f_cat(N, f_range(N, ',', ','), f_ws(N)),
-                             f_cat(N, build(N, node, path, depth), f_ws(N)));
-            tail = i >= mn ? f_opt(N, f_cat(N, one, tail)) : f_cat(N, one, tail);
-        }
-        rest = tail;
+    int64_t np = (int64_t)json_array_size(prefix);
+    int64_t K = mx >= 0 ? mx : mn > np ? mn : np > 1 ? np : 1; /* the items built one by one */
+    frag tail = f_empty(N);
+    if (mx < 0)
+        tail = f_star(N, f_cat(N, f_cat(N, f_range(N, ',', ','), f_ws(N)),
+                               f_item(N, NULL, ppath, K, build, node, path, depth)));
+    for (int64_t i = K - 1; i >= 1 && !N->failed; i--) {
+        frag one = f_cat(N, f_cat(N, f_range(N, ',', ','), f_ws(N)),
+                         f_item(N, prefix, ppath, i, build, node, path, depth));
+        tail = i >= mn ? f_opt(N, f_cat(N, one, tail)) : f_cat(N, one, tail);
     }
-    frag items = f_cat(N, first, rest);
+    frag items = f_cat(N, f_item(N, prefix, ppath, 0, build, node, path, depth), tail);
     if (mn == 0)
         items = f_opt(N, items);
     return f_cat(N, f_cat(N, open, items), close);
 }
 
-static frag f_value(nfa *N, const json_t *node, const char *path, int32_t depth);
 static frag f_any(nfa *N, const json_t *node, const char *path, int32_t depth);
 
 static frag f_any_member(nfa *N, const json_t *node, const char *path, int32_t depth)
@@ -418,7 +425,7 @@ static frag f_any(nfa *N, const json_t *node, const char *path, int32_t depth)
     v = f_alt(N, v, f_lit(N, "null", 4));
     if (depth > 0) {
         v = f_alt(N, v, f_any_object(N, path, depth - 1));
-        v = f_alt(N, v, f_array(N, f_any, NULL, path, depth - 1, 0, -1));
+        v = f_alt(N, v, f_array(N, f_any, NULL, path, depth - 1, 0, -1, NULL, path));
     }
     return v;
 }
@@ -480,7 +487,7 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
         "enum", "const", "anyOf", "$ref", "$defs", "definitions", "title", "description",
         "$schema", "$id", "$comment", "default", "examples", "pattern", "format", "minLength",
         "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
-        "allOf", "oneOf", "discriminator"};
+        "allOf", "oneOf", "discriminator", "prefixItems"};
     const char *key = key_outside(node, ok, sizeof ok / sizeof ok[0]);
     if (key)
         return bad(N, path, "unsupported keyword '%s' (fogline constrains to OpenAI's strict "
@@ -488,7 +495,7 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
                             "items, minItems, maxItems, enum, const, anyOf, $defs, $ref, "
                             "pattern, format, minLength, maxLength, minimum, maximum, "
                             "exclusiveMinimum, exclusiveMaximum, multipleOf, allOf of one, "
-                            "oneOf of exclusive schemas)",
+                            "oneOf of exclusive schemas, prefixItems)",
                    key);
     return 0;
 }
@@ -1110,7 +1117,7 @@ static frag f_number_of(nfa *N, const json_t *node, bool integer, const char *pa
 }
 
 static const char *const obj_keys[] = {"properties", "required", "additionalProperties"};
-static const char *const arr_keys[] = {"items", "minItems", "maxItems"};
+static const char *const arr_keys[] = {"items", "minItems", "maxItems", "prefixItems"};
 
 /* String keywords need a type that includes "string", number keywords one that includes
    "number" or "integer" (elsewhere they would not constrain anything, and a reader would
@@ -1122,7 +1129,7 @@ static int check_typed_keys(nfa *N, const json_t *node, const char *path)
     for (int pass = 0; pass < 4; pass++) {
         static const char *const *const lists[] = {str_keys, num_keys, obj_keys, arr_keys};
         static const size_t sizes[] = {sizeof str_keys / sizeof str_keys[0],
-                                       sizeof num_keys / sizeof num_keys[0], 3, 3};
+                                       sizeof num_keys / sizeof num_keys[0], 3, 4};
         static const char *const need[][2] = {{"string", "string"}, {"number", "integer"},
                                               {"object", "object"}, {"array", "array"}};
         const char *const *keys = lists[pass];
@@ -1206,13 +1213,31 @@ static frag f_typed(nfa *N, const json_t *node, const char *type, const char *pa
             bad(N, path, "'minItems'/'maxItems' above %s are not supported", FL_STR(FL_CONSTRAIN_MAX_ITEMS));
             return f_empty(N);
         }
-        if (items && !json_is_object(items)) {
-            bad(N, path, "'items' must be one schema (an object)%s", "");
+        if (items && !json_is_object(items) && !json_is_boolean(items)) {
+            bad(N, path, "'items' must be one schema (an object, or true or false)%s", "");
+            return f_empty(N);
+        }
+        /* a tuple (JSON Schema 2020-12, pydantic's Tuple[int, str]): prefixItems' schemas
+           first, items' after them (false: no more) */
+        const json_t *prefix = json_object_get(node, "prefixItems");
+        if (prefix && (!json_is_array(prefix) || !json_array_size(prefix))) {
+            bad(N, path, "'prefixItems' must be a non-empty array of schemas%s", "");
+            return f_empty(N);
+        }
+        if (json_array_size(prefix) > FL_CONSTRAIN_MAX_ITEMS) {
+            bad(N, path, "'prefixItems' of more than %s schemas is not supported", FL_STR(FL_CONSTRAIN_MAX_ITEMS));
+            return f_empty(N);
+        }
+        if (json_is_false(items) && (hi < 0 || hi > (int64_t)json_array_size(prefix)))
+            hi = (int64_t)json_array_size(prefix);
+        if (lo > hi && hi >= 0) {
+            bad(N, path, "'minItems' is above the items 'prefixItems' and 'items' false allow%s", "");
             return f_empty(N);
         }
         char p2[FL_CONSTRAIN_PATH];
         subpath(p2, sizeof p2, path, "items", NULL);
-        return f_array(N, items ? f_value : f_any, items, p2, depth - 1, lo, hi);
+        return f_array(N, json_is_object(items) ? f_value : f_any, json_is_object(items) ? items : NULL,
+                       p2, depth - 1, lo, hi, prefix, path);
     }
     bad(N, path, "unknown type '%s' (string, number, integer, boolean, null, object, array)", type);
     return f_empty(N);
@@ -1537,7 +1562,7 @@ static bool has_any(const json_t *node, const char *const *keys, size_t n)
    depth is spent, as f_any does, unless nothing else is left. */
 static frag f_types(nfa *N, const json_t *node, unsigned m, const char *path, int32_t depth)
 {
-    bool ok = has_any(node, obj_keys, 3), ak = has_any(node, arr_keys, 3);
+    bool ok = has_any(node, obj_keys, 3), ak = has_any(node, arr_keys, 4);
     if (m == T_ALL && !ok && !ak)
         return f_any(N, node, path, depth);
     frag f = {0, 0};

@@ -17,6 +17,7 @@ import { require } from '../server/lib.mjs';
 import { rng, pick, WORDS, genSchema } from './gen.mjs';
 
 const Ajv = require('ajv');
+const Ajv2020 = require('ajv/dist/2020'); // (prefixItems is JSON Schema 2020-12's)
 const BIN = process.env.FL_BIN;
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'fogline-schema-'));
 process.on('exit', () => fs.rmSync(dir, { recursive: true, force: true }));
@@ -252,6 +253,23 @@ test('a type beside $ref, anyOf, oneOf, const or enum, and object or array keywo
   }
 });
 
+test('tuples (prefixItems, JSON Schema 2020-12; pydantic\'s Tuple[int, str]): verdicts agree with ajv', () => {
+  const ajv20 = new Ajv2020({ strict: false });
+  const cases = [
+    [{ type: 'array', prefixItems: [{ type: 'integer' }, { type: 'string' }], minItems: 2, maxItems: 2 }, ['[1,"a"]', '[1]', '["a",1]', '[1,"a",2]', '[]']],
+    [{ type: 'array', prefixItems: [{ type: 'integer' }, { type: 'boolean' }], items: { type: 'null' } },
+      ['[]', '[1]', '[1,true]', '[1,true,null,null]', '[1,true,1]', '[true]']],
+    [{ type: 'array', prefixItems: [{ type: 'integer' }], items: false, minItems: 1 }, ['[1]', '[1,2]', '[]']],
+    [{ prefixItems: [{ const: 'a' }], maxItems: 3 }, ['["a"]', '["b"]', '"x"', '[]', '["a",3]', '["a",3,{}]', '["a",1,2,3]']],
+    [{ type: 'array', items: false }, ['[]', '[1]']],
+  ];
+  for (const [schema, texts] of cases) {
+    const validate = ajv20.compile(schema);
+    assert.deepEqual(matches(schema, texts), texts.map((t) => validate(JSON.parse(t))), JSON.stringify(schema));
+    for (const t of samples(schema, 20, 9)) assert.ok(validate(JSON.parse(t)), `a sample is invalid: ${t} of ${JSON.stringify(schema)}`);
+  }
+});
+
 // a value nested n levels below the first: a tree whose first children have children ...
 function nest(n, leaf, wrap) { let v = leaf; for (let i = 0; i < n; i++) v = wrap(v); return v; }
 
@@ -335,6 +353,10 @@ test('schemas outside the subset: one-line errors naming the keyword and where',
     [{ type: 'object', additionalProperties: 3 }, /'additionalProperties' must be a schema, false or true/],
     [{ type: 'array', items: { type: 'string' }, minItems: 3, maxItems: 1 }, /'minItems' is above 'maxItems'/],
     [{ type: 'array', maxItems: 1000 }, /'minItems'\/'maxItems' above 64 are not supported/],
+    [{ type: 'array', prefixItems: [] }, /'prefixItems' must be a non-empty array of schemas/],
+    [{ type: 'array', prefixItems: [{ type: 'integer' }], items: false, minItems: 2 }, /'minItems' is above the items 'prefixItems' and 'items' false allow/],
+    [{ type: 'array', items: [{ type: 'string' }] }, /'items' must be one schema \(an object, or true or false\)/],
+    [{ type: 'string', prefixItems: [{ type: 'string' }] }, /'prefixItems' needs a 'type' that includes "array"/],
     [{ anyOf: [] }, /'anyOf' must be a non-empty array/],
     [{ enum: 'a' }, /'enum' must be a non-empty array/],
     [{ oneOf: [{ type: 'number' }, { type: 'integer' }] }, /'oneOf' schemas 0 and 1 may both match one value .*discriminator.* \(at the schema's root\)$/],
