@@ -485,7 +485,8 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
     static const char *const ok[] = {
         "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
         "enum", "const", "anyOf", "$ref", "$defs", "definitions", "title", "description",
-        "$schema", "$id", "$comment", "default", "examples", "pattern", "format", "minLength",
+        "$schema", "$id", "$comment", "default", "examples", "deprecated", "readOnly",
+        "writeOnly", "nullable", "pattern", "format", "minLength",
         "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
         "allOf", "oneOf", "discriminator", "prefixItems"};
     const char *key = key_outside(node, ok, sizeof ok / sizeof ok[0]);
@@ -1305,6 +1306,16 @@ static unsigned type_bits(const char *t)
     return 0;
 }
 
+/* what a 'type' keyword names, without checking it */
+static unsigned type_bits_of(const json_t *type)
+{
+    unsigned b = json_is_string(type) ? type_bits(json_string_value(type)) : 0;
+    size_t i;
+    const json_t *v;
+    json_array_foreach(type, i, v) b |= type_bits(json_string_value(v));
+    return b;
+}
+
 static unsigned value_type(const json_t *v)
 {
     switch (json_typeof(v)) {
@@ -1331,7 +1342,11 @@ static unsigned value_type(const json_t *v)
 /* the types node's 'type' names (T_ALL without one); 0 with the error set */
 static unsigned type_kw(nfa *N, const json_t *node, const char *path)
 {
-    const json_t *type = json_object_get(node, "type");
+    const json_t *type = json_object_get(node, "type"), *nul = json_object_get(node, "nullable");
+    if (nul && (!json_is_boolean(nul) || (json_is_true(nul) && !type)))
+        return bad(N, path, "'nullable' (OpenAPI 3.0's) must be true or false, beside a 'type'%s",
+                   ""),
+               0;
     if (!type)
         return T_ALL;
     size_t n = json_is_array(type) ? json_array_size(type) : json_is_string(type) ? 1 : 0;
@@ -1347,7 +1362,7 @@ static unsigned type_kw(nfa *N, const json_t *node, const char *path)
                    0;
         m |= b;
     }
-    return m;
+    return json_is_true(nul) ? m | T_NULL : m;
 }
 
 /* An over-estimate of the types of the values valid for s, within m: what its 'type',
@@ -1365,7 +1380,7 @@ static unsigned types_valid(const json_t *root, const json_t *s, unsigned m, int
     if (t) {
         unsigned b = json_is_string(t) ? type_bits(json_string_value(t)) : 0;
         json_array_foreach(t, i, v) b |= type_bits(json_string_value(v));
-        m &= b;
+        m &= b | (json_is_true(json_object_get(s, "nullable")) ? T_NULL : 0);
     }
     if ((v = json_object_get(s, "const")))
         m &= value_type(v);
@@ -1646,7 +1661,7 @@ static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth)
         }
         static const char *const beside[] = {"allOf", "$defs", "definitions", "$id", "title",
                                              "description", "$schema", "$comment", "default",
-                                             "examples"};
+                                             "examples", "deprecated", "readOnly", "writeOnly"};
         const char *key = key_outside(node, beside, sizeof beside / sizeof beside[0]);
         if (key) {
             bad(N, path, "'%s' beside 'allOf' is not supported (put it inside the one schema)", key);
@@ -1758,6 +1773,9 @@ static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth)
         f = some ? f_alt(N, f, g) : g;
         some = true;
     }
+    /* OpenAPI 3.0's nullable: null as well (when 'type' does not name it) */
+    if (json_is_true(json_object_get(node, "nullable")) && (m & T_NULL) && !(type_bits_of(type) & T_NULL))
+        f = some ? f_alt(N, f, f_lit(N, "null", 4)) : f_lit(N, "null", 4);
     return f;
 }
 
