@@ -2273,11 +2273,6 @@ static int to_dfa(const nfa *N, frag f, int32_t max, fl_dfa **out, fl_err *e)
                 }
             }
     }
-    /* no edge into a state that cannot reach acceptance (a recursion cut: the way in is
-       there, the rest is not) */
-    for (size_t k = 0; k < (size_t)B.n * 256; k++)
-        if (D->next[k] >= 0 && D->dist[D->next[k]] == INT32_MAX)
-            D->next[k] = -1;
     if (D->dist[0] == INT32_MAX) {
         fl_dfa_free(D);
         rc = N->cut ? fl_err_set(e, FL_EINVAL, "the schema's recursion has no value that stops "
@@ -2287,6 +2282,37 @@ static int to_dfa(const nfa *N, frag f, int32_t max, fl_dfa **out, fl_err *e)
                                  N->recursion + 1, N->max_depth)
                     : fl_err_set(e, FL_EINVAL, "no JSON text satisfies the schema");
         goto out;
+    }
+    /* only the states that can reach acceptance (a recursion cut: the way in is there, the
+       rest is not), numbered in order, the builder's sets with them (chains() reads them) */
+    int32_t live = 0;
+    for (int32_t d = 0; d < B.n; d++)
+        live += D->dist[d] != INT32_MAX;
+    if (live < B.n) {
+        int32_t *map = malloc(sizeof(int32_t) * (size_t)B.n);
+        if (!map) {
+            fl_dfa_free(D);
+            rc = fl_err_set(e, FL_ENOMEM, "out of memory");
+            goto out;
+        }
+        for (int32_t d = 0, k = 0; d < B.n; d++)
+            map[d] = D->dist[d] != INT32_MAX ? k++ : -1;
+        for (int32_t d = 0; d < B.n; d++) {
+            if (map[d] < 0) {
+                free(B.sets[d].v);
+                continue;
+            }
+            int32_t k = map[d];
+            for (int c = 0; c < 256; c++) {
+                int32_t t = D->next[(size_t)d * 256 + (size_t)c];
+                D->next[(size_t)k * 256 + (size_t)c] = t >= 0 ? map[t] : -1;
+            }
+            D->accept[k] = D->accept[d];
+            D->dist[k] = D->dist[d];
+            B.sets[k] = B.sets[d];
+        }
+        free(map);
+        D->n = B.n = live;
     }
     chains(N, &B, D);
     *out = D;
