@@ -486,7 +486,7 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
         "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
         "enum", "const", "anyOf", "$ref", "$defs", "definitions", "title", "description",
         "$schema", "$id", "$comment", "default", "examples", "deprecated", "readOnly",
-        "writeOnly", "nullable", "pattern", "format", "minLength",
+        "writeOnly", "nullable", "uniqueItems", "pattern", "format", "minLength",
         "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
         "allOf", "oneOf", "discriminator", "prefixItems"};
     const char *key = key_outside(node, ok, sizeof ok / sizeof ok[0]);
@@ -496,7 +496,7 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
                             "items, minItems, maxItems, enum, const, anyOf, $defs, $ref, "
                             "pattern, format, minLength, maxLength, minimum, maximum, "
                             "exclusiveMinimum, exclusiveMaximum, multipleOf, allOf of one, "
-                            "oneOf of exclusive schemas, prefixItems)",
+                            "oneOf of exclusive schemas, prefixItems, uniqueItems of few values)",
                    key);
     return 0;
 }
@@ -1118,7 +1118,7 @@ static frag f_number_of(nfa *N, const json_t *node, bool integer, const char *pa
 }
 
 static const char *const obj_keys[] = {"properties", "required", "additionalProperties"};
-static const char *const arr_keys[] = {"items", "minItems", "maxItems", "prefixItems"};
+static const char *const arr_keys[] = {"items", "minItems", "maxItems", "prefixItems", "uniqueItems"};
 
 /* String keywords need a type that includes "string", number keywords one that includes
    "number" or "integer" (elsewhere they would not constrain anything, and a reader would
@@ -1130,7 +1130,7 @@ static int check_typed_keys(nfa *N, const json_t *node, const char *path)
     for (int pass = 0; pass < 4; pass++) {
         static const char *const *const lists[] = {str_keys, num_keys, obj_keys, arr_keys};
         static const size_t sizes[] = {sizeof str_keys / sizeof str_keys[0],
-                                       sizeof num_keys / sizeof num_keys[0], 3, 4};
+                                       sizeof num_keys / sizeof num_keys[0], 3, 5};
         static const char *const need[][2] = {{"string", "string"}, {"number", "integer"},
                                               {"object", "object"}, {"array", "array"}};
         const char *const *keys = lists[pass];
@@ -1164,6 +1164,8 @@ static int check_typed_keys(nfa *N, const json_t *node, const char *path)
     }
     return 0;
 }
+
+static frag f_unique(nfa *N, const json_t *items, const char *path, int64_t lo, int64_t hi);
 
 /* some $ref is being expanded inside itself */
 static bool recursing(const nfa *N)
@@ -1218,9 +1220,21 @@ static frag f_typed(nfa *N, const json_t *node, const char *type, const char *pa
             bad(N, path, "'items' must be one schema (an object, or true or false)%s", "");
             return f_empty(N);
         }
+        const json_t *uq = json_object_get(node, "uniqueItems");
+        if (uq && !json_is_boolean(uq)) {
+            bad(N, path, "'uniqueItems' must be true or false%s", "");
+            return f_empty(N);
+        }
         /* a tuple (JSON Schema 2020-12, pydantic's Tuple[int, str]): prefixItems' schemas
            first, items' after them (false: no more) */
         const json_t *prefix = json_object_get(node, "prefixItems");
+        if (json_is_true(uq)) {
+            if (prefix) {
+                bad(N, path, "'uniqueItems' beside 'prefixItems' is not supported%s", "");
+                return f_empty(N);
+            }
+            return f_unique(N, json_is_object(items) ? items : NULL, path, lo, hi);
+        }
         if (prefix && (!json_is_array(prefix) || !json_array_size(prefix))) {
             bad(N, path, "'prefixItems' must be a non-empty array of schemas%s", "");
             return f_empty(N);
@@ -1577,7 +1591,7 @@ static bool has_any(const json_t *node, const char *const *keys, size_t n)
    depth is spent, as f_any does, unless nothing else is left. */
 static frag f_types(nfa *N, const json_t *node, unsigned m, const char *path, int32_t depth)
 {
-    bool ok = has_any(node, obj_keys, 3), ak = has_any(node, arr_keys, 4);
+    bool ok = has_any(node, obj_keys, 3), ak = has_any(node, arr_keys, 5);
     if (m == T_ALL && !ok && !ak)
         return f_any(N, node, path, depth);
     frag f = {0, 0};
@@ -1595,6 +1609,120 @@ static frag f_types(nfa *N, const json_t *node, unsigned m, const char *path, in
         some = true;
     }
     return f;
+}
+
+/* A state whose epsilon edges reach each of to[0 .. n) (a state has two at most: a tree) */
+static int32_t fan(nfa *N, const int32_t *to, int32_t n)
+{
+    if (n == 1)
+        return to[0];
+    int32_t s = st_new(N);
+    eps(N, s, fan(N, to, n / 2));
+    eps(N, s, fan(N, to + n / 2, n - n / 2));
+    return s;
+}
+
+/* uniqueItems (pydantic's Set[...]) of items with few values (FL_CONSTRAIN_UNIQUE_VALUES at
+   most: an enum, a const, boolean or null, through $ref and allOf of one): a state for each
+   set of values written, each way on a value not in it. Values a validator finds equal (1
+   and 1.0) are one value with several spellings. Items of any other kind cannot be kept
+   apart by a finite automaton and are refused. */
+static frag f_unique(nfa *N, const json_t *items, const char *path, int64_t lo, int64_t hi)
+{
+    const json_t *root = N->root;
+    const json_t *R = items ? same_value_node(items, &root) : NULL;
+    const json_t *c = json_object_get(R, "const"), *en = json_object_get(R, "enum");
+    unsigned m = type_bits_of(json_object_get(R, "type"));
+    if (json_is_true(json_object_get(R, "nullable")))
+        m |= T_NULL;
+    if (!json_object_get(R, "type"))
+        m = T_ALL;
+    json_t *vals = json_array();
+    if (c)
+        json_array_append(vals, (json_t *)c);
+    else if (json_is_array(en))
+        json_array_extend(vals, (json_t *)en);
+    else if (R && !(m & ~(T_BOOL | T_NULL))) { /* type boolean and/or null */
+        if (m & T_BOOL) {
+            json_array_append_new(vals, json_true());
+            json_array_append_new(vals, json_false());
+        }
+        if (m & T_NULL)
+            json_array_append_new(vals, json_null());
+    }
+    /* the distinct values of the type: group[i] the first value equal to value i */
+    size_t nv = json_array_size(vals);
+    int32_t group[FL_CONSTRAIN_UNIQUE_VALUES * 4], ng = 0, first[FL_CONSTRAIN_UNIQUE_VALUES];
+    long work = 0;
+    bool ok = nv > 0 && nv <= FL_CONSTRAIN_UNIQUE_VALUES * 4;
+    for (size_t i = 0; ok && i < nv; i++) {
+        const json_t *v = json_array_get(vals, i);
+        group[i] = -1;
+        if (!(value_type(v) & m))
+            continue;
+        for (int32_t g = 0; g < ng && group[i] < 0; g++)
+            if (same_json(v, json_array_get(vals, (size_t)first[g]), &work))
+                group[i] = g;
+        if (group[i] < 0) {
+            ok = ng < FL_CONSTRAIN_UNIQUE_VALUES;
+            if (ok)
+                first[ng] = (int32_t)i, group[i] = ng++;
+        }
+    }
+    if (!ok || !ng) {
+        json_decref(vals);
+        bad(N, path, "'uniqueItems' is supported for items of at most %s values (an enum, a "
+                     "const, boolean or null): a finite automaton cannot keep other items apart",
+            FL_STR(FL_CONSTRAIN_UNIQUE_VALUES));
+        return f_empty(N);
+    }
+    if (hi < 0 || hi > ng)
+        hi = ng;
+    if (lo > hi) {
+        json_decref(vals);
+        bad(N, path, "'minItems' is above the distinct values the unique items may have%s", "");
+        return f_empty(N);
+    }
+    frag open = f_cat(N, f_range(N, '[', '['), f_ws(N));
+    int32_t end = st_new(N), to[FL_CONSTRAIN_UNIQUE_VALUES + 1];
+    int32_t *st = malloc(sizeof(int32_t) * ((size_t)1 << ng));
+    if (!st) {
+        json_decref(vals);
+        N->failed = fl_err_set(N->e, FL_ENOMEM, "out of memory");
+        return f_empty(N);
+    }
+    for (int32_t S = 0; S < 1 << ng; S++)
+        st[S] = S ? st_new(N) : open.out;
+    for (int32_t S = 0; S < 1 << ng && !N->failed; S++) {
+        int32_t k = __builtin_popcount((unsigned)S), n = 0;
+        for (int32_t g = 0; g < ng && k < hi; g++) {
+            if (S >> g & 1)
+                continue;
+            frag lit = {0, 0};
+            bool some = false;
+            for (size_t i = 0; i < nv; i++)
+                if (group[i] == g) {
+                    frag x = f_json_literal(N, json_array_get(vals, i));
+                    lit = some ? f_alt(N, lit, x) : x;
+                    some = true;
+                }
+            frag one = f_cat(N, lit, f_ws(N));
+            if (S)
+                one = f_cat(N, f_cat(N, f_range(N, ',', ','), f_ws(N)), one);
+            eps(N, one.out, st[S | 1 << g]);
+            to[n++] = one.in;
+        }
+        if (k >= lo) {
+            frag close = f_range(N, ']', ']');
+            eps(N, close.out, end);
+            to[n++] = close.in;
+        }
+        if (n)
+            eps(N, st[S], fan(N, to, n));
+    }
+    free(st);
+    json_decref(vals);
+    return (frag){open.in, end};
 }
 
 /* a schema compiled for the same value, within the types m */

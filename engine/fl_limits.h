@@ -27,6 +27,9 @@
  * compiled again one level shallower, down to one. */
 #define FL_CONSTRAIN_RECURSION 3
 #define FL_CONSTRAIN_MAX_ITEMS 64
+/* uniqueItems of items with at most this many values (an enum's, a const's, booleans): the
+ * automaton has a state for each set of them written. */
+#define FL_CONSTRAIN_UNIQUE_VALUES 8
 #define FL_CONSTRAIN_PATH 256
 /* What the types of a subschema's values may be (a oneOf's, an anyOf's beside a type) is read
  * through at most this many subschemas in all, per schema (anyOfs of $refs to anyOfs ... are

@@ -167,9 +167,10 @@ const TYPED = [
     type: 'object', properties: { action: { oneOf: [{ $ref: '#/$defs/Refund' }, { $ref: '#/$defs/Ship' }],
       discriminator: { propertyName: 'kind', mapping: { refund: '#/$defs/Refund', ship: '#/$defs/Ship', resend: '#/$defs/Ship' } } },
     ref: { type: ['string', 'integer'], oneOf: [{ type: 'string', pattern: '^[A-Z]{3}$' }, { type: 'number', minimum: 0 }, { type: 'null' }] },
-    // Dict[str, constr(max_length=10)]
-    meta: { type: 'object', additionalProperties: { type: 'string', maxLength: 10 } } },
-    required: ['action', 'ref', 'meta'] },
+    // Dict[str, constr(max_length=10)], Set[Literal['read', 'write', 'admin']]
+    meta: { type: 'object', additionalProperties: { type: 'string', maxLength: 10 } },
+    perms: { type: 'array', items: { enum: ['read', 'write', 'admin'], type: 'string' }, uniqueItems: true } },
+    required: ['action', 'ref', 'meta', 'perms'] },
   // a recursive model (a thread of replies: class Msg(BaseModel): text: str; replies: List['Msg'])
   { $defs: { Msg: { type: 'object', properties: { text: { type: 'string', maxLength: 24 }, replies: { type: 'array', items: { $ref: '#/$defs/Msg' }, maxItems: 2 } },
     required: ['text', 'replies'] } }, $ref: '#/$defs/Msg' },

@@ -243,6 +243,17 @@ test('a type beside $ref, anyOf, oneOf, const or enum, and object or array keywo
       ['{"a":"x","b":1}', '{"a":"x","a":1}', '{"a":"x","ab":1}', '{"a":"x","abc":1,"":2}', '{"a":"x","\\u0061":1}',
         '{"a":"x","ab":true,"a b":3,"é":-1}', '{"b":1}', '{"a":"x","b":"s"}', '{"a":"x","b":1,"b":2}']],
     [{ additionalProperties: { type: 'string' } }, ['{"k":"v"}', '{"k":1}', '1', '{}']],
+    // uniqueItems of few values (pydantic's Set[Literal[...]], Set[SomeEnum]); equal numbers are one value
+    [{ type: 'array', items: { enum: ['r', 'w', 'x'] }, uniqueItems: true },
+      ['[]', '["r"]', '["r","w","x"]', '["r","r"]', '["x","r"]', '["r","w","x","r"]', '["y"]']],
+    [{ type: 'array', items: { type: 'boolean' }, uniqueItems: true, minItems: 2 }, ['[true,false]', '[false,true]', '[true,true]', '[true]', '[]']],
+    [{ $defs: { P: { enum: ['read', 'write'], title: 'P', type: 'string' } }, type: 'object',
+      properties: { perms: { items: { $ref: '#/$defs/P' }, type: 'array', uniqueItems: true } }, required: ['perms'] },
+      ['{"perms":["write","read"]}', '{"perms":["read","read"]}', '{"perms":[]}']],
+    // (ajv refuses an enum that repeats a value: it reads the same set without the repeat)
+    ['{"type": "array", "items": {"enum": [1, 1.0, 2]}, "uniqueItems": true}', ['[1,2]', '[1.0,2]', '[1,1.0]', '[2,1,2]'],
+      { type: 'array', items: { enum: [1, 2] }, uniqueItems: true }],
+    [{ type: 'array', items: { type: 'string' }, uniqueItems: false }, ['["a","a"]', '[1]']],
     // OpenAPI 3.0's nullable, and the annotations pydantic writes for deprecated and computed fields
     [{ type: 'string', nullable: true, maxLength: 2 }, ['"ab"', 'null', '"abc"', '1']],
     [{ type: 'object', properties: { a: { type: 'integer', nullable: true, deprecated: true, readOnly: true }, b: { writeOnly: true, type: 'string' } }, required: ['a'] },
@@ -250,8 +261,8 @@ test('a type beside $ref, anyOf, oneOf, const or enum, and object or array keywo
     [{ type: ['string', 'integer', 'boolean'], oneOf: [{ type: 'string' }, { type: 'number' }, { type: 'null' }] },
       ['"s"', '1', '1.5', 'null', 'true']],
   ];
-  for (const [schema, texts] of cases) {
-    const validate = ajv.compile(typeof schema === 'string' ? JSON.parse(schema) : schema);
+  for (const [schema, texts, same] of cases) {
+    const validate = ajv.compile(same || (typeof schema === 'string' ? JSON.parse(schema) : schema));
     assert.deepEqual(matches(schema, texts), texts.map((t) => validate(JSON.parse(t))), JSON.stringify(schema));
     for (const t of samples(schema, 20, 7)) assert.ok(validate(JSON.parse(t)), `a sample is invalid: ${t} of ${JSON.stringify(schema)}`);
   }
@@ -358,6 +369,11 @@ test('schemas outside the subset: one-line errors naming the keyword and where',
     [{ type: 'array', items: { type: 'string' }, minItems: 3, maxItems: 1 }, /'minItems' is above 'maxItems'/],
     [{ type: 'array', maxItems: 1000 }, /'minItems'\/'maxItems' above 64 are not supported/],
     [{ type: 'array', prefixItems: [] }, /'prefixItems' must be a non-empty array of schemas/],
+    [{ type: 'array', items: { type: 'string' }, uniqueItems: true }, /'uniqueItems' is supported for items of at most 8 values \(an enum, a const, boolean or null\)/],
+    [{ type: 'array', uniqueItems: true }, /'uniqueItems' is supported for items of at most 8 values/],
+    [{ type: 'array', items: { enum: [1, 2, 3, 4, 5, 6, 7, 8, 9] }, uniqueItems: true }, /'uniqueItems' is supported for items of at most 8 values/],
+    [{ type: 'array', items: { enum: ['a', 'b'] }, uniqueItems: true, minItems: 3 }, /'minItems' is above the distinct values the unique items may have/],
+    [{ type: 'array', items: { type: 'string' }, uniqueItems: 'yes' }, /'uniqueItems' must be true or false/],
     [{ nullable: true }, /'nullable' \(OpenAPI 3.0's\) must be true or false, beside a 'type' \(at the schema's root\)$/],
     [{ type: 'string', nullable: 1 }, /'nullable' \(OpenAPI 3.0's\) must be true or false/],
     [{ type: 'array', prefixItems: [{ type: 'integer' }], items: false, minItems: 2 }, /'minItems' is above the items 'prefixItems' and 'items' false allow/],
