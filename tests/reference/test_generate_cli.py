@@ -259,8 +259,8 @@ def main():
                   "--regex %s: %r (%s)" % (pattern, text, r.stderr.strip()))
         bad = os.path.join(td, "bad.json")
         with open(bad, "w") as f:
-            f.write('{"type": "array", "uniqueItems": true}')
-        for args, code, word in ((["--schema", bad], 1, "unsupported keyword 'uniqueItems'"),
+            f.write('{"type": "array", "minContains": 1}')
+        for args, code, word in ((["--schema", bad], 1, "unsupported keyword 'minContains'"),
                                  (["--schema", os.path.join(td, "none.json")], 1, "none.json"),
                                  (["--schema", order, "--json-object"], 2, "give one of"),
                                  (["--regex", "a", "--json-object"], 2, "give one of"),

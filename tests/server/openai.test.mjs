@@ -116,8 +116,8 @@ test('errors come in the OpenAI shape with the right status', async () => {
   // has the ones it can)
   const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false };
   await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: user('hi'),
-    response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'array', uniqueItems: true }, strict: true } } }),
-    (e) => e.status === 400 && e.param === 'response_format' && /unsupported keyword 'uniqueItems'/.test(e.message));
+    response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'array', items: { type: 'string' }, minContains: 1 }, strict: true } } }),
+    (e) => e.status === 400 && e.param === 'response_format' && /unsupported keyword 'minContains'/.test(e.message));
   await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: user('hi'), response_format: { type: 'xml' } }),
     (e) => e.status === 400 && e.param === 'response_format');
   await assert.rejects(client.chat.completions.create({ model: 'fogline', messages: user('hi'),
