@@ -1327,17 +1327,8 @@ int fl_cpa_except(const char *const *words, int32_t nw, fl_cpa **out, fl_err *e)
         for (int32_t k = 0; k < ncls; k++)
             a->next[(size_t)t * (size_t)ncls + (size_t)k] = a->lo[k] == SUR_LO ? -1 : past;
     }
-    for (int32_t u = 1; u < nt; u++) {
-        int32_t lo = 0, hi = ncls - 1; /* the class that is ch[u] alone */
-        while (lo < hi) {
-            int32_t mid = (lo + hi + 1) / 2;
-            if (a->lo[mid] <= ch[u])
-                lo = mid;
-            else
-                hi = mid - 1;
-        }
-        a->next[(size_t)par[u] * (size_t)ncls + (size_t)lo] = u;
-    }
+    for (int32_t u = 1; u < nt; u++) /* (the class of ch[u] is ch[u] alone) */
+        a->next[(size_t)par[u] * (size_t)ncls + (size_t)cls_of(a->lo, ncls, ch[u])] = u;
     *out = a;
     a = NULL;
     rc = 0;
