@@ -1866,7 +1866,7 @@ static frag f_node(nfa *N, const json_t *node, const char *path, int32_t depth)
         frag f = {0, 0};
         bool some = false;
         for (size_t i = 0; i < json_array_size(any) && !N->failed; i++) {
-            if (!types_valid(N->root, json_array_get(any, i), m, 0, &N->type_visits))
+            if (m != T_ALL && !types_valid(N->root, json_array_get(any, i), m, 0, &N->type_visits))
                 continue; /* (none of its values is of the 'type' beside: it adds nothing) */
             char p2[FL_CONSTRAIN_PATH], idx[24];
             snprintf(idx, sizeof idx, "%zu", i);
