@@ -451,7 +451,7 @@ static void utf8_trim(char *s)
 static int bad(nfa *N, const char *path, const char *fmt, const char *what)
 {
     if (!N->failed) {
-        char w[65], m[320];
+        char w[65], m[448]; /* (the longest: the unsupported keyword's list) */
         snprintf(w, sizeof w, "%s", what);
         utf8_trim(w);
         snprintf(m, sizeof m, fmt, w);
@@ -492,11 +492,11 @@ static int check_keys(nfa *N, const json_t *node, const char *path)
     const char *key = key_outside(node, ok, sizeof ok / sizeof ok[0]);
     if (key)
         return bad(N, path, "unsupported keyword '%s' (fogline constrains to OpenAI's strict "
-                            "subset: type, properties, required, additionalProperties false, "
-                            "items, minItems, maxItems, enum, const, anyOf, $defs, $ref, "
+                            "subset and what pydantic adds to it: type, properties, required, "
+                            "additionalProperties, items, prefixItems, minItems, maxItems, "
+                            "uniqueItems, enum, const, anyOf, oneOf, allOf, $defs, $ref, "
                             "pattern, format, minLength, maxLength, minimum, maximum, "
-                            "exclusiveMinimum, exclusiveMaximum, multipleOf, allOf of one, "
-                            "oneOf of exclusive schemas, prefixItems, uniqueItems of few values)",
+                            "exclusiveMinimum, exclusiveMaximum, multipleOf, nullable)",
                    key);
     return 0;
 }

@@ -352,7 +352,8 @@ test('response_format json_object: samples are JSON objects', () => {
 
 test('schemas outside the subset: one-line errors naming the keyword and where', () => {
   const cases = [
-    [{ type: 'string', pattern: '^a', minProperties: 1 }, /unsupported keyword 'minProperties' .* \(at the schema's root\)$/],
+    // (the list of what is supported, whole: a message is cut at its buffer's end)
+    [{ type: 'string', pattern: '^a', minProperties: 1 }, /unsupported keyword 'minProperties' \(fogline constrains to .*, multipleOf, nullable\) \(at the schema's root\)$/],
     [{ type: 'string', pattern: '(?=a)' }, /'pattern': unsupported: lookahead at offset 1 \(at the schema's root\)$/],
     [{ type: 'object', properties: { a: { type: 'string', format: 'uri-reference' } }, required: ['a'] }, /'format': 'uri-reference' is an unsupported format .*\(at \/properties\/a\)$/],
     // a recursion with no way out: every node needs a next one
