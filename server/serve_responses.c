@@ -171,6 +171,9 @@ static int input_messages(rctx *R, const json_t *o, json_t *msgs)
                         i, type);
         }
     }
+    if (!json_array_size(msgs)) /* (reasoning items and nothing else) */
+        return rbad(R, SRV_E_BAD_REQUEST, "input", "'input' has no message: reasoning items are "
+                    "dropped from history, as the chat templates drop them");
     return 0;
 }
 

@@ -237,6 +237,8 @@ test('bad input: 400 naming the field the client sent', async () => {
       /input\[0\]\.content\[0\]: type 'input_image' is not supported/],
     [{ input: [{ role: 'user', content: [{ type: 'input_text' }] }] }, 'input', /content\[0\]\.text must be a string/],
     [{ input: [{ type: 'web_search_call' }] }, 'input', /item type 'web_search_call' is not supported/],
+    // (reasoning items are dropped from history: alone, nothing is left to answer)
+    [{ input: [{ type: 'reasoning', summary: [] }] }, 'input', /'input' has no message: reasoning items are dropped from history/],
     [{ input: [{ type: 'function_call', name: 'f' }] }, 'input', /needs 'call_id', 'name' and 'arguments'/],
     [{ input: [{ type: 'function_call_output', output: 'x' }] }, 'input', /needs a 'call_id'/],
     [{ input: 'hi', instructions: 3 }, 'instructions', /'instructions' must be a string/],
